@@ -1,0 +1,273 @@
+"""The embedded default backend: commands run as processes on this machine.
+
+Lifecycle: nothing to create or tear down; ``cleanup()`` only closes the handle.
+Every command runs in its own session and process group; a timeout or an interrupt
+kills the whole tree (SIGTERM, one second of grace, SIGKILL), including processes
+that left the group with ``setsid`` (found through their ``ENVLAYER_EXEC_ID``).
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import subprocess
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from envlayer.capabilities import Capability
+from envlayer.environment import Command, Environment
+from envlayer.errors import FileTooLarge, SandboxFileNotFound, SandboxIsADirectory, SandboxPathError
+from envlayer.options import BaseOptions, option
+from envlayer.output import CappedBuffer
+from envlayer.proctree import EXEC_ID_VAR, kill_tree
+from envlayer.result import TIMEOUT_EXIT_CODE, ExecResult
+
+OutputCallback = Callable[[str, bytes], None]
+
+_READ_CHUNK = 65536
+_DRAIN_GRACE = 0.1
+"""After the command exits, how long to keep reading pipes that a background child
+still holds open before returning (so ``cmd &`` never hangs the call)."""
+
+
+@dataclass(kw_only=True)
+class LocalOptions(BaseOptions):
+    """Options of the local backend."""
+
+    shell: str = option("/bin/sh", doc="Shell that runs string commands as `shell -c COMMAND`.")
+    inherit_env: bool = option(
+        True, doc="Start commands with this process's environment (then apply `env`)."
+    )
+
+
+class LocalEnvironment(Environment):
+    """Runs commands on the local machine. See the module docstring for the lifecycle."""
+
+    name = "local"
+    Options = LocalOptions
+    capabilities = frozenset({Capability.STREAMING})
+    options: LocalOptions
+
+    def __init__(self, options: BaseOptions | None = None, *, task_id: str = "default", profile: str = "default") -> None:
+        super().__init__(options, task_id=task_id, profile=profile)
+        self.cwd = os.path.abspath(os.path.expanduser(self.options.cwd or os.getcwd()))
+
+    # --- exec -----------------------------------------------------------------
+
+    def exec(
+        self,
+        command: Command,
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        stdin: bytes | str | None = None,
+        on_output: OutputCallback | None = None,
+    ) -> ExecResult:
+        """Run ``command`` locally; see :class:`~envlayer.environment.Environment`.
+
+        ``on_output(stream, chunk)`` is called from the calling thread with
+        ``"stdout"``/``"stderr"`` chunks as they arrive (uncapped).
+        """
+        self._ensure_open()
+        argv = [self.options.shell, "-c", command] if isinstance(command, str) else list(command)
+        exec_id = uuid.uuid4().hex
+        child_env = dict(os.environ) if self.options.inherit_env else {}
+        child_env.update(self.options.env)
+        if env:
+            child_env.update(env)
+        child_env[EXEC_ID_VAR] = exec_id
+        effective_timeout = self.options.timeout if timeout is None else (timeout or None)
+        data = stdin.encode() if isinstance(stdin, str) else stdin
+        run_cwd = os.path.join(self.cwd, cwd) if cwd else self.cwd
+        start = time.monotonic()
+        try:
+            proc = subprocess.Popen(
+                argv,
+                cwd=run_cwd,
+                env=child_env,
+                stdin=subprocess.PIPE if data is not None else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+        except FileNotFoundError as exc:
+            missing = exc.filename or argv[0]
+            if not os.path.isdir(run_cwd):
+                return ExecResult(126, stderr=f"working directory does not exist: {run_cwd}\n".encode(), duration=time.monotonic() - start)
+            return ExecResult(127, stderr=f"command not found: {missing}\n".encode(), duration=time.monotonic() - start)
+        except PermissionError as exc:
+            return ExecResult(126, stderr=f"permission denied: {exc.filename or argv[0]}\n".encode(), duration=time.monotonic() - start)
+        return self._collect(proc, exec_id, data, effective_timeout, on_output, start)
+
+    def _collect(
+        self,
+        proc: subprocess.Popen[bytes],
+        exec_id: str,
+        data: bytes | None,
+        timeout: float | None,
+        on_output: OutputCallback | None,
+        start: float,
+    ) -> ExecResult:
+        limit, policy = self.options.max_output_bytes, self.options.output_policy
+        buffers = {"stdout": CappedBuffer(limit, policy), "stderr": CappedBuffer(limit, policy)}
+        writer = None
+        if data is not None:
+            writer = threading.Thread(target=_feed_stdin, args=(proc, data), daemon=True)
+            writer.start()
+        sel = selectors.DefaultSelector()
+        assert proc.stdout is not None and proc.stderr is not None
+        for name, pipe in (("stdout", proc.stdout), ("stderr", proc.stderr)):
+            os.set_blocking(pipe.fileno(), False)
+            sel.register(pipe, selectors.EVENT_READ, name)
+        deadline = None if timeout is None else start + timeout
+        exited_at: float | None = None
+        timed_out = False
+        try:
+            while sel.get_map():
+                now = time.monotonic()
+                if deadline is not None and now >= deadline:
+                    timed_out = True
+                    break
+                if exited_at is None and proc.poll() is not None:
+                    exited_at = now
+                if exited_at is not None and now - exited_at > _DRAIN_GRACE:
+                    break
+                wait = 0.05
+                if deadline is not None:
+                    wait = min(wait, deadline - now)
+                for key, _ in sel.select(max(wait, 0)):
+                    try:
+                        chunk = os.read(key.fd, _READ_CHUNK)
+                    except BlockingIOError:
+                        continue
+                    if not chunk:
+                        sel.unregister(key.fileobj)
+                        continue
+                    buffers[key.data].write(chunk)
+                    if on_output is not None:
+                        on_output(key.data, chunk)
+            if not timed_out:
+                try:
+                    proc.wait(timeout=None if deadline is None else max(deadline - time.monotonic(), 0))
+                except subprocess.TimeoutExpired:
+                    timed_out = True
+        except BaseException:
+            self._kill(proc, exec_id)
+            raise
+        finally:
+            sel.close()
+        if timed_out:
+            self._kill(proc, exec_id)
+        else:
+            proc.wait()  # background children are left alone on purpose: `server &` must survive
+        if writer is not None:
+            writer.join(timeout=1.0)
+        for pipe in (proc.stdout, proc.stderr):
+            pipe.close()
+        out, err = buffers["stdout"], buffers["stderr"]
+        return ExecResult(
+            exit_code=TIMEOUT_EXIT_CODE if timed_out else _exit_code(proc.returncode),
+            stdout=out.getvalue(),
+            stderr=err.getvalue(),
+            duration=time.monotonic() - start,
+            timed_out=timed_out,
+            timeout=timeout,
+            stdout_truncation=out.truncation,
+            stderr_truncation=err.truncation,
+        )
+
+    @staticmethod
+    def _kill(proc: subprocess.Popen[bytes], exec_id: str) -> None:
+        kill_tree(proc.pid, exec_id)
+        try:
+            proc.wait(timeout=2.0)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    # --- files ----------------------------------------------------------------
+
+    def _local_path(self, path: str) -> str:
+        full = self.resolve_path(os.path.expanduser(path), self.cwd)
+        root = self.options.file_root
+        if root is not None:
+            real_root = os.path.realpath(os.path.join(self.cwd, root))
+            real = os.path.realpath(full)
+            if real != real_root and not real.startswith(real_root.rstrip("/") + "/"):
+                raise SandboxPathError(path, real_root)
+        return full
+
+    def read_file(self, path: str) -> bytes:
+        """Read a local file; see :class:`~envlayer.environment.Environment`."""
+        self._ensure_open()
+        full = self._local_path(path)
+        try:
+            size = os.stat(full).st_size
+            if os.path.isdir(full):
+                raise SandboxIsADirectory(path)
+            if size > self.options.max_file_bytes:
+                raise FileTooLarge(path, size, self.options.max_file_bytes)
+            with open(full, "rb") as fh:
+                return fh.read(self.options.max_file_bytes + 1)
+        except FileNotFoundError:
+            raise SandboxFileNotFound(path) from None
+
+    def write_file(self, path: str, data: bytes | str) -> None:
+        """Write atomically (temp file + rename): a reader never sees half a file."""
+        self._ensure_open()
+        payload = data.encode() if isinstance(data, str) else data
+        if len(payload) > self.options.max_file_bytes:
+            raise FileTooLarge(path, len(payload), self.options.max_file_bytes)
+        full = self._local_path(path)
+        if os.path.isdir(full):
+            raise SandboxIsADirectory(path)
+        parent = os.path.dirname(full)
+        os.makedirs(parent, exist_ok=True)
+        try:
+            mode = os.stat(full).st_mode & 0o7777
+        except FileNotFoundError:
+            umask = os.umask(0)
+            os.umask(umask)
+            mode = 0o666 & ~umask
+        fd, tmp = tempfile.mkstemp(prefix=".envlayer-", dir=parent)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(payload)
+            os.chmod(tmp, mode)
+            os.replace(tmp, full)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+            raise
+
+    def cleanup(self) -> None:
+        """Close the handle. Nothing else to release; idempotent."""
+        self._closed = True
+
+
+def _feed_stdin(proc: subprocess.Popen[bytes], data: bytes) -> None:
+    assert proc.stdin is not None
+    try:
+        proc.stdin.write(data)
+    except (BrokenPipeError, OSError):
+        pass
+    finally:
+        try:
+            proc.stdin.close()
+        except OSError:
+            pass
+
+
+def _exit_code(returncode: int | None) -> int:
+    """Map Popen's negative signal codes to the shell convention 128 + signal."""
+    if returncode is None:
+        return -1
+    return 128 - returncode if returncode < 0 else returncode
+

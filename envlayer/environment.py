@@ -1,0 +1,179 @@
+"""The ``Environment`` contract every backend implements.
+
+Required (abstract): :meth:`Environment.exec`, :meth:`Environment.read_file`,
+:meth:`Environment.write_file`, :meth:`Environment.cleanup`.
+
+Optional, declared through ``capabilities`` (see :mod:`envlayer.capabilities`) and never
+called by envlayer on a backend that lacks them:
+
+* ``cleanup(force_remove=...)``, ``wait_for_cleanup(timeout) -> bool``;
+* classmethods ``reap_orphans``, ``list_sandboxes``, ``remove_sandbox``;
+* ``exec(..., on_output=...)`` streaming; ``upload_dir`` / ``download_dir``.
+
+Call the optional parts through :mod:`envlayer.lifecycle`, which checks first.
+
+Contract shared by all backends:
+
+* ``command`` is a shell string (run by ``/bin/sh -c``) or an argv list (run without a
+  shell). ``cwd``, ``env`` and ``stdin`` apply to that call only.
+* A command that exceeds its timeout is killed together with every process it started
+  inside the sandbox; the result has ``timed_out=True`` and exit code 124, with the
+  output produced until then. The next call works normally.
+* If the calling thread is interrupted (``KeyboardInterrupt``) during ``exec``, the
+  command's process tree is killed before the exception propagates.
+* stdout and stderr are captured separately, capped at ``max_output_bytes`` each.
+* File paths are absolute or relative to the environment's working directory. With
+  ``file_root`` set, paths resolving outside it raise ``SandboxPathError``.
+* ``cleanup()`` is idempotent. After it, calls raise ``EnvironmentClosed``.
+* An environment may be used from several threads at once.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from envlayer.capabilities import Capability
+from envlayer.errors import EnvironmentClosed, SandboxPathError
+from envlayer.options import BaseOptions
+from envlayer.result import ExecResult
+
+Command = str | Sequence[str]
+
+DEFAULT_TASK = "default"
+DEFAULT_PROFILE = "default"
+
+
+@dataclass(frozen=True)
+class SandboxInfo:
+    """One sandbox as a backend lists it (for ``envlayer ls``, ``reap``, ``rm``)."""
+
+    backend: str
+    id: str
+    task: str
+    profile: str
+    status: str
+    created: str = ""
+    detail: Mapping[str, str] = field(default_factory=dict)
+
+
+class Environment(ABC):
+    """A sandbox that runs commands and holds files, for one (profile, task).
+
+    Subclasses set ``name`` (the backend name), ``Options`` (their options schema, a
+    :class:`BaseOptions` subclass) and ``capabilities`` (a set of
+    :class:`Capability`, or ``None`` to be introspected).
+
+    Raises from the constructor: :class:`~envlayer.errors.BackendUnavailable` when the
+    backend's infrastructure cannot be reached.
+    """
+
+    name: ClassVar[str] = ""
+    Options: ClassVar[type[BaseOptions]] = BaseOptions
+    capabilities: ClassVar[frozenset[Capability] | None] = None
+
+    def __init__(
+        self,
+        options: BaseOptions | None = None,
+        *,
+        task_id: str = DEFAULT_TASK,
+        profile: str = DEFAULT_PROFILE,
+    ) -> None:
+        self.options = options if options is not None else self.Options()
+        self.task_id = task_id
+        self.profile = profile
+        self._closed = False
+
+    # --- required -------------------------------------------------------------
+
+    @abstractmethod
+    def exec(
+        self,
+        command: Command,
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        stdin: bytes | str | None = None,
+    ) -> ExecResult:
+        """Run ``command`` and return its result.
+
+        ``timeout`` defaults to ``options.timeout``; a timeout never raises, it is
+        reported in the result. Raises :class:`~envlayer.errors.BackendUnavailable`
+        when the sandbox cannot be reached (the command may not have run), and
+        :class:`~envlayer.errors.EnvironmentClosed` after :meth:`cleanup`.
+        """
+
+    @abstractmethod
+    def read_file(self, path: str) -> bytes:
+        """Return the file's bytes.
+
+        Raises: ``SandboxFileNotFound`` (a ``FileNotFoundError``), ``SandboxIsADirectory``,
+        ``SandboxPathError`` outside ``file_root``, ``FileTooLarge`` over ``max_file_bytes``.
+        """
+
+    @abstractmethod
+    def write_file(self, path: str, data: bytes | str) -> None:
+        """Create or replace the file, creating missing parent directories.
+
+        ``str`` data is written as UTF-8. Raises ``SandboxPathError``, ``FileTooLarge``,
+        ``SandboxIsADirectory``.
+        """
+
+    @abstractmethod
+    def cleanup(self) -> None:
+        """Release what this object holds. Idempotent; never raises for an environment
+        that is already gone. What happens to the sandbox itself (kept or removed) is
+        the backend's documented lifecycle rule."""
+
+    # --- conveniences shared by every backend -----------------------------------
+
+    @classmethod
+    def check_available(cls, options: BaseOptions) -> None:
+        """Raise :class:`~envlayer.errors.BackendUnavailable` (with a fix in its hint)
+        when this backend cannot work on this machine with ``options``. Used by
+        ``envlayer doctor``; the default accepts everything."""
+
+    @property
+    def closed(self) -> bool:
+        """True after :meth:`cleanup`."""
+        return self._closed
+
+    def _ensure_open(self) -> None:
+        if self._closed:
+            raise EnvironmentClosed(
+                f"the {self.name or type(self).__name__} environment for task {self.task_id!r} "
+                "was cleaned up",
+                hint="create a new environment",
+            )
+
+    def resolve_path(self, path: str, cwd: str) -> str:
+        """Normalize ``path`` (relative to ``cwd``) and enforce ``options.file_root``.
+
+        Purely lexical: backends that can resolve symlinks should check the real path
+        as well. Raises :class:`SandboxPathError` outside ``file_root``.
+        """
+        full = posixpath.normpath(posixpath.join(cwd, path))
+        root = self.options.file_root
+        if root is not None:
+            root_norm = posixpath.normpath(posixpath.join(cwd, root))
+            if full != root_norm and not full.startswith(root_norm.rstrip("/") + "/"):
+                raise SandboxPathError(path, root_norm)
+        return full
+
+    def read_text(self, path: str) -> str:
+        """:meth:`read_file` decoded as UTF-8 (undecodable bytes become U+FFFD)."""
+        return self.read_file(path).decode("utf-8", errors="replace")
+
+    def __enter__(self) -> Environment:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.cleanup()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<{type(self).__name__} task={self.task_id!r} profile={self.profile!r} {state}>"

@@ -1,0 +1,164 @@
+"""The one exception hierarchy of envlayer.
+
+Every error envlayer raises on purpose is an :class:`EnvlayerError`. Each carries a
+``hint``: one sentence telling the user what to do next. ``str(error)`` includes it.
+
+File errors also subclass the matching built-in (``FileNotFoundError``,
+``PermissionError``, ``IsADirectoryError``) so code written against plain Python
+file semantics keeps working.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+class EnvlayerError(Exception):
+    """Base class. ``message`` says what went wrong, ``hint`` what to do about it."""
+
+    def __init__(self, message: str, *, hint: str = "") -> None:
+        self.message = message
+        self.hint = hint
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        return f"{self.message}\n  hint: {self.hint}" if self.hint else self.message
+
+
+# --- backends and the registry ------------------------------------------------
+
+
+class BackendNotFound(EnvlayerError):
+    """No installed distribution registers a backend under this name."""
+
+    def __init__(self, name: str, installed: Iterable[str], package: str | None) -> None:
+        self.name = name
+        self.installed = sorted(installed)
+        self.package = package
+        listed = ", ".join(self.installed) or "none"
+        if package:
+            hint = f"install it with `pip install {package}`"
+        else:
+            hint = "check the spelling, or install the package that provides it"
+        super().__init__(
+            f"unknown backend {name!r}; installed backends: {listed}", hint=hint
+        )
+
+
+class BackendLoadError(EnvlayerError):
+    """A backend is registered but its module failed to import or is malformed."""
+
+    def __init__(self, name: str, distribution: str, target: str, cause: BaseException) -> None:
+        self.name = name
+        self.distribution = distribution
+        super().__init__(
+            f"backend {name!r} from {distribution} ({target}) failed to load: "
+            f"{type(cause).__name__}: {cause}",
+            hint=f"reinstall it (`pip install --force-reinstall {distribution}`) "
+            "or check that its dependencies are installed",
+        )
+
+
+class BackendConflict(EnvlayerError):
+    """Two installed distributions register the same backend name."""
+
+    def __init__(self, name: str, distributions: Iterable[str]) -> None:
+        self.name = name
+        self.distributions = sorted(distributions)
+        super().__init__(
+            f"backend name {name!r} is registered by more than one package: "
+            + ", ".join(self.distributions),
+            hint="uninstall all but one of them",
+        )
+
+
+class BackendUnavailable(EnvlayerError):
+    """The backend's infrastructure cannot be reached: daemon down, host unreachable,
+    connection lost, credentials refused. The environment may be rebuilt later."""
+
+
+class CapabilityNotSupported(EnvlayerError):
+    """A caller demanded an optional capability that this backend does not have."""
+
+
+# --- configuration ------------------------------------------------------------
+
+
+class ConfigError(EnvlayerError):
+    """A configuration value is malformed. ``source`` names the file or variable,
+    ``key`` the offending key."""
+
+    def __init__(self, message: str, *, source: str, key: str | None = None, hint: str = "") -> None:
+        self.source = source
+        self.key = key
+        where = f"{source}: {key}" if key else source
+        super().__init__(f"{where}: {message}", hint=hint)
+
+
+# --- environments -------------------------------------------------------------
+
+
+class EnvironmentClosed(EnvlayerError):
+    """The environment was cleaned up; create a new one."""
+
+
+class ExecTimeout(EnvlayerError):
+    """Raised by :meth:`ExecResult.check` for a command that hit its timeout.
+    The process tree was killed; ``result`` holds the partial output."""
+
+    def __init__(self, result: object, timeout: float | None) -> None:
+        self.result = result
+        super().__init__(
+            f"command timed out after {timeout}s and was killed",
+            hint="raise the timeout, or run long jobs in the background",
+        )
+
+
+class CommandFailed(EnvlayerError):
+    """Raised by :meth:`ExecResult.check` for a non-zero exit code."""
+
+    def __init__(self, result: object, exit_code: int) -> None:
+        self.result = result
+        self.exit_code = exit_code
+        super().__init__(f"command exited with code {exit_code}")
+
+
+class SandboxPathError(EnvlayerError, PermissionError):
+    """A file path resolves outside the directory the environment confines files to."""
+
+    def __init__(self, path: str, root: str) -> None:
+        self.path = path
+        self.root = root
+        super().__init__(
+            f"path {path!r} is outside the sandbox root {root!r}",
+            hint=f"use a path under {root}",
+        )
+
+
+class SandboxFileNotFound(EnvlayerError, FileNotFoundError):
+    """The file does not exist inside the environment."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        super().__init__(f"no such file in the environment: {path!r}")
+
+
+class SandboxIsADirectory(EnvlayerError, IsADirectoryError):
+    """A file operation named a directory."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        super().__init__(f"is a directory: {path!r}", hint="name a file, or use the directory transfer API")
+
+
+class FileTooLarge(EnvlayerError):
+    """A file is larger than the configured ``max_file_bytes``. Nothing was transferred."""
+
+    def __init__(self, path: str, size: int, limit: int) -> None:
+        self.path = path
+        self.size = size
+        self.limit = limit
+        super().__init__(
+            f"{path!r} is {size} bytes, over the {limit}-byte limit",
+            hint="raise max_file_bytes for this backend, or read it in parts with exec (e.g. `head -c`)",
+        )

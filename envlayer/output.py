@@ -1,0 +1,116 @@
+"""Bounded capture of a byte stream: what every backend uses to apply output caps.
+
+A :class:`CappedBuffer` accepts any amount of input and keeps at most ``limit`` bytes,
+according to a policy:
+
+* ``head_tail`` (default): the first 40 % and the last 60 % of the budget, so the
+  beginning of a log and its final error both survive;
+* ``head``: the first ``limit`` bytes;
+* ``tail``: the last ``limit`` bytes.
+
+It always counts the total, so the result can say exactly how much was dropped.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Literal
+
+TruncationPolicy = Literal["head_tail", "head", "tail"]
+POLICIES: tuple[str, ...] = ("head_tail", "head", "tail")
+HEAD_SHARE = 0.4
+
+
+@dataclass(frozen=True)
+class Truncation:
+    """What a cap removed from one stream.
+
+    ``kept_head`` bytes from the start and ``kept_tail`` bytes from the end were kept;
+    ``dropped`` bytes in between (or at one end) were discarded; ``total`` is the
+    full length the command produced.
+    """
+
+    policy: str
+    total: int
+    dropped: int
+    kept_head: int
+    kept_tail: int
+
+    def marker(self) -> bytes:
+        """The notice inserted where bytes were dropped."""
+        return f"\n[... {self.dropped} bytes omitted of {self.total} ({self.policy}) ...]\n".encode()
+
+
+class CappedBuffer:
+    """Accumulates a stream, keeping at most ``limit`` bytes under ``policy``.
+
+    ``limit=None`` keeps everything. Memory use is bounded by ``limit`` plus one chunk.
+    """
+
+    def __init__(self, limit: int | None, policy: TruncationPolicy = "head_tail") -> None:
+        if policy not in POLICIES:
+            raise ValueError(f"unknown truncation policy {policy!r}; use one of {POLICIES}")
+        if limit is not None and limit < 0:
+            raise ValueError("limit must be >= 0")
+        self.limit = limit
+        self.policy = policy
+        self.total = 0
+        self._head = bytearray()
+        self._tail: deque[bytes] = deque()
+        self._tail_len = 0
+        if limit is None:
+            self._head_cap, self._tail_cap = None, 0
+        elif policy == "head":
+            self._head_cap, self._tail_cap = limit, 0
+        elif policy == "tail":
+            self._head_cap, self._tail_cap = 0, limit
+        else:
+            head = int(limit * HEAD_SHARE)
+            self._head_cap, self._tail_cap = head, limit - head
+
+    def write(self, data: bytes) -> None:
+        """Append ``data``; never raises for size."""
+        if not data:
+            return
+        self.total += len(data)
+        if self._head_cap is None:
+            self._head += data
+            return
+        room = self._head_cap - len(self._head)
+        if room > 0:
+            self._head += data[:room]
+            data = data[room:]
+        if not data or self._tail_cap == 0:
+            return
+        self._tail.append(bytes(data))
+        self._tail_len += len(data)
+        while self._tail_len - len(self._tail[0]) >= self._tail_cap:
+            self._tail_len -= len(self._tail.popleft())
+
+    @property
+    def truncation(self) -> Truncation | None:
+        """``None`` when nothing was dropped."""
+        kept = len(self._head) + min(self._tail_len, self._tail_cap)
+        if kept >= self.total:
+            return None
+        return Truncation(
+            policy=self.policy,
+            total=self.total,
+            dropped=self.total - kept,
+            kept_head=len(self._head),
+            kept_tail=min(self._tail_len, self._tail_cap),
+        )
+
+    def getvalue(self) -> bytes:
+        """The kept bytes. When something was dropped and both ends are kept, the
+        truncation marker stands between head and tail."""
+        tail = b"".join(self._tail)
+        if len(tail) > self._tail_cap:
+            tail = tail[len(tail) - self._tail_cap :]
+        trunc = self.truncation
+        if trunc is None:
+            return bytes(self._head) + tail
+        if self.policy == "head_tail":
+            return bytes(self._head) + trunc.marker() + tail
+        return bytes(self._head) + tail

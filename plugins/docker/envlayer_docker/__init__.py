@@ -1,0 +1,1 @@
+"""envlayer docker backend."""

@@ -1,0 +1,1 @@
+"""envlayer ssh backend."""

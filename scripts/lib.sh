@@ -1,0 +1,52 @@
+# shellcheck shell=bash
+# Shared helpers for scripts/*. Sourcing it guarantees: ROOT (repo root),
+# STATE_DIR (created; default $ROOT/.state), and small helpers for logging,
+# Docker liveness, apt installs that never start services, and stopping a
+# daemon by PID. It has no side effects beyond creating STATE_DIR.
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+STATE_DIR="${ENVLAYER_STATE_DIR:-$ROOT/.state}"
+mkdir -p "$STATE_DIR"
+DOCKERD_PID_FILE="$STATE_DIR/dockerd.pid"
+DOCKERD_LOG="$STATE_DIR/dockerd.log"
+
+log() { printf '[%s %s] %s\n' "$(basename "$0")" "$(date +%H:%M:%S)" "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+# True if a Docker daemon answers within 5 s.
+docker_ok() { command -v docker >/dev/null 2>&1 && timeout 5 docker info >/dev/null 2>&1; }
+
+# apt_install PKG...: install missing Debian packages as root. Runs
+# `apt-get update` only if the first attempt fails (stale or empty lists).
+# Maintainer scripts may not start services (policy-rc.d exit 101), so no
+# system sshd or dockerd gets started behind our back.
+apt_install() {
+    [ "$(id -u)" = 0 ] || die "need root to apt-get install $*"
+    command -v apt-get >/dev/null || die "no apt-get: install $* by hand"
+    local policy=/usr/sbin/policy-rc.d made_policy=0 rc=0
+    if [ ! -e "$policy" ]; then
+        printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod +x "$policy" && made_policy=1
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    log "apt-get install $*"
+    if ! apt-get install -y -q --no-install-recommends "$@" </dev/null >"$STATE_DIR/apt.log" 2>&1; then
+        log "install failed; running apt-get update and retrying (log: $STATE_DIR/apt.log)"
+        { apt-get update -q && apt-get install -y -q --no-install-recommends "$@"; } \
+            </dev/null >>"$STATE_DIR/apt.log" 2>&1 || rc=$?
+    fi
+    [ "$made_policy" = 1 ] && rm -f "$policy"
+    if [ "$rc" != 0 ]; then tail -n 20 "$STATE_DIR/apt.log" >&2; die "apt-get install $* failed"; fi
+}
+
+# stop_pid PID NAME: SIGTERM, wait up to 20 s, then SIGKILL. Only signals
+# the process if its command name is still NAME (guards against PID reuse).
+stop_pid() {
+    local pid="$1" name="$2" i
+    [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 0
+    [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$name" ] || { log "pid $pid is not $name; not stopping it"; return 0; }
+    log "stopping $name (pid $pid)"
+    kill -TERM "$pid" 2>/dev/null || true
+    for i in $(seq 1 20); do kill -0 "$pid" 2>/dev/null || return 0; sleep 1; done
+    log "$name (pid $pid) still running after 20 s; sending SIGKILL"
+    kill -KILL "$pid" 2>/dev/null || true
+}

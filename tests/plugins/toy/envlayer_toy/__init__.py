@@ -1,0 +1,86 @@
+"""A third-party-style backend written the way an outside author would: it subclasses
+``envlayer.Environment``, implements only the required methods, and declares nothing.
+
+Commands run as plain local subprocesses inside a private scratch directory; file paths
+are confined to that directory. It has no ``force_remove``, no ``wait_for_cleanup``,
+no ``reap_orphans``: envlayer's dispatcher must cope.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+
+from envlayer import Environment, ExecResult, FileTooLarge, SandboxFileNotFound, SandboxIsADirectory
+
+
+class ToyEnvironment(Environment):
+    name = "toy"
+
+    def __init__(self, options=None, *, task_id: str = "default", profile: str = "default") -> None:
+        super().__init__(options, task_id=task_id, profile=profile)
+        self.root = tempfile.mkdtemp(prefix="envlayer-toy-")
+        if self.options.file_root is None:
+            self.options.file_root = self.root
+
+    def exec(
+        self,
+        command: str | Sequence[str],
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        stdin: bytes | str | None = None,
+    ) -> ExecResult:
+        self._ensure_open()
+        argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
+        limit = self.options.timeout if timeout is None else (timeout or None)
+        data = stdin.encode() if isinstance(stdin, str) else stdin
+        start = time.monotonic()
+        proc = subprocess.Popen(
+            argv,
+            cwd=os.path.join(self.root, cwd) if cwd else self.root,
+            env={**os.environ, **self.options.env, **(env or {})},
+            stdin=subprocess.PIPE if data is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        try:
+            out, err = proc.communicate(data, timeout=limit)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            out, err = proc.communicate()
+            return ExecResult(124, out, err, time.monotonic() - start, timed_out=True, timeout=limit)
+        cap = self.options.max_output_bytes
+        return ExecResult(proc.returncode, out[:cap], err[:cap], time.monotonic() - start, timeout=limit)
+
+    def read_file(self, path: str) -> bytes:
+        self._ensure_open()
+        full = self.resolve_path(path, self.root)
+        if os.path.isdir(full):
+            raise SandboxIsADirectory(path)
+        if not os.path.exists(full):
+            raise SandboxFileNotFound(path)
+        size = os.path.getsize(full)
+        if size > self.options.max_file_bytes:
+            raise FileTooLarge(path, size, self.options.max_file_bytes)
+        with open(full, "rb") as fh:
+            return fh.read()
+
+    def write_file(self, path: str, data: bytes | str) -> None:
+        self._ensure_open()
+        full = self.resolve_path(path, self.root)
+        if os.path.isdir(full):
+            raise SandboxIsADirectory(path)
+        os.makedirs(os.path.dirname(full), exist_ok=True)
+        with open(full, "wb") as fh:
+            fh.write(data.encode() if isinstance(data, str) else data)
+
+    def cleanup(self) -> None:
+        self._closed = True
+        shutil.rmtree(self.root, ignore_errors=True)
