@@ -16,6 +16,7 @@ import time
 from collections.abc import Mapping, Sequence
 
 from envlayer import Environment, ExecResult, FileTooLarge, SandboxFileNotFound, SandboxIsADirectory
+from envlayer.output import CappedBuffer
 
 
 class ToyEnvironment(Environment):
@@ -56,8 +57,15 @@ class ToyEnvironment(Environment):
             os.killpg(proc.pid, 9)
             out, err = proc.communicate()
             return ExecResult(124, out, err, time.monotonic() - start, timed_out=True, timeout=limit)
-        cap = self.options.max_output_bytes
-        return ExecResult(proc.returncode, out[:cap], err[:cap], time.monotonic() - start, timeout=limit)
+        streams = []
+        for raw in (out, err):
+            buf = CappedBuffer(self.options.max_output_bytes, self.options.output_policy)
+            buf.write(raw)
+            streams.append(buf)
+        return ExecResult(
+            proc.returncode, streams[0].getvalue(), streams[1].getvalue(), time.monotonic() - start,
+            timeout=limit, stdout_truncation=streams[0].truncation, stderr_truncation=streams[1].truncation,
+        )
 
     def read_file(self, path: str) -> bytes:
         self._ensure_open()
@@ -74,12 +82,15 @@ class ToyEnvironment(Environment):
 
     def write_file(self, path: str, data: bytes | str) -> None:
         self._ensure_open()
+        payload = data.encode() if isinstance(data, str) else data
+        if len(payload) > self.options.max_file_bytes:
+            raise FileTooLarge(path, len(payload), self.options.max_file_bytes)
         full = self.resolve_path(path, self.root)
         if os.path.isdir(full):
             raise SandboxIsADirectory(path)
         os.makedirs(os.path.dirname(full), exist_ok=True)
         with open(full, "wb") as fh:
-            fh.write(data.encode() if isinstance(data, str) else data)
+            fh.write(payload)
 
     def cleanup(self) -> None:
         self._closed = True

@@ -1,0 +1,329 @@
+"""The conformance suite every backend runs against itself.
+
+Usage, in a backend's test module::
+
+    import pytest
+    from envlayer.testing import EnvironmentConformance
+
+    class TestMyBackend(EnvironmentConformance):
+        @pytest.fixture
+        def env(self):
+            environment = MyEnvironment(MyEnvironment.Options(timeout=30))
+            yield environment
+            environment.cleanup()
+
+The fixture must yield a fresh, working environment whose working directory is
+writable. The suite only uses the public interface and POSIX ``sh`` utilities
+(``echo``, ``cat``, ``printf``, ``head``, ``sleep``, ``kill``, ``pwd``, ``mkdir``), so it runs
+on a busybox image as well as on a full distribution.
+
+Override a class attribute to describe the backend honestly (each default states the
+strict contract):
+
+* ``supports_stdin = True``
+* ``kills_escaped_processes = True``: a timeout also kills children that called
+  ``setsid``; set False only with a documented reason.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from typing import ClassVar
+
+import pytest
+
+from envlayer.capabilities import Capability, capabilities_of
+from envlayer.environment import Environment
+from envlayer.errors import (
+    EnvironmentClosed,
+    FileTooLarge,
+    SandboxFileNotFound,
+    SandboxIsADirectory,
+    SandboxPathError,
+)
+from envlayer.options import BaseOptions
+
+
+def _scratch() -> str:
+    return f"envlayer-conformance-{uuid.uuid4().hex[:10]}"
+
+
+def _report_alive(pids: str) -> str:
+    """Shell that prints ``alive PID`` for each live pid in ``pids`` (a shell word list).
+    A zombie counts as dead: it runs nothing, and some PID 1s never reap them."""
+    return (
+        f"for p in {pids}; do "
+        "if [ -r /proc/$p/status ]; then "
+        "s=$(sed -n 's/^State:[[:space:]]*\\([A-Z]\\).*/\\1/p' /proc/$p/status); "
+        '[ -n "$s" ] && [ "$s" != Z ] && echo alive $p; '
+        "elif kill -0 $p 2>/dev/null; then echo alive $p; fi; done"
+    )
+
+
+class EnvironmentConformance:
+    """Behaviour every :class:`~envlayer.Environment` must show. Subclass it and provide
+    an ``env`` fixture; see the module docstring."""
+
+    supports_stdin: ClassVar[bool] = True
+    kills_escaped_processes: ClassVar[bool] = True
+
+    # --- exec: exit codes, streams, cwd, env, stdin -------------------------------
+
+    def test_exit_code_zero(self, env: Environment) -> None:
+        result = env.exec("true")
+        assert result.exit_code == 0
+        assert result.ok
+        assert not result.timed_out
+
+    @pytest.mark.parametrize("code", [1, 3, 42, 255])
+    def test_exit_code_nonzero(self, env: Environment, code: int) -> None:
+        result = env.exec(f"exit {code}")
+        assert result.exit_code == code
+        assert not result.ok
+
+    def test_stdout_and_stderr_kept_apart(self, env: Environment) -> None:
+        result = env.exec("echo to-out; echo to-err >&2")
+        assert result.stdout == b"to-out\n"
+        assert result.stderr == b"to-err\n"
+
+    def test_argv_list_is_not_shell_interpreted(self, env: Environment) -> None:
+        result = env.exec(["echo", "$HOME; echo injected", "'quoted'"])
+        assert result.stdout_text == "$HOME; echo injected 'quoted'\n"
+
+    def test_command_not_found_exit_127(self, env: Environment) -> None:
+        assert env.exec("definitely-not-a-command-xyz").exit_code == 127
+
+    def test_cwd_per_call(self, env: Environment) -> None:
+        name = _scratch()
+        env.exec(f"mkdir -p {name}/sub").check()
+        result = env.exec("pwd", cwd=f"{name}/sub")
+        assert result.stdout_text.strip().endswith(f"{name}/sub")
+        env.exec(f"rm -rf {name}")
+
+    def test_env_per_call(self, env: Environment) -> None:
+        value = "va lue'\"$x"
+        result = env.exec('printf %s "$ENVLAYER_CONF_VAR"', env={"ENVLAYER_CONF_VAR": value})
+        assert result.stdout_text == value
+
+    def test_env_does_not_leak_to_next_call(self, env: Environment) -> None:
+        env.exec("true", env={"ENVLAYER_CONF_ONCE": "1"})
+        result = env.exec('printf %s "${ENVLAYER_CONF_ONCE:-unset}"')
+        assert result.stdout_text == "unset"
+
+    def test_stdin_bytes(self, env: Environment) -> None:
+        if not self.supports_stdin:
+            pytest.skip("backend declares no stdin support")
+        payload = bytes(range(256)) * 8
+        result = env.exec("cat", stdin=payload)
+        assert result.stdout == payload
+
+    def test_stdin_text(self, env: Environment) -> None:
+        if not self.supports_stdin:
+            pytest.skip("backend declares no stdin support")
+        assert env.exec("cat", stdin="héllo\n").stdout_text == "héllo\n"
+
+    def test_no_stdin_means_eof(self, env: Environment) -> None:
+        result = env.exec("cat", timeout=10)
+        assert not result.timed_out
+        assert result.stdout == b""
+
+    # --- output size and binary ------------------------------------------------------
+
+    def test_binary_output_intact(self, env: Environment) -> None:
+        result = env.exec(r"printf '\000\001\377\376abc\000'")
+        assert result.stdout == b"\x00\x01\xff\xfeabc\x00"
+
+    def test_large_output_within_cap(self, env: Environment) -> None:
+        size = min(2_000_000, env.options.max_output_bytes)
+        result = env.exec(f"head -c {size} /dev/zero")
+        assert len(result.stdout) == size
+        assert result.stdout_truncation is None
+
+    def test_output_over_cap_is_truncated_with_metadata(self, env: Environment) -> None:
+        cap = env.options.max_output_bytes
+        total = cap + 100_000
+        result = env.exec(f"head -c {total} /dev/zero; echo done >&2")
+        assert result.exit_code == 0
+        trunc = result.stdout_truncation
+        assert trunc is not None
+        assert trunc.total == total
+        assert trunc.dropped == total - trunc.kept_head - trunc.kept_tail
+        assert trunc.kept_head + trunc.kept_tail <= cap
+        assert result.stderr == b"done\n"
+
+    # --- timeouts ---------------------------------------------------------------------
+
+    def test_timeout_reports_and_returns_quickly(self, env: Environment) -> None:
+        result = env.exec("echo started; sleep 30", timeout=1)
+        assert result.timed_out
+        assert result.exit_code == 124
+        assert b"started" in result.stdout
+        assert result.duration < 15
+
+    def test_timeout_kills_the_process_tree(self, env: Environment) -> None:
+        pidfile = f"/tmp/{_scratch()}.pids"
+        script = f"sleep 300 & echo $! > {pidfile}; sh -c 'sleep 301' & echo $! >> {pidfile}; sleep 302"
+        assert env.exec(script, timeout=1).timed_out
+        check = env.exec(_report_alive(f"$(cat {pidfile})") + f"; rm -f {pidfile}")
+        assert check.stdout_text == "", f"processes survived the timeout: {check.stdout_text}"
+
+    def test_timeout_kills_setsid_escapee(self, env: Environment) -> None:
+        if not self.kills_escaped_processes:
+            pytest.skip("backend documents that it cannot reach setsid escapees")
+        if env.exec("command -v setsid").exit_code != 0:
+            pytest.skip("no setsid in this sandbox")
+        pidfile = f"/tmp/{_scratch()}.pid"
+        env.exec(f"setsid sh -c 'echo $$ > {pidfile}; exec sleep 303' & sleep 304", timeout=1)
+        check = env.exec(_report_alive(f"$(cat {pidfile})") + f"; rm -f {pidfile}")
+        assert check.stdout_text == ""
+
+    def test_next_call_works_after_timeout(self, env: Environment) -> None:
+        env.exec("sleep 30", timeout=1)
+        result = env.exec("echo fine")
+        assert result.stdout == b"fine\n"
+        assert result.exit_code == 0
+
+    def test_background_process_does_not_block_return(self, env: Environment) -> None:
+        pidfile = f"/tmp/{_scratch()}.pid"
+        result = env.exec(f"sleep 120 > /dev/null 2>&1 & echo $! > {pidfile}; echo back", timeout=20)
+        assert not result.timed_out
+        assert result.stdout == b"back\n"
+        env.exec(f"kill $(cat {pidfile}); rm -f {pidfile}")
+
+    # --- files ------------------------------------------------------------------------
+
+    def test_file_roundtrip_binary(self, env: Environment) -> None:
+        name = f"{_scratch()}.bin"
+        payload = os.urandom(70_000) + b"\x00\r\n"
+        env.write_file(name, payload)
+        assert env.read_file(name) == payload
+        env.exec(f"rm -f {name}")
+
+    def test_file_text_utf8(self, env: Environment) -> None:
+        name = f"{_scratch()}.txt"
+        env.write_file(name, "naïve ☃\n")
+        assert env.read_text(name) == "naïve ☃\n"
+        assert env.exec(f"cat {name}").stdout == "naïve ☃\n".encode()
+        env.exec(f"rm -f {name}")
+
+    def test_file_written_is_visible_to_exec_and_back(self, env: Environment) -> None:
+        name = _scratch()
+        env.exec(f"printf 'from-shell' > {name}").check()
+        assert env.read_file(name) == b"from-shell"
+        env.write_file(name, b"from-api")
+        assert env.exec(f"cat {name}").stdout == b"from-api"
+        env.exec(f"rm -f {name}")
+
+    def test_write_creates_nested_dirs(self, env: Environment) -> None:
+        top = _scratch()
+        env.write_file(f"{top}/a/b/c.txt", b"deep")
+        assert env.exec(f"cat {top}/a/b/c.txt").stdout == b"deep"
+        env.exec(f"rm -rf {top}")
+
+    def test_overwrite_replaces_content(self, env: Environment) -> None:
+        name = _scratch()
+        env.write_file(name, b"a much longer first version")
+        env.write_file(name, b"short")
+        assert env.read_file(name) == b"short"
+        env.exec(f"rm -f {name}")
+
+    def test_empty_file(self, env: Environment) -> None:
+        name = _scratch()
+        env.write_file(name, b"")
+        assert env.read_file(name) == b""
+        env.exec(f"rm -f {name}")
+
+    def test_read_missing_file(self, env: Environment) -> None:
+        with pytest.raises(SandboxFileNotFound):
+            env.read_file(f"{_scratch()}/missing.txt")
+        with pytest.raises(FileNotFoundError):
+            env.read_file(f"{_scratch()}-missing")
+
+    def test_read_directory(self, env: Environment) -> None:
+        name = _scratch()
+        env.exec(f"mkdir -p {name}").check()
+        with pytest.raises(SandboxIsADirectory):
+            env.read_file(name)
+        env.exec(f"rm -rf {name}")
+
+    def test_read_over_size_cap(self, env: Environment) -> None:
+        name = _scratch()
+        limit = env.options.max_file_bytes
+        env.options.max_file_bytes = 1000
+        try:
+            env.exec(f"head -c 5000 /dev/zero > {name}").check()
+            with pytest.raises(FileTooLarge):
+                env.read_file(name)
+            with pytest.raises(FileTooLarge):
+                env.write_file(name, b"x" * 5000)
+        finally:
+            env.options.max_file_bytes = limit
+            env.exec(f"rm -f {name}")
+
+    def test_paths_outside_file_root_refused(self, env: Environment) -> None:
+        previous = env.options.file_root
+        root = _scratch()
+        env.exec(f"mkdir -p {root}/inside").check()
+        env.options.file_root = root
+        try:
+            env.write_file(f"{root}/inside/ok.txt", b"ok")
+            assert env.read_file(f"{root}/inside/ok.txt") == b"ok"
+            for escape in (f"{root}/../outside.txt", "/etc/passwd", f"{root}/inside/../../x"):
+                with pytest.raises(SandboxPathError):
+                    env.read_file(escape)
+                with pytest.raises(SandboxPathError):
+                    env.write_file(escape, b"nope")
+            assert env.exec(f"test -e {root}/../outside.txt").exit_code != 0
+        finally:
+            env.options.file_root = previous
+            env.exec(f"rm -rf {root}")
+
+    # --- lifecycle and capabilities ---------------------------------------------------
+
+    def test_options_are_base_options(self, env: Environment) -> None:
+        assert isinstance(env.options, BaseOptions)
+        assert isinstance(env.options, type(env).Options)
+
+    def test_declared_capabilities_are_consistent(self, env: Environment) -> None:
+        caps = capabilities_of(env)
+        import inspect
+
+        if Capability.FORCE_REMOVE in caps:
+            assert "force_remove" in inspect.signature(env.cleanup).parameters
+        if Capability.WAIT_FOR_CLEANUP in caps:
+            assert callable(getattr(env, "wait_for_cleanup", None))
+        for cap, method in (
+            (Capability.REAP_ORPHANS, "reap_orphans"),
+            (Capability.LIST_SANDBOXES, "list_sandboxes"),
+            (Capability.REMOVE_SANDBOX, "remove_sandbox"),
+        ):
+            if cap in caps:
+                assert callable(getattr(type(env), method, None)), f"declares {cap.value} but has no {method}"
+        if Capability.STREAMING in caps:
+            chunks: list[tuple[str, bytes]] = []
+            result = env.exec("echo streamed", on_output=lambda s, c: chunks.append((s, c)))  # type: ignore[call-arg]
+            assert b"".join(c for s, c in chunks if s == "stdout") == result.stdout == b"streamed\n"
+        if Capability.PERSISTENT_SESSION in caps:
+            name = _scratch()
+            env.exec(f"mkdir -p /tmp/{name} && cd /tmp/{name} && export ENVLAYER_CONF_KEPT=yes").check()
+            result = env.exec('pwd; printf %s "$ENVLAYER_CONF_KEPT"')
+            assert result.stdout_text == f"/tmp/{name}\nyes"
+            env.exec(f"cd / && rm -rf /tmp/{name}")
+        if Capability.DIRECTORY_TRANSFER in caps:
+            assert callable(getattr(env, "upload_dir", None)) and callable(getattr(env, "download_dir", None))
+
+    def test_cleanup_is_idempotent_and_closes(self, env: Environment) -> None:
+        env.cleanup()
+        env.cleanup()
+        assert env.closed
+        with pytest.raises(EnvironmentClosed):
+            env.exec("true")
+        with pytest.raises(EnvironmentClosed):
+            env.read_file("x")
+
+    def test_context_manager_cleans_up(self, env: Environment) -> None:
+        with env as entered:
+            assert entered is env
+            assert entered.exec("echo in").stdout == b"in\n"
+        assert env.closed
