@@ -18,7 +18,8 @@ docker_ok() { command -v docker >/dev/null 2>&1 && timeout 5 docker info >/dev/n
 
 # apt_install PKG...: install missing Debian packages as root. Runs
 # `apt-get update` only if the first attempt fails (stale or empty lists).
-# Maintainer scripts may not start services (policy-rc.d exit 101), so no
+# Recommends are installed (docker.io wants cgroupfs-mount; openssh-server
+# brings the sftp-server). Maintainer scripts may not start services (policy-rc.d exit 101), so no
 # system sshd or dockerd gets started behind our back.
 apt_install() {
     [ "$(id -u)" = 0 ] || die "need root to apt-get install $*"
@@ -29,9 +30,9 @@ apt_install() {
     fi
     export DEBIAN_FRONTEND=noninteractive
     log "apt-get install $*"
-    if ! apt-get install -y -q --no-install-recommends "$@" </dev/null >"$STATE_DIR/apt.log" 2>&1; then
+    if ! apt-get install -y -q "$@" </dev/null >"$STATE_DIR/apt.log" 2>&1; then
         log "install failed; running apt-get update and retrying (log: $STATE_DIR/apt.log)"
-        { apt-get update -q && apt-get install -y -q --no-install-recommends "$@"; } \
+        { apt-get update -q && apt-get install -y -q "$@"; } \
             </dev/null >>"$STATE_DIR/apt.log" 2>&1 || rc=$?
     fi
     [ "$made_policy" = 1 ] && rm -f "$policy"
