@@ -1,0 +1,233 @@
+"""Configuration: which backend, which profile, and each backend's options.
+
+Sources, lowest precedence first (a later source overrides an earlier one key by key):
+
+1. built-in defaults (``backend = "local"``, ``profile = "default"``, ...);
+2. the user file ``$XDG_CONFIG_HOME/envlayer/config.toml`` (``~/.config/...``);
+3. the project file ``./envlayer.toml`` (in the current directory);
+   -- or, instead of 2 and 3, only the file named by ``--config`` / ``ENVLAYER_CONFIG``;
+4. environment variables: ``ENVLAYER_BACKEND``, ``ENVLAYER_PROFILE``,
+   ``ENVLAYER_LIFETIME_SECONDS``, ``ENVLAYER_ORPHAN_REAPER`` and
+   ``ENVLAYER_<BACKEND>_<OPTION>`` for every backend option;
+5. command-line flags (``--backend``, ``--profile``, ``-o KEY=VALUE``) or keyword
+   arguments passed by code.
+
+File layout::
+
+    backend = "docker"          # which backend to use
+    profile = "default"         # namespaces every sandbox this process creates
+    lifetime_seconds = 300      # idle time before the manager releases an environment
+    orphan_reaper = true        # sweep dead sandboxes once per process
+
+    [backends.docker]           # options of one backend: see `envlayer backends --options`
+    image = "python:3.11-slim"
+
+Every problem raises :class:`~envlayer.errors.ConfigError` naming the file (or the
+variable), the key, and a fix.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from envlayer.errors import ConfigError
+from envlayer.options import BaseOptions, build_options
+
+CONFIG_ENV_VAR = "ENVLAYER_CONFIG"
+PROJECT_FILE = "envlayer.toml"
+PROFILE_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+
+CORE_KEYS: dict[str, tuple[type, Any, str]] = {
+    "backend": (str, "local", "Name of the backend to use (see `envlayer backends`)."),
+    "profile": (str, "default", "Namespace for every sandbox this process creates, reuses or reaps."),
+    "lifetime_seconds": (float, 300.0, "Idle seconds before the manager releases an environment."),
+    "orphan_reaper": (bool, True, "Sweep sandboxes left by dead processes once per process and backend."),
+}
+"""Top-level keys: (type, default, doc)."""
+
+
+def user_config_path() -> Path:
+    """``$XDG_CONFIG_HOME/envlayer/config.toml``, defaulting to ``~/.config``."""
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / "envlayer" / "config.toml"
+
+
+def env_prefix(backend: str) -> str:
+    """Prefix of the environment variables holding options of ``backend``."""
+    return "ENVLAYER_" + re.sub(r"[^A-Za-z0-9]", "_", backend).upper() + "_"
+
+
+@dataclass
+class Settings:
+    """The merged configuration, with where each value came from.
+
+    ``backend_options[name]`` holds the raw (unvalidated) options of each backend;
+    :meth:`options_for` validates them against the backend's schema.
+    """
+
+    backend: str = "local"
+    profile: str = "default"
+    lifetime_seconds: float = 300.0
+    orphan_reaper: bool = True
+    backend_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)
+    files: list[str] = field(default_factory=list)
+
+    def source_of(self, key: str) -> str:
+        """Where ``key`` (``"backend"`` or ``"backends.docker.image"``) was set."""
+        return self.sources.get(key, "default")
+
+    def options_for(self, backend: str, options_cls: type[BaseOptions], *, env: Mapping[str, str] | None = None,
+                    overrides: Mapping[str, Any] | None = None) -> BaseOptions:
+        """Validated options of ``backend``: file values, then its environment
+        variables, then ``overrides``.
+
+        Raises:
+            ConfigError: an unknown option (in a file or as an ``ENVLAYER_<BACKEND>_*``
+                variable) or a value of the wrong type.
+        """
+        values = dict(self.backend_options.get(backend, {}))
+        sources = {k: self.source_of(f"backends.{backend}.{k}") for k in values}
+        prefix = env_prefix(backend)
+        environ = os.environ if env is None else env
+        for var, text in environ.items():
+            if var.startswith(prefix) and len(var) > len(prefix):
+                key = var[len(prefix):].lower()
+                values[key] = text
+                sources[key] = f"${var}"
+        for key, value in (overrides or {}).items():
+            values[key] = value
+            sources[key] = "override"
+        return build_options(options_cls, values, sources=sources, default_source=f"[backends.{backend}]")
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"not valid TOML: {exc}", source=str(path), hint="fix the syntax at the position shown") from exc
+    except OSError as exc:
+        raise ConfigError(f"cannot read: {exc.strerror}", source=str(path), hint="check the path and its permissions") from exc
+
+
+def _check_core(key: str, value: Any, source: str) -> Any:
+    tp, _, _ = CORE_KEYS[key]
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if not isinstance(value, tp) or (tp is not bool and isinstance(value, bool)):
+        raise ConfigError(
+            f"expected {tp.__name__}, got {type(value).__name__} {value!r}", source=source, key=key,
+            hint=f"set {key} to a {tp.__name__}",
+        )
+    if key == "profile" and not PROFILE_PATTERN.match(value):
+        raise ConfigError(
+            f"invalid profile name {value!r}", source=source, key=key,
+            hint="use 1-63 characters from A-Z a-z 0-9 _ . - starting with a letter or digit",
+        )
+    if key == "lifetime_seconds" and value <= 0:
+        raise ConfigError("must be > 0", source=source, key=key, hint="use a number of seconds such as 300")
+    return value
+
+
+def _parse_env_core(key: str, text: str, var: str) -> Any:
+    tp = CORE_KEYS[key][0]
+    if tp is bool:
+        low = text.strip().lower()
+        if low in ("1", "true", "yes", "on"):
+            return True
+        if low in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(f"expected true or false, got {text!r}", source=f"${var}", hint="use true or false")
+    if tp is float:
+        try:
+            return float(text)
+        except ValueError:
+            raise ConfigError(f"expected a number, got {text!r}", source=f"${var}", hint="use a number of seconds") from None
+    return text
+
+
+def _merge_file(settings: Settings, path: Path) -> None:
+    data = _read_toml(path)
+    source = str(path)
+    settings.files.append(source)
+    for key, value in data.items():
+        if key == "backends":
+            if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
+                raise ConfigError(
+                    "must be a table of tables", source=source, key="backends",
+                    hint='write options as [backends.NAME] tables, e.g. [backends.docker]',
+                )
+            for backend, options in value.items():
+                target = settings.backend_options.setdefault(backend, {})
+                for opt, opt_value in options.items():
+                    target[opt] = opt_value
+                    settings.sources[f"backends.{backend}.{opt}"] = source
+            continue
+        if key not in CORE_KEYS:
+            close = difflib.get_close_matches(key, [*CORE_KEYS, "backends"], n=1)
+            hint = f"did you mean {close[0]!r}?" if close else (
+                "valid top-level keys: " + ", ".join([*CORE_KEYS, "backends"]) +
+                "; backend options go under [backends.NAME]"
+            )
+            raise ConfigError("unknown key", source=source, key=key, hint=hint)
+        setattr(settings, key, _check_core(key, value, source))
+        settings.sources[key] = source
+
+
+def load_settings(
+    *,
+    config_path: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+    backend: str | None = None,
+    profile: str | None = None,
+    lifetime_seconds: float | None = None,
+    orphan_reaper: bool | None = None,
+    backend_options: Mapping[str, Any] | None = None,
+) -> Settings:
+    """Merge every source into :class:`Settings` (see the module docstring).
+
+    Keyword arguments are the highest-precedence source (CLI flags pass through them);
+    ``backend_options`` applies to the selected backend.
+
+    Raises:
+        ConfigError: a file that cannot be read or parsed, an unknown top-level key,
+            a wrong type, an explicit config path that does not exist.
+    """
+    environ = os.environ if env is None else env
+    settings = Settings()
+    explicit = config_path if config_path is not None else environ.get(CONFIG_ENV_VAR) or None
+    if explicit is not None:
+        path = Path(explicit).expanduser()
+        if not path.is_file():
+            origin = "--config" if config_path is not None else f"${CONFIG_ENV_VAR}"
+            raise ConfigError(f"config file not found: {path}", source=origin, hint="check the path, or unset it")
+        _merge_file(settings, path)
+    else:
+        for path in (user_config_path(), Path(cwd or os.getcwd()) / PROJECT_FILE):
+            if path.is_file():
+                _merge_file(settings, path)
+    for key in CORE_KEYS:
+        var = f"ENVLAYER_{key.upper()}"
+        if environ.get(var):
+            setattr(settings, key, _check_core(key, _parse_env_core(key, environ[var], var), f"${var}"))
+            settings.sources[key] = f"${var}"
+    flags = {"backend": backend, "profile": profile, "lifetime_seconds": lifetime_seconds, "orphan_reaper": orphan_reaper}
+    for key, value in flags.items():
+        if value is not None:
+            setattr(settings, key, _check_core(key, value, "argument"))
+            settings.sources[key] = "argument"
+    if backend_options:
+        target = settings.backend_options.setdefault(settings.backend, {})
+        for opt, value in backend_options.items():
+            target[opt] = value
+            settings.sources[f"backends.{settings.backend}.{opt}"] = "argument"
+    return settings
