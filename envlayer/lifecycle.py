@@ -83,17 +83,17 @@ def wait_for_cleanup(env: Environment, timeout: float) -> bool:
 
 
 def exec_streaming(
-    env: Environment,
+    environment: Environment,
     command: Command,
     on_output: Callable[[str, bytes], None],
     **kwargs: Any,
 ) -> ExecResult:
     """Run ``command`` delivering output to ``on_output(stream, chunk)`` as it arrives
     when the backend can stream; otherwise once, when the command has finished."""
-    if supports(env, Capability.STREAMING):
-        return env.exec(command, on_output=on_output, **kwargs)  # type: ignore[call-arg]
-    log.debug("backend %r cannot stream; delivering output at the end", _name(env))
-    result = env.exec(command, **kwargs)
+    if supports(environment, Capability.STREAMING):
+        return environment.exec(command, on_output=on_output, **kwargs)  # type: ignore[call-arg]
+    log.debug("backend %r cannot stream; delivering output at the end", _name(environment))
+    result = environment.exec(command, **kwargs)
     if result.stdout:
         on_output("stdout", result.stdout)
     if result.stderr:
