@@ -68,8 +68,9 @@ def env_prefix(backend: str) -> str:
 class Settings:
     """The merged configuration, with where each value came from.
 
-    ``backend_options[name]`` holds the raw (unvalidated) options of each backend;
-    :meth:`options_for` validates them against the backend's schema.
+    ``backend_options[name]`` holds the raw (unvalidated) options of each backend from
+    files, ``argument_options[name]`` those given as arguments (flags); :meth:`options_for`
+    layers files, environment variables and arguments, and validates the result.
     """
 
     backend: str = "local"
@@ -77,6 +78,7 @@ class Settings:
     lifetime_seconds: float = 300.0
     orphan_reaper: bool = True
     backend_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    argument_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)
     files: list[str] = field(default_factory=list)
 
@@ -87,7 +89,7 @@ class Settings:
     def options_for(self, backend: str, options_cls: type[BaseOptions], *, env: Mapping[str, str] | None = None,
                     overrides: Mapping[str, Any] | None = None) -> BaseOptions:
         """Validated options of ``backend``: file values, then its environment
-        variables, then ``overrides``.
+        variables, then argument options, then ``overrides``.
 
         Raises:
             ConfigError: an unknown option (in a file or as an ``ENVLAYER_<BACKEND>_*``
@@ -102,6 +104,9 @@ class Settings:
                 key = var[len(prefix):].lower()
                 values[key] = text
                 sources[key] = f"${var}"
+        for key, value in self.argument_options.get(backend, {}).items():
+            values[key] = value
+            sources[key] = "argument"
         for key, value in (overrides or {}).items():
             values[key] = value
             sources[key] = "override"
@@ -226,8 +231,7 @@ def load_settings(
             setattr(settings, key, _check_core(key, value, "argument"))
             settings.sources[key] = "argument"
     if backend_options:
-        target = settings.backend_options.setdefault(settings.backend, {})
-        for opt, value in backend_options.items():
-            target[opt] = value
+        settings.argument_options[settings.backend] = dict(backend_options)
+        for opt in backend_options:
             settings.sources[f"backends.{settings.backend}.{opt}"] = "argument"
     return settings

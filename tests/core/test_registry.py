@@ -1,0 +1,98 @@
+"""Entry-point discovery and loading, against real installed distributions."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from envlayer import Environment
+from envlayer.errors import BackendConflict, BackendLoadError, BackendNotFound
+from envlayer.registry import backend_names, list_backends, load_backend
+
+from collections.abc import Callable
+from pathlib import Path
+
+PluginMaker = Callable[..., Path]
+
+
+def test_lists_installed_backends_with_their_distribution() -> None:
+    infos = {i.name: i for i in list_backends()}
+    assert infos["local"].distribution == "envlayer"
+    assert infos["toy"].distribution == "envlayer-toy"
+    assert infos["toy"].target == "envlayer_toy:ToyEnvironment"
+    assert infos["local"].version == "0.1.0"
+
+
+def test_loads_the_toy_plugin_through_its_entry_point() -> None:
+    toy = load_backend("toy")
+    assert issubclass(toy, Environment)
+    assert toy.__module__ == "envlayer_toy"
+
+
+def test_unknown_backend_lists_installed_and_names_the_package() -> None:
+    with pytest.raises(BackendNotFound) as info:
+        load_backend("modal")
+    message = str(info.value)
+    assert "installed backends:" in message and "local" in message and "toy" in message
+    assert "pip install envlayer-modal" in message
+
+
+def test_unknown_unpublished_backend_has_a_generic_hint() -> None:
+    with pytest.raises(BackendNotFound) as info:
+        load_backend("no-such-thing")
+    assert info.value.package is None
+    assert "install the package" in info.value.hint
+
+
+def test_broken_plugin_names_the_plugin_and_chains_the_cause(make_plugin: PluginMaker) -> None:
+    make_plugin("envlayer-broken", {"broken": "envlayer_broken_mod:Env"}, "envlayer_broken_mod",
+                "import a_module_that_does_not_exist\n")
+    with pytest.raises(BackendLoadError) as info:
+        load_backend("broken")
+    assert "envlayer-broken" in str(info.value)
+    assert "a_module_that_does_not_exist" in str(info.value)
+    assert isinstance(info.value.__cause__, ModuleNotFoundError)
+
+
+def test_target_that_is_not_an_environment_is_refused(make_plugin: PluginMaker) -> None:
+    make_plugin("envlayer-odd", {"odd": "envlayer_odd_mod:thing"}, "envlayer_odd_mod", "thing = 42\n")
+    with pytest.raises(BackendLoadError, match="is not an Environment"):
+        load_backend("odd")
+
+
+def test_duplicate_name_from_two_distributions_names_both(make_plugin: PluginMaker) -> None:
+    make_plugin("envlayer-dup-one", {"dup": "envlayer_dup_a:Env"})
+    make_plugin("envlayer-dup-two", {"dup": "envlayer_dup_b:Env"})
+    with pytest.raises(BackendConflict) as info:
+        load_backend("dup")
+    assert info.value.distributions == ["envlayer-dup-one", "envlayer-dup-two"]
+
+
+def test_shadowing_a_builtin_name_is_a_conflict(make_plugin: PluginMaker) -> None:
+    make_plugin("envlayer-impostor", {"local": "envlayer_impostor:Env"})
+    with pytest.raises(BackendConflict, match="envlayer-impostor"):
+        load_backend("local")
+
+
+def test_discovery_is_fresh_after_an_install(make_plugin: PluginMaker) -> None:
+    assert "late" not in backend_names()
+    make_plugin("envlayer-late", {"late": "envlayer_late_mod:LateEnv"}, "envlayer_late_mod",
+                "from envlayer_toy import ToyEnvironment as LateEnv\n")
+    assert "late" in backend_names()
+    assert load_backend("late").__name__ == "ToyEnvironment"
+
+
+def test_listing_imports_no_backend_module_and_no_sdk() -> None:
+    code = (
+        "import sys, envlayer\n"
+        "from envlayer.registry import list_backends\n"
+        "names = [b.name for b in list_backends()]\n"
+        "assert 'toy' in names and 'docker' in names, names\n"
+        "heavy = ['docker', 'paramiko', 'modal', 'daytona', 'requests', 'stevedore',\n"
+        "         'envlayer_docker', 'envlayer_ssh', 'envlayer_toy', 'envlayer.testing', 'pytest']\n"
+        "print(','.join(m for m in heavy if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
