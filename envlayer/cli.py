@@ -237,10 +237,8 @@ def cmd_config(args: argparse.Namespace) -> int:
     cls = load_backend(settings.backend)
     options = settings.options_for(settings.backend, cls.Options)
     core = {k: {"value": getattr(settings, k), "source": settings.source_of(k)} for k in CORE_KEYS}
-    opts = {
-        k: {"value": getattr(options, k), "source": settings.source_of(f"backends.{settings.backend}.{k}")}
-        for k in option_fields(cls.Options)
-    }
+    sources = settings.option_sources(settings.backend)
+    opts = {k: {"value": getattr(options, k), "source": sources.get(k, "default")} for k in option_fields(cls.Options)}
     if args.json:
         _print_json({"files": settings.files, "settings": core, "options": opts})
         return 0

@@ -86,15 +86,8 @@ class Settings:
         """Where ``key`` (``"backend"`` or ``"backends.docker.image"``) was set."""
         return self.sources.get(key, "default")
 
-    def options_for(self, backend: str, options_cls: type[BaseOptions], *, env: Mapping[str, str] | None = None,
-                    overrides: Mapping[str, Any] | None = None) -> BaseOptions:
-        """Validated options of ``backend``: file values, then its environment
-        variables, then argument options, then ``overrides``.
-
-        Raises:
-            ConfigError: an unknown option (in a file or as an ``ENVLAYER_<BACKEND>_*``
-                variable) or a value of the wrong type.
-        """
+    def _layered(self, backend: str, env: Mapping[str, str] | None,
+                 overrides: Mapping[str, Any] | None) -> tuple[dict[str, Any], dict[str, str]]:
         values = dict(self.backend_options.get(backend, {}))
         sources = {k: self.source_of(f"backends.{backend}.{k}") for k in values}
         prefix = env_prefix(backend)
@@ -110,7 +103,23 @@ class Settings:
         for key, value in (overrides or {}).items():
             values[key] = value
             sources[key] = "override"
+        return values, sources
+
+    def options_for(self, backend: str, options_cls: type[BaseOptions], *, env: Mapping[str, str] | None = None,
+                    overrides: Mapping[str, Any] | None = None) -> BaseOptions:
+        """Validated options of ``backend``: file values, then its environment
+        variables, then argument options, then ``overrides``.
+
+        Raises:
+            ConfigError: an unknown option (in a file or as an ``ENVLAYER_<BACKEND>_*``
+                variable) or a value of the wrong type.
+        """
+        values, sources = self._layered(backend, env, overrides)
         return build_options(options_cls, values, sources=sources, default_source=f"[backends.{backend}]")
+
+    def option_sources(self, backend: str, *, env: Mapping[str, str] | None = None) -> dict[str, str]:
+        """Where each explicitly set option of ``backend`` comes from (unset: default)."""
+        return self._layered(backend, env, None)[1]
 
 
 def _read_toml(path: Path) -> dict[str, Any]:

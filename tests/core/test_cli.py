@@ -1,0 +1,119 @@
+"""The `envlayer` command, run as a real subprocess through its installed script."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ENVLAYER = shutil.which("envlayer", path=os.path.dirname(sys.executable)) or "envlayer"
+
+
+def run(*args: str, stdin: str | None = None, cwd: Path | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("ENVLAYER_")}
+    full_env.update(env or {})
+    return subprocess.run([ENVLAYER, *args], input=stdin, capture_output=True, text=True, timeout=60,
+                          cwd=cwd, env=full_env)
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    return tmp_path
+
+
+def test_exec_streams_and_returns_the_exit_code(workdir: Path) -> None:
+    out = run("exec", "--", "echo out; echo err >&2; exit 7", cwd=workdir)
+    assert (out.returncode, out.stdout, out.stderr) == (7, "out\n", "err\n")
+
+
+def test_exec_argv_form_is_not_shell_interpreted(workdir: Path) -> None:
+    out = run("exec", "--", "echo", "$HOME", "a b", cwd=workdir)
+    assert out.stdout == "$HOME a b\n"
+
+
+def test_exec_timeout_exits_124_and_says_so(workdir: Path) -> None:
+    out = run("exec", "--timeout", "1", "--", "echo started; sleep 20", cwd=workdir)
+    assert out.returncode == 124
+    assert out.stdout == "started\n"
+    assert "timed out after 1.0s" in out.stderr
+
+
+def test_exec_stdin_env_cwd(workdir: Path) -> None:
+    (workdir / "sub").mkdir()
+    out = run("exec", "-i", "-e", "GREETING=hi", "--cwd", "sub", "--", 'cat; echo "$GREETING"; pwd', stdin="piped\n", cwd=workdir)
+    assert out.stdout == f"piped\nhi\n{workdir}/sub\n"
+
+
+def test_exec_json(workdir: Path) -> None:
+    out = run("exec", "--json", "--", "printf abc; exit 3", cwd=workdir)
+    data = json.loads(out.stdout)
+    assert out.returncode == 3
+    assert (data["exit_code"], data["stdout"], data["timed_out"], data["stdout_truncation"]) == (3, "abc", False, None)
+
+
+def test_exec_on_the_toy_plugin_selected_by_flag_and_by_env(workdir: Path) -> None:
+    assert "envlayer-toy-" in run("exec", "--backend", "toy", "--", "pwd", cwd=workdir).stdout
+    assert "envlayer-toy-" in run("exec", "--", "pwd", cwd=workdir, env={"ENVLAYER_BACKEND": "toy"}).stdout
+
+
+def test_exec_unknown_backend_exits_125_listing_installed(workdir: Path) -> None:
+    out = run("exec", "--backend", "modal", "--", "true", cwd=workdir)
+    assert out.returncode == 125
+    assert "unknown backend 'modal'" in out.stderr and "toy" in out.stderr
+    assert "pip install envlayer-modal" in out.stderr
+
+
+def test_exec_bad_config_names_file_and_key(workdir: Path) -> None:
+    (workdir / "envlayer.toml").write_text("[backends.local]\ntimeout = \"x\"\n")
+    out = run("exec", "--", "true", cwd=workdir)
+    assert out.returncode == 125
+    assert f"{workdir}/envlayer.toml: timeout: expected a number" in out.stderr
+
+
+def test_backends_json_lists_package_version_and_capabilities(workdir: Path) -> None:
+    data = {b["name"]: b for b in json.loads(run("backends", "--json", cwd=workdir).stdout)}
+    assert data["local"]["distribution"] == "envlayer" and data["local"]["capabilities"] == ["streaming"]
+    assert data["toy"]["distribution"] == "envlayer-toy" and data["toy"]["declared"] is False
+    assert data["toy"]["capabilities"] == []
+
+
+def test_backends_options_documents_every_option(workdir: Path) -> None:
+    out = run("backends", "--options", cwd=workdir)
+    assert out.returncode == 0
+    assert "[local] inherit_env" in out.stdout and "[toy] timeout" in out.stdout
+
+
+def test_reap_ls_rm_on_backends_without_the_capability(workdir: Path) -> None:
+    for args in (["reap", "--dry-run"], ["ls"], ["rm", "some-task"]):
+        out = run(*args, "--backend", "toy", "--json", cwd=workdir)
+        assert out.returncode == 0, out.stderr
+        (outcome,) = json.loads(out.stdout)
+        assert outcome["supported"] is False and outcome["sandboxes"] == []
+
+
+def test_doctor_reports_selected_backend(workdir: Path) -> None:
+    out = run("doctor", "--backend", "toy", "--json", cwd=workdir)
+    (entry,) = json.loads(out.stdout)
+    assert out.returncode == 0 and entry == {"backend": "toy", "ok": True, "problem": "", "fix": "", "selected": True}
+    out = run("doctor", cwd=workdir, env={"ENVLAYER_PROFILE": "bad name"})
+    assert out.returncode == 1 and "invalid profile name" in out.stdout
+
+
+def test_config_shows_sources(workdir: Path) -> None:
+    (workdir / "envlayer.toml").write_text('profile = "proj"\n')
+    out = run("config", "--json", cwd=workdir, env={"ENVLAYER_LOCAL_TIMEOUT": "5"})
+    data = json.loads(out.stdout)
+    assert data["settings"]["profile"] == {"value": "proj", "source": str(workdir / "envlayer.toml")}
+    assert data["options"]["timeout"] == {"value": 5.0, "source": "$ENVLAYER_LOCAL_TIMEOUT"}
+
+
+def test_help_on_every_command() -> None:
+    for cmd in ("backends", "exec", "ls", "reap", "rm", "doctor", "config"):
+        out = run(cmd, "--help")
+        assert out.returncode == 0 and "usage: envlayer" in out.stdout

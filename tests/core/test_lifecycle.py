@@ -1,0 +1,133 @@
+"""The capability dispatcher, against the real toy plugin (declares nothing, lacks every
+optional capability) and against small backends that do have them."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, ClassVar
+
+import pytest
+
+from envlayer import Capability, Environment, SandboxInfo, capabilities_of
+from envlayer import lifecycle
+from envlayer.backends.local import LocalEnvironment
+from envlayer.options import BaseOptions
+from envlayer.registry import load_backend
+from envlayer.result import ExecResult
+
+
+@pytest.fixture
+def toy() -> Any:
+    env = load_backend("toy")()
+    yield env
+    env.cleanup()
+
+
+class Recording(Environment):
+    """Declares every lifecycle capability and records what it receives."""
+
+    name = "recording"
+    capabilities = frozenset({Capability.FORCE_REMOVE, Capability.WAIT_FOR_CLEANUP, Capability.REAP_ORPHANS})
+    calls: ClassVar[list[tuple[str, Any]]] = []
+
+    def exec(self, command: Any, **kw: Any) -> ExecResult:
+        return ExecResult(0)
+
+    def read_file(self, path: str) -> bytes:
+        return b""
+
+    def write_file(self, path: str, data: bytes | str) -> None:
+        pass
+
+    def cleanup(self, *, force_remove: bool = False) -> None:
+        self.calls.append(("cleanup", force_remove))
+        self._closed = True
+
+    def wait_for_cleanup(self, timeout: float) -> bool:
+        self.calls.append(("wait", timeout))
+        return False
+
+    @classmethod
+    def reap_orphans(cls, *, profile: str, max_age: float, dry_run: bool, options: BaseOptions) -> list[SandboxInfo]:
+        cls.calls.append(("reap", (profile, max_age, dry_run)))
+        return [SandboxInfo("recording", "id1", "t", profile, "exited")]
+
+
+class Undeclared(Recording):
+    """Same methods, but declares nothing: introspection must find them."""
+
+    capabilities = None
+
+
+class Failing(Recording):
+    @classmethod
+    def reap_orphans(cls, **kw: Any) -> list[SandboxInfo]:
+        raise RuntimeError("daemon hiccup")
+
+
+def test_toy_plugin_is_introspected_to_no_lifecycle_capability(toy: Any) -> None:
+    assert type(toy).capabilities is None
+    caps = capabilities_of(toy)
+    assert Capability.FORCE_REMOVE not in caps
+    assert Capability.WAIT_FOR_CLEANUP not in caps
+    assert Capability.REAP_ORPHANS not in caps
+
+
+def test_force_remove_degrades_to_plain_cleanup_on_toy(toy: Any, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.DEBUG, logger="envlayer.lifecycle"):
+        outcome = lifecycle.cleanup(toy, force_remove=True)
+    assert toy.closed
+    assert outcome.forced is False and "no force_remove" in outcome.note
+    assert any("no force_remove" in r.getMessage() for r in caplog.records)
+
+
+def test_wait_for_cleanup_on_toy_means_nothing_to_wait_for(toy: Any) -> None:
+    toy.cleanup()
+    assert lifecycle.wait_for_cleanup(toy, 5.0) is True
+
+
+def test_reap_on_toy_reports_no_reaper_and_does_not_fail(toy: Any) -> None:
+    (outcome,) = lifecycle.reap_orphans([(type(toy), toy.options)], profile="p", max_age=60)
+    assert outcome.supported is False and outcome.error is None and outcome.sandboxes == []
+    assert "no reap_orphans" in outcome.note
+
+
+def test_streaming_falls_back_to_one_delivery_on_toy(toy: Any) -> None:
+    chunks: list[tuple[str, bytes]] = []
+    result = lifecycle.exec_streaming(toy, "echo a; echo b >&2", lambda s, c: chunks.append((s, c)))
+    assert chunks == [("stdout", b"a\n"), ("stderr", b"b\n")]
+    assert result.stdout == b"a\n"
+
+
+def test_streaming_is_forwarded_to_a_streaming_backend(tmp_path: Any) -> None:
+    env = LocalEnvironment(LocalEnvironment.Options(cwd=str(tmp_path)))
+    chunks: list[bytes] = []
+    lifecycle.exec_streaming(env, "echo one; sleep 0.2; echo two", lambda s, c: chunks.append(c))
+    assert b"".join(chunks) == b"one\ntwo\n" and len(chunks) == 2
+
+
+@pytest.mark.parametrize("cls", [Recording, Undeclared])
+def test_capable_backends_receive_the_keywords(cls: type[Recording]) -> None:
+    Recording.calls.clear()
+    env = cls()
+    assert lifecycle.cleanup(env, force_remove=True).forced is True
+    assert lifecycle.wait_for_cleanup(env, 2.5) is False
+    (outcome,) = lifecycle.reap_orphans([(cls, env.options)], profile="p", max_age=120, dry_run=True)
+    assert [s.id for s in outcome.sandboxes] == ["id1"]
+    assert Recording.calls == [("cleanup", True), ("wait", 2.5), ("reap", ("p", 120, True))]
+
+
+def test_plain_cleanup_never_passes_the_keyword() -> None:
+    Recording.calls.clear()
+    lifecycle.cleanup(Recording(), force_remove=False)
+    assert Recording.calls == [("cleanup", False)]
+
+
+def test_one_failing_backend_does_not_stop_the_sweep(toy: Any) -> None:
+    outcomes = lifecycle.reap_orphans(
+        [(Failing, BaseOptions()), (Recording, BaseOptions()), (type(toy), toy.options)], profile="p", max_age=60
+    )
+    assert [o.backend for o in outcomes] == ["recording", "recording", "toy"]
+    assert "daemon hiccup" in (outcomes[0].error or "")
+    assert [s.id for s in outcomes[1].sandboxes] == ["id1"]
+    assert outcomes[2].supported is False

@@ -1,0 +1,76 @@
+"""An interrupted exec (SIGINT in the calling process) kills the command's whole tree."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from envlayer.proctree import tree_members
+
+CHILD = """
+import sys
+from envlayer.backends.local import LocalEnvironment
+env = LocalEnvironment()
+print("ready", flush=True)
+try:
+    env.exec("sleep 300 & setsid sleep 301 & echo started > {marker}; sleep 302")
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+"""
+
+
+def _sleepers() -> list[int]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                cmd = fh.read().split(b"\0")
+            with open(f"/proc/{pid}/stat", "rb") as fh:
+                state = fh.read().rsplit(b")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if cmd[:2] in ([b"sleep", b"300"], [b"sleep", b"301"], [b"sleep", b"302"]) and state != b"Z":
+            found.append(int(pid))
+    return found
+
+
+def test_keyboard_interrupt_kills_the_tree(tmp_path: Path) -> None:
+    assert _sleepers() == [], "stray sleepers from another run"
+    marker = tmp_path / "started"
+    proc = subprocess.Popen([sys.executable, "-c", CHILD.format(marker=marker)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        deadline = time.monotonic() + 10
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert len(_sleepers()) == 3
+        proc.send_signal(signal.SIGINT)
+        assert proc.stdout.readline() == "interrupted\n"
+        proc.wait(timeout=10)
+        assert _sleepers() == []
+    finally:
+        proc.kill()
+        proc.wait()
+        for pid in _sleepers():
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_tree_members_finds_group_and_marker(tmp_path: Path) -> None:
+    env = dict(os.environ, ENVLAYER_EXEC_ID="probe-123")
+    leader = subprocess.Popen(["sh", "-c", "setsid sleep 305 & sleep 306"], env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 5
+        members: list[int] = []
+        while len(members) < 3 and time.monotonic() < deadline:
+            members = tree_members(leader.pid, "probe-123")
+            time.sleep(0.02)
+        assert leader.pid in members and len(members) == 3
+        assert tree_members(leader.pid, None) != members  # the setsid child is found only by its marker
+    finally:
+        for pid in tree_members(leader.pid, "probe-123"):
+            os.kill(pid, signal.SIGKILL)
+        leader.wait()
