@@ -1,56 +1,55 @@
 """envlayer: one Environment interface for AI agents, whatever the sandbox behind it.
 
-Import cost matters (agents start often): this package imports no backend SDK, and
-backends are loaded only when asked for by name.
+Import cost matters (agents start often): ``import envlayer`` loads nothing but this
+file; each public name is imported on first use (PEP 562), no backend SDK is ever
+imported here, and backends are loaded only when asked for by name. Type checkers
+read the names from ``__init__.pyi``.
 """
 
-from envlayer.capabilities import Capability, capabilities_of, supports
-from envlayer.environment import Command, Environment, SandboxInfo
-from envlayer.errors import (
-    BackendConflict,
-    BackendLoadError,
-    BackendNotFound,
-    BackendUnavailable,
-    CapabilityNotSupported,
-    CommandFailed,
-    ConfigError,
-    EnvironmentClosed,
-    EnvlayerError,
-    ExecTimeout,
-    FileTooLarge,
-    SandboxFileNotFound,
-    SandboxIsADirectory,
-    SandboxPathError,
-)
-from envlayer.options import BaseOptions, option
-from envlayer.output import Truncation
-from envlayer.result import ExecResult
+from __future__ import annotations
+
+import importlib
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "BackendConflict",
-    "BackendLoadError",
-    "BackendNotFound",
-    "BackendUnavailable",
-    "BaseOptions",
-    "Capability",
-    "CapabilityNotSupported",
-    "Command",
-    "CommandFailed",
-    "ConfigError",
-    "Environment",
-    "EnvironmentClosed",
-    "EnvlayerError",
-    "ExecResult",
-    "ExecTimeout",
-    "FileTooLarge",
-    "SandboxFileNotFound",
-    "SandboxInfo",
-    "SandboxIsADirectory",
-    "SandboxPathError",
-    "Truncation",
-    "capabilities_of",
-    "option",
-    "supports",
-]
+_EXPORTS: dict[str, str] = {
+    "Capability": "envlayer.capabilities",
+    "capabilities_of": "envlayer.capabilities",
+    "supports": "envlayer.capabilities",
+    "Command": "envlayer.environment",
+    "Environment": "envlayer.environment",
+    "SandboxInfo": "envlayer.environment",
+    "BaseOptions": "envlayer.options",
+    "option": "envlayer.options",
+    "Truncation": "envlayer.output",
+    "ExecResult": "envlayer.result",
+    "open_environment": "envlayer.factory",
+    "load_settings": "envlayer.config",
+    "list_backends": "envlayer.registry",
+    "load_backend": "envlayer.registry",
+    **{
+        name: "envlayer.errors"
+        for name in (
+            "BackendConflict", "BackendLoadError", "BackendNotFound", "BackendUnavailable",
+            "CapabilityNotSupported", "CommandFailed", "ConfigError", "EnvironmentClosed",
+            "EnvlayerError", "ExecTimeout", "FileTooLarge", "SandboxFileNotFound",
+            "SandboxIsADirectory", "SandboxPathError",
+        )
+    },
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> object:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'envlayer' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
+

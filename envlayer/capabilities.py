@@ -8,7 +8,6 @@ when the method exists and accepts the keyword it needs. Nothing is ever assumed
 
 from __future__ import annotations
 
-import inspect
 from enum import Enum
 from typing import Any
 
@@ -45,6 +44,8 @@ class Capability(str, Enum):
 
 
 def _accepts_keyword(func: Any, name: str) -> bool:
+    import inspect
+
     try:
         params = inspect.signature(func).parameters
     except (TypeError, ValueError):

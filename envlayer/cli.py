@@ -68,7 +68,7 @@ def _settings(args: argparse.Namespace) -> Settings:
 def cmd_backends(args: argparse.Namespace) -> int:
     rows, payload = [], []
     for info in list_backends():
-        entry: dict[str, Any] = dataclasses.asdict(info)
+        entry: dict[str, Any] = info._asdict()
         try:
             cls = load_backend(info.name)
             entry["capabilities"] = sorted(c.value for c in capabilities_of(cls))

@@ -10,12 +10,12 @@
 from __future__ import annotations
 
 import importlib.metadata
-import inspect
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from envlayer.errors import BackendConflict, BackendLoadError, BackendNotFound
-from envlayer.environment import Environment
+
+if TYPE_CHECKING:
+    from envlayer.environment import Environment
 
 GROUP = "envlayer.backends"
 
@@ -32,8 +32,7 @@ used to tell a user what to install."""
 _REQUIRED_METHODS = ("exec", "read_file", "write_file", "cleanup")
 
 
-@dataclass(frozen=True)
-class BackendInfo:
+class BackendInfo(NamedTuple):
     """An installed backend as its distribution registers it. Nothing is imported."""
 
     name: str
@@ -115,7 +114,7 @@ def load_backend(name: str) -> type[Environment]:
     except Exception as exc:  # noqa: BLE001 - any import-time failure of a plugin
         raise BackendLoadError(name, info.distribution, info.target, exc) from exc
     missing = [m for m in _REQUIRED_METHODS if not callable(getattr(backend, m, None))]
-    if not inspect.isclass(backend) or missing:
+    if not isinstance(backend, type) or missing:
         problem = f"missing {', '.join(missing)}" if missing else "not a class"
         raise BackendLoadError(
             name, info.distribution, info.target, TypeError(f"{info.target} is not an Environment ({problem})")

@@ -1,0 +1,60 @@
+"""Check tool-call arguments against the JSON-schema subset the tool definitions use.
+
+Supported: ``type: object`` with ``properties``, ``required`` and
+``additionalProperties: false``; property types ``string``, ``integer``, ``number``,
+``boolean``; ``enum``; ``minimum``; ``minLength``. An explicit ``null`` for an optional
+property counts as absent (models often send them).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from typing import Any
+
+_TYPES: dict[str, tuple[type, ...]] = {"string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,)}
+
+
+class ToolArgumentError(ValueError):
+    """The arguments do not match the tool's schema; the message says which and why."""
+
+
+def validate(arguments: Any, schema: Mapping[str, Any]) -> dict[str, Any]:
+    """Return the arguments with ``null`` optionals dropped.
+
+    Raises:
+        ToolArgumentError: not an object, a missing required or unknown property, a
+            wrong type, a value outside ``enum``/``minimum``/``minLength``.
+    """
+    if not isinstance(arguments, Mapping):
+        raise ToolArgumentError(f"arguments must be a JSON object, got {type(arguments).__name__}")
+    props: Mapping[str, Mapping[str, Any]] = schema.get("properties", {})
+    required = schema.get("required", [])
+    clean = {k: v for k, v in arguments.items() if not (v is None and k not in required)}
+    missing = [name for name in required if clean.get(name) is None]
+    if missing:
+        raise ToolArgumentError("missing required argument(s): " + ", ".join(missing))
+    for name, value in clean.items():
+        spec = props.get(name)
+        if spec is None:
+            if schema.get("additionalProperties", True) is False:
+                close = difflib.get_close_matches(name, list(props), n=1)
+                extra = f" (did you mean {close[0]!r}?)" if close else f" (known: {', '.join(props)})"
+                raise ToolArgumentError(f"unknown argument {name!r}{extra}")
+            continue
+        _check(name, value, spec)
+    return clean
+
+
+def _check(name: str, value: Any, spec: Mapping[str, Any]) -> None:
+    kind = spec.get("type")
+    if kind is not None:
+        ok = isinstance(value, _TYPES[kind]) and (kind == "boolean" or not isinstance(value, bool))
+        if not ok:
+            raise ToolArgumentError(f"argument {name!r} must be a {kind}, got {type(value).__name__} {value!r}")
+    if "enum" in spec and value not in spec["enum"]:
+        raise ToolArgumentError(f"argument {name!r} must be one of {', '.join(map(repr, spec['enum']))}")
+    if "minimum" in spec and value < spec["minimum"]:
+        raise ToolArgumentError(f"argument {name!r} must be >= {spec['minimum']}, got {value!r}")
+    if "minLength" in spec and len(value) < spec["minLength"]:
+        raise ToolArgumentError(f"argument {name!r} must not be empty")
