@@ -1,0 +1,96 @@
+"""Tool definitions (name, description, JSON schema) and their OpenAI/Anthropic renderings."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ToolDefinition:
+    """One tool as an LLM sees it. ``parameters`` is a JSON schema of an object."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+
+def _obj(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
+
+
+def terminal(default_timeout: float, max_timeout: float, jobs_dir: str) -> ToolDefinition:
+    """The ``terminal`` tool: run a shell command in the task's sandbox."""
+    return ToolDefinition(
+        "terminal",
+        "Run a shell command (/bin/sh -c) in this task's sandbox and return its exit code and "
+        "output (stdout, then stderr under a [stderr] line). Long output keeps its beginning and "
+        "end and says how much was omitted. A command that runs past its timeout is killed with "
+        f"every process it started. For long-running work (servers, builds over {max_timeout:g} s) "
+        "set background=true: the command starts detached and you get a job_id and the path of its "
+        f"log file (under {jobs_dir}); check it with the terminal_job tool.",
+        _obj({
+            "command": {"type": "string", "minLength": 1, "description": "The shell command to run."},
+            "timeout": {"type": "number", "minimum": 1, "description":
+                        f"Seconds before the command is killed (default {default_timeout:g}, at most {max_timeout:g}). "
+                        "Ignored with background=true."},
+            "workdir": {"type": "string", "description": "Directory to run in (default: the sandbox's working directory)."},
+            "background": {"type": "boolean", "description": "Start detached and return at once with a job_id (default false)."},
+        }, ["command"]),
+    )
+
+
+def terminal_job() -> ToolDefinition:
+    """The ``terminal_job`` tool: status, output or kill of a background job."""
+    return ToolDefinition(
+        "terminal_job",
+        "Check a background job started with terminal(background=true): its status "
+        "(running, exited with exit_code, killed, lost) and its output so far. action=kill stops "
+        "the job and everything it started.",
+        _obj({
+            "job_id": {"type": "string", "minLength": 1, "description": "The job_id terminal returned."},
+            "action": {"type": "string", "enum": ["status", "kill"], "description": "status (default) or kill."},
+        }, ["job_id"]),
+    )
+
+
+def read_file(default_lines: int) -> ToolDefinition:
+    """The ``read_file`` tool: read a text file, optionally a range of lines."""
+    return ToolDefinition(
+        "read_file",
+        "Read a text file in this task's sandbox. Returns up to `limit` lines starting at line "
+        f"`offset` (1-based; defaults 1 and {default_lines}), with total_lines so you can page "
+        "through larger files.",
+        _obj({
+            "path": {"type": "string", "minLength": 1, "description": "File path, absolute or relative to the working directory."},
+            "offset": {"type": "integer", "minimum": 1, "description": "First line to return (1-based)."},
+            "limit": {"type": "integer", "minimum": 1, "description": "Maximum number of lines to return."},
+        }, ["path"]),
+    )
+
+
+def write_file() -> ToolDefinition:
+    """The ``write_file`` tool: create or replace a file."""
+    return ToolDefinition(
+        "write_file",
+        "Create or replace a file in this task's sandbox with the given content (UTF-8). "
+        "Missing parent directories are created.",
+        _obj({
+            "path": {"type": "string", "minLength": 1, "description": "File path, absolute or relative to the working directory."},
+            "content": {"type": "string", "description": "The complete new content of the file."},
+        }, ["path", "content"]),
+    )
+
+
+def to_openai(definitions: Iterable[ToolDefinition]) -> list[dict[str, Any]]:
+    """Render for the OpenAI Chat Completions ``tools`` parameter."""
+    return [
+        {"type": "function", "function": {"name": d.name, "description": d.description, "parameters": d.parameters}}
+        for d in definitions
+    ]
+
+
+def to_anthropic(definitions: Iterable[ToolDefinition]) -> list[dict[str, Any]]:
+    """Render for the Anthropic Messages ``tools`` parameter."""
+    return [{"name": d.name, "description": d.description, "input_schema": d.parameters} for d in definitions]

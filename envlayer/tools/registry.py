@@ -1,0 +1,257 @@
+"""Execute tool calls for a task and return results an LLM can use.
+
+:meth:`ToolRegistry.run_tool` never raises for anything a tool call can cause: it
+returns a JSON-serialisable dict, either the tool's result or
+``{"error": {"type", "message", "hint"}}`` (sometimes with partial results beside it).
+Error types:
+
+============================ ==========================================================
+``unknown_tool``             no tool of that name
+``bad_arguments``            arguments not JSON, or not matching the schema
+``timeout``                  the command was killed at its timeout (``exit_code`` 124 and
+                             the output so far are included)
+``path_outside_sandbox``     the path resolves outside the environment's ``file_root``
+``file_not_found``           no such file
+``is_a_directory``           a directory where a file was expected
+``file_too_large``           over the backend's ``max_file_bytes``
+``binary_file``              ``read_file`` on a file that is not text
+``job_error``                a background job could not be started, or a bad job id
+``backend_unavailable``      the sandbox could not be reached; the environment was dropped
+                             and the next call rebuilds it (the hint says to retry)
+``environment_closed``       the environment was released during the call; retry
+``configuration``            the configured backend or its options are wrong
+``envlayer_error``           any other envlayer error (its hint is passed on)
+``internal_error``           an unexpected exception (logged with its traceback)
+============================ ==========================================================
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from envlayer.environment import DEFAULT_TASK, Environment
+from envlayer.errors import (
+    BackendConflict,
+    BackendLoadError,
+    BackendNotFound,
+    BackendUnavailable,
+    ConfigError,
+    EnvironmentClosed,
+    EnvlayerError,
+    FileTooLarge,
+    SandboxFileNotFound,
+    SandboxIsADirectory,
+    SandboxPathError,
+)
+from envlayer.manager import EnvironmentManager
+from envlayer.result import ExecResult
+from envlayer.tools import definitions, jobs
+from envlayer.tools.definitions import ToolDefinition
+from envlayer.tools.schema import ToolArgumentError, validate
+from envlayer.tools.truncate import truncate_middle
+
+log = logging.getLogger("envlayer.tools")
+
+Result = dict[str, Any]
+Handler = Callable[[Environment, dict[str, Any]], Result]
+
+
+@dataclass(frozen=True)
+class ToolConfig:
+    """Limits of the tools. ``output_chars`` is the budget of text returned per call."""
+
+    output_chars: int = 20_000
+    default_timeout: float = 180.0
+    max_timeout: float = 600.0
+    read_lines: int = 2000
+    jobs_dir: str = "/tmp/envlayer-jobs"
+
+    def __post_init__(self) -> None:
+        if self.output_chars < 200:
+            raise ValueError("output_chars must be >= 200")
+        if not 0 < self.default_timeout <= self.max_timeout:
+            raise ValueError("need 0 < default_timeout <= max_timeout")
+        if self.read_lines < 1:
+            raise ValueError("read_lines must be >= 1")
+        if not self.jobs_dir.startswith("/"):
+            raise ValueError("jobs_dir must be an absolute path")
+
+
+def error(kind: str, message: str, hint: str = "", **extra: Any) -> Result:
+    """A structured error result."""
+    return {"error": {"type": kind, "message": message, "hint": hint}, **extra}
+
+
+class ToolRegistry:
+    """The envlayer tools bound to an :class:`EnvironmentManager`.
+
+    ``manager`` defaults to a new manager from the configuration (file, environment
+    variables), so the backend is a configuration choice.
+    """
+
+    def __init__(self, manager: EnvironmentManager | None = None, config: ToolConfig | None = None) -> None:
+        self.manager = manager if manager is not None else EnvironmentManager()
+        self.config = config if config is not None else ToolConfig()
+        c = self.config
+        self._tools: dict[str, tuple[ToolDefinition, Handler]] = {
+            "terminal": (definitions.terminal(c.default_timeout, c.max_timeout, c.jobs_dir), self._terminal),
+            "terminal_job": (definitions.terminal_job(), self._terminal_job),
+            "read_file": (definitions.read_file(c.read_lines), self._read_file),
+            "write_file": (definitions.write_file(), self._write_file),
+        }
+
+    # --- definitions ------------------------------------------------------------------
+
+    @property
+    def definitions(self) -> list[ToolDefinition]:
+        """Every tool's definition."""
+        return [definition for definition, _ in self._tools.values()]
+
+    def openai_tools(self) -> list[dict[str, Any]]:
+        """The definitions in the OpenAI ``tools`` format."""
+        return definitions.to_openai(self.definitions)
+
+    def anthropic_tools(self) -> list[dict[str, Any]]:
+        """The definitions in the Anthropic ``tools`` format."""
+        return definitions.to_anthropic(self.definitions)
+
+    # --- dispatch ---------------------------------------------------------------------
+
+    def run_tool(self, name: str, arguments: Mapping[str, Any] | str | None, task_id: str = DEFAULT_TASK) -> Result:
+        """Run tool ``name`` with ``arguments`` (a mapping, or the JSON text a model
+        produced) in ``task_id``'s environment. Never raises for a tool-call problem;
+        see the module docstring for the error types."""
+        tool = self._tools.get(name)
+        if tool is None:
+            return error("unknown_tool", f"there is no tool named {name!r}", "use one of: " + ", ".join(self._tools))
+        definition, handler = tool
+        try:
+            args = validate(_parse(arguments), definition.parameters)
+            return self._call(handler, args, task_id)
+        except ToolArgumentError as exc:
+            return error("bad_arguments", str(exc), f"call {name} with arguments matching its JSON schema")
+        except jobs.JobError as exc:
+            return error("job_error", str(exc), "check the job_id returned by terminal(background=true)")
+        except SandboxPathError as exc:
+            return error("path_outside_sandbox", exc.message, exc.hint)
+        except SandboxFileNotFound as exc:
+            return error("file_not_found", exc.message, "check the path, e.g. with terminal `ls`")
+        except SandboxIsADirectory as exc:
+            return error("is_a_directory", exc.message, "name a file; list the directory with terminal `ls`")
+        except FileTooLarge as exc:
+            return error("file_too_large", exc.message, "read parts of it with terminal, e.g. `head -n 100 FILE`")
+        except BackendUnavailable as exc:
+            return error("backend_unavailable", exc.message,
+                         "retry: the sandbox was unreachable; the environment was reset and the next call rebuilds it"
+                         + (f" ({exc.hint})" if exc.hint else ""))
+        except EnvironmentClosed as exc:
+            return error("environment_closed", exc.message, "retry: the next call uses a fresh environment")
+        except (ConfigError, BackendNotFound, BackendLoadError, BackendConflict) as exc:
+            return error("configuration", exc.message, exc.hint)
+        except EnvlayerError as exc:
+            return error("envlayer_error", exc.message, exc.hint)
+        except Exception as exc:  # noqa: BLE001 - the model gets a structured error, the log the traceback
+            log.exception("tool %s failed for task %r", name, task_id)
+            return error("internal_error", f"{type(exc).__name__}: {exc}", "retry once; if it fails again, report it")
+
+    def _call(self, handler: Handler, args: dict[str, Any], task_id: str) -> Result:
+        env = self.manager.get(task_id)
+        try:
+            return handler(env, args)
+        except EnvironmentClosed:
+            if not env.closed:
+                raise
+        # released (idle or by another caller) between get() and the call, before it started
+        return handler(self.manager.get(task_id), args)
+
+    # --- handlers ---------------------------------------------------------------------
+
+    def _terminal(self, env: Environment, args: dict[str, Any]) -> Result:
+        c = self.config
+        if args.get("background"):
+            job_id, log_file = jobs.start(env, args["command"], jobs_dir=c.jobs_dir, workdir=args.get("workdir"))
+            return {"job_id": job_id, "status": "running", "log_file": log_file,
+                    "hint": "check it with terminal_job(job_id=...)"}
+        timeout = float(args.get("timeout", c.default_timeout))
+        if timeout > c.max_timeout:
+            raise ToolArgumentError(
+                f"argument 'timeout' must be <= {c.max_timeout:g} seconds; "
+                "for longer commands use background=true and check them with terminal_job"
+            )
+        result = env.exec(args["command"], cwd=args.get("workdir"), timeout=timeout)
+        out = self._output(result)
+        if result.timed_out:
+            return error(
+                "timeout", f"the command did not finish within {timeout:g} s and was killed, with every process it started",
+                "raise timeout (max {:g}), or run it with background=true and check it with terminal_job".format(c.max_timeout),
+                exit_code=result.exit_code, **out,
+            )
+        return {"exit_code": result.exit_code, **out}
+
+    def _output(self, result: ExecResult) -> Result:
+        text = result.stdout_text
+        if result.stderr:
+            text += ("" if not text or text.endswith("\n") else "\n") + "[stderr]\n" + result.stderr_text
+        text, omitted = truncate_middle(text, self.config.output_chars)
+        out: Result = {"output": text, "duration": round(result.duration, 3)}
+        if omitted or result.truncated:
+            out["truncated"] = True
+        return out
+
+    def _terminal_job(self, env: Environment, args: dict[str, Any]) -> Result:
+        c = self.config
+        job_id = args["job_id"]
+        if args.get("action") == "kill":
+            jobs.kill(env, jobs_dir=c.jobs_dir, job_id=job_id)
+        st = jobs.status(env, jobs_dir=c.jobs_dir, job_id=job_id, budget=c.output_chars)
+        if st.state == "unknown":
+            raise jobs.JobError(f"no job {job_id!r} in this sandbox")
+        res: Result = {"job_id": job_id, "status": st.state, "log_file": f"{jobs.job_dir(c.jobs_dir, job_id)}/output.log",
+                       "output": st.output}
+        if st.exit_code is not None:
+            res["exit_code"] = st.exit_code
+        if st.truncated:
+            res["truncated"] = True
+        return res
+
+    def _read_file(self, env: Environment, args: dict[str, Any]) -> Result:
+        path = args["path"]
+        data = env.read_file(path)
+        if b"\0" in data[:8192]:
+            return error("binary_file", f"{path!r} is not a text file ({len(data)} bytes)",
+                         "inspect it with terminal, e.g. `od -c FILE | head` or `file FILE`")
+        lines = data.decode("utf-8", errors="replace").splitlines(keepends=True)
+        offset = args.get("offset", 1)
+        limit = args.get("limit", self.config.read_lines)
+        if lines and offset > len(lines):
+            raise ToolArgumentError(f"offset {offset} is past the end of the file ({len(lines)} lines)")
+        chosen = lines[offset - 1 : offset - 1 + limit]
+        content, omitted = truncate_middle("".join(chosen), self.config.output_chars)
+        end = offset - 1 + len(chosen)
+        res: Result = {"path": path, "content": content, "start_line": offset, "end_line": end,
+                       "total_lines": len(lines)}
+        if end < len(lines):
+            res["more"] = f"lines {end + 1}-{len(lines)} not shown; call read_file with offset={end + 1}"
+        if omitted:
+            res["truncated"] = True
+        return res
+
+    def _write_file(self, env: Environment, args: dict[str, Any]) -> Result:
+        data = args["content"].encode("utf-8")
+        env.write_file(args["path"], data)
+        return {"path": args["path"], "bytes_written": len(data)}
+
+
+def _parse(arguments: Mapping[str, Any] | str | None) -> Any:
+    if arguments is None:
+        return {}
+    if isinstance(arguments, str):
+        try:
+            return json.loads(arguments) if arguments.strip() else {}
+        except json.JSONDecodeError as exc:
+            raise ToolArgumentError(f"arguments are not valid JSON: {exc}") from None
+    return arguments
