@@ -1,0 +1,167 @@
+"""Awaitable envlayer for asyncio agent loops: the event loop never waits on a backend.
+
+Every blocking call (creating an environment, ``exec``, file transfer, cleanup, a tool
+call) runs on a bounded thread pool owned by the wrapper (``max_workers``, default 32;
+calls beyond that queue), and the coroutine awaits it.
+
+Cancellation, honestly: cancelling the awaiting task cancels the *await*, not the work.
+
+* A call still queued for a worker thread is dropped and never runs.
+* A call already running goes on in its thread until it returns: an ``exec`` runs to
+  completion or to its own timeout (which kills its process tree in the sandbox, as
+  always), then its result is discarded. Meanwhile the manager counts it as in flight,
+  so the idle reaper leaves its environment alone. Python offers no safe way to
+  interrupt a thread blocked in a backend call; give commands a timeout you can live
+  with, or run long work as a background job (``terminal`` with ``background=true``)
+  and stop it explicitly (``terminal_job`` with ``action=kill``).
+* ``close()`` waits for running calls only as long as the backends' own timeouts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+from collections.abc import Callable, Mapping
+from concurrent.futures import Executor, ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from envlayer.environment import DEFAULT_TASK, Command, Environment
+from envlayer.lifecycle import CleanupOutcome
+from envlayer.manager import EnvKey, EnvironmentManager
+from envlayer.result import ExecResult
+from envlayer.tools import ToolRegistry
+from envlayer.tools.definitions import ToolDefinition
+
+T = TypeVar("T")
+
+DEFAULT_MAX_WORKERS = 32
+
+
+async def _in_thread(executor: Executor, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    ctx = contextvars.copy_context()
+    call = functools.partial(ctx.run, fn, *args, **kwargs)
+    return await asyncio.get_running_loop().run_in_executor(executor, call)
+
+
+def _pool(max_workers: int) -> ThreadPoolExecutor:
+    if max_workers < 1:
+        raise ValueError("max_workers must be >= 1")
+    return ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="envlayer-aio")
+
+
+class AsyncEnvironment:
+    """Awaitable methods over one :class:`~envlayer.Environment` (any backend, or a
+    managed handle). Same arguments, results and exceptions as the sync methods."""
+
+    def __init__(self, env: Environment, executor: Executor) -> None:
+        self.env = env
+        self._executor = executor
+
+    @property
+    def task_id(self) -> str:
+        return self.env.task_id
+
+    @property
+    def closed(self) -> bool:
+        return self.env.closed
+
+    async def exec(self, command: Command, **kwargs: Any) -> ExecResult:
+        """:meth:`Environment.exec` in a worker thread."""
+        return await _in_thread(self._executor, self.env.exec, command, **kwargs)
+
+    async def read_file(self, path: str) -> bytes:
+        """:meth:`Environment.read_file` in a worker thread."""
+        return await _in_thread(self._executor, self.env.read_file, path)
+
+    async def read_text(self, path: str) -> str:
+        """:meth:`Environment.read_text` in a worker thread."""
+        return await _in_thread(self._executor, self.env.read_text, path)
+
+    async def write_file(self, path: str, data: bytes | str) -> None:
+        """:meth:`Environment.write_file` in a worker thread."""
+        await _in_thread(self._executor, self.env.write_file, path, data)
+
+    async def cleanup(self) -> None:
+        """:meth:`Environment.cleanup` in a worker thread."""
+        await _in_thread(self._executor, self.env.cleanup)
+
+    def __repr__(self) -> str:
+        return f"<AsyncEnvironment {self.env!r}>"
+
+
+class AsyncEnvironmentManager:
+    """Awaitable :class:`~envlayer.manager.EnvironmentManager` (same rules, same keys).
+
+    ``manager`` defaults to a new manager from the configuration. :meth:`close` closes
+    the manager and the thread pool.
+    """
+
+    def __init__(self, manager: EnvironmentManager | None = None, *, max_workers: int = DEFAULT_MAX_WORKERS) -> None:
+        self.manager = manager if manager is not None else EnvironmentManager()
+        self.executor = _pool(max_workers)
+
+    async def get(self, task_id: str = DEFAULT_TASK) -> AsyncEnvironment:
+        """:meth:`EnvironmentManager.get`, with creation in a worker thread."""
+        env = await _in_thread(self.executor, self.manager.get, task_id)
+        return AsyncEnvironment(env, self.executor)
+
+    async def register_overrides(self, task_id: str, *, backend: str | None = None,
+                                 options: Mapping[str, Any] | None = None) -> EnvKey:
+        """:meth:`EnvironmentManager.register_overrides` (it may import the backend)."""
+        return await _in_thread(self.executor, self.manager.register_overrides, task_id, backend=backend, options=options)
+
+    def alias(self, child_task: str, parent_task: str) -> EnvKey:
+        """:meth:`EnvironmentManager.alias` (in memory only, so not awaitable)."""
+        return self.manager.alias(child_task, parent_task)
+
+    def key_for(self, task_id: str = DEFAULT_TASK) -> EnvKey:
+        """:meth:`EnvironmentManager.key_for`."""
+        return self.manager.key_for(task_id)
+
+    async def release(self, task_id: str = DEFAULT_TASK, *, force_remove: bool = False) -> CleanupOutcome | None:
+        """:meth:`EnvironmentManager.release` in a worker thread."""
+        return await _in_thread(self.executor, self.manager.release, task_id, force_remove=force_remove)
+
+    async def close(self, *, timeout: float | None = None, force_remove: bool = False) -> bool:
+        """Close the manager (see :meth:`EnvironmentManager.close`), then the pool."""
+        try:
+            return await _in_thread(self.executor, self.manager.close, timeout=timeout, force_remove=force_remove)
+        finally:
+            self.executor.shutdown(wait=False, cancel_futures=True)
+
+    async def __aenter__(self) -> AsyncEnvironmentManager:
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+
+class AsyncToolRegistry:
+    """Awaitable :meth:`ToolRegistry.run_tool`; the definitions are the same objects.
+
+    Built over an :class:`AsyncEnvironmentManager` so tool calls and direct environment
+    calls share one thread pool.
+    """
+
+    def __init__(self, manager: AsyncEnvironmentManager, tools: ToolRegistry | None = None) -> None:
+        if tools is not None and tools.manager is not manager.manager:
+            raise ValueError("tools must be bound to the same EnvironmentManager as manager")
+        self.manager = manager
+        self.tools = tools if tools is not None else ToolRegistry(manager.manager)
+
+    @property
+    def definitions(self) -> list[ToolDefinition]:
+        return self.tools.definitions
+
+    def openai_tools(self) -> list[dict[str, Any]]:
+        return self.tools.openai_tools()
+
+    def anthropic_tools(self) -> list[dict[str, Any]]:
+        return self.tools.anthropic_tools()
+
+    async def run_tool(self, name: str, arguments: Mapping[str, Any] | str | None,
+                       task_id: str = DEFAULT_TASK) -> dict[str, Any]:
+        """:meth:`ToolRegistry.run_tool` in a worker thread (never raises for a tool
+        call problem)."""
+        return await _in_thread(self.manager.executor, self.tools.run_tool, name, arguments, task_id)
