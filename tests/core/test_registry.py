@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+from pathlib import Path
 
 from envlayer import Environment
 from envlayer.errors import BackendConflict, BackendLoadError, BackendNotFound
@@ -96,3 +97,29 @@ def test_listing_imports_no_backend_module_and_no_sdk() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_fast_reader_agrees_with_importlib_metadata() -> None:
+    import importlib.metadata
+
+    from envlayer.entrypoints import read_group
+
+    fast = sorted((r.name, r.value, r.distribution, r.version) for r in read_group("envlayer.backends"))
+    slow = sorted((ep.name, ep.value, ep.dist.name, ep.dist.version)  # type: ignore[union-attr]
+                  for ep in importlib.metadata.entry_points(group="envlayer.backends"))
+    assert fast == slow
+
+
+def test_zip_on_sys_path_defers_to_importlib_metadata(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import zipfile
+
+    from envlayer.entrypoints import read_group
+
+    archive = tmp_path / "zipped.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.writestr("envlayer_zipped-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: envlayer-zipped\nVersion: 1.0\n")
+        zf.writestr("envlayer_zipped-1.0.dist-info/entry_points.txt", "[envlayer.backends]\nzipped = zipped_mod:Env\n")
+    monkeypatch.syspath_prepend(str(archive))
+    records = {r.name: r for r in read_group("envlayer.backends")}
+    assert records["zipped"].distribution == "envlayer-zipped"
+    assert "toy" in records
