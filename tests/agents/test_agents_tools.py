@@ -1,0 +1,140 @@
+"""Tool calls end to end on the local backend (the Docker run is in
+test_agents_docker.py): results, truncation, background jobs, structured errors,
+renderings."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from envlayer.tools import ToolConfig, ToolRegistry
+
+
+@pytest.fixture
+def tools(make_manager, local_settings, tmp_path: Path) -> ToolRegistry:  # type: ignore[no-untyped-def]
+    return ToolRegistry(make_manager(local_settings), ToolConfig(output_chars=400, jobs_dir=str(tmp_path / "jobs")))
+
+
+def etype(result: dict) -> str | None:  # type: ignore[type-arg]
+    return result.get("error", {}).get("type")
+
+
+def test_write_run_read(tools: ToolRegistry) -> None:
+    assert tools.run_tool("write_file", {"path": "sub/run.sh", "content": "echo out; echo err >&2; exit 3\n"}, "t") == \
+        {"path": "sub/run.sh", "bytes_written": 31}
+    ran = tools.run_tool("terminal", {"command": "sh run.sh", "workdir": "sub"}, "t")
+    assert ran["exit_code"] == 3 and ran["output"] == "out\n[stderr]\nerr\n"
+    read = tools.run_tool("read_file", {"path": "sub/run.sh"}, "t")
+    assert read["content"] == "echo out; echo err >&2; exit 3\n" and read["total_lines"] == 1
+
+
+def test_arguments_as_model_json_with_nulls(tools: ToolRegistry) -> None:
+    result = tools.run_tool("terminal", '{"command": "echo hi", "timeout": null, "workdir": null}', "t")
+    assert result["exit_code"] == 0 and result["output"] == "hi\n"
+
+
+def test_output_keeps_head_and_tail_and_says_so(tools: ToolRegistry) -> None:
+    result = tools.run_tool("terminal", {"command": "echo FIRST; seq 1 5000; echo LAST"}, "t")
+    out = result["output"]
+    assert result["truncated"] is True and result["exit_code"] == 0
+    assert out.startswith("FIRST\n") and out.endswith("LAST\n")
+    assert "characters omitted" in out and len(out) < 600
+
+
+def test_read_file_pages_by_lines(tools: ToolRegistry) -> None:
+    tools.run_tool("terminal", {"command": "seq 1 50 > fifty.txt"}, "t")
+    page = tools.run_tool("read_file", {"path": "fifty.txt", "offset": 11, "limit": 5}, "t")
+    assert page["content"] == "11\n12\n13\n14\n15\n"
+    assert (page["start_line"], page["end_line"], page["total_lines"]) == (11, 15, 50)
+    assert "offset=16" in page["more"]
+    assert etype(tools.run_tool("read_file", {"path": "fifty.txt", "offset": 99}, "t")) == "bad_arguments"
+
+
+def test_timeout_is_a_structured_error_with_partial_output(tools: ToolRegistry) -> None:
+    result = tools.run_tool("terminal", {"command": "echo started; sleep 30", "timeout": 1}, "t")
+    assert etype(result) == "timeout" and result["exit_code"] == 124
+    assert result["output"] == "started\n" and "background" in result["error"]["hint"]
+    over = tools.run_tool("terminal", {"command": "true", "timeout": 10_000}, "t")
+    assert etype(over) == "bad_arguments" and "background" in over["error"]["message"]
+
+
+def test_background_job_status_output_and_kill(tools: ToolRegistry, tmp_path: Path, wait_until) -> None:  # type: ignore[no-untyped-def]
+    started = tools.run_tool("terminal", {"command": "echo job says hi; exit 4", "background": True}, "t")
+    assert started["status"] == "running" and started["log_file"].startswith(str(tmp_path / "jobs"))
+    job = started["job_id"]
+    final: dict = {}  # type: ignore[type-arg]
+
+    def finished() -> bool:
+        final.update(tools.run_tool("terminal_job", {"job_id": job}, "t"))
+        return final["status"] != "running"
+
+    assert wait_until(finished)
+    assert final["status"] == "exited" and final["exit_code"] == 4 and final["output"] == "job says hi\n"
+
+    flag = tmp_path / "still-running"
+    long = tools.run_tool("terminal", {"command": f"while true; do touch {flag}; sleep 0.1; done", "background": True}, "t")
+    assert tools.run_tool("terminal_job", {"job_id": long["job_id"]}, "t")["status"] == "running"
+    killed = tools.run_tool("terminal_job", {"job_id": long["job_id"], "action": "kill"}, "t")
+    assert killed["status"] == "killed"
+    flag.unlink(missing_ok=True)
+    assert not wait_until(flag.exists, timeout=1.0), "the killed job is still writing"
+
+
+def test_job_errors(tools: ToolRegistry) -> None:
+    assert etype(tools.run_tool("terminal_job", {"job_id": "../../etc"}, "t")) == "job_error"
+    assert etype(tools.run_tool("terminal_job", {"job_id": "0123456789ab"}, "t")) == "job_error"
+
+
+@pytest.mark.parametrize("name, arguments, kind", [
+    ("rm_rf", {}, "unknown_tool"),
+    ("terminal", {}, "bad_arguments"),
+    ("terminal", {"command": 42}, "bad_arguments"),
+    ("terminal", {"command": "true", "cmd": "x"}, "bad_arguments"),
+    ("terminal", "{not json", "bad_arguments"),
+    ("terminal", "[1, 2]", "bad_arguments"),
+    ("terminal_job", {"job_id": "abc", "action": "explode"}, "bad_arguments"),
+    ("read_file", {"path": "missing.txt"}, "file_not_found"),
+    ("read_file", {"path": "."}, "is_a_directory"),
+])
+def test_structured_errors(tools: ToolRegistry, name: str, arguments: object, kind: str) -> None:
+    result = tools.run_tool(name, arguments, "t")  # type: ignore[arg-type]
+    assert etype(result) == kind
+    assert result["error"]["message"] and result["error"]["hint"]
+    json.dumps(result)
+
+
+def test_binary_file_and_path_outside_sandbox(tools: ToolRegistry, tmp_path: Path) -> None:
+    tools.run_tool("terminal", {"command": "printf 'a\\000b' > blob"}, "t")
+    assert etype(tools.run_tool("read_file", {"path": "blob"}, "t")) == "binary_file"
+    root = tmp_path / "confined"
+    root.mkdir()
+    tools.manager.register_overrides("jailed", options={"cwd": str(root), "file_root": str(root)})
+    assert "error" not in tools.run_tool("write_file", {"path": "inside.txt", "content": "ok"}, "jailed")
+    for path in ("/etc/hostname", "../escape.txt"):
+        result = tools.run_tool("write_file" if "escape" in path else "read_file",
+                                {"path": path, "content": "x"} if "escape" in path else {"path": path}, "jailed")
+        assert etype(result) == "path_outside_sandbox", result
+    assert not (tmp_path / "escape.txt").exists()
+
+
+def test_configuration_error_is_structured(make_manager, make_settings) -> None:  # type: ignore[no-untyped-def]
+    tools = ToolRegistry(make_manager(make_settings(backend="no-such-backend")))
+    result = tools.run_tool("terminal", {"command": "true"}, "t")
+    assert etype(result) == "configuration" and "no-such-backend" in result["error"]["message"]
+
+
+def test_renderers(tools: ToolRegistry) -> None:
+    openai = tools.openai_tools()
+    anthropic = tools.anthropic_tools()
+    names = ["terminal", "terminal_job", "read_file", "write_file"]
+    assert [t["function"]["name"] for t in openai] == names
+    assert [t["name"] for t in anthropic] == names
+    for o, a in zip(openai, anthropic):
+        assert o["type"] == "function" and set(o["function"]) == {"name", "description", "parameters"}
+        assert set(a) == {"name", "description", "input_schema"}
+        assert o["function"]["parameters"] == a["input_schema"]
+        assert a["input_schema"]["type"] == "object" and a["input_schema"]["additionalProperties"] is False
+    json.dumps(openai)
+    json.dumps(anthropic)
