@@ -19,7 +19,9 @@ SDKS = ("docker", "paramiko", "modal", "daytona", "requests", "grpclib", "steved
 CASES = {
     "python -c pass (baseline)": "pass",
     "import envlayer": "import envlayer",
-    "import envlayer + list_backends()": "import envlayer\nfrom envlayer.registry import list_backends\nlist_backends()",
+    "import envlayer + list_backends()": (
+        "import envlayer\nfrom envlayer.registry import list_backends\nlist_backends()"
+    ),
     "load_backend('local') + exec('true')": (
         "from envlayer.registry import load_backend\nload_backend('local')().exec('true')"
     ),
@@ -32,8 +34,9 @@ def time_case(code: str, runs: int) -> tuple[float, str]:
     imported = ""
     for _ in range(runs):
         start = time.perf_counter()
-        out = subprocess.run([sys.executable, "-c", code + REPORT.format(sdks=SDKS)],
-                             capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [sys.executable, "-c", code + REPORT.format(sdks=SDKS)], capture_output=True, text=True, check=True
+        )
         samples.append(time.perf_counter() - start)
         imported = out.stdout.strip()
     return statistics.median(samples), imported

@@ -30,10 +30,20 @@ _EXPORTS: dict[str, str] = {
     **{
         name: "envlayer.errors"
         for name in (
-            "BackendConflict", "BackendLoadError", "BackendNotFound", "BackendUnavailable",
-            "CapabilityNotSupported", "CommandFailed", "ConfigError", "EnvironmentClosed",
-            "EnvlayerError", "ExecTimeout", "FileTooLarge", "SandboxFileNotFound",
-            "SandboxIsADirectory", "SandboxPathError",
+            "BackendConflict",
+            "BackendLoadError",
+            "BackendNotFound",
+            "BackendUnavailable",
+            "CapabilityNotSupported",
+            "CommandFailed",
+            "ConfigError",
+            "EnvironmentClosed",
+            "EnvlayerError",
+            "ExecTimeout",
+            "FileTooLarge",
+            "SandboxFileNotFound",
+            "SandboxIsADirectory",
+            "SandboxPathError",
         )
     },
 }
@@ -52,4 +62,3 @@ def __getattr__(name: str) -> object:
 
 def __dir__() -> list[str]:
     return sorted([*globals(), *_EXPORTS])
-

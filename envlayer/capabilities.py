@@ -8,11 +8,11 @@ when the method exists and accepts the keyword it needs. Nothing is ever assumed
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 
-class Capability(str, Enum):
+class Capability(StrEnum):
     """Optional parts of the :class:`~envlayer.Environment` contract."""
 
     FORCE_REMOVE = "force_remove"

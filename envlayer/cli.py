@@ -19,7 +19,6 @@ from typing import Any
 from envlayer import lifecycle
 from envlayer.capabilities import capabilities_of
 from envlayer.config import CORE_KEYS, Settings, load_settings
-from envlayer.environment import SandboxInfo
 from envlayer.errors import BackendUnavailable, EnvlayerError
 from envlayer.factory import open_environment
 from envlayer.options import option_fields
@@ -36,7 +35,7 @@ def _print_json(data: Any) -> None:
 
 def _table(rows: list[list[str]], headers: list[str]) -> str:
     widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
-    lines = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in [headers, *rows]]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in [headers, *rows]]
     return "\n".join(lines)
 
 
@@ -75,7 +74,11 @@ def cmd_backends(args: argparse.Namespace) -> int:
             entry["declared"] = getattr(cls, "capabilities", None) is not None
             if args.options:
                 entry["options"] = {
-                    name: {"type": str(tp).replace("typing.", ""), "default": repr(f.default) if f.default is not dataclasses.MISSING else "{}", "doc": f.metadata.get("doc", "")}
+                    name: {
+                        "type": str(tp).replace("typing.", ""),
+                        "default": repr(f.default) if f.default is not dataclasses.MISSING else "{}",
+                        "doc": f.metadata.get("doc", ""),
+                    }
                     for name, (tp, f) in option_fields(cls.Options).items()
                 }
         except EnvlayerError as exc:
@@ -95,7 +98,9 @@ def cmd_backends(args: argparse.Namespace) -> int:
     if args.options:
         for entry in payload:
             for name, spec in entry.get("options", {}).items():
-                print(f"\n[{entry['name']}] {name} ({spec['type']}, default {spec['default']})\n    {spec['doc']}", end="")
+                print(
+                    f"\n[{entry['name']}] {name} ({spec['type']}, default {spec['default']})\n    {spec['doc']}", end=""
+                )
         print()
     return 0
 
@@ -120,8 +125,9 @@ def cmd_exec(args: argparse.Namespace) -> int:
         if args.json:
             result = env.exec(command, cwd=args.cwd, env=env_vars or None, timeout=args.timeout, stdin=stdin)
         else:
-            result = lifecycle.exec_streaming(env, command, forward, cwd=args.cwd, env=env_vars or None,
-                                              timeout=args.timeout, stdin=stdin)
+            result = lifecycle.exec_streaming(
+                env, command, forward, cwd=args.cwd, env=env_vars or None, timeout=args.timeout, stdin=stdin
+            )
     except KeyboardInterrupt:
         print("envlayer: interrupted; the command was killed", file=sys.stderr)
         return INTERRUPT_EXIT_CODE
@@ -132,12 +138,17 @@ def cmd_exec(args: argparse.Namespace) -> int:
         lifecycle.cleanup(env, force_remove=args.rm)
         lifecycle.wait_for_cleanup(env, 30.0)
     if args.json:
-        _print_json({
-            "exit_code": result.exit_code, "timed_out": result.timed_out, "duration": result.duration,
-            "stdout": result.stdout_text, "stderr": result.stderr_text,
-            "stdout_truncation": result.stdout_truncation and dataclasses.asdict(result.stdout_truncation),
-            "stderr_truncation": result.stderr_truncation and dataclasses.asdict(result.stderr_truncation),
-        })
+        _print_json(
+            {
+                "exit_code": result.exit_code,
+                "timed_out": result.timed_out,
+                "duration": result.duration,
+                "stdout": result.stdout_text,
+                "stderr": result.stderr_text,
+                "stdout_truncation": result.stdout_truncation and dataclasses.asdict(result.stdout_truncation),
+                "stderr_truncation": result.stderr_truncation and dataclasses.asdict(result.stderr_truncation),
+            }
+        )
     elif result.timed_out:
         print(f"envlayer: command timed out after {result.timeout}s and was killed", file=sys.stderr)
     elif result.truncated:
@@ -149,7 +160,9 @@ def _selected_backends(args: argparse.Namespace, settings: Settings) -> list[str
     return [args.backend] if args.backend else backend_names()
 
 
-def _specs_and_failures(args: argparse.Namespace, settings: Settings) -> tuple[list[lifecycle.BackendSpec], list[lifecycle.SweepOutcome]]:
+def _specs_and_failures(
+    args: argparse.Namespace, settings: Settings
+) -> tuple[list[lifecycle.BackendSpec], list[lifecycle.SweepOutcome]]:
     specs, failures = [], []
     for name in _selected_backends(args, settings):
         try:
@@ -256,11 +269,18 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--config", metavar="PATH", help="read only this config file (default: user and ./envlayer.toml)")
+    common.add_argument(
+        "--config", metavar="PATH", help="read only this config file (default: user and ./envlayer.toml)"
+    )
     common.add_argument("--backend", metavar="NAME", help="backend to use (overrides config and $ENVLAYER_BACKEND)")
     common.add_argument("--profile", metavar="NAME", help="profile namespace (overrides config and $ENVLAYER_PROFILE)")
-    common.add_argument("-o", "--option", action="append", metavar="KEY=VALUE",
-                        help="backend option override; VALUE is parsed as JSON when it can be (repeatable)")
+    common.add_argument(
+        "-o",
+        "--option",
+        action="append",
+        metavar="KEY=VALUE",
+        help="backend option override; VALUE is parsed as JSON when it can be (repeatable)",
+    )
     common.add_argument("--json", action="store_true", help="print machine-readable JSON")
     common.add_argument("-v", "--verbose", action="store_true", help="also report backends lacking the capability")
 
@@ -271,8 +291,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--options", action="store_true", help="also list every option of each backend")
     p.set_defaults(func=cmd_backends)
 
-    p = sub.add_parser("exec", parents=[common], help="run a command in a sandbox",
-                       description="Run CMD in the sandbox of TASK. One argument is a shell string; several are an argv list.")
+    p = sub.add_parser(
+        "exec",
+        parents=[common],
+        help="run a command in a sandbox",
+        description="Run CMD in the sandbox of TASK. One argument is a shell string; several are an argv list.",
+    )
     p.add_argument("--task", default="default", help="task id (default: %(default)s)")
     p.add_argument("--timeout", type=float, help="seconds before the command's process tree is killed (exit 124)")
     p.add_argument("--cwd", help="working directory for this command")
@@ -288,8 +312,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("reap", parents=[common], help="remove sandboxes left by dead processes")
     p.add_argument("--dry-run", action="store_true", help="list what would be removed; remove nothing")
-    p.add_argument("--max-age", type=float, metavar="SECONDS",
-                   help="only sandboxes stopped longer than this (default 2 x max(60, lifetime_seconds))")
+    p.add_argument(
+        "--max-age",
+        type=float,
+        metavar="SECONDS",
+        help="only sandboxes stopped longer than this (default 2 x max(60, lifetime_seconds))",
+    )
     p.set_defaults(func=cmd_reap)
 
     p = sub.add_parser("rm", parents=[common], help="remove the sandbox of a task")
@@ -300,7 +328,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("doctor", parents=[common], help="check whether each backend works here, and how to fix it")
     p.set_defaults(func=cmd_doctor)
 
-    p = sub.add_parser("config", parents=[common], help="show the effective configuration and where each value came from")
+    p = sub.add_parser(
+        "config", parents=[common], help="show the effective configuration and where each value came from"
+    )
     p.set_defaults(func=cmd_config)
     return parser
 

@@ -86,15 +86,16 @@ class Settings:
         """Where ``key`` (``"backend"`` or ``"backends.docker.image"``) was set."""
         return self.sources.get(key, "default")
 
-    def _layered(self, backend: str, env: Mapping[str, str] | None,
-                 overrides: Mapping[str, Any] | None) -> tuple[dict[str, Any], dict[str, str]]:
+    def _layered(
+        self, backend: str, env: Mapping[str, str] | None, overrides: Mapping[str, Any] | None
+    ) -> tuple[dict[str, Any], dict[str, str]]:
         values = dict(self.backend_options.get(backend, {}))
         sources = {k: self.source_of(f"backends.{backend}.{k}") for k in values}
         prefix = env_prefix(backend)
         environ = os.environ if env is None else env
         for var, text in environ.items():
             if var.startswith(prefix) and len(var) > len(prefix):
-                key = var[len(prefix):].lower()
+                key = var[len(prefix) :].lower()
                 values[key] = text
                 sources[key] = f"${var}"
         for key, value in self.argument_options.get(backend, {}).items():
@@ -105,8 +106,14 @@ class Settings:
             sources[key] = "override"
         return values, sources
 
-    def options_for(self, backend: str, options_cls: type[BaseOptions], *, env: Mapping[str, str] | None = None,
-                    overrides: Mapping[str, Any] | None = None) -> BaseOptions:
+    def options_for(
+        self,
+        backend: str,
+        options_cls: type[BaseOptions],
+        *,
+        env: Mapping[str, str] | None = None,
+        overrides: Mapping[str, Any] | None = None,
+    ) -> BaseOptions:
         """Validated options of ``backend``: file values, then its environment
         variables, then argument options, then ``overrides``.
 
@@ -127,9 +134,13 @@ def _read_toml(path: Path) -> dict[str, Any]:
         with path.open("rb") as fh:
             return tomllib.load(fh)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"not valid TOML: {exc}", source=str(path), hint="fix the syntax at the position shown") from exc
+        raise ConfigError(
+            f"not valid TOML: {exc}", source=str(path), hint="fix the syntax at the position shown"
+        ) from exc
     except OSError as exc:
-        raise ConfigError(f"cannot read: {exc.strerror}", source=str(path), hint="check the path and its permissions") from exc
+        raise ConfigError(
+            f"cannot read: {exc.strerror}", source=str(path), hint="check the path and its permissions"
+        ) from exc
 
 
 def _check_core(key: str, value: Any, source: str) -> Any:
@@ -138,12 +149,16 @@ def _check_core(key: str, value: Any, source: str) -> Any:
         value = float(value)
     if not isinstance(value, tp) or (tp is not bool and isinstance(value, bool)):
         raise ConfigError(
-            f"expected {tp.__name__}, got {type(value).__name__} {value!r}", source=source, key=key,
+            f"expected {tp.__name__}, got {type(value).__name__} {value!r}",
+            source=source,
+            key=key,
             hint=f"set {key} to a {tp.__name__}",
         )
     if key == "profile" and not PROFILE_PATTERN.match(value):
         raise ConfigError(
-            f"invalid profile name {value!r}", source=source, key=key,
+            f"invalid profile name {value!r}",
+            source=source,
+            key=key,
             hint="use 1-63 characters from A-Z a-z 0-9 _ . - starting with a letter or digit",
         )
     if key == "lifetime_seconds" and value <= 0:
@@ -164,7 +179,9 @@ def _parse_env_core(key: str, text: str, var: str) -> Any:
         try:
             return float(text)
         except ValueError:
-            raise ConfigError(f"expected a number, got {text!r}", source=f"${var}", hint="use a number of seconds") from None
+            raise ConfigError(
+                f"expected a number, got {text!r}", source=f"${var}", hint="use a number of seconds"
+            ) from None
     return text
 
 
@@ -176,8 +193,10 @@ def _merge_file(settings: Settings, path: Path) -> None:
         if key == "backends":
             if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
                 raise ConfigError(
-                    "must be a table of tables", source=source, key="backends",
-                    hint='write options as [backends.NAME] tables, e.g. [backends.docker]',
+                    "must be a table of tables",
+                    source=source,
+                    key="backends",
+                    hint="write options as [backends.NAME] tables, e.g. [backends.docker]",
                 )
             for backend, options in value.items():
                 target = settings.backend_options.setdefault(backend, {})
@@ -187,9 +206,14 @@ def _merge_file(settings: Settings, path: Path) -> None:
             continue
         if key not in CORE_KEYS:
             close = difflib.get_close_matches(key, [*CORE_KEYS, "backends"], n=1)
-            hint = f"did you mean {close[0]!r}?" if close else (
-                "valid top-level keys: " + ", ".join([*CORE_KEYS, "backends"]) +
-                "; backend options go under [backends.NAME]"
+            hint = (
+                f"did you mean {close[0]!r}?"
+                if close
+                else (
+                    "valid top-level keys: "
+                    + ", ".join([*CORE_KEYS, "backends"])
+                    + "; backend options go under [backends.NAME]"
+                )
             )
             raise ConfigError("unknown key", source=source, key=key, hint=hint)
         setattr(settings, key, _check_core(key, value, source))
@@ -234,7 +258,12 @@ def load_settings(
         if environ.get(var):
             setattr(settings, key, _check_core(key, _parse_env_core(key, environ[var], var), f"${var}"))
             settings.sources[key] = f"${var}"
-    flags = {"backend": backend, "profile": profile, "lifetime_seconds": lifetime_seconds, "orphan_reaper": orphan_reaper}
+    flags = {
+        "backend": backend,
+        "profile": profile,
+        "lifetime_seconds": lifetime_seconds,
+        "orphan_reaper": orphan_reaper,
+    }
     for key, value in flags.items():
         if value is not None:
             setattr(settings, key, _check_core(key, value, "argument"))

@@ -98,8 +98,9 @@ def _from_importlib(group: str) -> list[EntryPointRecord]:
     import importlib.metadata
 
     return [
-        EntryPointRecord(ep.name, ep.value, ep.dist.name if ep.dist else "unknown",
-                         ep.dist.version if ep.dist else "unknown")
+        EntryPointRecord(
+            ep.name, ep.value, ep.dist.name if ep.dist else "unknown", ep.dist.version if ep.dist else "unknown"
+        )
         for ep in importlib.metadata.entry_points(group=group)
     ]
 

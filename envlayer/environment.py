@@ -132,7 +132,7 @@ class Environment(ABC):
     # --- conveniences shared by every backend -----------------------------------
 
     @classmethod
-    def check_available(cls, options: BaseOptions) -> None:
+    def check_available(cls, options: BaseOptions) -> None:  # noqa: B027 - an optional hook with a default
         """Raise :class:`~envlayer.errors.BackendUnavailable` (with a fix in its hint)
         when this backend cannot work on this machine with ``options``. Used by
         ``envlayer doctor``; the default accepts everything."""
@@ -145,8 +145,7 @@ class Environment(ABC):
     def _ensure_open(self) -> None:
         if self._closed:
             raise EnvironmentClosed(
-                f"the {self.name or type(self).__name__} environment for task {self.task_id!r} "
-                "was cleaned up",
+                f"the {self.name or type(self).__name__} environment for task {self.task_id!r} was cleaned up",
                 hint="create a new environment",
             )
 

@@ -40,9 +40,7 @@ class BackendNotFound(EnvlayerError):
             hint = f"install it with `pip install {package}`"
         else:
             hint = "check the spelling, or install the package that provides it"
-        super().__init__(
-            f"unknown backend {name!r}; installed backends: {listed}", hint=hint
-        )
+        super().__init__(f"unknown backend {name!r}; installed backends: {listed}", hint=hint)
 
 
 class BackendLoadError(EnvlayerError):
@@ -52,8 +50,7 @@ class BackendLoadError(EnvlayerError):
         self.name = name
         self.distribution = distribution
         super().__init__(
-            f"backend {name!r} from {distribution} ({target}) failed to load: "
-            f"{type(cause).__name__}: {cause}",
+            f"backend {name!r} from {distribution} ({target}) failed to load: {type(cause).__name__}: {cause}",
             hint=f"reinstall it (`pip install --force-reinstall {distribution}`) "
             "or check that its dependencies are installed",
         )
@@ -66,8 +63,7 @@ class BackendConflict(EnvlayerError):
         self.name = name
         self.distributions = sorted(distributions)
         super().__init__(
-            f"backend name {name!r} is registered by more than one package: "
-            + ", ".join(self.distributions),
+            f"backend name {name!r} is registered by more than one package: " + ", ".join(self.distributions),
             hint="uninstall all but one of them",
         )
 

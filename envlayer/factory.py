@@ -1,8 +1,8 @@
 """Build environments from configuration: the one call most users need.
 
-    from envlayer.factory import open_environment
-    with open_environment(task_id="task-1") as env:      # backend from config/env vars
-        print(env.exec("uname -a").stdout_text)
+from envlayer.factory import open_environment
+with open_environment(task_id="task-1") as env:      # backend from config/env vars
+    print(env.exec("uname -a").stdout_text)
 """
 
 from __future__ import annotations
@@ -39,10 +39,7 @@ def open_environment(
         settings = load_settings(backend=backend, profile=profile)
     name = backend or settings.backend
     cls = load_backend(name)
-    if isinstance(options, BaseOptions):
-        opts = options
-    else:
-        opts = settings.options_for(name, cls.Options, overrides=options)
+    opts = options if isinstance(options, BaseOptions) else settings.options_for(name, cls.Options, overrides=options)
     return cls(opts, task_id=task_id, profile=profile or settings.profile)
 
 

@@ -120,7 +120,7 @@ def _sweep(
             continue
         try:
             outcomes.append(SweepOutcome(name, supported=True, sandboxes=list(call(cls, options))))
-        except Exception as exc:  # noqa: BLE001 - one backend failing never stops the sweep
+        except Exception as exc:
             log.warning("%s on backend %r failed: %s", capability.value, name, exc)
             outcomes.append(SweepOutcome(name, supported=True, error=f"{type(exc).__name__}: {exc}"))
     return outcomes
@@ -133,7 +133,8 @@ def reap_orphans(
     processes, on every backend that has a reaper. What counts as an orphan is each
     backend's documented rule; ``max_age`` is in seconds."""
     return _sweep(
-        backends, Capability.REAP_ORPHANS,
+        backends,
+        Capability.REAP_ORPHANS,
         lambda cls, opts: cls.reap_orphans(profile=profile, max_age=max_age, dry_run=dry_run, options=opts),  # type: ignore[attr-defined]
     )
 
@@ -141,7 +142,8 @@ def reap_orphans(
 def list_sandboxes(backends: Sequence[BackendSpec], *, profile: str | None) -> list[SweepOutcome]:
     """Managed sandboxes on every backend that can list them (``profile=None``: all)."""
     return _sweep(
-        backends, Capability.LIST_SANDBOXES,
+        backends,
+        Capability.LIST_SANDBOXES,
         lambda cls, opts: cls.list_sandboxes(profile=profile, options=opts),  # type: ignore[attr-defined]
     )
 
@@ -152,6 +154,7 @@ def remove_sandbox(
     """Remove the sandbox(es) of ``task_id`` in ``profile`` on every backend that can.
     ``force`` also removes a running sandbox."""
     return _sweep(
-        backends, Capability.REMOVE_SANDBOX,
+        backends,
+        Capability.REMOVE_SANDBOX,
         lambda cls, opts: cls.remove_sandbox(task_id, profile=profile, options=opts, force=force),  # type: ignore[attr-defined]
     )

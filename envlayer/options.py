@@ -43,21 +43,13 @@ class BaseOptions:
 
     cwd: str | None = option(None, doc="Working directory for commands; the backend's default when unset.")
     env: dict[str, str] = option(doc="Environment variables set for every command.", factory=dict)
-    timeout: float | None = option(
-        180.0, doc="Default per-command timeout in seconds; unset or 0 means no limit."
-    )
-    max_output_bytes: int = option(
-        1_048_576, doc="Cap on each of stdout and stderr per command, in bytes."
-    )
+    timeout: float | None = option(180.0, doc="Default per-command timeout in seconds; unset or 0 means no limit.")
+    max_output_bytes: int = option(1_048_576, doc="Cap on each of stdout and stderr per command, in bytes.")
     output_policy: Literal["head_tail", "head", "tail"] = option(
         "head_tail", doc="What a capped stream keeps: head_tail (40 % head, 60 % tail), head, or tail."
     )
-    max_file_bytes: int = option(
-        104_857_600, doc="Largest file read_file/write_file will transfer, in bytes."
-    )
-    file_root: str | None = option(
-        None, doc="When set, read_file/write_file refuse paths outside this directory."
-    )
+    max_file_bytes: int = option(104_857_600, doc="Largest file read_file/write_file will transfer, in bytes.")
+    file_root: str | None = option(None, doc="When set, read_file/write_file refuse paths outside this directory.")
 
     def __post_init__(self) -> None:
         if self.timeout is not None and self.timeout < 0:
@@ -223,6 +215,8 @@ def build_options(
         return options_cls(**kwargs)
     except OptionError as exc:
         raise ConfigError(
-            str(exc), source=sources.get(exc.key, default_source), key=exc.key,
+            str(exc),
+            source=sources.get(exc.key, default_source),
+            key=exc.key,
             hint=f"fix the value of {exc.key}",
         ) from exc

@@ -76,8 +76,11 @@ def _driver_manager_class() -> Any:
         """A DriverManager that discovers through :func:`read_group` on every call."""
 
         def list_entry_points(self) -> list[importlib.metadata.EntryPoint]:
-            return [importlib.metadata.EntryPoint(r.name, r.value, GROUP)
-                    for r in _entry_points() if r.name == self._names[0]]
+            return [
+                importlib.metadata.EntryPoint(r.name, r.value, GROUP)
+                for r in _entry_points()
+                if r.name == self._names[0]
+            ]
 
         def __init__(self, name: str) -> None:
             self._names = [name]
@@ -101,12 +104,13 @@ def load_backend(name: str) -> type[Environment]:
         raise BackendNotFound(name, backend_names(), KNOWN_PACKAGES.get(name))
     distributions = {r.distribution for r in matches}
     if len(matches) > 1:
-        raise BackendConflict(name, distributions if len(distributions) > 1
-                              else [f"{r.distribution} ({r.value})" for r in matches])
+        raise BackendConflict(
+            name, distributions if len(distributions) > 1 else [f"{r.distribution} ({r.value})" for r in matches]
+        )
     info = _info(matches[0])
     try:
         backend = _driver_manager_class()(name).driver
-    except Exception as exc:  # noqa: BLE001 - any import-time failure of a plugin
+    except Exception as exc:
         raise BackendLoadError(name, info.distribution, info.target, exc) from exc
     missing = [m for m in _REQUIRED_METHODS if not callable(getattr(backend, m, None))]
     if not isinstance(backend, type) or missing:

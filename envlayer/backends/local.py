@@ -15,7 +15,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from envlayer.capabilities import Capability
@@ -39,9 +39,7 @@ class LocalOptions(BaseOptions):
     """Options of the local backend."""
 
     shell: str = option("/bin/sh", doc="Shell that runs string commands as `shell -c COMMAND`.")
-    inherit_env: bool = option(
-        True, doc="Start commands with this process's environment (then apply `env`)."
-    )
+    inherit_env: bool = option(True, doc="Start commands with this process's environment (then apply `env`).")
 
 
 class LocalEnvironment(Environment):
@@ -52,7 +50,9 @@ class LocalEnvironment(Environment):
     capabilities = frozenset({Capability.STREAMING})
     options: LocalOptions
 
-    def __init__(self, options: BaseOptions | None = None, *, task_id: str = "default", profile: str = "default") -> None:
+    def __init__(
+        self, options: BaseOptions | None = None, *, task_id: str = "default", profile: str = "default"
+    ) -> None:
         super().__init__(options, task_id=task_id, profile=profile)
         self.cwd = os.path.abspath(os.path.expanduser(self.options.cwd or os.getcwd()))
 
@@ -98,10 +98,18 @@ class LocalEnvironment(Environment):
         except FileNotFoundError as exc:
             missing = exc.filename or argv[0]
             if not os.path.isdir(run_cwd):
-                return ExecResult(126, stderr=f"working directory does not exist: {run_cwd}\n".encode(), duration=time.monotonic() - start)
+                return ExecResult(
+                    126,
+                    stderr=f"working directory does not exist: {run_cwd}\n".encode(),
+                    duration=time.monotonic() - start,
+                )
             return ExecResult(127, stderr=f"command not found: {missing}\n".encode(), duration=time.monotonic() - start)
         except PermissionError as exc:
-            return ExecResult(126, stderr=f"permission denied: {exc.filename or argv[0]}\n".encode(), duration=time.monotonic() - start)
+            return ExecResult(
+                126,
+                stderr=f"permission denied: {exc.filename or argv[0]}\n".encode(),
+                duration=time.monotonic() - start,
+            )
         return self._collect(proc, exec_id, data, effective_timeout, on_output, start)
 
     def _collect(
@@ -270,4 +278,3 @@ def _exit_code(returncode: int | None) -> int:
     if returncode is None:
         return -1
     return 128 - returncode if returncode < 0 else returncode
-

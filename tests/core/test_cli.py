@@ -14,11 +14,14 @@ import pytest
 ENVLAYER = shutil.which("envlayer", path=os.path.dirname(sys.executable)) or "envlayer"
 
 
-def run(*args: str, stdin: str | None = None, cwd: Path | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run(
+    *args: str, stdin: str | None = None, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("ENVLAYER_")}
     full_env.update(env or {})
-    return subprocess.run([ENVLAYER, *args], input=stdin, capture_output=True, text=True, timeout=60,
-                          cwd=cwd, env=full_env)
+    return subprocess.run(
+        [ENVLAYER, *args], input=stdin, capture_output=True, text=True, timeout=60, cwd=cwd, env=full_env
+    )
 
 
 @pytest.fixture
@@ -46,7 +49,18 @@ def test_exec_timeout_exits_124_and_says_so(workdir: Path) -> None:
 
 def test_exec_stdin_env_cwd(workdir: Path) -> None:
     (workdir / "sub").mkdir()
-    out = run("exec", "-i", "-e", "GREETING=hi", "--cwd", "sub", "--", 'cat; echo "$GREETING"; pwd', stdin="piped\n", cwd=workdir)
+    out = run(
+        "exec",
+        "-i",
+        "-e",
+        "GREETING=hi",
+        "--cwd",
+        "sub",
+        "--",
+        'cat; echo "$GREETING"; pwd',
+        stdin="piped\n",
+        cwd=workdir,
+    )
     assert out.stdout == f"piped\nhi\n{workdir}/sub\n"
 
 
@@ -70,7 +84,7 @@ def test_exec_unknown_backend_exits_125_listing_installed(workdir: Path) -> None
 
 
 def test_exec_bad_config_names_file_and_key(workdir: Path) -> None:
-    (workdir / "envlayer.toml").write_text("[backends.local]\ntimeout = \"x\"\n")
+    (workdir / "envlayer.toml").write_text('[backends.local]\ntimeout = "x"\n')
     out = run("exec", "--", "true", cwd=workdir)
     assert out.returncode == 125
     assert f"{workdir}/envlayer.toml: timeout: expected a number" in out.stderr

@@ -36,7 +36,10 @@ def test_defaults_without_any_source(dirs: tuple[Path, Path]) -> None:
 
 def test_precedence_user_then_project_then_env_then_flags(dirs: tuple[Path, Path]) -> None:
     user, project = dirs
-    user.write_text('backend = "toy"\nprofile = "from-user"\nlifetime_seconds = 10\n[backends.local]\ntimeout = 5\nshell = "/bin/sh"\n')
+    user.write_text(
+        'backend = "toy"\nprofile = "from-user"\nlifetime_seconds = 10\n'
+        '[backends.local]\ntimeout = 5\nshell = "/bin/sh"\n'
+    )
     (project / "envlayer.toml").write_text('profile = "from-project"\n[backends.local]\ntimeout = 7\n')
     s = load_settings(cwd=project, env={})
     assert (s.backend, s.profile, s.lifetime_seconds) == ("toy", "from-project", 10.0)
@@ -61,8 +64,10 @@ def test_explicit_config_replaces_discovery(dirs: tuple[Path, Path], tmp_path: P
     user.write_text('profile = "from-user"\n')
     explicit = tmp_path / "explicit.toml"
     explicit.write_text('backend = "toy"\n')
-    for s in (load_settings(config_path=explicit, cwd=project, env={}),
-              load_settings(cwd=project, env={"ENVLAYER_CONFIG": str(explicit)})):
+    for s in (
+        load_settings(config_path=explicit, cwd=project, env={}),
+        load_settings(cwd=project, env={"ENVLAYER_CONFIG": str(explicit)}),
+    ):
         assert s.backend == "toy" and s.profile == "default"
         assert s.files == [str(explicit)]
 
@@ -87,7 +92,7 @@ def test_unknown_top_level_key_names_file_key_and_suggestion(dirs: tuple[Path, P
 def test_unknown_backend_option_in_file(dirs: tuple[Path, Path]) -> None:
     _, project = dirs
     path = project / "envlayer.toml"
-    path.write_text('[backends.local]\ntimeuot = 3\n')
+    path.write_text("[backends.local]\ntimeuot = 3\n")
     settings = load_settings(cwd=project, env={})
     with pytest.raises(ConfigError) as info:
         settings.options_for("local", LocalOptions, env={})
@@ -98,10 +103,10 @@ def test_unknown_backend_option_in_file(dirs: tuple[Path, Path]) -> None:
 @pytest.mark.parametrize(
     ("toml", "key", "expected"),
     [
-        ("timeout = \"soon\"", "timeout", "expected a number"),
-        ("inherit_env = \"yes\"", "inherit_env", "expected true or false"),
-        ("env = [\"A=1\"]", "env", "expected a table of strings"),
-        ("output_policy = \"middle\"", "output_policy", "expected one of"),
+        ('timeout = "soon"', "timeout", "expected a number"),
+        ('inherit_env = "yes"', "inherit_env", "expected true or false"),
+        ('env = ["A=1"]', "env", "expected a table of strings"),
+        ('output_policy = "middle"', "output_policy", "expected one of"),
         ("max_output_bytes = -1", "max_output_bytes", "must be >= 0"),
     ],
 )
@@ -130,9 +135,15 @@ def test_env_var_errors_name_the_variable(dirs: tuple[Path, Path]) -> None:
 def test_env_var_parsing_of_structured_options(dirs: tuple[Path, Path]) -> None:
     _, project = dirs
     settings = load_settings(cwd=project, env={})
-    opts = settings.options_for("local", LocalOptions, env={
-        "ENVLAYER_LOCAL_ENV": '{"A": "1"}', "ENVLAYER_LOCAL_INHERIT_ENV": "0", "ENVLAYER_LOCAL_FILE_ROOT": "",
-    })
+    opts = settings.options_for(
+        "local",
+        LocalOptions,
+        env={
+            "ENVLAYER_LOCAL_ENV": '{"A": "1"}',
+            "ENVLAYER_LOCAL_INHERIT_ENV": "0",
+            "ENVLAYER_LOCAL_FILE_ROOT": "",
+        },
+    )
     assert opts.env == {"A": "1"} and opts.inherit_env is False and opts.file_root is None
 
 
@@ -144,12 +155,14 @@ def test_invalid_toml_and_profile(dirs: tuple[Path, Path]) -> None:
     (project / "envlayer.toml").write_text('profile = "has space"\n')
     with pytest.raises(ConfigError, match="invalid profile name"):
         load_settings(cwd=project, env={})
-    (project / "envlayer.toml").write_text('[backends]\nlocal = 1\n')
+    (project / "envlayer.toml").write_text("[backends]\nlocal = 1\n")
     with pytest.raises(ConfigError, match="table of tables"):
         load_settings(cwd=project, env={})
 
 
-def test_config_selects_the_backend_of_open_environment(dirs: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_config_selects_the_backend_of_open_environment(
+    dirs: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
     _, project = dirs
     (project / "envlayer.toml").write_text('backend = "toy"\nprofile = "p1"\n[backends.toy]\ntimeout = 12\n')
     monkeypatch.chdir(project)

@@ -8,8 +8,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from envlayer import Capability, Environment, SandboxInfo, capabilities_of
-from envlayer import lifecycle
+from envlayer import Capability, Environment, SandboxInfo, capabilities_of, lifecycle
 from envlayer.backends.local import LocalEnvironment
 from envlayer.options import BaseOptions
 from envlayer.registry import load_backend

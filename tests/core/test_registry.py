@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
-from pathlib import Path
 
 from envlayer import Environment
 from envlayer.errors import BackendConflict, BackendLoadError, BackendNotFound
 from envlayer.registry import backend_names, list_backends, load_backend
-
-from collections.abc import Callable
-from pathlib import Path
 
 PluginMaker = Callable[..., Path]
 
@@ -48,8 +46,12 @@ def test_unknown_unpublished_backend_has_a_generic_hint() -> None:
 
 
 def test_broken_plugin_names_the_plugin_and_chains_the_cause(make_plugin: PluginMaker) -> None:
-    make_plugin("envlayer-broken", {"broken": "envlayer_broken_mod:Env"}, "envlayer_broken_mod",
-                "import a_module_that_does_not_exist\n")
+    make_plugin(
+        "envlayer-broken",
+        {"broken": "envlayer_broken_mod:Env"},
+        "envlayer_broken_mod",
+        "import a_module_that_does_not_exist\n",
+    )
     with pytest.raises(BackendLoadError) as info:
         load_backend("broken")
     assert "envlayer-broken" in str(info.value)
@@ -79,8 +81,12 @@ def test_shadowing_a_builtin_name_is_a_conflict(make_plugin: PluginMaker) -> Non
 
 def test_discovery_is_fresh_after_an_install(make_plugin: PluginMaker) -> None:
     assert "late" not in backend_names()
-    make_plugin("envlayer-late", {"late": "envlayer_late_mod:LateEnv"}, "envlayer_late_mod",
-                "from envlayer_toy import ToyEnvironment as LateEnv\n")
+    make_plugin(
+        "envlayer-late",
+        {"late": "envlayer_late_mod:LateEnv"},
+        "envlayer_late_mod",
+        "from envlayer_toy import ToyEnvironment as LateEnv\n",
+    )
     assert "late" in backend_names()
     assert load_backend("late").__name__ == "ToyEnvironment"
 
@@ -105,8 +111,10 @@ def test_fast_reader_agrees_with_importlib_metadata() -> None:
     from envlayer.entrypoints import read_group
 
     fast = sorted((r.name, r.value, r.distribution, r.version) for r in read_group("envlayer.backends"))
-    slow = sorted((ep.name, ep.value, ep.dist.name, ep.dist.version)  # type: ignore[union-attr]
-                  for ep in importlib.metadata.entry_points(group="envlayer.backends"))
+    slow = sorted(
+        (ep.name, ep.value, ep.dist.name, ep.dist.version)  # type: ignore[union-attr]
+        for ep in importlib.metadata.entry_points(group="envlayer.backends")
+    )
     assert fast == slow
 
 
@@ -117,7 +125,9 @@ def test_zip_on_sys_path_defers_to_importlib_metadata(tmp_path: Path, monkeypatc
 
     archive = tmp_path / "zipped.zip"
     with zipfile.ZipFile(archive, "w") as zf:
-        zf.writestr("envlayer_zipped-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: envlayer-zipped\nVersion: 1.0\n")
+        zf.writestr(
+            "envlayer_zipped-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: envlayer-zipped\nVersion: 1.0\n"
+        )
         zf.writestr("envlayer_zipped-1.0.dist-info/entry_points.txt", "[envlayer.backends]\nzipped = zipped_mod:Env\n")
     monkeypatch.syspath_prepend(str(archive))
     records = {r.name: r for r in read_group("envlayer.backends")}

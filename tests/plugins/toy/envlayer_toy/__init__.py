@@ -63,8 +63,13 @@ class ToyEnvironment(Environment):
             buf.write(raw)
             streams.append(buf)
         return ExecResult(
-            proc.returncode, streams[0].getvalue(), streams[1].getvalue(), time.monotonic() - start,
-            timeout=limit, stdout_truncation=streams[0].truncation, stderr_truncation=streams[1].truncation,
+            proc.returncode,
+            streams[0].getvalue(),
+            streams[1].getvalue(),
+            time.monotonic() - start,
+            timeout=limit,
+            stdout_truncation=streams[0].truncation,
+            stderr_truncation=streams[1].truncation,
         )
 
     def read_file(self, path: str) -> bytes:
