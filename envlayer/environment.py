@@ -131,8 +131,8 @@ class Environment(ABC):
 
     # --- conveniences shared by every backend -----------------------------------
 
-    @classmethod
-    def check_available(cls, options: BaseOptions) -> None:  # noqa: B027 - an optional hook with a default
+    @classmethod  # noqa: B027 - an optional hook with a default, not an abstract method
+    def check_available(cls, options: BaseOptions) -> None:
         """Raise :class:`~envlayer.errors.BackendUnavailable` (with a fix in its hint)
         when this backend cannot work on this machine with ``options``. Used by
         ``envlayer doctor``; the default accepts everything."""
