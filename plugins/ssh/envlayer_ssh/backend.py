@@ -1,0 +1,293 @@
+"""``SSHEnvironment``: the envlayer backend for a host reached over SSH (paramiko).
+
+Lifecycle: the remote host is not created or removed by envlayer. An environment holds
+a reference to the shared connection pool of its target and, in session mode, one
+persistent shell. ``cleanup()`` ends that shell and drops the reference; the pool's
+connections close when the last environment using them leaves. Background processes
+started by commands keep running on the host after ``cleanup()``.
+
+Import cost: nothing here imports paramiko at module level; it is imported on first use.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import posixpath
+import threading
+import time
+import uuid
+import weakref
+from collections.abc import Mapping
+
+from envlayer.capabilities import Capability
+from envlayer.environment import Command, Environment
+from envlayer.errors import BackendUnavailable, FileTooLarge
+from envlayer.options import BaseOptions
+from envlayer.result import ExecResult
+
+from envlayer_ssh import oneshot, pool, script
+from envlayer_ssh.channel_io import Collector, OutputCallback
+from envlayer_ssh.files import RemoteFiles
+from envlayer_ssh.options import SSHOptions, check_env_names
+from envlayer_ssh.remote_kill import kill_remote
+from envlayer_ssh.session import Outcome, ShellSession
+from envlayer_ssh.target import Target, resolve_target
+
+log = logging.getLogger("envlayer.ssh")
+
+
+def _release(shared: pool.TargetPool, session: ShellSession | None) -> None:
+    """Finalizer: end this environment's shell and drop its pool reference (runs once,
+    from ``cleanup()`` or when the environment is garbage-collected)."""
+    try:
+        if session is not None:
+            session.close()
+    finally:
+        pool.release(shared)
+
+
+class SSHEnvironment(Environment):
+    """Runs commands on a remote host over SSH. See the module docstring for the lifecycle.
+
+    Raises from the constructor: :class:`BackendUnavailable` (no host configured, host
+    unreachable, authentication refused), :class:`~envlayer_ssh.errors.HostKeyError`.
+    """
+
+    name = "ssh"
+    Options = SSHOptions
+    capabilities = frozenset({Capability.STREAMING, Capability.PERSISTENT_SESSION, Capability.DIRECTORY_TRANSFER})
+    options: SSHOptions
+
+    def __init__(self, options: BaseOptions | None = None, *, task_id: str = "default", profile: str = "default") -> None:
+        super().__init__(options, task_id=task_id, profile=profile)
+        self.target: Target = resolve_target(self.options)
+        self._pool = pool.acquire(self.target)
+        self._session: ShellSession | None = None
+        if self.options.mode == "session":
+            self._session = ShellSession(
+                self._pool, shell=self.options.shell, env=self.options.env, cwd=self.options.cwd
+            )
+        else:
+            self.capabilities = frozenset({Capability.STREAMING, Capability.DIRECTORY_TRANSFER})
+        self._finalizer = weakref.finalize(self, _release, self._pool, self._session)
+        self._files = RemoteFiles(self._pool)
+        self._lock = threading.Lock()
+        self._home: str | None = None
+        self._reconnects_seen = self._pool.reconnects
+        try:
+            self._pool.ensure_connected()
+            if self._session is not None:
+                self._session.start()
+        except BaseException:
+            self._finalizer()
+            raise
+
+    @classmethod
+    def check_available(cls, options: BaseOptions) -> None:
+        """Raise :class:`BackendUnavailable` unless paramiko is installed and the target
+        accepts a verified, authenticated connection."""
+        try:
+            import paramiko  # noqa: F401
+        except ImportError as exc:
+            raise BackendUnavailable("paramiko is not installed", hint="pip install envlayer-ssh") from exc
+        assert isinstance(options, SSHOptions)
+        shared = pool.acquire(resolve_target(options))
+        try:
+            shared.ensure_connected()
+        finally:
+            pool.release(shared)
+
+    @property
+    def reconnects(self) -> int:
+        """How many times this environment's shared connection was lost and re-established
+        since the environment was created (each one is also logged at WARNING)."""
+        return self._pool.reconnects - self._reconnects_seen
+
+    # --- exec -----------------------------------------------------------------------
+
+    def exec(
+        self,
+        command: Command,
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        stdin: bytes | str | None = None,
+        on_output: OutputCallback | None = None,
+    ) -> ExecResult:
+        """Run ``command`` on the host; see :class:`~envlayer.environment.Environment`.
+
+        In session mode calls on one environment run one at a time (the timeout counts
+        from when the call gets the shell). ``on_output(stream, chunk)`` is called from
+        the calling thread as output arrives (uncapped).
+
+        Raises :class:`~envlayer_ssh.errors.ConnectionLost` (a ``BackendUnavailable``)
+        when the connection dropped mid-command: it may or may not have run, and it is
+        not re-run. The next call reconnects.
+        """
+        self._ensure_open()
+        body = script.command_text(command)
+        if env:
+            check_env_names(env)
+        limit = self.options.timeout if timeout is None else (timeout or None)
+        data = stdin.encode() if isinstance(stdin, str) else stdin
+        collector = Collector(self.options.max_output_bytes, self.options.output_policy, on_output)
+        exec_id = uuid.uuid4().hex
+        start = time.monotonic()
+        if self._session is not None:
+            with self._lock:
+                self._ensure_open()
+                deadline = None if limit is None else time.monotonic() + limit
+                outcome = self._exec_session(body, exec_id, cwd, env, data, deadline, collector)
+        else:
+            deadline = None if limit is None else start + limit
+            outcome = self._exec_oneshot(body, exec_id, cwd, env, data, deadline, collector)
+        out, err = collector.buffers["stdout"], collector.buffers["stderr"]
+        return ExecResult(
+            exit_code=outcome.exit_code,
+            stdout=out.getvalue(),
+            stderr=err.getvalue(),
+            duration=time.monotonic() - start,
+            timed_out=outcome.timed_out,
+            timeout=limit,
+            stdout_truncation=out.truncation,
+            stderr_truncation=err.truncation,
+        )
+
+    def _exec_session(
+        self,
+        body: str,
+        exec_id: str,
+        cwd: str | None,
+        env: Mapping[str, str] | None,
+        data: bytes | None,
+        deadline: float | None,
+        collector: Collector,
+    ) -> Outcome:
+        session = self._session
+        assert session is not None
+        if not session.alive:
+            error = session.start()
+            if error is not None:
+                collector.write("stderr", error.encode())
+                return Outcome(126)
+        sent_at = time.monotonic()
+        try:
+            outcome = session.run(body, exec_id=exec_id, stdin=data, deadline=deadline, collector=collector, cwd=cwd, env=env)
+        except BackendUnavailable:
+            raise
+        except BaseException:
+            self._kill_session(session, exec_id, sent_at)
+            raise
+        if outcome.timed_out:
+            self._kill_session(session, exec_id, sent_at)
+        return outcome
+
+    def _kill_session(self, session: ShellSession, exec_id: str, sent_at: float) -> None:
+        shell_pid, since = session.pid, session.since_cs(sent_at)
+        session.close_now()
+        kill_remote(self._pool, self.options.shell, exec_id, shell_pid=shell_pid, since_cs=since)
+
+    def _exec_oneshot(
+        self,
+        body: str,
+        exec_id: str,
+        cwd: str | None,
+        env: Mapping[str, str] | None,
+        data: bytes | None,
+        deadline: float | None,
+        collector: Collector,
+    ) -> Outcome:
+        base = self.options.cwd
+        run_cwd = posixpath.join(base, cwd) if base and cwd else (cwd or base)
+        line = script.oneshot_command(
+            self.options.shell, exec_id, body, cwd=run_cwd, env={**self.options.env, **(env or {})}
+        )
+        lease = self._pool.open()
+        try:
+            oneshot.start(lease, line, data)
+            try:
+                outcome = oneshot.wait(lease, deadline, collector)
+            except BackendUnavailable:
+                raise
+            except BaseException:
+                lease.release()
+                kill_remote(self._pool, self.options.shell, exec_id)
+                raise
+            if outcome.timed_out:
+                lease.release()
+                kill_remote(self._pool, self.options.shell, exec_id)
+            return outcome
+        finally:
+            lease.release()
+
+    # --- files --------------------------------------------------------------------
+
+    def _home_dir(self) -> str:
+        if self._home is None:
+            self._home = self._files.home()
+        return self._home
+
+    def _expand(self, path: str) -> str:
+        if path == "~" or path.startswith("~/"):
+            return self._home_dir() + path[1:]
+        return path
+
+    def working_directory(self) -> str:
+        """Where relative paths point: the session shell's current directory (it follows
+        ``cd``), else the configured ``cwd``, else the login directory."""
+        if self._session is not None and self._session.cwd:
+            return self._session.cwd
+        base = self._expand(self.options.cwd) if self.options.cwd else None
+        if base is None or not base.startswith("/"):
+            base = posixpath.join(self._home_dir(), base or "")
+        return posixpath.normpath(base)
+
+    def _remote_path(self, path: str) -> str:
+        """Absolute path for ``path``, confined to ``file_root`` lexically and for real."""
+        base = self.working_directory()
+        full = self.resolve_path(self._expand(path), base)
+        root = self.options.file_root
+        if root is not None:
+            self._files.check_root(full, posixpath.normpath(posixpath.join(base, self._expand(root))), path)
+        return full
+
+    def read_file(self, path: str) -> bytes:
+        """Read a remote file over SFTP; see :class:`~envlayer.environment.Environment`."""
+        self._ensure_open()
+        return self._files.read(self._remote_path(path), self.options.max_file_bytes, path)
+
+    def write_file(self, path: str, data: bytes | str) -> None:
+        """Write a remote file atomically over SFTP (temp file + posix-rename)."""
+        self._ensure_open()
+        payload = data.encode() if isinstance(data, str) else data
+        if len(payload) > self.options.max_file_bytes:
+            raise FileTooLarge(path, len(payload), self.options.max_file_bytes)
+        self._files.write(self._remote_path(path), payload, path)
+
+    def upload_dir(self, local: str | os.PathLike[str], remote: str) -> int:
+        """Copy a local directory tree to ``remote`` (created if missing); returns the
+        number of files copied. Symlinks and special files are skipped; every file is
+        checked against ``max_file_bytes`` before anything is copied."""
+        self._ensure_open()
+        return self._files.upload_dir(os.fspath(local), self._remote_path(remote), self.options.max_file_bytes)
+
+    def download_dir(self, remote: str, local: str | os.PathLike[str]) -> int:
+        """Copy the remote directory tree ``remote`` into ``local`` (created if missing);
+        returns the number of files copied. Symlinks and special files are skipped."""
+        self._ensure_open()
+        return self._files.download_dir(self._remote_path(remote), os.fspath(local), self.options.max_file_bytes, remote)
+
+    # --- lifecycle ---------------------------------------------------------------
+
+    def cleanup(self) -> None:
+        """End this environment's shell and release its share of the connection.
+
+        The connection closes only when no other environment uses it. Processes the
+        commands left in the background keep running on the host. Idempotent.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        self._finalizer()

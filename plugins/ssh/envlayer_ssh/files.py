@@ -1,0 +1,263 @@
+"""File transfer over the pool's one SFTP channel.
+
+Guaranteed:
+
+* ``read`` refuses directories and files over the size cap before transferring a byte.
+* ``write`` is atomic: the data goes to a temp file in the same directory, then a
+  ``posix-rename`` replaces the target (a reader never sees half a file); an existing
+  file keeps its mode; missing parent directories are created.
+* With a ``root``, the real path (symlinks resolved by the server) must stay under the
+  real root, for the file and for the deepest existing ancestor of a file to create.
+* Directory transfer copies regular files and directories, keeps permission bits,
+  skips symlinks and special files (logged at DEBUG), and checks every file against the
+  size cap before copying anything.
+
+Raised: ``SandboxFileNotFound``, ``SandboxIsADirectory``, ``SandboxPathError``,
+``FileTooLarge``, ``PermissionError``; ``BackendUnavailable`` when the connection fails.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import logging
+import os
+import posixpath
+import stat
+import uuid
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from envlayer.errors import (
+    BackendUnavailable,
+    FileTooLarge,
+    SandboxFileNotFound,
+    SandboxIsADirectory,
+    SandboxPathError,
+)
+
+if TYPE_CHECKING:
+    import paramiko
+
+    from envlayer_ssh.pool import TargetPool
+
+log = logging.getLogger("envlayer.ssh")
+T = TypeVar("T")
+
+
+def _transport_errors(func: Callable[..., T]) -> Callable[..., T]:
+    """Turn connection-level failures into :class:`BackendUnavailable`."""
+
+    @functools.wraps(func)
+    def wrapper(self: RemoteFiles, *args: Any, **kwargs: Any) -> T:
+        import paramiko
+
+        try:
+            return func(self, *args, **kwargs)
+        except (EOFError, paramiko.SSHException, ConnectionError) as exc:
+            raise BackendUnavailable(
+                f"file transfer with {self.pool.target.describe()} failed: {type(exc).__name__}: {exc}",
+                hint="the next call reconnects; check the remote file before relying on it",
+            ) from exc
+
+    return wrapper
+
+
+def _missing(exc: OSError) -> bool:
+    return isinstance(exc, FileNotFoundError) or exc.errno == errno.ENOENT
+
+
+class RemoteFiles:
+    """File operations on one target. Paths given here are absolute (the caller
+    resolves them against its working directory and checks them lexically)."""
+
+    def __init__(self, pool: TargetPool) -> None:
+        self.pool = pool
+
+    # --- confinement ------------------------------------------------------------
+
+    def _realpath(self, sftp: paramiko.SFTPClient, path: str) -> str:
+        """The server's realpath of ``path``, or of its deepest existing ancestor with
+        the missing components appended."""
+        tail: list[str] = []
+        current = path
+        while True:
+            try:
+                real = sftp.normalize(current)
+                return posixpath.join(real, *reversed(tail)) if tail else real
+            except OSError as exc:
+                if not _missing(exc) or current == "/":
+                    raise
+                tail.append(posixpath.basename(current))
+                current = posixpath.dirname(current)
+
+    def check_root(self, path: str, root: str | None, shown: str) -> None:
+        """Raise :class:`SandboxPathError` when ``path`` really lies outside ``root``."""
+        if root is None:
+            return
+        with self.pool.sftp_lock:
+            sftp = self.pool.sftp()
+            real_root = self._realpath(sftp, root)
+            real = self._realpath(sftp, path)
+        if real != real_root and not real.startswith(real_root.rstrip("/") + "/"):
+            raise SandboxPathError(shown, real_root)
+
+    # --- single files ------------------------------------------------------------
+
+    @_transport_errors
+    def home(self) -> str:
+        """The login directory (where relative SFTP paths start)."""
+        with self.pool.sftp_lock:
+            return self.pool.sftp().normalize(".")
+
+    @_transport_errors
+    def read(self, path: str, limit: int, shown: str) -> bytes:
+        with self.pool.sftp_lock:
+            sftp = self.pool.sftp()
+            try:
+                attrs = sftp.stat(path)
+                if stat.S_ISDIR(attrs.st_mode or 0):
+                    raise SandboxIsADirectory(shown)
+                size = attrs.st_size or 0
+                if size > limit:
+                    raise FileTooLarge(shown, size, limit)
+                with sftp.open(path, "rb") as fh:
+                    fh.prefetch(size)
+                    data = fh.read(limit + 1)
+            except OSError as exc:
+                if _missing(exc):
+                    raise SandboxFileNotFound(shown) from None
+                raise
+        if len(data) > limit:
+            raise FileTooLarge(shown, len(data), limit)
+        return data
+
+    @_transport_errors
+    def write(self, path: str, data: bytes, shown: str) -> None:
+        parent = posixpath.dirname(path)
+        tmp = posixpath.join(parent, f".envlayer-{uuid.uuid4().hex[:12]}")
+        with self.pool.sftp_lock:
+            sftp = self.pool.sftp()
+            mode = None
+            try:
+                attrs = sftp.stat(path)
+                if stat.S_ISDIR(attrs.st_mode or 0):
+                    raise SandboxIsADirectory(shown)
+                mode = stat.S_IMODE(attrs.st_mode or 0)
+            except OSError as exc:
+                if not _missing(exc):
+                    raise
+            self._makedirs(sftp, parent)
+            try:
+                with sftp.open(tmp, "wb") as fh:
+                    fh.set_pipelined(True)
+                    fh.write(data)
+                if mode is not None:
+                    sftp.chmod(tmp, mode)
+                sftp.posix_rename(tmp, path)
+            except BaseException:
+                try:
+                    sftp.remove(tmp)
+                except Exception:
+                    pass
+                raise
+
+    def _makedirs(self, sftp: paramiko.SFTPClient, path: str) -> None:
+        missing: list[str] = []
+        current = path
+        while current not in ("", "/"):
+            try:
+                attrs = sftp.stat(current)
+            except OSError as exc:
+                if not _missing(exc):
+                    raise
+                missing.append(current)
+                current = posixpath.dirname(current)
+                continue
+            if not stat.S_ISDIR(attrs.st_mode or 0):
+                raise NotADirectoryError(errno.ENOTDIR, "not a directory", current)
+            break
+        for directory in reversed(missing):
+            try:
+                sftp.mkdir(directory)
+            except OSError:
+                if not stat.S_ISDIR(sftp.stat(directory).st_mode or 0):  # lost a race: fine if it is a dir
+                    raise
+
+    # --- directories ----------------------------------------------------------
+
+    @_transport_errors
+    def upload_dir(self, local: str, remote: str, limit: int) -> int:
+        """Copy the local tree ``local`` to ``remote``; returns the number of files."""
+        if not os.path.isdir(local):
+            raise NotADirectoryError(errno.ENOTDIR, "not a local directory", local)
+        files: list[tuple[str, str]] = []
+        dirs: list[str] = [remote]
+        for dirpath, dirnames, filenames in os.walk(local):
+            rel = os.path.relpath(dirpath, local)
+            base = remote if rel == "." else posixpath.join(remote, *rel.split(os.sep))
+            for name in dirnames:
+                full = os.path.join(dirpath, name)
+                if os.path.islink(full):
+                    log.debug("ssh: upload_dir skips symlinked directory %s", full)
+                    continue
+                dirs.append(posixpath.join(base, name))
+            for name in filenames:
+                full = os.path.join(dirpath, name)
+                st = os.lstat(full)
+                if not stat.S_ISREG(st.st_mode):
+                    log.debug("ssh: upload_dir skips %s (not a regular file)", full)
+                    continue
+                if st.st_size > limit:
+                    raise FileTooLarge(full, st.st_size, limit)
+                files.append((full, posixpath.join(base, name)))
+        with self.pool.sftp_lock:
+            sftp = self.pool.sftp()
+            for directory in dirs:
+                self._makedirs(sftp, directory)
+            for src, dst in files:
+                sftp.put(src, dst, confirm=False)
+                sftp.chmod(dst, stat.S_IMODE(os.stat(src).st_mode))
+        return len(files)
+
+    @_transport_errors
+    def download_dir(self, remote: str, local: str, limit: int, shown: str) -> int:
+        """Copy the remote tree ``remote`` into ``local``; returns the number of files."""
+        with self.pool.sftp_lock:
+            sftp = self.pool.sftp()
+            try:
+                if not stat.S_ISDIR(sftp.stat(remote).st_mode or 0):
+                    raise NotADirectoryError(errno.ENOTDIR, "not a remote directory", shown)
+            except OSError as exc:
+                if _missing(exc):
+                    raise SandboxFileNotFound(shown) from None
+                raise
+            entries = list(self._walk(sftp, remote, ()))
+            for rel, attrs in entries:
+                if stat.S_ISREG(attrs.st_mode or 0) and (attrs.st_size or 0) > limit:
+                    raise FileTooLarge(posixpath.join(remote, *rel), attrs.st_size or 0, limit)
+            os.makedirs(local, exist_ok=True)
+            count = 0
+            for rel, attrs in entries:
+                dst = os.path.join(local, *rel)
+                mode = stat.S_IMODE(attrs.st_mode or 0)
+                if stat.S_ISDIR(attrs.st_mode or 0):
+                    os.makedirs(dst, exist_ok=True)
+                else:
+                    sftp.get(posixpath.join(remote, *rel), dst)
+                    count += 1
+                os.chmod(dst, mode | (0o700 if stat.S_ISDIR(attrs.st_mode or 0) else 0o600))
+        return count
+
+    def _walk(self, sftp: paramiko.SFTPClient, top: str, rel: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], Any]]:
+        """(relative parts, attrs) of directories (before their contents) and regular files."""
+        for attrs in sorted(sftp.listdir_attr(posixpath.join(top, *rel)), key=lambda a: a.filename):
+            parts = (*rel, attrs.filename)
+            mode = attrs.st_mode or 0
+            if stat.S_ISDIR(mode):
+                yield parts, attrs
+                yield from self._walk(sftp, top, parts)
+            elif stat.S_ISREG(mode):
+                yield parts, attrs
+            else:
+                log.debug("ssh: download_dir skips %s (symlink or special file)", posixpath.join(top, *parts))

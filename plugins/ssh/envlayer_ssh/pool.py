@@ -1,0 +1,409 @@
+"""Shared connections: one pool of SSH connections per :class:`Target`, reference-counted.
+
+Guaranteed:
+
+* Environments with equal targets share one :class:`TargetPool` (module-level registry
+  under a lock). :func:`release` closes the pool's connections only when the last
+  environment that acquired it releases it.
+* Every connection has TCP_NODELAY on (paramiko never sets it; without it each channel
+  open stalls ~40 ms on Nagle + delayed ACK) and keepalive as configured.
+* At most ``max_sessions`` channels are open on one connection at a time (OpenSSH's
+  MaxSessions). Further short-lived channels wait for a free one; a new connection (up to
+  ``max_connections``) is opened only when every channel is held by a long-lived user
+  (session shell, SFTP), because those would never free a slot. A server that refuses a
+  channel below ``max_sessions`` lowers that connection's capacity instead of failing.
+* A connection found dead is re-established on the next channel open, logged at WARNING
+  and counted in :attr:`TargetPool.reconnects`. A failed channel *open* is retried once on
+  a fresh connection, since no command was sent yet; nothing else is ever retried here.
+
+Raised: :class:`~envlayer.errors.BackendUnavailable` (unreachable, authentication
+refused, connection lost), :class:`~envlayer_ssh.errors.HostKeyError`.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from envlayer.errors import BackendUnavailable
+
+from envlayer_ssh import hostkeys
+from envlayer_ssh.errors import HostKeyError
+from envlayer_ssh.target import Target
+
+if TYPE_CHECKING:
+    import paramiko
+
+log = logging.getLogger("envlayer.ssh")
+
+_REGISTRY: dict[Target, TargetPool] = {}
+_REGISTRY_LOCK = threading.Lock()
+
+
+def acquire(target: Target) -> TargetPool:
+    """The shared pool for ``target``, with its reference count raised by one.
+
+    Connects nothing: connections are opened by the first channel request.
+    """
+    with _REGISTRY_LOCK:
+        pool = _REGISTRY.get(target)
+        if pool is None:
+            pool = _REGISTRY[target] = TargetPool(target)
+        pool.refs += 1
+        return pool
+
+
+def release(pool: TargetPool) -> None:
+    """Drop one reference; the last one closes every connection of the pool."""
+    with _REGISTRY_LOCK:
+        pool.refs -= 1
+        if pool.refs > 0:
+            return
+        if _REGISTRY.get(pool.target) is pool:
+            del _REGISTRY[pool.target]
+    pool.close()
+
+
+def open_pools() -> dict[Target, int]:
+    """Target -> reference count of every live pool (for tests and diagnostics)."""
+    with _REGISTRY_LOCK:
+        return {target: pool.refs for target, pool in _REGISTRY.items()}
+
+
+class Connection:
+    """One authenticated transport to a target, (re)connected on demand."""
+
+    def __init__(self, pool: TargetPool) -> None:
+        self.pool = pool
+        self.capacity = pool.target.max_sessions
+        self.in_use = 0
+        self.long_lived = 0
+        self.generation = 0
+        self._client: paramiko.SSHClient | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def alive(self) -> bool:
+        client = self._client
+        transport = client.get_transport() if client is not None else None
+        return transport is not None and transport.is_active()
+
+    def transport(self) -> paramiko.Transport:
+        """The live transport, connecting (or reconnecting) first if needed."""
+        with self._lock:
+            client = self._client
+            transport = client.get_transport() if client is not None else None
+            if transport is not None and transport.is_active():
+                return transport
+            if client is not None:
+                client.close()
+                self._client = None
+                self.pool.note_reconnect()
+            self._client = _connect(self.pool.target, self.pool.jump_transport())
+            self.generation += 1
+            transport = self._client.get_transport()
+            assert transport is not None
+            return transport
+
+    def open_channel(self) -> paramiko.Channel:
+        """A new session channel. Retried once on a fresh connection when the open fails
+        because the connection died (nothing was sent on the channel yet)."""
+        import paramiko
+
+        timeout = self.pool.target.connect_timeout
+        transport = self.transport()
+        try:
+            return transport.open_session(timeout=timeout)
+        except paramiko.ChannelException:
+            raise
+        except (paramiko.SSHException, EOFError, OSError):
+            if transport.is_active():
+                raise
+        return self.transport().open_session(timeout=timeout)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._client is not None:
+                self._client.close()
+                self._client = None
+
+
+class Lease:
+    """A channel and the connection slot it occupies. :meth:`release` closes the channel
+    and frees the slot; it is idempotent."""
+
+    def __init__(self, pool: TargetPool, connection: Connection, channel: paramiko.Channel, long_lived: bool) -> None:
+        self.pool = pool
+        self.connection = connection
+        self.channel = channel
+        self.long_lived = long_lived
+        self._released = False
+
+    def release(self) -> None:
+        if self._released:
+            return
+        self._released = True
+        try:
+            self.channel.close()
+        except Exception:  # a channel on a dead transport may fail to close; the slot is freed anyway
+            log.debug("ssh: closing a channel failed", exc_info=True)
+        self.pool.free_slot(self.connection, self.long_lived)
+
+
+class TargetPool:
+    """The connections to one target and the accounting of their channel slots."""
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        self.refs = 0
+        self.reconnects = 0
+        self.connections: list[Connection] = []
+        self._cond = threading.Condition()
+        self._closed = False
+        self._jump: TargetPool | None = None
+        self._sftp: paramiko.SFTPClient | None = None
+        self._sftp_lease: Lease | None = None
+        self.sftp_lock = threading.RLock()
+
+    # --- slots and channels ---------------------------------------------------------
+
+    def _reserve(self, long_lived: bool) -> Connection:
+        deadline = time.monotonic() + max(self.target.connect_timeout, 30.0)
+        with self._cond:
+            while True:
+                if self._closed:
+                    raise BackendUnavailable(f"the connection pool for {self.target.describe()} was closed")
+                for conn in self.connections:
+                    if conn.in_use < conn.capacity:
+                        return self._take(conn, long_lived)
+                stuck = all(c.long_lived >= c.capacity for c in self.connections)
+                if len(self.connections) < self.target.max_connections and (long_lived or stuck):
+                    conn = Connection(self)
+                    self.connections.append(conn)
+                    return self._take(conn, long_lived)
+                remaining = deadline - time.monotonic()
+                if stuck or remaining <= 0:
+                    raise BackendUnavailable(
+                        f"all {sum(c.capacity for c in self.connections)} channels on "
+                        f"{len(self.connections)} connection(s) to {self.target.describe()} are held "
+                        "by session shells and file transfers",
+                        hint="clean up idle environments, raise max_connections, or use mode = \"oneshot\"",
+                    )
+                self._cond.wait(min(remaining, 1.0))
+
+    def _take(self, conn: Connection, long_lived: bool) -> Connection:
+        conn.in_use += 1
+        if long_lived:
+            conn.long_lived += 1
+        return conn
+
+    def free_slot(self, conn: Connection, long_lived: bool) -> None:
+        with self._cond:
+            conn.in_use -= 1
+            if long_lived:
+                conn.long_lived -= 1
+            self._cond.notify_all()
+
+    def open(self, *, long_lived: bool = False) -> Lease:
+        """Open a session channel in a free slot (waiting for one if needed).
+
+        ``long_lived`` marks channels that stay open across commands (session shells,
+        SFTP). Raises :class:`BackendUnavailable` when the target cannot be reached.
+        """
+        import paramiko
+
+        while True:
+            conn = self._reserve(long_lived)
+            try:
+                channel = conn.open_channel()
+            except paramiko.ChannelException as exc:
+                self._lower_capacity(conn, exc)
+                self.free_slot(conn, long_lived)
+                continue
+            except HostKeyError:
+                self.free_slot(conn, long_lived)
+                raise
+            except BackendUnavailable:
+                self.free_slot(conn, long_lived)
+                raise
+            except (paramiko.SSHException, EOFError, OSError) as exc:
+                self.free_slot(conn, long_lived)
+                raise BackendUnavailable(
+                    f"cannot open a channel to {self.target.describe()}: {type(exc).__name__}: {exc}",
+                    hint="check that the server is up; the next call reconnects",
+                ) from exc
+            except BaseException:
+                self.free_slot(conn, long_lived)
+                raise
+            return Lease(self, conn, channel, long_lived)
+
+    def _lower_capacity(self, conn: Connection, exc: Exception) -> None:
+        with self._cond:
+            allowed = conn.in_use - 1
+            if allowed < 1:
+                raise BackendUnavailable(
+                    f"{self.target.describe()} refused to open a session channel: {exc}",
+                    hint="check the server's MaxSessions and its logs",
+                ) from exc
+            if allowed < conn.capacity:
+                log.warning(
+                    "ssh: %s refused channel %d; treating its MaxSessions as %d (set max_sessions = %d)",
+                    self.target.describe(), conn.in_use, allowed, allowed,
+                )
+                conn.capacity = allowed
+
+    def note_reconnect(self) -> None:
+        with self._cond:
+            self.reconnects += 1
+        log.warning(
+            "ssh: the connection to %s was lost and is being re-established; a command that was "
+            "running when it dropped may or may not have completed and was not re-run",
+            self.target.describe(),
+        )
+
+    def ensure_connected(self) -> None:
+        """Establish the first connection now (raises what connecting raises)."""
+        with self._cond:
+            if not self.connections:
+                self.connections.append(Connection(self))
+            conn = self.connections[0]
+        conn.transport()
+
+    # --- jump hosts and sftp -----------------------------------------------------
+
+    def jump_transport(self) -> paramiko.Transport | None:
+        """A live transport to the previous hop, or None for a direct connection."""
+        if self.target.jump is None:
+            return None
+        with self._cond:
+            if self._jump is None:
+                self._jump = acquire(self.target.jump)
+            jump = self._jump
+        with jump._cond:
+            if not jump.connections:
+                jump.connections.append(Connection(jump))
+            conn = jump.connections[0]
+        return conn.transport()
+
+    def sftp(self) -> paramiko.SFTPClient:
+        """The pool's one SFTP client, opened (or reopened after a drop) on demand.
+        Callers hold :attr:`sftp_lock` while using it."""
+        import paramiko
+
+        with self.sftp_lock:
+            lease = self._sftp_lease
+            if self._sftp is not None and lease is not None:
+                if not lease.channel.closed and lease.connection.alive:
+                    return self._sftp
+                lease.release()
+                self._sftp = self._sftp_lease = None
+            lease = self.open(long_lived=True)
+            try:
+                lease.channel.invoke_subsystem("sftp")
+                self._sftp = paramiko.SFTPClient(lease.channel)
+            except BaseException as exc:
+                lease.release()
+                if isinstance(exc, (paramiko.SSHException, EOFError, OSError)):
+                    raise BackendUnavailable(
+                        f"cannot start SFTP on {self.target.describe()}: {exc}",
+                        hint="enable the sftp subsystem on the server (Subsystem sftp internal-sftp)",
+                    ) from exc
+                raise
+            self._sftp_lease = lease
+            return self._sftp
+
+    def close(self) -> None:
+        """Close the SFTP client, every connection, and the jump pool's reference."""
+        with self._cond:
+            self._closed = True
+            conns = list(self.connections)
+            self._cond.notify_all()
+        with self.sftp_lock:
+            if self._sftp_lease is not None:
+                self._sftp_lease.release()
+            self._sftp = self._sftp_lease = None
+        for conn in conns:
+            conn.close()
+        if self._jump is not None:
+            release(self._jump)
+            self._jump = None
+
+
+def _connect(target: Target, via: paramiko.Transport | None) -> paramiko.SSHClient:
+    """Open, verify and authenticate one connection to ``target``."""
+    import paramiko
+
+    where = target.describe()
+    timeout = target.connect_timeout
+    try:
+        if via is None:
+            sock = socket.create_connection((target.hostname, target.port), timeout=timeout)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        else:
+            sock = via.open_channel(
+                "direct-tcpip", (target.hostname, target.port), ("127.0.0.1", 0), timeout=timeout
+            )
+    except (OSError, paramiko.SSHException, EOFError) as exc:
+        raise BackendUnavailable(
+            f"cannot reach {where}: {type(exc).__name__}: {exc}",
+            hint="check the host name, the port and that sshd is running there",
+        ) from exc
+    client = paramiko.SSHClient()
+    client.set_missing_host_key_policy(_Verifier(target))
+    try:
+        client.connect(
+            target.hostname,
+            port=target.port,
+            username=target.user,
+            password=target.password,
+            key_filename=list(target.key_files) or None,
+            allow_agent=target.use_agent,
+            look_for_keys=target.look_for_keys,
+            sock=sock,
+            timeout=timeout,
+            banner_timeout=timeout,
+            auth_timeout=timeout,
+            channel_timeout=timeout,
+            disabled_algorithms={"keys": hostkeys.disabled_host_key_types(target)},
+        )
+    except HostKeyError:
+        client.close()
+        sock.close()
+        raise
+    except paramiko.AuthenticationException as exc:
+        client.close()
+        sock.close()
+        raise BackendUnavailable(
+            f"authentication to {where} was refused: {exc}",
+            hint="check user, key_files, the ssh agent or password; the server's log says which method it refused",
+        ) from exc
+    except (paramiko.SSHException, EOFError, OSError) as exc:
+        client.close()
+        sock.close()
+        raise BackendUnavailable(
+            f"ssh handshake with {where} failed: {type(exc).__name__}: {exc}",
+            hint="check that the port speaks ssh and the server accepts connections",
+        ) from exc
+    transport = client.get_transport()
+    assert transport is not None
+    if target.keepalive:
+        transport.set_keepalive(max(1, int(target.keepalive)))
+    log.debug("ssh: connected to %s", where)
+    return client
+
+
+class _Verifier:
+    """paramiko policy that hands every host key to :func:`hostkeys.verify`.
+
+    No known_hosts entries are loaded into the client, so paramiko calls this for every
+    key and the decision (unknown, changed, recorded) is made in one place.
+    """
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+        hostkeys.verify(self.target, key)

@@ -1,0 +1,92 @@
+"""Fixtures for the ssh backend's tests: a real sshd on loopback, environments that are
+always cleaned up, and a check that no shared connection outlives its test."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import signal
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from envlayer_ssh import pool
+from envlayer_ssh.backend import SSHEnvironment
+from envlayer_ssh.options import SSHOptions
+from ssh_testserver import TEST_USER, SSHServer, requirements_missing
+
+EnvFactory = Callable[..., SSHEnvironment]
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"ssh tests cannot run in CI: {reason}")
+    pytest.skip(f"ssh tests skipped: {reason}; install it (apt-get install openssh-server) and run as root")
+
+
+def _kill_test_user_processes() -> None:
+    """Kill, by PID, whatever the dedicated test user still runs (commands the tests started)."""
+    try:
+        uid = pwd.getpwnam(TEST_USER).pw_uid
+    except KeyError:
+        return
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.stat(f"/proc/{entry}").st_uid == uid:
+                    os.kill(int(entry), signal.SIGKILL)
+            except (OSError, ProcessLookupError):
+                pass
+
+
+@pytest.fixture(scope="session")
+def sshd() -> Iterator[SSHServer]:
+    """One sshd shared by the tests that do not disturb it."""
+    missing = requirements_missing()
+    if missing:
+        _unavailable(missing)
+    server = SSHServer()
+    try:
+        server.start()
+        yield server
+    finally:
+        server.close()
+        _kill_test_user_processes()
+
+
+@pytest.fixture
+def own_sshd() -> Iterator[SSHServer]:
+    """A private sshd for a test that stops, restarts or re-keys it."""
+    missing = requirements_missing()
+    if missing:
+        _unavailable(missing)
+    server = SSHServer()
+    try:
+        server.start()
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_connections() -> Iterator[None]:
+    """Every test must leave no shared connection behind."""
+    before = set(pool.open_pools())
+    yield
+    leaked = {t.describe(): n for t, n in pool.open_pools().items() if t not in before}
+    assert not leaked, f"connections left open: {leaked}"
+
+
+@pytest.fixture
+def make_env() -> Iterator[EnvFactory]:
+    """Build environments from a server plus option overrides; all are cleaned up."""
+    created: list[SSHEnvironment] = []
+
+    def make(server: SSHServer, **overrides: object) -> SSHEnvironment:
+        env = SSHEnvironment(SSHOptions(**server.options(**overrides)))
+        created.append(env)
+        return env
+
+    yield make
+    for env in created:
+        env.cleanup()

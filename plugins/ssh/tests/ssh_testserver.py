@@ -1,0 +1,218 @@
+"""A private OpenSSH server on a loopback port, for the ssh backend's tests.
+
+Each :class:`SSHServer` lives in its own temp dir: generated ed25519 host key, client key,
+authorized_keys, config, pid file and log. It runs detached (own session), is stopped
+by PID together with every process it spawned (connection handlers, the test user's
+commands), and its directory is removed on :meth:`close`. No system sshd is touched.
+
+The test user has ``/bin/sh`` as login shell so no rc file slows every exec.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+
+SSHD = "/usr/sbin/sshd"
+TEST_USER = "envlayer-ssh-test"
+
+
+class Unavailable(Exception):
+    """sshd, ssh-keygen or root is missing; the message says what."""
+
+
+def requirements_missing() -> str | None:
+    """What prevents running a test sshd here, or None."""
+    if not os.path.exists(SSHD):
+        return f"{SSHD} is missing (apt-get install openssh-server)"
+    if shutil.which("ssh-keygen") is None:
+        return "ssh-keygen is missing (apt-get install openssh-client)"
+    if os.geteuid() != 0:
+        return "the test sshd needs root (to create the test user and switch to it)"
+    return None
+
+
+def ensure_test_user(password: str) -> str:
+    """Create the test user (login shell /bin/sh) if missing and set its password."""
+    try:
+        pwd.getpwnam(TEST_USER)
+    except KeyError:
+        subprocess.run(["useradd", "-m", "-s", "/bin/sh", TEST_USER], check=True, capture_output=True)
+    subprocess.run(["chpasswd"], input=f"{TEST_USER}:{password}\n", text=True, check=True, capture_output=True)
+    return TEST_USER
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def keygen(path: str, comment: str) -> None:
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", path],
+        check=True, capture_output=True,
+    )
+
+
+def _descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                raw = fh.read()
+        except OSError:
+            continue
+        ppid = int(raw[raw.rfind(b")") + 2 :].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+@dataclass
+class ServerFiles:
+    dir: str
+    host_key: str
+    client_key: str
+    known_hosts: str
+    config: str
+    log: str
+
+
+class SSHServer:
+    """One test sshd. Use :meth:`start`, :meth:`stop`, :meth:`restart`, :meth:`close`."""
+
+    def __init__(self, *, max_sessions: int = 10) -> None:
+        self.password = secrets.token_urlsafe(16)
+        self.user = ensure_test_user(self.password)
+        self.port = free_port()
+        self.max_sessions = max_sessions
+        base = tempfile.mkdtemp(prefix="envlayer-sshd-")
+        os.chmod(base, 0o755)
+        self.files = ServerFiles(
+            dir=base,
+            host_key=os.path.join(base, "host_ed25519"),
+            client_key=os.path.join(base, "client_ed25519"),
+            known_hosts=os.path.join(base, "known_hosts"),
+            config=os.path.join(base, "sshd_config"),
+            log=os.path.join(base, "sshd.log"),
+        )
+        self.proc: subprocess.Popen[bytes] | None = None
+        keygen(self.files.host_key, "envlayer-test-host")
+        keygen(self.files.client_key, "envlayer-test-client")
+        auth = os.path.join(base, "authorized_keys")
+        shutil.copy(self.files.client_key + ".pub", auth)
+        os.chmod(auth, 0o644)
+        self._write_config()
+        self.trust_host_key()
+
+    def _write_config(self) -> None:
+        d = self.files.dir
+        with open(self.files.config, "w") as fh:
+            fh.write(
+                f"Port {self.port}\nListenAddress 127.0.0.1\nHostKey {self.files.host_key}\n"
+                f"PidFile {d}/sshd.pid\nAuthorizedKeysFile {d}/authorized_keys\n"
+                "UsePAM no\nStrictModes no\nPasswordAuthentication yes\nKbdInteractiveAuthentication no\n"
+                "PubkeyAuthentication yes\nSubsystem sftp internal-sftp\n"
+                f"MaxSessions {self.max_sessions}\nMaxStartups 100\nAllowTcpForwarding yes\n"
+                f"AllowUsers {self.user}\nLogLevel VERBOSE\n"
+            )
+
+    def host_key_line(self) -> str:
+        with open(self.files.host_key + ".pub") as fh:
+            key_type, blob = fh.read().split()[:2]
+        return f"[127.0.0.1]:{self.port} {key_type} {blob}\n"
+
+    def trust_host_key(self) -> None:
+        """(Re)write the known_hosts file with exactly this server's current key."""
+        with open(self.files.known_hosts, "w") as fh:
+            fh.write(self.host_key_line())
+
+    def new_host_key(self) -> None:
+        """Replace the host key (takes effect at the next start)."""
+        for suffix in ("", ".pub"):
+            os.unlink(self.files.host_key + suffix)
+        keygen(self.files.host_key, "envlayer-test-host-2")
+
+    def start(self) -> None:
+        os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
+        log = open(self.files.log, "ab")
+        try:
+            self.proc = subprocess.Popen(
+                [SSHD, "-D", "-e", "-f", self.files.config],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+        finally:
+            log.close()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"sshd exited with {self.proc.returncode}: {self.read_log()[-2000:]}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as sock:
+                    if sock.recv(4).startswith(b"SSH-"):
+                        return
+            except OSError:
+                time.sleep(0.02)
+        raise RuntimeError(f"sshd did not answer on port {self.port}: {self.read_log()[-2000:]}")
+
+    def stop(self) -> None:
+        """Kill sshd and everything it spawned (open connections and their commands)."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        victims = _descendants(proc.pid)
+        for pid in [proc.pid, *victims]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        proc.wait(timeout=10)
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def read_log(self) -> str:
+        try:
+            with open(self.files.log, errors="replace") as fh:
+                return fh.read()
+        except OSError:
+            return ""
+
+    def close(self) -> None:
+        try:
+            self.stop()
+        finally:
+            shutil.rmtree(self.files.dir, ignore_errors=True)
+
+    def options(self, **overrides: object) -> dict[str, object]:
+        """Keyword arguments for SSHOptions that reach this server with its key."""
+        values: dict[str, object] = dict(
+            host="127.0.0.1",
+            port=self.port,
+            user=self.user,
+            key_files=[self.files.client_key],
+            use_agent=False,
+            look_for_keys=False,
+            ssh_config="",
+            known_hosts=self.files.known_hosts,
+            timeout=60.0,
+            connect_timeout=5.0,
+        )
+        values.update(overrides)
+        return values
