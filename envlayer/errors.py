@@ -10,6 +10,7 @@ file semantics keeps working.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable
 
 
@@ -36,8 +37,11 @@ class BackendNotFound(EnvlayerError):
         self.installed = sorted(installed)
         self.package = package
         listed = ", ".join(self.installed) or "none"
+        close = difflib.get_close_matches(name, self.installed, n=1)
         if package:
             hint = f"install it with `pip install {package}`"
+        elif close:
+            hint = f"did you mean {close[0]!r}?"
         else:
             hint = "check the spelling, or install the package that provides it"
         super().__init__(f"unknown backend {name!r}; installed backends: {listed}", hint=hint)

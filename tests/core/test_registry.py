@@ -38,6 +38,11 @@ def test_unknown_backend_lists_installed_and_names_the_package() -> None:
     assert "pip install envlayer-modal" in message
 
 
+def test_misspelled_backend_suggests_the_installed_one() -> None:
+    with pytest.raises(BackendNotFound, match="did you mean 'toy'"):
+        load_backend("tyo")
+
+
 def test_unknown_unpublished_backend_has_a_generic_hint() -> None:
     with pytest.raises(BackendNotFound) as info:
         load_backend("no-such-thing")
