@@ -1,0 +1,266 @@
+"""Creating, attaching to and reusing the container of an environment.
+
+Rules (see docs/backends/docker.md, "Reuse"):
+
+* Persist mode: the container is named ``naming.container_name(profile, task)``. Creating
+  it is the atomic step: a 409 name conflict means another process won, and we attach to
+  its container. Found running with our fingerprint -> attach (no start). Found stopped
+  (exited / created) -> start it; if that fails, remove it and create a fresh one.
+  Found with a different fingerprint -> ``recreate`` (remove it, create ours) or
+  ``error``, per ``on_fingerprint_mismatch``. Found ``dead`` -> remove and create.
+* Opt-out mode: a private, uniquely named container per environment.
+* A create that fails after the container exists (start failed) removes what it made.
+* A name held by a container envlayer did not label is never touched.
+* The image is never pulled unless ``pull`` is set; a missing image fails at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from envlayer.errors import BackendUnavailable, ConfigError
+from envlayer_docker import labels as L
+from envlayer_docker.naming import container_name, private_name
+from envlayer_docker.options import DockerOptions, parse_volume
+
+KEEPALIVE = ["sleep", "2147483647"]
+_MAX_ATTEMPTS = 12
+_CONFIG_KWARGS = {"hostname", "domainname", "stop_signal"}
+
+
+@dataclass
+class ContainerSpec:
+    """Everything needed to create the container, plus its identity."""
+
+    name: str
+    image: str
+    user: str | None
+    labels: dict[str, str]
+    fingerprint: str
+    config: dict[str, Any]
+    host_config: dict[str, Any]
+    persist: bool
+
+
+@dataclass
+class Attached:
+    """A container ready for commands."""
+
+    id: str
+    name: str
+    created: bool
+    tmpfs_paths: list[str] = field(default_factory=list)
+    image_user: str = ""
+
+
+def effective_user(options: DockerOptions) -> str | None:
+    """The ``user`` the container and every exec run as (None: the image's)."""
+    if options.run_as_host_user and hasattr(os, "getuid"):
+        return f"{os.getuid()}:{os.getgid()}"
+    return options.user
+
+
+def build_spec(api: Any, options: DockerOptions, *, profile: str, task: str, persist: bool) -> ContainerSpec:
+    """Translate ``options`` into create arguments and the fingerprint.
+
+    Raises :class:`ConfigError` for values the daemon API rejects (``extra_create_kwargs``).
+    """
+    user = effective_user(options)
+    binds: dict[str, dict[str, str]] = {}
+    targets = set()
+    for spec in options.volumes:
+        source, target, read_only = parse_volume(spec)
+        binds[source] = {"bind": target, "mode": "ro" if read_only else "rw"}
+        targets.add(target)
+    if options.mount_cwd and "/workspace" not in targets:
+        host_cwd = os.path.abspath(os.path.expanduser(options.host_cwd or os.getcwd()))
+        binds[host_cwd] = {"bind": "/workspace", "mode": "rw"}
+    caps = list(options.capabilities)
+    if options.run_as_host_user:
+        caps = [c for c in caps if c not in ("SETUID", "SETGID")]
+    extra = dict(options.extra_create_kwargs)
+    config_extra = {k: extra.pop(k) for k in list(extra) if k in _CONFIG_KWARGS}
+    security_opt = list(extra.pop("security_opt", []) or [])
+    if options.no_new_privileges and "no-new-privileges" not in security_opt:
+        security_opt.append("no-new-privileges")
+    host_kwargs: dict[str, Any] = {
+        "binds": binds or None,
+        "tmpfs": dict(options.tmpfs) or None,
+        "cap_drop": ["ALL"],
+        "cap_add": caps or None,
+        "security_opt": security_opt or None,
+        "pids_limit": options.pids_limit or None,
+        "mem_limit": f"{options.memory_mb}m" if options.memory_mb else None,
+        "nano_cpus": int(options.cpus * 1e9) or None,
+        "network_mode": None if options.network else "none",
+        "init": options.init,
+        "shm_size": options.shm_size,
+        **extra,
+    }
+    try:
+        host_config = api.create_host_config(**{k: v for k, v in host_kwargs.items() if v is not None})
+    except Exception as exc:  # noqa: BLE001 - docker-py raises several types for bad values
+        raise ConfigError(
+            f"the Docker API rejects these container options: {exc}", source="options",
+            key="extra_create_kwargs", hint="fix or remove the offending option",
+        ) from exc
+    config: dict[str, Any] = {
+        "entrypoint": KEEPALIVE[:1],
+        "command": KEEPALIVE[1:],
+        "working_dir": options.workdir,
+        "user": user,
+        "network_disabled": not options.network,
+        **config_extra,
+    }
+    env_names = sorted(set(options.env) | set(options.forward_env))
+    fp = L.fingerprint(
+        {"image": options.image, "config": config, "host_config": host_config, "env_names": env_names, "labels": options.labels}
+    )
+    name = container_name(profile, task) if persist else private_name(profile, task)
+    return ContainerSpec(
+        name=name, image=options.image, user=user,
+        labels=L.managed_labels(profile=profile, task=task, fingerprint_value=fp, persist=persist, extra=options.labels),
+        fingerprint=fp, config=config, host_config=host_config, persist=persist,
+    )
+
+
+def _attached(info: dict[str, Any], created: bool) -> Attached:
+    tmpfs = list((info.get("HostConfig") or {}).get("Tmpfs") or {})
+    tmpfs += [m["Destination"] for m in info.get("Mounts") or [] if m.get("Type") == "tmpfs"]
+    return Attached(
+        id=info["Id"], name=info.get("Name", "").lstrip("/"), created=created,
+        tmpfs_paths=sorted(set(tmpfs)), image_user=(info.get("Config") or {}).get("User") or "",
+    )
+
+
+def _remove(api: Any, ident: str) -> None:
+    """Force-remove, treating "already gone" and "removal in progress" as success."""
+    from docker.errors import APIError, NotFound
+
+    try:
+        api.remove_container(ident, force=True)
+    except NotFound:
+        pass
+    except APIError as exc:
+        if exc.status_code != 409:
+            raise
+
+
+def _ensure_image(api: Any, options: DockerOptions) -> None:
+    from docker.errors import APIError, ImageNotFound, NotFound
+
+    try:
+        api.inspect_image(options.image)
+        return
+    except (ImageNotFound, NotFound):
+        if not options.pull:
+            raise BackendUnavailable(
+                f"image {options.image!r} is not present on the Docker daemon (envlayer never pulls unless asked)",
+                hint=f"build or load it (`docker build`, `docker load`), run `docker pull {options.image}`, "
+                "or set pull = true in [backends.docker]",
+            ) from None
+    try:
+        api.pull(options.image)
+    except APIError as exc:
+        raise BackendUnavailable(
+            f"pulling image {options.image!r} failed: {exc.explanation or exc}",
+            hint="check the image name and that the registry is reachable, or build the image locally",
+        ) from exc
+
+
+def _create(api: Any, spec: ContainerSpec, options: DockerOptions) -> str | None:
+    """Create and start a container named ``spec.name``. Returns its id, or ``None`` when
+    the name is already taken (another process won the race). A container that was created
+    but cannot start is removed before the error propagates."""
+    from docker.errors import APIError, ImageNotFound
+
+    try:
+        cid = api.create_container(
+            spec.image, name=spec.name, labels=spec.labels, host_config=spec.host_config, detach=True, **spec.config
+        )["Id"]
+    except ImageNotFound:
+        _ensure_image(api, options)
+        return _create(api, spec, options)
+    except APIError as exc:
+        if exc.status_code == 409:
+            return None
+        if exc.status_code == 404 and "image" in str(exc.explanation or "").lower():
+            _ensure_image(api, options)
+            return _create(api, spec, options)
+        raise
+    try:
+        api.start(cid)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            _remove(api, cid)
+        raise
+    return cid
+
+
+def ensure(api: Any, spec: ContainerSpec, options: DockerOptions) -> Attached:
+    """Attach to, start, recreate or create the container of ``spec`` (module rules).
+
+    Raises :class:`BackendUnavailable` (start failures, an unmanaged container holding
+    the name, a fingerprint mismatch with ``on_fingerprint_mismatch = "error"``, or a
+    race that does not settle) and docker-py errors for unexpected API failures.
+    """
+    from docker.errors import APIError, NotFound
+
+    if not spec.persist:
+        cid = _create(api, spec, options)
+        if cid is None:  # a random name collided: practically impossible
+            raise BackendUnavailable(f"container name {spec.name} is taken", hint="retry")
+        return _attached(api.inspect_container(cid), created=True)
+    restarted_once = False
+    for _ in range(_MAX_ATTEMPTS):
+        try:
+            info = api.inspect_container(spec.name)
+        except NotFound:
+            cid = _create(api, spec, options)
+            if cid is None:
+                continue  # lost the race: attach to the winner on the next round
+            return _attached(api.inspect_container(cid), created=True)
+        found = (info.get("Config") or {}).get("Labels") or {}
+        if found.get(L.MANAGED) != "1":
+            raise BackendUnavailable(
+                f"a container named {spec.name} exists but is not managed by envlayer",
+                hint=f"remove or rename it (`docker rm -f {spec.name}`)",
+            )
+        if found.get(L.FINGERPRINT) != spec.fingerprint:
+            if options.on_fingerprint_mismatch == "error":
+                raise BackendUnavailable(
+                    f"container {spec.name} was created with different options "
+                    f"(fingerprint {found.get(L.FINGERPRINT)}, now {spec.fingerprint})",
+                    hint="remove it (`envlayer rm`), or set on_fingerprint_mismatch = \"recreate\"",
+                )
+            _remove(api, info["Id"])
+            continue
+        state = info.get("State") or {}
+        status = state.get("Status")
+        if status in ("running", "restarting"):
+            return _attached(info, created=False)
+        if status == "paused":
+            api.unpause(info["Id"])
+            return _attached(info, created=False)
+        if status in ("created", "exited") and not restarted_once:
+            restarted_once = True
+            try:
+                api.start(info["Id"])
+                return _attached(api.inspect_container(info["Id"]), created=False)
+            except NotFound:
+                continue
+            except APIError:
+                _remove(api, info["Id"])  # cannot start: replace it with a fresh one
+                continue
+        if status == "removing":
+            time.sleep(0.05)
+            continue
+        _remove(api, info["Id"])  # dead, or a second failed start
+    raise BackendUnavailable(
+        f"could not settle on one container named {spec.name} after {_MAX_ATTEMPTS} attempts",
+        hint="another process may be recreating it with different options; make their options agree",
+    )

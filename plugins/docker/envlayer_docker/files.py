@@ -1,0 +1,308 @@
+"""File and directory transfer through tar archives.
+
+Two transports, chosen per path:
+
+* the archive API (``put_archive`` / ``get_archive`` / ``HEAD .../archive``): no process in
+  the container, works on stopped containers, bind mounts and volumes;
+* an exec running ``cat`` / ``tar`` for paths inside tmpfs mounts (``/tmp`` by default),
+  which the archive API does not see (it works on the container's root filesystem).
+
+Guarantees: reads and writes are refused before transferring anything when the size is
+over the cap (:class:`FileTooLarge`); a directory named as a file raises
+:class:`SandboxIsADirectory`; a missing file raises :class:`SandboxFileNotFound`; files are
+written owned by the container's user, keeping the mode of a file they replace; archive
+members that would land outside the download target (absolute names, ``..``, links
+pointing out) raise :class:`SandboxPathError` and nothing of that member is written.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import posixpath
+import tarfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from envlayer.errors import FileTooLarge, SandboxFileNotFound, SandboxIsADirectory, SandboxPathError
+
+_GO_DIR = 1 << 31
+_GO_SYMLINK = 1 << 27
+_MAX_LINKS = 8
+
+Helper = Callable[[list[str], bytes | None], tuple[int, bytes, bytes]]
+"""Runs an argv in the container (as the container's user) with optional stdin bytes:
+returns (exit code, stdout, stderr)."""
+
+
+class ContainerGone(Exception):
+    """The container itself is missing (not just the file)."""
+
+
+@dataclass
+class PathStat:
+    """What the archive API reports about a path."""
+
+    size: int
+    mode: int
+    link_target: str
+
+    @property
+    def is_dir(self) -> bool:
+        return bool(self.mode & _GO_DIR)
+
+    @property
+    def is_symlink(self) -> bool:
+        return bool(self.mode & _GO_SYMLINK)
+
+
+def _gone_or_missing(exc: Any, path: str) -> Exception:
+    text = str(getattr(exc, "explanation", "") or exc).lower()
+    if "no such container" in text:
+        return ContainerGone(text)
+    return SandboxFileNotFound(path)
+
+
+class FileTransfer:
+    """File operations on one container. ``owner`` is (uid, gid) for new files."""
+
+    def __init__(self, api: Any, container_id: str, *, tmpfs_paths: list[str], owner: tuple[int, int], helper: Helper) -> None:
+        self.api = api
+        self.container_id = container_id
+        self.tmpfs_paths = [p.rstrip("/") or "/" for p in tmpfs_paths]
+        self.owner = owner
+        self.helper = helper
+
+    def in_tmpfs(self, path: str) -> bool:
+        """True when ``path`` lies inside a tmpfs mount (archive API cannot see it)."""
+        return any(path == p or path.startswith(p + "/") for p in self.tmpfs_paths)
+
+    # --- archive API primitives ---------------------------------------------------------
+
+    def stat(self, path: str) -> PathStat | None:
+        """Stat ``path`` through ``HEAD /archive`` (does not follow a final symlink)."""
+        resp = self.api.head(self.api._url("/containers/{0}/archive", self.container_id), params={"path": path})
+        if resp.status_code == 404:
+            try:
+                self.api.inspect_container(self.container_id)
+            except Exception as exc:  # noqa: BLE001
+                raise _gone_or_missing(exc, path) from None
+            return None
+        resp.raise_for_status()
+        raw = json.loads(base64.b64decode(resp.headers["X-Docker-Container-Path-Stat"]))
+        return PathStat(int(raw.get("size", 0)), int(raw.get("mode", 0)), raw.get("linkTarget") or "")
+
+    def _follow(self, path: str) -> tuple[str, PathStat | None]:
+        """Follow symlinks (up to 8): the final path and its stat (``None`` if missing)."""
+        for _ in range(_MAX_LINKS):
+            st = self.stat(path)
+            if st is None or not st.is_symlink:
+                return path, st
+            path = posixpath.normpath(posixpath.join(posixpath.dirname(path), st.link_target))
+        raise SandboxFileNotFound(path)
+
+    def _resolve(self, path: str) -> tuple[str, PathStat]:
+        """Like :meth:`_follow`, but the path must exist."""
+        real, st = self._follow(path)
+        if st is None:
+            raise SandboxFileNotFound(path)
+        return real, st
+
+    # --- files ----------------------------------------------------------------------------
+
+    def read(self, path: str, limit: int) -> bytes:
+        """The bytes of the file at absolute ``path`` (see the module guarantees)."""
+        if self.in_tmpfs(path):
+            return self._read_exec(path, limit)
+        from docker.errors import NotFound
+
+        real, st = self._resolve(path)
+        if self.in_tmpfs(real):
+            return self._read_exec(real, limit)
+        if st.is_dir:
+            raise SandboxIsADirectory(path)
+        if st.size > limit:
+            raise FileTooLarge(path, st.size, limit)
+        try:
+            chunks, _ = self.api.get_archive(self.container_id, real)
+            data = b"".join(chunks)
+        except NotFound as exc:
+            raise _gone_or_missing(exc, path) from None
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r") as tar:
+            for member in tar:
+                if member.isfile():
+                    fh = tar.extractfile(member)
+                    assert fh is not None
+                    return fh.read(limit + 1)
+        raise SandboxFileNotFound(path)
+
+    def _read_exec(self, path: str, limit: int) -> bytes:
+        script = (
+            '[ -d "$1" ] && exit 21; [ -e "$1" ] || exit 20; s=$(wc -c < "$1") || exit 22; '
+            '[ "$s" -le "$2" ] || { echo "$s" >&2; exit 23; }; cat -- "$1"'
+        )
+        code, out, err = self.helper(["sh", "-c", script, "envlayer-read", path, str(limit)], None)
+        if code == 20:
+            raise SandboxFileNotFound(path)
+        if code == 21:
+            raise SandboxIsADirectory(path)
+        if code == 23:
+            raise FileTooLarge(path, int(err.strip() or 0), limit)
+        if code != 0:
+            raise OSError(f"reading {path!r} in the container failed ({code}): {err.decode(errors='replace')[:300]}")
+        return out
+
+    def write(self, path: str, data: bytes) -> None:
+        """Create or replace the file at absolute ``path``, creating parent directories."""
+        if self.in_tmpfs(path):
+            return self._write_exec(path, data)
+        from docker.errors import NotFound
+
+        path, st = self._follow(path)
+        if self.in_tmpfs(path):
+            return self._write_exec(path, data)
+        if st is not None and st.is_dir:
+            raise SandboxIsADirectory(path)
+        mode = (st.mode & 0o777) if st is not None else 0o644
+        parent = posixpath.dirname(path)
+        if st is None and self.owner[0] != 0 and self.stat(parent) is None:
+            self._mkdir(parent)  # as the container user, so they own it
+        info = tarfile.TarInfo(path.lstrip("/"))
+        info.size, info.mode, info.mtime = len(data), mode, int(time.time())
+        info.uid, info.gid = self.owner
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            tar.addfile(info, io.BytesIO(data))
+        try:
+            self.api.put_archive(self.container_id, "/", buf.getvalue())
+        except NotFound as exc:
+            raise _gone_or_missing(exc, path) from None
+        return None
+
+    def _write_exec(self, path: str, data: bytes) -> None:
+        script = '[ -d "$1" ] && exit 21; d=${1%/*}; [ -z "$d" ] || mkdir -p -- "$d" || exit 22; cat > "$1"'
+        code, _, err = self.helper(["sh", "-c", script, "envlayer-write", path], data)
+        if code == 21:
+            raise SandboxIsADirectory(path)
+        if code != 0:
+            raise OSError(f"writing {path!r} in the container failed ({code}): {err.decode(errors='replace')[:300]}")
+
+    def _mkdir(self, path: str) -> None:
+        code, _, err = self.helper(["mkdir", "-p", "--", path], None)
+        if code != 0:
+            raise OSError(f"mkdir -p {path!r} in the container failed: {err.decode(errors='replace')[:300]}")
+
+    # --- directories ------------------------------------------------------------------------
+
+    def upload_dir(self, local: str, remote: str, limit: int) -> None:
+        """Copy the contents of host directory ``local`` into ``remote`` (created if missing).
+        Symlinks are copied as links. Raises :class:`FileTooLarge` over ``limit`` bytes."""
+        if not os.path.isdir(local):
+            raise NotADirectoryError(f"not a local directory: {local!r}")
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            for entry in sorted(os.listdir(local)):
+                tar.add(os.path.join(local, entry), arcname=entry, filter=self._own)
+                if buf.tell() > limit:
+                    raise FileTooLarge(local, buf.tell(), limit)
+        payload = buf.getvalue()
+        if len(payload) > limit:
+            raise FileTooLarge(local, len(payload), limit)
+        self._mkdir(remote)
+        if self.in_tmpfs(remote):
+            code, _, err = self.helper(["tar", "-x", "-f", "-", "-C", remote], payload)
+            if code != 0:
+                raise OSError(f"unpacking into {remote!r} failed: {err.decode(errors='replace')[:300]}")
+            return
+        self.api.put_archive(self.container_id, remote, payload)
+
+    def _own(self, info: tarfile.TarInfo) -> tarfile.TarInfo:
+        info.uid, info.gid = self.owner
+        info.uname = info.gname = ""
+        return info
+
+    def download_dir(self, remote: str, local: str, limit: int) -> None:
+        """Copy the contents of container directory ``remote`` into host dir ``local``."""
+        if self.in_tmpfs(remote):
+            code, out, err = self.helper(
+                ["sh", "-c", '[ -d "$1" ] || exit 20; tar -c -f - -C "$1" .', "envlayer-pack", remote], None
+            )
+            if code == 20:
+                raise SandboxFileNotFound(remote)
+            if code != 0:
+                raise OSError(f"packing {remote!r} failed: {err.decode(errors='replace')[:300]}")
+            if len(out) > limit:
+                raise FileTooLarge(remote, len(out), limit)
+            payload, strip = out, False
+        else:
+            from docker.errors import NotFound
+
+            real, st = self._resolve(remote)
+            if not st.is_dir:
+                raise NotADirectoryError(f"not a directory in the container: {remote!r}")
+            try:
+                chunks, _ = self.api.get_archive(self.container_id, real)
+                payload = _bounded(chunks, limit, remote)
+            except NotFound as exc:
+                raise _gone_or_missing(exc, remote) from None
+            strip = True
+        os.makedirs(local, exist_ok=True)
+        safe_extract(payload, local, strip_first=strip)
+
+
+def _bounded(chunks: Iterator[bytes], limit: int, path: str) -> bytes:
+    buf = bytearray()
+    for chunk in chunks:
+        buf += chunk
+        if len(buf) > limit:
+            raise FileTooLarge(path, len(buf), limit)
+    return bytes(buf)
+
+
+def _inside(root: str, rel: str) -> bool:
+    target = os.path.normpath(os.path.join(root, rel))
+    return target == root or target.startswith(root + os.sep)
+
+
+def safe_extract(payload: bytes, dest: str, *, strip_first: bool) -> None:
+    """Extract a tar into ``dest``, dropping the first path component when ``strip_first``.
+
+    Every member is checked before anything is written: absolute names, ``..`` escapes,
+    and symlinks or hardlinks resolving outside ``dest`` raise :class:`SandboxPathError`.
+    Device files and FIFOs are skipped. Pure (no Docker); unit-tested directly.
+    """
+    root = os.path.realpath(dest)
+    plan: list[tarfile.TarInfo] = []
+    with tarfile.open(fileobj=io.BytesIO(payload), mode="r") as tar:
+        for member in tar.getmembers():
+            name = member.name
+            if name.startswith("/") or os.path.isabs(name):
+                raise SandboxPathError(name, dest)
+            parts = [p for p in name.split("/") if p not in ("", ".")]
+            if strip_first:
+                parts = parts[1:]
+            if not parts:
+                continue
+            rel = "/".join(parts)
+            if ".." in parts or not _inside(root, rel):
+                raise SandboxPathError(name, dest)
+            if member.issym():
+                if member.linkname.startswith("/") or not _inside(root, os.path.join(os.path.dirname(rel), member.linkname)):
+                    raise SandboxPathError(f"{name} -> {member.linkname}", dest)
+            elif member.islnk():
+                link_parts = [p for p in member.linkname.split("/") if p not in ("", ".")]
+                if strip_first:
+                    link_parts = link_parts[1:]
+                link = "/".join(link_parts)
+                if not link or ".." in link_parts or not _inside(root, link):
+                    raise SandboxPathError(f"{name} => {member.linkname}", dest)
+                member = member.replace(linkname=link, deep=False)
+            elif not (member.isfile() or member.isdir()):
+                continue
+            plan.append(member.replace(name=rel, deep=False))
+        for member in plan:
+            tar.extract(member, root, filter="data")

@@ -1,0 +1,205 @@
+"""``DockerOptions``: the Docker backend's option schema and its validation.
+
+Importable without the Docker SDK (``envlayer doctor`` and the configuration loader read
+it to validate ``[backends.docker]`` and ``ENVLAYER_DOCKER_<OPTION>`` values).
+
+Every field is part of the container's *fingerprint* unless its doc says it is a
+per-process setting (see :func:`envlayer_docker.labels.fingerprint`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from envlayer.options import BaseOptions, OptionError, option
+
+DEFAULT_WORKDIR = "/workspace"
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+CAPABILITY_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
+VOLUME_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_SIZE = re.compile(r"^[0-9]+[bkmgBKMG]?$")
+
+SHELL_CAPABILITIES = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "SETUID", "SETGID"]
+"""What a root shell needs to behave normally once every other capability is dropped."""
+
+EXTRA_CREATE_KWARGS = frozenset(
+    {
+        "blkio_weight",
+        "cpu_shares",
+        "cpuset_cpus",
+        "device_requests",
+        "devices",
+        "dns",
+        "dns_search",
+        "domainname",
+        "extra_hosts",
+        "group_add",
+        "hostname",
+        "ipc_mode",
+        "mem_reservation",
+        "mem_swappiness",
+        "memswap_limit",
+        "oom_kill_disable",
+        "oom_score_adj",
+        "read_only",
+        "runtime",
+        "security_opt",
+        "stop_signal",
+        "storage_opt",
+        "sysctls",
+        "ulimits",
+    }
+)
+"""docker-py ``containers.create`` keywords accepted in ``extra_create_kwargs``. The ones
+envlayer sets itself (image, command, labels, name, user, mounts, limits, network,
+capabilities, environment) are deliberately absent: use the dedicated options."""
+
+
+@dataclass(kw_only=True)
+class DockerOptions(BaseOptions):
+    """Options of the Docker backend. ``cwd`` defaults to ``/workspace``."""
+
+    image: str = option("python:3.11-slim", doc="Image to run. Must be present locally unless `pull` is true.")
+    pull: bool = option(False, doc="Pull `image` when it is missing locally. Off by default: a missing image fails at once.")
+    persist_across_processes: bool = option(
+        True,
+        doc="Share one long-lived container per (profile, task) across processes; cleanup() leaves it "
+        "running. False: a private container per environment, removed by cleanup(). Per-process setting.",
+    )
+    on_fingerprint_mismatch: Literal["recreate", "error"] = option(
+        "recreate",
+        doc="What to do when the (profile, task) container was made from different inputs: `recreate` "
+        "removes it and creates a new one; `error` raises. Per-process setting.",
+    )
+    exec_mode: Literal["session", "oneshot"] = option(
+        "session",
+        doc="`session`: commands share one persistent shell (cd and export persist, sub-millisecond calls); "
+        "`oneshot`: every command runs in a fresh `docker exec`. Per-process setting.",
+    )
+    shell: str = option("/bin/sh", doc="Shell used for the session and for string commands. Per-process setting.")
+    user: str | None = option(None, doc="User to run as (`name`, `uid` or `uid:gid`); the image's user when unset.")
+    run_as_host_user: bool = option(False, doc="Run as this process's uid:gid (files in mounts stay yours). Overrides `user`.")
+    mount_cwd: bool = option(False, doc="Bind-mount `host_cwd` (default: this process's cwd) at /workspace.")
+    host_cwd: str | None = option(None, doc="Host directory that `mount_cwd` mounts; the current directory when unset.")
+    volumes: list[str] = option(
+        doc="Mounts as `SOURCE:TARGET[:ro|rw]`; SOURCE is an absolute host path or a named volume, TARGET absolute.",
+        factory=list,
+    )
+    cpus: float = option(0.0, doc="CPU limit in cores (0 = unlimited).")
+    memory_mb: int = option(0, doc="Memory limit in MiB (0 = unlimited).")
+    pids_limit: int = option(1024, doc="Maximum number of processes in the container (0 = unlimited).")
+    network: bool = option(True, doc="False runs the container with no network (network_mode none).")
+    capabilities: list[str] = option(
+        doc="Linux capabilities kept after dropping ALL. Default: what a shell needs "
+        "(CHOWN, DAC_OVERRIDE, FOWNER, SETUID, SETGID; the last two are dropped with run_as_host_user).",
+        factory=lambda: list(SHELL_CAPABILITIES),
+    )
+    no_new_privileges: bool = option(True, doc="Set the no-new-privileges security option.")
+    tmpfs: dict[str, str] = option(
+        doc="tmpfs mounts, path -> mount options (sizes like size=512m). {} for none.",
+        factory=lambda: {"/tmp": "rw,nosuid,size=512m", "/run": "rw,noexec,nosuid,size=64m"},
+    )
+    shm_size: str | None = option(None, doc="Size of /dev/shm, e.g. `1g`; Docker's default (64m) when unset.")
+    init: bool = option(True, doc="Run an init process as PID 1 (reaps zombies, forwards signals).")
+    forward_env: list[str] = option(
+        doc="Names of host environment variables whose values are passed to every command "
+        "(read when the environment is created; values never go into labels, argv or logs).",
+        factory=list,
+    )
+    labels: dict[str, str] = option(doc="Extra container labels (keys must not start with `envlayer.`).", factory=dict)
+    extra_create_kwargs: dict[str, Any] = option(
+        doc="Extra docker-py `containers.create` keywords from a fixed allow-list (e.g. devices, ulimits, "
+        "extra_hosts, security_opt, runtime). Values must be JSON-compatible.",
+        factory=dict,
+    )
+    stop_timeout: float = option(5.0, doc="Seconds to wait for a graceful stop before killing, on removal. Per-process setting.")
+    api_timeout: float = option(60.0, doc="Timeout of one Docker API request, in seconds. Per-process setting.")
+    docker_host: str | None = option(
+        None, doc="Daemon address (e.g. unix:///run/podman/podman.sock); DOCKER_HOST or the default socket when unset. Per-process setting."
+    )
+    lease_interval: float = option(
+        30.0, doc="How often (seconds, at most) commands refresh the container's last-used lease. Per-process setting."
+    )
+    idle_reclaim_after: float | None = option(
+        None,
+        doc="Opt-in: reap_orphans also removes RUNNING containers of the profile whose last-used lease is older "
+        "than this many seconds and where no command-started process is alive. Unset: never. Per-process setting.",
+    )
+    max_transfer_bytes: int = option(
+        1_073_741_824, doc="Largest directory archive upload_dir/download_dir will move, in bytes. Per-process setting."
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.image.strip():
+            raise OptionError("image", "must not be empty")
+        if self.cwd is not None and not self.cwd.startswith("/"):
+            raise OptionError("cwd", "must be an absolute path inside the container")
+        if not self.shell.startswith("/"):
+            raise OptionError("shell", "must be an absolute path, e.g. /bin/sh")
+        for key in ("cpus", "memory_mb", "pids_limit", "stop_timeout", "lease_interval"):
+            if getattr(self, key) < 0:
+                raise OptionError(key, "must be >= 0")
+        if self.api_timeout <= 0:
+            raise OptionError("api_timeout", "must be > 0")
+        if self.idle_reclaim_after is not None and self.idle_reclaim_after <= 0:
+            raise OptionError("idle_reclaim_after", "must be > 0 (or unset to disable)")
+        if self.max_transfer_bytes < 0:
+            raise OptionError("max_transfer_bytes", "must be >= 0")
+        if self.user is not None and not re.fullmatch(r"[A-Za-z0-9_.-]+(:[A-Za-z0-9_.-]+)?", self.user):
+            raise OptionError("user", "must be `name`, `uid` or `uid:gid`")
+        for spec in self.volumes:
+            parse_volume(spec)
+        for path, opts in self.tmpfs.items():
+            if not path.startswith("/"):
+                raise OptionError("tmpfs", f"{path!r}: mount points must be absolute")
+            for part in filter(None, opts.split(",")):
+                if part.startswith("size=") and not _SIZE.match(part[5:]):
+                    raise OptionError("tmpfs", f"{path!r}: bad size {part[5:]!r} (use e.g. size=512m)")
+        if self.shm_size is not None and not _SIZE.match(self.shm_size):
+            raise OptionError("shm_size", "must be a size like 64m or 1g")
+        for cap in self.capabilities:
+            if not CAPABILITY_NAME.match(cap) or cap == "ALL":
+                raise OptionError("capabilities", f"{cap!r} is not a capability name (e.g. NET_BIND_SERVICE)")
+        for name in self.forward_env:
+            if not ENV_NAME.match(name):
+                raise OptionError("forward_env", f"{name!r} is not a valid variable name")
+        for name in self.env:
+            if not ENV_NAME.match(name):
+                raise OptionError("env", f"{name!r} is not a valid variable name")
+        for key in self.labels:
+            if key.startswith("envlayer.") or not key:
+                raise OptionError("labels", f"{key!r}: keys starting with `envlayer.` are reserved")
+        for key in self.extra_create_kwargs:
+            if key not in EXTRA_CREATE_KWARGS:
+                raise OptionError(
+                    "extra_create_kwargs",
+                    f"{key!r} is not allowed; allowed: {', '.join(sorted(EXTRA_CREATE_KWARGS))}",
+                )
+
+    @property
+    def workdir(self) -> str:
+        """The container's working directory (``cwd`` or ``/workspace``)."""
+        return self.cwd or DEFAULT_WORKDIR
+
+
+def parse_volume(spec: str) -> tuple[str, str, bool]:
+    """``SOURCE:TARGET[:ro|rw]`` -> (source, target, read_only).
+
+    Raises :class:`OptionError` (key ``volumes``) for anything else: a relative source that is
+    not a volume name, a relative target, or an unknown mode.
+    """
+    parts = spec.split(":")
+    if len(parts) not in (2, 3):
+        raise OptionError("volumes", f"{spec!r}: expected SOURCE:TARGET or SOURCE:TARGET:ro")
+    source, target = parts[0], parts[1]
+    mode = parts[2] if len(parts) == 3 else "rw"
+    if mode not in ("ro", "rw"):
+        raise OptionError("volumes", f"{spec!r}: mode must be ro or rw, not {mode!r}")
+    if not (source.startswith("/") or VOLUME_NAME.match(source)):
+        raise OptionError("volumes", f"{spec!r}: source must be an absolute host path or a volume name")
+    if not target.startswith("/") or target == "/":
+        raise OptionError("volumes", f"{spec!r}: target must be an absolute path other than /")
+    return source, target, mode == "ro"

@@ -1,0 +1,191 @@
+"""Sweeping managed containers: the orphan reaper, the opt-in idle reclaim, listing.
+
+Orphan reaper (:func:`reap`): only containers labelled ``envlayer.managed=1`` AND this
+profile; only states ``exited``, ``dead`` (age from ``FinishedAt``) and ``created`` (never
+started; age from ``Created``); a zero, empty or unparseable time means "leave it";
+removal is *not* forced, so a container that another process started in the meantime
+makes the daemon refuse (409) and is spared. One failure is logged and the sweep goes on.
+Inspections and removals run on a small thread pool.
+
+Idle reclaim (:func:`reclaim_idle`, opt-in): RUNNING managed containers of the profile
+whose last-used lease (the mtime of ``/tmp/.envlayer-lease``, refreshed by commands at
+most every ``lease_interval`` seconds; the container's start time when there is none)
+is older than ``idle_reclaim_after``, and in which no process started by a command is
+alive (no process carries ``ENVLAYER_EXEC_ID``) and no session shell is running code.
+Both are checked in one exec inside the container just before removal.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from typing import Any
+
+from envlayer.environment import SandboxInfo
+from envlayer.proctree import EXEC_ID_VAR
+from envlayer_docker import labels as L
+from envlayer_docker.protocol import LEASE_PATH, SESSION_VAR
+
+log = logging.getLogger("envlayer.docker.reaper")
+_TIME = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)$")
+_WORKERS = 8
+STALE_STATES = ("exited", "created", "dead")
+
+
+def parse_docker_time(value: object) -> float | None:
+    """Epoch seconds of a Docker timestamp (RFC 3339, nanoseconds allowed).
+
+    ``None`` for anything that is not one: empty, non-string, Docker's zero time
+    (``0001-01-01T00:00:00Z``) or malformed text. Pure; never raises.
+    """
+    if not isinstance(value, str):
+        return None
+    m = _TIME.match(value.strip())
+    if not m:
+        return None
+    base, frac, tz = m.groups()
+    if base.startswith("0001-"):
+        return None
+    micro = ((frac or "") + "000000")[:6]
+    try:
+        return datetime.fromisoformat(f"{base}.{micro}{'+00:00' if tz == 'Z' else tz}").timestamp()
+    except ValueError:
+        return None
+
+
+def info_from(summary: dict[str, Any], status: str | None = None) -> SandboxInfo:
+    """A :class:`SandboxInfo` from a ``containers()`` summary or an inspect result."""
+    labels = summary.get("Labels") or (summary.get("Config") or {}).get("Labels") or {}
+    names = summary.get("Names") or [summary.get("Name", "")]
+    name = (names[0] if names else "").lstrip("/")
+    created = summary.get("Created", "")
+    if isinstance(created, int):
+        created = datetime.fromtimestamp(created).astimezone().isoformat(timespec="seconds")
+    state = status or summary.get("State")
+    if isinstance(state, dict):
+        state = state.get("Status", "")
+    return SandboxInfo(
+        backend="docker",
+        id=name or summary["Id"][:12],
+        task=labels.get(L.TASK, ""),
+        profile=labels.get(L.PROFILE, ""),
+        status=str(state or ""),
+        created=str(created),
+        detail={
+            "container_id": summary["Id"][:12],
+            "fingerprint": labels.get(L.FINGERPRINT, ""),
+            "persist": labels.get(L.PERSIST, ""),
+            "image": str(summary.get("Image") or (summary.get("Config") or {}).get("Image", "")),
+        },
+    )
+
+
+def list_managed(api: Any, *, profile: str | None, task: str | None = None, states: Iterable[str] | None = None) -> list[dict[str, Any]]:
+    """Container summaries of managed containers (``profile`` None: every profile)."""
+    filters: dict[str, Any] = {"label": L.filters(profile=profile, task=task)}
+    if states:
+        filters["status"] = list(states)
+    return api.containers(all=True, filters=filters)
+
+
+def _age_reference(info: dict[str, Any]) -> float | None:
+    state = info.get("State") or {}
+    if state.get("Status") == "created":
+        return parse_docker_time(info.get("Created"))
+    return parse_docker_time(state.get("FinishedAt"))
+
+
+def _parallel(fn: Callable[[Any], SandboxInfo | None], items: list[Any]) -> list[SandboxInfo]:
+    if not items:
+        return []
+    with ThreadPoolExecutor(max_workers=min(_WORKERS, len(items)), thread_name_prefix="envlayer-reap") as pool:
+        return [r for r in pool.map(fn, items) if r is not None]
+
+
+def reap(api: Any, *, profile: str, max_age: float, dry_run: bool, now: float | None = None) -> list[SandboxInfo]:
+    """Remove this profile's stale stopped containers (module rules). Returns what was
+    removed (or, with ``dry_run``, what would be). Raises only when listing fails."""
+    from docker.errors import APIError, NotFound
+
+    now = time.time() if now is None else now
+    candidates = list_managed(api, profile=profile, states=STALE_STATES)
+
+    def one(summary: dict[str, Any]) -> SandboxInfo | None:
+        try:
+            info = api.inspect_container(summary["Id"])
+            status = (info.get("State") or {}).get("Status")
+            if status not in STALE_STATES:
+                return None
+            ref = _age_reference(info)
+            if ref is None or now - ref < max_age:
+                return None
+            result = info_from(summary, status)
+            if not dry_run:
+                api.remove_container(summary["Id"], v=True)
+            return result
+        except NotFound:
+            return None
+        except APIError as exc:
+            log.warning("reaper: skipping %s: %s", summary["Id"][:12], exc.explanation or exc)
+            return None
+        except Exception as exc:  # noqa: BLE001 - one failure never stops the sweep
+            log.warning("reaper: skipping %s: %r", summary["Id"][:12], exc)
+            return None
+
+    return _parallel(one, candidates)
+
+
+IDLE_CHECK = (
+    'now=$(date +%s); m=$(stat -c %Y ' + LEASE_PATH + ' 2>/dev/null || echo -); busy=0\n'
+    'for d in /proc/[0-9]*; do\n'
+    '  [ "${d#/proc/}" = "$$" ] && continue\n'
+    '  if grep -qa "' + EXEC_ID_VAR + '=" "$d/environ" 2>/dev/null; then busy=1; break; fi\n'
+    '  if grep -qa "' + SESSION_VAR + '=" "$d/environ" 2>/dev/null; then\n'
+    '    st=; read -r st < "$d/stat" 2>/dev/null; set -- ${st##*) }\n'
+    '    [ "$1" = R ] && { busy=1; break; }\n'
+    '  fi\n'
+    'done\n'
+    'echo "$now $m $busy"\n'
+)
+
+
+def parse_idle_check(output: bytes, started_at: float | None, idle_after: float) -> bool:
+    """Decide from the check's output (``<now> <lease mtime or -> <busy>``) whether the
+    container is reclaimable. Anything unexpected means "keep it". Pure."""
+    try:
+        now_s, mtime_s, busy_s = output.decode().split()
+        now = float(now_s)
+        ref = float(mtime_s) if mtime_s != "-" else started_at
+    except (ValueError, UnicodeDecodeError):
+        return False
+    if busy_s != "0" or ref is None:
+        return False
+    return now - ref >= idle_after
+
+
+def reclaim_idle(api: Any, *, profile: str, idle_after: float, dry_run: bool, shell: str = "/bin/sh") -> list[SandboxInfo]:
+    """Remove running managed containers of ``profile`` that are idle (module rules)."""
+    running = list_managed(api, profile=profile, states=("running",))
+
+    def one(summary: dict[str, Any]) -> SandboxInfo | None:
+        try:
+            info = api.inspect_container(summary["Id"])
+            started = parse_docker_time((info.get("State") or {}).get("StartedAt"))
+            user = (info.get("Config") or {}).get("User") or ""
+            eid = api.exec_create(summary["Id"], [shell, "-c", IDLE_CHECK], user=user)["Id"]
+            out = api.exec_start(eid)
+            if not parse_idle_check(out, started, idle_after):
+                return None
+            result = info_from(summary, "running")
+            if not dry_run:
+                api.remove_container(summary["Id"], force=True, v=True)
+            return result
+        except Exception as exc:  # noqa: BLE001 - one failure never stops the sweep
+            log.warning("idle reclaim: skipping %s: %r", summary["Id"][:12], exc)
+            return None
+
+    return _parallel(one, running)
