@@ -1,0 +1,136 @@
+"""Fixtures for the Docker backend tests, against a real daemon.
+
+* Every container made by these tests carries a profile starting with
+  ``envlayer-test-<uuid8>`` (unique per test session); a session finalizer force-removes
+  every managed container whose profile starts with it, even when tests fail.
+* No daemon or no test image: with ``CI=true`` the tests fail, saying what is missing;
+  otherwise they are skipped with a hint (`scripts/provision` starts dockerd and builds
+  the image). The image is ``$ENVLAYER_TEST_IMAGE`` (default ``envlayer-test:busybox``).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+IMAGE = os.environ.get("ENVLAYER_TEST_IMAGE", "envlayer-test:busybox")
+PROFILE = f"envlayer-test-{uuid.uuid4().hex[:8]}"
+
+
+def _docker_problem() -> str | None:
+    try:
+        import docker
+        from docker.errors import ImageNotFound
+    except ImportError as exc:  # pragma: no cover - the SDK is a dependency
+        return f"the docker SDK is not installed ({exc})"
+    try:
+        api = docker.APIClient(version="auto", timeout=10)
+        api.ping()
+    except Exception as exc:  # noqa: BLE001
+        return f"no Docker daemon answers ({type(exc).__name__}: {str(exc)[:200]})"
+    try:
+        api.inspect_image(IMAGE)
+    except ImageNotFound:
+        return f"the test image {IMAGE} is missing"
+    except Exception as exc:  # noqa: BLE001
+        return f"cannot inspect {IMAGE}: {exc}"
+    return None
+
+
+def _remove_test_containers(api: Any) -> list[str]:
+    removed = []
+    for summary in api.containers(all=True, filters={"label": "envlayer.managed=1"}):
+        if (summary.get("Labels") or {}).get("envlayer.profile", "").startswith(PROFILE):
+            try:
+                api.remove_container(summary["Id"], force=True, v=True)
+                removed.append(summary["Id"][:12])
+            except Exception:  # noqa: BLE001 - keep sweeping
+                pass
+    return removed
+
+
+@pytest.fixture(scope="session")
+def docker_api() -> Iterator[Any]:
+    """A low-level docker API client; fails (CI) or skips when Docker is not usable."""
+    problem = _docker_problem()
+    if problem:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"Docker tests cannot run: {problem}. Run scripts/provision first.", pytrace=False)
+        pytest.skip(f"{problem}; run scripts/provision (starts dockerd, builds {IMAGE}) to enable the Docker tests")
+    import docker
+
+    api = docker.APIClient(version="auto", timeout=60)
+    try:
+        yield api
+    finally:
+        from envlayer_docker import teardown
+
+        teardown.wait_all(30)
+        _remove_test_containers(api)
+
+
+@pytest.fixture(scope="session")
+def profile(docker_api: Any) -> str:
+    """The unique profile of this test session."""
+    return PROFILE
+
+
+@pytest.fixture
+def options() -> Callable[..., Any]:
+    """Build DockerOptions for the test image."""
+    from envlayer_docker.options import DockerOptions
+
+    def make(**kw: Any) -> DockerOptions:
+        kw.setdefault("image", IMAGE)
+        kw.setdefault("timeout", 60)
+        return DockerOptions(**kw)
+
+    return make
+
+
+@pytest.fixture
+def make_env(docker_api: Any, profile: str, options: Callable[..., Any]) -> Iterator[Callable[..., Any]]:
+    """Factory: ``make_env(task=None, profile=None, **options)``; every environment it
+    made is force-removed at the end of the test."""
+    from envlayer_docker.backend import DockerEnvironment
+
+    made: list[DockerEnvironment] = []
+
+    def make(task: str | None = None, prof: str | None = None, **kw: Any) -> DockerEnvironment:
+        env = DockerEnvironment(options(**kw), task_id=task or f"t-{uuid.uuid4().hex[:8]}", profile=prof or profile)
+        made.append(env)
+        return env
+
+    yield make
+    for env in made:
+        env.cleanup(force_remove=True)
+    for env in made:
+        env.wait_for_cleanup(30)
+
+
+def run_python(code: str, *, timeout: float = 60, wait: bool = True) -> Any:
+    """Run ``code`` in a new interpreter of this venv. ``wait=False`` returns the Popen."""
+    argv = [sys.executable, "-c", textwrap.dedent(code)]
+    if not wait:
+        return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"child failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+    return proc.stdout
+
+
+def child_env_code(task: str, profile: str, **opts: Any) -> str:
+    """Python source that builds ``env`` for (profile, task) in a child process."""
+    opts.setdefault("image", IMAGE)
+    opts.setdefault("timeout", 60)
+    return (
+        "from envlayer_docker.backend import DockerEnvironment\n"
+        "from envlayer_docker.options import DockerOptions\n"
+        f"env = DockerEnvironment(DockerOptions(**{opts!r}), task_id={task!r}, profile={profile!r})\n"
+    )

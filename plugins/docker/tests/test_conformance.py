@@ -1,0 +1,37 @@
+"""The public conformance suite (envlayer.testing) on the Docker backend, in both exec modes.
+
+Each class shares one container (persist mode, one task); every test gets a fresh
+environment object attached to it, so a fresh shell session.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from envlayer.testing import EnvironmentConformance
+
+pytestmark = pytest.mark.docker
+
+
+class TestDockerSessionConformance(EnvironmentConformance):
+    task = f"conformance-session-{uuid.uuid4().hex[:6]}"
+    mode = "session"
+
+    @pytest.fixture
+    def env(self, docker_api: Any, profile: str, options: Any) -> Iterator[Any]:
+        from envlayer_docker.backend import DockerEnvironment
+
+        environment = DockerEnvironment(options(exec_mode=self.mode), task_id=self.task, profile=profile)
+        try:
+            yield environment
+        finally:
+            environment.cleanup()
+
+
+class TestDockerOneShotConformance(TestDockerSessionConformance):
+    task = f"conformance-oneshot-{uuid.uuid4().hex[:6]}"
+    mode = "oneshot"
