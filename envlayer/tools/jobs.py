@@ -70,9 +70,12 @@ def status(env: Environment, *, jobs_dir: str, job_id: str, budget: int) -> JobS
     head = int(budget * HEAD_SHARE)
     script = (
         f"D={d}; if [ ! -d \"$D\" ]; then echo unknown; echo 0; exit 0; fi; "
+        # liveness first: the exit file is written before the job's shell ends, so a
+        # dead job without it really was lost (checking the file first would race)
+        "if kill -0 \"$(cat \"$D/pid\" 2>/dev/null)\" 2>/dev/null; then A=1; else A=0; fi; "
         "if [ -f \"$D/exit\" ]; then echo \"exited $(cat \"$D/exit\")\"; "
         "elif [ -f \"$D/killed\" ]; then echo killed; "
-        "elif kill -0 \"$(cat \"$D/pid\" 2>/dev/null)\" 2>/dev/null; then echo running; "
+        "elif [ $A = 1 ]; then echo running; "
         "else echo lost; fi; "
         "N=$(wc -c < \"$D/output.log\" 2>/dev/null || echo 0); echo $N; "
         f"if [ \"$N\" -le {budget} ]; then cat \"$D/output.log\" 2>/dev/null; "
