@@ -10,8 +10,9 @@ Guaranteed:
 * At most ``max_sessions`` channels are open on one connection at a time (OpenSSH's
   MaxSessions). Further short-lived channels wait for a free one; a new connection (up to
   ``max_connections``) is opened only when every channel is held by a long-lived user
-  (session shell, SFTP), because those would never free a slot. A server that refuses a
-  channel below ``max_sessions`` lowers that connection's capacity instead of failing.
+  (session shell, SFTP), because those would never free a slot. A refused channel is retried
+  with a short backoff (sshd frees a closed channel's slot a moment late); repeated
+  refusals below ``max_sessions`` lower that connection's capacity instead of failing.
 * A connection found dead is re-established on the next channel open, logged at WARNING
   and counted in :attr:`TargetPool.reconnects`. A failed channel *open* is retried once on
   a fresh connection, since no command was sent yet; nothing else is ever retried here.
@@ -38,6 +39,9 @@ if TYPE_CHECKING:
     import paramiko
 
 log = logging.getLogger("envlayer.ssh")
+
+_REFUSALS_BEFORE_LOWERING = 5
+_MAX_REFUSALS = 200
 
 _REGISTRY: dict[Target, TargetPool] = {}
 _REGISTRY_LOCK = threading.Lock()
@@ -215,26 +219,34 @@ class TargetPool:
         """
         import paramiko
 
+        refusals = 0
         while True:
             conn = self._reserve(long_lived)
             try:
                 channel = conn.open_channel()
-            except paramiko.ChannelException as exc:
-                self._lower_capacity(conn, exc)
-                self.free_slot(conn, long_lived)
-                continue
-            except HostKeyError:
-                self.free_slot(conn, long_lived)
-                raise
-            except BackendUnavailable:
-                self.free_slot(conn, long_lived)
-                raise
             except (paramiko.SSHException, EOFError, OSError) as exc:
                 self.free_slot(conn, long_lived)
-                raise BackendUnavailable(
-                    f"cannot open a channel to {self.target.describe()}: {type(exc).__name__}: {exc}",
-                    hint="check that the server is up; the next call reconnects",
-                ) from exc
+                refused = isinstance(exc, paramiko.ChannelException) or (
+                    isinstance(exc, paramiko.SSHException) and conn.alive
+                )
+                if not refused:
+                    raise BackendUnavailable(
+                        f"cannot open a channel to {self.target.describe()}: {type(exc).__name__}: {exc}",
+                        hint="check that the server is up; the next call reconnects",
+                    ) from exc
+                # sshd frees a closed channel's session a moment after the close arrives, so
+                # a refusal at the limit is often transient: back off, and only after repeated
+                # refusals believe the server's limit is lower than ours.
+                refusals += 1
+                if refusals >= _REFUSALS_BEFORE_LOWERING:
+                    self._lower_capacity(conn, exc)
+                if refusals >= _MAX_REFUSALS:
+                    raise BackendUnavailable(
+                        f"{self.target.describe()} keeps refusing session channels: {exc}",
+                        hint="check the server's MaxSessions and its logs",
+                    ) from exc
+                time.sleep(min(0.2, 0.005 * refusals))
+                continue
             except BaseException:
                 self.free_slot(conn, long_lived)
                 raise

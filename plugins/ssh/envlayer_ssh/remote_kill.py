@@ -7,8 +7,10 @@ What is killed (read from /proc by one POSIX ``sh`` script; no remote Python nee
 * every process in a process group or session led by such a process (catches forked
   subshells of a one-shot command, which never exec and so do not show the marker);
 * for a session shell: the shell itself (SIGKILL first, so the rest of the command
-  script cannot run on) and its descendants started at or after the command began
-  (``since_cs``, the remote clock in centiseconds); older background jobs are spared.
+  script cannot run on) and those of its descendants that carry no other command's
+  marker (forked subshells) and started at or after the command began (``since_cs``,
+  the remote clock in centiseconds). Background jobs of earlier commands are spared:
+  programs by their own marker, subshells by their start time.
 
 Sequence: SIGKILL the shell, SIGTERM the rest, up to ``grace`` seconds for them to go,
 then rescan and SIGKILL whatever is left. Without a readable /proc (BSD, macOS) it falls
@@ -42,8 +44,8 @@ if [ ! -r /proc/self/stat ]; then
 fi
 tck=$(getconf CLK_TCK 2>/dev/null); [ -n "$tck" ] || tck=100
 thr=$(( SINCE * tck / 100 ))
-marked() {
-  for f in $(grep -l -a -F -- "$M" /proc/[0-9]*/environ 2>/dev/null); do
+marked() {  # pids whose environment holds $1
+  for f in $(grep -l -a -F -- "$1" /proc/[0-9]*/environ 2>/dev/null); do
     p=${f#/proc/}; printf '%s ' "${p%/environ}"
   done
 }
@@ -58,7 +60,7 @@ table() {
   done
 }
 victims() {
-  mk=" $(marked)"; tb=$(table); desc=" $S "
+  mk=" $(marked "$M")"; any=" $(marked ENVLAYER_EXEC_ID=)"; tb=$(table); desc=" $S "
   if [ "$S" != 0 ]; then
     changed=1
     while [ $changed = 1 ]; do
@@ -76,6 +78,7 @@ TABLE
     [ "$p" = "$$" ] && continue
     [ "$p" = "$S" ] && continue
     case "$mk" in *" $p "*|*" $pg "*|*" $sid "*) printf '%s ' "$p"; continue;; esac
+    case "$any" in *" $p "*) continue;; esac
     if [ "$S" != 0 ] && [ "$start" -ge "$thr" ]; then
       case "$desc" in *" $p "*) printf '%s ' "$p";; esac
     fi
@@ -95,7 +98,7 @@ v=$(victims)
 [ -n "$v" ] && kill -TERM $v 2>/dev/null
 n=0
 while [ -n "$(alive "$v")" ] && [ $n -lt $(( GRACE * 10 )) ]; do sleep 0.1; n=$((n + 1)); done
-rest="$(alive "$v") $(marked)"
+rest="$(alive "$v") $(marked "$M")"
 [ -n "${rest# }" ] && kill -KILL $rest 2>/dev/null
 echo "killed $v"
 """

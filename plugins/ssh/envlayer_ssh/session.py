@@ -158,12 +158,17 @@ class ShellSession:
     # --- commands -------------------------------------------------------------------
 
     def since_cs(self, sent_at: float) -> int:
-        """Lower bound of the remote clock (centiseconds of uptime) when a command sent at
-        local time ``sent_at`` started; 0 when unknown."""
+        """The remote clock (centiseconds of uptime) at or before which a command sent at
+        local time ``sent_at`` cannot have started; 0 when unknown.
+
+        The last trailer read the uptime before we received it, so the remote clock at
+        ``sent_at`` is at least that reading plus the local time elapsed since. One tick
+        of margin covers the clocks' truncation to centiseconds.
+        """
         if self._sync is None:
             return 0
         remote_cs, received_at = self._sync
-        return max(0, remote_cs + int((sent_at - received_at) * 100) - 2)
+        return max(0, remote_cs + int((sent_at - received_at) * 100) - 1)
 
     def run(
         self,
@@ -242,7 +247,7 @@ class ShellSession:
         out.flush()
         err.flush()
         channel.status_event.wait(1.0)
-        if not channel.exit_status_ready() and not lease.connection.alive:
+        if channel.exit_status < 0 and not lease.connection.alive:
             self.close_now()
             raise ConnectionLost(
                 f"the connection to {self.pool.target.describe()} dropped while a command was "

@@ -1,0 +1,34 @@
+"""The public conformance suite, run against a real sshd in both execution modes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from envlayer.testing import EnvironmentConformance
+from envlayer_ssh.backend import SSHEnvironment
+from envlayer_ssh.options import SSHOptions
+from ssh_testserver import SSHServer
+
+pytestmark = pytest.mark.ssh
+
+
+class TestSSHSessionConformance(EnvironmentConformance):
+    @pytest.fixture
+    def env(self, sshd: SSHServer) -> Iterator[SSHEnvironment]:
+        environment = SSHEnvironment(SSHOptions(**sshd.options(mode="session")))
+        try:
+            yield environment
+        finally:
+            environment.cleanup()
+
+
+class TestSSHOneshotConformance(EnvironmentConformance):
+    @pytest.fixture
+    def env(self, sshd: SSHServer) -> Iterator[SSHEnvironment]:
+        environment = SSHEnvironment(SSHOptions(**sshd.options(mode="oneshot")))
+        try:
+            yield environment
+        finally:
+            environment.cleanup()
