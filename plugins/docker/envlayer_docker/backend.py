@@ -246,7 +246,7 @@ class DockerEnvironment(Environment):
         """The live session, or None. A session idle for longer than ``lease_interval``
         is probed first (the container may have been removed or restarted meanwhile)."""
         session = self._session
-        if session is None or not session.alive:
+        if session is None or not session.alive or session.stream_closed():
             return None
         if time.monotonic() - session.last_used > self.options.lease_interval:
             try:
@@ -305,7 +305,7 @@ class DockerEnvironment(Environment):
         # EOF: the shell exited (exit N, syntax error, killed) or the container went away
         code = session.exit_code()
         self._drop_session()
-        self._check_still_running("the command's shell ended")
+        self._check_still_running("the command's shell ended", settle=code is None or code >= 128)
         return self._result(reader, 255 if code is None else code, start, timeout)
 
     def _run_oneshot(
@@ -342,20 +342,28 @@ class DockerEnvironment(Environment):
             return self._result(reader, trailer.exit_code, start, timeout)
         code = shot.exit_code()
         shot.close()
-        self._check_still_running("the command's exec ended early")
+        self._check_still_running("the command's exec ended early", settle=code is None or code >= 128)
         return self._result(reader, 255 if code is None else _oci_code(code, reader), start, timeout)
 
-    def _check_still_running(self, what: str) -> None:
+    def _check_still_running(self, what: str, *, settle: bool) -> None:
         """After an unexpected end of stream: if the container is gone or stopped, the
-        command may or may not have run, so raise instead of guessing (never re-run)."""
+        command may or may not have run, so raise instead of guessing (never re-run).
+
+        With ``settle`` (the shell died from a signal), watch the state for up to a second:
+        the daemon marks a killed container as exited only after its processes died."""
         from docker.errors import NotFound
 
-        try:
-            state = self._api.inspect_container(self.container_id).get("State") or {}
-        except NotFound:
-            state = {"Status": "removed"}
-        except Exception:  # noqa: BLE001
-            return
+        end = time.monotonic() + (1.0 if settle else 0.0)
+        while True:
+            try:
+                state = self._api.inspect_container(self.container_id).get("State") or {}
+            except NotFound:
+                state = {"Status": "removed"}
+            except Exception:  # noqa: BLE001
+                return
+            if state.get("Status") != "running" or time.monotonic() >= end:
+                break
+            time.sleep(0.05)
         if state.get("Status") != "running":
             detail = " (OOM-killed)" if state.get("OOMKilled") else ""
             raise BackendUnavailable(

@@ -10,12 +10,11 @@ from __future__ import annotations
 import socket
 import threading
 import time
-import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from envlayer.proctree import EXEC_ID_VAR
-from envlayer_docker.protocol import FrameDemux, Outcome, OutputCallback, Reader, Trailer, oneshot_argv
+from envlayer_docker.protocol import FrameDemux, Outcome, OutputCallback, Reader, Trailer, oneshot_argv, oneshot_marker
 from envlayer_docker.session import raw_socket
 
 
@@ -46,10 +45,10 @@ class OneShot:
         touch_lease: bool,
     ) -> OneShot:
         """Create and start the exec. Raises docker-py errors (the command did not start)."""
-        marker = "__EL" + uuid.uuid4().hex[:20] + "__"
+        seed, marker = oneshot_marker()
         environment = dict(env)
         environment[EXEC_ID_VAR] = exec_id
-        argv = oneshot_argv(shell, command, marker=marker, cwd=cwd, touch_lease=touch_lease)
+        argv = oneshot_argv(shell, command, seed=seed, cwd=cwd, touch_lease=touch_lease)
         eid = api.exec_create(
             container_id, argv, stdin=stdin is not None, stdout=True, stderr=True, tty=False,
             environment=environment, workdir="/", user=user or "",

@@ -19,6 +19,7 @@ Everything here is pure logic on bytes; nothing imports the Docker SDK.
 
 from __future__ import annotations
 
+import secrets
 import select
 import shlex
 import socket
@@ -271,22 +272,29 @@ def session_script(
 
 
 ONESHOT_STRING = (
-    'exec 7>&1 8>&2; m=$1; d=$2; t=$3; shift 3; [ -n "$t" ] && : > ' + LEASE_PATH + " 2>/dev/null; "
+    'exec 7>&1 8>&2; m=__EL$(($1*7919+13))__; d=$2; t=$3; shift 3; [ -n "$t" ] && : > ' + LEASE_PATH + " 2>/dev/null; "
     'if cd -- "$d" 2>/dev/null; then eval "$1" 7>&- 8>&-; __el_rc=$?; '
     "else printf 'envlayer: working directory does not exist: %s\\n' \"$d\" >&8; __el_rc=126; fi; "
     "printf '%s%s %s %s%s' \"$m\" \"$__el_rc\" \"$$\" \"$PWD\" \"$m\" >&7; printf '%s' \"$m\" >&8"
 )
-"""``sh -c`` program for a one-shot string command: ``$1`` marker, ``$2`` cwd, ``$3``
+"""``sh -c`` program for a one-shot string command: ``$1`` marker seed (the marker is
+computed from it, so its text never appears in any process's argv), ``$2`` cwd, ``$3``
 non-empty to refresh the lease, ``$4`` the command (run by ``eval``, as ``sh -c`` would)."""
 
 ONESHOT_ARGV = ONESHOT_STRING.replace('eval "$1"', '"$@"')
 """Same, for an argv command: ``$4...`` are the argv, run without shell interpretation."""
 
 
-def oneshot_argv(shell: str, command: str | Sequence[str], *, marker: str, cwd: str, touch_lease: bool) -> list[str]:
+def oneshot_marker() -> tuple[int, str]:
+    """(seed, marker) for a one-shot command: the wrapper derives the marker from the seed."""
+    seed = secrets.randbelow(2**40) + 2**39
+    return seed, f"__EL{seed * 7919 + 13}__"
+
+
+def oneshot_argv(shell: str, command: str | Sequence[str], *, seed: int, cwd: str, touch_lease: bool) -> list[str]:
     """The exec argv of a one-shot command (the command text itself is in argv; per-call
     environment values are not: they go in the exec's environment)."""
     lease = "1" if touch_lease else ""
     if isinstance(command, str):
-        return [shell, "-c", ONESHOT_STRING, "envlayer", marker, cwd, lease, command]
-    return [shell, "-c", ONESHOT_ARGV, "envlayer", marker, cwd, lease, *[str(a) for a in command]]
+        return [shell, "-c", ONESHOT_STRING, "envlayer", str(seed), cwd, lease, command]
+    return [shell, "-c", ONESHOT_ARGV, "envlayer", str(seed), cwd, lease, *[str(a) for a in command]]

@@ -17,6 +17,7 @@ Guarantees:
 
 from __future__ import annotations
 
+import select
 import socket
 import threading
 import time
@@ -102,6 +103,17 @@ class ShellSession:
     def alive(self) -> bool:
         """False once the shell exited or was killed, or the stream broke."""
         return self._alive
+
+    def stream_closed(self) -> bool:
+        """True when the daemon already closed the stream (the shell or the container is
+        gone), so a command sent now could not run. A zero-timeout poll: ~microseconds."""
+        try:
+            ready, _, _ = select.select([self.sock], [], [], 0)
+            if ready and self.sock.recv(1, socket.MSG_PEEK) == b"":
+                self._alive = False
+        except OSError:
+            self._alive = False
+        return not self._alive
 
     def run(
         self,

@@ -115,7 +115,7 @@ def make_env(docker_api: Any, profile: str, options: Callable[..., Any]) -> Iter
         env.wait_for_cleanup(30)
 
 
-def run_python(code: str, *, timeout: float = 60, wait: bool = True) -> Any:
+def _run_python(code: str, *, timeout: float = 60, wait: bool = True) -> Any:
     """Run ``code`` in a new interpreter of this venv. ``wait=False`` returns the Popen."""
     argv = [sys.executable, "-c", textwrap.dedent(code)]
     if not wait:
@@ -125,7 +125,7 @@ def run_python(code: str, *, timeout: float = 60, wait: bool = True) -> Any:
     return proc.stdout
 
 
-def child_env_code(task: str, profile: str, **opts: Any) -> str:
+def _child_env_code(task: str, profile: str, **opts: Any) -> str:
     """Python source that builds ``env`` for (profile, task) in a child process."""
     opts.setdefault("image", IMAGE)
     opts.setdefault("timeout", 60)
@@ -134,3 +134,16 @@ def child_env_code(task: str, profile: str, **opts: Any) -> str:
         "from envlayer_docker.options import DockerOptions\n"
         f"env = DockerEnvironment(DockerOptions(**{opts!r}), task_id={task!r}, profile={profile!r})\n"
     )
+
+
+@pytest.fixture
+def run_python() -> Callable[..., Any]:
+    """``run_python(code, timeout=60, wait=True)``: run code in a new venv interpreter;
+    returns its stdout (asserting exit 0), or the Popen with ``wait=False``."""
+    return _run_python
+
+
+@pytest.fixture
+def child_env_code() -> Callable[..., str]:
+    """``child_env_code(task, profile, **options)``: Python source building ``env``."""
+    return _child_env_code

@@ -1,0 +1,513 @@
+"""Container lifecycle against the real daemon: labels, cross-process reuse, races,
+fingerprints, cleanup modes, the reaper and idle reclaim, recovery, errors."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+import uuid
+from typing import Any
+
+import pytest
+
+from envlayer.errors import BackendUnavailable, EnvironmentClosed
+from envlayer_docker import labels
+from envlayer_docker.backend import DockerEnvironment
+from envlayer_docker.naming import container_name
+
+pytestmark = pytest.mark.docker
+
+
+def _task() -> str:
+    return f"t-{uuid.uuid4().hex[:8]}"
+
+
+def _containers(api: Any, profile: str, task: str) -> list[dict]:
+    return api.containers(all=True, filters={"label": labels.filters(profile=profile, task=task)})
+
+
+def _status(api: Any, cid: str) -> str:
+    from docker.errors import NotFound
+
+    try:
+        return api.inspect_container(cid)["State"]["Status"]
+    except NotFound:
+        return "removed"
+
+
+# --- labels and hardening ------------------------------------------------------------------------
+
+
+def test_labels_on_a_real_container(make_env, docker_api, profile) -> None:
+    task = "team/alpha: task ü"
+    env = make_env(task)
+    info = docker_api.inspect_container(env.container_id)
+    got = info["Config"]["Labels"]
+    assert got["envlayer.managed"] == "1"
+    assert got["envlayer.task"] == labels.sanitize(task) and got["envlayer.task"].startswith("team_alpha__task__.h")
+    assert got["envlayer.profile"] == labels.sanitize(profile)
+    assert got["envlayer.fingerprint"].startswith("v1-")
+    assert got["envlayer.persist"] == "1"
+    # the label filters round-trip the sanitized values
+    assert [c["Id"] for c in _containers(docker_api, profile, task)] == [env.container_id]
+    assert info["Name"] == "/" + container_name(profile, task)
+
+
+def test_hardening_defaults(make_env, docker_api) -> None:
+    env = make_env(pids_limit=300, memory_mb=256, cpus=0.5, network=False, tmpfs={"/tmp": "rw,size=32m"})
+    host = docker_api.inspect_container(env.container_id)["HostConfig"]
+    assert host["CapDrop"] == ["ALL"]
+    assert set(host["CapAdd"]) == {"CHOWN", "DAC_OVERRIDE", "FOWNER", "SETUID", "SETGID"}
+    assert "no-new-privileges" in host["SecurityOpt"]
+    assert host["PidsLimit"] == 300 and host["Memory"] == 256 * 2**20 and host["NanoCpus"] == 500_000_000
+    assert host["NetworkMode"] == "none" and host["Init"] is True
+    assert host["Tmpfs"] == {"/tmp": "rw,size=32m"}
+    assert env.exec("grep NoNewPrivs /proc/self/status").stdout_text.split() == ["NoNewPrivs:", "1"]
+
+
+def test_env_values_never_in_labels_config_or_argv(make_env, docker_api, monkeypatch) -> None:
+    secret = f"s3cret-{uuid.uuid4().hex}"
+    monkeypatch.setenv("ENVLAYER_TEST_FORWARDED", secret + "-fwd")
+    env = make_env(env={"OPT_SECRET": secret + "-opt"}, forward_env=["ENVLAYER_TEST_FORWARDED"])
+    assert env.exec('printf "%s %s" "$OPT_SECRET" "$ENVLAYER_TEST_FORWARDED"').stdout_text == f"{secret}-opt {secret}-fwd"
+    seen: list[bytes] = []
+
+    def scan() -> None:
+        time.sleep(0.3)
+        seen.append(env.exec("cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '", timeout=10).stdout)
+
+    for mode_env in (env, make_env(exec_mode="oneshot", env={"OPT_SECRET": secret + "-opt"})):
+        t = threading.Thread(target=scan)
+        t.start()
+        assert mode_env.exec("sleep 1; echo done", env={"CALL_SECRET": secret + "-call"}, timeout=20).ok
+        t.join()
+    assert all(secret.encode() not in s for s in seen)
+    for c in (env,):
+        info = docker_api.inspect_container(c.container_id)
+        assert secret not in repr(info)
+
+
+# --- cross-process reuse ----------------------------------------------------------------------------
+
+
+def test_reuse_across_processes_keeps_background_process(run_python, child_env_code, docker_api, profile) -> None:
+    task = _task()
+    first = run_python(
+        child_env_code(task, profile)
+        + "r = env.exec('sleep 1000 > /dev/null 2>&1 & echo $!'); print(env.container_id, r.stdout_text.strip())\n"
+        + "env.cleanup()\n"
+    )
+    cid, pid = first.split()
+    assert _status(docker_api, cid) == "running"
+    second = run_python(
+        child_env_code(task, profile)
+        + f"r = env.exec('kill -0 {pid} && echo alive'); print(env.container_id, r.stdout_text.strip())\n"
+    )
+    assert second.split() == [cid, "alive"]
+    assert len(_containers(docker_api, profile, task)) == 1
+
+
+def test_sigkill_mid_session_then_attach(run_python, child_env_code, docker_api, profile) -> None:
+    task = _task()
+    proc = run_python(
+        child_env_code(task, profile) + "print(env.container_id, flush=True)\nenv.exec('echo marker > /workspace/state; sleep 300')\n",
+        wait=False,
+    )
+    cid = proc.stdout.readline().strip()
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+    out = run_python(child_env_code(task, profile) + "print(env.container_id, env.exec('cat /workspace/state').stdout_text.strip())\n")
+    assert out.split() == [cid, "marker"]
+
+
+def test_sixteen_racing_processes_end_with_one_container(run_python, child_env_code, docker_api, profile) -> None:
+    task = _task()
+    code = child_env_code(task, profile) + "print(env.container_id, env.exec('echo ok').stdout_text.strip())\n"
+    procs = [run_python(code, wait=False) for _ in range(16)]
+    outs = []
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        outs.append(out.split())
+    assert {o[1] for o in outs} == {"ok"}
+    assert len({o[0] for o in outs}) == 1
+    assert len(_containers(docker_api, profile, task)) == 1
+
+
+def test_sixteen_racing_processes_with_new_fingerprint_end_with_one(run_python, child_env_code, make_env, docker_api, profile) -> None:
+    task = _task()
+    old = make_env(task, pids_limit=111).container_id
+    code = child_env_code(task, profile, pids_limit=222) + "print(env.container_id)\n"
+    procs = [run_python(code, wait=False) for _ in range(16)]
+    ids = set()
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        ids.add(out.strip())
+    assert len(ids) == 1 and old not in ids
+    found = _containers(docker_api, profile, task)
+    assert [c["Id"] for c in found] == list(ids)
+    assert docker_api.inspect_container(found[0]["Id"])["HostConfig"]["PidsLimit"] == 222
+
+
+def test_fingerprint_change_is_not_reused(make_env, docker_api, profile) -> None:
+    task = _task()
+    first = make_env(task, pids_limit=100)
+    first.exec("echo old > /workspace/f")
+    first.cleanup()
+    assert make_env(task, pids_limit=100).container_id == first.container_id  # same inputs: reused
+    with pytest.raises(BackendUnavailable, match="different options"):
+        make_env(task, pids_limit=200, on_fingerprint_mismatch="error")
+    second = make_env(task, pids_limit=200)
+    assert second.container_id != first.container_id
+    assert _status(docker_api, first.container_id) == "removed"
+    assert second.exec("cat /workspace/f").exit_code != 0
+
+
+def test_stopped_container_is_started_on_attach(make_env, docker_api) -> None:
+    task = _task()
+    env = make_env(task)
+    env.exec("echo kept > /workspace/f")
+    env.cleanup()
+    docker_api.stop(env.container_id, timeout=1)
+    again = make_env(task)
+    assert again.container_id == env.container_id
+    assert again.exec("cat /workspace/f").stdout_text == "kept\n"
+
+
+# --- cleanup ----------------------------------------------------------------------------------------
+
+
+def test_persist_cleanup_leaves_it_running(make_env, docker_api) -> None:
+    env = make_env()
+    pid = env.exec("sleep 1000 > /dev/null 2>&1 & echo $!").stdout_text.strip()
+    env.cleanup()
+    assert env.wait_for_cleanup(1) is True
+    assert _status(docker_api, env.container_id) == "running"
+    with pytest.raises(EnvironmentClosed):
+        env.exec("true")
+    top = docker_api.top(env.container_id, ps_args="-o pid,args")["Processes"]
+    assert any("sleep 1000" in " ".join(p) for p in top), (pid, top)
+
+
+def test_force_remove_and_wait_for_cleanup(make_env, docker_api) -> None:
+    env = make_env()
+    env.cleanup(force_remove=True)
+    assert env.wait_for_cleanup(30) is True
+    assert _status(docker_api, env.container_id) == "removed"
+
+
+def test_force_remove_after_plain_cleanup(make_env, docker_api) -> None:
+    env = make_env()
+    env.cleanup()
+    env.cleanup(force_remove=True)
+    assert env.wait_for_cleanup(30) is True
+    assert _status(docker_api, env.container_id) == "removed"
+
+
+def test_opt_out_mode_removes_and_is_private(make_env, docker_api, profile) -> None:
+    task = _task()
+    a = make_env(task, persist_across_processes=False)
+    b = make_env(task, persist_across_processes=False)
+    assert a.container_id != b.container_id
+    assert docker_api.inspect_container(a.container_id)["Config"]["Labels"]["envlayer.persist"] == "0"
+    a.cleanup()
+    assert a.wait_for_cleanup(30) is True
+    assert _status(docker_api, a.container_id) == "removed"
+    assert _status(docker_api, b.container_id) == "running"
+
+
+def test_opt_out_container_removed_when_process_exits_right_after_cleanup(run_python, child_env_code, docker_api, profile) -> None:
+    cid = run_python(
+        child_env_code(_task(), profile, persist_across_processes=False) + "print(env.container_id)\nenv.cleanup()\n"
+    ).strip()
+    assert _status(docker_api, cid) == "removed"  # the atexit hook joined the teardown
+
+
+# --- reaper -----------------------------------------------------------------------------------------
+
+
+def test_reaper_spares_running_recent_and_other_profile(make_env, docker_api, profile) -> None:
+    other = profile + "-other"
+    stale = [make_env() for _ in range(2)]
+    stale_other = make_env(prof=other)
+    running = make_env()
+    for env in (*stale, stale_other):
+        docker_api.stop(env.container_id, timeout=1)
+    never_started = docker_api.create_container(
+        "envlayer-test:busybox" if False else running.options.image, command=["true"],
+        labels=labels.managed_labels(profile=profile, task="never", fingerprint_value="v1-x", persist=True, extra={}),
+    )["Id"]
+    time.sleep(2.5)
+    recent = make_env()
+    docker_api.stop(recent.container_id, timeout=1)
+
+    preview = DockerEnvironment.reap_orphans(profile=profile, max_age=2.0, dry_run=True, options=running.options)
+    expected = {e.container_id[:12] for e in stale} | {never_started[:12]}
+    assert {i.detail["container_id"] for i in preview} == expected
+    assert all(_status(docker_api, e.container_id) == "exited" for e in stale)  # dry run removed nothing
+
+    removed = DockerEnvironment.reap_orphans(profile=profile, max_age=2.0, dry_run=False, options=running.options)
+    assert {i.detail["container_id"] for i in removed} == expected
+    assert all(i.backend == "docker" and i.profile == labels.sanitize(profile) for i in removed)
+    for env in stale:
+        assert _status(docker_api, env.container_id) == "removed"
+    assert _status(docker_api, never_started) == "removed"
+    assert _status(docker_api, running.container_id) == "running"
+    assert _status(docker_api, recent.container_id) == "exited"
+    assert _status(docker_api, stale_other.container_id) == "exited"
+
+
+def test_reaper_leaves_containers_with_unparseable_finish_time(docker_api, profile, options) -> None:
+    from envlayer_docker import reaper
+
+    class FakeApi:  # only the boundary the reaper talks to; the decision logic is real
+        removed: list[str] = []
+
+        def containers(self, **kw):
+            return [{"Id": "a" * 64, "Labels": {}, "State": "exited"}, {"Id": "b" * 64, "Labels": {}, "State": "exited"}]
+
+        def inspect_container(self, cid):
+            finished = "0001-01-01T00:00:00Z" if cid.startswith("a") else "garbage"
+            return {"Id": cid, "State": {"Status": "exited", "FinishedAt": finished}}
+
+        def remove_container(self, cid, **kw):
+            self.removed.append(cid)
+
+    fake = FakeApi()
+    assert reaper.reap(fake, profile=profile, max_age=0, dry_run=False) == []
+    assert fake.removed == []
+
+
+def test_reaper_one_failure_does_not_stop_the_sweep(profile) -> None:
+    from docker.errors import APIError
+
+    from envlayer_docker import reaper
+
+    class FlakyApi:
+        removed: list[str] = []
+
+        def containers(self, **kw):
+            return [{"Id": c * 64, "Labels": {}, "State": "exited"} for c in "abc"]
+
+        def inspect_container(self, cid):
+            if cid.startswith("b"):
+                raise APIError("boom")
+            return {"Id": cid, "State": {"Status": "exited", "FinishedAt": "2020-01-01T00:00:00Z"}}
+
+        def remove_container(self, cid, **kw):
+            self.removed.append(cid[0])
+
+    fake = FlakyApi()
+    assert len(reaper.reap(fake, profile=profile, max_age=60, dry_run=False)) == 2
+    assert sorted(fake.removed) == ["a", "c"]
+
+
+def test_idle_reclaim_removes_only_truly_idle(make_env, docker_api, profile) -> None:
+    idle = make_env(lease_interval=0)
+    idle.exec("true")
+    busy = make_env(lease_interval=0)
+    bg = make_env(lease_interval=0)
+    bg.exec("sleep 1000 > /dev/null 2>&1 &")
+    holder = threading.Thread(target=lambda: busy.exec("sleep 6", timeout=30))
+    time.sleep(2.2)
+    holder.start()
+    time.sleep(0.5)
+    opts = idle.options.__class__(image=idle.options.image, idle_reclaim_after=2.0)
+    try:
+        removed = DockerEnvironment.reap_orphans(profile=profile, max_age=3600, dry_run=False, options=opts)
+    finally:
+        holder.join()
+    assert {i.detail["container_id"] for i in removed} == {idle.container_id[:12]}
+    assert _status(docker_api, idle.container_id) == "removed"
+    assert _status(docker_api, busy.container_id) == "running"
+    assert _status(docker_api, bg.container_id) == "running"
+    # the stale handle recovers: the next call re-creates the container
+    assert idle.exec("echo back").stdout_text == "back\n"
+
+
+def test_list_and_remove_sandbox(make_env, docker_api, profile) -> None:
+    task = "list/me"
+    env = make_env(task)
+    listed = DockerEnvironment.list_sandboxes(profile=profile, options=env.options)
+    mine = [i for i in listed if i.detail["container_id"] == env.container_id[:12]]
+    assert mine and mine[0].task == labels.sanitize(task) and mine[0].status == "running"
+    assert DockerEnvironment.remove_sandbox(task, profile=profile, options=env.options, force=False) == []
+    removed = DockerEnvironment.remove_sandbox(task, profile=profile, options=env.options, force=True)
+    assert [i.detail["container_id"] for i in removed] == [env.container_id[:12]]
+    assert _status(docker_api, env.container_id) == "removed"
+
+
+# --- exec behaviour specific to Docker ------------------------------------------------------------------
+
+
+def _processes(env: Any) -> list[str]:
+    out = env.exec("for d in /proc/[0-9]*; do tr '\\0' ' ' < $d/cmdline; echo; done").stdout_text
+    return [line.strip() for line in out.splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("mode", ["session", "oneshot"])
+def test_no_survivors_after_timeout(make_env, mode) -> None:
+    env = make_env(exec_mode=mode)
+    result = env.exec("sleep 401 & sh -c 'sleep 402' & (sleep 403; true) & sleep 404", timeout=1)
+    assert result.timed_out and result.exit_code == 124
+    leftovers = [p for p in _processes(env) if "sleep 40" in p]
+    assert leftovers == []
+
+
+def test_timeout_spares_background_jobs_of_earlier_commands(make_env) -> None:
+    env = make_env()
+    env.exec("sleep 500 > /dev/null 2>&1 &")
+    assert env.exec("sleep 30", timeout=1).timed_out
+    assert any("sleep 500" in p for p in _processes(env))
+
+
+def test_session_restarts_in_last_cwd(make_env) -> None:
+    env = make_env()
+    env.exec("mkdir -p /workspace/deep && cd /workspace/deep").check()
+    assert env.exec("sleep 10", timeout=0.5).timed_out
+    assert env.exec("pwd").stdout_text == "/workspace/deep\n"
+    assert env.exec("exit 7").exit_code == 7
+    assert env.exec("pwd").stdout_text == "/workspace/deep\n"
+    syntax = env.exec("echo (")
+    assert syntax.exit_code == 2 and syntax.stderr
+    assert env.exec("echo fine").stdout_text == "fine\n"
+
+
+def test_concurrent_calls_on_one_env(make_env) -> None:
+    env = make_env()
+    results: dict[int, Any] = {}
+
+    def work(i: int) -> None:
+        results[i] = env.exec(f"sleep 0.2; echo {i}", env={"N": str(i)})
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert {i: r.stdout_text for i, r in results.items()} == {i: f"{i}\n" for i in range(8)}
+
+
+def test_streaming_and_caps(make_env) -> None:
+    env = make_env(max_output_bytes=1000)
+    chunks: list[tuple[str, bytes]] = []
+    result = env.exec("head -c 5000 /dev/zero; echo e >&2", on_output=lambda s, c: chunks.append((s, c)))
+    assert sum(len(c) for s, c in chunks if s == "stdout") == 5000
+    assert result.stdout_truncation is not None and result.stdout_truncation.total == 5000
+    assert result.stderr == b"e\n"
+
+
+def test_interrupt_kills_the_command(make_env) -> None:
+    env = make_env()
+
+    def boom(stream: str, chunk: bytes) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        env.exec("echo go; sleep 405", on_output=boom)
+    assert not any("sleep 405" in p for p in _processes(env))
+
+
+# --- recovery and errors -----------------------------------------------------------------------------------
+
+
+def test_vanished_container_is_recreated_once_without_rerun(make_env, docker_api, tmp_path) -> None:
+    os.chmod(tmp_path, 0o777)
+    env = make_env(volumes=[f"{tmp_path}:/shared"])
+    env.exec("true")
+    docker_api.remove_container(env.container_id, force=True)
+    assert env.exec("echo run >> /shared/count").ok
+    assert (tmp_path / "count").read_text() == "run\n"  # ran exactly once
+    # removed while a command runs: an error, and the command is not run again
+    old = env.container_id
+    killer = threading.Timer(1.0, lambda: docker_api.remove_container(old, force=True))
+    killer.start()
+    with pytest.raises(BackendUnavailable, match="NOT re-run"):
+        env.exec("echo once >> /shared/mid; sleep 30", timeout=60)
+    killer.join()
+    assert (tmp_path / "mid").read_text() == "once\n"
+    assert env.exec("cat /shared/mid").stdout_text == "once\n"
+
+
+def test_missing_image_fails_fast_and_leaves_nothing(docker_api, profile, options) -> None:
+    task = _task()
+    start = time.monotonic()
+    with pytest.raises(BackendUnavailable) as info:
+        DockerEnvironment(options(image="envlayer-test:does-not-exist"), task_id=task, profile=profile)
+    assert time.monotonic() - start < 10
+    assert "never pulls" in str(info.value) and "pull = true" in info.value.hint
+    assert _containers(docker_api, profile, task) == []
+    with pytest.raises(BackendUnavailable):
+        DockerEnvironment.check_available(options(image="envlayer-test:does-not-exist"))
+
+
+def test_daemon_unreachable_is_a_clear_error(options) -> None:
+    with pytest.raises(BackendUnavailable) as info:
+        DockerEnvironment(options(docker_host="unix:///nonexistent/docker.sock"), task_id=_task())
+    assert "cannot reach the Docker daemon" in str(info.value) and "DOCKER_HOST" in info.value.hint
+
+
+def test_failed_start_removes_half_made_container(docker_api, profile, options) -> None:
+    task = _task()
+    with pytest.raises(BackendUnavailable):
+        DockerEnvironment(options(volumes=["/nonexistent-envlayer-src/file:/workspace/x:ro"], shell="/bin/sh",
+                                  extra_create_kwargs={"devices": ["/dev/nonexistent-envlayer:/dev/x"]}),
+                          task_id=task, profile=profile)
+    assert _containers(docker_api, profile, task) == []
+
+
+# --- files ------------------------------------------------------------------------------------------------
+
+
+def test_files_in_tmpfs_and_rootfs_and_modes(make_env) -> None:
+    env = make_env()
+    for path in ("/tmp/a/b.bin", "/workspace/a/b.bin", "/root/x.bin"):
+        payload = os.urandom(3000)
+        env.write_file(path, payload)
+        assert env.read_file(path) == payload
+        assert env.exec(f"cat {path} | wc -c").stdout_text.strip() == "3000"
+    env.exec("printf '#!/bin/sh\\necho v1\\n' > /workspace/run.sh && chmod 755 /workspace/run.sh").check()
+    env.write_file("/workspace/run.sh", "#!/bin/sh\necho v2\n")
+    assert env.exec("/workspace/run.sh").stdout_text == "v2\n"  # mode kept
+    env.exec("ln -sf /workspace/run.sh /workspace/link").check()
+    assert env.read_file("/workspace/link").startswith(b"#!/bin/sh")
+
+
+def test_file_root_blocks_symlink_escape(make_env) -> None:
+    from envlayer.errors import SandboxPathError
+
+    env = make_env()
+    env.exec("mkdir -p /workspace/jail && ln -sf /etc /workspace/jail/etc").check()
+    env.options.file_root = "/workspace/jail"
+    with pytest.raises(SandboxPathError):
+        env.read_file("/workspace/jail/etc/passwd")
+
+
+def test_directory_roundtrip(make_env, tmp_path) -> None:
+    env = make_env()
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    (src / "a.txt").write_text("A")
+    (src / "sub" / "b.bin").write_bytes(os.urandom(5000))
+    os.symlink("a.txt", src / "link")
+    for remote in ("/workspace/up", "/tmp/up"):
+        env.upload_dir(str(src), remote)
+        assert env.exec(f"cat {remote}/a.txt {remote}/link").stdout_text == "AA"
+        dest = tmp_path / ("down" + remote.replace("/", "_"))
+        env.download_dir(remote, str(dest))
+        assert (dest / "a.txt").read_text() == "A"
+        assert (dest / "sub" / "b.bin").read_bytes() == (src / "sub" / "b.bin").read_bytes()
+        assert os.readlink(dest / "link") == "a.txt"
+
+
+def test_download_rejects_escaping_symlink(make_env, tmp_path) -> None:
+    from envlayer.errors import SandboxPathError
+
+    env = make_env()
+    env.exec("mkdir -p /workspace/evil && ln -s /etc/passwd /workspace/evil/pw").check()
+    with pytest.raises(SandboxPathError):
+        env.download_dir("/workspace/evil", str(tmp_path / "out"))

@@ -1,0 +1,226 @@
+"""Pure-logic tests: no daemon needed (label sanitizing, naming, fingerprints, time
+parsing, the marker protocol, option validation, safe tar extraction, import cost)."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+import tarfile
+
+import pytest
+
+from envlayer.errors import SandboxPathError
+from envlayer.options import OptionError
+from envlayer_docker import labels
+from envlayer_docker.files import safe_extract
+from envlayer_docker.naming import container_name, private_name
+from envlayer_docker.options import DockerOptions, parse_volume
+from envlayer_docker.protocol import FrameDemux, MarkerScanner, parse_trailer, session_script
+from envlayer_docker.reaper import parse_docker_time, parse_idle_check
+
+LABEL_OK = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
+
+
+# --- labels -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["plain-name_1.0", "kanban-42", "x" * 63])
+def test_clean_values_are_kept(value: str) -> None:
+    assert labels.sanitize(value) == value
+
+
+@pytest.mark.parametrize("value", ["with/slash", "with:colon", "emoji-😀", "x" * 64, "a b", "ü", "unknown", ""])
+def test_sanitized_values_are_valid(value: str) -> None:
+    out = labels.sanitize(value)
+    assert out and len(out) <= 63 and set(out) <= LABEL_OK
+
+
+def test_empty_and_none_become_unknown() -> None:
+    assert labels.sanitize("") == "unknown"
+    assert labels.sanitize(None) == "unknown"
+
+
+def test_sanitizing_is_injective_on_tricky_inputs() -> None:
+    inputs = ["a/b", "a_b", "a:b", "unknown", "", "x" * 64, "x" * 65, "x" * 63]
+    # a clean value that looks like a rewritten one must not collide with it
+    rewritten = labels.sanitize("a/b")
+    inputs.append(rewritten)
+    outs = [labels.sanitize(v) for v in inputs]
+    assert len(set(outs)) == len(outs), dict(zip(inputs, outs))
+
+
+def test_readable_prefix_survives() -> None:
+    assert labels.sanitize("team/alpha:task 7").startswith("team_alpha_task_7.h")
+
+
+def test_fingerprint_is_order_independent_and_label_safe() -> None:
+    a = labels.fingerprint({"image": "x", "mem": 1, "caps": ["A"]})
+    b = labels.fingerprint({"caps": ["A"], "mem": 1, "image": "x"})
+    assert a == b and set(a) <= LABEL_OK and len(a) <= 63
+    assert a != labels.fingerprint({"image": "y", "mem": 1, "caps": ["A"]})
+
+
+def test_filters_use_sanitized_values() -> None:
+    assert labels.filters(profile="p/1", task="t") == ["envlayer.managed=1", f"envlayer.profile={labels.sanitize('p/1')}", "envlayer.task=t"]
+
+
+# --- naming --------------------------------------------------------------------------------
+
+
+def test_container_name_is_deterministic_and_distinct() -> None:
+    assert container_name("p", "t") == container_name("p", "t")
+    assert container_name("p", "a/b") != container_name("p", "a_b")
+    assert container_name("p-x", "t") != container_name("p", "x-t")
+    assert private_name("p", "t") != private_name("p", "t")
+
+
+# --- time parsing ----------------------------------------------------------------------------
+
+
+def test_parse_docker_time_nanoseconds_and_offsets() -> None:
+    base = parse_docker_time("2024-05-01T10:00:00Z")
+    assert base is not None
+    assert parse_docker_time("2024-05-01T10:00:00.123456789Z") == pytest.approx(base + 0.123456)
+    assert parse_docker_time("2024-05-01T12:00:00+02:00") == pytest.approx(base)
+
+
+@pytest.mark.parametrize("value", ["", None, "0001-01-01T00:00:00Z", "yesterday", "2024-13-45T99:00:00Z", 12, "2024-05-01"])
+def test_parse_docker_time_refuses_garbage(value: object) -> None:
+    assert parse_docker_time(value) is None
+
+
+def test_idle_check_decision() -> None:
+    assert parse_idle_check(b"1000 900 0\n", None, 50) is True
+    assert parse_idle_check(b"1000 990 0\n", None, 50) is False
+    assert parse_idle_check(b"1000 900 1\n", None, 50) is False  # a command is alive
+    assert parse_idle_check(b"1000 - 0\n", 900.0, 50) is True  # no lease: container start
+    assert parse_idle_check(b"1000 - 0\n", None, 50) is False
+    assert parse_idle_check(b"garbage", 0.0, 50) is False
+
+
+# --- protocol ---------------------------------------------------------------------------------
+
+
+def _frame(stream: int, payload: bytes) -> bytes:
+    return bytes([stream, 0, 0, 0]) + len(payload).to_bytes(4, "big") + payload
+
+
+def test_demux_handles_split_frames() -> None:
+    raw = _frame(1, b"hello") + _frame(2, b"err") + _frame(1, b"")
+    demux = FrameDemux()
+    got = []
+    for i in range(len(raw)):
+        got += demux.feed(raw[i : i + 1])
+    assert got == [(1, b"hello"), (2, b"err"), (1, b"")]
+
+
+@pytest.mark.parametrize("step", [1, 2, 3, 7, 1000])
+def test_marker_scanner_any_split(step: int) -> None:
+    marker = b"__ELabcdef__"
+    stream = b"out_put__EL" + marker + b"3 42 /tmp/a b" + marker + b"late"
+    scanner = MarkerScanner(marker, trailer=True)
+    out = b""
+    for i in range(0, len(stream), step):
+        out += scanner.feed(stream[i : i + step])
+    assert scanner.done
+    assert out == b"out_put__EL"
+    trailer = parse_trailer(scanner.trailer)
+    assert (trailer.exit_code, trailer.pid, trailer.pwd) == (3, 42, "/tmp/a b")
+
+
+def test_session_script_keeps_env_values_out_of_argv_shape() -> None:
+    script = session_script("echo hi", exec_id="abc", marker="M", env={"SECRET": "s3cr'et"}, cwd="/x y")
+    text = script.decode()
+    assert "SECRET='s3cr'\"'\"'et'" in text and "export SECRET" in text and "unset SECRET" in text
+    assert "cd -- '/x y'" in text
+
+
+# --- options ------------------------------------------------------------------------------------
+
+
+def test_volume_parsing() -> None:
+    assert parse_volume("/data:/data:ro") == ("/data", "/data", True)
+    assert parse_volume("named_vol:/cache") == ("named_vol", "/cache", False)
+    for bad in ("relative/path:/x", "/a:relative", "/a:/b:rx", "/a", "/a:/:ro", "/a:/b:ro:extra"):
+        with pytest.raises(OptionError):
+            parse_volume(bad)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"volumes": ["nope"]},
+        {"tmpfs": {"tmp": "size=1m"}},
+        {"tmpfs": {"/tmp": "size=lots"}},
+        {"capabilities": ["ALL"]},
+        {"forward_env": ["1BAD"]},
+        {"extra_create_kwargs": {"privileged": True}},
+        {"labels": {"envlayer.task": "x"}},
+        {"cpus": -1},
+        {"user": "a b"},
+        {"cwd": "relative"},
+        {"idle_reclaim_after": 0},
+        {"image": " "},
+    ],
+)
+def test_bad_options_are_rejected(kw: dict) -> None:
+    with pytest.raises(OptionError):
+        DockerOptions(**kw)
+
+
+def test_defaults_are_hardened() -> None:
+    opts = DockerOptions()
+    assert opts.no_new_privileges and opts.init and opts.pids_limit > 0
+    assert "SYS_ADMIN" not in opts.capabilities and opts.pull is False
+    assert opts.workdir == "/workspace"
+
+
+# --- safe extraction -------------------------------------------------------------------------------
+
+
+def _tar(*members: tuple[str, str, str]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for kind, name, extra in members:
+            info = tarfile.TarInfo(name)
+            if kind == "file":
+                info.size = len(extra)
+                tar.addfile(info, io.BytesIO(extra.encode()))
+            elif kind == "dir":
+                info.type = tarfile.DIRTYPE
+                tar.addfile(info)
+            elif kind == "sym":
+                info.type, info.linkname = tarfile.SYMTYPE, extra
+                tar.addfile(info)
+    return buf.getvalue()
+
+
+def test_safe_extract_strips_first_component(tmp_path) -> None:
+    safe_extract(_tar(("dir", "top", ""), ("file", "top/a.txt", "A"), ("sym", "top/l", "a.txt")), str(tmp_path), strip_first=True)
+    assert (tmp_path / "a.txt").read_text() == "A"
+    assert os.readlink(tmp_path / "l") == "a.txt"
+
+
+@pytest.mark.parametrize(
+    "member",
+    [("file", "top/../../evil", "x"), ("file", "/abs/evil", "x"), ("sym", "top/l", "/etc/passwd"), ("sym", "top/l", "../../x")],
+)
+def test_safe_extract_rejects_escapes(tmp_path, member) -> None:
+    dest = tmp_path / "dest"
+    with pytest.raises(SandboxPathError):
+        safe_extract(_tar(("file", "top/ok", "ok"), member), str(dest), strip_first=True)
+    assert not (dest / "ok").exists()  # nothing was written
+
+
+# --- import cost ----------------------------------------------------------------------------------
+
+
+def test_loading_the_backend_does_not_import_docker() -> None:
+    code = (
+        "import sys, envlayer_docker.backend as b, envlayer_docker.options;"
+        "b.DockerEnvironment.Options; print('docker' in sys.modules, 'requests' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False False"
