@@ -117,6 +117,7 @@ class ShellSession:
         except Exception as exc:
             self.close_now()
             raise BackendUnavailable(f"the shell on {self.pool.target.describe()} closed at start: {exc}") from exc
+        first_start = self.cwd is None
         collector = Collector(4096, "head", None)
         outcome = self.run(
             'printf "%s %s" "$$" "$__el_nocwd"', exec_id="start", stdin=None,
@@ -132,11 +133,12 @@ class ShellSession:
             )
         self.pid = int(text[0])
         if text[1] == "1":
-            if self.cwd is None:
+            if first_start:
                 missing = self.start_cwd or ""
+                self.cwd = None
                 self.close_now()
                 return f"working directory does not exist: {missing}\n"
-            log.warning("ssh: working directory %s is gone; the restarted shell is in the login directory", self.cwd)
+            log.warning("ssh: working directory %s is gone; the restarted shell is in %s", tries[0], self.cwd)
         return None
 
     def close(self) -> None:

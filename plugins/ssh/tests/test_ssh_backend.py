@@ -1,0 +1,231 @@
+"""Backend behaviour beyond the conformance suite: session semantics, connecting through
+the ssh config, a jump host and a password, file confinement, directory transfer,
+registration and import cost."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+
+import pytest
+
+from envlayer.capabilities import Capability, capabilities_of
+from envlayer.errors import BackendUnavailable, FileTooLarge, SandboxPathError
+from envlayer.options import OptionError
+from envlayer.registry import load_backend
+from envlayer_ssh.backend import SSHEnvironment
+from envlayer_ssh.options import SSHOptions
+from ssh_testserver import SSHServer
+
+pytestmark = pytest.mark.ssh
+
+
+# --- session semantics -------------------------------------------------------------
+
+
+def test_exit_keeps_cwd_and_exports_for_the_next_call(sshd: SSHServer, make_env) -> None:
+    env = make_env(sshd)
+    env.exec("cd /tmp && export KEPT='a b' && FOO=local").check()
+    assert env.exec("exit 7").exit_code == 7
+    result = env.exec('pwd; printf "%s|%s" "$KEPT" "${FOO:-}"')
+    assert result.stdout_text == "/tmp\na b|"
+
+
+def test_syntax_error_is_contained(sshd: SSHServer, make_env) -> None:
+    env = make_env(sshd)
+    env.exec("cd /tmp").check()
+    result = env.exec("echo 'unterminated")
+    assert result.exit_code == 2
+    assert b"rror" in result.stderr
+    assert env.exec("pwd").stdout == b"/tmp\n"
+
+
+def test_exec_replacing_the_shell_returns_its_status(sshd: SSHServer, make_env) -> None:
+    env = make_env(sshd)
+    assert env.exec("exec sh -c 'echo replaced; exit 5'").exit_code == 5
+    assert env.exec("echo back").stdout == b"back\n"
+
+
+def test_per_call_cwd_and_env_do_not_persist(sshd: SSHServer, make_env) -> None:
+    env = make_env(sshd, cwd="/")
+    assert env.exec("pwd; cd /usr", cwd="/tmp", env={"ONCE": "1"}).stdout == b"/tmp\n"
+    assert env.exec('pwd; printf %s "${ONCE:-unset}"').stdout == b"/\nunset"
+
+
+def test_missing_working_directory_is_126(sshd: SSHServer, make_env) -> None:
+    env = make_env(sshd, cwd="/definitely/not/here")
+    result = env.exec("true")
+    assert result.exit_code == 126
+    assert b"working directory does not exist" in result.stderr
+    assert make_env(sshd, mode="oneshot").exec("true", cwd="/not/there").exit_code == 126
+
+
+def test_configured_env_is_exported(sshd: SSHServer, make_env) -> None:
+    for mode in ("session", "oneshot"):
+        env = make_env(sshd, mode=mode, env={"GREETING": "hi 'there'"})
+        assert env.exec('printf %s "$GREETING"').stdout == b"hi 'there'"
+
+
+def test_streaming_delivers_both_streams_as_they_come(sshd: SSHServer, make_env) -> None:
+    env = make_env(sshd)
+    chunks: list[tuple[str, bytes]] = []
+    result = env.exec("echo one; echo two >&2; sleep 0.2; echo three", on_output=lambda s, c: chunks.append((s, c)))
+    assert b"".join(c for s, c in chunks if s == "stdout") == result.stdout == b"one\nthree\n"
+    assert b"".join(c for s, c in chunks if s == "stderr") == result.stderr == b"two\n"
+
+
+def test_signal_death_of_the_oneshot_shell_is_255(sshd: SSHServer, make_env) -> None:
+    assert make_env(sshd, mode="oneshot").exec("kill -9 $$").exit_code == 255
+
+
+def test_capabilities_follow_the_mode(sshd: SSHServer, make_env) -> None:
+    session = make_env(sshd)
+    oneshot = make_env(sshd, mode="oneshot")
+    assert Capability.PERSISTENT_SESSION in capabilities_of(session)
+    assert Capability.PERSISTENT_SESSION not in capabilities_of(oneshot)
+    for env in (session, oneshot):
+        caps = capabilities_of(env)
+        assert {Capability.STREAMING, Capability.DIRECTORY_TRANSFER} <= caps
+        assert not caps & {Capability.FORCE_REMOVE, Capability.WAIT_FOR_CLEANUP, Capability.REAP_ORPHANS}
+
+
+# --- connecting ------------------------------------------------------------------------
+
+
+def test_ssh_config_alias_supplies_host_port_user_and_key(sshd: SSHServer, make_env, tmp_path) -> None:
+    config = tmp_path / "config"
+    config.write_text(
+        f"Host testbox\n  HostName 127.0.0.1\n  Port {sshd.port}\n  User {sshd.user}\n"
+        f"  IdentityFile {sshd.files.client_key}\n"
+    )
+    env = make_env(sshd, host="testbox", port=None, user=None, key_files=[], ssh_config=str(config))
+    assert env.target.hostname == "127.0.0.1" and env.target.port == sshd.port
+    assert env.exec("id -un").stdout_text.strip() == sshd.user
+
+
+def test_proxy_jump_through_a_jump_host(sshd: SSHServer, make_env) -> None:
+    env = make_env(sshd, proxy_jump=f"{sshd.user}@127.0.0.1:{sshd.port}", mode="oneshot")
+    assert env.target.jump is not None
+    assert env.exec("echo jumped").stdout == b"jumped\n"
+    jump = env._pool._jump
+    assert jump is not None and jump.connections[0].alive, "the final hop runs inside the jump connection"
+
+
+def test_password_auth_and_no_secret_in_logs_or_repr(sshd: SSHServer, make_env, caplog) -> None:
+    caplog.set_level(logging.DEBUG)
+    env = make_env(sshd, key_files=[], password=sshd.password)
+    assert env.exec("echo pw").stdout == b"pw\n"
+    assert sshd.password not in caplog.text
+    assert sshd.password not in repr(env.options) and "***" in repr(env.options)
+    assert sshd.password not in repr(env.target)
+
+
+def test_no_host_is_reported_with_a_hint() -> None:
+    with pytest.raises(BackendUnavailable) as info:
+        SSHEnvironment(SSHOptions())
+    assert "ENVLAYER_SSH_HOST" in info.value.hint
+    with pytest.raises(BackendUnavailable):
+        SSHEnvironment.check_available(SSHOptions())
+
+
+def test_check_available_accepts_a_reachable_host(sshd: SSHServer) -> None:
+    SSHEnvironment.check_available(SSHOptions(**sshd.options()))
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("port", 0), ("host_key_policy", "yes"), ("mode", "pty"), ("max_sessions", 0), ("env", {"BAD-NAME": "x"})],
+)
+def test_bad_options_are_rejected(key: str, value: object) -> None:
+    with pytest.raises(OptionError) as info:
+        SSHOptions(**{key: value})
+    assert info.value.key == key
+
+
+# --- files -------------------------------------------------------------------------------
+
+
+def test_symlink_escape_from_file_root_refused(sshd: SSHServer, make_env) -> None:
+    env = make_env(sshd, cwd="/tmp")
+    root = f"/tmp/envlayer-root-{os.getpid()}"
+    env.exec(f"rm -rf {root}; mkdir -p {root} && ln -s /etc {root}/etc-link").check()
+    env.options.file_root = root
+    try:
+        with pytest.raises(SandboxPathError):
+            env.read_file(f"{root}/etc-link/passwd")
+        with pytest.raises(SandboxPathError):
+            env.write_file(f"{root}/etc-link/new-file", b"x")
+        env.write_file(f"{root}/fine/ok.txt", b"ok")
+        assert env.read_file(f"{root}/fine/ok.txt") == b"ok"
+    finally:
+        env.options.file_root = None
+        env.exec(f"rm -rf {root}")
+
+
+def test_relative_paths_follow_the_session_cwd(sshd: SSHServer, make_env) -> None:
+    env = make_env(sshd)
+    env.exec("mkdir -p /tmp/envlayer-rel && cd /tmp/envlayer-rel").check()
+    env.write_file("here.txt", b"rel")
+    assert env.exec("cat /tmp/envlayer-rel/here.txt").stdout == b"rel"
+    assert env.read_file("here.txt") == b"rel"
+    env.write_file("~/home.txt", b"home")
+    assert env.exec("cat ~/home.txt; rm ~/home.txt").stdout == b"home"
+    env.exec("cd / && rm -rf /tmp/envlayer-rel")
+
+
+def test_write_keeps_existing_mode(sshd: SSHServer, make_env) -> None:
+    env = make_env(sshd, cwd="/tmp")
+    env.exec("printf old > envlayer-mode.sh && chmod 751 envlayer-mode.sh").check()
+    env.write_file("envlayer-mode.sh", b"new")
+    assert env.exec("stat -c %a envlayer-mode.sh; cat envlayer-mode.sh").stdout == b"751\nnew"
+    env.exec("rm -f envlayer-mode.sh")
+
+
+def test_directory_roundtrip(sshd: SSHServer, make_env, tmp_path) -> None:
+    env = make_env(sshd, mode="oneshot")
+    src = tmp_path / "src"
+    (src / "a" / "b").mkdir(parents=True)
+    (src / "top.txt").write_bytes(b"top")
+    (src / "a" / "b" / "deep.bin").write_bytes(bytes(range(256)) * 100)
+    (src / "a" / "run.sh").write_text("#!/bin/sh\necho run\n")
+    (src / "a" / "run.sh").chmod(0o755)
+    (src / "link").symlink_to("/etc/passwd")
+    remote = f"/tmp/envlayer-dir-{os.getpid()}"
+    try:
+        assert env.upload_dir(src, remote) == 3
+        assert env.exec(f"{remote}/a/run.sh").stdout == b"run\n"
+        assert env.exec(f"test -e {remote}/link").exit_code != 0
+        env.exec(f"ln -s /etc/hostname {remote}/remote-link").check()
+        dst = tmp_path / "dst"
+        assert env.download_dir(remote, dst) == 3
+        assert (dst / "top.txt").read_bytes() == b"top"
+        assert (dst / "a" / "b" / "deep.bin").read_bytes() == bytes(range(256)) * 100
+        assert os.access(dst / "a" / "run.sh", os.X_OK)
+        assert not (dst / "remote-link").exists()
+    finally:
+        env.exec(f"rm -rf {remote}")
+
+
+def test_directory_transfer_checks_size_cap_first(sshd: SSHServer, make_env, tmp_path) -> None:
+    env = make_env(sshd, mode="oneshot", max_file_bytes=1000)
+    (tmp_path / "small").write_bytes(b"s")
+    (tmp_path / "big").write_bytes(b"b" * 2000)
+    remote = f"/tmp/envlayer-cap-{os.getpid()}"
+    with pytest.raises(FileTooLarge):
+        env.upload_dir(tmp_path, remote)
+    assert env.exec(f"test -e {remote}").exit_code != 0
+
+
+# --- registration and import cost ---------------------------------------------------------
+
+
+def test_entry_point_loads_the_backend() -> None:
+    assert load_backend("ssh") is SSHEnvironment
+
+
+def test_importing_the_backend_does_not_import_paramiko() -> None:
+    code = "import sys, envlayer_ssh.backend; print(any(m.startswith('paramiko') for m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
