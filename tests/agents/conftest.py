@@ -143,6 +143,12 @@ def docker_profile(profile: str) -> Iterator[str]:
 
 
 @pytest.fixture
+def test_image(docker_profile: str) -> str:
+    """The local Docker image the tests run (checked by ``docker_profile``)."""
+    return TEST_IMAGE
+
+
+@pytest.fixture
 def docker_settings(make_settings: Callable[..., Settings], docker_profile: str) -> Settings:
     """The Docker backend on the test image, in the test's profile."""
     return make_settings(backend="docker", profile=docker_profile, backend_options={"image": TEST_IMAGE})

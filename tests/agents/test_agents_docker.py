@@ -39,13 +39,11 @@ def labels_of(name: str) -> tuple[str, bool]:
     return out[0], out[1] == "true"
 
 
-def test_at_exit_keeps_persist_mode_and_removes_opt_out(docker_profile: str, tmp_path: Path, containers) -> None:  # type: ignore[no-untyped-def]
-    from conftest import TEST_IMAGE  # noqa: PLC0415 - the image the fixtures checked
-
+def test_at_exit_keeps_persist_mode_and_removes_opt_out(docker_profile: str, tmp_path: Path, containers, test_image: str) -> None:  # type: ignore[no-untyped-def]
     config = tmp_path / "empty.toml"
     config.write_text("")
     env = {k: v for k, v in os.environ.items() if not k.startswith("ENVLAYER_")}
-    proc = subprocess.run([sys.executable, "-c", CHILD, str(config), docker_profile, TEST_IMAGE],
+    proc = subprocess.run([sys.executable, "-c", CHILD, str(config), docker_profile, test_image],
                           capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["persist", "opt-out"]
@@ -85,3 +83,19 @@ def test_tools_end_to_end_on_docker(make_manager, docker_settings, wait_until) -
 
     assert run("read_file", {"path": "/nope"})["error"]["type"] == "file_not_found"
     assert run("read_file", {"path": "/tmp"})["error"]["type"] == "is_a_directory"
+
+
+def test_idle_reap_keeps_a_persist_mode_container_and_reattaches(make_manager, make_settings, docker_profile: str,
+                                                                  containers, wait_until, test_image: str) -> None:  # type: ignore[no-untyped-def]
+    settings = make_settings(backend="docker", profile=docker_profile, lifetime_seconds=0.5,
+                             backend_options={"image": test_image})
+    manager = make_manager(settings, reap_interval=0.1)
+    env = manager.get("kept")
+    env.write_file("/tmp/state.txt", "survives")
+    assert wait_until(lambda: env.closed)  # reaped (no force)
+    assert len(containers(docker_profile, running_only=True)) == 1
+    again = manager.get("kept")
+    assert again is not env
+    assert again.read_file("/tmp/state.txt") == b"survives"  # the same container
+    assert manager.release("kept", force_remove=True) is not None
+    assert wait_until(lambda: containers(docker_profile) == [])

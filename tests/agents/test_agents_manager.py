@@ -189,3 +189,14 @@ def test_close_cleans_up_and_refuses_new_work(make_manager, local_settings) -> N
     assert manager.close() is True  # idempotent
     with pytest.raises(ManagerClosed):
         manager.get("t0")
+
+
+def test_streaming_passes_through_the_handle(make_manager, local_settings) -> None:  # type: ignore[no-untyped-def]
+    from envlayer.lifecycle import exec_streaming
+
+    env = make_manager(local_settings).get("t")
+    chunks: list[tuple[str, bytes]] = []
+    result = exec_streaming(env, "echo a; echo b >&2", lambda stream, chunk: chunks.append((stream, chunk)))
+    assert result.ok
+    assert b"".join(c for s, c in chunks if s == "stdout") == b"a\n"
+    assert b"".join(c for s, c in chunks if s == "stderr") == b"b\n"
