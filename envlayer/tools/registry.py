@@ -187,7 +187,7 @@ class ToolRegistry:
         if result.timed_out:
             return error(
                 "timeout", f"the command did not finish within {timeout:g} s and was killed, with every process it started",
-                "raise timeout (max {:g}), or run it with background=true and check it with terminal_job".format(c.max_timeout),
+                f"raise timeout (max {c.max_timeout:g}), or run it with background=true and check it with terminal_job",
                 exit_code=result.exit_code, **out,
             )
         return {"exit_code": result.exit_code, **out}
@@ -238,6 +238,7 @@ class ToolRegistry:
             res["more"] = f"lines {end + 1}-{len(lines)} not shown; call read_file with offset={end + 1}"
         if omitted:
             res["truncated"] = True
+            res["hint"] = "the middle of this page was cut to fit; read fewer lines (limit) to see every line"
         return res
 
     def _write_file(self, env: Environment, args: dict[str, Any]) -> Result:

@@ -50,6 +50,10 @@ def test_read_file_pages_by_lines(tools: ToolRegistry) -> None:
     assert (page["start_line"], page["end_line"], page["total_lines"]) == (11, 15, 50)
     assert "offset=16" in page["more"]
     assert etype(tools.run_tool("read_file", {"path": "fifty.txt", "offset": 99}, "t")) == "bad_arguments"
+    tools.run_tool("terminal", {"command": "seq 100000 100400 > long.txt"}, "t")
+    cut = tools.run_tool("read_file", {"path": "long.txt"}, "t")  # 401 lines, over the 400-char budget
+    assert cut["truncated"] and "limit" in cut["hint"] and cut["end_line"] == cut["total_lines"] == 401
+    assert cut["content"].startswith("100000\n") and cut["content"].endswith("100400\n")
 
 
 def test_timeout_is_a_structured_error_with_partial_output(tools: ToolRegistry) -> None:
@@ -131,7 +135,7 @@ def test_renderers(tools: ToolRegistry) -> None:
     names = ["terminal", "terminal_job", "read_file", "write_file"]
     assert [t["function"]["name"] for t in openai] == names
     assert [t["name"] for t in anthropic] == names
-    for o, a in zip(openai, anthropic):
+    for o, a in zip(openai, anthropic, strict=True):
         assert o["type"] == "function" and set(o["function"]) == {"name", "description", "parameters"}
         assert set(a) == {"name", "description", "input_schema"}
         assert o["function"]["parameters"] == a["input_schema"]
