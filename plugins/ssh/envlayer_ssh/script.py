@@ -64,12 +64,13 @@ def oneshot_command(
 ) -> str:
     """The line sshd gives the login shell for a one-shot command.
 
-    The login shell ``exec``s ``env ENVLAYER_EXEC_ID=<id> <shell> -c <script>``, so the
-    top process (leader of the session sshd created) carries the marker in its
-    environment and its command line (the latter for ``pkill -f`` where there is no /proc).
+    The login shell runs ``ENVLAYER_EXEC_ID=<id> exec <shell> -c <script>`` (POSIX: the
+    prefix assignment is exported to the exec'd program), so the top process, leader of
+    the session sshd created, carries the marker in its environment and in its command
+    line (the latter for ``pkill -f`` where there is no /proc). No extra ``env`` process.
     """
     script = f": {EXEC_ID_VAR}={exec_id}\n"
     if cwd:
         script += cd_line(cwd) + "\n"
     script += export_lines(env) + body
-    return f"exec env {EXEC_ID_VAR}={exec_id} {shlex.quote(shell)} -c {shlex.quote(script)}"
+    return f"{EXEC_ID_VAR}={exec_id} exec {shlex.quote(shell)} -c {shlex.quote(script)}"

@@ -1,0 +1,148 @@
+"""Warm ``exec`` latency of the ssh backend against its baselines, all in one run.
+
+Starts a private sshd on a loopback port (same helper as the tests: needs root and
+openssh-server), then measures the median wall time of running ``true`` on a warm,
+reused connection with:
+
+* envlayer ssh, session mode (persistent shell, sentinel framing);
+* envlayer ssh, one-shot mode (a fresh channel and shell per call);
+* paramiko with its defaults (``exec_command`` on one reused ``SSHClient``: no TCP_NODELAY);
+* paramiko on a TCP_NODELAY socket (the transport floor for one channel per call);
+* the ``ssh`` command with a ControlMaster, one ``ssh -S`` process per call.
+
+Run: ``uv run --no-sync python benchmarks/ssh_exec.py [--calls 200]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "plugins", "ssh", "tests"))
+
+from ssh_testserver import SSHServer, requirements_missing  # noqa: E402
+
+from envlayer_ssh.backend import SSHEnvironment  # noqa: E402
+from envlayer_ssh.options import SSHOptions  # noqa: E402
+
+WARMUP = 10
+
+
+def median_ms(func: Callable[[], object], calls: int) -> float:
+    for _ in range(WARMUP):
+        func()
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        func()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1000
+
+
+def paramiko_client(server: SSHServer, nodelay: bool):
+    import paramiko
+
+    client = paramiko.SSHClient()
+    client.load_host_keys(server.files.known_hosts)
+    sock = None
+    if nodelay:
+        sock = socket.create_connection(("127.0.0.1", server.port))
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    client.connect(
+        "127.0.0.1", port=server.port, username=server.user, key_filename=server.files.client_key,
+        allow_agent=False, look_for_keys=False, sock=sock,
+    )
+
+    def run() -> None:
+        _, stdout, stderr = client.exec_command("true")
+        stdout.read()
+        stderr.read()
+        stdout.channel.recv_exit_status()
+
+    return client, run
+
+
+def ssh_cli(server: SSHServer, workdir: str):
+    sock = os.path.join(workdir, "cm.sock")
+    base = [
+        "ssh", "-F", "/dev/null", "-i", server.files.client_key, "-p", str(server.port),
+        "-o", f"UserKnownHostsFile={server.files.known_hosts}", "-o", "StrictHostKeyChecking=yes",
+        "-o", "BatchMode=yes", "-o", f"ControlPath={sock}", f"{server.user}@127.0.0.1",
+    ]
+    master = subprocess.Popen(
+        base[:1] + ["-M", "-N", "-o", "ControlMaster=yes"] + base[1:],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 10
+    while not os.path.exists(sock):
+        if time.monotonic() > deadline or master.poll() is not None:
+            master.kill()
+            raise RuntimeError("ssh ControlMaster did not start")
+        time.sleep(0.02)
+    client = base[:1] + ["-o", "ControlMaster=no"] + base[1:] + ["true"]
+
+    def run() -> None:
+        subprocess.run(client, stdin=subprocess.DEVNULL, check=True)
+
+    return master, run
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=200, help="timed calls per variant (after 10 warm-up calls)")
+    args = parser.parse_args()
+    missing = requirements_missing()
+    if missing:
+        print(f"cannot run: {missing}", file=sys.stderr)
+        return 2
+    server = SSHServer()
+    workdir = tempfile.mkdtemp(prefix="envlayer-bench-ssh-")
+    results: dict[str, float] = {}
+    try:
+        server.start()
+        session = SSHEnvironment(SSHOptions(**server.options(mode="session")))
+        oneshot = SSHEnvironment(SSHOptions(**server.options(mode="oneshot")))
+        try:
+            results["envlayer session"] = median_ms(lambda: session.exec("true"), args.calls)
+            results["envlayer one-shot"] = median_ms(lambda: oneshot.exec("true"), args.calls)
+        finally:
+            session.cleanup()
+            oneshot.cleanup()
+        for label, nodelay in (("paramiko defaults", False), ("paramiko + TCP_NODELAY", True)):
+            client, run = paramiko_client(server, nodelay)
+            try:
+                results[label] = median_ms(run, args.calls)
+            finally:
+                client.close()
+        if shutil.which("ssh"):
+            master, run = ssh_cli(server, workdir)
+            try:
+                results["ssh CLI, ControlMaster"] = median_ms(run, args.calls)
+            finally:
+                master.kill()
+                master.wait()
+    finally:
+        server.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    print(f"warm exec of `true`, median of {args.calls} calls (after {WARMUP} warm-up), sshd on 127.0.0.1")
+    baselines = [b for b in ("paramiko defaults", "ssh CLI, ControlMaster") if b in results]
+    header = f"{'variant':<26} {'median ms':>10}" + "".join(f" {'vs ' + b:>28}" for b in baselines)
+    print(header)
+    for label, ms in results.items():
+        ratios = "".join(f" {results[b] / ms:>27.1f}x" for b in baselines)
+        print(f"{label:<26} {ms:>10.3f}{ratios}")
+    print("targets: envlayer one-shot < 3 ms, envlayer session < 1 ms")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
