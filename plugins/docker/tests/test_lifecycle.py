@@ -307,10 +307,11 @@ def test_reaper_one_failure_does_not_stop_the_sweep(profile) -> None:
 
 
 def test_idle_reclaim_removes_only_truly_idle(make_env, docker_api, profile) -> None:
-    idle = make_env(lease_interval=0)
+    own = profile + "-idle"  # other tests' idle containers live in the main test profile
+    idle = make_env(prof=own, lease_interval=0)
     idle.exec("true")
-    busy = make_env(lease_interval=0)
-    bg = make_env(lease_interval=0)
+    busy = make_env(prof=own, lease_interval=0)
+    bg = make_env(prof=own, lease_interval=0)
     bg.exec("sleep 1000 > /dev/null 2>&1 &")
     holder = threading.Thread(target=lambda: busy.exec("sleep 6", timeout=30))
     time.sleep(2.2)
@@ -318,7 +319,7 @@ def test_idle_reclaim_removes_only_truly_idle(make_env, docker_api, profile) -> 
     time.sleep(0.5)
     opts = idle.options.__class__(image=idle.options.image, idle_reclaim_after=2.0)
     try:
-        removed = DockerEnvironment.reap_orphans(profile=profile, max_age=3600, dry_run=False, options=opts)
+        removed = DockerEnvironment.reap_orphans(profile=own, max_age=3600, dry_run=False, options=opts)
     finally:
         holder.join()
     assert {i.detail["container_id"] for i in removed} == {idle.container_id[:12]}
