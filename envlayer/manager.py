@@ -19,7 +19,8 @@ Contract:
 * **Activity.** Every call through a :class:`ManagedEnvironment` marks the environment
   active when it starts and again when it ends, and counts as in flight meanwhile. The
   idle reaper (a daemon thread, every ``reap_interval`` seconds) releases environments
-  idle longer than ``settings.lifetime_seconds`` with no call in flight, through
+  idle longer than ``settings.lifetime_seconds`` with no call in flight and no idle
+  guard keeping it (the tools keep environments with running background jobs), through
   :func:`envlayer.lifecycle.cleanup` without ``force_remove`` (persist-mode sandboxes
   stay).
 * **Eviction.** A call that raises :class:`~envlayer.errors.BackendUnavailable` drops
@@ -111,7 +112,11 @@ class TaskOverrides:
         return cls(backend, opts, hashlib.sha256(text.encode()).hexdigest()[:16])
 
 
-@dataclass
+IdleGuard = Callable[[EnvKey, Environment], bool]
+"""``guard(key, env) -> bool``; see :meth:`EnvironmentManager.add_idle_guard`."""
+
+
+@dataclass(eq=False)
 class _Entry:
     key: EnvKey
     env: Environment
@@ -322,6 +327,7 @@ class EnvironmentManager:
         self._aliases: dict[str, str] = {}
         self._overrides: dict[str, TaskOverrides] = {}
         self._tearing_down: list[Environment] = []
+        self._guards: list[IdleGuard] = []
         self._stop = threading.Event()
         self._reaper: threading.Thread | None = None
         self._closed = False
@@ -545,15 +551,40 @@ class EnvironmentManager:
         log.info("evicting the %s environment of task %r: backend unavailable", entry.key.backend, entry.key.task)
         self._safe_cleanup(entry.env, "evicted")
 
+    def add_idle_guard(self, guard: IdleGuard) -> None:
+        """Register ``guard(key, env) -> bool``: True keeps an environment the idle
+        reaper was about to release, as if it had just been used (e.g. a background job
+        is still running in it). Called from the reaper, outside the manager's lock, with
+        the backend environment (calls on it do not count as activity). A guard that
+        raises counts as False; the exception is logged."""
+        with self._lock:
+            self._guards.append(guard)
+
+    def _guarded(self, entry: _Entry, guards: list[IdleGuard]) -> bool:
+        for guard in guards:
+            try:
+                if guard(entry.key, entry.env):
+                    return True
+            except Exception:  # noqa: BLE001 - a broken guard must not stop reaping
+                log.warning("idle guard %r failed for %s", guard, entry.key, exc_info=True)
+        return False
+
     def reap_idle(self) -> list[EnvKey]:
         """Release every environment idle longer than ``settings.lifetime_seconds`` with
-        no call in flight (no ``force_remove``). Returns their keys. The reaper thread
-        calls this every ``reap_interval`` seconds; callers may too."""
+        no call in flight and no idle guard keeping it (no ``force_remove``). Returns
+        their keys. The reaper thread calls this every ``reap_interval`` seconds."""
         cutoff = time.monotonic() - self.settings.lifetime_seconds
         with self._lock:
-            idle = [e for e in self._entries.values() if e.in_flight == 0 and e.last_activity < cutoff]
-            for entry in idle:
-                self._detach_locked(entry)
+            candidates = [e for e in self._entries.values() if e.in_flight == 0 and e.last_activity < cutoff]
+            guards = list(self._guards)
+        kept = [e for e in candidates if self._guarded(e, guards)]
+        idle = []
+        with self._lock:
+            for entry in candidates:
+                if entry in kept:
+                    entry.last_activity = time.monotonic()
+                elif entry.in_flight == 0 and entry.last_activity < cutoff and self._detach_locked(entry):
+                    idle.append(entry)
             tearing, self._tearing_down = self._tearing_down, []
         for entry in idle:
             log.debug("releasing idle environment %s", entry.key)

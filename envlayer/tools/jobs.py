@@ -93,6 +93,20 @@ def status(env: Environment, *, jobs_dir: str, job_id: str, budget: int) -> JobS
     return JobStatus(state, exit_code, output, size, size > budget)
 
 
+def running(env: Environment, *, jobs_dir: str, job_ids: list[str]) -> set[str]:
+    """The subset of ``job_ids`` still running (alive, no exit status yet)."""
+    if not job_ids:
+        return set()
+    dirs = " ".join(shlex.quote(job_dir(jobs_dir, j)) for j in job_ids)
+    script = (
+        f"for D in {dirs}; do "
+        "if [ ! -f \"$D/exit\" ] && kill -0 \"$(cat \"$D/pid\" 2>/dev/null)\" 2>/dev/null; "
+        "then echo \"${D##*/}\"; fi; done"
+    )
+    result = env.exec(script, timeout=30)
+    return set(result.stdout_text.split()) & set(job_ids)
+
+
 def kill(env: Environment, *, jobs_dir: str, job_id: str) -> None:
     """Stop the job's process group (TERM, then KILL after a second) and mark it killed."""
     d = shlex.quote(job_dir(jobs_dir, job_id))

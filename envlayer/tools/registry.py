@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -47,7 +48,7 @@ from envlayer.errors import (
     SandboxIsADirectory,
     SandboxPathError,
 )
-from envlayer.manager import EnvironmentManager
+from envlayer.manager import EnvironmentManager, EnvKey
 from envlayer.result import ExecResult
 from envlayer.tools import definitions, jobs
 from envlayer.tools.definitions import ToolDefinition
@@ -90,7 +91,9 @@ class ToolRegistry:
     """The envlayer tools bound to an :class:`EnvironmentManager`.
 
     ``manager`` defaults to a new manager from the configuration (file, environment
-    variables), so the backend is a configuration choice.
+    variables), so the backend is a configuration choice. The registry adds an idle
+    guard to the manager: an environment with a background job it started that is
+    still running is not reaped as idle.
     """
 
     def __init__(self, manager: EnvironmentManager | None = None, config: ToolConfig | None = None) -> None:
@@ -103,6 +106,34 @@ class ToolRegistry:
             "read_file": (definitions.read_file(c.read_lines), self._read_file),
             "write_file": (definitions.write_file(), self._write_file),
         }
+        self._jobs: dict[EnvKey, set[str]] = {}
+        self._jobs_lock = threading.Lock()
+        self.manager.add_idle_guard(self._jobs_running)
+
+    # --- background jobs keep their environment -----------------------------------------
+
+    def _track_job(self, key: EnvKey | None, job_id: str, *, running: bool) -> None:
+        if key is None:  # not a managed environment: nothing to keep alive
+            return
+        with self._jobs_lock:
+            ids = self._jobs.setdefault(key, set())
+            if running:
+                ids.add(job_id)
+            else:
+                ids.discard(job_id)
+            if not ids:
+                del self._jobs[key]
+
+    def _jobs_running(self, key: EnvKey, env: Environment) -> bool:
+        """Idle guard: True while a job this registry started in ``env`` still runs."""
+        with self._jobs_lock:
+            ids = sorted(self._jobs.get(key, ()))
+        if not ids:
+            return False
+        alive = jobs.running(env, jobs_dir=self.config.jobs_dir, job_ids=ids)
+        for job_id in set(ids) - alive:
+            self._track_job(key, job_id, running=False)
+        return bool(alive)
 
     # --- definitions ------------------------------------------------------------------
 
@@ -174,6 +205,7 @@ class ToolRegistry:
         c = self.config
         if args.get("background"):
             job_id, log_file = jobs.start(env, args["command"], jobs_dir=c.jobs_dir, workdir=args.get("workdir"))
+            self._track_job(getattr(env, "key", None), job_id, running=True)
             return {"job_id": job_id, "status": "running", "log_file": log_file,
                     "hint": "check it with terminal_job(job_id=...)"}
         timeout = float(args.get("timeout", c.default_timeout))
@@ -208,6 +240,7 @@ class ToolRegistry:
         if args.get("action") == "kill":
             jobs.kill(env, jobs_dir=c.jobs_dir, job_id=job_id)
         st = jobs.status(env, jobs_dir=c.jobs_dir, job_id=job_id, budget=c.output_chars)
+        self._track_job(getattr(env, "key", None), job_id, running=st.state == "running")
         if st.state == "unknown":
             raise jobs.JobError(f"no job {job_id!r} in this sandbox")
         res: Result = {"job_id": job_id, "status": st.state, "log_file": f"{jobs.job_dir(c.jobs_dir, job_id)}/output.log",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -124,3 +125,26 @@ def test_slow_orphan_sweep_never_blocks_creation(make_manager, make_settings, tm
     finally:
         gate.set()
     assert sweep.wait(30)
+
+
+def test_running_background_job_keeps_its_environment(make_manager, make_settings, tmp_path: Path, wait_until) -> None:  # type: ignore[no-untyped-def]
+    from envlayer.tools import ToolConfig, ToolRegistry
+
+    settings = make_settings(backend="local", lifetime_seconds=0.2, backend_options={"cwd": str(tmp_path)})
+    manager = make_manager(settings, reap_interval=3600)  # passes run only when called here
+    tools = ToolRegistry(manager, ToolConfig(jobs_dir=str(tmp_path / "jobs")))
+    gate = tmp_path / "go"
+    started = tools.run_tool("terminal", {"command": f"while [ ! -e {gate} ]; do sleep 0.05; done", "background": True}, "t")
+    assert started["status"] == "running"
+    with_job, without = manager.get("t"), manager.get("no-jobs")
+
+    def reap_until(env) -> Callable[[], bool]:  # type: ignore[no-untyped-def]
+        def check() -> bool:
+            manager.reap_idle()
+            return env.closed
+        return check
+
+    assert wait_until(reap_until(without))  # idle and no job: released
+    assert not with_job.closed  # idle too, but its job runs: kept
+    gate.touch()
+    assert wait_until(reap_until(with_job))  # the job ended: reaped, without any terminal_job call
