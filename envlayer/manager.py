@@ -131,7 +131,6 @@ class _Pending:
     """A creation in progress for one key; waiters block on ``done``."""
 
     done: threading.Event = field(default_factory=threading.Event)
-    entry: _Entry | None = None
     error: BaseException | None = None
 
 
@@ -470,7 +469,6 @@ class EnvironmentManager:
             if not closed:
                 self._entries[key] = entry
                 self._start_reaper_locked()
-        pending.entry = entry
         pending.done.set()
         if closed:
             self._safe_cleanup(env, "created while the manager closed")
