@@ -70,13 +70,14 @@ def info_from(summary: dict[str, Any], status: str | None = None) -> SandboxInfo
         state = state.get("Status", "")
     return SandboxInfo(
         backend="docker",
-        id=name or summary["Id"][:12],
+        id=summary["Id"][:12],
         task=labels.get(L.TASK, ""),
         profile=labels.get(L.PROFILE, ""),
         status=str(state or ""),
         created=str(created),
         detail={
             "container_id": summary["Id"][:12],
+            "name": name,
             "fingerprint": labels.get(L.FINGERPRINT, ""),
             "persist": labels.get(L.PERSIST, ""),
             "image": str(summary.get("Image") or (summary.get("Config") or {}).get("Image", "")),
