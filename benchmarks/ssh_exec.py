@@ -1,8 +1,10 @@
 """Warm ``exec`` latency of the ssh backend against its baselines, all in one run.
 
 Starts a private sshd on a loopback port (same helper as the tests: needs root and
-openssh-server), then measures the median wall time of running ``true`` on a warm,
-reused connection with:
+openssh-server), once run by root and once run by the login user, and against each
+measures the median wall time of running ``true`` on a warm,
+reused connection with (each variant in blocks of back-to-back calls; the blocks of all
+variants alternate over 5 rounds):
 
 * envlayer ssh, session mode (persistent shell, sentinel framing);
 * envlayer ssh, one-shot mode (a fresh channel and shell per call);
@@ -36,15 +38,22 @@ from envlayer_ssh.options import SSHOptions  # noqa: E402
 WARMUP = 10
 
 
-def median_ms(func: Callable[[], object], calls: int) -> float:
-    for _ in range(WARMUP):
-        func()
-    times = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        func()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1000
+def interleaved_medians(variants: dict[str, Callable[[], object]], calls: int, rounds: int = 5) -> dict[str, float]:
+    """Median ms per variant. Each variant runs back to back in blocks (as an agent's
+    calls would), and the blocks of all variants alternate over ``rounds`` rounds, so a
+    change in machine load during the run affects every variant alike."""
+    for run in variants.values():
+        for _ in range(WARMUP):
+            run()
+    times: dict[str, list[float]] = {label: [] for label in variants}
+    block = max(1, calls // rounds)
+    for _ in range(rounds):
+        for label, run in variants.items():
+            for _ in range(block):
+                start = time.perf_counter()
+                run()
+                times[label].append(time.perf_counter() - start)
+    return {label: statistics.median(samples) * 1000 for label, samples in times.items()}
 
 
 def paramiko_client(server: SSHServer, nodelay: bool):
@@ -95,6 +104,42 @@ def ssh_cli(server: SSHServer, workdir: str):
     return master, run
 
 
+def measure(server: SSHServer, calls: int, workdir: str) -> dict[str, float]:
+    """Median ms per variant against one running server."""
+    session = SSHEnvironment(SSHOptions(**server.options(mode="session")))
+    oneshot = SSHEnvironment(SSHOptions(**server.options(mode="oneshot")))
+    default_client, default_run = paramiko_client(server, nodelay=False)
+    nodelay_client, nodelay_run = paramiko_client(server, nodelay=True)
+    master = None
+    try:
+        variants: dict[str, Callable[[], object]] = {
+            "envlayer session": lambda: session.exec("true"),
+            "envlayer one-shot": lambda: oneshot.exec("true"),
+            "paramiko defaults": default_run,
+            "paramiko + TCP_NODELAY": nodelay_run,
+        }
+        if shutil.which("ssh"):
+            master, variants["ssh CLI, ControlMaster"] = ssh_cli(server, workdir)
+        return interleaved_medians(variants, calls)
+    finally:
+        session.cleanup()
+        oneshot.cleanup()
+        default_client.close()
+        nodelay_client.close()
+        if master is not None:
+            master.kill()
+            master.wait()
+
+
+def report(title: str, results: dict[str, float]) -> None:
+    print(title)
+    baselines = [b for b in ("paramiko defaults", "ssh CLI, ControlMaster") if b in results]
+    print(f"  {'variant':<26} {'median ms':>10}" + "".join(f" {'vs ' + b:>28}" for b in baselines))
+    for label, ms in results.items():
+        ratios = "".join(f" {results[b] / ms:>27.1f}x" for b in baselines)
+        print(f"  {label:<26} {ms:>10.3f}{ratios}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=200, help="timed calls per variant (after 10 warm-up calls)")
@@ -103,43 +148,17 @@ def main() -> int:
     if missing:
         print(f"cannot run: {missing}", file=sys.stderr)
         return 2
-    server = SSHServer()
-    workdir = tempfile.mkdtemp(prefix="envlayer-bench-ssh-")
-    results: dict[str, float] = {}
-    try:
-        server.start()
-        session = SSHEnvironment(SSHOptions(**server.options(mode="session")))
-        oneshot = SSHEnvironment(SSHOptions(**server.options(mode="oneshot")))
+    print(f"warm exec of `true`, median of {args.calls} calls (5 alternating blocks) after {WARMUP} warm-up, sshd on 127.0.0.1")
+    for title, rootless in (("sshd run by root (privilege separation)", False), ("sshd run by the login user (rootless)", True)):
+        server = SSHServer(rootless=rootless)
+        workdir = tempfile.mkdtemp(prefix="envlayer-bench-ssh-")
         try:
-            results["envlayer session"] = median_ms(lambda: session.exec("true"), args.calls)
-            results["envlayer one-shot"] = median_ms(lambda: oneshot.exec("true"), args.calls)
+            server.start()
+            results = measure(server, args.calls, workdir)
         finally:
-            session.cleanup()
-            oneshot.cleanup()
-        for label, nodelay in (("paramiko defaults", False), ("paramiko + TCP_NODELAY", True)):
-            client, run = paramiko_client(server, nodelay)
-            try:
-                results[label] = median_ms(run, args.calls)
-            finally:
-                client.close()
-        if shutil.which("ssh"):
-            master, run = ssh_cli(server, workdir)
-            try:
-                results["ssh CLI, ControlMaster"] = median_ms(run, args.calls)
-            finally:
-                master.kill()
-                master.wait()
-    finally:
-        server.close()
-        shutil.rmtree(workdir, ignore_errors=True)
-
-    print(f"warm exec of `true`, median of {args.calls} calls (after {WARMUP} warm-up), sshd on 127.0.0.1")
-    baselines = [b for b in ("paramiko defaults", "ssh CLI, ControlMaster") if b in results]
-    header = f"{'variant':<26} {'median ms':>10}" + "".join(f" {'vs ' + b:>28}" for b in baselines)
-    print(header)
-    for label, ms in results.items():
-        ratios = "".join(f" {results[b] / ms:>27.1f}x" for b in baselines)
-        print(f"{label:<26} {ms:>10.3f}{ratios}")
+            server.close()
+            shutil.rmtree(workdir, ignore_errors=True)
+        report(title, results)
     print("targets: envlayer one-shot < 3 ms, envlayer session < 1 ms")
     return 0
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import posixpath
+import shlex
 import threading
 import time
 import uuid
@@ -27,7 +28,7 @@ from envlayer.options import BaseOptions
 from envlayer.result import ExecResult
 
 from envlayer_ssh import oneshot, pool, script
-from envlayer_ssh.channel_io import Collector, OutputCallback
+from envlayer_ssh.channel_io import Collector, OutputCallback, run_simple
 from envlayer_ssh.files import RemoteFiles
 from envlayer_ssh.options import SSHOptions, check_env_names
 from envlayer_ssh.remote_kill import kill_remote
@@ -201,9 +202,8 @@ class SSHEnvironment(Environment):
     ) -> Outcome:
         base = self.options.cwd
         run_cwd = posixpath.join(base, cwd) if base and cwd else (cwd or base)
-        line = script.oneshot_command(
-            self.options.shell, exec_id, body, cwd=run_cwd, env={**self.options.env, **(env or {})}
-        )
+        shell = None if self._login_shell_is_shell() else self.options.shell
+        line = script.oneshot_command(shell, exec_id, body, cwd=run_cwd, env={**self.options.env, **(env or {})})
         lease = self._pool.open()
         try:
             oneshot.start(lease, line, data)
@@ -221,6 +221,20 @@ class SSHEnvironment(Environment):
             return outcome
         finally:
             lease.release()
+
+    def _login_shell_is_shell(self) -> bool:
+        """Whether the login shell is the configured ``shell`` (then one-shot commands skip
+        one exec). Probed once per shared connection; False when it cannot be told."""
+        shell = self.options.shell
+        known = self._pool.login_shell_is.get(shell)
+        if known is None:
+            code, out, _ = run_simple(
+                self._pool, f"readlink -f /proc/$$/exe; readlink -f {shlex.quote(shell)}",
+                timeout=self.options.connect_timeout,
+            )
+            paths = out.split()
+            known = self._pool.login_shell_is[shell] = code == 0 and len(paths) == 2 and paths[0] == paths[1]
+        return known
 
     # --- files --------------------------------------------------------------------
 

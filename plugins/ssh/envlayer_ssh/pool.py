@@ -171,6 +171,8 @@ class TargetPool:
         self._sftp: paramiko.SFTPClient | None = None
         self._sftp_lease: Lease | None = None
         self.sftp_lock = threading.RLock()
+        self.login_shell_is: dict[str, bool] = {}
+        """Shell path -> whether the remote login shell is that same program (probed once)."""
 
     # --- slots and channels ---------------------------------------------------------
 

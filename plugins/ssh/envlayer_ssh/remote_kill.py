@@ -3,7 +3,9 @@
 What is killed (read from /proc by one POSIX ``sh`` script; no remote Python needed):
 
 * every process whose environment holds ``ENVLAYER_EXEC_ID=<id>`` (each command exports
-  it, so every program it executes carries it, including ``setsid`` escapees);
+  it, so every program it executes carries it, including ``setsid`` escapees), or whose
+  command line does (the one-shot top shell; the pattern is written ``I[D]`` so the
+  ``grep`` doing the search never matches its own command line);
 * every process in a process group or session led by such a process (catches forked
   subshells of a one-shot command, which never exec and so do not show the marker);
 * for a session shell: the shell itself (SIGKILL first, so the rest of the command
@@ -34,7 +36,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("envlayer.ssh")
 
 KILL_SCRIPT = r"""
-M="ENVLAYER_EXEC_ID=$1"; S=$2; SINCE=$3; GRACE=$4
+M="ENVLAYER_EXEC_ID=$1"; R="ENVLAYER_EXEC_I[D]=$1"; S=$2; SINCE=$3; GRACE=$4
 rm -f "${TMPDIR:-/tmp}/.envlayer-in-$1"
 if [ ! -r /proc/self/stat ]; then
   if [ "$S" != 0 ]; then pkill -KILL -P "$S" 2>/dev/null; kill -KILL "$S" 2>/dev/null; fi
@@ -44,9 +46,9 @@ if [ ! -r /proc/self/stat ]; then
 fi
 tck=$(getconf CLK_TCK 2>/dev/null); [ -n "$tck" ] || tck=100
 thr=$(( SINCE * tck / 100 ))
-marked() {  # pids whose environment holds $1
-  for f in $(grep -l -a -F -- "$1" /proc/[0-9]*/environ 2>/dev/null); do
-    p=${f#/proc/}; printf '%s ' "${p%/environ}"
+marked() {  # pids whose environment (or, with a 2nd arg, command line) matches regex $1
+  for f in $(grep -l -a -e "$1" /proc/[0-9]*/environ ${2:+/proc/[0-9]*/cmdline} 2>/dev/null); do
+    p=${f#/proc/}; printf '%s ' "${p%/*}"
   done
 }
 table() {
@@ -60,7 +62,7 @@ table() {
   done
 }
 victims() {
-  mk=" $(marked "$M")"; any=" $(marked ENVLAYER_EXEC_ID=)"; tb=$(table); desc=" $S "
+  mk=" $(marked "$R" cmdline)"; any=" $(marked "ENVLAYER_EXEC_I[D]=")"; tb=$(table); desc=" $S "
   if [ "$S" != 0 ]; then
     changed=1
     while [ $changed = 1 ]; do
@@ -98,7 +100,7 @@ v=$(victims)
 [ -n "$v" ] && kill -TERM $v 2>/dev/null
 n=0
 while [ -n "$(alive "$v")" ] && [ $n -lt $(( GRACE * 10 )) ]; do sleep 0.1; n=$((n + 1)); done
-rest="$(alive "$v") $(marked "$M")"
+rest="$(alive "$v") $(marked "$R" cmdline)"
 [ -n "${rest# }" ] && kill -KILL $rest 2>/dev/null
 echo "killed $v"
 """

@@ -55,7 +55,7 @@ def printf_format(data: bytes) -> str:
 
 
 def oneshot_command(
-    shell: str,
+    shell: str | None,
     exec_id: str,
     body: str,
     *,
@@ -64,13 +64,18 @@ def oneshot_command(
 ) -> str:
     """The line sshd gives the login shell for a one-shot command.
 
-    The login shell runs ``ENVLAYER_EXEC_ID=<id> exec <shell> -c <script>`` (POSIX: the
-    prefix assignment is exported to the exec'd program), so the top process, leader of
-    the session sshd created, carries the marker in its environment and in its command
-    line (the latter for ``pkill -f`` where there is no /proc). No extra ``env`` process.
+    With ``shell`` None (the login shell is the configured shell) the login shell runs
+    the script itself: ``ENVLAYER_EXEC_ID=<id>`` stands in its command line and is
+    exported to everything it starts. Otherwise the login shell runs
+    ``ENVLAYER_EXEC_ID=<id> exec <shell> -c <script>`` (POSIX: the prefix assignment is
+    exported to the exec'd program), one exec more. Either way the top process, leader
+    of the session sshd created, carries the marker in its command line (found by the
+    kill script, and by ``pkill -f`` where there is no /proc).
     """
-    script = f": {EXEC_ID_VAR}={exec_id}\n"
+    script = f"{EXEC_ID_VAR}={exec_id}; export {EXEC_ID_VAR}\n"
     if cwd:
         script += cd_line(cwd) + "\n"
     script += export_lines(env) + body
+    if shell is None:
+        return script
     return f"{EXEC_ID_VAR}={exec_id} exec {shlex.quote(shell)} -c {shlex.quote(script)}"

@@ -5,7 +5,9 @@ authorized_keys, config, pid file and log. It runs detached (own session), is st
 by PID together with every process it spawned (connection handlers, the test user's
 commands), and its directory is removed on :meth:`close`. No system sshd is touched.
 
-The test user has ``/bin/sh`` as login shell so no rc file slows every exec.
+The test user has ``/bin/sh`` as login shell so no rc file slows every exec. With
+``rootless=True`` sshd itself runs as the test user (no privilege separation, the only
+user who can log in), as an unprivileged deployment would.
 """
 
 from __future__ import annotations
@@ -96,11 +98,12 @@ class ServerFiles:
 class SSHServer:
     """One test sshd. Use :meth:`start`, :meth:`stop`, :meth:`restart`, :meth:`close`."""
 
-    def __init__(self, *, max_sessions: int = 10) -> None:
+    def __init__(self, *, max_sessions: int = 10, rootless: bool = False) -> None:
         self.password = secrets.token_urlsafe(16)
         self.user = ensure_test_user(self.password)
         self.port = free_port()
         self.max_sessions = max_sessions
+        self.rootless = rootless
         base = tempfile.mkdtemp(prefix="envlayer-sshd-")
         os.chmod(base, 0o755)
         self.files = ServerFiles(
@@ -119,6 +122,14 @@ class SSHServer:
         os.chmod(auth, 0o644)
         self._write_config()
         self.trust_host_key()
+        if rootless:
+            self._hand_to_user()
+
+    def _hand_to_user(self) -> None:
+        """A rootless sshd runs as the test user: it must own its key, pid file and log."""
+        entry = pwd.getpwnam(self.user)
+        for path in (self.files.dir, self.files.host_key, self.files.host_key + ".pub"):
+            os.chown(path, entry.pw_uid, entry.pw_gid)
 
     def _write_config(self) -> None:
         d = self.files.dir
@@ -147,6 +158,8 @@ class SSHServer:
         for suffix in ("", ".pub"):
             os.unlink(self.files.host_key + suffix)
         keygen(self.files.host_key, "envlayer-test-host-2")
+        if self.rootless:
+            self._hand_to_user()
 
     def start(self) -> None:
         os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
@@ -155,6 +168,7 @@ class SSHServer:
             self.proc = subprocess.Popen(
                 [SSHD, "-D", "-e", "-f", self.files.config],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                user=self.user if self.rootless else None,
             )
         finally:
             log.close()

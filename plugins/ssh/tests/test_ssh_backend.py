@@ -76,6 +76,14 @@ def test_streaming_delivers_both_streams_as_they_come(sshd: SSHServer, make_env)
     assert b"".join(c for s, c in chunks if s == "stderr") == result.stderr == b"two\n"
 
 
+def test_oneshot_runs_the_configured_shell_even_when_login_shell_differs(sshd: SSHServer, make_env) -> None:
+    dash = make_env(sshd, mode="oneshot")
+    bash = make_env(sshd, mode="oneshot", shell="/bin/bash")
+    assert dash.exec('printf %s "${BASH_VERSION:-none}"').stdout == b"none"
+    assert bash.exec('printf %s "${BASH_VERSION:-none}"').stdout != b"none"
+    assert dash._pool.login_shell_is == {"/bin/sh": True, "/bin/bash": False}
+
+
 def test_signal_death_of_the_oneshot_shell_is_255(sshd: SSHServer, make_env) -> None:
     assert make_env(sshd, mode="oneshot").exec("kill -9 $$").exit_code == 255
 

@@ -92,9 +92,9 @@ def test_authentication_refused_is_backend_unavailable(sshd: SSHServer, make_env
 # --- timeouts and interrupts kill the remote tree ------------------------------------------
 
 
-@pytest.mark.parametrize("mode", MODES)
-def test_timeout_leaves_no_remote_process(sshd: SSHServer, make_env, mode: str) -> None:
-    env = make_env(sshd, mode=mode)
+@pytest.mark.parametrize(("mode", "shell"), [("session", "/bin/sh"), ("oneshot", "/bin/sh"), ("oneshot", "/bin/bash")])
+def test_timeout_leaves_no_remote_process(sshd: SSHServer, make_env, mode: str, shell: str) -> None:
+    env = make_env(sshd, mode=mode, shell=shell)
     observer = make_env(sshd, mode="oneshot")
     n = _unique_sleep()
     script = f"sleep {n} & (sleep {n}; echo never) & sh -c 'sleep {n}' & setsid sleep {n} & sleep {n}"
