@@ -17,7 +17,7 @@ from envlayer.backends.local import LocalEnvironment
 env = LocalEnvironment()
 print("ready", flush=True)
 try:
-    env.exec("sleep 300 & setsid sleep 301 & echo started > {marker}; sleep 302")
+    env.exec("sleep 3141 & setsid sleep 3142 & echo started > {marker}; sleep 3143")
 except KeyboardInterrupt:
     print("interrupted", flush=True)
 """
@@ -33,7 +33,7 @@ def _sleepers() -> list[int]:
                 state = fh.read().rsplit(b")", 1)[1].split()[0]
         except OSError:
             continue
-        if cmd[:2] in ([b"sleep", b"300"], [b"sleep", b"301"], [b"sleep", b"302"]) and state != b"Z":
+        if cmd[:2] in ([b"sleep", b"3141"], [b"sleep", b"3142"], [b"sleep", b"3143"]) and state != b"Z":
             found.append(int(pid))
     return found
 
