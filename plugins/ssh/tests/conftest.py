@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import pwd
 import signal
+import sys
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -13,7 +14,11 @@ import pytest
 from envlayer_ssh import pool
 from envlayer_ssh.backend import SSHEnvironment
 from envlayer_ssh.options import SSHOptions
-from ssh_testserver import TEST_USER, SSHServer, requirements_missing
+
+# The test modules import the sshd helper by name under any pytest import mode.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from ssh_testserver import TEST_USER, SSHServer, requirements_missing  # noqa: E402
 
 EnvFactory = Callable[..., SSHEnvironment]
 
