@@ -154,12 +154,16 @@ class DockerEnvironment(Environment):
         except (DockerException, requests.exceptions.RequestException) as exc:
             raise unavailable(exc, self.options) from exc
 
-    def _recover(self) -> None:
-        """The container is gone or stopped: drop the session and attach again (which
-        starts a stopped container, or creates a new one)."""
-        log.warning("container %s for task %r vanished or stopped; attaching again", self.container_name, self.task_id)
-        self._drop_session()
-        self._attach()
+    def _recover(self, seen_id: str) -> None:
+        """The container ``seen_id`` is gone or stopped: drop the session and attach again
+        (which starts a stopped container, or creates a new one). When another thread
+        already did so, there is nothing to do."""
+        with self._state_lock:
+            if self._container is not None and self._container.id != seen_id:
+                return
+            log.warning("container %s for task %r vanished or stopped; attaching again", self.container_name, self.task_id)
+            self._drop_session()
+            self._attach()
 
     # --- exec -----------------------------------------------------------------------------
 
@@ -189,6 +193,7 @@ class DockerEnvironment(Environment):
         data = stdin.encode() if isinstance(stdin, str) else stdin
         run_cwd = posixpath.join(self.options.workdir, cwd) if cwd else None
         for attempt in (0, 1):
+            seen = self.container_id
             try:
                 return self._run(command, run_cwd, env, deadline, data, on_output, effective, start)
             except _NotStarted as exc:
@@ -197,7 +202,7 @@ class DockerEnvironment(Environment):
                         f"the container for task {self.task_id!r} is gone again right after being recreated: {exc}",
                         hint="check the daemon (`docker ps -a`, its log); something keeps removing the container",
                     ) from exc
-                self._recover()
+                self._recover(seen)
         raise AssertionError("unreachable")
 
     def _touch_lease(self) -> bool:
@@ -411,12 +416,13 @@ class DockerEnvironment(Environment):
     def _helper(self, argv: list[str], data: bytes | None) -> tuple[int, bytes, bytes]:
         """Internal command for file operations; recovers a vanished container once."""
         for attempt in (0, 1):
+            seen = self.container_id
             try:
                 return self._oneshot_capture(argv, data)
             except _NotStarted:
                 if attempt:
                     raise BackendUnavailable("the container keeps disappearing", hint="check the daemon") from None
-                self._recover()
+                self._recover(seen)
         raise AssertionError("unreachable")
 
     # --- files ------------------------------------------------------------------------------
@@ -458,13 +464,14 @@ class DockerEnvironment(Environment):
 
         for attempt in (0, 1):
             files = self._files
+            seen = files.container_id
             files.owner = self._owner_ids()
             try:
                 return self._guard(lambda: fn(files), doing)
             except ContainerGone:
                 if attempt:
                     raise BackendUnavailable("the container keeps disappearing", hint="check the daemon") from None
-                self._recover()
+                self._recover(seen)
         raise AssertionError("unreachable")
 
     def read_file(self, path: str) -> bytes:

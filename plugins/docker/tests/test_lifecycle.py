@@ -261,51 +261,6 @@ def test_reaper_spares_running_recent_and_other_profile(make_env, docker_api, pr
     assert _status(docker_api, stale_other.container_id) == "exited"
 
 
-def test_reaper_leaves_containers_with_unparseable_finish_time(docker_api, profile, options) -> None:
-    from envlayer_docker import reaper
-
-    class FakeApi:  # only the boundary the reaper talks to; the decision logic is real
-        removed: list[str] = []
-
-        def containers(self, **kw):
-            return [{"Id": "a" * 64, "Labels": {}, "State": "exited"}, {"Id": "b" * 64, "Labels": {}, "State": "exited"}]
-
-        def inspect_container(self, cid):
-            finished = "0001-01-01T00:00:00Z" if cid.startswith("a") else "garbage"
-            return {"Id": cid, "State": {"Status": "exited", "FinishedAt": finished}}
-
-        def remove_container(self, cid, **kw):
-            self.removed.append(cid)
-
-    fake = FakeApi()
-    assert reaper.reap(fake, profile=profile, max_age=0, dry_run=False) == []
-    assert fake.removed == []
-
-
-def test_reaper_one_failure_does_not_stop_the_sweep(profile) -> None:
-    from docker.errors import APIError
-
-    from envlayer_docker import reaper
-
-    class FlakyApi:
-        removed: list[str] = []
-
-        def containers(self, **kw):
-            return [{"Id": c * 64, "Labels": {}, "State": "exited"} for c in "abc"]
-
-        def inspect_container(self, cid):
-            if cid.startswith("b"):
-                raise APIError("boom")
-            return {"Id": cid, "State": {"Status": "exited", "FinishedAt": "2020-01-01T00:00:00Z"}}
-
-        def remove_container(self, cid, **kw):
-            self.removed.append(cid[0])
-
-    fake = FlakyApi()
-    assert len(reaper.reap(fake, profile=profile, max_age=60, dry_run=False)) == 2
-    assert sorted(fake.removed) == ["a", "c"]
-
-
 def test_idle_reclaim_removes_only_truly_idle(make_env, docker_api, profile) -> None:
     own = profile + "-idle"  # other tests' idle containers live in the main test profile
     idle = make_env(prof=own, lease_interval=0)
@@ -432,6 +387,16 @@ def test_vanished_container_is_recreated_once_without_rerun(make_env, docker_api
     killer.join()
     assert (tmp_path / "mid").read_text() == "once\n"
     assert env.exec("cat /shared/mid").stdout_text == "once\n"
+
+
+def test_container_stopped_under_a_live_env_is_restarted(make_env, docker_api) -> None:
+    env = make_env()
+    env.exec("echo kept > /workspace/f").check()
+    docker_api.stop(env.container_id, timeout=1)
+    assert env.exec("cat /workspace/f").stdout_text == "kept\n"
+    assert _status(docker_api, env.container_id) == "running"
+    docker_api.stop(env.container_id, timeout=1)
+    assert env.read_file("/workspace/f") == b"kept\n"  # the archive API works on stopped containers
 
 
 def test_missing_image_fails_fast_and_leaves_nothing(docker_api, profile, options) -> None:

@@ -100,6 +100,54 @@ def test_idle_check_decision() -> None:
     assert parse_idle_check(b"garbage", 0.0, 50) is False
 
 
+# --- reaper decisions (a fake API stands in for the daemon; the logic is real) ---------
+
+
+def test_reaper_leaves_containers_with_unparseable_finish_time() -> None:
+    from envlayer_docker import reaper
+
+    class FakeApi:  # only the boundary the reaper talks to; the decision logic is real
+        removed: list[str] = []
+
+        def containers(self, **kw):
+            return [{"Id": "a" * 64, "Labels": {}, "State": "exited"}, {"Id": "b" * 64, "Labels": {}, "State": "exited"}]
+
+        def inspect_container(self, cid):
+            finished = "0001-01-01T00:00:00Z" if cid.startswith("a") else "garbage"
+            return {"Id": cid, "State": {"Status": "exited", "FinishedAt": finished}}
+
+        def remove_container(self, cid, **kw):
+            self.removed.append(cid)
+
+    fake = FakeApi()
+    assert reaper.reap(fake, profile="p", max_age=0, dry_run=False) == []
+    assert fake.removed == []
+
+
+def test_reaper_one_failure_does_not_stop_the_sweep() -> None:
+    from docker.errors import APIError
+
+    from envlayer_docker import reaper
+
+    class FlakyApi:
+        removed: list[str] = []
+
+        def containers(self, **kw):
+            return [{"Id": c * 64, "Labels": {}, "State": "exited"} for c in "abc"]
+
+        def inspect_container(self, cid):
+            if cid.startswith("b"):
+                raise APIError("boom")
+            return {"Id": cid, "State": {"Status": "exited", "FinishedAt": "2020-01-01T00:00:00Z"}}
+
+        def remove_container(self, cid, **kw):
+            self.removed.append(cid[0])
+
+    fake = FlakyApi()
+    assert len(reaper.reap(fake, profile="p", max_age=60, dry_run=False)) == 2
+    assert sorted(fake.removed) == ["a", "c"]
+
+
 # --- protocol ---------------------------------------------------------------------------------
 
 
