@@ -30,10 +30,9 @@ from collections.abc import Callable
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "plugins", "ssh", "tests"))
 
-from ssh_testserver import SSHServer, requirements_missing  # noqa: E402
-
-from envlayer_ssh.backend import SSHEnvironment  # noqa: E402
-from envlayer_ssh.options import SSHOptions  # noqa: E402
+from envlayer_ssh.backend import SSHEnvironment
+from envlayer_ssh.options import SSHOptions
+from ssh_testserver import SSHServer, requirements_missing
 
 WARMUP = 10
 
@@ -66,8 +65,13 @@ def paramiko_client(server: SSHServer, nodelay: bool):
         sock = socket.create_connection(("127.0.0.1", server.port))
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     client.connect(
-        "127.0.0.1", port=server.port, username=server.user, key_filename=server.files.client_key,
-        allow_agent=False, look_for_keys=False, sock=sock,
+        "127.0.0.1",
+        port=server.port,
+        username=server.user,
+        key_filename=server.files.client_key,
+        allow_agent=False,
+        look_for_keys=False,
+        sock=sock,
     )
 
     def run() -> None:
@@ -82,13 +86,28 @@ def paramiko_client(server: SSHServer, nodelay: bool):
 def ssh_cli(server: SSHServer, workdir: str):
     sock = os.path.join(workdir, "cm.sock")
     base = [
-        "ssh", "-F", "/dev/null", "-i", server.files.client_key, "-p", str(server.port),
-        "-o", f"UserKnownHostsFile={server.files.known_hosts}", "-o", "StrictHostKeyChecking=yes",
-        "-o", "BatchMode=yes", "-o", f"ControlPath={sock}", f"{server.user}@127.0.0.1",
+        "ssh",
+        "-F",
+        "/dev/null",
+        "-i",
+        server.files.client_key,
+        "-p",
+        str(server.port),
+        "-o",
+        f"UserKnownHostsFile={server.files.known_hosts}",
+        "-o",
+        "StrictHostKeyChecking=yes",
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        f"ControlPath={sock}",
+        f"{server.user}@127.0.0.1",
     ]
     master = subprocess.Popen(
-        base[:1] + ["-M", "-N", "-o", "ControlMaster=yes"] + base[1:],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        ["ssh", "-M", "-N", "-o", "ControlMaster=yes", *base[1:]],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     deadline = time.monotonic() + 10
     while not os.path.exists(sock):
@@ -96,7 +115,7 @@ def ssh_cli(server: SSHServer, workdir: str):
             master.kill()
             raise RuntimeError("ssh ControlMaster did not start")
         time.sleep(0.02)
-    client = base[:1] + ["-o", "ControlMaster=no"] + base[1:] + ["true"]
+    client = ["ssh", "-o", "ControlMaster=no", *base[1:], "true"]
 
     def run() -> None:
         subprocess.run(client, stdin=subprocess.DEVNULL, check=True)
@@ -148,8 +167,14 @@ def main() -> int:
     if missing:
         print(f"cannot run: {missing}", file=sys.stderr)
         return 2
-    print(f"warm exec of `true`, median of {args.calls} calls (5 alternating blocks) after {WARMUP} warm-up, sshd on 127.0.0.1")
-    for title, rootless in (("sshd run by root (privilege separation)", False), ("sshd run by the login user (rootless)", True)):
+    print(
+        f"warm exec of `true`, median of {args.calls} calls (5 alternating blocks) "
+        f"after {WARMUP} warm-up, sshd on 127.0.0.1"
+    )
+    for title, rootless in (
+        ("sshd run by root (privilege separation)", False),
+        ("sshd run by the login user (rootless)", True),
+    ):
         server = SSHServer(rootless=rootless)
         workdir = tempfile.mkdtemp(prefix="envlayer-bench-ssh-")
         try:

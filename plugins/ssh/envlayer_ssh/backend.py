@@ -26,7 +26,6 @@ from envlayer.environment import Command, Environment
 from envlayer.errors import BackendUnavailable, FileTooLarge
 from envlayer.options import BaseOptions
 from envlayer.result import ExecResult
-
 from envlayer_ssh import oneshot, pool, script
 from envlayer_ssh.channel_io import Collector, OutputCallback, run_simple
 from envlayer_ssh.files import RemoteFiles
@@ -60,7 +59,9 @@ class SSHEnvironment(Environment):
     capabilities = frozenset({Capability.STREAMING, Capability.PERSISTENT_SESSION, Capability.DIRECTORY_TRANSFER})
     options: SSHOptions
 
-    def __init__(self, options: BaseOptions | None = None, *, task_id: str = "default", profile: str = "default") -> None:
+    def __init__(
+        self, options: BaseOptions | None = None, *, task_id: str = "default", profile: str = "default"
+    ) -> None:
         super().__init__(options, task_id=task_id, profile=profile)
         self.target: Target = resolve_target(self.options)
         self._pool = pool.acquire(self.target)
@@ -175,7 +176,9 @@ class SSHEnvironment(Environment):
                 return Outcome(126)
         sent_at = time.monotonic()
         try:
-            outcome = session.run(body, exec_id=exec_id, stdin=data, deadline=deadline, collector=collector, cwd=cwd, env=env)
+            outcome = session.run(
+                body, exec_id=exec_id, stdin=data, deadline=deadline, collector=collector, cwd=cwd, env=env
+            )
         except BackendUnavailable:
             raise
         except BaseException:
@@ -229,7 +232,8 @@ class SSHEnvironment(Environment):
         known = self._pool.login_shell_is.get(shell)
         if known is None:
             code, out, _ = run_simple(
-                self._pool, f"readlink -f /proc/$$/exe; readlink -f {shlex.quote(shell)}",
+                self._pool,
+                f"readlink -f /proc/$$/exe; readlink -f {shlex.quote(shell)}",
                 timeout=self.options.connect_timeout,
             )
             paths = out.split()
@@ -291,7 +295,9 @@ class SSHEnvironment(Environment):
         """Copy the remote directory tree ``remote`` into ``local`` (created if missing);
         returns the number of files copied. Symlinks and special files are skipped."""
         self._ensure_open()
-        return self._files.download_dir(self._remote_path(remote), os.fspath(local), self.options.max_file_bytes, remote)
+        return self._files.download_dir(
+            self._remote_path(remote), os.fspath(local), self.options.max_file_bytes, remote
+        )
 
     # --- lifecycle ---------------------------------------------------------------
 

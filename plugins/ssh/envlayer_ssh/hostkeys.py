@@ -41,10 +41,7 @@ def fingerprint(key: paramiko.PKey) -> str:
 def keyscan_command(target: Target, key_type: str) -> str:
     """The shell line that appends the server's key of ``key_type`` to known_hosts."""
     port = f"-p {target.port} " if target.port != 22 else ""
-    return (
-        f"ssh-keyscan {port}-t {key_type} {shlex.quote(target.hostname)} "
-        f">> {shlex.quote(target.known_hosts)}"
-    )
+    return f"ssh-keyscan {port}-t {key_type} {shlex.quote(target.hostname)} >> {shlex.quote(target.known_hosts)}"
 
 
 def load_known_hosts(target: Target) -> paramiko.HostKeys:
@@ -73,8 +70,12 @@ def verify(target: Target, key: paramiko.PKey) -> None:
     name = target.known_hosts_name
     key_type = key.get_name()
     if target.host_key_policy == "insecure":
-        log.warning("ssh: accepting host key %s %s for %s without verification (host_key_policy=insecure)",
-                    key_type, fingerprint(key), name)
+        log.warning(
+            "ssh: accepting host key %s %s for %s without verification (host_key_policy=insecure)",
+            key_type,
+            fingerprint(key),
+            name,
+        )
         return
     known = load_known_hosts(target).lookup(name)
     if known is not None and key_type in known:
@@ -99,7 +100,7 @@ def verify(target: Target, key: paramiko.PKey) -> None:
         raise HostKeyError(
             f"the host key of {name} ({key_type} {fingerprint(key)}) is not in {target.known_hosts}",
             hint=f"check the fingerprint, then run `{keyscan_command(target, key_type)}`, "
-            "or set host_key_policy = \"accept-new\" to trust it on first use",
+            'or set host_key_policy = "accept-new" to trust it on first use',
         )
     _record(target, key)
 
@@ -115,8 +116,13 @@ def _record(target: Target, key: paramiko.PKey) -> None:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         with os.fdopen(fd, "a") as fh:
             fh.write(line)
-    log.warning("ssh: recorded new host key %s %s for %s in %s (host_key_policy=accept-new)",
-                key.get_name(), fingerprint(key), target.known_hosts_name, path)
+    log.warning(
+        "ssh: recorded new host key %s %s for %s in %s (host_key_policy=accept-new)",
+        key.get_name(),
+        fingerprint(key),
+        target.known_hosts_name,
+        path,
+    )
 
 
 _ALL_HOST_KEY_TYPES = (

@@ -11,7 +11,6 @@ import time
 from typing import TYPE_CHECKING
 
 from envlayer.errors import BackendUnavailable
-
 from envlayer_ssh.channel_io import DRAIN_GRACE, Collector, exit_code, pump
 from envlayer_ssh.errors import ConnectionLost
 from envlayer_ssh.session import Outcome

@@ -36,23 +36,16 @@ class SSHOptions(BaseOptions):
         None, doc="Host to connect to: a name, an address, or a Host alias from the ssh config file."
     )
     port: int | None = option(None, doc="TCP port; the ssh config's Port, else 22, when unset.")
-    user: str | None = option(
-        None, doc="Login user; the ssh config's User, else the local user name, when unset."
-    )
+    user: str | None = option(None, doc="Login user; the ssh config's User, else the local user name, when unset.")
     key_files: list[str] = option(
         doc="Private key files to offer (after the ssh config's IdentityFile entries).", factory=list
     )
-    password: str | None = option(
-        None, doc="Password (or key passphrase). Never logged; prefer keys or an agent."
-    )
+    password: str | None = option(None, doc="Password (or key passphrase). Never logged; prefer keys or an agent.")
     use_agent: bool = option(True, doc="Offer the keys of a running ssh-agent (SSH_AUTH_SOCK).")
-    look_for_keys: bool = option(
-        True, doc="Also offer the default keys ~/.ssh/id_ed25519, id_ecdsa, id_rsa."
-    )
+    look_for_keys: bool = option(True, doc="Also offer the default keys ~/.ssh/id_ed25519, id_ecdsa, id_rsa.")
     ssh_config: str | None = option(
         "~/.ssh/config",
-        doc="OpenSSH client config read for HostName, User, Port, IdentityFile and ProxyJump; "
-        "empty to ignore it.",
+        doc="OpenSSH client config read for HostName, User, Port, IdentityFile and ProxyJump; empty to ignore it.",
     )
     proxy_jump: str | None = option(
         None,
@@ -68,9 +61,7 @@ class SSHOptions(BaseOptions):
         "~/.ssh/known_hosts", doc="known_hosts file used to verify (and, for accept-new, record) host keys."
     )
     connect_timeout: float = option(10.0, doc="Seconds allowed for TCP connect, banner and authentication.")
-    keepalive: float = option(
-        15.0, doc="Seconds between keepalive messages on an idle connection; 0 disables them."
-    )
+    keepalive: float = option(15.0, doc="Seconds between keepalive messages on an idle connection; 0 disables them.")
     mode: Literal["session", "oneshot"] = option(
         "session",
         doc="session: one persistent shell per environment (cd and export persist, sub-millisecond "

@@ -30,7 +30,6 @@ import time
 from typing import TYPE_CHECKING
 
 from envlayer.errors import BackendUnavailable
-
 from envlayer_ssh import hostkeys
 from envlayer_ssh.errors import HostKeyError
 from envlayer_ssh.target import Target
@@ -196,7 +195,7 @@ class TargetPool:
                         f"all {sum(c.capacity for c in self.connections)} channels on "
                         f"{len(self.connections)} connection(s) to {self.target.describe()} are held "
                         "by session shells and file transfers",
-                        hint="clean up idle environments, raise max_connections, or use mode = \"oneshot\"",
+                        hint='clean up idle environments, raise max_connections, or use mode = "oneshot"',
                     )
                 self._cond.wait(min(remaining, 1.0))
 
@@ -265,7 +264,10 @@ class TargetPool:
             if allowed < conn.capacity:
                 log.warning(
                     "ssh: %s refused channel %d; treating its MaxSessions as %d (set max_sessions = %d)",
-                    self.target.describe(), conn.in_use, allowed, allowed,
+                    self.target.describe(),
+                    conn.in_use,
+                    allowed,
+                    allowed,
                 )
                 conn.capacity = allowed
 
@@ -357,9 +359,7 @@ def _connect(target: Target, via: paramiko.Transport | None) -> paramiko.SSHClie
             sock = socket.create_connection((target.hostname, target.port), timeout=timeout)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         else:
-            sock = via.open_channel(
-                "direct-tcpip", (target.hostname, target.port), ("127.0.0.1", 0), timeout=timeout
-            )
+            sock = via.open_channel("direct-tcpip", (target.hostname, target.port), ("127.0.0.1", 0), timeout=timeout)
     except (OSError, paramiko.SSHException, EOFError) as exc:
         raise BackendUnavailable(
             f"cannot reach {where}: {type(exc).__name__}: {exc}",

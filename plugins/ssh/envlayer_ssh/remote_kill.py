@@ -27,7 +27,6 @@ import shlex
 from typing import TYPE_CHECKING
 
 from envlayer.errors import BackendUnavailable
-
 from envlayer_ssh.channel_io import run_simple
 
 if TYPE_CHECKING:

@@ -36,8 +36,7 @@ def cd_line(path: str) -> str:
     """``cd`` to ``path`` or exit 126 with a message on stderr (as the local backend does)."""
     quoted = quote_path(path)
     return (
-        f"cd -- {quoted} 2>/dev/null || "
-        f"{{ printf 'working directory does not exist: %s\\n' {quoted} >&2; exit 126; }}"
+        f"cd -- {quoted} 2>/dev/null || {{ printf 'working directory does not exist: %s\\n' {quoted} >&2; exit 126; }}"
     )
 
 

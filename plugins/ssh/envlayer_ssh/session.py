@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING
 
 from envlayer.errors import BackendUnavailable
 from envlayer.proctree import EXEC_ID_VAR
-
 from envlayer_ssh import script
 from envlayer_ssh.channel_io import Collector, SentinelSplitter, exit_code, pump
 from envlayer_ssh.errors import ConnectionLost
@@ -104,13 +103,12 @@ class ShellSession:
             "  __el_rc=$?\n"
             f"  (umask 077; export -p > {state}) 2>/dev/null\n"
             "  printf '\\n%s\\n' \"$__el_tok\" >&2\n"
-            "  printf '\\n%s %s exit %s %s\\n' \"$__el_tok\" \"$__el_rc\" \"$PWD\" \"$__el_tok\"\n"
+            '  printf \'\\n%s %s exit %s %s\\n\' "$__el_tok" "$__el_rc" "$PWD" "$__el_tok"\n'
             "}\n"
             "trap __envlayer_exit EXIT\n"
             f"if [ -f {state} ]; then . {state}; rm -f {state}; else\n"
             f"{script.export_lines(self.env)}:\nfi\n"
-            "__el_nocwd=0\n"
-            + (f"{cd} || __el_nocwd=1\n" if cd else "")
+            "__el_nocwd=0\n" + (f"{cd} || __el_nocwd=1\n" if cd else "")
         )
         try:
             lease.channel.sendall(init.encode())
@@ -120,8 +118,11 @@ class ShellSession:
         first_start = self.cwd is None
         collector = Collector(4096, "head", None)
         outcome = self.run(
-            'printf "%s %s" "$$" "$__el_nocwd"', exec_id="start", stdin=None,
-            deadline=time.monotonic() + _START_TIMEOUT, collector=collector,
+            'printf "%s %s" "$$" "$__el_nocwd"',
+            exec_id="start",
+            stdin=None,
+            deadline=time.monotonic() + _START_TIMEOUT,
+            collector=collector,
         )
         text = collector.buffers["stdout"].getvalue().decode(errors="replace").split()
         if outcome.timed_out or outcome.exit_code != 0 or len(text) != 2:
@@ -202,7 +203,7 @@ class ShellSession:
         if stdin is not None:
             lines.append(
                 f"__el_in=${{TMPDIR:-/tmp}}/.envlayer-in-{exec_id}; "
-                f"(umask 077; printf {script.printf_format(stdin)} > \"$__el_in\")"
+                f'(umask 077; printf {script.printf_format(stdin)} > "$__el_in")'
             )
             redirect = '<"$__el_in"'
         lines.append(f"{{ {run}\n}} {redirect}")
@@ -211,7 +212,7 @@ class ShellSession:
             lines.append('rm -f "$__el_in"')
         lines.append("read __el_up __el_x 2>/dev/null </proc/uptime || __el_up=-")
         lines.append("printf '\\n%s\\n' \"$__el_tok\" >&2")
-        lines.append("printf '\\n%s %s %s %s %s\\n' \"$__el_tok\" \"$__el_rc\" \"$__el_up\" \"$PWD\" \"$__el_tok\"\n")
+        lines.append('printf \'\\n%s %s %s %s %s\\n\' "$__el_tok" "$__el_rc" "$__el_up" "$PWD" "$__el_tok"\n')
         out = SentinelSplitter(tok, lambda b: collector.write("stdout", b))
         err = SentinelSplitter(tok, lambda b: collector.write("stderr", b))
         end = b" " + tok + b"\n"

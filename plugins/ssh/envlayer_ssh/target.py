@@ -14,7 +14,6 @@ import os
 from dataclasses import dataclass, field
 
 from envlayer.errors import BackendUnavailable
-
 from envlayer_ssh.options import SSHOptions
 
 
@@ -119,7 +118,9 @@ def _resolve(
     depth: int,
 ) -> Target:
     if depth > 8:
-        raise BackendUnavailable(f"ProxyJump chain for {alias!r} is too long or loops", hint="check ProxyJump in the ssh config")
+        raise BackendUnavailable(
+            f"ProxyJump chain for {alias!r} is too long or loops", hint="check ProxyJump in the ssh config"
+        )
     entry = config.lookup(alias) if config is not None else {}
     hostname = entry.get("hostname", alias)
     config_files = [os.path.expanduser(p) for p in entry.get("identityfile", [])]

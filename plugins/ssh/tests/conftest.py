@@ -10,7 +10,6 @@ import sys
 from collections.abc import Callable, Iterator
 
 import pytest
-
 from envlayer_ssh import pool
 from envlayer_ssh.backend import SSHEnvironment
 from envlayer_ssh.options import SSHOptions
@@ -18,7 +17,7 @@ from envlayer_ssh.options import SSHOptions
 # The test modules import the sshd helper by name under any pytest import mode.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from ssh_testserver import TEST_USER, SSHServer, requirements_missing  # noqa: E402
+from ssh_testserver import TEST_USER, SSHServer, requirements_missing
 
 EnvFactory = Callable[..., SSHEnvironment]
 

@@ -61,7 +61,8 @@ def free_port() -> int:
 def keygen(path: str, comment: str) -> None:
     subprocess.run(
         ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", path],
-        check=True, capture_output=True,
+        check=True,
+        capture_output=True,
     )
 
 
@@ -163,15 +164,15 @@ class SSHServer:
 
     def start(self) -> None:
         os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
-        log = open(self.files.log, "ab")
-        try:
+        with open(self.files.log, "ab") as log:
             self.proc = subprocess.Popen(
                 [SSHD, "-D", "-e", "-f", self.files.config],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
                 user=self.user if self.rootless else None,
             )
-        finally:
-            log.close()
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

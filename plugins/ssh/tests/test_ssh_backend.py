@@ -10,14 +10,14 @@ import subprocess
 import sys
 
 import pytest
+from envlayer_ssh.backend import SSHEnvironment
+from envlayer_ssh.options import SSHOptions
+from ssh_testserver import SSHServer
 
 from envlayer.capabilities import Capability, capabilities_of
 from envlayer.errors import BackendUnavailable, FileTooLarge, SandboxPathError
 from envlayer.options import OptionError
 from envlayer.registry import load_backend
-from envlayer_ssh.backend import SSHEnvironment
-from envlayer_ssh.options import SSHOptions
-from ssh_testserver import SSHServer
 
 pytestmark = pytest.mark.ssh
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-
-from envlayer.testing import EnvironmentConformance
 from envlayer_ssh.backend import SSHEnvironment
 from envlayer_ssh.options import SSHOptions
 from ssh_testserver import SSHServer
+
+from envlayer.testing import EnvironmentConformance
 
 pytestmark = pytest.mark.ssh
 

@@ -9,13 +9,13 @@ import threading
 import uuid
 
 import pytest
-
-from envlayer.errors import BackendUnavailable
 from envlayer_ssh import pool
 from envlayer_ssh.backend import SSHEnvironment
 from envlayer_ssh.errors import ConnectionLost
 from envlayer_ssh.options import SSHOptions
 from ssh_testserver import SSHServer
+
+from envlayer.errors import BackendUnavailable
 
 pytestmark = pytest.mark.ssh
 MODES = ["session", "oneshot"]
@@ -55,7 +55,9 @@ def test_sshd_restart_between_calls_reconnects_and_reports(own_sshd: SSHServer, 
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_drop_mid_command_raises_may_have_run_and_is_not_rerun(own_sshd: SSHServer, make_env, mode: str, tmp_path) -> None:
+def test_drop_mid_command_raises_may_have_run_and_is_not_rerun(
+    own_sshd: SSHServer, make_env, mode: str, tmp_path
+) -> None:
     env = make_env(own_sshd, mode=mode)
     env.exec("rm -f /tmp/envlayer-drop-count").check()
     timer = threading.Timer(0.7, own_sshd.restart)

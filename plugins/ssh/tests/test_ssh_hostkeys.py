@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import re
 import subprocess
+from pathlib import Path
 
 import pytest
-
-from envlayer.errors import BackendUnavailable
 from envlayer_ssh.errors import HostKeyError
 from ssh_testserver import SSHServer
+
+from envlayer.errors import BackendUnavailable
 
 pytestmark = pytest.mark.ssh
 
@@ -20,7 +21,7 @@ def _no_auth_attempted(server: SSHServer) -> bool:
 
 
 def test_unknown_host_key_refused_before_authenticating(own_sshd: SSHServer, make_env) -> None:
-    open(own_sshd.files.known_hosts, "w").close()
+    Path(own_sshd.files.known_hosts).write_text("")
     with pytest.raises(HostKeyError) as info:
         make_env(own_sshd)
     err = info.value
@@ -38,7 +39,7 @@ def test_missing_known_hosts_file_refused(own_sshd: SSHServer, make_env, tmp_pat
 
 
 def test_hint_command_trusts_the_key(own_sshd: SSHServer, make_env) -> None:
-    open(own_sshd.files.known_hosts, "w").close()
+    Path(own_sshd.files.known_hosts).write_text("")
     with pytest.raises(HostKeyError) as info:
         make_env(own_sshd)
     command = re.search(r"`(ssh-keyscan [^`]*)`", info.value.hint)
@@ -51,14 +52,14 @@ def test_hint_command_trusts_the_key(own_sshd: SSHServer, make_env) -> None:
 @pytest.mark.parametrize("policy", ["strict", "accept-new"])
 def test_changed_host_key_refused(own_sshd: SSHServer, make_env, policy: str) -> None:
     make_env(own_sshd, host_key_policy=policy).exec("true").check()
-    before = open(own_sshd.files.known_hosts).read()
+    before = Path(own_sshd.files.known_hosts).read_text()
     own_sshd.new_host_key()
     own_sshd.restart()
     with pytest.raises(HostKeyError) as info:
         make_env(own_sshd, host_key_policy=policy, mode="oneshot")
     assert "CHANGED" in info.value.message
     assert f"ssh-keygen -R '[127.0.0.1]:{own_sshd.port}' -f {own_sshd.files.known_hosts}" in info.value.hint
-    assert open(own_sshd.files.known_hosts).read() == before
+    assert Path(own_sshd.files.known_hosts).read_text() == before
 
 
 def test_changed_key_refused_on_reconnect_of_a_live_environment(own_sshd: SSHServer, make_env) -> None:

@@ -7,12 +7,12 @@ from __future__ import annotations
 import threading
 
 import pytest
+from ssh_testserver import SSHServer
 
 from envlayer import lifecycle
 from envlayer.config import load_settings
 from envlayer.factory import open_environment
 from envlayer.registry import load_backend
-from ssh_testserver import SSHServer
 
 pytestmark = pytest.mark.ssh
 
