@@ -54,7 +54,7 @@ def main() -> int:
     from envlayer_docker.backend import DockerEnvironment
     from envlayer_docker.options import DockerOptions
 
-    api = docker.APIClient(version="auto")
+    api = docker.APIClient(version="auto", **docker.utils.kwargs_from_env())
     opts = DockerOptions(image=args.image, timeout=60)
     rows: list[tuple[str, float, str]] = []
     try:

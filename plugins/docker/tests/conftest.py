@@ -31,7 +31,7 @@ def _docker_problem() -> str | None:
     except ImportError as exc:  # pragma: no cover - the SDK is a dependency
         return f"the docker SDK is not installed ({exc})"
     try:
-        api = docker.APIClient(version="auto", timeout=10)
+        api = docker.APIClient(version="auto", timeout=10, **docker.utils.kwargs_from_env())
         api.ping()
     except Exception as exc:  # noqa: BLE001
         return f"no Docker daemon answers ({type(exc).__name__}: {str(exc)[:200]})"
@@ -66,7 +66,7 @@ def docker_api() -> Iterator[Any]:
         pytest.skip(f"{problem}; run scripts/provision (starts dockerd, builds {IMAGE}) to enable the Docker tests")
     import docker
 
-    api = docker.APIClient(version="auto", timeout=60)
+    api = docker.APIClient(version="auto", timeout=60, **docker.utils.kwargs_from_env())
     try:
         yield api
     finally:
