@@ -232,9 +232,12 @@ class DockerEnvironment(Environment):
         return self._run_oneshot(command, cwd, env, deadline, data, on_output, timeout, start, exec_id)
 
     def _exec_api(self, fn: Callable[[], T]) -> T:
-        """Start an exec; a daemon answer meaning "no such / not running container"
-        becomes :class:`_NotStarted`, other failures :class:`BackendUnavailable`."""
-        from docker.errors import APIError, NotFound
+        """Start an exec. A daemon answer meaning "no such / not running container"
+        becomes :class:`_NotStarted`; every other failure :class:`BackendUnavailable`."""
+        import requests
+        from docker.errors import APIError, DockerException, NotFound
+
+        from envlayer_docker.client import unavailable
 
         try:
             return fn()
@@ -243,9 +246,16 @@ class DockerEnvironment(Environment):
         except APIError as exc:
             if exc.status_code == 409:
                 raise _NotStarted(str(exc.explanation or exc)) from exc
-            raise
-        except Exception as exc:  # noqa: BLE001 - mapped below
-            return self._guard(lambda: _reraise(exc), "starting a command")
+            raise BackendUnavailable(
+                f"Docker refused to start a command: {exc.explanation or exc}", hint="check the daemon log"
+            ) from exc
+        except (DockerException, requests.exceptions.RequestException) as exc:
+            raise unavailable(exc, self.options) from exc
+        except ConnectionError as exc:
+            raise BackendUnavailable(
+                f"could not start the shell {self.options.shell!r} in container {self.container_name}: {exc}",
+                hint="check that the image has it (option `shell`), or use exec_mode = \"oneshot\"",
+            ) from exc
 
     def _session_usable(self) -> Any:
         """The live session, or None. A session idle for longer than ``lease_interval``
@@ -567,13 +577,15 @@ class DockerEnvironment(Environment):
 
     @classmethod
     def reap_orphans(cls, *, profile: str, max_age: float, dry_run: bool, options: DockerOptions) -> list[SandboxInfo]:
-        """Remove this profile's stopped managed containers older than ``max_age`` seconds
-        (and, when ``idle_reclaim_after`` is set, idle running ones); see
+        """Remove this profile's stopped managed containers older than ``max_age`` seconds,
+        running private containers whose owner process died, and (when
+        ``idle_reclaim_after`` is set) idle running ones; see
         :mod:`envlayer_docker.reaper`. Returns what was (or would be) removed."""
         from envlayer_docker import reaper
 
         api, opts = cls._class_api(options)
         removed = reaper.reap(api, profile=profile, max_age=max_age, dry_run=dry_run)
+        removed += reaper.reap_dead_owners(api, profile=profile, dry_run=dry_run)
         if opts.idle_reclaim_after is not None:
             removed += reaper.reclaim_idle(api, profile=profile, idle_after=opts.idle_reclaim_after, dry_run=dry_run, shell=opts.shell)
         return removed
@@ -608,10 +620,6 @@ class DockerEnvironment(Environment):
                 continue
             removed.append(reaper.info_from(summary))
         return removed
-
-
-def _reraise(exc: BaseException) -> Any:
-    raise exc
 
 
 def _oci_code(code: int, reader: Reader) -> int:

@@ -26,6 +26,7 @@ from envlayer.errors import BackendUnavailable, ConfigError
 from envlayer_docker import labels as L
 from envlayer_docker.naming import container_name, private_name
 from envlayer_docker.options import DockerOptions, parse_volume
+from envlayer_docker.owner import owner_label
 
 KEEPALIVE = ["sleep", "2147483647"]
 _MAX_ATTEMPTS = 12
@@ -123,7 +124,10 @@ def build_spec(api: Any, options: DockerOptions, *, profile: str, task: str, per
     name = container_name(profile, task) if persist else private_name(profile, task)
     return ContainerSpec(
         name=name, image=options.image, user=user,
-        labels=L.managed_labels(profile=profile, task=task, fingerprint_value=fp, persist=persist, extra=options.labels),
+        labels=L.managed_labels(
+            profile=profile, task=task, fingerprint_value=fp, persist=persist, extra=options.labels,
+            owner=None if persist else owner_label(),
+        ),
         fingerprint=fp, config=config, host_config=host_config, persist=persist,
     )
 

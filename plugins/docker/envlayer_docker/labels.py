@@ -26,6 +26,7 @@ TASK = "envlayer.task"
 PROFILE = "envlayer.profile"
 FINGERPRINT = "envlayer.fingerprint"
 PERSIST = "envlayer.persist"
+OWNER = "envlayer.owner"
 RESERVED_PREFIX = "envlayer."
 
 MAX_LEN = 63
@@ -57,9 +58,14 @@ def fingerprint(inputs: Mapping[str, Any]) -> str:
     return f"{FINGERPRINT_VERSION}-{hashlib.sha256(blob.encode()).hexdigest()[:32]}"
 
 
-def managed_labels(*, profile: str, task: str, fingerprint_value: str, persist: bool, extra: Mapping[str, str]) -> dict[str, str]:
-    """The full label set of a new container. ``extra`` (user labels) never overrides ours."""
+def managed_labels(
+    *, profile: str, task: str, fingerprint_value: str, persist: bool, extra: Mapping[str, str], owner: str | None = None
+) -> dict[str, str]:
+    """The full label set of a new container. ``extra`` (user labels) never overrides ours.
+    ``owner`` (see :mod:`envlayer_docker.owner`) is set on private containers only."""
     labels = dict(extra)
+    if owner is not None:
+        labels[OWNER] = owner
     labels.update(
         {
             MANAGED: "1",

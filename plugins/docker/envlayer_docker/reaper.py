@@ -7,6 +7,9 @@ removal is *not* forced, so a container that another process started in the mean
 makes the daemon refuse (409) and is spared. One failure is logged and the sweep goes on.
 Inspections and removals run on a small thread pool.
 
+Dead owners (:func:`reap_dead_owners`): RUNNING private containers (made with
+``persist_across_processes = false``) whose owning process on this host is gone.
+
 Idle reclaim (:func:`reclaim_idle`, opt-in): RUNNING managed containers of the profile
 whose last-used lease (the mtime of ``/tmp/.envlayer-lease``, refreshed by commands at
 most every ``lease_interval`` seconds; the container's start time when there is none)
@@ -138,6 +141,32 @@ def reap(api: Any, *, profile: str, max_age: float, dry_run: bool, now: float | 
             return None
 
     return _parallel(one, candidates)
+
+
+def reap_dead_owners(api: Any, *, profile: str, dry_run: bool) -> list[SandboxInfo]:
+    """Remove this profile's RUNNING private containers (``envlayer.persist=0``) whose
+    owning process, on this host, is gone (see :mod:`envlayer_docker.owner`). Nobody else
+    can attach to a private container, so such a container is an orphan whatever its age."""
+    from envlayer_docker.owner import owner_is_dead
+
+    running = api.containers(
+        all=True, filters={"label": [*L.filters(profile=profile), f"{L.PERSIST}=0"], "status": ["running"]}
+    )
+
+    def one(summary: dict[str, Any]) -> SandboxInfo | None:
+        owner = (summary.get("Labels") or {}).get(L.OWNER)
+        if not owner or not owner_is_dead(owner):
+            return None
+        try:
+            result = info_from(summary, "running")
+            if not dry_run:
+                api.remove_container(summary["Id"], force=True, v=True)
+            return result
+        except Exception as exc:  # noqa: BLE001 - one failure never stops the sweep
+            log.warning("reaper: skipping %s: %r", summary["Id"][:12], exc)
+            return None
+
+    return _parallel(one, running)
 
 
 IDLE_CHECK = (

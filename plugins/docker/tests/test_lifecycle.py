@@ -261,6 +261,23 @@ def test_reaper_spares_running_recent_and_other_profile(make_env, docker_api, pr
     assert _status(docker_api, stale_other.container_id) == "exited"
 
 
+def test_reaper_removes_private_container_of_a_dead_process(run_python, child_env_code, make_env, docker_api, profile) -> None:
+    own = profile + "-owners"
+    mine = make_env(prof=own, persist_across_processes=False)  # owner alive: this process
+    proc = run_python(
+        child_env_code(_task(), own, persist_across_processes=False) + "print(env.container_id, flush=True)\nimport time; time.sleep(300)\n",
+        wait=False,
+    )
+    orphan = proc.stdout.readline().strip()
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+    assert _status(docker_api, orphan) == "running"  # SIGKILL: no cleanup ran
+    removed = DockerEnvironment.reap_orphans(profile=own, max_age=3600, dry_run=False, options=mine.options)
+    assert [i.detail["container_id"] for i in removed] == [orphan[:12]]
+    assert _status(docker_api, orphan) == "removed"
+    assert _status(docker_api, mine.container_id) == "running"
+
+
 def test_idle_reclaim_removes_only_truly_idle(make_env, docker_api, profile) -> None:
     own = profile + "-idle"  # other tests' idle containers live in the main test profile
     idle = make_env(prof=own, lease_interval=0)

@@ -66,6 +66,18 @@ def test_filters_use_sanitized_values() -> None:
     assert labels.filters(profile="p/1", task="t") == ["envlayer.managed=1", f"envlayer.profile={labels.sanitize('p/1')}", "envlayer.task=t"]
 
 
+def test_owner_label_and_liveness() -> None:
+    from envlayer_docker.owner import owner_is_dead, owner_label
+
+    mine = owner_label()
+    assert mine is not None and len(mine) <= 63 and set(mine) <= LABEL_OK
+    assert owner_is_dead(mine) is False
+    pid, start, host = mine.split("-", 2)
+    assert owner_is_dead(f"{pid}-{int(start) + 1}-{host}") is True  # same pid, other process
+    assert owner_is_dead(f"{pid}-{start}-otherhost.12345678") is False  # another host: never judged
+    assert owner_is_dead("garbage") is False
+
+
 # --- naming --------------------------------------------------------------------------------
 
 
