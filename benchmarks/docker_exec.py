@@ -9,7 +9,7 @@ Cases (medians; a fresh container per group, all removed at the end):
 * attach from a new process: a child interpreter (docker SDK already imported) times
   constructing the environment of an existing running container plus its first exec;
 * reaper sweep over N exited containers: `reap_orphans` vs a per-container CLI sweep
-  (`docker inspect` + `docker rm` for each), on two identical sets.
+  (one `docker ps`, then `docker inspect` + `docker rm` for each), on two identical sets.
 
 Targets: session median < 1 ms and >= 40x faster than the CLI; attach < 50 ms; sweep
 >= 10x faster than the CLI sweep.
@@ -121,13 +121,17 @@ def main() -> int:
         sweep = (time.perf_counter() - start) * 1000
         assert len(removed) == len(ours), (len(removed), len(ours))
         start = time.perf_counter()
+        subprocess.run(
+            ["docker", "ps", "-a", "-q", "--filter", "label=envlayer.managed=1", "--filter", f"label=envlayer.profile={PROFILE}-b",
+             "--filter", "status=exited"], check=True, capture_output=True,
+        )
         for c in theirs:
             subprocess.run(["docker", "inspect", "--format", "{{.State.FinishedAt}}", c], check=True, capture_output=True)
             subprocess.run(["docker", "rm", "-f", c], check=True, capture_output=True)
         cli_sweep = (time.perf_counter() - start) * 1000
         rows += [
             (f"reaper sweep, {args.sweep} exited: reap_orphans", sweep, f"{cli_sweep / sweep:.1f}x faster than CLI sweep"),
-            (f"reaper sweep, {args.sweep} exited: CLI inspect+rm each", cli_sweep, "baseline"),
+            (f"reaper sweep, {args.sweep} exited: CLI ps, inspect+rm each", cli_sweep, "baseline"),
         ]
         env.cleanup(force_remove=True)
         oneshot_env.cleanup()

@@ -331,6 +331,18 @@ def test_no_survivors_after_timeout(make_env, mode) -> None:
     assert leftovers == []
 
 
+@pytest.mark.parametrize("mode", ["session", "oneshot"])
+def test_per_call_cwd_env_stdin_together(make_env, mode) -> None:
+    env = make_env(exec_mode=mode)
+    env.exec("mkdir -p /workspace/d").check()
+    r = env.exec('pwd; printf "%s:" "$K"; cat', cwd="d", env={"K": "v 1"}, stdin=b"in\x00put")
+    assert (r.exit_code, r.stdout) == (0, b"/workspace/d\nv 1:in\x00put")
+    missing = env.exec("pwd", cwd="/does/not/exist")
+    assert missing.exit_code == 126 and b"does not exist" in missing.stderr
+    assert env.exec(["no-such-program-xyz", "arg"]).exit_code == 127
+    assert env.exec("pwd").stdout_text == "/workspace\n"
+
+
 def test_timeout_spares_background_jobs_of_earlier_commands(make_env) -> None:
     env = make_env()
     env.exec("sleep 500 > /dev/null 2>&1 &")
