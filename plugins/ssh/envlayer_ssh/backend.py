@@ -65,15 +65,19 @@ class SSHEnvironment(Environment):
         super().__init__(options, task_id=task_id, profile=profile)
         self.target: Target = resolve_target(self.options)
         self._pool = pool.acquire(self.target)
+        self._files = RemoteFiles(self._pool)
         self._session: ShellSession | None = None
         if self.options.mode == "session":
             self._session = ShellSession(
-                self._pool, shell=self.options.shell, env=self.options.env, cwd=self.options.cwd
+                self._pool,
+                shell=self.options.shell,
+                env=self.options.env,
+                cwd=self.options.cwd,
+                upload=self._files.write_private,
             )
         else:
             self.capabilities = frozenset({Capability.STREAMING, Capability.DIRECTORY_TRANSFER})
         self._finalizer = weakref.finalize(self, _release, self._pool, self._session)
-        self._files = RemoteFiles(self._pool)
         self._lock = threading.Lock()
         self._home: str | None = None
         self._reconnects_seen = self._pool.reconnects

@@ -162,6 +162,16 @@ class RemoteFiles:
                     pass
                 raise
 
+    @_transport_errors
+    def write_private(self, path: str, data: bytes) -> None:
+        """Create ``path`` readable by the login user only (0600 before any byte is written)."""
+        with self.pool.sftp_lock:
+            sftp = self.pool.sftp()
+            with sftp.open(path, "wb") as fh:
+                sftp.chmod(path, 0o600)
+                fh.set_pipelined(True)
+                fh.write(data)
+
     def _makedirs(self, sftp: paramiko.SFTPClient, path: str) -> None:
         missing: list[str] = []
         current = path

@@ -36,7 +36,7 @@ log = logging.getLogger("envlayer.ssh")
 
 KILL_SCRIPT = r"""
 M="ENVLAYER_EXEC_ID=$1"; R="ENVLAYER_EXEC_I[D]=$1"; S=$2; SINCE=$3; GRACE=$4
-rm -f "${TMPDIR:-/tmp}/.envlayer-in-$1"
+rm -f "/tmp/.envlayer-in-$1"
 if [ ! -r /proc/self/stat ]; then
   if [ "$S" != 0 ]; then pkill -KILL -P "$S" 2>/dev/null; kill -KILL "$S" 2>/dev/null; fi
   pkill -TERM -f "$M" 2>/dev/null; sleep "$GRACE" 2>/dev/null

@@ -5,7 +5,8 @@ there is no pty):
 
 * the command runs in the shell itself through ``eval`` (so ``cd`` and ``export``
   persist, and a syntax error stays inside the eval), with stdin from ``/dev/null`` or
-  from a private temp file holding the caller's bytes; per-call ``cwd``/``env`` run it in
+  from a private (0600) temp file holding the caller's bytes, written by ``printf`` in
+  the block itself or, above ``INLINE_STDIN_MAX``, uploaded over SFTP first; per-call ``cwd``/``env`` run it in
   a subshell, so they apply to that call only;
 * then the shell prints ``\\n<token>`` on stderr and
   ``\\n<token> <exit code> <uptime> <cwd> <token>`` on stdout. The token is random per
@@ -25,7 +26,7 @@ import logging
 import shlex
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -41,6 +42,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("envlayer.ssh")
 
 _START_TIMEOUT = 30.0
+INLINE_STDIN_MAX = 65536
+"""Per-call stdin up to this size travels inside the command block (as a ``printf``
+format); larger stdin is uploaded over SFTP first (far faster than the shell parsing
+megabytes of escapes)."""
+STDIN_DIR = "/tmp"
 
 
 @dataclass
@@ -54,8 +60,18 @@ class Outcome:
 class ShellSession:
     """A persistent remote shell. Not thread-safe: the environment serializes calls."""
 
-    def __init__(self, pool: TargetPool, *, shell: str, env: Mapping[str, str], cwd: str | None) -> None:
+    def __init__(
+        self,
+        pool: TargetPool,
+        *,
+        shell: str,
+        env: Mapping[str, str],
+        cwd: str | None,
+        upload: Callable[[str, bytes], None] | None = None,
+    ) -> None:
         self.pool = pool
+        self.upload = upload
+        """Writes a private (0600) remote file; used for large per-call stdin."""
         self.shell = shell
         self.env = dict(env)
         self.start_cwd = cwd
@@ -200,9 +216,14 @@ class ShellSession:
             run = "( " + (script.cd_line(cwd) + "\n" if cwd else "") + script.export_lines(env or {}) + run + "\n)"
         lines = [f"__el_tok={token}; {EXEC_ID_VAR}={exec_id}; export {EXEC_ID_VAR}"]
         redirect = "</dev/null"
-        if stdin is not None:
+        if stdin is not None and len(stdin) > INLINE_STDIN_MAX and self.upload is not None:
+            path = f"{STDIN_DIR}/.envlayer-in-{exec_id}"
+            self.upload(path, stdin)
+            lines.append(f"__el_in={path}")
+            redirect = '<"$__el_in"'
+        elif stdin is not None:
             lines.append(
-                f"__el_in=${{TMPDIR:-/tmp}}/.envlayer-in-{exec_id}; "
+                f"__el_in={STDIN_DIR}/.envlayer-in-{exec_id}; "
                 f'(umask 077; printf {script.printf_format(stdin)} > "$__el_in")'
             )
             redirect = '<"$__el_in"'

@@ -4,6 +4,7 @@ registration and import cost."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import subprocess
@@ -46,6 +47,15 @@ def test_exec_replacing_the_shell_returns_its_status(sshd: SSHServer, make_env) 
     env = make_env(sshd)
     assert env.exec("exec sh -c 'echo replaced; exit 5'").exit_code == 5
     assert env.exec("echo back").stdout == b"back\n"
+
+
+@pytest.mark.parametrize("size", [10, 65536, 65537, 3_000_000])
+def test_session_stdin_small_and_large(sshd: SSHServer, make_env, size: int) -> None:
+    env = make_env(sshd, cwd="/tmp")
+    payload = os.urandom(size)
+    result = env.exec("sha256sum | cut -d' ' -f1; pwd", stdin=payload)
+    assert result.stdout_text == hashlib.sha256(payload).hexdigest() + "\n/tmp\n"
+    assert env.exec("ls /tmp | grep -c envlayer-in-", cwd="/").stdout == b"0\n", "stdin files are removed"
 
 
 def test_per_call_cwd_and_env_do_not_persist(sshd: SSHServer, make_env) -> None:

@@ -54,6 +54,16 @@ def test_sshd_restart_between_calls_reconnects_and_reports(own_sshd: SSHServer, 
     assert any("re-established" in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
 
 
+def test_file_operations_reconnect_after_sshd_restart(own_sshd: SSHServer, make_env) -> None:
+    env = make_env(own_sshd, mode="oneshot", cwd="/tmp")
+    env.write_file("envlayer-reconnect.txt", b"before")
+    own_sshd.restart()
+    assert env.read_file("envlayer-reconnect.txt") == b"before"
+    env.write_file("envlayer-reconnect.txt", b"after")
+    assert env.exec("cat envlayer-reconnect.txt; rm envlayer-reconnect.txt").stdout == b"after"
+    assert env.reconnects == 1
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_drop_mid_command_raises_may_have_run_and_is_not_rerun(
     own_sshd: SSHServer, make_env, mode: str, tmp_path
