@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from envlayer.errors import (
     BackendUnavailable,
+    EnvlayerError,
     FileTooLarge,
     SandboxFileNotFound,
     SandboxIsADirectory,
@@ -54,7 +55,15 @@ def _transport_errors(func: Callable[..., T]) -> Callable[..., T]:
 
         try:
             return func(self, *args, **kwargs)
-        except (EOFError, paramiko.SSHException, ConnectionError) as exc:
+        except OSError as exc:
+            # paramiko reports a closed channel as a bare OSError("Socket is closed").
+            if exc.errno is not None or isinstance(exc, EnvlayerError) or self.pool.sftp_alive:
+                raise
+            raise BackendUnavailable(
+                f"file transfer with {self.pool.target.describe()} failed: {exc}",
+                hint="the next call reconnects; check the remote file before relying on it",
+            ) from exc
+        except (EOFError, paramiko.SSHException) as exc:
             raise BackendUnavailable(
                 f"file transfer with {self.pool.target.describe()} failed: {type(exc).__name__}: {exc}",
                 hint="the next call reconnects; check the remote file before relying on it",

@@ -176,7 +176,9 @@ class TargetPool:
     # --- slots and channels ---------------------------------------------------------
 
     def _reserve(self, long_lived: bool) -> Connection:
-        deadline = time.monotonic() + max(self.target.connect_timeout, 30.0)
+        """A connection with a free channel slot, now taken. Waits while a slot held by
+        a short-lived channel may come free; raises when only long-lived holders remain
+        and no connection can be added (waiting would never end)."""
         with self._cond:
             while True:
                 if self._closed:
@@ -189,15 +191,14 @@ class TargetPool:
                     conn = Connection(self)
                     self.connections.append(conn)
                     return self._take(conn, long_lived)
-                remaining = deadline - time.monotonic()
-                if stuck or remaining <= 0:
+                if stuck:
                     raise BackendUnavailable(
                         f"all {sum(c.capacity for c in self.connections)} channels on "
                         f"{len(self.connections)} connection(s) to {self.target.describe()} are held "
                         "by session shells and file transfers",
                         hint='clean up idle environments, raise max_connections, or use mode = "oneshot"',
                     )
-                self._cond.wait(min(remaining, 1.0))
+                self._cond.wait(1.0)
 
     def _take(self, conn: Connection, long_lived: bool) -> Connection:
         conn.in_use += 1
@@ -304,6 +305,12 @@ class TargetPool:
             conn = jump.connections[0]
         return conn.transport()
 
+    @property
+    def sftp_alive(self) -> bool:
+        """True while the SFTP channel and its connection are open."""
+        lease = self._sftp_lease
+        return lease is not None and not lease.channel.closed and lease.connection.alive
+
     def sftp(self) -> paramiko.SFTPClient:
         """The pool's one SFTP client, opened (or reopened after a drop) on demand.
         Callers hold :attr:`sftp_lock` while using it."""
@@ -312,7 +319,7 @@ class TargetPool:
         with self.sftp_lock:
             lease = self._sftp_lease
             if self._sftp is not None and lease is not None:
-                if not lease.channel.closed and lease.connection.alive:
+                if self.sftp_alive:
                     return self._sftp
                 lease.release()
                 self._sftp = self._sftp_lease = None

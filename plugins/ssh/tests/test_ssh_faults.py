@@ -233,3 +233,13 @@ def test_garbage_collected_environment_releases_only_its_share(sshd: SSHServer, 
     gc.collect()
     assert pool.open_pools()[keeper.target] == 1
     assert keeper.exec("echo alive").stdout == b"alive\n"
+
+
+def test_channels_all_held_by_shells_is_a_clear_error(sshd: SSHServer, make_env) -> None:
+    first = make_env(sshd, max_sessions=2, max_connections=1)
+    make_env(sshd, max_sessions=2, max_connections=1)
+    with pytest.raises(BackendUnavailable) as info:
+        make_env(sshd, max_sessions=2, max_connections=1)
+    assert "held by session shells" in info.value.message and "max_connections" in info.value.hint
+    first.cleanup()
+    assert make_env(sshd, max_sessions=2, max_connections=1).exec("echo freed").stdout == b"freed\n"
