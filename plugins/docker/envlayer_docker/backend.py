@@ -38,7 +38,7 @@ from envlayer.options import BaseOptions
 from envlayer.result import TIMEOUT_EXIT_CODE, ExecResult
 from envlayer_docker import killer, teardown
 from envlayer_docker.options import DockerOptions
-from envlayer_docker.protocol import Outcome, OutputCallback, Reader, Trailer
+from envlayer_docker.protocol import Outcome, OutputCallback, Reader
 
 log = logging.getLogger("envlayer.docker")
 T = TypeVar("T")
@@ -94,6 +94,11 @@ class DockerEnvironment(Environment):
         self._exec_env = self._build_exec_env()
         self._container: Any = None
         self._files: Any = None
+        from envlayer_docker.container import build_spec
+
+        self._spec = build_spec(
+            self._api, opts, profile=profile, task=task_id, persist=opts.persist_across_processes
+        )
         self._attach()
 
     # --- container ----------------------------------------------------------------------
@@ -109,15 +114,13 @@ class DockerEnvironment(Environment):
         return env
 
     def _attach(self) -> None:
-        """Attach/start/create the container (see :mod:`envlayer_docker.container`)."""
-        from envlayer_docker.container import build_spec, ensure
+        """Attach/start/create the container of ``self._spec`` (see
+        :mod:`envlayer_docker.container`); a private container keeps its name, so a
+        recovery restarts it rather than leaving it behind."""
+        from envlayer_docker.container import ensure
         from envlayer_docker.files import FileTransfer
 
-        spec = build_spec(
-            self._api, self.options, profile=self.profile, task=self.task_id,
-            persist=self.options.persist_across_processes,
-        )
-        self._spec = spec
+        spec = self._spec
         attached = self._guard(lambda: ensure(self._api, spec, self.options), "creating or attaching the container")
         with self._state_lock:
             self._container = attached
@@ -420,7 +423,11 @@ class DockerEnvironment(Environment):
             outcome, reader, trailer = shot.read(deadline=time.monotonic() + timeout, limit=None, policy="head", on_output=None)
         finally:
             shot.close()
-        code = trailer.exit_code if trailer is not None else (shot.exit_code() or 255)
+        if trailer is not None:
+            code = trailer.exit_code
+        else:
+            status = shot.exit_code()
+            code = 255 if status is None else status
         return code, reader.buffers[1].getvalue(), reader.buffers[2].getvalue()
 
     def _helper(self, argv: list[str], data: bytes | None) -> tuple[int, bytes, bytes]:
@@ -477,7 +484,7 @@ class DockerEnvironment(Environment):
             seen = files.container_id
             files.owner = self._owner_ids()
             try:
-                return self._guard(lambda: fn(files), doing)
+                return self._guard(lambda f=files: fn(f), doing)
             except ContainerGone:
                 if attempt:
                     raise BackendUnavailable("the container keeps disappearing", hint="check the daemon") from None

@@ -8,7 +8,8 @@ Rules (see docs/backends/docker.md, "Reuse"):
   (exited / created) -> start it; if that fails, remove it and create a fresh one.
   Found with a different fingerprint -> ``recreate`` (remove it, create ours) or
   ``error``, per ``on_fingerprint_mismatch``. Found ``dead`` -> remove and create.
-* Opt-out mode: a private, uniquely named container per environment.
+* Opt-out mode: a private, uniquely named container per environment, handled by the same
+  rules (so a stopped private container is restarted, not duplicated).
 * A create that fails after the container exists (start failed) removes what it made.
 * A name held by a container envlayer did not label is never touched.
 * The image is never pulled unless ``pull`` is set; a missing image fails at once.
@@ -214,11 +215,6 @@ def ensure(api: Any, spec: ContainerSpec, options: DockerOptions) -> Attached:
     """
     from docker.errors import APIError, NotFound
 
-    if not spec.persist:
-        cid = _create(api, spec, options)
-        if cid is None:  # a random name collided: practically impossible
-            raise BackendUnavailable(f"container name {spec.name} is taken", hint="retry")
-        return _attached(api.inspect_container(cid), created=True)
     restarted_once = False
     for _ in range(_MAX_ATTEMPTS):
         try:

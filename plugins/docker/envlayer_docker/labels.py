@@ -32,7 +32,7 @@ RESERVED_PREFIX = "envlayer."
 MAX_LEN = 63
 _HASH_LEN = 12
 _CLEAN = re.compile(r"^[A-Za-z0-9_.-]+$")
-_SUFFIX = re.compile(r"\.h[0-9a-f]{%d}$" % _HASH_LEN)
+_SUFFIX = re.compile(rf"\.h[0-9a-f]{{{_HASH_LEN}}}$")
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 FINGERPRINT_VERSION = "v1"
 

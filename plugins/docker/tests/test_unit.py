@@ -48,7 +48,7 @@ def test_sanitizing_is_injective_on_tricky_inputs() -> None:
     rewritten = labels.sanitize("a/b")
     inputs.append(rewritten)
     outs = [labels.sanitize(v) for v in inputs]
-    assert len(set(outs)) == len(outs), dict(zip(inputs, outs))
+    assert len(set(outs)) == len(outs), dict(zip(inputs, outs, strict=True))
 
 
 def test_readable_prefix_survives() -> None:
