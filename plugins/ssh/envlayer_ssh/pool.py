@@ -84,7 +84,6 @@ class Connection:
         self.capacity = pool.target.max_sessions
         self.in_use = 0
         self.long_lived = 0
-        self.generation = 0
         self._client: paramiko.SSHClient | None = None
         self._lock = threading.Lock()
 
@@ -106,7 +105,6 @@ class Connection:
                 self._client = None
                 self.pool.note_reconnect()
             self._client = _connect(self.pool.target, self.pool.jump_transport())
-            self.generation += 1
             transport = self._client.get_transport()
             assert transport is not None
             return transport
@@ -144,11 +142,13 @@ class Lease:
         self.channel = channel
         self.long_lived = long_lived
         self._released = False
+        self._lock = threading.Lock()
 
     def release(self) -> None:
-        if self._released:
-            return
-        self._released = True
+        with self._lock:
+            if self._released:
+                return
+            self._released = True
         try:
             self.channel.close()
         except Exception:  # a channel on a dead transport may fail to close; the slot is freed anyway

@@ -123,9 +123,14 @@ def test_ssh_config_alias_supplies_host_port_user_and_key(sshd: SSHServer, make_
     assert env.exec("id -un").stdout_text.strip() == sshd.user
 
 
-def test_proxy_jump_through_a_jump_host(sshd: SSHServer, make_env) -> None:
-    env = make_env(sshd, proxy_jump=f"{sshd.user}@127.0.0.1:{sshd.port}", mode="oneshot")
-    assert env.target.jump is not None
+@pytest.mark.parametrize("hops", [1, 2])
+def test_proxy_jump_through_jump_hosts(sshd: SSHServer, make_env, hops: int) -> None:
+    hop = f"{sshd.user}@127.0.0.1:{sshd.port}"
+    env = make_env(sshd, proxy_jump=",".join([hop] * hops), mode="oneshot")
+    chain, target = 0, env.target
+    while target.jump is not None:
+        chain, target = chain + 1, target.jump
+    assert chain == hops
     assert env.exec("echo jumped").stdout == b"jumped\n"
     jump = env._pool._jump
     assert jump is not None and jump.connections[0].alive, "the final hop runs inside the jump connection"
