@@ -8,6 +8,7 @@ level of anything the entry point loads.
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
 
@@ -16,11 +17,11 @@ from envlayer_docker.options import DockerOptions
 
 _CLIENTS: dict[tuple[str | None, float], Any] = {}
 _LOCK = threading.Lock()
+if hasattr(os, "register_at_fork"):  # a forked child must not share pooled connections
+    os.register_at_fork(after_in_child=_CLIENTS.clear)
 
 
 def _address(options: DockerOptions) -> str:
-    import os
-
     return options.docker_host or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
 
 
