@@ -89,8 +89,9 @@ def verify(target: Target, key: paramiko.PKey) -> None:
             f"`ssh-keygen -R {shlex.quote(name)} -f {shlex.quote(target.known_hosts)}`, then trust the new one "
             f"with `{keyscan_command(target, key_type)}` after checking its fingerprint {fingerprint(key)}",
         )
-    if known is not None and target.host_key_policy == "strict":
-        # The host is known under another key type: paramiko negotiated a type we do not hold.
+    if known is not None:
+        # Known under other key types only (negotiation is limited to known types, so the
+        # server has none of them). As OpenSSH, accept-new does not add a key to a known host.
         raise HostKeyError(
             f"{name} offered a {key_type} host key ({fingerprint(key)}) but known_hosts "
             f"({target.known_hosts}) only holds {', '.join(sorted(known.keys()))} keys for it",

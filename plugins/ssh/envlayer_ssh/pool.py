@@ -24,6 +24,7 @@ refused, connection lost), :class:`~envlayer_ssh.errors.HostKeyError`.
 from __future__ import annotations
 
 import logging
+import shlex
 import socket
 import threading
 import time
@@ -404,6 +405,13 @@ def _connect(target: Target, via: paramiko.Transport | None) -> paramiko.SSHClie
     except (paramiko.SSHException, EOFError, OSError) as exc:
         client.close()
         sock.close()
+        if "no acceptable host key" in str(exc):
+            raise HostKeyError(
+                f"{where} offers no host key of the types {target.known_hosts} holds for "
+                f"{target.known_hosts_name}; its key may have been replaced",
+                hint=f"check the server's key, then `ssh-keygen -R {shlex.quote(target.known_hosts_name)} "
+                f"-f {shlex.quote(target.known_hosts)}` and `{hostkeys.keyscan_command(target, 'ssh-ed25519')}`",
+            ) from exc
         raise BackendUnavailable(
             f"ssh handshake with {where} failed: {type(exc).__name__}: {exc}",
             hint="check that the port speaks ssh and the server accepts connections",

@@ -88,3 +88,15 @@ def test_insecure_accepts_any_key_and_records_nothing(own_sshd: SSHServer, make_
     env = make_env(own_sshd, host_key_policy="insecure", known_hosts=str(known))
     assert env.exec("echo ok").stdout == b"ok\n"
     assert known.read_text() == ""
+
+
+@pytest.mark.parametrize("policy", ["strict", "accept-new"])
+def test_host_known_only_under_another_key_type_is_refused(own_sshd: SSHServer, make_env, tmp_path, policy) -> None:
+    other = tmp_path / "other_ecdsa"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ecdsa", "-N", "", "-f", str(other)], check=True, capture_output=True)
+    key_type, blob = (tmp_path / "other_ecdsa.pub").read_text().split()[:2]
+    Path(own_sshd.files.known_hosts).write_text(f"[127.0.0.1]:{own_sshd.port} {key_type} {blob}\n")
+    with pytest.raises(HostKeyError) as info:
+        make_env(own_sshd, host_key_policy=policy)
+    assert "ssh-keygen -R" in info.value.hint
+    assert Path(own_sshd.files.known_hosts).read_text().count("\n") == 1
