@@ -7,8 +7,10 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 from envlayer_ssh.backend import SSHEnvironment
@@ -134,6 +136,30 @@ def test_proxy_jump_through_jump_hosts(sshd: SSHServer, make_env, hops: int) -> 
     assert env.exec("echo jumped").stdout == b"jumped\n"
     jump = env._pool._jump
     assert jump is not None and jump.connections[0].alive, "the final hop runs inside the jump connection"
+
+
+def test_agent_auth(sshd: SSHServer, make_env, tmp_path, monkeypatch) -> None:
+    if shutil.which("ssh-agent") is None or shutil.which("ssh-add") is None:
+        pytest.skip("ssh-agent is not installed (apt-get install openssh-client)")
+    sock = str(tmp_path / "agent.sock")
+    agent = subprocess.Popen(["ssh-agent", "-D", "-a", sock], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while not os.path.exists(sock) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        subprocess.run(
+            ["ssh-add", sshd.files.client_key],
+            env={**os.environ, "SSH_AUTH_SOCK": sock},
+            check=True,
+            capture_output=True,
+        )
+        monkeypatch.setenv("SSH_AUTH_SOCK", sock)
+        env = make_env(sshd, key_files=[], use_agent=True)
+        assert env.exec("echo agent").stdout == b"agent\n"
+        env.cleanup()
+    finally:
+        agent.kill()
+        agent.wait()
 
 
 def test_password_auth_and_no_secret_in_logs_or_repr(sshd: SSHServer, make_env, caplog) -> None:
