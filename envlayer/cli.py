@@ -180,9 +180,9 @@ def _report(outcomes: list[lifecycle.SweepOutcome], args: argparse.Namespace, ve
         rows = []
         for o in outcomes:
             for s in o.sandboxes:
-                rows.append([s.backend, s.id[:12], s.task, s.profile, s.status, s.created])
+                rows.append([s.backend, s.id[:12], s.detail.get("name", ""), s.task, s.profile, s.status, s.created])
         if rows:
-            print(_table(rows, ["BACKEND", "ID", "TASK", "PROFILE", "STATUS", "CREATED"]))
+            print(_table(rows, ["BACKEND", "ID", "NAME", "TASK", "PROFILE", "STATUS", "CREATED"]))
         else:
             print(f"nothing {verb}")
         for o in outcomes:

@@ -77,7 +77,8 @@ def _describe(tp: Any) -> str:
     if origin is Literal:
         return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
     if origin is list:
-        return "a list of " + _describe(typing.get_args(tp)[0]) + "s"
+        item = _describe(typing.get_args(tp)[0]).removeprefix("a ").removeprefix("an ")
+        return f"a list of {item}s"
     if origin is dict:
         return "a table of strings"
     return {str: "a string", int: "an integer", float: "a number", bool: "true or false"}.get(

@@ -172,3 +172,16 @@ def test_config_selects_the_backend_of_open_environment(
     monkeypatch.setenv("ENVLAYER_BACKEND", "local")
     with open_environment() as env:
         assert type(env).name == "local"
+
+
+def test_list_type_is_described_in_plain_english(dirs: tuple[Path, Path]) -> None:
+    from dataclasses import dataclass
+
+    from envlayer.options import BaseOptions, build_options, option
+
+    @dataclass(kw_only=True)
+    class WithList(BaseOptions):
+        volumes: list[str] = option(doc="volumes", factory=list)
+
+    with pytest.raises(ConfigError, match="expected a list of strings, got int 3"):
+        build_options(WithList, {"volumes": 3})
