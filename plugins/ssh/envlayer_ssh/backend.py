@@ -23,11 +23,12 @@ from collections.abc import Mapping
 
 from envlayer.capabilities import Capability
 from envlayer.environment import Command, Environment
-from envlayer.errors import BackendUnavailable, FileTooLarge
+from envlayer.errors import BackendUnavailable, EnvironmentClosed, FileTooLarge
 from envlayer.options import BaseOptions
 from envlayer.result import ExecResult
 from envlayer_ssh import oneshot, pool, script
 from envlayer_ssh.channel_io import Collector, OutputCallback, run_simple
+from envlayer_ssh.errors import ConnectionLost
 from envlayer_ssh.files import RemoteFiles
 from envlayer_ssh.options import SSHOptions, check_env_names
 from envlayer_ssh.remote_kill import kill_remote
@@ -141,14 +142,21 @@ class SSHEnvironment(Environment):
         collector = Collector(self.options.max_output_bytes, self.options.output_policy, on_output)
         exec_id = uuid.uuid4().hex
         start = time.monotonic()
-        if self._session is not None:
-            with self._lock:
-                self._ensure_open()
-                deadline = None if limit is None else time.monotonic() + limit
-                outcome = self._exec_session(body, exec_id, cwd, env, data, deadline, collector)
-        else:
-            deadline = None if limit is None else start + limit
-            outcome = self._exec_oneshot(body, exec_id, cwd, env, data, deadline, collector)
+        try:
+            if self._session is not None:
+                with self._lock:
+                    self._ensure_open()
+                    deadline = None if limit is None else time.monotonic() + limit
+                    outcome = self._exec_session(body, exec_id, cwd, env, data, deadline, collector)
+            else:
+                deadline = None if limit is None else start + limit
+                outcome = self._exec_oneshot(body, exec_id, cwd, env, data, deadline, collector)
+        except ConnectionLost as exc:
+            if self._closed:  # our own cleanup() closed the last share of the connection
+                raise self._closed_while_running() from exc
+            raise
+        if outcome.shell_gone and self._closed:
+            raise self._closed_while_running()
         out, err = collector.buffers["stdout"], collector.buffers["stderr"]
         return ExecResult(
             exit_code=outcome.exit_code,
@@ -191,6 +199,13 @@ class SSHEnvironment(Environment):
         if outcome.timed_out:
             self._kill_session(session, exec_id, sent_at)
         return outcome
+
+    def _closed_while_running(self) -> EnvironmentClosed:
+        return EnvironmentClosed(
+            f"the ssh environment for task {self.task_id!r} was cleaned up while this command ran; "
+            "it may still be running on the host",
+            hint="create a new environment",
+        )
 
     def _kill_session(self, session: ShellSession, exec_id: str, sent_at: float) -> None:
         shell_pid, since = session.pid, session.since_cs(sent_at)
@@ -309,7 +324,11 @@ class SSHEnvironment(Environment):
         """End this environment's shell and release its share of the connection.
 
         The connection closes only when no other environment uses it. Processes the
-        commands left in the background keep running on the host. Idempotent.
+        commands left in the background keep running on the host. A command running in
+        another thread at that moment is not killed; when its channel goes with the
+        cleanup (always for the session shell; in one-shot mode when this environment
+        held the last share of the connection) that ``exec`` raises
+        :class:`EnvironmentClosed`, saying it may still be running. Idempotent.
         """
         if self._closed:
             return

@@ -51,10 +51,13 @@ STDIN_DIR = "/tmp"
 
 @dataclass
 class Outcome:
-    """How one command ended: ``timed_out``, or finished with ``exit_code``."""
+    """How one command ended: ``timed_out``, or finished with ``exit_code``.
+    ``shell_gone``: the shell's channel ended without the command's sentinels (the shell
+    was replaced by ``exec``, dropped envlayer's EXIT trap, or its channel was closed)."""
 
     exit_code: int
     timed_out: bool = False
+    shell_gone: bool = False
 
 
 class ShellSession:
@@ -271,6 +274,8 @@ class ShellSession:
         out.flush()
         err.flush()
         channel.status_event.wait(1.0)
+        if self._lease is not lease:  # closed on our side (cleanup from another thread)
+            return Outcome(exit_code(channel), shell_gone=True)
         if channel.exit_status < 0 and not lease.connection.alive:
             self.close_now()
             raise ConnectionLost(
@@ -280,4 +285,4 @@ class ShellSession:
             )
         code = exit_code(channel)
         self.close_now()
-        return Outcome(code)
+        return Outcome(code, shell_gone=True)

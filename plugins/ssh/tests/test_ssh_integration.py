@@ -5,12 +5,14 @@ capabilities ssh does not have."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 from ssh_testserver import SSHServer
 
 from envlayer import lifecycle
 from envlayer.config import load_settings
+from envlayer.errors import EnvironmentClosed
 from envlayer.factory import open_environment
 from envlayer.registry import load_backend
 
@@ -75,3 +77,24 @@ def test_concurrent_calls_on_one_session_are_serialized(sshd: SSHServer, make_en
     for t in threads:
         t.join(60)
     assert sorted(results) == sorted(f"start-{i}\nend-{i}\n".encode() for i in range(6))
+
+
+@pytest.mark.parametrize("mode", ["session", "oneshot"])
+def test_cleanup_while_a_command_runs(sshd: SSHServer, make_env, mode: str) -> None:
+    env = make_env(sshd, mode=mode)
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            env.exec("sleep 2")
+        except BaseException as exc:  # asserted below
+            errors.append(exc)
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    time.sleep(0.5)
+    env.cleanup()
+    worker.join(30)
+    assert len(errors) == 1 and isinstance(errors[0], EnvironmentClosed), errors
+    with pytest.raises(EnvironmentClosed):
+        env.exec("true")
