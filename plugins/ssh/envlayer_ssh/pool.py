@@ -282,6 +282,11 @@ class TargetPool:
             self.target.describe(),
         )
 
+    @property
+    def any_alive(self) -> bool:
+        """True when at least one connection of the pool is up."""
+        return not self._closed and any(c.alive for c in self.connections)
+
     def ensure_connected(self) -> None:
         """Establish the first connection now (raises what connecting raises)."""
         with self._cond:

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 from envlayer.errors import BackendUnavailable
 from envlayer.proctree import EXEC_ID_VAR
 from envlayer_ssh import script
-from envlayer_ssh.channel_io import Collector, SentinelSplitter, exit_code, pump
+from envlayer_ssh.channel_io import Collector, SentinelSplitter, exit_code, pump, run_simple
 from envlayer_ssh.errors import ConnectionLost
 
 if TYPE_CHECKING:
@@ -162,14 +162,26 @@ class ShellSession:
         return None
 
     def close(self) -> None:
-        """End the shell (removing its state file) and free its channel. Idempotent."""
+        """End the shell (removing its state file) and free its channel. Idempotent.
+
+        A shell that already ended (``exit``, a dropped connection) may have left its
+        state file; it is removed over another channel when the connection is up (never
+        reconnecting just for that).
+        """
         lease = self._lease
         if lease is not None and self.alive:
             try:
                 lease.channel.sendall(f"trap - EXIT; rm -f {self.state_path}; exit 0\n".encode())
             except Exception:
                 log.debug("ssh: could not send exit to the session shell", exc_info=True)
+            self.close_now()
+            return
         self.close_now()
+        if self.pid and self.pool.any_alive:
+            try:
+                run_simple(self.pool, f"rm -f {self.state_path}", timeout=5.0)
+            except BackendUnavailable:
+                log.debug("ssh: could not remove the session state file", exc_info=True)
 
     def close_now(self) -> None:
         """Free the channel at once, without asking the shell to exit (it may be busy)."""

@@ -36,6 +36,16 @@ def test_exit_keeps_cwd_and_exports_for_the_next_call(sshd: SSHServer, make_env)
     assert result.stdout_text == "/tmp\na b|"
 
 
+def test_no_state_file_left_after_exit_then_cleanup(sshd: SSHServer, make_env) -> None:
+    env = make_env(sshd)
+    state = env._session.state_path
+    assert env.exec("export A=1; exit 3").exit_code == 3
+    observer = make_env(sshd, mode="oneshot")
+    assert observer.exec(f"test -f {state}").exit_code == 0, "the EXIT trap saved the exports"
+    env.cleanup()
+    assert observer.exec(f"test -f {state}").exit_code == 1
+
+
 def test_syntax_error_is_contained(sshd: SSHServer, make_env) -> None:
     env = make_env(sshd)
     env.exec("cd /tmp").check()
