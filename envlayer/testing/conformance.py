@@ -118,6 +118,13 @@ class EnvironmentConformance:
         result = env.exec("cat", stdin=payload)
         assert result.stdout == payload
 
+    def test_stdin_large(self, env: Environment) -> None:
+        if not self.supports_stdin:
+            pytest.skip("backend declares no stdin support")
+        payload = os.urandom(300_000)
+        result = env.exec("cat", stdin=payload, timeout=60)
+        assert result.stdout == payload
+
     def test_stdin_text(self, env: Environment) -> None:
         if not self.supports_stdin:
             pytest.skip("backend declares no stdin support")
@@ -177,6 +184,24 @@ class EnvironmentConformance:
         env.exec(f"setsid sh -c 'echo $$ > {pidfile}; exec sleep 303' & sleep 304", timeout=1)
         check = env.exec(_report_alive(f"$(cat {pidfile})") + f"; rm -f {pidfile}")
         assert check.stdout_text == ""
+
+    def test_interrupt_kills_the_process_tree(self, env: Environment) -> None:
+        """A KeyboardInterrupt raised while the command runs (here from the streaming
+        callback, as a signal handler would) kills the tree, then propagates."""
+        if Capability.STREAMING not in capabilities_of(env):
+            pytest.skip("needs the streaming capability to interrupt mid-command")
+        pidfile = f"/tmp/{_scratch()}.pids"
+
+        def interrupt(stream: str, chunk: bytes) -> None:
+            if b"ready" in chunk:
+                raise KeyboardInterrupt
+
+        script = f"sleep 310 & echo $! > {pidfile}; echo ready; sleep 311"
+        with pytest.raises(KeyboardInterrupt):
+            env.exec(script, timeout=60, on_output=interrupt)  # type: ignore[call-arg]
+        check = env.exec(_report_alive(f"$(cat {pidfile})") + f"; rm -f {pidfile}")
+        assert check.stdout_text == "", f"processes survived the interrupt: {check.stdout_text}"
+        assert env.exec("echo fine").stdout == b"fine\n"
 
     def test_next_call_works_after_timeout(self, env: Environment) -> None:
         env.exec("sleep 30", timeout=1)
