@@ -14,7 +14,6 @@ answer, so the result is never less correct than the standard library's.
 from __future__ import annotations
 
 import os
-import re
 import sys
 from collections import namedtuple
 
@@ -29,7 +28,12 @@ class _Unsupported(Exception):
 
 
 def _normalize(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
+    """PEP 503 name normalization (runs of ``-_.`` become one ``-``), without ``re``
+    (importing it costs ~9 ms here)."""
+    folded = name.lower().replace("_", "-").replace(".", "-")
+    while "--" in folded:
+        folded = folded.replace("--", "-")
+    return folded
 
 
 def _metadata_headers(path: str) -> tuple[str, str]:

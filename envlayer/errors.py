@@ -10,7 +10,6 @@ file semantics keeps working.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable
 
 
@@ -37,6 +36,8 @@ class BackendNotFound(EnvlayerError):
         self.installed = sorted(installed)
         self.package = package
         listed = ", ".join(self.installed) or "none"
+        import difflib
+
         close = difflib.get_close_matches(name, self.installed, n=1)
         if package:
             hint = f"install it with `pip install {package}`"
