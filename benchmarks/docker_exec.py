@@ -49,7 +49,6 @@ def main() -> int:
     args = parser.parse_args()
 
     import docker
-
     from envlayer_docker import labels
     from envlayer_docker.backend import DockerEnvironment
     from envlayer_docker.options import DockerOptions
@@ -61,14 +60,22 @@ def main() -> int:
         env = DockerEnvironment(opts, task_id="warm", profile=PROFILE)
         cid = env.container_id
         session = median_ms(lambda: env.exec("true"), args.runs)
-        oneshot_env = DockerEnvironment(DockerOptions(image=args.image, timeout=60, exec_mode="oneshot"), task_id="warm", profile=PROFILE)
+        oneshot_env = DockerEnvironment(
+            DockerOptions(image=args.image, timeout=60, exec_mode="oneshot"), task_id="warm", profile=PROFILE
+        )
         oneshot = median_ms(lambda: oneshot_env.exec("true"), args.cli_runs)
-        cli = median_ms(lambda: subprocess.run(["docker", "exec", cid, "true"], check=True, capture_output=True), args.cli_runs)
+        cli = median_ms(
+            lambda: subprocess.run(["docker", "exec", cid, "true"], check=True, capture_output=True), args.cli_runs
+        )
         client = docker.DockerClient(version="auto")
         container = client.containers.get(cid)
         sdk = median_ms(lambda: container.exec_run(["true"]), args.cli_runs)
         rows += [
-            ("warm exec: envlayer session", session, f"{cli / session:.0f}x faster than CLI, {sdk / session:.0f}x than docker-py"),
+            (
+                "warm exec: envlayer session",
+                session,
+                f"{cli / session:.0f}x faster than CLI, {sdk / session:.0f}x than docker-py",
+            ),
             ("warm exec: envlayer one-shot", oneshot, f"{cli / oneshot:.1f}x faster than CLI"),
             ("warm exec: `docker exec` CLI per call", cli, "baseline"),
             ("warm exec: docker-py exec_run per call", sdk, "baseline"),
@@ -99,12 +106,22 @@ def main() -> int:
             a, b = out.split()
             attach.append(float(a))
             attach_exec.append(float(b))
-        rows.append(("attach from a new process (constructor)", statistics.median(attach), "7 runs; SDK import excluded"))
-        rows.append(("attach from a new process + first exec", statistics.median(attach_exec), "first exec starts the session shell"))
+        rows.append(
+            ("attach from a new process (constructor)", statistics.median(attach), "7 runs; SDK import excluded")
+        )
+        rows.append(
+            (
+                "attach from a new process + first exec",
+                statistics.median(attach_exec),
+                "first exec starts the session shell",
+            )
+        )
 
         def make_exited(tag: str) -> list[str]:
             ids = []
-            lab = labels.managed_labels(profile=PROFILE + tag, task="sweep", fingerprint_value="v1-bench", persist=True, extra={})
+            lab = labels.managed_labels(
+                profile=PROFILE + tag, task="sweep", fingerprint_value="v1-bench", persist=True, extra={}
+            )
             for _ in range(args.sweep):
                 c = api.create_container(args.image, command=["true"], labels=lab)["Id"]
                 api.start(c)
@@ -122,15 +139,33 @@ def main() -> int:
         assert len(removed) == len(ours), (len(removed), len(ours))
         start = time.perf_counter()
         subprocess.run(
-            ["docker", "ps", "-a", "-q", "--filter", "label=envlayer.managed=1", "--filter", f"label=envlayer.profile={PROFILE}-b",
-             "--filter", "status=exited"], check=True, capture_output=True,
+            [
+                "docker",
+                "ps",
+                "-a",
+                "-q",
+                "--filter",
+                "label=envlayer.managed=1",
+                "--filter",
+                f"label=envlayer.profile={PROFILE}-b",
+                "--filter",
+                "status=exited",
+            ],
+            check=True,
+            capture_output=True,
         )
         for c in theirs:
-            subprocess.run(["docker", "inspect", "--format", "{{.State.FinishedAt}}", c], check=True, capture_output=True)
+            subprocess.run(
+                ["docker", "inspect", "--format", "{{.State.FinishedAt}}", c], check=True, capture_output=True
+            )
             subprocess.run(["docker", "rm", "-f", c], check=True, capture_output=True)
         cli_sweep = (time.perf_counter() - start) * 1000
         rows += [
-            (f"reaper sweep, {args.sweep} exited: reap_orphans", sweep, f"{cli_sweep / sweep:.1f}x faster than CLI sweep"),
+            (
+                f"reaper sweep, {args.sweep} exited: reap_orphans",
+                sweep,
+                f"{cli_sweep / sweep:.1f}x faster than CLI sweep",
+            ),
             (f"reaper sweep, {args.sweep} exited: CLI ps, inspect+rm each", cli_sweep, "baseline"),
         ]
         env.cleanup(force_remove=True)
@@ -142,7 +177,10 @@ def main() -> int:
                 api.remove_container(s["Id"], force=True)
 
     width = max(len(r[0]) for r in rows)
-    print(f"docker server {api.version()['Version']}, image {args.image}, session runs {args.runs}, CLI runs {args.cli_runs}")
+    print(
+        f"docker server {api.version()['Version']}, image {args.image}, "
+        f"session runs {args.runs}, CLI runs {args.cli_runs}"
+    )
     for name, ms, note in rows:
         print(f"{name:<{width}}  {ms:10.2f} ms   {note}")
     return 0

@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 
 from envlayer.environment import DEFAULT_TASK, Command, Environment
 from envlayer.lifecycle import CleanupOutcome
-from envlayer.manager import EnvKey, EnvironmentManager
+from envlayer.manager import EnvironmentManager, EnvKey
 from envlayer.result import ExecResult
 from envlayer.tools import ToolRegistry
 from envlayer.tools.definitions import ToolDefinition
@@ -106,10 +106,13 @@ class AsyncEnvironmentManager:
         env = await _in_thread(self.executor, self.manager.get, task_id)
         return AsyncEnvironment(env, self.executor)
 
-    async def register_overrides(self, task_id: str, *, backend: str | None = None,
-                                 options: Mapping[str, Any] | None = None) -> EnvKey:
+    async def register_overrides(
+        self, task_id: str, *, backend: str | None = None, options: Mapping[str, Any] | None = None
+    ) -> EnvKey:
         """:meth:`EnvironmentManager.register_overrides` (it may import the backend)."""
-        return await _in_thread(self.executor, self.manager.register_overrides, task_id, backend=backend, options=options)
+        return await _in_thread(
+            self.executor, self.manager.register_overrides, task_id, backend=backend, options=options
+        )
 
     def alias(self, child_task: str, parent_task: str) -> EnvKey:
         """:meth:`EnvironmentManager.alias` (in memory only, so not awaitable)."""
@@ -160,8 +163,9 @@ class AsyncToolRegistry:
     def anthropic_tools(self) -> list[dict[str, Any]]:
         return self.tools.anthropic_tools()
 
-    async def run_tool(self, name: str, arguments: Mapping[str, Any] | str | None,
-                       task_id: str = DEFAULT_TASK) -> dict[str, Any]:
+    async def run_tool(
+        self, name: str, arguments: Mapping[str, Any] | str | None, task_id: str = DEFAULT_TASK
+    ) -> dict[str, Any]:
         """:meth:`ToolRegistry.run_tool` in a worker thread (never raises for a tool
         call problem)."""
         return await _in_thread(self.manager.executor, self.tools.run_tool, name, arguments, task_id)

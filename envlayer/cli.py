@@ -21,7 +21,7 @@ from envlayer.capabilities import capabilities_of
 from envlayer.config import CORE_KEYS, Settings, load_settings
 from envlayer.errors import BackendUnavailable, EnvlayerError
 from envlayer.factory import open_environment
-from envlayer.options import option_fields
+from envlayer.options import default_of, option_fields, type_name
 from envlayer.registry import backend_names, list_backends, load_backend
 from envlayer.result import INTERRUPT_EXIT_CODE
 
@@ -74,11 +74,7 @@ def cmd_backends(args: argparse.Namespace) -> int:
             entry["declared"] = getattr(cls, "capabilities", None) is not None
             if args.options:
                 entry["options"] = {
-                    name: {
-                        "type": str(tp).replace("typing.", ""),
-                        "default": repr(f.default) if f.default is not dataclasses.MISSING else "{}",
-                        "doc": f.metadata.get("doc", ""),
-                    }
+                    name: {"type": type_name(tp), "default": default_of(f), "doc": f.metadata.get("doc", "")}
                     for name, (tp, f) in option_fields(cls.Options).items()
                 }
         except EnvlayerError as exc:
@@ -99,7 +95,8 @@ def cmd_backends(args: argparse.Namespace) -> int:
         for entry in payload:
             for name, spec in entry.get("options", {}).items():
                 print(
-                    f"\n[{entry['name']}] {name} ({spec['type']}, default {spec['default']})\n    {spec['doc']}", end=""
+                    f"\n[{entry['name']}] {name} ({spec['type']}, default {spec['default']!r})\n    {spec['doc']}",
+                    end="",
                 )
         print()
     return 0

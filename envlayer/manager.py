@@ -161,16 +161,19 @@ def _run_sweep(sweep: OrphanSweep, cls: type[Environment], options: BaseOptions)
         sweep.outcomes = reap_orphans([(cls, options)], profile=sweep.profile, max_age=sweep.max_age)
         for outcome in sweep.outcomes:
             if outcome.sandboxes:
-                log.info("orphan reaper removed %d sandbox(es) of profile %r on %r",
-                         len(outcome.sandboxes), sweep.profile, outcome.backend)
-    except Exception:  # noqa: BLE001 - a reaper failure must never surface to creation
+                log.info(
+                    "orphan reaper removed %d sandbox(es) of profile %r on %r",
+                    len(outcome.sandboxes),
+                    sweep.profile,
+                    outcome.backend,
+                )
+    except Exception:
         log.warning("orphan sweep of %r for profile %r failed", sweep.backend, sweep.profile, exc_info=True)
     finally:
         sweep.done.set()
 
 
-def _start_sweep(name: str, cls: type[Environment], options: BaseOptions, profile: str,
-                 lifetime: float) -> OrphanSweep:
+def _start_sweep(name: str, cls: type[Environment], options: BaseOptions, profile: str, lifetime: float) -> OrphanSweep:
     """Start the sweep of ``(name, profile)`` unless this process already did."""
     with _sweeps_lock:
         sweep = _sweeps.get((name, profile))
@@ -215,7 +218,7 @@ def _close_all_at_exit() -> None:
     for manager in managers:
         try:
             manager.close(timeout=max(0.0, deadline - time.monotonic()))
-        except Exception:  # noqa: BLE001 - one manager failing must not stop the others
+        except Exception:
             log.warning("closing an environment manager at exit failed", exc_info=True)
 
 
@@ -226,7 +229,7 @@ def _reaper_loop(ref: weakref.ReferenceType[EnvironmentManager], stop: threading
             return
         try:
             manager.reap_idle()
-        except Exception:  # noqa: BLE001 - keep reaping on the next tick
+        except Exception:
             log.warning("idle reaper pass failed", exc_info=True)
         del manager
 
@@ -472,8 +475,9 @@ class EnvironmentManager:
         pending.done.set()
         if closed:
             self._safe_cleanup(env, "created while the manager closed")
-            raise ManagerClosed("the environment manager was closed during creation",
-                                hint="create a new EnvironmentManager")
+            raise ManagerClosed(
+                "the environment manager was closed during creation", hint="create a new EnvironmentManager"
+            )
         return entry.handle
 
     def release(self, task_id: str = DEFAULT_TASK, *, force_remove: bool = False) -> CleanupOutcome | None:
@@ -516,7 +520,7 @@ class EnvironmentManager:
     def _safe_cleanup(self, env: Environment, why: str) -> None:
         try:
             cleanup(env)
-        except Exception:  # noqa: BLE001 - best effort: the environment is being dropped anyway
+        except Exception:
             log.warning("cleanup of %r (%s) failed", env, why, exc_info=True)
         self._note_teardown(env)
 
@@ -563,7 +567,7 @@ class EnvironmentManager:
             try:
                 if guard(entry.key, entry.env):
                     return True
-            except Exception:  # noqa: BLE001 - a broken guard must not stop reaping
+            except Exception:
                 log.warning("idle guard %r failed for %s", guard, entry.key, exc_info=True)
         return False
 
@@ -596,15 +600,17 @@ class EnvironmentManager:
     def _teardown_done(env: Environment, timeout: float) -> bool:
         try:
             return wait_for_cleanup(env, timeout)
-        except Exception:  # noqa: BLE001 - a failed wait is reported as not done
+        except Exception:
             log.warning("wait_for_cleanup on %r failed", env, exc_info=True)
             return False
 
     def _start_reaper_locked(self) -> None:
         if self._reaper is None and not self._closed:
             self._reaper = threading.Thread(
-                target=_reaper_loop, args=(weakref.ref(self), self._stop, self.reap_interval),
-                name="envlayer-idle-reaper", daemon=True,
+                target=_reaper_loop,
+                args=(weakref.ref(self), self._stop, self.reap_interval),
+                name="envlayer-idle-reaper",
+                daemon=True,
             )
             self._reaper.start()
 
@@ -647,7 +653,7 @@ class EnvironmentManager:
         for entry in entries:
             try:
                 cleanup(entry.env, force_remove=force_remove)
-            except Exception:  # noqa: BLE001 - keep cleaning the others
+            except Exception:
                 log.warning("cleanup of %r at close failed", entry.env, exc_info=True)
             self._note_teardown(entry.env)
         with self._lock:

@@ -70,6 +70,18 @@ def option_fields(options_cls: type[BaseOptions]) -> dict[str, tuple[Any, datacl
     return {f.name: (hints[f.name], f) for f in dataclasses.fields(options_cls)}
 
 
+def type_name(tp: Any) -> str:
+    """A short spelling of an option type, as written in code (``int``, ``list[str]``)."""
+    return tp.__name__ if isinstance(tp, type) else str(tp).replace("typing.", "")
+
+
+def default_of(f: dataclasses.Field[Any]) -> Any:
+    """The default value of an options field (calling its factory, if it has one)."""
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return None if f.default is dataclasses.MISSING else f.default
+
+
 def _describe(tp: Any) -> str:
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):

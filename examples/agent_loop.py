@@ -56,11 +56,19 @@ def main() -> int:
     try:
         call(tools, "terminal", {"command": f"mkdir -p {WORK}"}, lambda r: r.get("exit_code") == 0)
         call(tools, "write_file", {"path": f"{WORK}/count.sh", "content": SCRIPT}, ok)
-        call(tools, "terminal", {"command": "printf 'hello world\\nthree little words\\n' | sh count.sh > counts.txt",
-                                 "workdir": WORK}, lambda r: r.get("exit_code") == 0)
+        call(
+            tools,
+            "terminal",
+            {"command": "printf 'hello world\\nthree little words\\n' | sh count.sh > counts.txt", "workdir": WORK},
+            lambda r: r.get("exit_code") == 0,
+        )
         call(tools, "read_file", {"path": f"{WORK}/counts.txt"}, lambda r: "3 words" in r.get("content", ""))
-        job = call(tools, "terminal", {"command": "for i in 1 2 3; do echo step $i; sleep 1; done; echo done",
-                                       "background": True}, lambda r: "job_id" in r)
+        job = call(
+            tools,
+            "terminal",
+            {"command": "for i in 1 2 3; do echo step $i; sleep 1; done; echo done", "background": True},
+            lambda r: "job_id" in r,
+        )
         status: dict[str, Any] = {"status": "running"}
         for _ in range(30):
             status = call(tools, "terminal_job", {"job_id": job["job_id"]}, ok)
@@ -69,10 +77,18 @@ def main() -> int:
             time.sleep(1)  # the agent does something else meanwhile
         if status.get("exit_code") != 0 or "done" not in status.get("output", ""):
             raise SystemExit("the background job did not finish as expected")
-        call(tools, "terminal", {"command": "echo before; sleep 30; echo never", "timeout": 2},
-             lambda r: r.get("error", {}).get("type") == "timeout" and "before" in r.get("output", ""))
-        call(tools, "read_file", {"path": "/definitely/not/here"},
-             lambda r: r.get("error", {}).get("type") == "file_not_found")
+        call(
+            tools,
+            "terminal",
+            {"command": "echo before; sleep 30; echo never", "timeout": 2},
+            lambda r: r.get("error", {}).get("type") == "timeout" and "before" in r.get("output", ""),
+        )
+        call(
+            tools,
+            "read_file",
+            {"path": "/definitely/not/here"},
+            lambda r: r.get("error", {}).get("type") == "file_not_found",
+        )
         job_dir = job["log_file"].rsplit("/", 1)[0]
         call(tools, "terminal", {"command": f"rm -rf {WORK} {job_dir}"}, lambda r: r.get("exit_code") == 0)
     finally:

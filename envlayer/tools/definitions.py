@@ -30,14 +30,27 @@ def terminal(default_timeout: float, max_timeout: float, jobs_dir: str) -> ToolD
         f"every process it started. For long-running work (servers, builds over {max_timeout:g} s) "
         "set background=true: the command starts detached and you get a job_id and the path of its "
         f"log file (under {jobs_dir}); check it with the terminal_job tool.",
-        _obj({
-            "command": {"type": "string", "minLength": 1, "description": "The shell command to run."},
-            "timeout": {"type": "number", "minimum": 1, "description":
-                        f"Seconds before the command is killed (default {default_timeout:g}, at most {max_timeout:g}). "
-                        "Ignored with background=true."},
-            "workdir": {"type": "string", "description": "Directory to run in (default: the sandbox's working directory)."},
-            "background": {"type": "boolean", "description": "Start detached and return at once with a job_id (default false)."},
-        }, ["command"]),
+        _obj(
+            {
+                "command": {"type": "string", "minLength": 1, "description": "The shell command to run."},
+                "timeout": {
+                    "type": "number",
+                    "minimum": 1,
+                    "description": f"Seconds before the command is killed "
+                    f"(default {default_timeout:g}, at most {max_timeout:g}). "
+                    "Ignored with background=true.",
+                },
+                "workdir": {
+                    "type": "string",
+                    "description": "Directory to run in (default: the sandbox's working directory).",
+                },
+                "background": {
+                    "type": "boolean",
+                    "description": "Start detached and return at once with a job_id (default false).",
+                },
+            },
+            ["command"],
+        ),
     )
 
 
@@ -48,10 +61,13 @@ def terminal_job() -> ToolDefinition:
         "Check a background job started with terminal(background=true): its status "
         "(running, exited with exit_code, killed, lost) and its output so far. action=kill stops "
         "the job and everything it started.",
-        _obj({
-            "job_id": {"type": "string", "minLength": 1, "description": "The job_id terminal returned."},
-            "action": {"type": "string", "enum": ["status", "kill"], "description": "status (default) or kill."},
-        }, ["job_id"]),
+        _obj(
+            {
+                "job_id": {"type": "string", "minLength": 1, "description": "The job_id terminal returned."},
+                "action": {"type": "string", "enum": ["status", "kill"], "description": "status (default) or kill."},
+            },
+            ["job_id"],
+        ),
     )
 
 
@@ -62,11 +78,18 @@ def read_file(default_lines: int) -> ToolDefinition:
         "Read a text file in this task's sandbox. Returns up to `limit` lines starting at line "
         f"`offset` (1-based; defaults 1 and {default_lines}), with total_lines so you can page "
         "through larger files.",
-        _obj({
-            "path": {"type": "string", "minLength": 1, "description": "File path, absolute or relative to the working directory."},
-            "offset": {"type": "integer", "minimum": 1, "description": "First line to return (1-based)."},
-            "limit": {"type": "integer", "minimum": 1, "description": "Maximum number of lines to return."},
-        }, ["path"]),
+        _obj(
+            {
+                "path": {
+                    "type": "string",
+                    "minLength": 1,
+                    "description": "File path, absolute or relative to the working directory.",
+                },
+                "offset": {"type": "integer", "minimum": 1, "description": "First line to return (1-based)."},
+                "limit": {"type": "integer", "minimum": 1, "description": "Maximum number of lines to return."},
+            },
+            ["path"],
+        ),
     )
 
 
@@ -76,10 +99,17 @@ def write_file() -> ToolDefinition:
         "write_file",
         "Create or replace a file in this task's sandbox with the given content (UTF-8). "
         "Missing parent directories are created.",
-        _obj({
-            "path": {"type": "string", "minLength": 1, "description": "File path, absolute or relative to the working directory."},
-            "content": {"type": "string", "description": "The complete new content of the file."},
-        }, ["path", "content"]),
+        _obj(
+            {
+                "path": {
+                    "type": "string",
+                    "minLength": 1,
+                    "description": "File path, absolute or relative to the working directory.",
+                },
+                "content": {"type": "string", "description": "The complete new content of the file."},
+            },
+            ["path", "content"],
+        ),
     )
 
 

@@ -55,7 +55,7 @@ def start(env: Environment, command: str, *, jobs_dir: str, workdir: str | None)
     script = (
         f"mkdir -p {d} && cat > {d}/cmd.sh && {cd}"
         "if command -v setsid >/dev/null 2>&1; then S=setsid; else S=; fi; "
-        f"$S sh -c 'sh \"$1/cmd.sh\" > \"$1/output.log\" 2>&1; echo $? > \"$1/exit\"' sh {d} "
+        f'$S sh -c \'sh "$1/cmd.sh" > "$1/output.log" 2>&1; echo $? > "$1/exit"\' sh {d} '
         f"</dev/null >/dev/null 2>&1 & echo $! > {d}/pid"
     )
     result = env.exec(script, stdin=command, timeout=30)
@@ -69,19 +69,19 @@ def status(env: Environment, *, jobs_dir: str, job_id: str, budget: int) -> JobS
     d = shlex.quote(job_dir(jobs_dir, job_id))
     head = int(budget * HEAD_SHARE)
     script = (
-        f"D={d}; if [ ! -d \"$D\" ]; then echo unknown; echo 0; exit 0; fi; "
+        f'D={d}; if [ ! -d "$D" ]; then echo unknown; echo 0; exit 0; fi; '
         # liveness first: the exit file is written before the job's shell ends, so a
         # dead job without it really was lost (checking the file first would race)
-        "if kill -0 \"$(cat \"$D/pid\" 2>/dev/null)\" 2>/dev/null; then A=1; else A=0; fi; "
-        "if [ -f \"$D/exit\" ]; then echo \"exited $(cat \"$D/exit\")\"; "
-        "elif [ -f \"$D/killed\" ]; then echo killed; "
+        'if kill -0 "$(cat "$D/pid" 2>/dev/null)" 2>/dev/null; then A=1; else A=0; fi; '
+        'if [ -f "$D/exit" ]; then echo "exited $(cat "$D/exit")"; '
+        'elif [ -f "$D/killed" ]; then echo killed; '
         "elif [ $A = 1 ]; then echo running; "
         "else echo lost; fi; "
-        "N=$(wc -c < \"$D/output.log\" 2>/dev/null || echo 0); echo $N; "
-        f"if [ \"$N\" -le {budget} ]; then cat \"$D/output.log\" 2>/dev/null; "
-        f"else head -c {head} \"$D/output.log\"; printf '\\n[... %s bytes omitted: the log has %s; "
+        'N=$(wc -c < "$D/output.log" 2>/dev/null || echo 0); echo $N; '
+        f'if [ "$N" -le {budget} ]; then cat "$D/output.log" 2>/dev/null; '
+        f'else head -c {head} "$D/output.log"; printf \'\\n[... %s bytes omitted: the log has %s; '
         f"showing the first {head} and the last {budget - head} ...]\\n' $((N - {budget})) $N; "
-        f"tail -c {budget - head} \"$D/output.log\"; fi"
+        f'tail -c {budget - head} "$D/output.log"; fi'
     )
     result = env.exec(script, timeout=30)
     first, _, rest = result.stdout_text.partition("\n")
@@ -100,8 +100,8 @@ def running(env: Environment, *, jobs_dir: str, job_ids: list[str]) -> set[str]:
     dirs = " ".join(shlex.quote(job_dir(jobs_dir, j)) for j in job_ids)
     script = (
         f"for D in {dirs}; do "
-        "if [ ! -f \"$D/exit\" ] && kill -0 \"$(cat \"$D/pid\" 2>/dev/null)\" 2>/dev/null; "
-        "then echo \"${D##*/}\"; fi; done"
+        'if [ ! -f "$D/exit" ] && kill -0 "$(cat "$D/pid" 2>/dev/null)" 2>/dev/null; '
+        'then echo "${D##*/}"; fi; done'
     )
     result = env.exec(script, timeout=30)
     return set(result.stdout_text.split()) & set(job_ids)
@@ -111,9 +111,9 @@ def kill(env: Environment, *, jobs_dir: str, job_id: str) -> None:
     """Stop the job's process group (TERM, then KILL after a second) and mark it killed."""
     d = shlex.quote(job_dir(jobs_dir, job_id))
     script = (
-        f"D={d}; P=$(cat \"$D/pid\" 2>/dev/null) || exit 0; [ -f \"$D/exit\" ] && exit 0; : > \"$D/killed\"; "
-        "kill -TERM -\"$P\" 2>/dev/null || kill -TERM \"$P\" 2>/dev/null; "
-        "if kill -0 \"$P\" 2>/dev/null; then sleep 1; kill -KILL -\"$P\" 2>/dev/null || kill -KILL \"$P\" 2>/dev/null; fi; "
+        f'D={d}; P=$(cat "$D/pid" 2>/dev/null) || exit 0; [ -f "$D/exit" ] && exit 0; : > "$D/killed"; '
+        'kill -TERM -"$P" 2>/dev/null || kill -TERM "$P" 2>/dev/null; '
+        'if kill -0 "$P" 2>/dev/null; then sleep 1; kill -KILL -"$P" 2>/dev/null || kill -KILL "$P" 2>/dev/null; fi; '
         "exit 0"
     )
     env.exec(script, timeout=30)

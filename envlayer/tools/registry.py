@@ -176,16 +176,19 @@ class ToolRegistry:
         except FileTooLarge as exc:
             return error("file_too_large", exc.message, "read parts of it with terminal, e.g. `head -n 100 FILE`")
         except BackendUnavailable as exc:
-            return error("backend_unavailable", exc.message,
-                         "retry: the sandbox was unreachable; the environment was reset and the next call rebuilds it"
-                         + (f" ({exc.hint})" if exc.hint else ""))
+            return error(
+                "backend_unavailable",
+                exc.message,
+                "retry: the sandbox was unreachable; the environment was reset and the next call rebuilds it"
+                + (f" ({exc.hint})" if exc.hint else ""),
+            )
         except EnvironmentClosed as exc:
             return error("environment_closed", exc.message, "retry: the next call uses a fresh environment")
         except (ConfigError, BackendNotFound, BackendLoadError, BackendConflict) as exc:
             return error("configuration", exc.message, exc.hint)
         except EnvlayerError as exc:
             return error("envlayer_error", exc.message, exc.hint)
-        except Exception as exc:  # noqa: BLE001 - the model gets a structured error, the log the traceback
+        except Exception as exc:
             log.exception("tool %s failed for task %r", name, task_id)
             return error("internal_error", f"{type(exc).__name__}: {exc}", "retry once; if it fails again, report it")
 
@@ -206,8 +209,12 @@ class ToolRegistry:
         if args.get("background"):
             job_id, log_file = jobs.start(env, args["command"], jobs_dir=c.jobs_dir, workdir=args.get("workdir"))
             self._track_job(getattr(env, "key", None), job_id, running=True)
-            return {"job_id": job_id, "status": "running", "log_file": log_file,
-                    "hint": "check it with terminal_job(job_id=...)"}
+            return {
+                "job_id": job_id,
+                "status": "running",
+                "log_file": log_file,
+                "hint": "check it with terminal_job(job_id=...)",
+            }
         timeout = float(args.get("timeout", c.default_timeout))
         if timeout > c.max_timeout:
             raise ToolArgumentError(
@@ -218,9 +225,11 @@ class ToolRegistry:
         out = self._output(result)
         if result.timed_out:
             return error(
-                "timeout", f"the command did not finish within {timeout:g} s and was killed, with every process it started",
+                "timeout",
+                f"the command did not finish within {timeout:g} s and was killed, with every process it started",
                 f"raise timeout (max {c.max_timeout:g}), or run it with background=true and check it with terminal_job",
-                exit_code=result.exit_code, **out,
+                exit_code=result.exit_code,
+                **out,
             )
         return {"exit_code": result.exit_code, **out}
 
@@ -243,8 +252,12 @@ class ToolRegistry:
         self._track_job(getattr(env, "key", None), job_id, running=st.state == "running")
         if st.state == "unknown":
             raise jobs.JobError(f"no job {job_id!r} in this sandbox")
-        res: Result = {"job_id": job_id, "status": st.state, "log_file": f"{jobs.job_dir(c.jobs_dir, job_id)}/output.log",
-                       "output": st.output}
+        res: Result = {
+            "job_id": job_id,
+            "status": st.state,
+            "log_file": f"{jobs.job_dir(c.jobs_dir, job_id)}/output.log",
+            "output": st.output,
+        }
         if st.exit_code is not None:
             res["exit_code"] = st.exit_code
         if st.truncated:
@@ -255,8 +268,11 @@ class ToolRegistry:
         path = args["path"]
         data = env.read_file(path)
         if b"\0" in data[:8192]:
-            return error("binary_file", f"{path!r} is not a text file ({len(data)} bytes)",
-                         "inspect it with terminal, e.g. `od -c FILE | head` or `file FILE`")
+            return error(
+                "binary_file",
+                f"{path!r} is not a text file ({len(data)} bytes)",
+                "inspect it with terminal, e.g. `od -c FILE | head` or `file FILE`",
+            )
         lines = data.decode("utf-8", errors="replace").splitlines(keepends=True)
         offset = args.get("offset", 1)
         limit = args.get("limit", self.config.read_lines)
@@ -265,8 +281,13 @@ class ToolRegistry:
         chosen = lines[offset - 1 : offset - 1 + limit]
         content, omitted = truncate_middle("".join(chosen), self.config.output_chars)
         end = offset - 1 + len(chosen)
-        res: Result = {"path": path, "content": content, "start_line": offset, "end_line": end,
-                       "total_lines": len(lines)}
+        res: Result = {
+            "path": path,
+            "content": content,
+            "start_line": offset,
+            "end_line": end,
+            "total_lines": len(lines),
+        }
         if end < len(lines):
             res["more"] = f"lines {end + 1}-{len(lines)} not shown; call read_file with offset={end + 1}"
         if omitted:

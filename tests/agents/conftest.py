@@ -78,7 +78,15 @@ def _docker(*args: str) -> subprocess.CompletedProcess[str]:
 
 def docker_containers(profile: str, *, running_only: bool = False) -> list[str]:
     """Names of the managed containers of ``profile``."""
-    args = ["ps", "--format", "{{.Names}}", "--filter", "label=envlayer.managed", "--filter", f"label=envlayer.profile={profile}"]
+    args = [
+        "ps",
+        "--format",
+        "{{.Names}}",
+        "--filter",
+        "label=envlayer.managed",
+        "--filter",
+        f"label=envlayer.profile={profile}",
+    ]
     if not running_only:
         args.insert(1, "-a")
     out = _docker(*args)

@@ -57,10 +57,10 @@ def test_async_tools(make_manager, local_settings, tmp_path: Path) -> None:  # t
     async def main() -> None:
         async with AsyncEnvironmentManager(make_manager(local_settings)) as manager:
             tools = AsyncToolRegistry(manager)
-            assert [t["name"] for t in tools.anthropic_tools()][0] == "terminal"
-            results = await asyncio.gather(*(
-                tools.run_tool("terminal", {"command": f"echo {i}"}, f"task-{i}") for i in range(4)
-            ))
+            assert next(t["name"] for t in tools.anthropic_tools()) == "terminal"
+            results = await asyncio.gather(
+                *(tools.run_tool("terminal", {"command": f"echo {i}"}, f"task-{i}") for i in range(4))
+            )
             assert [r["output"] for r in results] == [f"{i}\n" for i in range(4)]
             assert (await tools.run_tool("nope", {}, "t"))["error"]["type"] == "unknown_tool"
             await manager.register_overrides("other", options={"cwd": str(tmp_path)})
@@ -76,7 +76,9 @@ def test_async_tools_refuse_a_registry_of_another_manager(make_manager, local_se
     asyncio.run(manager.close())
 
 
-def test_cancelled_exec_runs_to_completion_in_its_thread(make_manager, local_settings, tmp_path: Path, wait_until) -> None:  # type: ignore[no-untyped-def]
+def test_cancelled_exec_runs_to_completion_in_its_thread(
+    make_manager, local_settings, tmp_path: Path, wait_until
+) -> None:  # type: ignore[no-untyped-def]
     marker = tmp_path / "finished"
 
     async def main() -> None:

@@ -15,7 +15,9 @@ def toy_config(tmp_path: Path, profile: str) -> Path:
     work = tmp_path / "local-work"
     work.mkdir()
     path = tmp_path / "envlayer.toml"
-    path.write_text(f'backend = "toy"\nprofile = "{profile}"\nlifetime_seconds = 42\n\n[backends.local]\ncwd = "{work}"\n')
+    path.write_text(
+        f'backend = "toy"\nprofile = "{profile}"\nlifetime_seconds = 42\n\n[backends.local]\ncwd = "{work}"\n'
+    )
     return path
 
 
@@ -31,7 +33,9 @@ def test_config_file_selects_the_backend(make_manager, make_settings, toy_config
     assert manager.settings.lifetime_seconds == 42
 
 
-def test_env_var_switches_the_backend_without_code_changes(make_manager, make_settings, toy_config: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_env_var_switches_the_backend_without_code_changes(
+    make_manager, make_settings, toy_config: Path, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
     manager = make_manager(make_settings(config_path=toy_config, env={"ENVLAYER_BACKEND": "local"}))
     assert where(ToolRegistry(manager)) == str(tmp_path / "local-work")  # [backends.local] from the file
 

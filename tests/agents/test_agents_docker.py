@@ -34,17 +34,27 @@ for task in ("persist", "opt-out"):
 def labels_of(name: str) -> tuple[str, bool]:
     out = subprocess.run(
         ["docker", "inspect", "-f", '{{index .Config.Labels "envlayer.task"}} {{.State.Running}}', name],
-        capture_output=True, text=True, timeout=60, check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
     ).stdout.split()
     return out[0], out[1] == "true"
 
 
-def test_at_exit_keeps_persist_mode_and_removes_opt_out(docker_profile: str, tmp_path: Path, containers, test_image: str) -> None:  # type: ignore[no-untyped-def]
+def test_at_exit_keeps_persist_mode_and_removes_opt_out(
+    docker_profile: str, tmp_path: Path, containers, test_image: str
+) -> None:  # type: ignore[no-untyped-def]
     config = tmp_path / "empty.toml"
     config.write_text("")
     env = {k: v for k, v in os.environ.items() if not k.startswith("ENVLAYER_")}
-    proc = subprocess.run([sys.executable, "-c", CHILD, str(config), docker_profile, test_image],
-                          capture_output=True, text=True, timeout=300, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, str(config), docker_profile, test_image],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["persist", "opt-out"]
     left = [labels_of(name) for name in containers(docker_profile)]
@@ -55,7 +65,9 @@ def test_tools_end_to_end_on_docker(make_manager, docker_settings, wait_until) -
     tools = ToolRegistry(make_manager(docker_settings), ToolConfig(output_chars=400))
     run = lambda name, args: tools.run_tool(name, args, "docker-task")  # noqa: E731
 
-    assert run("write_file", {"path": "/tmp/w/hello.sh", "content": "echo hello from $(uname -s)\n"})["bytes_written"] > 0
+    assert (
+        run("write_file", {"path": "/tmp/w/hello.sh", "content": "echo hello from $(uname -s)\n"})["bytes_written"] > 0
+    )
     ran = run("terminal", {"command": "sh hello.sh > out.txt; echo err >&2", "workdir": "/tmp/w"})
     assert ran["exit_code"] == 0 and ran["output"] == "[stderr]\nerr\n"
     assert run("read_file", {"path": "/tmp/w/out.txt"})["content"] == "hello from Linux\n"
@@ -85,10 +97,12 @@ def test_tools_end_to_end_on_docker(make_manager, docker_settings, wait_until) -
     assert run("read_file", {"path": "/tmp"})["error"]["type"] == "is_a_directory"
 
 
-def test_idle_reap_keeps_a_persist_mode_container_and_reattaches(make_manager, make_settings, docker_profile: str,
-                                                                  containers, wait_until, test_image: str) -> None:  # type: ignore[no-untyped-def]
-    settings = make_settings(backend="docker", profile=docker_profile, lifetime_seconds=0.5,
-                             backend_options={"image": test_image})
+def test_idle_reap_keeps_a_persist_mode_container_and_reattaches(
+    make_manager, make_settings, docker_profile: str, containers, wait_until, test_image: str
+) -> None:  # type: ignore[no-untyped-def]
+    settings = make_settings(
+        backend="docker", profile=docker_profile, lifetime_seconds=0.5, backend_options={"image": test_image}
+    )
     manager = make_manager(settings, reap_interval=0.1)
     env = manager.get("kept")
     env.write_file("/tmp/state.txt", "survives")

@@ -29,8 +29,10 @@ def test_example_on_local_with_no_setup(tmp_path: Path, profile: str) -> None:
 
 @pytest.mark.docker
 def test_example_on_docker_by_configuration(docker_profile: str, tmp_path: Path, containers, test_image: str) -> None:  # type: ignore[no-untyped-def]
-    proc = run_example({"ENVLAYER_BACKEND": "docker", "ENVLAYER_DOCKER_IMAGE": test_image,
-                        "ENVLAYER_PROFILE": docker_profile}, tmp_path)
+    proc = run_example(
+        {"ENVLAYER_BACKEND": "docker", "ENVLAYER_DOCKER_IMAGE": test_image, "ENVLAYER_PROFILE": docker_profile},
+        tmp_path,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
     assert "backend: docker" in proc.stdout
     assert containers(docker_profile) == []  # the example releases with force_remove

@@ -34,7 +34,9 @@ def clean_env() -> dict[str, str]:
 
 
 def run_child(code: str, *args: str) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120, env=clean_env())
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120, env=clean_env()
+    )
     assert proc.returncode == 0, proc.stderr
     return proc
 
@@ -72,8 +74,9 @@ class SlowTeardown(LocalEnvironment):
 
 def test_close_waits_within_one_total_budget(make_manager, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     SlowTeardown.waits = []
-    manager = make_manager(backend="slow-teardown", backend_options={"cwd": str(tmp_path)},
-                           backends={"slow-teardown": SlowTeardown})
+    manager = make_manager(
+        backend="slow-teardown", backend_options={"cwd": str(tmp_path)}, backends={"slow-teardown": SlowTeardown}
+    )
     for task in ("a", "b", "c"):
         manager.get(task)
     assert manager.close(timeout=0.5) is False  # reported, not hung

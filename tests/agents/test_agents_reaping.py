@@ -15,7 +15,9 @@ from envlayer.capabilities import Capability
 from envlayer.errors import BackendUnavailable
 
 
-def test_reaper_thread_spares_a_command_running_longer_than_the_lifetime(make_manager, make_settings, tmp_path: Path, wait_until) -> None:
+def test_reaper_thread_spares_a_command_running_longer_than_the_lifetime(
+    make_manager, make_settings, tmp_path: Path, wait_until
+) -> None:
     settings = make_settings(backend="local", lifetime_seconds=1.0, backend_options={"cwd": str(tmp_path)})
     manager = make_manager(settings, reap_interval=0.1)
     env = manager.get("t")
@@ -35,7 +37,10 @@ def test_reap_pass_during_a_command_skips_it(make_manager, make_settings, tmp_pa
     done = threading.Event()
     release = tmp_path / "release"
     thread = threading.Thread(
-        target=lambda: (busy.exec(f"touch {marker}; while [ ! -e {release} ]; do sleep 0.05; done", timeout=60), done.set())
+        target=lambda: (
+            busy.exec(f"touch {marker}; while [ ! -e {release} ]; do sleep 0.05; done", timeout=60),
+            done.set(),
+        )
     )
     thread.start()
     try:
@@ -75,8 +80,9 @@ def reaping_backend(behaviour: str = "record", gate: threading.Event | None = No
 
 
 @pytest.mark.parametrize("lifetime, expected_age", [(10.0, 120.0), (300.0, 600.0)])
-def test_orphan_sweep_once_per_process_with_floor(make_manager, make_settings, tmp_path: Path, profile: str,
-                                                  lifetime: float, expected_age: float) -> None:
+def test_orphan_sweep_once_per_process_with_floor(
+    make_manager, make_settings, tmp_path: Path, profile: str, lifetime: float, expected_age: float
+) -> None:
     backend = reaping_backend()
     settings = make_settings(backend="reaping", lifetime_seconds=lifetime, backend_options={"cwd": str(tmp_path)})
     first = make_manager(settings, backends={"reaping": backend})
@@ -99,8 +105,9 @@ def test_orphan_sweep_opt_out(make_manager, make_settings, tmp_path: Path) -> No
     assert manager.orphan_sweep() is None and backend.calls == []
 
 
-def test_orphan_sweep_failure_is_logged_and_creation_proceeds(make_manager, make_settings, tmp_path: Path,
-                                                              caplog: pytest.LogCaptureFixture) -> None:
+def test_orphan_sweep_failure_is_logged_and_creation_proceeds(
+    make_manager, make_settings, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     backend = reaping_backend("fail")
     settings = make_settings(backend="reaping", backend_options={"cwd": str(tmp_path)})
     manager = make_manager(settings, backends={"reaping": backend})
@@ -134,7 +141,9 @@ def test_running_background_job_keeps_its_environment(make_manager, make_setting
     manager = make_manager(settings, reap_interval=3600)  # passes run only when called here
     tools = ToolRegistry(manager, ToolConfig(jobs_dir=str(tmp_path / "jobs")))
     gate = tmp_path / "go"
-    started = tools.run_tool("terminal", {"command": f"while [ ! -e {gate} ]; do sleep 0.05; done", "background": True}, "t")
+    started = tools.run_tool(
+        "terminal", {"command": f"while [ ! -e {gate} ]; do sleep 0.05; done", "background": True}, "t"
+    )
     assert started["status"] == "running"
     with_job, without = manager.get("t"), manager.get("no-jobs")
 
@@ -142,6 +151,7 @@ def test_running_background_job_keeps_its_environment(make_manager, make_setting
         def check() -> bool:
             manager.reap_idle()
             return env.closed
+
         return check
 
     assert wait_until(reap_until(without))  # idle and no job: released

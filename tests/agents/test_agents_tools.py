@@ -22,8 +22,10 @@ def etype(result: dict) -> str | None:  # type: ignore[type-arg]
 
 
 def test_write_run_read(tools: ToolRegistry) -> None:
-    assert tools.run_tool("write_file", {"path": "sub/run.sh", "content": "echo out; echo err >&2; exit 3\n"}, "t") == \
-        {"path": "sub/run.sh", "bytes_written": 31}
+    assert tools.run_tool("write_file", {"path": "sub/run.sh", "content": "echo out; echo err >&2; exit 3\n"}, "t") == {
+        "path": "sub/run.sh",
+        "bytes_written": 31,
+    }
     ran = tools.run_tool("terminal", {"command": "sh run.sh", "workdir": "sub"}, "t")
     assert ran["exit_code"] == 3 and ran["output"] == "out\n[stderr]\nerr\n"
     read = tools.run_tool("read_file", {"path": "sub/run.sh"}, "t")
@@ -78,7 +80,9 @@ def test_background_job_status_output_and_kill(tools: ToolRegistry, tmp_path: Pa
     assert final["status"] == "exited" and final["exit_code"] == 4 and final["output"] == "job says hi\n"
 
     flag = tmp_path / "still-running"
-    long = tools.run_tool("terminal", {"command": f"while true; do touch {flag}; sleep 0.1; done", "background": True}, "t")
+    long = tools.run_tool(
+        "terminal", {"command": f"while true; do touch {flag}; sleep 0.1; done", "background": True}, "t"
+    )
     assert tools.run_tool("terminal_job", {"job_id": long["job_id"]}, "t")["status"] == "running"
     killed = tools.run_tool("terminal_job", {"job_id": long["job_id"], "action": "kill"}, "t")
     assert killed["status"] == "killed"
@@ -91,17 +95,20 @@ def test_job_errors(tools: ToolRegistry) -> None:
     assert etype(tools.run_tool("terminal_job", {"job_id": "0123456789ab"}, "t")) == "job_error"
 
 
-@pytest.mark.parametrize("name, arguments, kind", [
-    ("rm_rf", {}, "unknown_tool"),
-    ("terminal", {}, "bad_arguments"),
-    ("terminal", {"command": 42}, "bad_arguments"),
-    ("terminal", {"command": "true", "cmd": "x"}, "bad_arguments"),
-    ("terminal", "{not json", "bad_arguments"),
-    ("terminal", "[1, 2]", "bad_arguments"),
-    ("terminal_job", {"job_id": "abc", "action": "explode"}, "bad_arguments"),
-    ("read_file", {"path": "missing.txt"}, "file_not_found"),
-    ("read_file", {"path": "."}, "is_a_directory"),
-])
+@pytest.mark.parametrize(
+    "name, arguments, kind",
+    [
+        ("rm_rf", {}, "unknown_tool"),
+        ("terminal", {}, "bad_arguments"),
+        ("terminal", {"command": 42}, "bad_arguments"),
+        ("terminal", {"command": "true", "cmd": "x"}, "bad_arguments"),
+        ("terminal", "{not json", "bad_arguments"),
+        ("terminal", "[1, 2]", "bad_arguments"),
+        ("terminal_job", {"job_id": "abc", "action": "explode"}, "bad_arguments"),
+        ("read_file", {"path": "missing.txt"}, "file_not_found"),
+        ("read_file", {"path": "."}, "is_a_directory"),
+    ],
+)
 def test_structured_errors(tools: ToolRegistry, name: str, arguments: object, kind: str) -> None:
     result = tools.run_tool(name, arguments, "t")  # type: ignore[arg-type]
     assert etype(result) == kind
@@ -117,8 +124,11 @@ def test_binary_file_and_path_outside_sandbox(tools: ToolRegistry, tmp_path: Pat
     tools.manager.register_overrides("jailed", options={"cwd": str(root), "file_root": str(root)})
     assert "error" not in tools.run_tool("write_file", {"path": "inside.txt", "content": "ok"}, "jailed")
     for path in ("/etc/hostname", "../escape.txt"):
-        result = tools.run_tool("write_file" if "escape" in path else "read_file",
-                                {"path": path, "content": "x"} if "escape" in path else {"path": path}, "jailed")
+        result = tools.run_tool(
+            "write_file" if "escape" in path else "read_file",
+            {"path": path, "content": "x"} if "escape" in path else {"path": path},
+            "jailed",
+        )
         assert etype(result) == "path_outside_sandbox", result
     assert not (tmp_path / "escape.txt").exists()
 

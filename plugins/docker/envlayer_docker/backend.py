@@ -72,7 +72,9 @@ class DockerEnvironment(Environment):
     capabilities = ALL_CAPABILITIES
     options: DockerOptions
 
-    def __init__(self, options: BaseOptions | None = None, *, task_id: str = "default", profile: str = "default") -> None:
+    def __init__(
+        self, options: BaseOptions | None = None, *, task_id: str = "default", profile: str = "default"
+    ) -> None:
         super().__init__(options, task_id=task_id, profile=profile)
         if not isinstance(self.options, DockerOptions):
             raise TypeError(f"DockerEnvironment needs DockerOptions, got {type(self.options).__name__}")
@@ -96,9 +98,7 @@ class DockerEnvironment(Environment):
         self._files: Any = None
         from envlayer_docker.container import build_spec
 
-        self._spec = build_spec(
-            self._api, opts, profile=profile, task=task_id, persist=opts.persist_across_processes
-        )
+        self._spec = build_spec(self._api, opts, profile=profile, task=task_id, persist=opts.persist_across_processes)
         self._attach()
 
     # --- container ----------------------------------------------------------------------
@@ -127,7 +127,9 @@ class DockerEnvironment(Environment):
             self._files = FileTransfer(
                 self._api, attached.id, tmpfs_paths=attached.tmpfs_paths, owner=(0, 0), helper=self._helper
             )
-        log.debug("%s container %s for task %r", "created" if attached.created else "attached to", attached.name, self.task_id)
+        log.debug(
+            "%s container %s for task %r", "created" if attached.created else "attached to", attached.name, self.task_id
+        )
 
     @property
     def container_id(self) -> str:
@@ -164,7 +166,9 @@ class DockerEnvironment(Environment):
         with self._state_lock:
             if self._container is not None and self._container.id != seen_id:
                 return
-            log.warning("container %s for task %r vanished or stopped; attaching again", self.container_name, self.task_id)
+            log.warning(
+                "container %s for task %r vanished or stopped; attaching again", self.container_name, self.task_id
+            )
             self._drop_session()
             self._attach()
 
@@ -257,7 +261,7 @@ class DockerEnvironment(Environment):
         except ConnectionError as exc:
             raise BackendUnavailable(
                 f"could not start the shell {self.options.shell!r} in container {self.container_name}: {exc}",
-                hint="check that the image has it (option `shell`), or use exec_mode = \"oneshot\"",
+                hint='check that the image has it (option `shell`), or use exec_mode = "oneshot"',
             ) from exc
 
     def _session_usable(self) -> Any:
@@ -271,14 +275,22 @@ class DockerEnvironment(Environment):
                 if not self._api.exec_inspect(session.exec_id).get("Running"):
                     session.close()
                     return None
-            except Exception:  # noqa: BLE001 - unknown state: start afresh
+            except Exception:
                 session.close()
                 return None
         return session
 
     def _run_session(
-        self, command: Command, cwd: str | None, env: Mapping[str, str] | None, deadline: float | None,
-        data: bytes | None, on_output: OutputCallback | None, timeout: float | None, start: float, exec_id: str,
+        self,
+        command: Command,
+        cwd: str | None,
+        env: Mapping[str, str] | None,
+        deadline: float | None,
+        data: bytes | None,
+        on_output: OutputCallback | None,
+        timeout: float | None,
+        start: float,
+        exec_id: str,
     ) -> ExecResult:
         from envlayer_docker.session import ShellSession
 
@@ -287,8 +299,13 @@ class DockerEnvironment(Environment):
             self._drop_session()
             session = self._exec_api(
                 lambda: ShellSession.start(
-                    self._api, self.container_id, shell=self.options.shell, env=self._exec_env,
-                    user=self._spec.user, workdir=self.options.workdir, start_dir=self._session_cwd,
+                    self._api,
+                    self.container_id,
+                    shell=self.options.shell,
+                    env=self._exec_env,
+                    user=self._spec.user,
+                    workdir=self.options.workdir,
+                    start_dir=self._session_cwd,
                     touch_lease=self._touch_lease(),
                 )
             )
@@ -300,13 +317,21 @@ class DockerEnvironment(Environment):
             if code != 0:
                 raise BackendUnavailable(
                     f"could not stage stdin in the container: {err.decode(errors='replace')[:200]}",
-                    hint="make /tmp writable in the container, or use exec_mode = \"oneshot\"",
+                    hint='make /tmp writable in the container, or use exec_mode = "oneshot"',
                 )
         limit, policy = self.options.max_output_bytes, self.options.output_policy
         try:
             outcome, reader, trailer = session.run(
-                command, exec_id=exec_id, deadline=deadline, limit=limit, policy=policy, env=env, cwd=cwd,
-                stdin_path=stdin_path, touch_lease=self._touch_lease(), on_output=on_output,
+                command,
+                exec_id=exec_id,
+                deadline=deadline,
+                limit=limit,
+                policy=policy,
+                env=env,
+                cwd=cwd,
+                stdin_path=stdin_path,
+                touch_lease=self._touch_lease(),
+                on_output=on_output,
             )
         except BaseException:
             self._kill(exec_id, session.pid)
@@ -327,8 +352,16 @@ class DockerEnvironment(Environment):
         return self._result(reader, 255 if code is None else code, start, timeout)
 
     def _run_oneshot(
-        self, command: Command, cwd: str | None, env: Mapping[str, str] | None, deadline: float | None,
-        data: bytes | None, on_output: OutputCallback | None, timeout: float | None, start: float, exec_id: str,
+        self,
+        command: Command,
+        cwd: str | None,
+        env: Mapping[str, str] | None,
+        deadline: float | None,
+        data: bytes | None,
+        on_output: OutputCallback | None,
+        timeout: float | None,
+        start: float,
+        exec_id: str,
     ) -> ExecResult:
         from envlayer_docker.oneshot import OneShot
 
@@ -338,8 +371,15 @@ class DockerEnvironment(Environment):
         run_cwd = cwd or self._session_cwd or self.options.workdir
         shot = self._exec_api(
             lambda: OneShot.start(
-                self._api, self.container_id, command, shell=self.options.shell, exec_id=exec_id, env=environment,
-                user=self._spec.user, cwd=run_cwd, stdin=data if data is not None else None,
+                self._api,
+                self.container_id,
+                command,
+                shell=self.options.shell,
+                exec_id=exec_id,
+                env=environment,
+                user=self._spec.user,
+                cwd=run_cwd,
+                stdin=data if data is not None else None,
                 touch_lease=self._touch_lease(),
             )
         )
@@ -377,7 +417,7 @@ class DockerEnvironment(Environment):
                 state = self._api.inspect_container(self.container_id).get("State") or {}
             except NotFound:
                 state = {"Status": "removed"}
-            except Exception:  # noqa: BLE001
+            except Exception:
                 return
             if state.get("Status") != "running" or time.monotonic() >= end:
                 break
@@ -390,18 +430,31 @@ class DockerEnvironment(Environment):
                 hint="check its effects and retry; the next call restarts or re-creates the container",
             )
 
-    def _result(self, reader: Reader, code: int, start: float, timeout: float | None, *, timed_out: bool = False) -> ExecResult:
+    def _result(
+        self, reader: Reader, code: int, start: float, timeout: float | None, *, timed_out: bool = False
+    ) -> ExecResult:
         out, err = reader.buffers[1], reader.buffers[2]
         return ExecResult(
-            exit_code=code, stdout=out.getvalue(), stderr=err.getvalue(), duration=time.monotonic() - start,
-            timed_out=timed_out, timeout=timeout, stdout_truncation=out.truncation, stderr_truncation=err.truncation,
+            exit_code=code,
+            stdout=out.getvalue(),
+            stderr=err.getvalue(),
+            duration=time.monotonic() - start,
+            timed_out=timed_out,
+            timeout=timeout,
+            stdout_truncation=out.truncation,
+            stderr_truncation=err.truncation,
         )
 
     def _kill(self, exec_id: str, session_pid: int | None) -> None:
         container = self._container
         if container is not None:
             killer.kill_command(
-                self._api, container.id, exec_id, session_pid=session_pid, user=self._spec.user, shell=self.options.shell
+                self._api,
+                container.id,
+                exec_id,
+                session_pid=session_pid,
+                user=self._spec.user,
+                shell=self.options.shell,
             )
 
     def _drop_session(self) -> None:
@@ -415,12 +468,22 @@ class DockerEnvironment(Environment):
 
         shot = self._exec_api(
             lambda: OneShot.start(
-                self._api, self.container_id, argv, shell=self.options.shell, exec_id=uuid.uuid4().hex,
-                env=self._exec_env, user=self._spec.user, cwd="/", stdin=data, touch_lease=False,
+                self._api,
+                self.container_id,
+                argv,
+                shell=self.options.shell,
+                exec_id=uuid.uuid4().hex,
+                env=self._exec_env,
+                user=self._spec.user,
+                cwd="/",
+                stdin=data,
+                touch_lease=False,
             )
         )
         try:
-            outcome, reader, trailer = shot.read(deadline=time.monotonic() + timeout, limit=None, policy="head", on_output=None)
+            _, reader, trailer = shot.read(
+                deadline=time.monotonic() + timeout, limit=None, policy="head", on_output=None
+            )
         finally:
             shot.close()
         if trailer is not None:
@@ -452,7 +515,14 @@ class DockerEnvironment(Environment):
         if root is not None:
             root_abs = posixpath.normpath(posixpath.join(self.options.workdir, root))
             code, out, _ = self._helper(
-                ["sh", "-c", 'readlink -f -- "$1"; readlink -f -- "$2" || readlink -f -- "${2%/*}"', "envlayer-real", root_abs, full],
+                [
+                    "sh",
+                    "-c",
+                    'readlink -f -- "$1"; readlink -f -- "$2" || readlink -f -- "${2%/*}"',
+                    "envlayer-real",
+                    root_abs,
+                    full,
+                ],
                 None,
             )
             lines = out.decode(errors="replace").splitlines()
@@ -533,7 +603,7 @@ class DockerEnvironment(Environment):
             self._closed = True
             try:
                 self._drop_session()
-            except Exception:  # noqa: BLE001
+            except Exception:
                 pass
             remove = force_remove or not self.options.persist_across_processes
             if remove and self._teardown is None and self._container is not None:
@@ -578,7 +648,9 @@ class DockerEnvironment(Environment):
                     hint=f"build or load it, run `docker pull {opts.image}`, or set pull = true",
                 ) from None
         except APIError as exc:
-            raise BackendUnavailable(f"the Docker daemon answered with an error: {exc.explanation or exc}", hint="check the daemon log") from exc
+            raise BackendUnavailable(
+                f"the Docker daemon answered with an error: {exc.explanation or exc}", hint="check the daemon log"
+            ) from exc
         except (DockerException, OSError) as exc:
             raise unavailable(exc, opts) from exc
 
@@ -594,7 +666,9 @@ class DockerEnvironment(Environment):
         removed = reaper.reap(api, profile=profile, max_age=max_age, dry_run=dry_run)
         removed += reaper.reap_dead_owners(api, profile=profile, dry_run=dry_run)
         if opts.idle_reclaim_after is not None:
-            removed += reaper.reclaim_idle(api, profile=profile, idle_after=opts.idle_reclaim_after, dry_run=dry_run, shell=opts.shell)
+            removed += reaper.reclaim_idle(
+                api, profile=profile, idle_after=opts.idle_reclaim_after, dry_run=dry_run, shell=opts.shell
+            )
         return removed
 
     @classmethod

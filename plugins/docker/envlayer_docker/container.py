@@ -81,7 +81,7 @@ def build_spec(api: Any, options: DockerOptions, *, profile: str, task: str, per
     if options.mount_cwd and "/workspace" not in targets:
         host_cwd = os.path.abspath(os.path.expanduser(options.host_cwd or os.getcwd()))
         binds[host_cwd] = {"bind": "/workspace", "mode": "rw"}
-    caps = list(options.capabilities)
+    caps = list(options.cap_add)
     if options.run_as_host_user:
         caps = [c for c in caps if c not in ("SETUID", "SETGID")]
     extra = dict(options.extra_create_kwargs)
@@ -105,10 +105,12 @@ def build_spec(api: Any, options: DockerOptions, *, profile: str, task: str, per
     }
     try:
         host_config = api.create_host_config(**{k: v for k, v in host_kwargs.items() if v is not None})
-    except Exception as exc:  # noqa: BLE001 - docker-py raises several types for bad values
+    except Exception as exc:
         raise ConfigError(
-            f"the Docker API rejects these container options: {exc}", source="options",
-            key="extra_create_kwargs", hint="fix or remove the offending option",
+            f"the Docker API rejects these container options: {exc}",
+            source="options",
+            key="extra_create_kwargs",
+            hint="fix or remove the offending option",
         ) from exc
     config: dict[str, Any] = {
         "entrypoint": KEEPALIVE[:1],
@@ -120,16 +122,31 @@ def build_spec(api: Any, options: DockerOptions, *, profile: str, task: str, per
     }
     env_names = sorted(set(options.env) | set(options.forward_env))
     fp = L.fingerprint(
-        {"image": options.image, "config": config, "host_config": host_config, "env_names": env_names, "labels": options.labels}
+        {
+            "image": options.image,
+            "config": config,
+            "host_config": host_config,
+            "env_names": env_names,
+            "labels": options.labels,
+        }
     )
     name = container_name(profile, task) if persist else private_name(profile, task)
     return ContainerSpec(
-        name=name, image=options.image, user=user,
+        name=name,
+        image=options.image,
+        user=user,
         labels=L.managed_labels(
-            profile=profile, task=task, fingerprint_value=fp, persist=persist, extra=options.labels,
+            profile=profile,
+            task=task,
+            fingerprint_value=fp,
+            persist=persist,
+            extra=options.labels,
             owner=None if persist else owner_label(),
         ),
-        fingerprint=fp, config=config, host_config=host_config, persist=persist,
+        fingerprint=fp,
+        config=config,
+        host_config=host_config,
+        persist=persist,
     )
 
 
@@ -137,8 +154,11 @@ def _attached(info: dict[str, Any], created: bool) -> Attached:
     tmpfs = list((info.get("HostConfig") or {}).get("Tmpfs") or {})
     tmpfs += [m["Destination"] for m in info.get("Mounts") or [] if m.get("Type") == "tmpfs"]
     return Attached(
-        id=info["Id"], name=info.get("Name", "").lstrip("/"), created=created,
-        tmpfs_paths=sorted(set(tmpfs)), image_user=(info.get("Config") or {}).get("User") or "",
+        id=info["Id"],
+        name=info.get("Name", "").lstrip("/"),
+        created=created,
+        tmpfs_paths=sorted(set(tmpfs)),
+        image_user=(info.get("Config") or {}).get("User") or "",
     )
 
 
@@ -235,7 +255,7 @@ def ensure(api: Any, spec: ContainerSpec, options: DockerOptions) -> Attached:
                 raise BackendUnavailable(
                     f"container {spec.name} was created with different options "
                     f"(fingerprint {found.get(L.FINGERPRINT)}, now {spec.fingerprint})",
-                    hint="remove it (`envlayer rm`), or set on_fingerprint_mismatch = \"recreate\"",
+                    hint='remove it (`envlayer rm`), or set on_fingerprint_mismatch = "recreate"',
                 )
             _remove(api, info["Id"])
             continue

@@ -70,7 +70,9 @@ def _gone_or_missing(exc: Any, path: str) -> Exception:
 class FileTransfer:
     """File operations on one container. ``owner`` is (uid, gid) for new files."""
 
-    def __init__(self, api: Any, container_id: str, *, tmpfs_paths: list[str], owner: tuple[int, int], helper: Helper) -> None:
+    def __init__(
+        self, api: Any, container_id: str, *, tmpfs_paths: list[str], owner: tuple[int, int], helper: Helper
+    ) -> None:
         self.api = api
         self.container_id = container_id
         self.tmpfs_paths = [p.rstrip("/") or "/" for p in tmpfs_paths]
@@ -89,7 +91,7 @@ class FileTransfer:
         if resp.status_code == 404:
             try:
                 self.api.inspect_container(self.container_id)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 raise _gone_or_missing(exc, path) from None
             return None
         resp.raise_for_status()
@@ -291,7 +293,9 @@ def safe_extract(payload: bytes, dest: str, *, strip_first: bool) -> None:
             if ".." in parts or not _inside(root, rel):
                 raise SandboxPathError(name, dest)
             if member.issym():
-                if member.linkname.startswith("/") or not _inside(root, os.path.join(os.path.dirname(rel), member.linkname)):
+                if member.linkname.startswith("/") or not _inside(
+                    root, os.path.join(os.path.dirname(rel), member.linkname)
+                ):
                     raise SandboxPathError(f"{name} -> {member.linkname}", dest)
             elif member.islnk():
                 link_parts = [p for p in member.linkname.split("/") if p not in ("", ".")]

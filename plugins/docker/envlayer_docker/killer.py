@@ -22,25 +22,27 @@ from typing import Any
 from envlayer.proctree import EXEC_ID_VAR
 
 KILL_SCRIPT = (
-    'id=$1; sp=$2; me=$$; n=0\n'
-    'for pass in 1 2; do\n'
-    '  for d in /proc/[0-9]*; do\n'
-    '    p=${d#/proc/}\n'
+    "id=$1; sp=$2; me=$$; n=0\n"
+    "for pass in 1 2; do\n"
+    "  for d in /proc/[0-9]*; do\n"
+    "    p=${d#/proc/}\n"
     '    [ "$p" = "$me" ] || [ "$p" = 1 ] && continue\n'
     '    st=; read -r st < "$d/stat" 2>/dev/null || continue\n'
-    '    set -- ${st##*) }\n'
+    "    set -- ${st##*) }\n"
     '    if grep -qa "' + EXEC_ID_VAR + '=$id" "$d/environ" 2>/dev/null; then\n'
     '      kill -9 "$p" 2>/dev/null && n=$((n+1))\n'
     '    elif [ -n "$sp" ] && [ "$3" = "$sp" ] && ! grep -qa "' + EXEC_ID_VAR + '=" "$d/environ" 2>/dev/null; then\n'
     '      kill -9 "$p" 2>/dev/null && n=$((n+1))\n'
-    '    fi\n'
-    '  done\n'
-    'done\n'
+    "    fi\n"
+    "  done\n"
+    "done\n"
     'echo "$n"\n'
 )
 
 
-def kill_command(api: Any, container_id: str, exec_id: str, *, session_pid: int | None, user: str | None, shell: str) -> int:
+def kill_command(
+    api: Any, container_id: str, exec_id: str, *, session_pid: int | None, user: str | None, shell: str
+) -> int:
     """Kill the tree of the command marked ``exec_id`` (see the module docstring).
 
     Returns how many signals were delivered. Best effort: a container that is gone or

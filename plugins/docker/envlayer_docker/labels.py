@@ -59,7 +59,13 @@ def fingerprint(inputs: Mapping[str, Any]) -> str:
 
 
 def managed_labels(
-    *, profile: str, task: str, fingerprint_value: str, persist: bool, extra: Mapping[str, str], owner: str | None = None
+    *,
+    profile: str,
+    task: str,
+    fingerprint_value: str,
+    persist: bool,
+    extra: Mapping[str, str],
+    owner: str | None = None,
 ) -> dict[str, str]:
     """The full label set of a new container. ``extra`` (user labels) never overrides ours.
     ``owner`` (see :mod:`envlayer_docker.owner`) is set on private containers only."""

@@ -50,8 +50,15 @@ class OneShot:
         environment[EXEC_ID_VAR] = exec_id
         argv = oneshot_argv(shell, command, seed=seed, cwd=cwd, touch_lease=touch_lease)
         eid = api.exec_create(
-            container_id, argv, stdin=stdin is not None, stdout=True, stderr=True, tty=False,
-            environment=environment, workdir="/", user=user or "",
+            container_id,
+            argv,
+            stdin=stdin is not None,
+            stdout=True,
+            stderr=True,
+            tty=False,
+            environment=environment,
+            workdir="/",
+            user=user or "",
         )["Id"]
         attached = api.exec_start(eid, socket=True)
         sock = raw_socket(attached)
@@ -76,7 +83,7 @@ class OneShot:
         while True:
             try:
                 info = self.api.exec_inspect(self.docker_exec_id)
-            except Exception:  # noqa: BLE001 - any daemon error means "unknown"
+            except Exception:
                 return None
             if not info.get("Running"):
                 return info.get("ExitCode")

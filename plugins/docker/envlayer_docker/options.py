@@ -62,7 +62,9 @@ class DockerOptions(BaseOptions):
     """Options of the Docker backend. ``cwd`` defaults to ``/workspace``."""
 
     image: str = option("python:3.11-slim", doc="Image to run. Must be present locally unless `pull` is true.")
-    pull: bool = option(False, doc="Pull `image` when it is missing locally. Off by default: a missing image fails at once.")
+    pull: bool = option(
+        False, doc="Pull `image` when it is missing locally. Off by default: a missing image fails at once."
+    )
     persist_across_processes: bool = option(
         True,
         doc="Share one long-lived container per (profile, task) across processes; cleanup() leaves it "
@@ -80,7 +82,9 @@ class DockerOptions(BaseOptions):
     )
     shell: str = option("/bin/sh", doc="Shell used for the session and for string commands. Per-process setting.")
     user: str | None = option(None, doc="User to run as (`name`, `uid` or `uid:gid`); the image's user when unset.")
-    run_as_host_user: bool = option(False, doc="Run as this process's uid:gid (files in mounts stay yours). Overrides `user`.")
+    run_as_host_user: bool = option(
+        False, doc="Run as this process's uid:gid (files in mounts stay yours). Overrides `user`."
+    )
     mount_cwd: bool = option(False, doc="Bind-mount `host_cwd` (default: this process's cwd) at /workspace.")
     host_cwd: str | None = option(None, doc="Host directory that `mount_cwd` mounts; the current directory when unset.")
     volumes: list[str] = option(
@@ -91,7 +95,7 @@ class DockerOptions(BaseOptions):
     memory_mb: int = option(0, doc="Memory limit in MiB (0 = unlimited).")
     pids_limit: int = option(1024, doc="Maximum number of processes in the container (0 = unlimited).")
     network: bool = option(True, doc="False runs the container with no network (network_mode none).")
-    capabilities: list[str] = option(
+    cap_add: list[str] = option(
         doc="Linux capabilities kept after dropping ALL. Default: what a shell needs "
         "(CHOWN, DAC_OVERRIDE, FOWNER, SETUID, SETGID; the last two are dropped with run_as_host_user).",
         factory=lambda: list(SHELL_CAPABILITIES),
@@ -114,10 +118,14 @@ class DockerOptions(BaseOptions):
         "extra_hosts, security_opt, runtime). Values must be JSON-compatible.",
         factory=dict,
     )
-    stop_timeout: float = option(5.0, doc="Seconds to wait for a graceful stop before killing, on removal. Per-process setting.")
+    stop_timeout: float = option(
+        5.0, doc="Seconds to wait for a graceful stop before killing, on removal. Per-process setting."
+    )
     api_timeout: float = option(60.0, doc="Timeout of one Docker API request, in seconds. Per-process setting.")
     docker_host: str | None = option(
-        None, doc="Daemon address (e.g. unix:///run/podman/podman.sock); DOCKER_HOST or the default socket when unset. Per-process setting."
+        None,
+        doc="Daemon address (e.g. unix:///run/podman/podman.sock); DOCKER_HOST or the default socket "
+        "when unset. Per-process setting.",
     )
     lease_interval: float = option(
         30.0, doc="How often (seconds, at most) commands refresh the container's last-used lease. Per-process setting."
@@ -160,9 +168,9 @@ class DockerOptions(BaseOptions):
                     raise OptionError("tmpfs", f"{path!r}: bad size {part[5:]!r} (use e.g. size=512m)")
         if self.shm_size is not None and not _SIZE.match(self.shm_size):
             raise OptionError("shm_size", "must be a size like 64m or 1g")
-        for cap in self.capabilities:
+        for cap in self.cap_add:
             if not CAPABILITY_NAME.match(cap) or cap == "ALL":
-                raise OptionError("capabilities", f"{cap!r} is not a capability name (e.g. NET_BIND_SERVICE)")
+                raise OptionError("cap_add", f"{cap!r} is not a capability name (e.g. NET_BIND_SERVICE)")
         for name in self.forward_env:
             if not ENV_NAME.match(name):
                 raise OptionError("forward_env", f"{name!r} is not a valid variable name")

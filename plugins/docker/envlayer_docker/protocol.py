@@ -224,7 +224,7 @@ def command_text(command: str | Sequence[str]) -> str:
 
 def end_markers(marker: str, rc: str = "$__el_rc") -> str:
     """The shell lines that report the end of a command on fds 7 (stdout) and 8 (stderr)."""
-    return f"printf '%s%s %s %s%s' {marker} \"{rc}\" \"$$\" \"$PWD\" {marker} >&7; printf '%s' {marker} >&8\n"
+    return f'printf \'%s%s %s %s%s\' {marker} "{rc}" "$$" "$PWD" {marker} >&7; printf \'%s\' {marker} >&8\n'
 
 
 def session_script(
@@ -257,13 +257,16 @@ def session_script(
     run = f"eval {quote(command_text(command))} {redirect} 7>&- 8>&-; __el_rc=$?"
     if cwd is not None:
         lines.append(
-            f"__el_d=$PWD; if cd -- {quote(cwd)} 2>/dev/null; then {run}; cd -- \"$__el_d\" 2>/dev/null; "
+            f'__el_d=$PWD; if cd -- {quote(cwd)} 2>/dev/null; then {run}; cd -- "$__el_d" 2>/dev/null; '
             f"else printf 'envlayer: working directory does not exist: %s\\n' {quote(cwd)} >&8; __el_rc=126; fi"
         )
     else:
         lines.append(run)
     for i, name in enumerate(names):
-        lines.append(f'if [ -n "$__el_s{i}" ]; then {name}=$__el_o{i}; export {name}; else unset {name}; fi; unset __el_o{i} __el_s{i}')
+        lines.append(
+            f'if [ -n "$__el_s{i}" ]; then {name}=$__el_o{i}; export {name}; else unset {name}; fi; '
+            f"unset __el_o{i} __el_s{i}"
+        )
     if stdin_path:
         lines.append(f"rm -f -- {quote(stdin_path)}")
     lines.append(f"unset {EXEC_ID_VAR}")
@@ -275,7 +278,7 @@ ONESHOT_STRING = (
     'exec 7>&1 8>&2; m=__EL$(($1*7919+13))__; d=$2; t=$3; shift 3; [ -n "$t" ] && : > ' + LEASE_PATH + " 2>/dev/null; "
     'if cd -- "$d" 2>/dev/null; then eval "$1" 7>&- 8>&-; __el_rc=$?; '
     "else printf 'envlayer: working directory does not exist: %s\\n' \"$d\" >&8; __el_rc=126; fi; "
-    "printf '%s%s %s %s%s' \"$m\" \"$__el_rc\" \"$$\" \"$PWD\" \"$m\" >&7; printf '%s' \"$m\" >&8"
+    'printf \'%s%s %s %s%s\' "$m" "$__el_rc" "$$" "$PWD" "$m" >&7; printf \'%s\' "$m" >&8'
 )
 """``sh -c`` program for a one-shot string command: ``$1`` marker seed (the marker is
 computed from it, so its text never appears in any process's argv), ``$2`` cwd, ``$3``

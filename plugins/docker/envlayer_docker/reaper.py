@@ -88,7 +88,9 @@ def info_from(summary: dict[str, Any], status: str | None = None) -> SandboxInfo
     )
 
 
-def list_managed(api: Any, *, profile: str | None, task: str | None = None, states: Iterable[str] | None = None) -> list[dict[str, Any]]:
+def list_managed(
+    api: Any, *, profile: str | None, task: str | None = None, states: Iterable[str] | None = None
+) -> list[dict[str, Any]]:
     """Container summaries of managed containers (``profile`` None: every profile)."""
     filters: dict[str, Any] = {"label": L.filters(profile=profile, task=task)}
     if states:
@@ -136,7 +138,7 @@ def reap(api: Any, *, profile: str, max_age: float, dry_run: bool, now: float | 
         except APIError as exc:
             log.warning("reaper: skipping %s: %s", summary["Id"][:12], exc.explanation or exc)
             return None
-        except Exception as exc:  # noqa: BLE001 - one failure never stops the sweep
+        except Exception as exc:
             log.warning("reaper: skipping %s: %r", summary["Id"][:12], exc)
             return None
 
@@ -162,7 +164,7 @@ def reap_dead_owners(api: Any, *, profile: str, dry_run: bool) -> list[SandboxIn
             if not dry_run:
                 api.remove_container(summary["Id"], force=True, v=True)
             return result
-        except Exception as exc:  # noqa: BLE001 - one failure never stops the sweep
+        except Exception as exc:
             log.warning("reaper: skipping %s: %r", summary["Id"][:12], exc)
             return None
 
@@ -170,15 +172,15 @@ def reap_dead_owners(api: Any, *, profile: str, dry_run: bool) -> list[SandboxIn
 
 
 IDLE_CHECK = (
-    'now=$(date +%s); m=$(stat -c %Y ' + LEASE_PATH + ' 2>/dev/null || echo -); busy=0\n'
-    'for d in /proc/[0-9]*; do\n'
+    "now=$(date +%s); m=$(stat -c %Y " + LEASE_PATH + " 2>/dev/null || echo -); busy=0\n"
+    "for d in /proc/[0-9]*; do\n"
     '  [ "${d#/proc/}" = "$$" ] && continue\n'
     '  if grep -qa "' + EXEC_ID_VAR + '=" "$d/environ" 2>/dev/null; then busy=1; break; fi\n'
     '  if grep -qa "' + SESSION_VAR + '=" "$d/environ" 2>/dev/null; then\n'
     '    st=; read -r st < "$d/stat" 2>/dev/null; set -- ${st##*) }\n'
     '    [ "$1" = R ] && { busy=1; break; }\n'
-    '  fi\n'
-    'done\n'
+    "  fi\n"
+    "done\n"
     'echo "$now $m $busy"\n'
 )
 
@@ -197,7 +199,9 @@ def parse_idle_check(output: bytes, started_at: float | None, idle_after: float)
     return now - ref >= idle_after
 
 
-def reclaim_idle(api: Any, *, profile: str, idle_after: float, dry_run: bool, shell: str = "/bin/sh") -> list[SandboxInfo]:
+def reclaim_idle(
+    api: Any, *, profile: str, idle_after: float, dry_run: bool, shell: str = "/bin/sh"
+) -> list[SandboxInfo]:
     """Remove running managed containers of ``profile`` that are idle (module rules)."""
     running = list_managed(api, profile=profile, states=("running",))
 
@@ -214,7 +218,7 @@ def reclaim_idle(api: Any, *, profile: str, idle_after: float, dry_run: bool, sh
             if not dry_run:
                 api.remove_container(summary["Id"], force=True, v=True)
             return result
-        except Exception as exc:  # noqa: BLE001 - one failure never stops the sweep
+        except Exception as exc:
             log.warning("idle reclaim: skipping %s: %r", summary["Id"][:12], exc)
             return None
 

@@ -80,8 +80,15 @@ class ShellSession:
         environment = dict(env)
         environment[SESSION_VAR] = uuid.uuid4().hex
         eid = api.exec_create(
-            container_id, [shell], stdin=True, stdout=True, stderr=True, tty=False,
-            environment=environment, workdir=workdir, user=user or "",
+            container_id,
+            [shell],
+            stdin=True,
+            stdout=True,
+            stderr=True,
+            tty=False,
+            environment=environment,
+            workdir=workdir,
+            user=user or "",
         )["Id"]
         attached = api.exec_start(eid, socket=True)
         session = cls(api, container_id, eid, attached)
@@ -91,8 +98,12 @@ class ShellSession:
             prologue += f"cd -- {quote(start_dir)} 2>/dev/null\n"
         session.sock.sendall(prologue.encode("utf-8", "surrogateescape"))
         outcome, _, trailer = session.run(
-            ":", exec_id=uuid.uuid4().hex, deadline=time.monotonic() + timeout,
-            limit=4096, policy="head", touch_lease=touch_lease,
+            ":",
+            exec_id=uuid.uuid4().hex,
+            deadline=time.monotonic() + timeout,
+            limit=4096,
+            policy="head",
+            touch_lease=touch_lease,
         )
         if outcome != Outcome.DONE or trailer is None:
             session.close()
@@ -139,8 +150,13 @@ class ShellSession:
         """
         marker = "__EL" + uuid.uuid4().hex[:20] + "__"
         script = session_script(
-            command, exec_id=exec_id, marker=marker, env=env, cwd=cwd,
-            stdin_path=stdin_path, touch_lease=touch_lease,
+            command,
+            exec_id=exec_id,
+            marker=marker,
+            env=env,
+            cwd=cwd,
+            stdin_path=stdin_path,
+            touch_lease=touch_lease,
         )
         reader = Reader(self.sock, self.demux, marker.encode(), limit=limit, policy=policy, on_output=on_output)
         self.last_used = time.monotonic()
@@ -163,7 +179,7 @@ class ShellSession:
         while True:
             try:
                 info = self.api.exec_inspect(self.exec_id)
-            except Exception:  # noqa: BLE001 - any daemon error means "unknown"
+            except Exception:
                 return None
             if not info.get("Running") or time.monotonic() >= end:
                 code = info.get("ExitCode")

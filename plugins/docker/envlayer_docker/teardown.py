@@ -28,7 +28,7 @@ def _stop_and_remove(api: Any, container_id: str, stop_timeout: float) -> None:
         api.stop(container_id, timeout=int(max(stop_timeout, 0)))
     except NotFound:
         return
-    except Exception as exc:  # noqa: BLE001 - removal below still runs
+    except Exception as exc:
         log.debug("stop %s: %r", container_id[:12], exc)
     try:
         api.remove_container(container_id, force=True, v=True)
@@ -37,7 +37,7 @@ def _stop_and_remove(api: Any, container_id: str, stop_timeout: float) -> None:
     except APIError as exc:
         if exc.status_code != 409:  # 409: removal already in progress
             log.warning("removing container %s failed: %s", container_id[:12], exc.explanation or exc)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         log.warning("removing container %s failed: %r", container_id[:12], exc)
 
 

@@ -33,13 +33,13 @@ def _docker_problem() -> str | None:
     try:
         api = docker.APIClient(version="auto", timeout=10, **docker.utils.kwargs_from_env())
         api.ping()
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         return f"no Docker daemon answers ({type(exc).__name__}: {str(exc)[:200]})"
     try:
         api.inspect_image(IMAGE)
     except ImageNotFound:
         return f"the test image {IMAGE} is missing"
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         return f"cannot inspect {IMAGE}: {exc}"
     return None
 
@@ -51,7 +51,7 @@ def _remove_test_containers(api: Any) -> list[str]:
             try:
                 api.remove_container(summary["Id"], force=True, v=True)
                 removed.append(summary["Id"][:12])
-            except Exception:  # noqa: BLE001 - keep sweeping
+            except Exception:
                 pass
     return removed
 

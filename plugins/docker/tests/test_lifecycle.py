@@ -11,11 +11,11 @@ import uuid
 from typing import Any
 
 import pytest
-
-from envlayer.errors import BackendUnavailable, EnvironmentClosed
 from envlayer_docker import labels
 from envlayer_docker.backend import DockerEnvironment
 from envlayer_docker.naming import container_name
+
+from envlayer.errors import BackendUnavailable, EnvironmentClosed
 
 pytestmark = pytest.mark.docker
 
@@ -71,7 +71,9 @@ def test_env_values_never_in_labels_config_or_argv(make_env, docker_api, monkeyp
     secret = f"s3cret-{uuid.uuid4().hex}"
     monkeypatch.setenv("ENVLAYER_TEST_FORWARDED", secret + "-fwd")
     env = make_env(env={"OPT_SECRET": secret + "-opt"}, forward_env=["ENVLAYER_TEST_FORWARDED"])
-    assert env.exec('printf "%s %s" "$OPT_SECRET" "$ENVLAYER_TEST_FORWARDED"').stdout_text == f"{secret}-opt {secret}-fwd"
+    assert (
+        env.exec('printf "%s %s" "$OPT_SECRET" "$ENVLAYER_TEST_FORWARDED"').stdout_text == f"{secret}-opt {secret}-fwd"
+    )
     seen: list[bytes] = []
 
     def scan() -> None:
@@ -112,14 +114,18 @@ def test_reuse_across_processes_keeps_background_process(run_python, child_env_c
 def test_sigkill_mid_session_then_attach(run_python, child_env_code, docker_api, profile) -> None:
     task = _task()
     proc = run_python(
-        child_env_code(task, profile) + "print(env.container_id, flush=True)\nenv.exec('echo marker > /workspace/state; sleep 300')\n",
+        child_env_code(task, profile)
+        + "print(env.container_id, flush=True)\nenv.exec('echo marker > /workspace/state; sleep 300')\n",
         wait=False,
     )
     cid = proc.stdout.readline().strip()
     time.sleep(1.0)
     proc.send_signal(signal.SIGKILL)
     proc.wait(10)
-    out = run_python(child_env_code(task, profile) + "print(env.container_id, env.exec('cat /workspace/state').stdout_text.strip())\n")
+    out = run_python(
+        child_env_code(task, profile)
+        + "print(env.container_id, env.exec('cat /workspace/state').stdout_text.strip())\n"
+    )
     assert out.split() == [cid, "marker"]
 
 
@@ -137,7 +143,9 @@ def test_sixteen_racing_processes_end_with_one_container(run_python, child_env_c
     assert len(_containers(docker_api, profile, task)) == 1
 
 
-def test_sixteen_racing_processes_with_new_fingerprint_end_with_one(run_python, child_env_code, make_env, docker_api, profile) -> None:
+def test_sixteen_racing_processes_with_new_fingerprint_end_with_one(
+    run_python, child_env_code, make_env, docker_api, profile
+) -> None:
     task = _task()
     old = make_env(task, pids_limit=111).container_id
     code = child_env_code(task, profile, pids_limit=222) + "print(env.container_id)\n"
@@ -220,7 +228,9 @@ def test_opt_out_mode_removes_and_is_private(make_env, docker_api, profile) -> N
     assert _status(docker_api, b.container_id) == "running"
 
 
-def test_opt_out_container_removed_when_process_exits_right_after_cleanup(run_python, child_env_code, docker_api, profile) -> None:
+def test_opt_out_container_removed_when_process_exits_right_after_cleanup(
+    run_python, child_env_code, docker_api, profile
+) -> None:
     cid = run_python(
         child_env_code(_task(), profile, persist_across_processes=False) + "print(env.container_id)\nenv.cleanup()\n"
     ).strip()
@@ -238,7 +248,8 @@ def test_reaper_spares_running_recent_and_other_profile(make_env, docker_api, pr
     for env in (*stale, stale_other):
         docker_api.stop(env.container_id, timeout=1)
     never_started = docker_api.create_container(
-        "envlayer-test:busybox" if False else running.options.image, command=["true"],
+        "envlayer-test:busybox" if False else running.options.image,
+        command=["true"],
         labels=labels.managed_labels(profile=profile, task="never", fingerprint_value="v1-x", persist=True, extra={}),
     )["Id"]
     time.sleep(2.5)
@@ -261,11 +272,14 @@ def test_reaper_spares_running_recent_and_other_profile(make_env, docker_api, pr
     assert _status(docker_api, stale_other.container_id) == "exited"
 
 
-def test_reaper_removes_private_container_of_a_dead_process(run_python, child_env_code, make_env, docker_api, profile) -> None:
+def test_reaper_removes_private_container_of_a_dead_process(
+    run_python, child_env_code, make_env, docker_api, profile
+) -> None:
     own = profile + "-owners"
     mine = make_env(prof=own, persist_across_processes=False)  # owner alive: this process
     proc = run_python(
-        child_env_code(_task(), own, persist_across_processes=False) + "print(env.container_id, flush=True)\nimport time; time.sleep(300)\n",
+        child_env_code(_task(), own, persist_across_processes=False)
+        + "print(env.container_id, flush=True)\nimport time; time.sleep(300)\n",
         wait=False,
     )
     orphan = proc.stdout.readline().strip()
@@ -449,9 +463,15 @@ def test_daemon_unreachable_is_a_clear_error(options) -> None:
 def test_failed_start_removes_half_made_container(docker_api, profile, options) -> None:
     task = _task()
     with pytest.raises(BackendUnavailable):
-        DockerEnvironment(options(volumes=["/nonexistent-envlayer-src/file:/workspace/x:ro"], shell="/bin/sh",
-                                  extra_create_kwargs={"devices": ["/dev/nonexistent-envlayer:/dev/x"]}),
-                          task_id=task, profile=profile)
+        DockerEnvironment(
+            options(
+                volumes=["/nonexistent-envlayer-src/file:/workspace/x:ro"],
+                shell="/bin/sh",
+                extra_create_kwargs={"devices": ["/dev/nonexistent-envlayer:/dev/x"]},
+            ),
+            task_id=task,
+            profile=profile,
+        )
     assert _containers(docker_api, profile, task) == []
 
 

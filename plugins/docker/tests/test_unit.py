@@ -10,15 +10,15 @@ import sys
 import tarfile
 
 import pytest
-
-from envlayer.errors import SandboxPathError
-from envlayer.options import OptionError
 from envlayer_docker import labels
 from envlayer_docker.files import safe_extract
 from envlayer_docker.naming import container_name, private_name
 from envlayer_docker.options import DockerOptions, parse_volume
 from envlayer_docker.protocol import FrameDemux, MarkerScanner, parse_trailer, session_script
 from envlayer_docker.reaper import parse_docker_time, parse_idle_check
+
+from envlayer.errors import SandboxPathError
+from envlayer.options import OptionError
 
 LABEL_OK = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 
@@ -63,7 +63,11 @@ def test_fingerprint_is_order_independent_and_label_safe() -> None:
 
 
 def test_filters_use_sanitized_values() -> None:
-    assert labels.filters(profile="p/1", task="t") == ["envlayer.managed=1", f"envlayer.profile={labels.sanitize('p/1')}", "envlayer.task=t"]
+    assert labels.filters(profile="p/1", task="t") == [
+        "envlayer.managed=1",
+        f"envlayer.profile={labels.sanitize('p/1')}",
+        "envlayer.task=t",
+    ]
 
 
 def test_owner_label_and_liveness() -> None:
@@ -98,7 +102,9 @@ def test_parse_docker_time_nanoseconds_and_offsets() -> None:
     assert parse_docker_time("2024-05-01T12:00:00+02:00") == pytest.approx(base)
 
 
-@pytest.mark.parametrize("value", ["", None, "0001-01-01T00:00:00Z", "yesterday", "2024-13-45T99:00:00Z", 12, "2024-05-01"])
+@pytest.mark.parametrize(
+    "value", ["", None, "0001-01-01T00:00:00Z", "yesterday", "2024-13-45T99:00:00Z", 12, "2024-05-01"]
+)
 def test_parse_docker_time_refuses_garbage(value: object) -> None:
     assert parse_docker_time(value) is None
 
@@ -122,7 +128,10 @@ def test_reaper_leaves_containers_with_unparseable_finish_time() -> None:
         removed: list[str] = []
 
         def containers(self, **kw):
-            return [{"Id": "a" * 64, "Labels": {}, "State": "exited"}, {"Id": "b" * 64, "Labels": {}, "State": "exited"}]
+            return [
+                {"Id": "a" * 64, "Labels": {}, "State": "exited"},
+                {"Id": "b" * 64, "Labels": {}, "State": "exited"},
+            ]
 
         def inspect_container(self, cid):
             finished = "0001-01-01T00:00:00Z" if cid.startswith("a") else "garbage"
@@ -138,7 +147,6 @@ def test_reaper_leaves_containers_with_unparseable_finish_time() -> None:
 
 def test_reaper_one_failure_does_not_stop_the_sweep() -> None:
     from docker.errors import APIError
-
     from envlayer_docker import reaper
 
     class FlakyApi:
@@ -214,7 +222,7 @@ def test_volume_parsing() -> None:
         {"volumes": ["nope"]},
         {"tmpfs": {"tmp": "size=1m"}},
         {"tmpfs": {"/tmp": "size=lots"}},
-        {"capabilities": ["ALL"]},
+        {"cap_add": ["ALL"]},
         {"forward_env": ["1BAD"]},
         {"extra_create_kwargs": {"privileged": True}},
         {"labels": {"envlayer.task": "x"}},
@@ -233,7 +241,7 @@ def test_bad_options_are_rejected(kw: dict) -> None:
 def test_defaults_are_hardened() -> None:
     opts = DockerOptions()
     assert opts.no_new_privileges and opts.init and opts.pids_limit > 0
-    assert "SYS_ADMIN" not in opts.capabilities and opts.pull is False
+    assert "SYS_ADMIN" not in opts.cap_add and opts.pull is False
     assert opts.workdir == "/workspace"
 
 
@@ -258,14 +266,21 @@ def _tar(*members: tuple[str, str, str]) -> bytes:
 
 
 def test_safe_extract_strips_first_component(tmp_path) -> None:
-    safe_extract(_tar(("dir", "top", ""), ("file", "top/a.txt", "A"), ("sym", "top/l", "a.txt")), str(tmp_path), strip_first=True)
+    safe_extract(
+        _tar(("dir", "top", ""), ("file", "top/a.txt", "A"), ("sym", "top/l", "a.txt")), str(tmp_path), strip_first=True
+    )
     assert (tmp_path / "a.txt").read_text() == "A"
     assert os.readlink(tmp_path / "l") == "a.txt"
 
 
 @pytest.mark.parametrize(
     "member",
-    [("file", "top/../../evil", "x"), ("file", "/abs/evil", "x"), ("sym", "top/l", "/etc/passwd"), ("sym", "top/l", "../../x")],
+    [
+        ("file", "top/../../evil", "x"),
+        ("file", "/abs/evil", "x"),
+        ("sym", "top/l", "/etc/passwd"),
+        ("sym", "top/l", "../../x"),
+    ],
 )
 def test_safe_extract_rejects_escapes(tmp_path, member) -> None:
     dest = tmp_path / "dest"
