@@ -21,6 +21,17 @@ from envlayer.manager import EnvironmentManager
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 TEST_IMAGE = os.environ.get("ENVLAYER_TEST_IMAGE", "envlayer-test:busybox")
+HOST_JOBS_DIR = Path("/tmp/envlayer-jobs")  # ToolConfig's default, on the host for the local backend
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _remove_host_jobs_dir() -> Iterator[None]:
+    """Background-job tests on the local backend use the default jobs dir on this host;
+    remove it afterwards if this session created it."""
+    existed = HOST_JOBS_DIR.exists()
+    yield
+    if not existed:
+        shutil.rmtree(HOST_JOBS_DIR, ignore_errors=True)
 
 
 @pytest.fixture
