@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import ClassVar
 
 import pytest
@@ -47,6 +49,20 @@ from envlayer.options import BaseOptions
 
 def _scratch() -> str:
     return f"envlayer-conformance-{uuid.uuid4().hex[:10]}"
+
+
+@contextmanager
+def _pidfile(env: Environment) -> Iterator[str]:
+    """A scratch pid file in the sandbox's /tmp; afterwards, even when the test failed,
+    every pid it lists is killed and the file removed (best effort)."""
+    path = f"/tmp/{_scratch()}.pids"
+    try:
+        yield path
+    finally:
+        try:
+            env.exec(f"[ -f {path} ] && kill -9 $(cat {path}) 2>/dev/null; rm -f {path}", timeout=30)
+        except Exception:
+            pass
 
 
 def _report_alive(pids: str) -> str:
@@ -169,38 +185,38 @@ class EnvironmentConformance:
         assert result.duration < 15
 
     def test_timeout_kills_the_process_tree(self, env: Environment) -> None:
-        pidfile = f"/tmp/{_scratch()}.pids"
-        script = f"sleep 300 & echo $! > {pidfile}; sh -c 'sleep 301' & echo $! >> {pidfile}; sleep 302"
-        assert env.exec(script, timeout=1).timed_out
-        check = env.exec(_report_alive(f"$(cat {pidfile})") + f"; rm -f {pidfile}")
-        assert check.stdout_text == "", f"processes survived the timeout: {check.stdout_text}"
+        with _pidfile(env) as pidfile:
+            script = f"sleep 300 & echo $! > {pidfile}; sh -c 'sleep 301' & echo $! >> {pidfile}; sleep 302"
+            assert env.exec(script, timeout=1).timed_out
+            check = env.exec(_report_alive(f"$(cat {pidfile})"))
+            assert check.stdout_text == "", f"processes survived the timeout: {check.stdout_text}"
 
     def test_timeout_kills_setsid_escapee(self, env: Environment) -> None:
         if not self.kills_escaped_processes:
             pytest.skip("backend documents that it cannot reach setsid escapees")
         if env.exec("command -v setsid").exit_code != 0:
             pytest.skip("no setsid in this sandbox")
-        pidfile = f"/tmp/{_scratch()}.pid"
-        env.exec(f"setsid sh -c 'echo $$ > {pidfile}; exec sleep 303' & sleep 304", timeout=1)
-        check = env.exec(_report_alive(f"$(cat {pidfile})") + f"; rm -f {pidfile}")
-        assert check.stdout_text == ""
+        with _pidfile(env) as pidfile:
+            env.exec(f"setsid sh -c 'echo $$ > {pidfile}; exec sleep 303' & sleep 304", timeout=1)
+            check = env.exec(_report_alive(f"$(cat {pidfile})"))
+            assert check.stdout_text == ""
 
     def test_interrupt_kills_the_process_tree(self, env: Environment) -> None:
         """A KeyboardInterrupt raised while the command runs (here from the streaming
         callback, as a signal handler would) kills the tree, then propagates."""
         if Capability.STREAMING not in capabilities_of(env):
             pytest.skip("needs the streaming capability to interrupt mid-command")
-        pidfile = f"/tmp/{_scratch()}.pids"
 
         def interrupt(stream: str, chunk: bytes) -> None:
             if b"ready" in chunk:
                 raise KeyboardInterrupt
 
-        script = f"sleep 310 & echo $! > {pidfile}; echo ready; sleep 311"
-        with pytest.raises(KeyboardInterrupt):
-            env.exec(script, timeout=60, on_output=interrupt)  # type: ignore[call-arg]
-        check = env.exec(_report_alive(f"$(cat {pidfile})") + f"; rm -f {pidfile}")
-        assert check.stdout_text == "", f"processes survived the interrupt: {check.stdout_text}"
+        with _pidfile(env) as pidfile:
+            script = f"sleep 310 & echo $! > {pidfile}; echo ready; sleep 311"
+            with pytest.raises(KeyboardInterrupt):
+                env.exec(script, timeout=60, on_output=interrupt)  # type: ignore[call-arg]
+            check = env.exec(_report_alive(f"$(cat {pidfile})"))
+            assert check.stdout_text == "", f"processes survived the interrupt: {check.stdout_text}"
         assert env.exec("echo fine").stdout == b"fine\n"
 
     def test_next_call_works_after_timeout(self, env: Environment) -> None:
@@ -210,11 +226,10 @@ class EnvironmentConformance:
         assert result.exit_code == 0
 
     def test_background_process_does_not_block_return(self, env: Environment) -> None:
-        pidfile = f"/tmp/{_scratch()}.pid"
-        result = env.exec(f"sleep 120 > /dev/null 2>&1 & echo $! > {pidfile}; echo back", timeout=20)
-        assert not result.timed_out
-        assert result.stdout == b"back\n"
-        env.exec(f"kill $(cat {pidfile}); rm -f {pidfile}")
+        with _pidfile(env) as pidfile:
+            result = env.exec(f"sleep 120 > /dev/null 2>&1 & echo $! > {pidfile}; echo back", timeout=20)
+            assert not result.timed_out
+            assert result.stdout == b"back\n"
 
     # --- files ------------------------------------------------------------------------
 
