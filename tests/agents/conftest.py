@@ -106,10 +106,13 @@ def docker_containers(profile: str, *, running_only: bool = False) -> list[str]:
 
 def _docker_problem() -> str | None:
     if shutil.which("docker") is None:
-        return "the docker CLI is not installed"
+        return "the docker CLI is not installed; run scripts/provision to install and start Docker"
     info = _docker("info", "--format", "{{.ServerVersion}}")
     if info.returncode != 0:
-        return f"the Docker daemon is not reachable: {info.stderr.strip()}"
+        return (
+            f"the Docker daemon is not reachable: {info.stderr.strip()}; "
+            "run scripts/provision (starts dockerd, builds the test image) to enable the Docker tests"
+        )
     if _docker("image", "inspect", TEST_IMAGE).returncode != 0:
         return f"the test image {TEST_IMAGE} is missing (scripts/build-test-images makes it)"
     return None
