@@ -154,14 +154,14 @@ def _check_core(key: str, value: Any, source: str) -> Any:
             key=key,
             hint=f"set {key} to a {tp.__name__}",
         )
-    if key == "profile" and not PROFILE_PATTERN.match(value):
+    if key == "profile" and isinstance(value, str) and not PROFILE_PATTERN.match(value):
         raise ConfigError(
             f"invalid profile name {value!r}",
             source=source,
             key=key,
             hint="use 1-63 characters from A-Z a-z 0-9 _ . - starting with a letter or digit",
         )
-    if key == "lifetime_seconds" and value <= 0:
+    if key == "lifetime_seconds" and isinstance(value, float) and value <= 0:
         raise ConfigError("must be > 0", source=source, key=key, hint="use a number of seconds such as 300")
     return value
 

@@ -73,7 +73,9 @@ class Environment(ABC):
 
     name: ClassVar[str] = ""
     Options: ClassVar[type[BaseOptions]] = BaseOptions
-    capabilities: ClassVar[frozenset[Capability] | None] = None
+    capabilities: frozenset[Capability] | None = None
+    """Declared at class level; an instance may narrow it (e.g. a one-shot-mode Docker
+    environment has no persistent session)."""
 
     def __init__(
         self,

@@ -251,7 +251,7 @@ class ManagedEnvironment(Environment):
         inner = entry.env
         super().__init__(inner.options, task_id=inner.task_id, profile=inner.profile)
         self.name = inner.name  # type: ignore[misc]
-        self.capabilities = capabilities_of(inner) & _PASSTHROUGH  # type: ignore[misc]
+        self.capabilities = capabilities_of(inner) & _PASSTHROUGH
         self.key = entry.key
         self.environment = inner
         self._manager = manager

@@ -194,9 +194,9 @@ class Reader:
                     self._deliver(stream, scanner.flush())
                 return Outcome.EOF
             for stream, payload in self.demux.feed(data):
-                scanner = self.scanners.get(stream)
-                if scanner is not None:
-                    self._deliver(stream, scanner.feed(payload))
+                target = self.scanners.get(stream)
+                if target is not None:
+                    self._deliver(stream, target.feed(payload))
         return Outcome.DONE
 
     def trailer(self) -> Trailer:
