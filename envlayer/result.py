@@ -22,7 +22,10 @@ class ExecResult:
     environment's output cap, its ``*_truncation`` says how many bytes were dropped and
     under which policy; otherwise it is ``None`` and the bytes are exactly what the
     command wrote. ``exit_code`` is the command's status, ``124`` when ``timed_out``.
-    ``duration`` is wall-clock seconds measured by the client.
+    ``duration`` is wall-clock seconds measured by the client. ``recovered`` is empty,
+    or says what the backend had to re-establish before it could run this command
+    (``"container recreated"``, ``"reconnected"``): whatever the sandbox held only in
+    memory (session ``cd``/``export``, background processes) may be gone.
     """
 
     exit_code: int
@@ -33,6 +36,7 @@ class ExecResult:
     timeout: float | None = None
     stdout_truncation: Truncation | None = None
     stderr_truncation: Truncation | None = None
+    recovered: str = ""
 
     @property
     def ok(self) -> bool:

@@ -241,6 +241,11 @@ class ToolRegistry:
         out: Result = {"output": text, "duration": round(result.duration, 3)}
         if omitted or result.truncated:
             out["truncated"] = True
+        if result.recovered:
+            out["notice"] = (
+                f"the sandbox had to be re-established before this command ({result.recovered}): "
+                "the working directory, exported variables and background processes of earlier commands may be gone"
+            )
         return out
 
     def _terminal_job(self, env: Environment, args: dict[str, Any]) -> Result:

@@ -152,3 +152,14 @@ def test_renderers(tools: ToolRegistry) -> None:
         assert a["input_schema"]["type"] == "object" and a["input_schema"]["additionalProperties"] is False
     json.dumps(openai)
     json.dumps(anthropic)
+
+
+def test_recovered_sandbox_is_stated_to_the_model(tools: ToolRegistry) -> None:
+    """The notice an ExecResult.recovered turns into (the Docker and SSH suites show the
+    backends set it after a real container removal and a real sshd restart)."""
+    from envlayer.result import ExecResult
+
+    plain = tools._output(ExecResult(0, b"ok\n"))
+    noted = tools._output(ExecResult(0, b"ok\n", recovered="container recreated"))
+    assert "notice" not in plain
+    assert "container recreated" in noted["notice"] and noted["output"] == "ok\n"

@@ -21,6 +21,7 @@ Importing this module does not import the Docker SDK.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import posixpath
@@ -202,7 +203,8 @@ class DockerEnvironment(Environment):
         for attempt in (0, 1):
             seen = self.container_id
             try:
-                return self._run(command, run_cwd, env, deadline, data, on_output, effective, start)
+                result = self._run(command, run_cwd, env, deadline, data, on_output, effective, start)
+                return dataclasses.replace(result, recovered="container recreated") if attempt else result
             except _NotStarted as exc:
                 if attempt:
                     raise BackendUnavailable(

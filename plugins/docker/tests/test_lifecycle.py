@@ -419,8 +419,10 @@ def test_vanished_container_is_recreated_once_without_rerun(make_env, docker_api
     env = make_env(volumes=[f"{tmp_path}:/shared"])
     env.exec("true")
     docker_api.remove_container(env.container_id, force=True)
-    assert env.exec("echo run >> /shared/count").ok
+    result = env.exec("echo run >> /shared/count")
+    assert result.ok and result.recovered == "container recreated"
     assert (tmp_path / "count").read_text() == "run\n"  # ran exactly once
+    assert env.exec("true").recovered == ""
     # removed while a command runs: an error, and the command is not run again
     old = env.container_id
     killer = threading.Timer(1.0, lambda: docker_api.remove_container(old, force=True))

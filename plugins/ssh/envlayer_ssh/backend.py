@@ -142,6 +142,7 @@ class SSHEnvironment(Environment):
         collector = Collector(self.options.max_output_bytes, self.options.output_policy, on_output)
         exec_id = uuid.uuid4().hex
         start = time.monotonic()
+        reconnects_before = self._pool.reconnects
         try:
             if self._session is not None:
                 with self._lock:
@@ -167,6 +168,7 @@ class SSHEnvironment(Environment):
             timeout=limit,
             stdout_truncation=out.truncation,
             stderr_truncation=err.truncation,
+            recovered="reconnected" if self._pool.reconnects > reconnects_before else "",
         )
 
     def _exec_session(

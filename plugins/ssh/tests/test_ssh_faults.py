@@ -47,10 +47,12 @@ def test_sshd_restart_between_calls_reconnects_and_reports(own_sshd: SSHServer, 
     caplog.set_level(logging.WARNING, logger="envlayer.ssh")
     result = env.exec("echo two; pwd")
     assert result.exit_code == 0
+    assert result.recovered == "reconnected"
     assert result.stdout_text.startswith("two\n")
     if mode == "session":
         assert result.stdout_text == "two\n/tmp\n", "the restarted shell keeps the last directory"
     assert env.reconnects == 1
+    assert env.exec("true").recovered == ""
     assert any("re-established" in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
 
 
