@@ -43,6 +43,23 @@ def _kill_test_user_processes() -> None:
                 pass
 
 
+def _remove_test_user_tmp_files() -> None:
+    """Remove the scratch files the test user's remote shells may leave in /tmp (session
+    state files of shells killed mid-test, conformance pid files); only that user's."""
+    try:
+        uid = pwd.getpwnam(TEST_USER).pw_uid
+    except KeyError:
+        return
+    for name in os.listdir("/tmp"):
+        if name.startswith((".envlayer-state-", ".envlayer-in-", "envlayer-conformance-")):
+            path = os.path.join("/tmp", name)
+            try:
+                if os.lstat(path).st_uid == uid and not os.path.isdir(path):
+                    os.unlink(path)
+            except OSError:
+                pass
+
+
 @pytest.fixture(scope="session")
 def sshd() -> Iterator[SSHServer]:
     """One sshd shared by the tests that do not disturb it."""
@@ -56,6 +73,7 @@ def sshd() -> Iterator[SSHServer]:
     finally:
         server.close()
         _kill_test_user_processes()
+        _remove_test_user_tmp_files()
 
 
 @pytest.fixture
