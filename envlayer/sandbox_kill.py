@@ -1,0 +1,110 @@
+"""Kill one command's process tree inside a sandbox, with one POSIX ``sh`` script.
+
+Backends that run commands in a remote or containerized shell (Docker, SSH) cannot
+signal processes from here: they run this script in the sandbox through a second exec
+or channel. It reads ``/proc`` only; no Python or ``procps`` is needed in the sandbox.
+
+What it kills, for the command whose ``ENVLAYER_EXEC_ID`` is ``exec_id``:
+
+* every process whose environment holds ``ENVLAYER_EXEC_ID=<id>`` (each command exports
+  it, so every program it executes carries it, ``setsid`` escapees included), or whose
+  command line does (the pattern is written ``I[D]`` so the ``grep`` doing the search
+  never matches its own command line);
+* every process in a process group or session *led* by such a process (forked subshells
+  of a command, which never exec and so do not show the marker);
+* with ``shell_pid`` (a persistent session shell running the command): the shell itself,
+  SIGKILLed first so the rest of the command script cannot run on, and those of its
+  descendants that carry no marker at all (forked subshells) and started at or after
+  ``since_cs`` (the sandbox's clock in centiseconds since boot, when the command began;
+  0 = any age). Programs that earlier commands left running carry their own marker and
+  are spared.
+
+Sequence: SIGKILL the shell, SIGTERM the rest, up to ``grace`` seconds for them to go,
+then rescan and SIGKILL whatever is left; it prints ``killed <pids>``. Without a readable
+``/proc`` (BSD, macOS hosts) it falls back to ``pkill -f`` of the marker and, for a
+session shell, ``pkill -P`` of the shell and the shell itself.
+"""
+
+from __future__ import annotations
+
+KILL_SCRIPT = r"""
+M="ENVLAYER_EXEC_ID=$1"; R="ENVLAYER_EXEC_I[D]=$1"; S=$2; SINCE=$3; GRACE=$4
+if [ ! -r /proc/self/stat ]; then
+  if [ "$S" != 0 ]; then pkill -KILL -P "$S" 2>/dev/null; kill -KILL "$S" 2>/dev/null; fi
+  pkill -TERM -f "$M" 2>/dev/null; sleep "$GRACE" 2>/dev/null
+  pkill -KILL -f "$M" 2>/dev/null
+  echo "noproc"; exit 0
+fi
+tck=$(getconf CLK_TCK 2>/dev/null); [ -n "$tck" ] || tck=100
+thr=$(( SINCE * tck / 100 ))
+marked() {  # pids whose environment (or, with a 2nd arg, command line) matches regex $1
+  for f in $(grep -l -a -e "$1" /proc/[0-9]*/environ ${2:+/proc/[0-9]*/cmdline} 2>/dev/null); do
+    p=${f#/proc/}; printf '%s ' "${p%/*}"
+  done
+}
+table() {
+  for f in /proc/[0-9]*/stat; do
+    { read -r line < "$f"; } 2>/dev/null || continue
+    p=${f#/proc/}; p=${p%/stat}
+    set -- ${line##*) }
+    [ "$1" = Z ] && continue
+    pp=$2; pg=$3; sid=$4; shift 19
+    printf '%s %s %s %s %s\n' "$p" "$pp" "$pg" "$sid" "$1"
+  done
+}
+victims() {
+  mk=" $(marked "$R" cmdline)"; any=" $(marked "ENVLAYER_EXEC_I[D]=")"; tb=$(table); desc=" $S "
+  if [ "$S" != 0 ]; then
+    changed=1
+    while [ $changed = 1 ]; do
+      changed=0
+      while read -r p pp pg sid start; do
+        case "$desc" in *" $p "*) continue;; esac
+        case "$desc" in *" $pp "*) desc="$desc$p "; changed=1;; esac
+      done <<TABLE
+$tb
+TABLE
+    done
+  fi
+  while read -r p pp pg sid start; do
+    [ -z "$p" ] && continue
+    [ "$p" = "$$" ] && continue
+    [ "$p" = "$S" ] && continue
+    case "$mk" in *" $p "*|*" $pg "*|*" $sid "*) printf '%s ' "$p"; continue;; esac
+    case "$any" in *" $p "*) continue;; esac
+    if [ "$S" != 0 ] && [ "$start" -ge "$thr" ]; then
+      case "$desc" in *" $p "*) printf '%s ' "$p";; esac
+    fi
+  done <<TABLE
+$tb
+TABLE
+}
+alive() {
+  for p in $1; do
+    { read -r line < /proc/$p/stat; } 2>/dev/null || continue
+    set -- ${line##*) }
+    [ "$1" = Z ] || printf '%s ' "$p"
+  done
+}
+v=$(victims)
+[ "$S" != 0 ] && kill -KILL "$S" 2>/dev/null
+[ -n "$v" ] && kill -TERM $v 2>/dev/null
+n=0
+while [ -n "$(alive "$v")" ] && [ $n -lt $(( GRACE * 10 )) ]; do sleep 0.1; n=$((n + 1)); done
+rest="$(alive "$v") $(marked "$R" cmdline)"
+[ -n "${rest# }" ] && kill -KILL $rest 2>/dev/null
+echo "killed $v"
+"""
+
+
+def kill_script_argv(shell: str, exec_id: str, *, shell_pid: int = 0, since_cs: int = 0, grace: int = 1) -> list[str]:
+    """The argv that runs :data:`KILL_SCRIPT` with ``shell`` (a POSIX sh in the sandbox)."""
+    return [shell, "-c", KILL_SCRIPT, "envlayer-kill", exec_id, str(shell_pid), str(since_cs), str(grace)]
+
+
+def killed_pids(output: bytes) -> list[int]:
+    """The pids the script reports it signalled (from its ``killed ...`` line)."""
+    for line in reversed(output.decode(errors="replace").splitlines()):
+        if line.startswith("killed"):
+            return [int(p) for p in line.split()[1:] if p.isdigit()]
+    return []
