@@ -60,6 +60,21 @@ def _remove_test_user_tmp_files() -> None:
                 pass
 
 
+# In 2 of 7 full-suite runs one SSH test failed because the test sshd dropped the whole
+# connection under concurrent channel churn (EOFError on channel open, or ConnectionLost
+# mid-command); it never reproduced in isolation or under a CPU-load stress, and its cause
+# is not found. Such a failure is re-run once; any other failure, or the same one twice,
+# fails the run. See docs/development.md.
+_CONNECTION_DROPPED = ["BackendUnavailable", "ConnectionLost", "EOFError"]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = os.path.dirname(__file__)
+    for item in items:
+        if str(item.path).startswith(here):
+            item.add_marker(pytest.mark.flaky(reruns=1, only_rerun=_CONNECTION_DROPPED))
+
+
 @pytest.fixture(scope="session")
 def sshd() -> Iterator[SSHServer]:
     """One sshd shared by the tests that do not disturb it."""
