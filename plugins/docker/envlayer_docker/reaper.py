@@ -159,16 +159,22 @@ def reap_dead_owners(api: Any, *, profile: str, dry_run: bool) -> list[SandboxIn
         owner = (summary.get("Labels") or {}).get(L.OWNER)
         if not owner or not owner_is_dead(owner):
             return None
-        try:
-            result = info_from(summary, "running")
-            if not dry_run:
-                api.remove_container(summary["Id"], force=True, v=True)
-            return result
-        except Exception as exc:
-            log.warning("reaper: skipping %s: %r", summary["Id"][:12], exc)
-            return None
+        return _remove_running(api, summary, dry_run, "reaper")
 
     return _parallel(one, running)
+
+
+def _remove_running(api: Any, summary: dict[str, Any], dry_run: bool, who: str) -> SandboxInfo | None:
+    """Force-remove one running container already judged reclaimable (unless ``dry_run``);
+    a failure is logged and the container skipped, so the sweep goes on."""
+    try:
+        result = info_from(summary, "running")
+        if not dry_run:
+            api.remove_container(summary["Id"], force=True, v=True)
+        return result
+    except Exception as exc:
+        log.warning("%s: skipping %s: %r", who, summary["Id"][:12], exc)
+        return None
 
 
 IDLE_CHECK = (
@@ -212,14 +218,11 @@ def reclaim_idle(
             user = (info.get("Config") or {}).get("User") or ""
             eid = api.exec_create(summary["Id"], [shell, "-c", IDLE_CHECK], user=user)["Id"]
             out = api.exec_start(eid)
-            if not parse_idle_check(out, started, idle_after):
-                return None
-            result = info_from(summary, "running")
-            if not dry_run:
-                api.remove_container(summary["Id"], force=True, v=True)
-            return result
         except Exception as exc:
             log.warning("idle reclaim: skipping %s: %r", summary["Id"][:12], exc)
             return None
+        if not parse_idle_check(out, started, idle_after):
+            return None
+        return _remove_running(api, summary, dry_run, "idle reclaim")
 
     return _parallel(one, running)

@@ -8,6 +8,7 @@ import pwd
 import signal
 import sys
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import pytest
 from envlayer_ssh import pool
@@ -75,9 +76,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.flaky(reruns=1, only_rerun=_CONNECTION_DROPPED))
 
 
-@pytest.fixture(scope="session")
-def sshd() -> Iterator[SSHServer]:
-    """One sshd shared by the tests that do not disturb it."""
+@contextmanager
+def _running_sshd() -> Iterator[SSHServer]:
+    """A started test sshd, closed (with everything it spawned) on exit."""
     missing = requirements_missing()
     if missing:
         _unavailable(missing)
@@ -87,6 +88,15 @@ def sshd() -> Iterator[SSHServer]:
         yield server
     finally:
         server.close()
+
+
+@pytest.fixture(scope="session")
+def sshd() -> Iterator[SSHServer]:
+    """One sshd shared by the tests that do not disturb it."""
+    try:
+        with _running_sshd() as server:
+            yield server
+    finally:
         _kill_test_user_processes()
         _remove_test_user_tmp_files()
 
@@ -94,15 +104,8 @@ def sshd() -> Iterator[SSHServer]:
 @pytest.fixture
 def own_sshd() -> Iterator[SSHServer]:
     """A private sshd for a test that stops, restarts or re-keys it."""
-    missing = requirements_missing()
-    if missing:
-        _unavailable(missing)
-    server = SSHServer()
-    try:
-        server.start()
+    with _running_sshd() as server:
         yield server
-    finally:
-        server.close()
 
 
 @pytest.fixture(autouse=True)
