@@ -41,6 +41,15 @@ def quote(value: str) -> str:
     return shlex.quote(value)
 
 
+def quote_path(path: str) -> str:
+    """Quote a path for the shell, keeping a leading ``~`` or ``~/`` as ``$HOME``."""
+    if path == "~":
+        return '"$HOME"'
+    if path.startswith("~/"):
+        return '"$HOME"/' + quote(path[2:])
+    return quote(path)
+
+
 def command_text(command: str | Sequence[str]) -> str:
     """Shell text for ``command``: a string as is, an argv quoted word by word (so
     nothing in it is expanded: it runs exactly as the argv would)."""
@@ -80,14 +89,15 @@ _TRAILER = (
 def init_script(*, state_dir: str, start_dir: str | None) -> bytes:
     """Sent once to a freshly started shell: saves fds 7/8, defines the EXIT trap that
     keeps state across ``exit N``, restores the state a previous shell of this session
-    left (exported variables and shell options), and goes to ``start_dir``.
+    left (exported variables and shell options), and goes to ``start_dir`` (a leading
+    ``~`` is the home directory).
 
     The EXIT trap runs when a command ends the shell (``exit N``, ``set -e`` and a
     failure, ``set -u`` and an unset variable): it writes ``export -p`` and ``set +o``
     to ``<state_dir>/state`` and prints the trailer with ``exit`` in the uptime field.
     """
     d = quote(state_dir)
-    cd = f"cd -- {quote(start_dir)} 2>/dev/null || __el_nocwd=1\n" if start_dir else ""
+    cd = f"cd -- {quote_path(start_dir)} 2>/dev/null || __el_nocwd=1\n" if start_dir else ""
     return (
         "exec 7>&1 8>&2\n"
         f"__el_s=0; __el_rc=0; __el_nocwd=0; __el_dir={d}\n"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import shutil
 import signal
 import sys
 from collections.abc import Callable, Iterator
@@ -45,17 +46,21 @@ def _kill_test_user_processes() -> None:
 
 
 def _remove_test_user_tmp_files() -> None:
-    """Remove the scratch files the test user's remote shells may leave in /tmp (session
-    state files of shells killed mid-test, conformance pid files); only that user's."""
+    """Remove the scratch files the test user's remote shells may leave in /tmp (private
+    directories of session shells killed mid-test, conformance pid files); only that user's."""
     try:
         uid = pwd.getpwnam(TEST_USER).pw_uid
     except KeyError:
         return
     for name in os.listdir("/tmp"):
-        if name.startswith((".envlayer-state-", ".envlayer-in-", "envlayer-conformance-")):
+        if name.startswith((".envlayer-session-", "envlayer-conformance-")):
             path = os.path.join("/tmp", name)
             try:
-                if os.lstat(path).st_uid == uid and not os.path.isdir(path):
+                if os.lstat(path).st_uid != uid:
+                    continue
+                if os.path.isdir(path) and not os.path.islink(path):
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
                     os.unlink(path)
             except OSError:
                 pass
