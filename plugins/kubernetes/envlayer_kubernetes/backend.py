@@ -254,18 +254,14 @@ class KubernetesEnvironment(Environment):
     def _capture(self, argv: list[str], data: bytes | None, timeout: float) -> tuple[int, bytes, bytes]:
         """Run an internal helper exec (no wrapper, no environment): (code, stdout, stderr),
         uncapped. Raises ``NotStarted`` or :class:`BackendUnavailable`."""
-        from envlayer_kubernetes.channel import ExecChannel, require_open, start_writer
+        from envlayer_kubernetes.channel import V5, ExecChannel, require_open, start_writer
+        from envlayer_kubernetes.wrapper import bounded_stdin_argv
 
+        if data is not None and self._cluster.protocol != V5:
+            argv = bounded_stdin_argv(self.options.shell, argv, len(data))
         channel = ExecChannel.open(
             self._cluster, self.pod_name, argv, stdin=data is not None, timeout=self.options.api_timeout
         )
-        if data is not None and not channel.v5:
-            channel.close()
-            raise BackendUnavailable(
-                "file transfer into the pod needs the v5 exec protocol (closing stdin), but the API "
-                "server speaks only v4",
-                hint="use Kubernetes 1.30 or newer, or move files with exec and here-documents",
-            )
         writer = start_writer(channel, data, close=True) if data is not None else None
         buffers = {1: CappedBuffer(None), 2: CappedBuffer(None)}
         try:

@@ -72,3 +72,9 @@ def oneshot_argv(
         mode = "H" if shell_string else "B"
     words = [command] if isinstance(command, str) else [str(a) for a in command]
     return [shell, "-c", ONESHOT, "envlayer", exec_id, cwd, mode, str(stdin or 0), *words]
+
+
+def bounded_stdin_argv(shell: str, argv: list[str], length: int) -> list[str]:
+    """``argv`` made to read exactly ``length`` bytes of stdin and then see EOF, for a
+    stream whose stdin cannot be closed (v4, or a protocol not known yet)."""
+    return [shell, "-c", 'n=$1; shift; head -c "$n" | "$@"', "envlayer-bounded", str(length), *argv]
