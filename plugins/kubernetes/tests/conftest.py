@@ -230,7 +230,7 @@ def make_env(profile: str, options: Callable[..., Any]) -> Iterator[Callable[...
         env.wait_for_cleanup(30)
 
 
-def run_python(code: str, *, timeout: float = 120, wait: bool = True) -> Any:
+def _run_python(code: str, *, timeout: float = 120, wait: bool = True) -> Any:
     """Run ``code`` in a new interpreter of this venv; its stdout (asserting exit 0), or
     the Popen with ``wait=False``."""
     argv = [sys.executable, "-c", textwrap.dedent(code)]
@@ -241,7 +241,7 @@ def run_python(code: str, *, timeout: float = 120, wait: bool = True) -> Any:
     return proc.stdout
 
 
-def child_env_code(kubeconfig: str, task: str, profile: str, **opts: Any) -> str:
+def _child_env_code(kubeconfig: str, task: str, profile: str, **opts: Any) -> str:
     """Python source that builds ``env`` for (profile, task) in a child process."""
     opts.setdefault("image", IMAGE)
     opts.setdefault("timeout", 60)
@@ -252,3 +252,31 @@ def child_env_code(kubeconfig: str, task: str, profile: str, **opts: Any) -> str
         "from envlayer_kubernetes.options import KubernetesOptions\n"
         f"env = KubernetesEnvironment(KubernetesOptions(**{opts!r}), task_id={task!r}, profile={profile!r})\n"
     )
+
+
+@pytest.fixture
+def run_python() -> Callable[..., Any]:
+    """``run_python(code, timeout=120, wait=True)``: run code in a new venv interpreter."""
+    return _run_python
+
+
+@pytest.fixture
+def child_env_code(fake_apiserver: FakeApiServer) -> Callable[..., str]:
+    """``child_env_code(task, profile, **options)``: Python source building ``env`` in a child."""
+    return lambda task, profile, **opts: _child_env_code(fake_apiserver.kubeconfig, task, profile, **opts)
+
+
+@pytest.fixture
+def namespace() -> str:
+    """The namespace of the kubeconfig's current context (``<namespace>-other`` is the
+    namespace of its ``other-namespace`` context)."""
+    return NAMESPACE
+
+
+@pytest.fixture
+def core(fake_apiserver: FakeApiServer) -> Any:
+    """A plain ``CoreV1Api`` on the fake, for checking what the backend did."""
+    from kubernetes import config
+    from kubernetes.client import CoreV1Api
+
+    return CoreV1Api(config.new_client_from_config(config_file=fake_apiserver.kubeconfig))

@@ -13,7 +13,7 @@ It serves, on 127.0.0.1 and a free port (written to ``--port-file`` once listeni
   ``v5.channel.k8s.io`` and ``v4.channel.k8s.io`` (``--protocols`` restricts the list).
 
 Every request is appended to ``--log`` as one JSON line ``{"method", "route", "status",
-"path"}`` where ``route`` is the route template, or ``"UNKNOWN"`` for a route it does not
+"path", "query"}`` where ``route`` is the route template, or ``"UNKNOWN"`` for a route it does not
 serve (answered 404), so tests can assert exactly which routes a client used.
 
 Its assumptions (where a real cluster differs) are written in ``FAKE_APISERVER.md`` next
@@ -558,7 +558,13 @@ def build_app(cluster: FakeCluster) -> web.Application:
             print(f"fake-apiserver: UNKNOWN route {request.method} {request.path_qs}", file=sys.stderr, flush=True)
         else:
             response = await handler(request)
-        entry = {"method": request.method, "route": template, "status": response.status, "path": request.path}
+        entry = {
+            "method": request.method,
+            "route": template,
+            "status": response.status,
+            "path": request.path,
+            "query": request.query_string,
+        }
         cluster.log.write(json.dumps(entry) + "\n")
         return response
 
