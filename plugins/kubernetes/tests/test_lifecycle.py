@@ -406,3 +406,14 @@ def test_namespace_option_and_context_choose_the_namespace(fake_apiserver: Any, 
     assert connect(options(context="other-namespace")).namespace == NAMESPACE + "-other"
     assert connect(options(namespace="explicit")).namespace == "explicit"
     assert os.path.exists(fake_apiserver.kubeconfig)
+
+
+def test_doctor_checks_the_cluster(fake_apiserver: Any, tmp_path: Any) -> None:
+    import subprocess
+    import sys
+
+    env = dict(os.environ, ENVLAYER_KUBERNETES_KUBECONFIG=fake_apiserver.kubeconfig)
+    code = "import sys; from envlayer.cli import main; sys.exit(main(['doctor', '--backend', 'kubernetes']))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.startswith("ok   kubernetes")
