@@ -9,7 +9,7 @@ with a baseline measured in the same run.
   (create + start + one ``exec_run``), then removed: the cost of the containers
   themselves, without the Kubernetes path (client, fake API server, exec websocket).
 
-    .venv/bin/python benchmarks/kubernetes_scale.py [--tasks 100] [--processes 8] [--deadline 15]
+    .venv/bin/python benchmarks/kubernetes_scale.py [--tasks 100] [--processes 8] [--deadline 30]
 
 Needs a running Docker daemon and the test image (``scripts/provision``). Exits 1 if any
 pod is left.
@@ -66,7 +66,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tasks", type=int, default=100)
     parser.add_argument("--processes", type=int, default=8)
-    parser.add_argument("--deadline", type=int, default=15)
+    parser.add_argument("--deadline", type=int, default=30)
     args = parser.parse_args()
     control = load_control()
     problem = control.docker_problem()

@@ -466,13 +466,15 @@ class FakeCluster:
         ws = web.WebSocketResponse(protocols=[p for p in self.protocols if p in offered], max_msg_size=0)
         await ws.prepare(request)
         try:
-            await self.bridge(ws, sock, eid, want_stdin)
+            await self.bridge(ws, sock, eid, want_stdin, pod)
         finally:
             sock.close()
             attached.close()
         return ws
 
-    async def bridge(self, ws: web.WebSocketResponse, sock: socket.socket, eid: str, want_stdin: bool) -> None:
+    async def bridge(
+        self, ws: web.WebSocketResponse, sock: socket.socket, eid: str, want_stdin: bool, pod: Pod
+    ) -> None:
         """Docker's multiplexed exec stream <-> the channel websocket. Closing the
         websocket closes the exec's streams only: the process is not killed."""
         loop = asyncio.get_running_loop()
@@ -511,25 +513,31 @@ class FakeCluster:
         except (ConnectionError, OSError):
             pass
         if not ws.closed:
-            code = await self.exec_exit_code(eid)
-            await ws.send_bytes(b"\x03" + json.dumps(exit_status(code)).encode())
+            code = await self.exec_exit_code(eid, pod)
+            if code is not None:
+                await ws.send_bytes(b"\x03" + json.dumps(exit_status(code)).encode())
             await ws.close()
         reader.cancel()
 
-    async def exec_exit_code(self, eid: str) -> int | None:
+    async def exec_exit_code(self, eid: str, pod: Pod) -> int | None:
+        """The exec's exit code; None (no status: the stream just closes, as when a
+        kubelet loses the container) when the container is gone or was stopped."""
         for _ in range(200):
-            info = await self.blocking(self.docker.exec_inspect, eid)
+            try:
+                info = await self.blocking(self.docker.exec_inspect, eid)
+            except NotFound:
+                return None
             if not info.get("Running"):
-                return info.get("ExitCode")
+                await self.refresh(pod)
+                gone = pod.phase != "Running" or pod.deleting is not None
+                return None if gone else info.get("ExitCode")
             await asyncio.sleep(0.01)
         return None
 
 
-def exit_status(code: int | None) -> dict[str, Any]:
+def exit_status(code: int) -> dict[str, Any]:
     if code == 0:
         return {"metadata": {}, "status": "Success"}
-    if code is None:
-        return {"metadata": {}, "status": "Failure", "message": "exit status unknown", "reason": "InternalError"}
     return {
         "metadata": {},
         "status": "Failure",

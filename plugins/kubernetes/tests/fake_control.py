@@ -153,9 +153,11 @@ opts = KubernetesOptions(image=image, kubeconfig=kubeconfig, timeout=60, startup
                          active_deadline=int(deadline), exec_mode="oneshot")
 for task in sys.argv[5:]:
     env = KubernetesEnvironment(opts, task_id=task, profile=profile)
-    assert env.exec(["echo", task]).stdout.decode() == task + "\\n"
+    echoed = env.exec(["echo", task])
+    assert echoed.stdout.decode() == task + "\\n", (task, echoed)
     env.write_file("task.txt", task)
-    assert env.read_file("task.txt") == task.encode()
+    read = env.read_file("task.txt")
+    assert read == task.encode(), (task, read)
     env.cleanup()
 print("done", len(sys.argv) - 5)
 """
