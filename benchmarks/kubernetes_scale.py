@@ -87,8 +87,10 @@ def main() -> int:
             server.stop()
     base_make, base_remove = docker_baseline(control.IMAGE, args.tasks, args.processes)
     print(f"{run.tasks} tasks from {run.processes} processes (fake API server, pods = Docker containers)")
-    print(f"  create + use (exec, write, read) : {run.create_and_use:7.1f} s  ({run.create_and_use / run.tasks * 1000:.0f} ms per task)")
-    print(f"  baseline docker-py create+start+exec, {args.processes} threads: {base_make:7.1f} s  -> ratio {run.create_and_use / base_make:.2f}x")
+    per_task = run.create_and_use / run.tasks * 1000
+    ratio = run.create_and_use / base_make
+    print(f"  create + use (exec, write, read) : {run.create_and_use:7.1f} s  ({per_task:.0f} ms per task)")
+    print(f"  baseline docker-py create+start+exec, {args.processes} threads: {base_make:7.1f} s -> ratio {ratio:.2f}x")
     print(f"  wait for activeDeadlineSeconds ({args.deadline} s) to end them: {run.until_ended:7.1f} s")
     print(f"  reap_orphans(max_age=0)          : {run.reap:7.1f} s  ({run.reaped} pods deleted)")
     print(f"  until the API lists none         : {run.until_gone:7.1f} s")

@@ -100,7 +100,9 @@ class KubernetesEnvironment(Environment):
         attached = ensure(self._cluster, self._spec, self.options)
         with self._state_lock:
             self._pod = attached
-        log.debug("%s pod %s for task %r", "created" if attached.created else "attached to", attached.name, self.task_id)
+        log.debug(
+            "%s pod %s for task %r", "created" if attached.created else "attached to", attached.name, self.task_id
+        )
 
     @property
     def pod_name(self) -> str:
@@ -291,7 +293,9 @@ class KubernetesEnvironment(Environment):
                 return self._capture(argv, data, max(self.options.api_timeout, 300.0))
             except NotStarted as exc:
                 if attempt:
-                    raise BackendUnavailable(f"pod {self.pod_name} keeps disappearing: {exc}", hint="check the cluster") from exc
+                    raise BackendUnavailable(
+                        f"pod {self.pod_name} keeps disappearing: {exc}", hint="check the cluster"
+                    ) from exc
                 self._recover(seen)
         raise AssertionError("unreachable")
 

@@ -55,17 +55,13 @@ class KubernetesOptions(BaseOptions):
         doc="`kubeconfig`: read the kubeconfig; `in_cluster`: use the pod's service account; `auto`: the "
         "kubeconfig when one exists, else in-cluster when running in a pod. Per-process setting.",
     )
-    requests: dict[str, str] = option(
-        doc='Resource requests, e.g. {"cpu" = "500m", "memory" = "1Gi"}.', factory=dict
-    )
+    requests: dict[str, str] = option(doc='Resource requests, e.g. {"cpu" = "500m", "memory" = "1Gi"}.', factory=dict)
     limits: dict[str, str] = option(doc='Resource limits, e.g. {"cpu" = "2", "memory" = "4Gi"}.', factory=dict)
     node_selector: dict[str, str] = option(doc="Node labels the pod must be scheduled on.", factory=dict)
     tolerations: list[dict[str, Any]] = option(
         doc="Tolerations, each a table with key, operator, value, effect, tolerationSeconds.", factory=list
     )
-    service_account: str | None = option(
-        None, doc="Service account of the pod; the namespace's default when unset."
-    )
+    service_account: str | None = option(None, doc="Service account of the pod; the namespace's default when unset.")
     automount_service_account_token: bool = option(
         False, doc="Mount the service account's API token in the sandbox. Off: commands get no cluster credentials."
     )

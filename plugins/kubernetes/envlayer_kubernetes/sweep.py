@@ -118,7 +118,9 @@ def delete_all(cluster: Cluster, opts: KubernetesOptions, victims: list[Any], *,
     return _parallel(one, victims)
 
 
-def reap(cluster: Cluster, opts: KubernetesOptions, *, profile: str, max_age: float, dry_run: bool) -> list[SandboxInfo]:
+def reap(
+    cluster: Cluster, opts: KubernetesOptions, *, profile: str, max_age: float, dry_run: bool
+) -> list[SandboxInfo]:
     """Delete this profile's stale pods in this namespace (module rules)."""
     now = time.time()
     pending_age = max(max_age, opts.startup_timeout)

@@ -25,12 +25,12 @@ from collections.abc import Mapping, Sequence
 from envlayer.proctree import EXEC_ID_VAR
 
 ONESHOT = (
-    f'{EXEC_ID_VAR}=$1; export {EXEC_ID_VAR}; __el_d=$2; __el_m=$3; __el_n=$4; shift 4\n'
+    f"{EXEC_ID_VAR}=$1; export {EXEC_ID_VAR}; __el_d=$2; __el_m=$3; __el_n=$4; shift 4\n"
     "IFS= read -r __el_env || exit 125\n"
     'eval "$__el_env"; unset __el_env\n'
-    "cd -- \"$__el_d\" 2>/dev/null || { printf 'envlayer: working directory does not exist: %s\\n' \"$__el_d\" >&2; "
+    'cd -- "$__el_d" 2>/dev/null || { printf \'envlayer: working directory does not exist: %s\\n\' "$__el_d" >&2; '
     "exit 126; }\n"
-    'case $__el_m in\n'
+    "case $__el_m in\n"
     '  s) eval "$1" </dev/null;;\n'
     '  S) eval "$1";;\n'
     '  H) head -c "$__el_n" | eval "$1";;\n'

@@ -384,9 +384,7 @@ class FakeCluster:
         if not containers or not containers[0].get("image") or not containers[0].get("name"):
             return error(422, "Invalid", f'Pod "{name}" is invalid: spec.containers: Required value')
         if (ns, name) in self.pods:
-            return error(
-                409, "AlreadyExists", f'pods "{name}" already exists', {"name": name, "kind": "pods"}
-            )
+            return error(409, "AlreadyExists", f'pods "{name}" already exists', {"name": name, "kind": "pods"})
         pod = Pod(namespace=ns, manifest=body)
         self.pods[(ns, name)] = pod
         asyncio.get_running_loop().create_task(self.start_pod(pod))
@@ -417,7 +415,12 @@ class FakeCluster:
         if limit:
             items = items[:limit]
         return web.json_response(
-            {"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "1"}, "items": [p.to_json() for p in items]}
+            {
+                "kind": "PodList",
+                "apiVersion": "v1",
+                "metadata": {"resourceVersion": "1"},
+                "items": [p.to_json() for p in items],
+            }
         )
 
     async def delete(self, request: web.Request) -> web.Response:
@@ -437,9 +440,7 @@ class FakeCluster:
             return error(404, "NotFound", f'pods "{name}" not found', {"name": name, "kind": "pods"})
         await self.refresh(pod)
         if pod.phase != "Running" or pod.container_id is None or pod.deleting is not None:
-            return error(
-                400, "BadRequest", f"container sandbox is not valid for pod {name}: pod is {pod.phase}"
-            )
+            return error(400, "BadRequest", f"container sandbox is not valid for pod {name}: pod is {pod.phase}")
         command = request.query.getall("command", [])
         if not command:
             return error(400, "BadRequest", "you must specify at least 1 command")
@@ -562,7 +563,9 @@ def build_app(cluster: FakeCluster) -> web.Application:
         resource = request.match_info.route.resource
         template = resource.canonical if resource is not None else "UNKNOWN"
         if resource is None:
-            response: web.StreamResponse = error(404, "NotFound", f"the server could not find the requested resource ({request.path})")
+            response: web.StreamResponse = error(
+                404, "NotFound", f"the server could not find the requested resource ({request.path})"
+            )
             print(f"fake-apiserver: UNKNOWN route {request.method} {request.path_qs}", file=sys.stderr, flush=True)
         else:
             response = await handler(request)

@@ -203,7 +203,7 @@ def run_scale(server: FakeApiServer, profile: str, *, tasks: int, processes: int
     ]
     failures = []
     for child in children:
-        out, err = child.communicate(timeout=1800)
+        _, err = child.communicate(timeout=1800)
         if child.returncode != 0:
             failures.append(err[-2000:])
     if failures:

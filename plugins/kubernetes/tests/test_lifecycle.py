@@ -61,9 +61,7 @@ def test_cross_process_attach_sees_files_and_the_same_pod(
     assert env.read_file("from-child.txt") == b"child was here"
 
 
-def test_sigkill_then_attach(
-    make_env: Callable[..., Any], profile: str, run_python: Any, child_env_code: Any
-) -> None:
+def test_sigkill_then_attach(make_env: Callable[..., Any], profile: str, run_python: Any, child_env_code: Any) -> None:
     task = _task()
     child = run_python(
         child_env_code(task, profile)

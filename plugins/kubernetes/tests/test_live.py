@@ -90,10 +90,11 @@ def test_live_attach_and_force_remove() -> None:
 
 
 def test_live_image_pull_failure_is_clear() -> None:
-    from envlayer.errors import BackendUnavailable
     from envlayer_kubernetes.backend import KubernetesEnvironment
 
-    with pytest.raises(BackendUnavailable, match="ImagePullBackOff|ErrImagePull|still Pending"):
+    from envlayer.errors import BackendUnavailable
+
+    with pytest.raises(BackendUnavailable, match=r"ImagePullBackOff|ErrImagePull|still Pending"):
         KubernetesEnvironment(
             _options(image="envlayer.invalid/no-such-image:0", startup_timeout=120),
             task_id=f"live-{uuid.uuid4().hex[:6]}",

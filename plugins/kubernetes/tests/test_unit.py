@@ -10,18 +10,29 @@ import sys
 from typing import Any
 
 import pytest
+from envlayer_kubernetes import naming, wrapper
+from envlayer_kubernetes.options import LABEL_VALUE, KubernetesOptions
 
 from envlayer.errors import ConfigError
 from envlayer.options import build_options
-from envlayer_kubernetes import naming, wrapper
-from envlayer_kubernetes.options import LABEL_VALUE, KubernetesOptions
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
 @pytest.mark.parametrize(
     "value",
-    ["", "unknown", "plain", "Team/Alpha: task", "-lead", "trail_", "x" * 80, "naïve ☃", "h0123456789ab", "a.h0123456789ab"],
+    [
+        "",
+        "unknown",
+        "plain",
+        "Team/Alpha: task",
+        "-lead",
+        "trail_",
+        "x" * 80,
+        "naïve ☃",
+        "h0123456789ab",
+        "a.h0123456789ab",
+    ],
 )
 def test_label_values_are_valid_kubernetes_label_values(value: str) -> None:
     out = naming.label_value(value)
@@ -86,7 +97,11 @@ def test_bad_options_are_config_errors_naming_the_key(key: str, value: Any) -> N
 def test_options_from_environment_variables() -> None:
     opts = build_options(
         KubernetesOptions,
-        {"requests": '{"cpu": "250m"}', "tolerations": '[{"key": "gpu", "operator": "Exists"}]', "active_deadline": "60"},
+        {
+            "requests": '{"cpu": "250m"}',
+            "tolerations": '[{"key": "gpu", "operator": "Exists"}]',
+            "active_deadline": "60",
+        },
         sources={k: f"$ENVLAYER_KUBERNETES_{k.upper()}" for k in ("requests", "tolerations", "active_deadline")},
     )
     assert isinstance(opts, KubernetesOptions)
@@ -107,7 +122,9 @@ def test_fingerprint_covers_pod_shape_but_not_per_process_settings() -> None:
     assert fp(timeout=5, env={"SECRET": "v"}, exec_mode="oneshot", namespace="x", startup_timeout=9) == base
 
 
-def _run_wrapper(command: Any, env: dict[str, str], data: bytes | None, mode_closable: bool) -> subprocess.CompletedProcess[bytes]:
+def _run_wrapper(
+    command: Any, env: dict[str, str], data: bytes | None, mode_closable: bool
+) -> subprocess.CompletedProcess[bytes]:
     argv = wrapper.oneshot_argv(
         "/bin/sh", command, exec_id="e1", cwd="/", stdin=None if data is None else len(data), closable=mode_closable
     )
@@ -117,7 +134,9 @@ def _run_wrapper(command: Any, env: dict[str, str], data: bytes | None, mode_clo
 @pytest.mark.parametrize("closable", [True, False])
 def test_wrapper_reads_env_from_stdin_and_passes_the_rest(closable: bool) -> None:
     env = {"A": "x y'z\"$HOME", "B": "line1\nline2\n", "C": "back\\slash\\n%s"}
-    done = _run_wrapper('printf "%s|%s|%s|%s" "$A" "$B" "$C" "$ENVLAYER_EXEC_ID"; cat', env, b"payload\x00\xff", closable)
+    done = _run_wrapper(
+        'printf "%s|%s|%s|%s" "$A" "$B" "$C" "$ENVLAYER_EXEC_ID"; cat', env, b"payload\x00\xff", closable
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout == b"x y'z\"$HOME|line1\nline2\n|back\\slash\\n%s|e1payload\x00\xff"
 
