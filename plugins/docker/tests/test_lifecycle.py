@@ -15,7 +15,7 @@ from envlayer_docker import labels
 from envlayer_docker.backend import DockerEnvironment
 from envlayer_docker.naming import container_name
 
-from envlayer.errors import BackendUnavailable, EnvironmentClosed
+from envlayer.errors import BackendUnavailable, ConfigError, EnvironmentClosed
 
 pytestmark = pytest.mark.docker
 
@@ -164,7 +164,7 @@ def test_sixteen_racing_processes_with_new_fingerprint_end_with_one(
 def test_fingerprint_change_is_not_reused(make_env, docker_api, profile) -> None:
     task = _task()
     first = make_env(task, pids_limit=100)
-    first.exec("echo old > /workspace/f")
+    first.exec("echo old > /workspace/f; echo layer > /etc/layer-file")
     first.cleanup()
     assert make_env(task, pids_limit=100).container_id == first.container_id  # same inputs: reused
     with pytest.raises(BackendUnavailable, match="different options"):
@@ -172,7 +172,73 @@ def test_fingerprint_change_is_not_reused(make_env, docker_api, profile) -> None
     second = make_env(task, pids_limit=200)
     assert second.container_id != first.container_id
     assert _status(docker_api, first.container_id) == "removed"
+    # the workspace is durable (a volume per profile + task); the container's layer is not
+    assert second.exec("cat /workspace/f").stdout_text == "old\n"
+    assert second.exec("cat /etc/layer-file").exit_code != 0
+
+
+def test_without_durable_workspace_a_recreate_loses_the_files(make_env, docker_api) -> None:
+    task = _task()
+    first = make_env(task, pids_limit=100, workspace="none")
+    first.exec("echo old > /workspace/f")
+    second = make_env(task, pids_limit=200, workspace="none")
+    assert second.container_id != first.container_id
     assert second.exec("cat /workspace/f").exit_code != 0
+    assert not [
+        i for i in DockerEnvironment.list_sandboxes(profile=second.profile, options=second.options)
+        if i.status == "data" and i.task == task
+    ]
+
+
+@pytest.mark.parametrize("storage", ["volume", "host"])
+def test_workspace_and_home_survive_rm_and_reaper_until_purged(make_env, docker_api, profile, storage) -> None:
+    task = _task()
+    env = make_env(task, workspace=storage, persist_home=True)
+    env.exec("echo ws > /workspace/w; echo home > /root/h")
+    env.cleanup()
+    # `envlayer rm --force` without --purge: the container goes, the data stays
+    removed = DockerEnvironment.remove_sandbox(task, profile=profile, options=env.options, force=True)
+    assert [i.detail["container_id"] for i in removed] == [env.container_id[:12]]
+    data = [i for i in DockerEnvironment.list_sandboxes(profile=profile, options=env.options) if i.status == "data"]
+    mine = [i for i in data if i.task == labels.sanitize(task)]
+    assert {i.detail["storage"] for i in mine} == {storage}
+    assert sorted(i.detail["data"] for i in mine) == (["home", "workspace"] if storage == "volume" else ["workspace,home"])
+    again = make_env(task, workspace=storage, persist_home=True)
+    assert again.container_id != env.container_id
+    assert again.exec("cat /workspace/w /root/h").stdout_text == "ws\nhome\n"
+    # the orphan reaper removes the stopped container, never the data
+    docker_api.stop(again.container_id, timeout=1)
+    reaped = DockerEnvironment.reap_orphans(profile=profile, max_age=0, dry_run=False, options=again.options)
+    assert again.container_id[:12] in {i.detail.get("container_id") for i in reaped}
+    assert all(i.status != "data" for i in reaped)
+    third = make_env(task, workspace=storage, persist_home=True)
+    assert third.exec("cat /workspace/w").stdout_text == "ws\n"
+    third.cleanup()
+    # --purge removes the container and then the data
+    purged = DockerEnvironment.remove_sandbox(task, profile=profile, options=env.options, force=True, purge=True)
+    assert {i.status for i in purged} == {"running", "data"}
+    left = DockerEnvironment.list_sandboxes(profile=profile, options=env.options)
+    assert not [i for i in left if i.task == labels.sanitize(task)]
+    if storage == "host":
+        assert not os.path.exists(mine[0].detail["name"])
+
+
+def test_cleanup_purge_removes_the_data(make_env, docker_api, profile) -> None:
+    task = _task()
+    env = make_env(task)
+    env.exec("echo x > /workspace/x")
+    volume = docker_api.inspect_container(env.container_id)["Mounts"][0]["Name"]
+    assert docker_api.inspect_volume(volume)["Labels"]["envlayer.data"] == "workspace"
+    env.cleanup(force_remove=True)
+    assert env.wait_for_cleanup(30)
+    assert docker_api.inspect_volume(volume)["Name"] == volume  # force_remove alone keeps the data
+    again = make_env(task)
+    again.cleanup(force_remove=True, purge=True)
+    assert again.wait_for_cleanup(30)
+    from docker.errors import NotFound
+
+    with pytest.raises(NotFound):
+        docker_api.inspect_volume(volume)
 
 
 def test_stopped_container_is_started_on_attach(make_env, docker_api) -> None:
@@ -320,7 +386,7 @@ def test_list_and_remove_sandbox(make_env, docker_api, profile) -> None:
     task = "list/me"
     env = make_env(task)
     listed = DockerEnvironment.list_sandboxes(profile=profile, options=env.options)
-    mine = [i for i in listed if i.detail["container_id"] == env.container_id[:12]]
+    mine = [i for i in listed if i.detail.get("container_id") == env.container_id[:12]]
     assert mine and mine[0].task == labels.sanitize(task) and mine[0].status == "running"
     assert DockerEnvironment.remove_sandbox(task, profile=profile, options=env.options, force=False) == []
     removed = DockerEnvironment.remove_sandbox(task, profile=profile, options=env.options, force=True)
@@ -466,14 +532,22 @@ def test_failed_start_removes_half_made_container(docker_api, profile, options) 
     task = _task()
     with pytest.raises(BackendUnavailable):
         DockerEnvironment(
-            options(
-                volumes=["/nonexistent-envlayer-src/file:/workspace/x:ro"],
-                shell="/bin/sh",
-                extra_create_kwargs={"devices": ["/dev/nonexistent-envlayer:/dev/x"]},
-            ),
+            options(shell="/bin/sh", extra_create_kwargs={"devices": ["/dev/nonexistent-envlayer:/dev/x"]}),
             task_id=task,
             profile=profile,
         )
+    assert _containers(docker_api, profile, task) == []
+
+
+@pytest.mark.parametrize("key", ["volumes", "host_cwd"])
+def test_missing_bind_source_is_refused_not_created(docker_api, profile, options, tmp_path, key) -> None:
+    task = _task()
+    missing = tmp_path / "not-there"
+    kw = {"volumes": [f"{missing}:/data"]} if key == "volumes" else {"mount_cwd": True, "host_cwd": str(missing)}
+    with pytest.raises(ConfigError, match="does not exist") as info:
+        DockerEnvironment(options(**kw), task_id=task, profile=profile)
+    assert str(missing) in info.value.message and info.value.hint
+    assert not missing.exists()
     assert _containers(docker_api, profile, task) == []
 
 

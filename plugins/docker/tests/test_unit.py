@@ -229,7 +229,10 @@ def test_volume_parsing() -> None:
         {"cpus": -1},
         {"user": "a b"},
         {"cwd": "relative"},
-        {"idle_reclaim_after": 0},
+        {"idle_reclaim_after": -1},
+        {"shm_size": "lots"},
+        {"home_dir": "relative"},
+        {"cwd": "/", "workspace": "volume"},
         {"image": " "},
     ],
 )
