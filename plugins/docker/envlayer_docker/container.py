@@ -255,6 +255,24 @@ def _refuse_missing_bind_source(exc: Any) -> None:
         ) from exc
 
 
+_LIMIT_WORDS = ("cgroup", "pids.max", "memory.max", "memory.limit", "cpu.max", "cpu.cfs", "cpuset", "nano_cpus")
+
+
+def limit_failure(exc: Any, options: DockerOptions) -> BackendUnavailable | None:
+    """A :class:`BackendUnavailable` with a hint when the daemon could not apply resource
+    limits (rootless Docker without delegated cgroup controllers, unprivileged LXC);
+    ``None`` for any other failure. Pure."""
+    text = str(getattr(exc, "explanation", None) or exc)
+    limited = options.memory_mb or options.cpus or options.pids_limit
+    if not limited or not any(word in text.lower() for word in _LIMIT_WORDS):
+        return None
+    return BackendUnavailable(
+        f"this Docker host could not apply the container's resource limits: {text[:300]}",
+        hint="rootless Docker needs delegated cgroup v2 controllers and unprivileged LXC often has none: "
+        "enable delegation, or set memory_mb = 0, cpus = 0 and pids_limit = 0 in [backends.docker] on this host",
+    )
+
+
 def _create(api: Any, spec: ContainerSpec, options: DockerOptions) -> str | None:
     """Create and start a container named ``spec.name``. Returns its id, or ``None`` when
     the name is already taken (another process won the race). A container that was created
@@ -273,15 +291,21 @@ def _create(api: Any, spec: ContainerSpec, options: DockerOptions) -> str | None
         if exc.status_code == 409:
             return None
         _refuse_missing_bind_source(exc)
+        hinted = limit_failure(exc, options)
+        if hinted is not None:
+            raise hinted from exc
         if exc.status_code == 404 and "image" in str(exc.explanation or "").lower():
             _ensure_image(api, options)
             return _create(api, spec, options)
         raise
     try:
         api.start(cid)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(Exception):
             _remove(api, cid)
+        hinted = limit_failure(exc, options) if isinstance(exc, APIError) else None
+        if hinted is not None:
+            raise hinted from exc
         raise
     return cid
 
