@@ -208,9 +208,7 @@ def cmd_reap(args: argparse.Namespace) -> int:
 def cmd_rm(args: argparse.Namespace) -> int:
     settings = _settings(args)
     specs, failures = _specs_and_failures(args, settings)
-    outcomes = lifecycle.remove_sandbox(
-        specs, args.task, profile=settings.profile, force=args.force, purge=args.purge
-    )
+    outcomes = lifecycle.remove_sandbox(specs, args.task, profile=settings.profile, force=args.force, purge=args.purge)
     return _report(failures + outcomes, args, "removed")
 
 

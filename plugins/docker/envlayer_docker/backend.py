@@ -615,9 +615,7 @@ class DockerEnvironment(Environment):
             remove = force_remove or purge or not self.options.persist_across_processes
             if remove and self._teardown is None and self._container is not None:
                 data = self._purge_data if purge and self._spec.data else None
-                self._teardown = teardown.schedule(
-                    self._api, self._container.id, self.options.stop_timeout, then=data
-                )
+                self._teardown = teardown.schedule(self._api, self._container.id, self.options.stop_timeout, then=data)
 
     def _purge_data(self) -> None:
         from envlayer_docker import workspace

@@ -137,7 +137,7 @@ class DockerOptions(BaseOptions):
     data_dir: str | None = option(
         None,
         doc='Host directory for `workspace = "host"` data; `$XDG_DATA_HOME/envlayer/docker` '
-        "(~/.local/share/envlayer/docker) when unset. Per-process setting.",
+        "(~/.local/share/envlayer/docker) when unset.",
     )
     forward_env: list[str] = option(
         doc="Names of host environment variables whose values are passed to every command "
@@ -192,7 +192,9 @@ class DockerOptions(BaseOptions):
         if self.shm_size == "0":
             self.shm_size = None
         if self.workspace != "none" and self.workdir == "/":
-            raise OptionError("workspace", 'cannot keep / as the workspace; set cwd to a directory, or workspace = "none"')
+            raise OptionError(
+                "workspace", 'cannot keep / as the workspace; set cwd to a directory, or workspace = "none"'
+            )
         if not self.home_dir.startswith("/") or self.home_dir == "/":
             raise OptionError("home_dir", "must be an absolute path other than /")
         if self.max_transfer_bytes < 0:

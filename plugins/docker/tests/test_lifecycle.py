@@ -185,7 +185,8 @@ def test_without_durable_workspace_a_recreate_loses_the_files(make_env, docker_a
     assert second.container_id != first.container_id
     assert second.exec("cat /workspace/f").exit_code != 0
     assert not [
-        i for i in DockerEnvironment.list_sandboxes(profile=second.profile, options=second.options)
+        i
+        for i in DockerEnvironment.list_sandboxes(profile=second.profile, options=second.options)
         if i.status == "data" and i.task == task
     ]
 
@@ -202,7 +203,9 @@ def test_workspace_and_home_survive_rm_and_reaper_until_purged(make_env, docker_
     data = [i for i in DockerEnvironment.list_sandboxes(profile=profile, options=env.options) if i.status == "data"]
     mine = [i for i in data if i.task == labels.sanitize(task)]
     assert {i.detail["storage"] for i in mine} == {storage}
-    assert sorted(i.detail["data"] for i in mine) == (["home", "workspace"] if storage == "volume" else ["workspace,home"])
+    assert sorted(i.detail["data"] for i in mine) == (
+        ["home", "workspace"] if storage == "volume" else ["workspace,home"]
+    )
     again = make_env(task, workspace=storage, persist_home=True)
     assert again.container_id != env.container_id
     assert again.exec("cat /workspace/w /root/h").stdout_text == "ws\nhome\n"
@@ -736,7 +739,7 @@ def test_podman_and_rootless_sockets_are_discovered(tmp_path) -> None:
     runtime = tmp_path / "run-user"
     (runtime / "podman").mkdir(parents=True)
     env = {"XDG_RUNTIME_DIR": str(runtime), "DOCKER_CONFIG": str(tmp_path / "none")}
-    candidates = [str(tmp_path / "no-docker.sock")] + client.socket_candidates(env)[1:3]
+    candidates = [str(tmp_path / "no-docker.sock"), *client.socket_candidates(env)[1:3]]
     assert candidates[1:] == [f"{runtime}/docker.sock", f"{runtime}/podman/podman.sock"]
     assert client.discover_address(None, env, candidates) == f"unix://{client.DEFAULT_SOCKET}"  # none exists
     (runtime / "podman" / "podman.sock").write_text("")
