@@ -23,6 +23,10 @@ strict contract):
 * ``supports_stdin = True``
 * ``kills_escaped_processes = True``: a timeout also kills children that called
   ``setsid``; set False only with a documented reason.
+
+The permission checks (``test_*_permission_denied``) skip when the sandbox's user is root,
+whose rights cover every file: run the kit once more with a fixture whose sandbox user is
+not root (a ``user`` option, a non-root login, or the test process itself as ``nobody``).
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from envlayer.errors import (
     SandboxFileNotFound,
     SandboxIsADirectory,
     SandboxPathError,
+    SandboxPermissionDenied,
 )
 from envlayer.options import BaseOptions
 
@@ -63,6 +68,14 @@ def _pidfile(env: Environment) -> Iterator[str]:
             env.exec(f"[ -f {path} ] && kill -9 $(cat {path}) 2>/dev/null; rm -f {path}", timeout=30)
         except Exception:
             pass
+
+
+def _require_unprivileged(env: Environment) -> None:
+    """Skip a permission check when the sandbox's user is root, whose rights cover every
+    file. The kit must also be run as a non-root user (see the module docstring)."""
+    uid = env.exec("id -u").stdout_text.strip()
+    if uid == "0":
+        pytest.skip("the sandbox user is root; run the kit as a non-root user to check file permissions")
 
 
 def _report_alive(pids: str) -> str:
@@ -286,6 +299,47 @@ class EnvironmentConformance:
         with pytest.raises(SandboxIsADirectory):
             env.read_file(name)
         env.exec(f"rm -rf {name}")
+
+    # --- files: the sandbox user's rights ---------------------------------------------
+
+    def test_read_unreadable_file_is_permission_denied(self, env: Environment) -> None:
+        _require_unprivileged(env)
+        name = _scratch()
+        env.write_file(name, b"secret")
+        env.exec(f"chmod 000 {name}").check()
+        try:
+            with pytest.raises(PermissionError) as caught:
+                env.read_file(name)
+            assert isinstance(caught.value, SandboxPermissionDenied)
+            assert name in str(caught.value)
+        finally:
+            env.exec(f"chmod 600 {name}; rm -f {name}")
+
+    def test_write_read_only_file_is_permission_denied(self, env: Environment) -> None:
+        _require_unprivileged(env)
+        name = _scratch()
+        env.write_file(name, b"original")
+        env.exec(f"chmod 444 {name}").check()
+        try:
+            with pytest.raises(PermissionError) as caught:
+                env.write_file(name, b"replaced")
+            assert isinstance(caught.value, SandboxPermissionDenied)
+            assert name in str(caught.value)
+            assert env.exec(f"cat {name}").stdout == b"original", "a read-only file must not be replaced"
+        finally:
+            env.exec(f"chmod 644 {name}; rm -f {name}")
+
+    def test_write_into_read_only_directory_is_permission_denied(self, env: Environment) -> None:
+        _require_unprivileged(env)
+        top = _scratch()
+        env.exec(f"mkdir -p {top} && chmod 555 {top}").check()
+        try:
+            with pytest.raises(PermissionError) as caught:
+                env.write_file(f"{top}/new.txt", b"nope")
+            assert isinstance(caught.value, SandboxPermissionDenied)
+            assert env.exec(f"ls -A {top}").stdout == b"", "nothing may be left in the directory"
+        finally:
+            env.exec(f"chmod 755 {top}; rm -rf {top}")
 
     def test_read_over_size_cap(self, env: Environment) -> None:
         name = _scratch()
