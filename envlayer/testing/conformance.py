@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import ClassVar
 
@@ -76,6 +76,27 @@ def _require_unprivileged(env: Environment) -> None:
     uid = env.exec("id -u").stdout_text.strip()
     if uid == "0":
         pytest.skip("the sandbox user is root; run the kit as a non-root user to check file permissions")
+
+
+@contextmanager
+def _file_with_mode(env: Environment, content: bytes, mode: str) -> Iterator[str]:
+    """A scratch file in the working directory holding ``content``, with ``chmod mode``;
+    removed afterwards, even when the test failed."""
+    name = _scratch()
+    env.write_file(name, content)
+    try:
+        env.exec(f"chmod {mode} {name}").check()
+        yield name
+    finally:
+        env.exec(f"chmod 600 {name}; rm -f {name}")
+
+
+def _assert_denied(action: Callable[[], object], path: str) -> None:
+    """``action`` raises :class:`SandboxPermissionDenied` (a ``PermissionError``) naming ``path``."""
+    with pytest.raises(PermissionError) as caught:
+        action()
+    assert isinstance(caught.value, SandboxPermissionDenied)
+    assert path in str(caught.value)
 
 
 def _report_alive(pids: str) -> str:
@@ -304,39 +325,21 @@ class EnvironmentConformance:
 
     def test_read_unreadable_file_is_permission_denied(self, env: Environment) -> None:
         _require_unprivileged(env)
-        name = _scratch()
-        env.write_file(name, b"secret")
-        env.exec(f"chmod 000 {name}").check()
-        try:
-            with pytest.raises(PermissionError) as caught:
-                env.read_file(name)
-            assert isinstance(caught.value, SandboxPermissionDenied)
-            assert name in str(caught.value)
-        finally:
-            env.exec(f"chmod 600 {name}; rm -f {name}")
+        with _file_with_mode(env, b"secret", "000") as name:
+            _assert_denied(lambda: env.read_file(name), name)
 
     def test_write_read_only_file_is_permission_denied(self, env: Environment) -> None:
         _require_unprivileged(env)
-        name = _scratch()
-        env.write_file(name, b"original")
-        env.exec(f"chmod 444 {name}").check()
-        try:
-            with pytest.raises(PermissionError) as caught:
-                env.write_file(name, b"replaced")
-            assert isinstance(caught.value, SandboxPermissionDenied)
-            assert name in str(caught.value)
+        with _file_with_mode(env, b"original", "444") as name:
+            _assert_denied(lambda: env.write_file(name, b"replaced"), name)
             assert env.exec(f"cat {name}").stdout == b"original", "a read-only file must not be replaced"
-        finally:
-            env.exec(f"chmod 644 {name}; rm -f {name}")
 
     def test_write_into_read_only_directory_is_permission_denied(self, env: Environment) -> None:
         _require_unprivileged(env)
         top = _scratch()
         env.exec(f"mkdir -p {top} && chmod 555 {top}").check()
         try:
-            with pytest.raises(PermissionError) as caught:
-                env.write_file(f"{top}/new.txt", b"nope")
-            assert isinstance(caught.value, SandboxPermissionDenied)
+            _assert_denied(lambda: env.write_file(f"{top}/new.txt", b"nope"), top)
             assert env.exec(f"ls -A {top}").stdout == b"", "nothing may be left in the directory"
         finally:
             env.exec(f"chmod 755 {top}; rm -rf {top}")
