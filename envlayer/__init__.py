@@ -47,6 +47,7 @@ _EXPORTS: dict[str, str] = {
             "SandboxFileNotFound",
             "SandboxIsADirectory",
             "SandboxPathError",
+            "SandboxPermissionDenied",
         )
     },
 }

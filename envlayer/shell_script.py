@@ -86,17 +86,19 @@ _TRAILER = (
 )
 
 
-def init_script(*, state_dir: str, start_dir: str | None) -> bytes:
+def init_script(*, session_id: str, start_dir: str | None) -> bytes:
     """Sent once to a freshly started shell: saves fds 7/8, defines the EXIT trap that
-    keeps state across ``exit N``, restores the state a previous shell of this session
-    left (exported variables and shell options), and goes to ``start_dir`` (a leading
-    ``~`` is the home directory).
+    keeps state across ``exit N``, creates the session's private directory
+    ``${TMPDIR:-/tmp}/.envlayer-session-<session_id>`` (mode 0700: saved state, staged
+    stdin), restores the state a previous shell of this session left (exported
+    variables and shell options), and goes to ``start_dir`` (a leading ``~`` is the
+    home directory).
 
     The EXIT trap runs when a command ends the shell (``exit N``, ``set -e`` and a
     failure, ``set -u`` and an unset variable): it writes ``export -p`` and ``set +o``
     to ``<state_dir>/state`` and prints the trailer with ``exit`` in the uptime field.
     """
-    d = quote(state_dir)
+    d = '"${TMPDIR:-/tmp}"/' + quote(f".envlayer-session-{session_id}")
     cd = f"cd -- {quote_path(start_dir)} 2>/dev/null || __el_nocwd=1\n" if start_dir else ""
     return (
         "exec 7>&1 8>&2\n"
@@ -115,8 +117,8 @@ def init_script(*, state_dir: str, start_dir: str | None) -> bytes:
 
 
 def handshake_command() -> str:
-    """The first command of a shell: prints ``<pid> <1 if start_dir was missing>``."""
-    return 'printf "%s %s" "$$" "$__el_nocwd"'
+    """The first command of a shell: prints ``<pid> <1 if start_dir was missing> <private dir>``."""
+    return 'printf "%s %s %s" "$$" "$__el_nocwd" "$__el_dir"'
 
 
 def call_script(

@@ -165,14 +165,15 @@ class PersistentShell:
         shell: str = "/bin/sh",
         start_dir: str | None = None,
         upload: Callable[[str, bytes], None] | None = None,
-        state_dir: str | None = None,
     ) -> None:
         self.open_stream = open_stream
         self.run_aside = run_aside
         self.shell = shell
         self.upload = upload
         self.start_dir = start_dir
-        self.state_dir = state_dir or f"/tmp/.envlayer-session-{uuid.uuid4().hex}"
+        self.session_id = uuid.uuid4().hex
+        self.state_dir = ""
+        """The session's private directory in the sandbox, as the shell reported it."""
         self.stream: ByteStream | None = None
         self.pid = 0
         self.cwd: str | None = None
@@ -203,7 +204,7 @@ class PersistentShell:
         self.stream = stream
         collector = OutputCollector(4096, "head")
         try:
-            stream.write(init_script(state_dir=self.state_dir, start_dir=target))
+            stream.write(init_script(session_id=self.session_id, start_dir=target))
             outcome = self._run_on(
                 stream,
                 ExecRequest.build(handshake_command(), timeout=_START_TIMEOUT),
@@ -215,8 +216,8 @@ class PersistentShell:
             raise ShellStartError(
                 f"the shell {self.shell} closed its input at start: {exc}", hint="check the `shell` option"
             ) from exc
-        words = collector.buffers["stdout"].getvalue().split()
-        if outcome.timed_out or outcome.exit_code != 0 or len(words) != 2 or self.stream is None:
+        words = collector.buffers["stdout"].getvalue().split(b" ", 2)
+        if outcome.timed_out or outcome.exit_code != 0 or len(words) != 3 or self.stream is None:
             err = collector.buffers["stderr"].getvalue().decode(errors="replace").strip()
             self._drop_stream()
             raise ShellStartError(
@@ -224,6 +225,7 @@ class PersistentShell:
                 hint="check that the `shell` option names a POSIX sh that exists in the sandbox",
             )
         self.pid = int(words[0])
+        self.state_dir = words[2].decode("utf-8", "surrogateescape")
         if words[1] == b"1" and target:
             if first:
                 self.cwd = None
@@ -242,7 +244,7 @@ class PersistentShell:
             except OSError:
                 pass
             self._drop_stream()
-        elif self.pid:
+        elif self.pid and self.state_dir:
             try:
                 self.run_aside([self.shell, "-c", 'rm -rf -- "$1"', "envlayer-rm", self.state_dir])
             except Exception:
