@@ -23,6 +23,7 @@ from envlayer.errors import BackendUnavailable, EnvlayerError
 from envlayer.factory import open_environment
 from envlayer.options import default_of, option_fields, type_name
 from envlayer.registry import backend_names, list_backends, load_backend
+from envlayer.request import normalize_timeout
 from envlayer.result import INTERRUPT_EXIT_CODE
 
 ENVLAYER_FAILURE = 125
@@ -105,6 +106,7 @@ def cmd_backends(args: argparse.Namespace) -> int:
 def cmd_exec(args: argparse.Namespace) -> int:
     command: str | list[str] = args.command[0] if len(args.command) == 1 else list(args.command)
     try:
+        normalize_timeout(args.timeout, default=None)  # refused before a sandbox is made for it
         settings = _settings(args)
         env_vars = _parse_assignments(args.env or [], "-e")
         stdin = sys.stdin.buffer.read() if args.stdin else None
