@@ -91,7 +91,9 @@ CALL_SHAPES: dict[Capability, tuple[CallShape, ...]] = {
     ),
     Capability.LIST_SANDBOXES: (CallShape("list_sandboxes", keywords=("profile", "options"), classmethod=True),),
     Capability.REMOVE_SANDBOX: (
-        CallShape("remove_sandbox", positional=("task_id",), keywords=("profile", "options", "force"), classmethod=True),
+        CallShape(
+            "remove_sandbox", positional=("task_id",), keywords=("profile", "options", "force"), classmethod=True
+        ),
     ),
     Capability.STREAMING: (CallShape("exec", positional=("command",), keywords=(*EXEC_KEYWORDS, "on_output")),),
     Capability.DIRECTORY_TRANSFER: (

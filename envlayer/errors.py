@@ -54,7 +54,9 @@ class BackendLoadError(EnvlayerError):
     :class:`~envlayer.Environment` subclass (``reason="not_environment"``). The original
     exception is chained."""
 
-    def __init__(self, name: str, distribution: str, target: str, cause: BaseException, *, reason: str = "import") -> None:
+    def __init__(
+        self, name: str, distribution: str, target: str, cause: BaseException, *, reason: str = "import"
+    ) -> None:
         self.name = name
         self.distribution = distribution
         self.target = target

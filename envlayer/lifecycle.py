@@ -19,6 +19,7 @@ from typing import Any
 
 from envlayer.capabilities import Capability, accepts_keyword, defines_method_for, signature_problem, supports
 from envlayer.environment import Command, Environment, SandboxInfo
+from envlayer.errors import PluginError
 from envlayer.options import BaseOptions
 from envlayer.plugin_errors import backend_name, plugin_call
 from envlayer.result import ExecResult
@@ -61,6 +62,9 @@ class SweepOutcome:
     sandboxes: list[SandboxInfo] = field(default_factory=list)
     error: str | None = None
     note: str = ""
+    plugin_failure: bool = False
+    """True when ``error`` is a plugin bug or a plugin that cannot be loaded
+    (:class:`~envlayer.errors.PluginError`, ``BackendLoadError``, ``BackendConflict``)."""
 
 
 def _absent(backend: Any, capability: Capability) -> str:
@@ -173,7 +177,10 @@ def _sweep(
             outcomes.append(SweepOutcome(name, supported=True, sandboxes=sandboxes))
         except Exception as exc:
             log.warning("%s on backend %r failed: %s", capability.value, name, exc)
-            outcomes.append(SweepOutcome(name, supported=True, error=f"{type(exc).__name__}: {exc}"))
+            error = f"{type(exc).__name__}: {exc}"
+            outcomes.append(
+                SweepOutcome(name, supported=True, error=error, plugin_failure=isinstance(exc, PluginError))
+            )
     return outcomes
 
 

@@ -153,6 +153,9 @@ def load_backend(name: str) -> type[Environment]:
             reason="not_environment",
         )
     _origins[backend] = info.distribution
+    import logging  # already imported by stevedore: free here, and kept off the listing path
+
+    logging.getLogger("envlayer.registry").debug("loaded backend %r from %s (%s)", name, info.distribution, info.target)
     return backend
 
 
