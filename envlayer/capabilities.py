@@ -18,6 +18,7 @@ Every other missing argument makes the capability absent.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
@@ -153,7 +154,15 @@ def accepts_keyword(backend: Any, method: str, name: str) -> bool:
 
 def shape_problem(backend: Any, shape: CallShape) -> str | None:
     """Why the dispatcher cannot call ``shape`` on ``backend``; None when it can.
-    A signature that lacks only droppable keywords fits."""
+    A signature that lacks only droppable keywords fits. Answers for an instance
+    whose method comes from its class are cached per class (the dispatcher asks on
+    every call)."""
+    if not isinstance(backend, type) and shape.method not in getattr(backend, "__dict__", {}):
+        return _class_shape_problem(type(backend), shape)
+    return _shape_problem(backend, shape)
+
+
+def _shape_problem(backend: Any, shape: CallShape) -> str | None:
     signature = _signature(backend, shape)
     if signature is None:
         if callable(getattr(backend, shape.method, None)):
@@ -162,8 +171,12 @@ def shape_problem(backend: Any, shape: CallShape) -> str | None:
     required = tuple(k for k in shape.keywords if k not in shape.droppable)
     if _binds(signature, shape.positional, shape.keywords) or _binds(signature, shape.positional, required):
         return None
-    shown = signature.replace(return_annotation=signature.empty)
+    bare = [p.replace(annotation=p.empty) for p in signature.parameters.values()]
+    shown = signature.replace(parameters=bare, return_annotation=signature.empty)
     return f"{shape.method}{shown} does not accept the dispatcher's call {shape.describe()}"
+
+
+_class_shape_problem = functools.lru_cache(maxsize=1024)(_shape_problem)
 
 
 def signature_problem(backend: Any, capability: Capability) -> str | None:

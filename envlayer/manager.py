@@ -56,8 +56,16 @@ from envlayer.capabilities import Capability, capabilities_of, supports
 from envlayer.config import Settings, load_settings
 from envlayer.environment import DEFAULT_TASK, Command, Environment
 from envlayer.errors import BackendUnavailable, EnvironmentClosed, EnvlayerError
-from envlayer.lifecycle import CleanupOutcome, SweepOutcome, cleanup, reap_orphans, wait_for_cleanup
+from envlayer.lifecycle import (
+    CleanupOutcome,
+    SweepOutcome,
+    cleanup,
+    exec_streaming,
+    reap_orphans,
+    wait_for_cleanup,
+)
 from envlayer.options import BaseOptions
+from envlayer.plugin_errors import plugin_call
 from envlayer.registry import load_backend
 from envlayer.result import ExecResult
 
@@ -272,22 +280,23 @@ class ManagedEnvironment(Environment):
         stdin: bytes | str | None = None,
         on_output: Callable[[str, bytes], None] | None = None,
     ) -> ExecResult:
-        """:meth:`Environment.exec`, tracked. ``on_output`` requires the STREAMING
-        capability (use :func:`envlayer.lifecycle.exec_streaming` to be safe)."""
+        """:meth:`Environment.exec`, tracked. ``on_output`` goes through
+        :func:`envlayer.lifecycle.exec_streaming`: chunks as they arrive on a streaming
+        backend, once at the end on others."""
         kwargs: dict[str, Any] = {"cwd": cwd, "env": env, "timeout": timeout, "stdin": stdin}
-        if on_output is not None:
-            kwargs["on_output"] = on_output
-        with self._manager._activity(self._entry):
+        with self._manager._activity(self._entry, "exec"):
+            if on_output is not None:
+                return exec_streaming(self.environment, command, on_output, **kwargs)
             return self.environment.exec(command, **kwargs)
 
     def read_file(self, path: str) -> bytes:
         """:meth:`Environment.read_file`, tracked."""
-        with self._manager._activity(self._entry):
+        with self._manager._activity(self._entry, "read_file"):
             return self.environment.read_file(path)
 
     def write_file(self, path: str, data: bytes | str) -> None:
         """:meth:`Environment.write_file`, tracked."""
-        with self._manager._activity(self._entry):
+        with self._manager._activity(self._entry, "write_file"):
             self.environment.write_file(path, data)
 
     def cleanup(self) -> None:
@@ -527,7 +536,9 @@ class EnvironmentManager:
     # --- activity, eviction, idle reaping -------------------------------------------
 
     @contextmanager
-    def _activity(self, entry: _Entry) -> Iterator[None]:
+    def _activity(self, entry: _Entry, stage: str) -> Iterator[None]:
+        """Track one call on ``entry`` (in flight, last activity); evict on
+        ``BackendUnavailable``; a contract-breaking exception becomes ``PluginError``."""
         with self._lock:
             if entry.released:
                 raise EnvironmentClosed(
@@ -537,7 +548,8 @@ class EnvironmentManager:
             entry.in_flight += 1
             entry.last_activity = time.monotonic()
         try:
-            yield
+            with plugin_call(entry.env, stage):
+                yield
         except BackendUnavailable:
             self._evict(entry)
             raise
