@@ -42,9 +42,13 @@ class ToyEnvironment(Environment):
         limit = self.options.timeout if timeout is None else (timeout or None)
         data = stdin.encode() if isinstance(stdin, str) else stdin
         start = time.monotonic()
+        run_cwd = os.path.join(self.root, cwd) if cwd else self.root
+        if not os.path.isdir(run_cwd):
+            message = f"working directory does not exist: {cwd}\n".encode()
+            return ExecResult(126, b"", message, time.monotonic() - start, timeout=limit)
         proc = subprocess.Popen(
             argv,
-            cwd=os.path.join(self.root, cwd) if cwd else self.root,
+            cwd=run_cwd,
             env={**os.environ, **self.options.env, **(env or {})},
             stdin=subprocess.PIPE if data is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
