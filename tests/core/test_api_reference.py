@@ -36,10 +36,9 @@ def test_public_classes_and_functions_have_docstrings() -> None:
         if not (module.__doc__ or "").strip():
             undocumented.append(name)
         for attr, obj in vars(module).items():
-            own = getattr(obj, "__module__", None) == name
-            if not attr.startswith("_") and own and (inspect.isclass(obj) or inspect.isfunction(obj)):
-                if not (obj.__doc__ or "").strip():
-                    undocumented.append(f"{name}.{attr}")
+            public = not attr.startswith("_") and getattr(obj, "__module__", None) == name
+            if public and (inspect.isclass(obj) or inspect.isfunction(obj)) and not (obj.__doc__ or "").strip():
+                undocumented.append(f"{name}.{attr}")
     assert undocumented == []
 
 

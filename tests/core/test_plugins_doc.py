@@ -37,9 +37,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, s
     info.mkdir(parents=True)
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {meta['name']}\nVersion: {meta['version']}\n")
     points = meta["entry-points"]["envlayer.backends"]
-    (info / "entry_points.txt").write_text(
-        "[envlayer.backends]\n" + "".join(f"{k} = {v}\n" for k, v in points.items())
-    )
+    (info / "entry_points.txt").write_text("[envlayer.backends]\n" + "".join(f"{k} = {v}\n" for k, v in points.items()))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ENVLAYER_", "PYTEST_"))}
     env.update(PYTHONPATH=f"{project}{os.pathsep}{site}", XDG_CONFIG_HOME=str(root / "xdg"))
     return project, env
