@@ -45,6 +45,7 @@ _EXPORTS: dict[str, str] = {
             "SandboxFileNotFound",
             "SandboxIsADirectory",
             "SandboxPathError",
+            "SandboxPermissionDenied",
             "ToolArgumentError",
         )
     },
