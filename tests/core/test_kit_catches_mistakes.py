@@ -15,7 +15,6 @@ import os, subprocess, time
 
 import pytest
 from envlayer import ExecResult
-from envlayer.output import CappedBuffer
 from envlayer.testing import EnvironmentConformance
 from envlayer_toy import ToyEnvironment
 
@@ -42,15 +41,7 @@ class Careless(ToyEnvironment):
             os.killpg(proc.pid, 9)
             out, err = proc.communicate()
             return ExecResult(124, out, err, time.monotonic() - start, timed_out=True)  # mistake 3: no timeout=
-        streams = []
-        for raw in (out, err):
-            buf = CappedBuffer(self.options.max_output_bytes, self.options.output_policy)
-            buf.write(raw)
-            streams.append(buf)
-        return ExecResult(
-            proc.returncode, streams[0].getvalue(), streams[1].getvalue(), time.monotonic() - start,
-            stdout_truncation=streams[0].truncation, stderr_truncation=streams[1].truncation,
-        )
+        return self._finished(proc.returncode, out, err, time.monotonic() - start, timeout=None)  # mistake 3 again
 
     def wait_for_cleanup(self):  # mistake 4: the dispatcher passes a timeout
         return True

@@ -61,17 +61,21 @@ class ToyEnvironment(Environment):
             os.killpg(proc.pid, 9)
             out, err = proc.communicate()
             return ExecResult(124, out, err, time.monotonic() - start, timed_out=True, timeout=limit)
+        return self._finished(proc.returncode, out, err, time.monotonic() - start, timeout=limit)
+
+    def _finished(self, exit_code: int, out: bytes, err: bytes, duration: float, timeout: float | None) -> ExecResult:
+        """The result of a finished command, each stream capped by the options."""
         streams = []
         for raw in (out, err):
             buf = CappedBuffer(self.options.max_output_bytes, self.options.output_policy)
             buf.write(raw)
             streams.append(buf)
         return ExecResult(
-            proc.returncode,
+            exit_code,
             streams[0].getvalue(),
             streams[1].getvalue(),
-            time.monotonic() - start,
-            timeout=limit,
+            duration,
+            timeout=timeout,
             stdout_truncation=streams[0].truncation,
             stderr_truncation=streams[1].truncation,
         )
