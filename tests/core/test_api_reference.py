@@ -15,6 +15,7 @@ INTERNAL = {
     "envlayer.cli": "the command line, documented in docs/cli.md",
     "envlayer.entrypoints": "the fast entry-point reader behind envlayer.registry",
     "envlayer.proctree": "the local backend's process-tree killer",
+    "envlayer.exit_hook": "the manager's at-exit registry",
     "envlayer.backends": "built-in backends, loaded by name through envlayer.registry",
 }
 
@@ -27,6 +28,8 @@ def test_every_module_is_public_or_declared_internal() -> None:
     }
     assert modules - set(PUBLIC) - set(INTERNAL) == set(), "list new modules in docs/api.md (or INTERNAL here)"
     assert set(PUBLIC) - modules == set(), "docs/api.md lists modules that do not exist"
+    command = (ROOT / "docs" / "api.md").read_text().split("```sh", 1)[1].split("#", 1)[0]
+    assert sorted(re.findall(r"envlayer(?:\.\w+)+", command)) == sorted(PUBLIC), "the build command lists other modules"
 
 
 def test_public_classes_and_functions_have_docstrings() -> None:
