@@ -313,13 +313,8 @@ def cmd_reap(args: argparse.Namespace) -> int:
 
 def cmd_rm(args: argparse.Namespace) -> int:
     settings = _settings(args)
-<<<<<<< HEAD
     specs, failures = _sweep_targets(args, settings)
-    outcomes = lifecycle.remove_sandbox(specs, args.task, profile=settings.profile, force=args.force)
-=======
-    specs, failures = _specs_and_failures(args, settings)
     outcomes = lifecycle.remove_sandbox(specs, args.task, profile=settings.profile, force=args.force, purge=args.purge)
->>>>>>> main
     return _report(failures + outcomes, args, "removed")
 
 

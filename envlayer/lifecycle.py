@@ -12,7 +12,6 @@ distribution.
 
 from __future__ import annotations
 
-import inspect
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -82,25 +81,18 @@ def cleanup(env: Environment, *, force_remove: bool = False, purge: bool = False
 
     Without the capability, ``force_remove=True`` degrades to plain ``cleanup()``: that
     backend has no persist mode to override, so its cleanup is already its strongest.
-<<<<<<< HEAD
+    ``purge`` (which implies ``force_remove``) also deletes the task's durable data, on
+    backends whose ``cleanup`` takes it (Docker).
+
     Raises: envlayer errors from the backend's ``cleanup`` as they are; anything else
     as :class:`~envlayer.errors.PluginError`.
     """
     name = backend_name(env)
-    if force_remove and supports(env, Capability.FORCE_REMOVE):
-        with plugin_call(env, "cleanup"):
-            env.cleanup(force_remove=True)  # type: ignore[call-arg]
-=======
-    ``purge`` (which implies ``force_remove``) also deletes the task's durable data, on
-    backends whose ``cleanup`` takes it (Docker). Exceptions from the backend's
-    ``cleanup`` propagate.
-    """
-    name = _name(env)
     force_remove = force_remove or purge
     if force_remove and supports(env, Capability.FORCE_REMOVE):
-        extra = {"purge": True} if purge and accepts_keyword(env.cleanup, "purge") else {}
-        env.cleanup(force_remove=True, **extra)  # type: ignore[call-arg]
->>>>>>> main
+        extra = {"purge": True} if purge and accepts_keyword(env, "cleanup", "purge") else {}
+        with plugin_call(env, "cleanup"):
+            env.cleanup(force_remove=True, **extra)  # type: ignore[call-arg]
         return CleanupOutcome(name, forced=True)
     with plugin_call(env, "cleanup"):
         env.cleanup()
@@ -234,15 +226,6 @@ def list_sandboxes(backends: Sequence[BackendSpec], *, profile: str | None) -> l
     )
 
 
-def accepts_keyword(fn: Callable[..., Any], keyword: str) -> bool:
-    """True when ``fn`` takes ``keyword`` (by name or through ``**kwargs``)."""
-    try:
-        params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return False
-    return any(p.name == keyword or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
-
-
 def remove_sandbox(
     backends: Sequence[BackendSpec], task_id: str, *, profile: str, force: bool = False, purge: bool = False
 ) -> list[SweepOutcome]:
@@ -253,7 +236,7 @@ def remove_sandbox(
 
     def call(cls: type[Environment], opts: BaseOptions) -> list[SandboxInfo]:
         remove = cls.remove_sandbox  # type: ignore[attr-defined]
-        extra = {"purge": True} if purge and accepts_keyword(remove, "purge") else {}
+        extra = {"purge": True} if purge and accepts_keyword(cls, "remove_sandbox", "purge") else {}
         return remove(task_id, profile=profile, options=opts, force=force, **extra)  # type: ignore[no-any-return]
 
     return _sweep(backends, Capability.REMOVE_SANDBOX, call)
