@@ -228,42 +228,6 @@ class EnvironmentConformance:
         assert b"started" in result.stdout
         assert result.duration < 15
 
-    def test_default_timeout_comes_from_options(self, env: Environment) -> None:
-        """``exec`` without ``timeout`` uses ``options.timeout``, read at call time."""
-        previous = env.options.timeout
-        env.options.timeout = 1
-        try:
-            result = env.exec("echo started; sleep 8")
-        finally:
-            env.options.timeout = previous
-        assert (result.timed_out, result.exit_code) == (True, 124), (
-            f"exec without timeout= must use options.timeout=1; got {result!r}"
-        )
-        assert result.duration < 7
-
-    def test_result_records_the_timeout_that_applied(self, env: Environment) -> None:
-        """``ExecResult.timeout`` is the limit that applied to the call (shown to users,
-        e.g. "timed out after 1s"), whether or not the command hit it."""
-        timed_out = env.exec("sleep 30", timeout=1)
-        assert timed_out.timed_out
-        assert timed_out.timeout == 1
-        assert env.exec("true", timeout=25).timeout == 25
-
-    def test_missing_cwd_is_exit_126_naming_it(self, env: Environment) -> None:
-        """A ``cwd`` that does not exist runs nothing: exit code 126 and
-        ``working directory does not exist: <cwd>`` on stderr, never a raw exception."""
-        missing = f"/tmp/{_scratch()}-missing"
-        try:
-            result = env.exec("echo ran", cwd=missing)
-        except Exception as exc:
-            raise AssertionError(
-                f"exec(cwd={missing!r}) raised {type(exc).__name__}: {exc}; "
-                "it must return exit code 126 with the reason on stderr"
-            ) from exc
-        assert result.exit_code == 126
-        assert result.stdout == b""
-        assert missing in result.stderr_text
-
     def test_timeout_kills_the_process_tree(self, env: Environment) -> None:
         with _pidfile(env) as pidfile:
             script = f"sleep 300 & echo $! > {pidfile}; sh -c 'sleep 301' & echo $! >> {pidfile}; sleep 302"
@@ -456,6 +420,59 @@ class EnvironmentConformance:
         if Capability.DIRECTORY_TRANSFER in caps:
             assert callable(getattr(env, "upload_dir", None)) and callable(getattr(env, "download_dir", None))
 
+    def test_cleanup_is_idempotent_and_closes(self, env: Environment) -> None:
+        env.cleanup()
+        env.cleanup()
+        assert env.closed
+        with pytest.raises(EnvironmentClosed):
+            env.exec("true")
+        with pytest.raises(EnvironmentClosed):
+            env.read_file("x")
+
+    def test_context_manager_cleans_up(self, env: Environment) -> None:
+        with env as entered:
+            assert entered is env
+            assert entered.exec("echo in").stdout == b"in\n"
+        assert env.closed
+
+    # --- the plugin contract: options read at call time, result fields, the dispatcher's calls ---
+
+    def test_default_timeout_comes_from_options(self, env: Environment) -> None:
+        """``exec`` without ``timeout`` uses ``options.timeout``, read at call time."""
+        previous = env.options.timeout
+        env.options.timeout = 1
+        try:
+            result = env.exec("echo started; sleep 8")
+        finally:
+            env.options.timeout = previous
+        assert (result.timed_out, result.exit_code) == (True, 124), (
+            f"exec without timeout= must use options.timeout=1; got {result!r}"
+        )
+        assert result.duration < 7
+
+    def test_result_records_the_timeout_that_applied(self, env: Environment) -> None:
+        """``ExecResult.timeout`` is the limit that applied to the call (shown to users,
+        e.g. "timed out after 1s"), whether or not the command hit it."""
+        timed_out = env.exec("sleep 30", timeout=1)
+        assert timed_out.timed_out
+        assert timed_out.timeout == 1
+        assert env.exec("true", timeout=25).timeout == 25
+
+    def test_missing_cwd_is_exit_126_naming_it(self, env: Environment) -> None:
+        """A ``cwd`` that does not exist runs nothing: exit code 126 and
+        ``working directory does not exist: <cwd>`` on stderr, never a raw exception."""
+        missing = f"/tmp/{_scratch()}-missing"
+        try:
+            result = env.exec("echo ran", cwd=missing)
+        except Exception as exc:
+            raise AssertionError(
+                f"exec(cwd={missing!r}) raised {type(exc).__name__}: {exc}; "
+                "it must return exit code 126 with the reason on stderr"
+            ) from exc
+        assert result.exit_code == 126
+        assert result.stdout == b""
+        assert missing in result.stderr_text
+
     def test_declared_parts_accept_the_dispatchers_call(self, env: Environment) -> None:
         """Every declared capability backed by a method accepts every argument the
         dispatcher passes (otherwise envlayer drops it and falls back)."""
@@ -518,18 +535,3 @@ class EnvironmentConformance:
                 assert fh.read() == "payload"
         finally:
             env.exec(f"rm -rf {remote}")
-
-    def test_cleanup_is_idempotent_and_closes(self, env: Environment) -> None:
-        env.cleanup()
-        env.cleanup()
-        assert env.closed
-        with pytest.raises(EnvironmentClosed):
-            env.exec("true")
-        with pytest.raises(EnvironmentClosed):
-            env.read_file("x")
-
-    def test_context_manager_cleans_up(self, env: Environment) -> None:
-        with env as entered:
-            assert entered is env
-            assert entered.exec("echo in").stdout == b"in\n"
-        assert env.closed
