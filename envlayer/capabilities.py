@@ -158,7 +158,8 @@ def shape_problem(backend: Any, shape: CallShape) -> str | None:
     whose method comes from its class are cached per class (the dispatcher asks on
     every call)."""
     if not isinstance(backend, type) and shape.method not in getattr(backend, "__dict__", {}):
-        return _class_shape_problem(type(backend), shape)
+        cls: Any = type(backend)
+        return _class_shape_problem(cls, shape)
     return _shape_problem(backend, shape)
 
 
