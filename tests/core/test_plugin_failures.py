@@ -210,12 +210,30 @@ def test_old_signature_plugin_through_the_python_api(site: Path, workdir: Path) 
         cls = load_backend("old")
         (reap,) = lifecycle.reap_orphans([(cls, cls.Options())], profile="p", max_age=60, dry_run=True)
         out["reap"] = [reap.supported, reap.error, reap.note]
+
+        from envlayer.config import load_settings
+        from envlayer.manager import EnvironmentManager
+        manager = EnvironmentManager(load_settings(backend="old", profile="plugin-failures"))
+        out["managed"] = manager.get("t").exec("echo managed").stdout_text
+        chunks = []
+        manager.get("t").exec("echo streamed", on_output=lambda s, c: chunks.append(c))
+        out["chunks"] = [c.decode() for c in chunks]
+        out["release_note"] = manager.release("t", force_remove=True).note
+        manager.get("t2")
+        out["closed"] = manager.close(timeout=5)
+        sweep = manager.orphan_sweep()
+        sweep.wait(5)
+        out["sweep"] = [(o.supported, o.error) for o in sweep.outcomes]
         """,
     )
     assert out["stdout"] == "hi\n" and out["forced"] is False and "no force_remove" in str(out["note"])
     assert out["waited"] is True
     supported, error, note = out["reap"]  # type: ignore[misc]
     assert supported is False and error is None and "reap_orphans(profile, max_age)" in note
+    # the manager goes through the dispatcher too: no TypeError at release, close or sweep
+    assert out["managed"] == "managed\n" and out["chunks"] == ["streamed\n"]
+    assert "no force_remove" in str(out["release_note"]) and out["closed"] is True
+    assert out["sweep"] == [[False, None]]
 
 
 # --- a constructor that raises ---------------------------------------------------------
