@@ -275,6 +275,10 @@ def _sweep_targets(
 
 
 def _report(outcomes: list[lifecycle.SweepOutcome], args: argparse.Namespace, verb: str) -> int:
+    """Print the outcomes of a sweep; return the exit code. Without ``--backend``, a
+    backend that cannot be reached here (``unavailable``) is a note, not a failure: the
+    user did not ask for it."""
+    failed = [o for o in outcomes if o.error and (args.backend or not o.unavailable)]
     if args.json:
         _print_json([dataclasses.asdict(o) for o in outcomes])
     else:
@@ -287,13 +291,15 @@ def _report(outcomes: list[lifecycle.SweepOutcome], args: argparse.Namespace, ve
         else:
             print(f"nothing {verb}")
         for o in outcomes:
-            if o.error:
+            if o in failed:
                 print(f"{o.backend}: error: {o.error}", file=sys.stderr)
+            elif o.error:
+                _note(f"backend {o.backend!r} skipped: {o.error.splitlines()[0]}")
             elif not o.supported and (args.verbose or args.backend or " skipped: " in o.note):
                 _note(o.note)
-    if any(o.error and o.plugin_failure for o in outcomes):
+    if any(o.plugin_failure for o in failed):
         return ENVLAYER_FAILURE
-    return 1 if any(o.error for o in outcomes) else 0
+    return 1 if failed else 0
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
@@ -460,6 +466,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.debug:
         _enable_debug()
+    elif not logging.getLogger("envlayer").handlers:
+        # the CLI reports every failure itself, once: Python's last-resort handler would
+        # print the library's warnings about the same failures again
+        logging.getLogger("envlayer").addHandler(logging.NullHandler())
     try:
         return int(args.func(args))
     except BackendUnavailable as exc:

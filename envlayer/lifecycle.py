@@ -19,7 +19,7 @@ from typing import Any
 
 from envlayer.capabilities import Capability, accepts_keyword, defines_method_for, signature_problem, supports
 from envlayer.environment import Command, Environment, SandboxInfo
-from envlayer.errors import PluginError
+from envlayer.errors import BackendUnavailable, PluginError
 from envlayer.options import BaseOptions
 from envlayer.plugin_errors import backend_name, plugin_call
 from envlayer.result import ExecResult
@@ -65,6 +65,9 @@ class SweepOutcome:
     plugin_failure: bool = False
     """True when ``error`` is a plugin bug or a plugin that cannot be loaded
     (:class:`~envlayer.errors.PluginError`, ``BackendLoadError``, ``BackendConflict``)."""
+    unavailable: bool = False
+    """True when ``error`` is :class:`~envlayer.errors.BackendUnavailable`: the backend's
+    infrastructure cannot be reached (or is not configured) here."""
 
 
 def _absent(backend: Any, capability: Capability) -> str:
@@ -184,7 +187,13 @@ def _sweep(
             log.warning("%s on backend %r failed: %s", capability.value, name, exc)
             error = f"{type(exc).__name__}: {exc}"
             outcomes.append(
-                SweepOutcome(name, supported=True, error=error, plugin_failure=isinstance(exc, PluginError))
+                SweepOutcome(
+                    name,
+                    supported=True,
+                    error=error,
+                    plugin_failure=isinstance(exc, PluginError),
+                    unavailable=isinstance(exc, BackendUnavailable),
+                )
             )
     return outcomes
 

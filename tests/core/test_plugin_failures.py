@@ -94,6 +94,23 @@ class CallBoomEnvironment(ToyEnvironment):
         "envlayer_impostor",
         _TOY_BASED + "class Impostor(ToyEnvironment):\n    name = 'local'\n",
     ),
+    "envlayer-down": (
+        {"down": "envlayer_down:DownEnvironment"},
+        "envlayer_down",
+        _TOY_BASED
+        + '''
+from envlayer import BackendUnavailable, Capability
+
+class DownEnvironment(ToyEnvironment):
+    """Healthy code, unreachable infrastructure."""
+    name = "down"
+    capabilities = frozenset({Capability.LIST_SANDBOXES})
+
+    @classmethod
+    def list_sandboxes(cls, *, profile, options):
+        raise BackendUnavailable("the down service is not reachable", hint="start it")
+''',
+    ),
     "envlayer-dup-a": ({"dup": "envlayer_dup_a:Env"}, "envlayer_dup_a", _TOY_BASED + "Env = ToyEnvironment\n"),
     "envlayer-dup-b": ({"dup": "envlayer_dup_b:Env"}, "envlayer_dup_b", _TOY_BASED + "Env = ToyEnvironment\n"),
 }
@@ -375,6 +392,19 @@ def test_broken_plugins_affect_only_commands_that_use_them(site: Path, workdir: 
     broken = {e["backend"] for e in json.loads(out.stdout) if not e["ok"]}
     ours = {name for entry_points, _, _ in PLUGINS.values() for name in entry_points}
     assert broken & ours == {"dup", "notenv", "importboom"}  # boom fails only when constructed
+
+
+def test_an_unreachable_backend_fails_ls_only_when_named(site: Path, workdir: Path) -> None:
+    out = cli(site, workdir, "ls")
+    assert out.returncode == 0, out.stderr
+    note = "envlayer: note: backend 'down' skipped: BackendUnavailable: the down service is not reachable\n"
+    assert note in out.stderr and out.stderr.count("not reachable") == 1, out.stderr
+    listed = {o["backend"]: o for o in json.loads(cli(site, workdir, "ls", "--json").stdout)}
+    assert listed["down"]["unavailable"] is True and "not reachable" in listed["down"]["error"]
+    named = cli(site, workdir, "ls", "--backend", "down")
+    assert (
+        named.returncode == 1 and "down: error: BackendUnavailable: the down service is not reachable" in named.stderr
+    )
 
 
 def test_sweep_commands_say_why_nothing_happened_when_the_backend_is_named(site: Path, workdir: Path) -> None:
