@@ -42,7 +42,6 @@ from envlayer_kubernetes.options import KubernetesOptions
 log = logging.getLogger("envlayer.kubernetes")
 T = TypeVar("T")
 OutputCallback = Callable[[str, bytes], None]
-STREAM_NAMES = {1: "stdout", 2: "stderr"}
 KILL_WAIT = 15.0
 EXIT_WAIT = 15.0
 
@@ -175,7 +174,7 @@ class KubernetesEnvironment(Environment):
         timeout: float | None,
         start: float,
     ) -> ExecResult:
-        from envlayer_kubernetes.channel import V5, ExecChannel, require_open, start_writer
+        from envlayer_kubernetes.channel import V5, ExecChannel, start_writer
         from envlayer_kubernetes.wrapper import env_line, oneshot_argv
 
         exec_id = uuid.uuid4().hex
@@ -191,48 +190,41 @@ class KubernetesEnvironment(Environment):
         channel = ExecChannel.open(self._cluster, self.pod_name, argv, stdin=True, timeout=self.options.api_timeout)
         writer = start_writer(channel, env_line(env) + (data or b""), close=data is None or closable)
         limit, policy = self.options.max_output_bytes, self.options.output_policy
-        buffers = {1: CappedBuffer(limit, policy), 2: CappedBuffer(limit, policy)}  # type: ignore[arg-type]
+        buffers = {name: CappedBuffer(limit, policy) for name in ("stdout", "stderr")}  # type: ignore[arg-type]
         deadline = None if timeout is None else start + timeout
-        timed_out = False
         try:
-            for frame in channel.frames(deadline):
-                if frame is None:
-                    timed_out = True
-                    break
-                stream, chunk = frame
-                buffers[stream].write(chunk)
-                if on_output is not None:
-                    on_output(STREAM_NAMES[stream], chunk)
+            while (chunks := channel.read(deadline)) is not None:
+                if not chunks:
+                    self._kill(exec_id)
+                    return self._result(buffers, TIMEOUT_EXIT_CODE, start, timeout, timed_out=True)
+                for name, chunk in chunks:
+                    buffers[name].write(chunk)
+                    if on_output is not None:
+                        on_output(name, chunk)
         except BaseException:
             self._kill(exec_id)
-            channel.close()
             raise
-        if timed_out:
-            self._kill(exec_id)
+        finally:
             channel.close()
-            return self._result(buffers, TIMEOUT_EXIT_CODE, start, timeout, timed_out=True)
-        channel.close()
-        writer.join(timeout=1.0)
-        code = channel.exit_code()
+            writer.join(timeout=1.0)
+        code = channel.exit_status()
         if code is None:
-            if channel.status is not None:
-                raise BackendUnavailable(
-                    f"the command could not run in pod {self.pod_name}: {channel.failure_message()}",
-                    hint="check the pod (`kubectl describe pod`); the image needs " + self.options.shell,
-                )
-            raise require_open(self._cluster, self.pod_name)
+            raise BackendUnavailable(
+                f"the command could not run in pod {self.pod_name}: {channel.failure_message()}",
+                hint="check the pod (`kubectl describe pod`); the image needs " + self.options.shell,
+            )
         return self._result(buffers, code, start, timeout)
 
     def _result(
         self,
-        buffers: dict[int, CappedBuffer],
+        buffers: dict[str, CappedBuffer],
         code: int,
         start: float,
         timeout: float | None,
         *,
         timed_out: bool = False,
     ) -> ExecResult:
-        out, err = buffers[1], buffers[2]
+        out, err = buffers["stdout"], buffers["stderr"]
         return ExecResult(
             exit_code=code,
             stdout=out.getvalue(),
@@ -256,7 +248,7 @@ class KubernetesEnvironment(Environment):
     def _capture(self, argv: list[str], data: bytes | None, timeout: float) -> tuple[int, bytes, bytes]:
         """Run an internal helper exec (no wrapper, no environment): (code, stdout, stderr),
         uncapped. Raises ``NotStarted`` or :class:`BackendUnavailable`."""
-        from envlayer_kubernetes.channel import V5, ExecChannel, require_open, start_writer
+        from envlayer_kubernetes.channel import V5, ExecChannel, start_writer
         from envlayer_kubernetes.wrapper import bounded_stdin_argv
 
         if data is not None and self._cluster.protocol != V5:
@@ -265,23 +257,24 @@ class KubernetesEnvironment(Environment):
             self._cluster, self.pod_name, argv, stdin=data is not None, timeout=self.options.api_timeout
         )
         writer = start_writer(channel, data, close=True) if data is not None else None
-        buffers = {1: CappedBuffer(None), 2: CappedBuffer(None)}
+        out: list[bytes] = []
+        err: list[bytes] = []
+        deadline = time.monotonic() + timeout
         try:
-            for frame in channel.frames(time.monotonic() + timeout):
-                if frame is None:
+            while (chunks := channel.read(deadline)) is not None:
+                if not chunks:
                     raise BackendUnavailable(
                         f"an internal command in pod {self.pod_name} did not finish in {timeout:.0f} s",
                         hint="the pod may be overloaded; retry",
                     )
-                buffers[frame[0]].write(frame[1])
+                for name, chunk in chunks:
+                    (out if name == "stdout" else err).append(chunk)
         finally:
             channel.close()
             if writer is not None:
                 writer.join(timeout=1.0)
-        code = channel.exit_code()
-        if code is None:
-            raise require_open(self._cluster, self.pod_name)
-        return code, buffers[1].getvalue(), buffers[2].getvalue()
+        code = channel.exit_status()
+        return 255 if code is None else code, b"".join(out), b"".join(err)
 
     def _helper(self, argv: list[str], data: bytes | None) -> tuple[int, bytes, bytes]:
         """:meth:`_capture` for file operations; recovers a vanished pod once."""
