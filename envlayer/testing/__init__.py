@@ -1,4 +1,5 @@
-"""Public test kit for backend authors: ``EnvironmentConformance`` (a pytest suite).
+"""Public test kit for backend authors: ``EnvironmentConformance`` (a pytest suite) and
+``ExecContractConformance`` (bad input, output floods, session semantics).
 
 Install it with ``pip install "envlayer[testing]"`` (it brings pytest). Importing this
 package requires pytest; ``import envlayer`` never imports it. Importing it registers
@@ -10,6 +11,6 @@ import pytest
 
 pytest.register_assert_rewrite("envlayer.testing.conformance")
 
-from envlayer.testing.conformance import EnvironmentConformance  # noqa: E402 - after the registration
+from envlayer.testing.conformance import EnvironmentConformance, ExecContractConformance  # noqa: E402 - after it
 
-__all__ = ["EnvironmentConformance"]
+__all__ = ["EnvironmentConformance", "ExecContractConformance"]
