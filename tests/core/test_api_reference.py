@@ -16,6 +16,7 @@ INTERNAL = {
     "envlayer.entrypoints": "the fast entry-point reader behind envlayer.registry",
     "envlayer.proctree": "the local backend's process-tree killer",
     "envlayer.exit_hook": "the manager's at-exit registry",
+    "envlayer.shell_script": "the shell text and framing behind envlayer.shell_session",
     "envlayer.backends": "built-in backends, loaded by name through envlayer.registry",
 }
 
