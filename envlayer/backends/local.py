@@ -1,6 +1,8 @@
 """The embedded default backend: commands run as processes on this machine.
 
 Lifecycle: nothing to create or tear down; ``cleanup()`` only closes the handle.
+Commands inherit this process's environment without credential variables
+(``env_blocklist``, see :mod:`envlayer.agent_env`) unless forwarded (``forward_env``).
 Every command runs in its own session and process group; a timeout or an interrupt
 kills the whole tree (SIGTERM, one second of grace, SIGKILL), including processes
 that left the group with ``setsid`` (found through their ``ENVLAYER_EXEC_ID``).
@@ -19,6 +21,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from envlayer.agent_env import CREDENTIAL_PATTERNS, inherited_environment, with_command_defaults
 from envlayer.capabilities import Capability
 from envlayer.environment import Command, Environment
 from envlayer.errors import (
@@ -46,7 +49,21 @@ class LocalOptions(BaseOptions):
     """Options of the local backend."""
 
     shell: str = option("/bin/sh", doc="Shell that runs string commands as `shell -c COMMAND`.")
-    inherit_env: bool = option(True, doc="Start commands with this process's environment (then apply `env`).")
+    inherit_env: bool = option(
+        True,
+        doc="Start commands with this process's environment, minus variables matching `env_blocklist` "
+        "(then apply `env`).",
+    )
+    env_blocklist: list[str] = option(
+        doc="Shell globs (case-insensitive) of variables never inherited from this process: credentials "
+        "such as `*_API_KEY`, `*_TOKEN`, `*_SECRET`, `*_PASSWORD`, `AWS_*` (see envlayer.agent_env). "
+        "`[]` inherits everything.",
+        factory=lambda: list(CREDENTIAL_PATTERNS),
+    )
+    forward_env: list[str] = option(
+        doc="Names of variables inherited even when `env_blocklist` matches them (explicit opt-in).",
+        factory=list,
+    )
 
 
 class LocalEnvironment(Environment):
@@ -83,8 +100,13 @@ class LocalEnvironment(Environment):
         self._ensure_open()
         argv = [self.options.shell, "-c", command] if isinstance(command, str) else list(command)
         exec_id = uuid.uuid4().hex
-        child_env = dict(os.environ) if self.options.inherit_env else {}
-        child_env.update(self.options.env)
+        opts = self.options
+        inherited = (
+            inherited_environment(os.environ, blocklist=opts.env_blocklist, forward=opts.forward_env)
+            if opts.inherit_env
+            else {}
+        )
+        child_env = {**inherited, **with_command_defaults(opts.env)}
         if env:
             child_env.update(env)
         child_env[EXEC_ID_VAR] = exec_id

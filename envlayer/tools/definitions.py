@@ -20,7 +20,7 @@ def _obj(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
     return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
 
 
-def terminal(default_timeout: float, max_timeout: float, jobs_dir: str) -> ToolDefinition:
+def terminal(default_timeout: float, max_timeout: float, jobs_dir: str | None) -> ToolDefinition:
     """The ``terminal`` tool: run a shell command in the task's sandbox."""
     return ToolDefinition(
         "terminal",
@@ -29,7 +29,7 @@ def terminal(default_timeout: float, max_timeout: float, jobs_dir: str) -> ToolD
         "end and says how much was omitted. A command that runs past its timeout is killed with "
         f"every process it started. For long-running work (servers, builds over {max_timeout:g} s) "
         "set background=true: the command starts detached and you get a job_id and the path of its "
-        f"log file (under {jobs_dir}); check it with the terminal_job tool.",
+        f"log file (under {jobs_dir or 'a private per-user directory'}); check it with the terminal_job tool.",
         _obj(
             {
                 "command": {"type": "string", "minLength": 1, "description": "The shell command to run."},

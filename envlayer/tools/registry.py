@@ -69,7 +69,9 @@ class ToolConfig:
     default_timeout: float = 180.0
     max_timeout: float = 600.0
     read_lines: int = 2000
-    jobs_dir: str = "/tmp/envlayer-jobs"
+    jobs_dir: str | None = None
+    """Where background jobs keep their files in the sandbox; None: the per-user default
+    of :mod:`envlayer.tools.jobs` (``~/.cache/envlayer/jobs``, private)."""
 
     def __post_init__(self) -> None:
         if self.output_chars < 200:
@@ -78,8 +80,8 @@ class ToolConfig:
             raise ValueError("need 0 < default_timeout <= max_timeout")
         if self.read_lines < 1:
             raise ValueError("read_lines must be >= 1")
-        if not self.jobs_dir.startswith("/"):
-            raise ValueError("jobs_dir must be an absolute path")
+        if self.jobs_dir is not None and not self.jobs_dir.startswith("/"):
+            raise ValueError("jobs_dir must be an absolute path (or None for the per-user default)")
 
 
 def error(kind: str, message: str, hint: str = "", **extra: Any) -> Result:
@@ -260,7 +262,7 @@ class ToolRegistry:
         res: Result = {
             "job_id": job_id,
             "status": st.state,
-            "log_file": f"{jobs.job_dir(c.jobs_dir, job_id)}/output.log",
+            "log_file": st.log_file,
             "output": st.output,
         }
         if st.exit_code is not None:

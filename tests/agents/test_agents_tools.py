@@ -163,3 +163,30 @@ def test_recovered_sandbox_is_stated_to_the_model(tools: ToolRegistry) -> None:
     noted = tools._output(ExecResult(0, b"ok\n", recovered="container recreated"))
     assert "notice" not in plain
     assert "container recreated" in noted["notice"] and noted["output"] == "ok\n"
+
+
+def test_default_jobs_dir_is_private_and_per_user(make_manager, local_settings, wait_until, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    import os
+    import stat
+
+    tools = ToolRegistry(make_manager(local_settings), ToolConfig())
+    made = tmp_path / "made-by-the-job"
+    started = tools.run_tool("terminal", {"command": f"echo secret-ish; umask; touch {made}", "background": True}, "t")
+    log_file = Path(started["log_file"])
+    assert log_file.is_relative_to(Path(os.environ["XDG_CACHE_HOME"]) / "envlayer" / "jobs")
+    assert wait_until(lambda: tools.run_tool("terminal_job", {"job_id": started["job_id"]}, "t")["status"] == "exited")
+    status = tools.run_tool("terminal_job", {"job_id": started["job_id"]}, "t")
+    assert status["log_file"] == str(log_file)
+    mode = lambda p: stat.S_IMODE(p.stat().st_mode)  # noqa: E731
+    assert mode(log_file.parent.parent) == 0o700 and mode(log_file.parent) == 0o700
+    assert {p.name: mode(p) for p in log_file.parent.iterdir()} == {
+        "cmd.sh": 0o600,
+        "pid": 0o600,
+        "output.log": 0o600,
+        "exit": 0o600,
+    }
+    # the job's own files keep the caller's umask, not envlayer's private one
+    umask = os.umask(0)
+    os.umask(umask)
+    assert status["output"] == f"secret-ish\n{umask:04o}\n"
+    assert mode(made) == 0o666 & ~umask

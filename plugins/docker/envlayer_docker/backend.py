@@ -32,6 +32,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+from envlayer.agent_env import with_command_defaults
 from envlayer.capabilities import Capability
 from envlayer.environment import Command, Environment, SandboxInfo
 from envlayer.errors import BackendUnavailable, SandboxPathError
@@ -112,7 +113,7 @@ class DockerEnvironment(Environment):
         for name in self.options.forward_env:
             if name in os.environ:
                 env[name] = os.environ[name]
-        env.update(self.options.env)
+        env.update(with_command_defaults(self.options.env))
         if self.options.run_as_host_user and "HOME" not in env:
             env["HOME"] = "/tmp"
         return env
@@ -318,7 +319,7 @@ class DockerEnvironment(Environment):
         stdin_path = None
         if data is not None:
             stdin_path = f"/tmp/.envlayer-stdin-{exec_id}"
-            code, _, err = self._oneshot_capture(["sh", "-c", 'cat > "$1"', "envlayer-stdin", stdin_path], data)
+            code, _, err = self._oneshot_capture(["sh", "-c", 'umask 077; cat > "$1"', "envlayer-stdin", stdin_path], data)
             if code != 0:
                 raise BackendUnavailable(
                     f"could not stage stdin in the container: {err.decode(errors='replace')[:200]}",

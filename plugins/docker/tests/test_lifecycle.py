@@ -746,3 +746,11 @@ def test_podman_and_rootless_sockets_are_discovered(tmp_path) -> None:
     assert client.discover_address(None, env, candidates) == f"unix://{runtime / 'podman' / 'podman.sock'}"
     (runtime / "docker.sock").write_text("")
     assert client.discover_address(None, env, candidates) == f"unix://{runtime / 'docker.sock'}"
+
+
+def test_staged_stdin_is_private_and_pager_is_cat(make_env) -> None:
+    env = make_env()
+    staged = env.exec("stat -c '%a %U' /tmp/.envlayer-stdin-*; cat", stdin="payload")
+    assert staged.stdout_text == "600 root\npayload"
+    assert env.exec("echo $PAGER $GIT_PAGER").stdout_text == "cat cat\n"
+    assert make_env(env={"PAGER": "more"}).exec("echo $PAGER").stdout_text == "more\n"

@@ -21,6 +21,7 @@ import uuid
 import weakref
 from collections.abc import Mapping
 
+from envlayer.agent_env import with_command_defaults
 from envlayer.capabilities import Capability
 from envlayer.environment import Command, Environment
 from envlayer.errors import BackendUnavailable, EnvironmentClosed, FileTooLarge
@@ -72,7 +73,7 @@ class SSHEnvironment(Environment):
             self._session = ShellSession(
                 self._pool,
                 shell=self.options.shell,
-                env=self.options.env,
+                env=with_command_defaults(self.options.env),
                 cwd=self.options.cwd,
                 upload=self._files.write_private,
             )
@@ -227,7 +228,9 @@ class SSHEnvironment(Environment):
         base = self.options.cwd
         run_cwd = posixpath.join(base, cwd) if base and cwd else (cwd or base)
         shell = None if self._login_shell_is_shell() else self.options.shell
-        line = script.oneshot_command(shell, exec_id, body, cwd=run_cwd, env={**self.options.env, **(env or {})})
+        line = script.oneshot_command(
+            shell, exec_id, body, cwd=run_cwd, env={**with_command_defaults(self.options.env), **(env or {})}
+        )
         lease = self._pool.open()
         try:
             oneshot.start(lease, line, data)

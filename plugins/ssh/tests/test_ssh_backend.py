@@ -88,6 +88,8 @@ def test_configured_env_is_exported(sshd: SSHServer, make_env) -> None:
     for mode in ("session", "oneshot"):
         env = make_env(sshd, mode=mode, env={"GREETING": "hi 'there'"})
         assert env.exec('printf %s "$GREETING"').stdout == b"hi 'there'"
+        assert env.exec("echo $PAGER $GIT_PAGER").stdout_text == "cat cat\n"  # agent default
+        assert make_env(sshd, mode=mode, env={"PAGER": "more"}).exec("echo $PAGER").stdout_text == "more\n"
 
 
 def test_streaming_delivers_both_streams_as_they_come(sshd: SSHServer, make_env) -> None:
