@@ -25,7 +25,8 @@ def terminal(default_timeout: float, max_timeout: float, jobs_dir: str | None) -
     return ToolDefinition(
         "terminal",
         "Run a shell command (/bin/sh -c) in this task's sandbox and return its exit code and "
-        "output (stdout, then stderr under a [stderr] line). Long output keeps its beginning and "
+        "output (stdout and stderr merged in the order they were written, as with 2>&1; "
+        "separate_streams=true returns them apart). Long output keeps its beginning and "
         "end and says how much was omitted. A command that runs past its timeout is killed with "
         f"every process it started. For long-running work (servers, builds over {max_timeout:g} s) "
         "set background=true: the command starts detached and you get a job_id and the path of its "
@@ -47,6 +48,11 @@ def terminal(default_timeout: float, max_timeout: float, jobs_dir: str | None) -
                 "background": {
                     "type": "boolean",
                     "description": "Start detached and return at once with a job_id (default false).",
+                },
+                "separate_streams": {
+                    "type": "boolean",
+                    "description": "Return stdout and stderr as separate fields instead of one merged "
+                    "output (default false).",
                 },
             },
             ["command"],

@@ -69,16 +69,14 @@ def start(env: Environment, command: str, *, jobs_dir: str | None, workdir: str 
     """
     job_id = uuid.uuid4().hex[:12]
     cd = f"cd {shlex.quote(workdir)} && " if workdir else ""
-    job = (
-        'umask 077; exec >"$1/output.log" 2>&1; umask "$2"; sh "$1/cmd.sh"; c=$?; umask 077; echo $c >"$1/exit"'
-    )
+    job = 'umask 077; exec >"$1/output.log" 2>&1; umask "$2"; sh "$1/cmd.sh"; c=$?; umask 077; echo $c >"$1/exit"'
     script = (
         "( U=$(umask); umask 077; "
         + _dir_line(jobs_dir, job_id)
         + 'mkdir -p "$B" && mkdir -m 700 "$D" && cat > "$D/cmd.sh" && '
         + cd
         + "if command -v setsid >/dev/null 2>&1; then S=setsid; else S=; fi; "
-        + f"$S sh -c {shlex.quote(job)} sh \"$D\" \"$U\" </dev/null >/dev/null 2>&1 & "
+        + f'$S sh -c {shlex.quote(job)} sh "$D" "$U" </dev/null >/dev/null 2>&1 & '
         + 'echo $! > "$D/pid" && echo "$D/output.log" )'
     )
     result = env.exec(script, stdin=command, timeout=30)
@@ -91,9 +89,7 @@ def status(env: Environment, *, jobs_dir: str | None, job_id: str, budget: int) 
     """The job's state and up to ``budget`` bytes of its log (head and tail kept)."""
     head = int(budget * HEAD_SHARE)
     script = (
-        "( "
-        + _dir_line(jobs_dir, job_id)
-        + 'if [ ! -d "$D" ]; then echo unknown; echo 0; echo; exit 0; fi; '
+        "( " + _dir_line(jobs_dir, job_id) + 'if [ ! -d "$D" ]; then echo unknown; echo 0; echo; exit 0; fi; '
         # liveness first: the exit file is written before the job's shell ends, so a
         # dead job without it really was lost (checking the file first would race)
         'if kill -0 "$(cat "$D/pid" 2>/dev/null)" 2>/dev/null; then A=1; else A=0; fi; '
@@ -125,7 +121,7 @@ def running(env: Environment, *, jobs_dir: str | None, job_ids: list[str]) -> se
     for job_id in job_ids:
         check_job_id(job_id)
     script = (
-        f"( B={_base(jobs_dir)}; for J in {' '.join(job_ids)}; do D=\"$B/$J\"; "
+        f'( B={_base(jobs_dir)}; for J in {" ".join(job_ids)}; do D="$B/$J"; '
         'if [ ! -f "$D/exit" ] && kill -0 "$(cat "$D/pid" 2>/dev/null)" 2>/dev/null; '
         'then echo "$J"; fi; done )'
     )

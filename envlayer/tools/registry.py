@@ -48,11 +48,13 @@ from envlayer.errors import (
     SandboxIsADirectory,
     SandboxPathError,
 )
+from envlayer.lifecycle import exec_streaming
 from envlayer.manager import EnvironmentManager, EnvKey
 from envlayer.result import ExecResult
 from envlayer.tools import definitions, jobs
 from envlayer.tools.definitions import ToolDefinition
 from envlayer.tools.schema import ToolArgumentError, validate
+from envlayer.tools.merged import MergedOutput
 from envlayer.tools.truncate import truncate_middle
 
 log = logging.getLogger("envlayer.tools")
@@ -223,8 +225,9 @@ class ToolRegistry:
                 f"argument 'timeout' must be <= {c.max_timeout:g} seconds; "
                 "for longer commands use background=true and check them with terminal_job"
             )
-        result = env.exec(args["command"], cwd=args.get("workdir"), timeout=timeout)
-        out = self._output(result)
+        merged = MergedOutput(c.output_chars)
+        result = exec_streaming(env, args["command"], merged, cwd=args.get("workdir"), timeout=timeout)
+        out = self._output(result, merged, separate=bool(args.get("separate_streams")))
         if result.timed_out:
             return error(
                 "timeout",
@@ -235,13 +238,22 @@ class ToolRegistry:
             )
         return {"exit_code": result.exit_code, **out}
 
-    def _output(self, result: ExecResult) -> Result:
-        text = result.stdout_text
-        if result.stderr:
-            text += ("" if not text or text.endswith("\n") else "\n") + "[stderr]\n" + result.stderr_text
-        text, omitted = truncate_middle(text, self.config.output_chars)
-        out: Result = {"output": text, "duration": round(result.duration, 3)}
-        if omitted or result.truncated:
+    def _output(self, result: ExecResult, merged: MergedOutput, *, separate: bool) -> Result:
+        """The command's output for the model: both streams merged in arrival order, or
+        with ``separate`` each stream on its own (half the budget each)."""
+        budget = self.config.output_chars
+        out: Result = {}
+        cut = False
+        if separate:
+            for name, text in (("stdout", result.stdout_text), ("stderr", result.stderr_text)):
+                out[name], omitted = truncate_middle(text, budget // 2)
+                cut = cut or bool(omitted)
+        else:
+            # a backend that cannot stream delivered stdout, then stderr, at the end
+            out["output"], omitted = truncate_middle(merged.text, budget)
+            cut = bool(omitted) or merged.truncation is not None
+        out["duration"] = round(result.duration, 3)
+        if cut or result.truncated:
             out["truncated"] = True
         if result.recovered:
             out["notice"] = (

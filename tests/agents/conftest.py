@@ -21,6 +21,8 @@ from envlayer.manager import EnvironmentManager
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 TEST_IMAGE = os.environ.get("ENVLAYER_TEST_IMAGE", "envlayer-test:busybox")
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _private_cache_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """Background-job tests on the local backend use the default (per-user) jobs dir,

@@ -27,9 +27,21 @@ def test_write_run_read(tools: ToolRegistry) -> None:
         "bytes_written": 31,
     }
     ran = tools.run_tool("terminal", {"command": "sh run.sh", "workdir": "sub"}, "t")
-    assert ran["exit_code"] == 3 and ran["output"] == "out\n[stderr]\nerr\n"
+    assert ran["exit_code"] == 3 and ran["output"] == "out\nerr\n"
+
     read = tools.run_tool("read_file", {"path": "sub/run.sh"}, "t")
     assert read["content"] == "echo out; echo err >&2; exit 3\n" and read["total_lines"] == 1
+
+
+def test_terminal_keeps_arrival_order_and_offers_separate_streams(tools: ToolRegistry) -> None:
+    command = "echo one; sleep 0.05; echo two >&2; sleep 0.05; echo three; sleep 0.05; echo four >&2"
+    merged = tools.run_tool("terminal", {"command": command}, "t")
+    assert merged["output"] == "one\ntwo\nthree\nfour\n"
+    apart = tools.run_tool("terminal", {"command": command, "separate_streams": True}, "t")
+    assert apart["stdout"] == "one\nthree\n" and apart["stderr"] == "two\nfour\n" and "output" not in apart
+    flood = tools.run_tool("terminal", {"command": "seq 1 100000 >&2; echo END"}, "t")
+    assert flood["truncated"] and flood["output"].startswith("1\n2\n") and flood["output"].endswith("END\n")
+    assert len(flood["output"]) < 600
 
 
 def test_arguments_as_model_json_with_nulls(tools: ToolRegistry) -> None:
@@ -159,8 +171,12 @@ def test_recovered_sandbox_is_stated_to_the_model(tools: ToolRegistry) -> None:
     backends set it after a real container removal and a real sshd restart)."""
     from envlayer.result import ExecResult
 
-    plain = tools._output(ExecResult(0, b"ok\n"))
-    noted = tools._output(ExecResult(0, b"ok\n", recovered="container recreated"))
+    from envlayer.tools.merged import MergedOutput
+
+    merged = MergedOutput(400)
+    merged("stdout", b"ok\n")
+    plain = tools._output(ExecResult(0, b"ok\n"), merged, separate=False)
+    noted = tools._output(ExecResult(0, b"ok\n", recovered="container recreated"), merged, separate=False)
     assert "notice" not in plain
     assert "container recreated" in noted["notice"] and noted["output"] == "ok\n"
 

@@ -12,9 +12,22 @@ from envlayer.backends.local import LocalEnvironment, LocalOptions
 
 @pytest.mark.parametrize(
     "name",
-    ["OPENAI_API_KEY", "anthropic_api_key", "GITHUB_TOKEN", "HF_TOKEN", "MY_SECRET", "DB_PASSWORD",
-     "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID", "GOOGLE_APPLICATION_CREDENTIALS",
-     "AZURE_CLIENT_SECRET", "MODAL_TOKEN_ID", "MODAL_TOKEN_SECRET", "DAYTONA_API_KEY"],
+    [
+        "OPENAI_API_KEY",
+        "anthropic_api_key",
+        "GITHUB_TOKEN",
+        "HF_TOKEN",
+        "MY_SECRET",
+        "DB_PASSWORD",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_ACCESS_KEY_ID",
+        "GOOGLE_APPLICATION_CREDENTIALS",
+        "AZURE_CLIENT_SECRET",
+        "MODAL_TOKEN_ID",
+        "MODAL_TOKEN_SECRET",
+        "DAYTONA_API_KEY",
+    ],
 )
 def test_credential_names_are_recognised(name: str) -> None:
     assert is_credential(name)
@@ -48,7 +61,7 @@ def test_api_key_in_the_callers_environment_is_not_visible_to_a_local_command(mo
     seen = _env_of(env)
     assert "OPENAI_API_KEY" not in seen and "SERVICE_TOKEN" not in seen
     assert seen["ENVLAYER_TEST_PLAIN"] == "plain" and seen["PATH"] == os.environ["PATH"]
-    shell = env.exec("echo \"[$OPENAI_API_KEY]\"").stdout_text
+    shell = env.exec('echo "[$OPENAI_API_KEY]"').stdout_text
     assert shell == "[]\n"
     # explicit opt-in forwarding, and per-environment / per-call values, still work
     forwarded = LocalEnvironment(LocalOptions(forward_env=["SERVICE_TOKEN"], env={"OWN_API_KEY": "set-by-config"}))

@@ -319,7 +319,9 @@ class DockerEnvironment(Environment):
         stdin_path = None
         if data is not None:
             stdin_path = f"/tmp/.envlayer-stdin-{exec_id}"
-            code, _, err = self._oneshot_capture(["sh", "-c", 'umask 077; cat > "$1"', "envlayer-stdin", stdin_path], data)
+            code, _, err = self._oneshot_capture(
+                ["sh", "-c", 'umask 077; cat > "$1"', "envlayer-stdin", stdin_path], data
+            )
             if code != 0:
                 raise BackendUnavailable(
                     f"could not stage stdin in the container: {err.decode(errors='replace')[:200]}",
