@@ -53,8 +53,8 @@ from envlayer.manager import EnvironmentManager, EnvKey
 from envlayer.result import ExecResult
 from envlayer.tools import definitions, jobs
 from envlayer.tools.definitions import ToolDefinition
-from envlayer.tools.schema import ToolArgumentError, validate
 from envlayer.tools.merged import MergedOutput
+from envlayer.tools.schema import ToolArgumentError, validate
 from envlayer.tools.truncate import truncate_middle
 
 log = logging.getLogger("envlayer.tools")
