@@ -750,7 +750,9 @@ def test_podman_and_rootless_sockets_are_discovered(tmp_path) -> None:
 
 def test_staged_stdin_is_private_and_pager_is_cat(make_env) -> None:
     env = make_env()
-    staged = env.exec("stat -L -c '%a %U' /dev/stdin; ls -ld \"$(dirname \"$(readlink /proc/self/fd/0)\")\"; cat", stdin="payload")
+    staged = env.exec(
+        'stat -L -c \'%a %U\' /dev/stdin; ls -ld "$(dirname "$(readlink /proc/self/fd/0)")"; cat', stdin="payload"
+    )
     mode, listing, payload = staged.stdout_text.split("\n", 2)
     assert mode == "600 root" and listing.startswith("drwx------") and payload == "payload"
     assert env.exec("echo $PAGER $GIT_PAGER").stdout_text == "cat cat\n"
