@@ -26,7 +26,11 @@ def terminal(default_timeout: float, max_timeout: float, jobs_dir: str | None) -
         "terminal",
         "Run a shell command (/bin/sh -c) in this task's sandbox and return its exit code and "
         "output (stdout and stderr merged in the order they were written, as with 2>&1; "
-        "separate_streams=true returns them apart). Long output keeps its beginning and "
+        "separate_streams=true returns them apart). Each result's shell_state says whether shell "
+        "state carries over: 'kept' means cd, export and shell variables persist to your next command, as "
+        "in a terminal; 'reset' means every command starts afresh in the working directory (chain steps "
+        "with && in one command). A notice field tells you about anything unusual, e.g. a deleted "
+        "working directory. Long output keeps its beginning and "
         "end and says how much was omitted. A command that runs past its timeout is killed with "
         f"every process it started. For long-running work (servers, builds over {max_timeout:g} s) "
         "set background=true: the command starts detached and you get a job_id and the path of its "

@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from envlayer.capabilities import Capability, supports
 from envlayer.environment import DEFAULT_TASK, Environment
 from envlayer.errors import (
     BackendConflict,
@@ -235,8 +236,9 @@ class ToolRegistry:
                 f"raise timeout (max {c.max_timeout:g}), or run it with background=true and check it with terminal_job",
                 exit_code=result.exit_code,
                 **out,
+                shell_state=shell_state(env),
             )
-        return {"exit_code": result.exit_code, **out}
+        return {"exit_code": result.exit_code, **out, "shell_state": shell_state(env)}
 
     def _output(self, result: ExecResult, merged: MergedOutput, *, separate: bool) -> Result:
         """The command's output for the model: both streams merged in arrival order, or
@@ -255,11 +257,14 @@ class ToolRegistry:
         out["duration"] = round(result.duration, 3)
         if cut or result.truncated:
             out["truncated"] = True
+        notices = [result.notice] if result.notice else []
         if result.recovered:
-            out["notice"] = (
+            notices.append(
                 f"the sandbox had to be re-established before this command ({result.recovered}): "
                 "the working directory, exported variables and background processes of earlier commands may be gone"
             )
+        if notices:
+            out["notice"] = "; ".join(notices)
         return out
 
     def _terminal_job(self, env: Environment, args: dict[str, Any]) -> Result:
@@ -318,6 +323,12 @@ class ToolRegistry:
         data = args["content"].encode("utf-8")
         env.write_file(args["path"], data)
         return {"path": args["path"], "bytes_written": len(data)}
+
+
+def shell_state(env: Environment) -> str:
+    """``"kept"`` when the environment's commands share one shell (``cd``, ``export`` and
+    variables carry over to the next call), else ``"reset"`` (each call starts afresh)."""
+    return "kept" if supports(env, Capability.PERSISTENT_SESSION) else "reset"
 
 
 def _parse(arguments: Mapping[str, Any] | str | None) -> Any:

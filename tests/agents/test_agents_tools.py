@@ -205,3 +205,21 @@ def test_default_jobs_dir_is_private_and_per_user(make_manager, local_settings, 
     os.umask(umask)
     assert status["output"] == f"secret-ish\n{umask:04o}\n"
     assert mode(made) == 0o666 & ~umask
+
+
+def test_terminal_says_what_persists_and_when_the_directory_moved(make_manager, make_settings, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    work = tmp_path / "work" / "deep"
+    work.mkdir(parents=True)
+    for mode, state in (("session", "kept"), ("oneshot", "reset")):
+        settings = make_settings(backend="local", backend_options={"cwd": str(work), "exec_mode": mode})
+        tools = ToolRegistry(make_manager(settings), ToolConfig())
+        first = tools.run_tool("terminal", {"command": "cd .. && export X=1"}, mode)
+        assert first["shell_state"] == state and "notice" not in first
+        second = tools.run_tool("terminal", {"command": "pwd; echo ${X:-none}"}, mode)
+        expected = f"{work.parent}\n1\n" if mode == "session" else f"{work}\nnone\n"
+        assert second["output"] == expected and second["shell_state"] == state
+    work.rmdir()
+    moved = tools.run_tool("terminal", {"command": "pwd"}, "oneshot")
+    assert moved["exit_code"] == 0 and moved["output"] == f"{work.parent}\n"
+    assert "no longer exists" in moved["notice"] and str(work) in moved["notice"]
+    assert "shell_state" in tools.definitions[0].description
