@@ -46,6 +46,12 @@ def docker_profile() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
+def docker_image() -> str:
+    """The image the Docker setups run."""
+    return IMAGE
+
+
+@pytest.fixture(scope="session")
 def docker_ready(docker_profile: str) -> str:
     from envlayer_docker.backend import DockerEnvironment
     from envlayer_docker.options import DockerOptions
