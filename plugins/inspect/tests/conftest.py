@@ -69,17 +69,10 @@ def docker_ready(docker_profile: str) -> str:
 def ssh_server() -> Iterator[Any]:
     """A loopback sshd with the SSH tests' non-root user (their helper module)."""
     sys.path.insert(0, os.path.abspath(SSH_TESTS))
-    from ssh_testserver import SSHServer, requirements_missing
+    from ssh_testserver import running_sshd
 
-    missing = requirements_missing()
-    if missing:
-        unavailable(f"SSH cannot be tested: {missing}")
-    server = SSHServer()
-    try:
-        server.start()
+    with running_sshd(lambda reason: unavailable(f"SSH cannot be tested: {reason}")) as server:
         yield server
-    finally:
-        server.close()
 
 
 @pytest.fixture(scope="session")
