@@ -25,19 +25,8 @@ import tempfile
 import time
 import uuid
 
+from docker_exec import median_ms
 from kubernetes_scale import load_control
-
-
-def median_ms(fn, runs: int, warmup: int = 3) -> float:
-    for _ in range(warmup):
-        fn()
-    samples = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples) * 1000
-
 
 ATTACH_CHILD = """
 import sys, time
@@ -58,10 +47,6 @@ def main() -> int:
     parser.add_argument("--cold", type=int, default=5)
     args = parser.parse_args()
     control = load_control()
-    problem = control.docker_problem()
-    if problem:
-        print(f"cannot run: {problem}; run scripts/provision", file=sys.stderr)
-        return 2
     from envlayer_kubernetes.backend import KubernetesEnvironment
     from envlayer_kubernetes.options import KubernetesOptions
     from kubernetes import config
