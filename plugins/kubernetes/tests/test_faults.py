@@ -123,3 +123,21 @@ def test_large_stdin_and_ctrl_c_mid_flood(make_env: Any, mode: str) -> None:
     with pytest.raises(KeyboardInterrupt):
         env.exec("while :; do echo flood; done", on_output=interrupt, timeout=60)
     assert env.exec("echo after").stdout == b"after\n"
+
+
+def test_oneshot_stdin_and_env_under_v4(fake_apiserver_v4: Any, options: Any, profile: str) -> None:
+    """v4 cannot close stdin: the one-shot wrapper bounds it, so ``cat`` still ends."""
+    from envlayer_kubernetes.backend import KubernetesEnvironment
+
+    env = KubernetesEnvironment(
+        options(exec_mode="oneshot", kubeconfig=fake_apiserver_v4.kubeconfig), task_id="v4-oneshot", profile=profile
+    )
+    try:
+        assert env.exec("cat", stdin=b"bounded\x00data").stdout == b"bounded\x00data"
+        assert env.exec(["cat"], stdin="argv form").stdout == b"argv form"
+        assert env.exec('printf %s "$V"', env={"V": "two\nlines"}).stdout == b"two\nlines"
+        assert env.exec("cat", timeout=10).stdout == b""
+        assert env._cluster.protocol == "v4.channel.k8s.io"
+    finally:
+        env.cleanup(force_remove=True)
+        env.wait_for_cleanup(30)
