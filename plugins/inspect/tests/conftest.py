@@ -19,7 +19,7 @@ import pytest
 from envlayer_inspect.config import EnvlayerSandboxConfig
 
 SSH_TESTS = os.path.join(os.path.dirname(__file__), "..", "..", "ssh", "tests")
-IMAGE = os.environ.get("ENVLAYER_TEST_DEBIAN_IMAGE", "envlayer-test:debian")
+IMAGE = os.environ.get("ENVLAYER_TEST_DEBIAN_IMAGE", "")
 """A full distribution: Inspect's checks use `ls /usr/bin/env`, `adduser`, `ps aux`."""
 PROFILE = f"envlayer-test-inspect-{uuid.uuid4().hex[:8]}"
 
@@ -38,9 +38,10 @@ def docker_profile() -> Iterator[str]:
     from envlayer_docker.backend import DockerEnvironment
     from envlayer_docker.options import DockerOptions
 
+    options = DockerOptions()
     try:
-        for info in DockerEnvironment.list_sandboxes(profile=PROFILE, options=DockerOptions(image=IMAGE)):
-            DockerEnvironment.remove_sandbox(info.task, profile=PROFILE, options=DockerOptions(image=IMAGE), force=True)
+        for info in DockerEnvironment.list_sandboxes(profile=PROFILE, options=options):
+            DockerEnvironment.remove_sandbox(info.task, profile=PROFILE, options=options, force=True)
     except Exception:
         pass
 
@@ -53,6 +54,8 @@ def docker_image() -> str:
 
 @pytest.fixture(scope="session")
 def docker_ready(docker_profile: str) -> str:
+    if not IMAGE:
+        pytest.skip("needs the Debian test image: set ENVLAYER_TEST_DEBIAN_IMAGE (scripts/test does when it exists)")
     from envlayer_docker.backend import DockerEnvironment
     from envlayer_docker.options import DockerOptions
 
