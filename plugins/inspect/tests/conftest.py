@@ -68,9 +68,10 @@ def docker_ready(docker_profile: str) -> str:
     return docker_profile
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def ssh_server() -> Iterator[Any]:
-    """A loopback sshd with the SSH tests' non-root user (their helper module)."""
+    """A loopback sshd with the SSH tests' non-root user (their helper module), stopped
+    when the module that uses it ends."""
     sys.path.insert(0, os.path.abspath(SSH_TESTS))
     from ssh_testserver import running_sshd
 
@@ -78,7 +79,7 @@ def ssh_server() -> Iterator[Any]:
         yield server
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def sandbox_config(request: pytest.FixtureRequest) -> Callable[[str], EnvlayerSandboxConfig]:
     """``sandbox_config(name)``: the adapter config for one backend setup (see module doc)."""
 
