@@ -169,9 +169,9 @@ class ToolRegistry:
             args = validate(_parse(arguments), definition.parameters)
             return self._call(handler, args, task_id)
         except ToolArgumentError as exc:
-            return error("bad_arguments", str(exc), f"call {name} with arguments matching its JSON schema")
+            return error("bad_arguments", exc.message, f"call {name} with arguments matching its JSON schema")
         except jobs.JobError as exc:
-            return error("job_error", str(exc), "check the job_id returned by terminal(background=true)")
+            return error("job_error", exc.message, "check the job_id returned by terminal(background=true)")
         except SandboxPathError as exc:
             return error("path_outside_sandbox", exc.message, exc.hint)
         except SandboxFileNotFound as exc:
