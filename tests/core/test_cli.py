@@ -92,7 +92,10 @@ def test_exec_bad_config_names_file_and_key(workdir: Path) -> None:
 
 def test_backends_json_lists_package_version_and_capabilities(workdir: Path) -> None:
     data = {b["name"]: b for b in json.loads(run("backends", "--json", cwd=workdir).stdout)}
-    assert data["local"]["distribution"] == "envlayer" and data["local"]["capabilities"] == ["streaming"]
+    assert data["local"]["distribution"] == "envlayer" and data["local"]["capabilities"] == [
+        "persistent_session",
+        "streaming",
+    ]
     assert data["toy"]["distribution"] == "envlayer-toy" and data["toy"]["declared"] is False
     assert data["toy"]["capabilities"] == []
 
@@ -131,3 +134,18 @@ def test_help_on_every_command() -> None:
     for cmd in ("backends", "exec", "ls", "reap", "rm", "doctor", "config"):
         out = run(cmd, "--help")
         assert out.returncode == 0 and "usage: envlayer" in out.stdout
+
+
+def test_exec_whose_reader_goes_away_exits_141_quietly(workdir: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ENVLAYER_")}
+    marker = f"reader-gone-{os.getpid()}-{id(workdir)}"
+    proc = subprocess.Popen(
+        [ENVLAYER, "exec", "--", "yes", marker], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=workdir, env=env
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.read(len(marker) + 1) == f"{marker}\n".encode()
+    proc.stdout.close()  # as `| head -1` does
+    assert proc.wait(timeout=30) == 141
+    assert proc.stderr.read() == b""
+    survivors = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout
+    assert survivors == "", "the command's tree must be killed"
