@@ -21,29 +21,17 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import statistics
 import tempfile
-import time
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 os.environ.setdefault("MSWEA_SILENT_STARTUP", "1")
 os.environ.setdefault("MSWEA_GLOBAL_CONFIG_DIR", tempfile.mkdtemp(prefix="envlayer-bench-mswea-"))
 
+from docker_exec import median_ms
+
 PROFILE = f"envlayer-bench-mswea-{uuid.uuid4().hex[:8]}"
 COMMANDS = {"true": "true", "ls + stderr": "ls /; echo x >&2"}
-
-
-def median_ms(fn: Callable[[], Any], runs: int, warmup: int = 5) -> float:
-    for _ in range(warmup):
-        fn()
-    samples = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples) * 1000
 
 
 def main() -> int:
