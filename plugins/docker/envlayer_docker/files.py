@@ -38,6 +38,7 @@ from envlayer.errors import (
     SandboxPathError,
     SandboxPermissionDenied,
 )
+from envlayer_docker.tar_extract import extract_data, with_changes
 
 _GO_DIR = 1 << 31
 _GO_SYMLINK = 1 << 27
@@ -335,9 +336,9 @@ def safe_extract(payload: bytes, dest: str, *, strip_first: bool) -> None:
                 link = "/".join(link_parts)
                 if not link or ".." in link_parts or not _inside(root, link):
                     raise SandboxPathError(f"{name} => {member.linkname}", dest)
-                member = member.replace(linkname=link, deep=False)
+                member = with_changes(member, linkname=link)
             elif not (member.isfile() or member.isdir()):
                 continue
-            plan.append(member.replace(name=rel, deep=False))
+            plan.append(with_changes(member, name=rel))
         for member in plan:
-            tar.extract(member, root, filter="data")
+            extract_data(tar, member, root)
