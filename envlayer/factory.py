@@ -12,6 +12,7 @@ from typing import Any
 
 from envlayer.config import Settings, load_settings
 from envlayer.environment import Environment
+from envlayer.errors import BackendNotFound
 from envlayer.lifecycle import BackendSpec
 from envlayer.options import BaseOptions
 from envlayer.registry import backend_names, load_backend
@@ -38,9 +39,23 @@ def open_environment(
     if settings is None:
         settings = load_settings(backend=backend, profile=profile)
     name = backend or settings.backend
-    cls = load_backend(name)
+    cls = load_backend(name) if backend else load_configured_backend(settings)
     opts = options if isinstance(options, BaseOptions) else settings.options_for(name, cls.Options, overrides=options)
     return cls(opts, task_id=task_id, profile=profile or settings.profile)
+
+
+def load_configured_backend(settings: Settings) -> type[Environment]:
+    """The class of the backend ``settings`` selects. An unknown name raises
+    :class:`BackendNotFound` naming where it was set: the file and key
+    (``/path/envlayer.toml: backend``) or the variable (``$ENVLAYER_BACKEND``)."""
+    try:
+        return load_backend(settings.backend)
+    except BackendNotFound as exc:
+        source = settings.source_of("backend")
+        if source in ("default", "argument"):
+            raise
+        where = source if source.startswith("$") else f"{source}: backend"
+        raise BackendNotFound(exc.name, exc.installed, exc.package, source=where) from None
 
 
 def backend_specs(settings: Settings, names: Sequence[str] | None = None) -> list[BackendSpec]:

@@ -16,6 +16,7 @@ from typing import Any
 
 from envlayer.capabilities import Capability, supports
 from envlayer.environment import Command, Environment, SandboxInfo
+from envlayer.errors import EnvlayerError
 from envlayer.options import BaseOptions
 from envlayer.result import ExecResult
 
@@ -37,8 +38,8 @@ class SweepOutcome:
     """The result of a backend-level sweep (reap, list, remove) on one backend.
 
     ``supported`` is False when the backend lacks the capability (then ``sandboxes`` is
-    empty and ``note`` says so); ``error`` holds a failure message, if any: one backend
-    failing never stops the others.
+    empty and ``note`` says so); ``error`` holds a failure message, if any, and ``hint``
+    what to do about it: one backend failing never stops the others.
     """
 
     backend: str
@@ -46,6 +47,7 @@ class SweepOutcome:
     sandboxes: list[SandboxInfo] = field(default_factory=list)
     error: str | None = None
     note: str = ""
+    hint: str = ""
 
 
 def _name(env_or_cls: Any) -> str:
@@ -127,7 +129,9 @@ def _sweep(
             outcomes.append(SweepOutcome(name, supported=True, sandboxes=list(call(cls, options))))
         except Exception as exc:
             log.warning("%s on backend %r failed: %s", capability.value, name, exc)
-            outcomes.append(SweepOutcome(name, supported=True, error=f"{type(exc).__name__}: {exc}"))
+            message = exc.message if isinstance(exc, EnvlayerError) else str(exc)
+            hint = exc.hint if isinstance(exc, EnvlayerError) else ""
+            outcomes.append(SweepOutcome(name, supported=True, error=f"{type(exc).__name__}: {message}", hint=hint))
     return outcomes
 
 

@@ -8,3 +8,5 @@ Modules, one job each: ``options`` (schema), ``labels`` and ``naming`` (identity
 ``files`` (archives), ``reaper`` (sweeps), ``teardown`` (background removal).
 Nothing here imports the Docker SDK at import time.
 """
+
+__version__ = "0.1.0"

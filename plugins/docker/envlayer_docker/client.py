@@ -103,8 +103,7 @@ def unavailable(exc: BaseException, options: DockerOptions) -> BackendUnavailabl
         )
     return BackendUnavailable(
         f"cannot reach the Docker daemon at {address}: {type(exc).__name__}: {str(exc)[:300]}",
-        hint="start the daemon (`sudo systemctl start docker`, or `scripts/provision` in this repo), "
-        "or set DOCKER_HOST / docker_host to where it listens",
+        hint=f"{docker_start_hint()}, or set DOCKER_HOST / docker_host to where it listens",
     )
 
 
