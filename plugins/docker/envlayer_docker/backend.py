@@ -210,9 +210,11 @@ class DockerEnvironment(Environment):
                 return dataclasses.replace(result, recovered="container recreated") if attempt else result
             except _NotStarted as exc:
                 if attempt:
-                    raise BackendUnavailable(
-                        f"the container for task {self.task_id!r} is gone again right after being recreated: {exc}",
-                        hint="check the daemon (`docker ps -a`, its log); something keeps removing the container",
+                    raise self._exited_or(
+                        BackendUnavailable(
+                            f"the container for task {self.task_id!r} is gone again right after being recreated: {exc}",
+                            hint="check the daemon (`docker ps -a`, its log); something keeps removing the container",
+                        )
                     ) from exc
                 self._recover(seen)
         raise AssertionError("unreachable")
@@ -258,16 +260,27 @@ class DockerEnvironment(Environment):
         except APIError as exc:
             if exc.status_code == 409:
                 raise _NotStarted(str(exc.explanation or exc)) from exc
-            raise BackendUnavailable(
-                f"Docker refused to start a command: {exc.explanation or exc}", hint="check the daemon log"
+            raise self._exited_or(
+                BackendUnavailable(
+                    f"Docker refused to start a command: {exc.explanation or exc}", hint="check the daemon log"
+                )
             ) from exc
         except (DockerException, requests.exceptions.RequestException) as exc:
             raise unavailable(exc, self.options) from exc
         except ConnectionError as exc:
-            raise BackendUnavailable(
-                f"could not start the shell {self.options.shell!r} in container {self.container_name}: {exc}",
-                hint='check that the image has it (option `shell`), or use exec_mode = "oneshot"',
+            raise self._exited_or(
+                BackendUnavailable(
+                    f"could not start the shell {self.options.shell!r} in container {self.container_name}: {exc}",
+                    hint='check that the image has it (option `shell`), or use exec_mode = "oneshot"',
+                )
             ) from exc
+
+    def _exited_or(self, error: BackendUnavailable) -> BackendUnavailable:
+        """The container's exit code and log when it stopped (its entrypoint or init
+        failed), which says more than ``error``; else ``error``."""
+        from envlayer_docker.exit_report import exited_container_error
+
+        return exited_container_error(self._api, self.container_id, self.task_id) or error
 
     def _session_usable(self) -> Any:
         """The live session, or None. A session idle for longer than ``lease_interval``
