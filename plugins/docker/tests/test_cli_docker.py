@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
-import sys
 import uuid
 from typing import Any
 
@@ -17,35 +14,25 @@ import pytest
 
 from envlayer.errors import BackendUnavailable
 
-ENVLAYER = shutil.which("envlayer", path=os.path.dirname(sys.executable)) or "envlayer"
 IMAGE = os.environ.get("ENVLAYER_TEST_IMAGE", "envlayer-test:busybox")
 
 
-def _cli(*args: str, profile: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ENVLAYER_")}
-    env.update(ENVLAYER_PROFILE=profile, ENVLAYER_DOCKER_IMAGE=IMAGE)
-    command, *rest = args
-    return subprocess.run(
-        [ENVLAYER, command, "--backend", "docker", *rest], capture_output=True, text=True, timeout=120, env=env
-    )
-
-
 @pytest.mark.parametrize("task", ["", "team/alpha: task ü"], ids=["empty", "unlabelable"])
-def test_ls_shows_the_task_id_rm_takes(docker_api: Any, profile: str, task: str) -> None:
+def test_ls_shows_the_task_id_rm_takes(cli: Any, profile: str, task: str) -> None:
     prof = f"{profile}-cli"
     try:
-        assert _cli("exec", "--task", task, "true", profile=prof).returncode == 0
-        listed = json.loads(_cli("ls", "--json", profile=prof).stdout)
+        assert cli("exec", "--task", task, "true", profile=prof).returncode == 0
+        listed = json.loads(cli("ls", "--json", profile=prof).stdout)
         tasks = [s["task"] for outcome in listed for s in outcome["sandboxes"] if s["status"] != "data"]
         assert tasks == [task]
-        table = _cli("ls", profile=prof).stdout
+        table = cli("ls", profile=prof).stdout
         assert ("''" if task == "" else "'team/alpha: task ü'") in table
-        removed = _cli("rm", task, "--force", "--purge", "--json", profile=prof)
+        removed = cli("rm", task, "--force", "--purge", "--json", profile=prof)
         assert removed.returncode == 0, removed.stderr
         assert [s["task"] for o in json.loads(removed.stdout) for s in o["sandboxes"]][:1] == [task]
-        assert not [s for o in json.loads(_cli("ls", "--json", profile=prof).stdout) for s in o["sandboxes"]]
+        assert not [s for o in json.loads(cli("ls", "--json", profile=prof).stdout) for s in o["sandboxes"]]
     finally:
-        _cli("rm", task, "--force", "--purge", profile=prof)
+        cli("rm", task, "--force", "--purge", profile=prof)
 
 
 @pytest.fixture
@@ -66,7 +53,7 @@ def failing_entrypoint_image(docker_api: Any) -> Any:
 
 
 def test_an_entrypoint_that_cannot_start_is_reported_with_its_exit_code_and_log(
-    failing_entrypoint_image: str, make_env: Any, profile: str
+    failing_entrypoint_image: str, make_env: Any, profile: str, cli: Any
 ) -> None:
     with pytest.raises(BackendUnavailable) as info:
         make_env(image=failing_entrypoint_image, image_entrypoint="keep").exec("true")
@@ -75,10 +62,10 @@ def test_an_entrypoint_that_cannot_start_is_reported_with_its_exit_code_and_log(
     assert "image_entrypoint" in info.value.hint
     prof = f"{profile}-cli"
     try:
-        out = _cli(
+        out = cli(
             "exec", "-o", f"image={failing_entrypoint_image}", "-o", "image_entrypoint=keep", "true", profile=prof
         )
         assert out.returncode == 125
         assert "exited with code 3" in out.stderr and "/etc/app.conf is missing" in out.stderr
     finally:
-        _cli("rm", "default", "--force", "--purge", profile=prof)
+        cli("rm", "default", "--force", "--purge", profile=prof)

@@ -227,7 +227,10 @@ class SSHEnvironment(Environment):
         base = self.options.cwd
         run_cwd = posixpath.join(base, cwd) if base and cwd else (cwd or base)
         shell = None if self._login_shell_is_shell() else self.options.shell
-        line = script.oneshot_command(shell, exec_id, body, cwd=run_cwd, env={**self.options.env, **(env or {})})
+        variables = {**self.options.env, **(env or {})}
+        line = script.oneshot_command(shell, exec_id, body, cwd=run_cwd, env_from_stdin=bool(variables))
+        if variables:
+            data = script.env_stdin(variables) + (data or b"")
         lease = self._pool.open()
         try:
             oneshot.start(lease, line, data)

@@ -45,12 +45,30 @@ def export_lines(env: Mapping[str, str]) -> str:
     return "".join(f"export {name}={shlex.quote(value)}\n" for name, value in env.items())
 
 
-def printf_format(data: bytes) -> str:
-    """A single-quoted ``printf`` format that prints exactly ``data`` (any bytes, NUL too)."""
+def printf_format(data: bytes, *, one_line: bool = False) -> str:
+    """A single-quoted ``printf`` format that prints exactly ``data`` (any bytes, NUL too);
+    with ``one_line`` newlines are escaped too, so the format holds no line break."""
+    plain = _PLAIN - {ord("\n")} if one_line else _PLAIN
     out = []
     for byte in data:
-        out.append(chr(byte) if byte in _PLAIN else f"\\{byte:03o}")
+        out.append(chr(byte) if byte in plain else f"\\{byte:03o}")
     return "'" + "".join(out) + "'"
+
+
+ENV_FROM_STDIN = 'IFS= read -r __el_env || exit 125; eval "$__el_env"; unset __el_env\n'
+"""Script line that reads the one-line :func:`env_stdin` preamble from stdin and runs it
+(``read`` takes exactly one line from a pipe, leaving the rest for the command)."""
+
+
+def env_stdin(env: Mapping[str, str]) -> bytes:
+    """One line of shell that exports ``env``, sent on a one-shot command's stdin ahead of
+    the caller's bytes, so values never stand in a command line (``ps`` on the host shows
+    command lines to every user). Values are exact, trailing newlines included."""
+    parts = []
+    for name, value in env.items():
+        fmt = printf_format(value.encode("utf-8", "surrogateescape") + b"x", one_line=True)
+        parts.append(f"{name}=$(printf {fmt}); {name}=${{{name}%x}}; export {name};")
+    return (" ".join(parts) + "\n").encode()
 
 
 def oneshot_command(
@@ -59,9 +77,11 @@ def oneshot_command(
     body: str,
     *,
     cwd: str | None,
-    env: Mapping[str, str],
+    env_from_stdin: bool,
 ) -> str:
-    """The line sshd gives the login shell for a one-shot command.
+    """The line sshd gives the login shell for a one-shot command. With
+    ``env_from_stdin`` the script first reads its variables from the :func:`env_stdin`
+    line the caller sends ahead of the command's stdin (never from its command line).
 
     With ``shell`` None (the login shell is the configured shell) the login shell runs
     the script itself: ``ENVLAYER_EXEC_ID=<id>`` stands in its command line and is
@@ -72,9 +92,11 @@ def oneshot_command(
     kill script, and by ``pkill -f`` where there is no /proc).
     """
     script = f"{EXEC_ID_VAR}={exec_id}; export {EXEC_ID_VAR}\n"
+    if env_from_stdin:
+        script += ENV_FROM_STDIN
     if cwd:
         script += cd_line(cwd) + "\n"
-    script += export_lines(env) + body
+    script += body
     if shell is None:
         return script
     return f"{EXEC_ID_VAR}={exec_id} exec {shlex.quote(shell)} -c {shlex.quote(script)}"
