@@ -1,35 +1,17 @@
 """Shell text sent to the remote side. Pure functions, no I/O.
 
-Everything user-supplied is quoted with :func:`shlex.quote`; variable names are checked
-by :func:`envlayer_ssh.options.check_env_names` before they get here.
+Everything user-supplied is quoted with :func:`shlex.quote`; variable names were checked
+(:func:`envlayer.request.check_env`) before they get here. The session shell's text is the
+core's (:mod:`envlayer.shell_script`).
 """
 
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 from envlayer.proctree import EXEC_ID_VAR
-
-_PLAIN = frozenset(range(0x20, 0x7F)) - {ord("\\"), ord("%"), ord("'")} | {ord("\n")}
-
-
-def command_text(command: str | Sequence[str]) -> str:
-    """A string command unchanged; an argv list as one line with every word quoted."""
-    if isinstance(command, str):
-        return command
-    if not command:
-        raise ValueError("empty argv")
-    return " ".join(shlex.quote(str(arg)) for arg in command)
-
-
-def quote_path(path: str) -> str:
-    """Quote a path for the shell, keeping a leading ``~`` or ``~/`` as ``$HOME``."""
-    if path == "~":
-        return '"$HOME"'
-    if path.startswith("~/"):
-        return '"$HOME"/' + shlex.quote(path[2:])
-    return shlex.quote(path)
+from envlayer.shell_script import printf_format, quote_path
 
 
 def cd_line(path: str) -> str:
@@ -38,21 +20,6 @@ def cd_line(path: str) -> str:
     return (
         f"cd -- {quoted} 2>/dev/null || {{ printf 'working directory does not exist: %s\\n' {quoted} >&2; exit 126; }}"
     )
-
-
-def export_lines(env: Mapping[str, str]) -> str:
-    """``export NAME='value'`` for each variable, one per line ('' for none)."""
-    return "".join(f"export {name}={shlex.quote(value)}\n" for name, value in env.items())
-
-
-def printf_format(data: bytes, *, one_line: bool = False) -> str:
-    """A single-quoted ``printf`` format that prints exactly ``data`` (any bytes, NUL too);
-    with ``one_line`` newlines are escaped too, so the format holds no line break."""
-    plain = _PLAIN - {ord("\n")} if one_line else _PLAIN
-    out = []
-    for byte in data:
-        out.append(chr(byte) if byte in plain else f"\\{byte:03o}")
-    return "'" + "".join(out) + "'"
 
 
 ENV_FROM_STDIN = 'IFS= read -r __el_env || exit 125; eval "$__el_env"; unset __el_env\n'
@@ -66,7 +33,7 @@ def env_stdin(env: Mapping[str, str]) -> bytes:
     command lines to every user). Values are exact, trailing newlines included."""
     parts = []
     for name, value in env.items():
-        fmt = printf_format(value.encode("utf-8", "surrogateescape") + b"x", one_line=True)
+        fmt = printf_format(value.encode("utf-8", "surrogateescape") + b"x").replace("\n", "\\012")
         parts.append(f"{name}=$(printf {fmt}); {name}=${{{name}%x}}; export {name};")
     return (" ".join(parts) + "\n").encode()
 
