@@ -123,9 +123,9 @@ def build_options(
     """Validate ``values`` against ``options_cls`` and construct it.
 
     ``sources`` maps each key to where it came from (a file path, an environment
-    variable, ``-o``) so errors can point there. Values of ``text_keys`` arrived as text
-    (environment variables, ``-o KEY=VALUE``) and are parsed by the option's declared
-    type first (:func:`envlayer.coercion.parse_text`). Errors never echo a secret
+    variable, ``-o``) so errors can point there. Values of ``text_keys`` (and of keys whose
+    source is an environment variable, ``$NAME``) arrived as text and are parsed by the
+    option's declared type first (:func:`envlayer.coercion.parse_text`). Errors never echo a secret
     option's value, nor the other entries of a table or list.
 
     Raises:
@@ -133,6 +133,7 @@ def build_options(
             the wrong type, or a value the options class rejects.
     """
     sources = sources or {}
+    text_keys = set(text_keys) | {k for k, source in sources.items() if source.startswith("$")}  # variables are text
     fields = option_fields(options_cls)
     kwargs: dict[str, Any] = {}
     for key, value in values.items():
