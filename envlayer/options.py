@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from envlayer.coercion import coerce, describe, parse_text, shown
-from envlayer.errors import ConfigError, InvalidArgument
+from envlayer.errors import ConfigError, EnvlayerError, InvalidArgument
 from envlayer.output import POLICIES
 from envlayer.request import normalize_timeout
 
@@ -59,8 +59,10 @@ def masked(options_cls: type[BaseOptions], name: str, value: Any) -> Any:
     return value
 
 
-class OptionError(ValueError):
-    """Raised by an options class's ``__post_init__`` for a bad value of ``key``."""
+class OptionError(EnvlayerError, ValueError):
+    """Raised by an options class's ``__post_init__`` for a bad value of ``key``. Loading
+    options from configuration turns it into a :class:`~envlayer.errors.ConfigError`
+    naming the file or variable."""
 
     def __init__(self, key: str, message: str) -> None:
         self.key = key

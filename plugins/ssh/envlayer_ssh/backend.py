@@ -21,6 +21,7 @@ import time
 import weakref
 from collections.abc import Mapping
 
+from envlayer.agent_env import with_command_defaults
 from envlayer.capabilities import Capability
 from envlayer.collector import OutputCollector
 from envlayer.environment import Command, Environment
@@ -77,7 +78,7 @@ class SSHEnvironment(Environment):
             self._session = shell_session(
                 self._pool,
                 shell=self.options.shell,
-                env=self.options.env,
+                env=with_command_defaults(self.options.env),
                 cwd=self.options.cwd,
                 upload=self._files.write_private,
             )
@@ -176,7 +177,7 @@ class SSHEnvironment(Environment):
         run_cwd = posixpath.join(base, cwd) if base and cwd else (cwd or base)
         shell = None if self._login_shell_is_shell() else self.options.shell
         body = command_text(request.command)
-        variables = {**self.options.env, **request.env}
+        variables = {**with_command_defaults(self.options.env), **request.env}
         line = script.oneshot_command(shell, request.exec_id, body, cwd=run_cwd, env_from_stdin=bool(variables))
         if variables:  # ahead of the caller's stdin: never in the remote command line
             request = dataclasses.replace(request, stdin=script.env_stdin(variables) + (request.stdin or b""))

@@ -14,7 +14,8 @@ Guaranteed:
   real root, for the file and for the deepest existing ancestor of a file to create.
 * Directory transfer copies regular files and directories, keeps permission bits,
   skips symlinks and special files (logged at DEBUG), and checks every file against the
-  size cap before copying anything.
+  size cap before copying anything. Upload is one tar stream when the remote has
+  ``tar`` (probed once per environment), else SFTP file by file.
 
 Raised: ``SandboxFileNotFound``, ``SandboxIsADirectory``, ``SandboxPathError``,
 ``FileTooLarge``, ``SandboxPermissionDenied``; ``BackendUnavailable`` when the connection fails.
@@ -43,6 +44,7 @@ from envlayer.errors import (
     SandboxPermissionDenied,
 )
 from envlayer.transfer import TransferSummary
+from envlayer_ssh import tar_upload
 
 if TYPE_CHECKING:
     import paramiko
@@ -50,6 +52,10 @@ if TYPE_CHECKING:
     from envlayer_ssh.pool import TargetPool
 
 log = logging.getLogger("envlayer.ssh")
+_PREFETCH_REQUESTS = 64
+_READ_CHUNK = 32768
+"""Read requests in flight while reading a file. Unbounded (paramiko's default), a read of
+tens of MiB floods OpenSSH's sftp-server, which drops the connection."""
 T = TypeVar("T")
 
 
@@ -79,6 +85,20 @@ def _transport_errors(func: Callable[..., T]) -> Callable[..., T]:
     return wrapper
 
 
+def _read_upto(fh: paramiko.SFTPFile, most: int) -> bytes:
+    """Up to ``most`` bytes of ``fh`` in linear time (paramiko's one-call ``read(n)``
+    grows one bytes object chunk by chunk: quadratic, minutes for 50 MiB)."""
+    chunks: list[bytes] = []
+    total = 0
+    while total < most:
+        chunk = fh.read(min(_READ_CHUNK, most - total))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+    return b"".join(chunks)
+
+
 def _missing(exc: OSError) -> bool:
     return isinstance(exc, FileNotFoundError) or exc.errno == errno.ENOENT
 
@@ -103,6 +123,9 @@ class RemoteFiles:
 
     def __init__(self, pool: TargetPool) -> None:
         self.pool = pool
+        self._tar_flavour: str | None = ""
+        """The remote ``tar`` for directory upload (see :mod:`envlayer_ssh.tar_upload`):
+        ``""`` until probed, then ``"gnu"``, ``"other"`` or ``None`` (SFTP file by file)."""
 
     # --- confinement ------------------------------------------------------------
 
@@ -152,8 +175,8 @@ class RemoteFiles:
                 if size > limit:
                     raise FileTooLarge(shown, size, limit)
                 with sftp.open(path, "rb") as fh:
-                    fh.prefetch(size)
-                    data = fh.read(limit + 1)
+                    fh.prefetch(size, max_concurrent_requests=_PREFETCH_REQUESTS)
+                    data = _read_upto(fh, limit + 1)
             except OSError as exc:
                 if _missing(exc):
                     raise SandboxFileNotFound(shown) from None
@@ -254,6 +277,18 @@ class RemoteFiles:
                     raise FileTooLarge(full, st.st_size, limit)
                 files.append((full, posixpath.join(base, name)))
                 total += st.st_size
+        if self._tar_flavour == "":
+            self._tar_flavour = tar_upload.remote_tar(self.pool)
+        if self._tar_flavour is not None:
+            rel = [(posixpath.relpath(d, remote), d) for d in dirs[1:]]
+            tar_upload.upload(
+                self.pool,
+                self._tar_flavour,
+                remote,
+                [(os.path.join(local, *r.split("/")), r) for r, _ in rel],
+                [(src, posixpath.relpath(dst, remote)) for src, dst in files],
+            )
+            return TransferSummary(files=len(files), bytes=total)
         with self.pool.sftp_lock:
             sftp = self.pool.sftp()
             for directory in dirs:
