@@ -107,6 +107,7 @@ EXEC_KEYS = {
     "stdout_truncation",
     "stderr_truncation",
     "recovered",
+    "notes",
     "error",
 }
 
@@ -123,7 +124,7 @@ def test_json_shapes_agree_across_commands(workdir: Path) -> None:
     (doctor,) = json.loads(run("doctor", "--backend", "local", "--json", cwd=workdir).stdout)
     assert set(doctor) == {"backend", "ok", "selected", "error"}
     (listed,) = json.loads(run("ls", "--backend", "local", "--json", cwd=workdir).stdout)
-    assert set(listed) == {"backend", "supported", "note", "sandboxes", "error"}
+    assert set(listed) == {"backend", "supported", "note", "sandboxes", "plugin_failure", "unavailable", "error"}
 
 
 # --- configuration errors name their source ------------------------------------------------
