@@ -149,6 +149,17 @@ def status_unknown(what: str) -> BackendUnavailable:
     )
 
 
+def output_lost(what: str) -> BackendUnavailable:
+    """The error for a command that finished but whose output did not arrive in full (the
+    sandbox's transport closed the stream before delivering it): never report the part
+    that came as the whole."""
+    return BackendUnavailable(
+        f"{what} finished but its output did not arrive in full (the stream was closed before "
+        "delivering it, as happens under heavy load); the command ran and was NOT re-run",
+        hint="check its effects, then read what it produced again (e.g. from a file)",
+    )
+
+
 class PersistentShell:
     """One session shell over a :class:`ByteStream`; see the module docstring.
 

@@ -31,7 +31,7 @@ from envlayer.request import ExecRequest
 from envlayer.result import ExecResult
 from envlayer.sandbox_kill import kill_script_argv
 from envlayer.shell_script import SESSION_VAR
-from envlayer.shell_session import KILL_GRACE_SECONDS, PersistentShell, read_framed, status_unknown
+from envlayer.shell_session import KILL_GRACE_SECONDS, PersistentShell, output_lost, read_framed, status_unknown
 from envlayer.streams import drain_while
 from envlayer_docker.errors import translated
 from envlayer_docker.oneshot import LEASE_PRELUDE, oneshot_argv
@@ -149,6 +149,8 @@ def run_oneshot(target: ExecTarget, request: ExecRequest, *, cwd: str, touch_lea
         code = stream.exit_status(_EXIT_STATUS_WAIT)
         if code is None:
             raise status_unknown("the command's exec")
+        if code == 0:
+            raise output_lost("the command's exec")  # the wrapper exits 0 only after its trailer
         return collector.result(request, _oci_code(code, collector))
     finally:
         stream.close()

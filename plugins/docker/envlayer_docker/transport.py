@@ -4,6 +4,9 @@
 daemon multiplexes stdout and stderr on it in frames (8-byte header: stream id, 3 zero
 bytes, big-endian length). :class:`AttachStream` reads the socket directly (one ``recv``
 of up to 1 MiB, no SDK layer in between), splits the frames and reports EOF; its
+first bytes are those docker-py's HTTP reader already took off the socket with the
+response headers (:func:`buffered_bytes`: a busy client reads the headers late, when a
+short command's whole output, trailer included, has already arrived behind them); its
 ``exit_status`` asks the daemon, and tells a command that ended from a daemon or
 container that went away (then it raises: the command may or may not have finished).
 """
@@ -64,6 +67,23 @@ def raw_socket(attached: Any) -> socket.socket:
     return getattr(attached, "_sock", attached)
 
 
+def buffered_bytes(attached: Any) -> bytes:
+    """The stream bytes that came in with the response headers: docker-py parses them
+    through a buffered reader, which may have read past them, and hands out the socket
+    under it. Those bytes are the start of the stream; reading only the socket loses them.
+    Takes them without waiting (``b""`` when there are none); leaves the socket
+    non-blocking."""
+    response = getattr(attached, "_response", None)
+    reader = getattr(getattr(getattr(response, "raw", None), "_fp", None), "fp", None)
+    if reader is None or not hasattr(reader, "read1"):
+        return b""
+    raw_socket(attached).setblocking(False)
+    try:
+        return reader.read1(_RECV) or b""
+    except (BlockingIOError, OSError, ValueError):
+        return b""
+
+
 class AttachStream:
     """:class:`~envlayer.streams.ByteStream` over one attached exec (see the module docstring)."""
 
@@ -74,6 +94,7 @@ class AttachStream:
         self.options = options
         self._attached = attached
         self.sock = raw_socket(attached)
+        self._early = buffered_bytes(attached)
         self.sock.setblocking(True)
         self._demux = FrameDemux()
         self._closed = False
@@ -91,6 +112,11 @@ class AttachStream:
 
     def read(self, deadline: float | None) -> Chunks | None:
         """See :meth:`envlayer.streams.ByteStream.read`."""
+        if self._early:
+            early, self._early = self._early, b""
+            chunks = self._demux.feed(early)
+            if chunks:
+                return chunks
         while True:
             if deadline is not None:
                 wait = max(deadline - time.monotonic(), 0.0)

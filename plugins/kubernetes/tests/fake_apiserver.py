@@ -41,6 +41,7 @@ from typing import Any
 import docker
 from aiohttp import WSMsgType, web
 from docker.errors import ImageNotFound, NotFound
+from envlayer_docker.transport import buffered_bytes, raw_socket
 
 FAKE_LABEL = "envlayer-fake-apiserver"
 NODE_NAME = "fake-node"
@@ -463,21 +464,23 @@ class FakeCluster:
             attached = await self.blocking(self.docker.exec_start, eid, socket=True)
         except Exception as exc:
             return error(500, "InternalError", f"exec failed: {exc}")
-        sock: socket.socket = getattr(attached, "_sock", attached)
+        sock: socket.socket = raw_socket(attached)
+        early = buffered_bytes(attached)  # the stream's first bytes, read with the headers
         ws = web.WebSocketResponse(protocols=[p for p in self.protocols if p in offered], max_msg_size=0)
         await ws.prepare(request)
         try:
-            await self.bridge(ws, sock, eid, want_stdin, pod)
+            await self.bridge(ws, sock, eid, want_stdin, pod, early)
         finally:
             sock.close()
             attached.close()
         return ws
 
     async def bridge(
-        self, ws: web.WebSocketResponse, sock: socket.socket, eid: str, want_stdin: bool, pod: Pod
+        self, ws: web.WebSocketResponse, sock: socket.socket, eid: str, want_stdin: bool, pod: Pod, early: bytes
     ) -> None:
-        """Docker's multiplexed exec stream <-> the channel websocket. Closing the
-        websocket closes the exec's streams only: the process is not killed."""
+        """Docker's multiplexed exec stream (starting with ``early``, the bytes that came
+        with the response headers) <-> the channel websocket. Closing the websocket closes
+        the exec's streams only: the process is not killed."""
         loop = asyncio.get_running_loop()
         sock.setblocking(False)
         v5 = ws.ws_protocol == V5
@@ -497,12 +500,14 @@ class FakeCluster:
 
         reader = loop.create_task(from_client())
         buf = bytearray()
+        data = early
         try:
             while True:
-                data = await loop.sock_recv(sock, 262144)
+                data = data or await loop.sock_recv(sock, 262144)
                 if not data:
                     break
                 buf += data
+                data = b""
                 while len(buf) >= 8:
                     size = int.from_bytes(buf[4:8], "big")
                     if len(buf) < 8 + size:
