@@ -427,6 +427,19 @@ def test_per_call_cwd_env_stdin_together(make_env, mode) -> None:
     assert env.exec("pwd").stdout_text == "/workspace\n"
 
 
+def test_oneshot_exit_and_exec_in_the_command_keep_output_and_status(make_env) -> None:
+    """The one-shot wrapper runs the command in a subshell: ``exit`` and ``exec`` end the
+    command, not the wrapper, so its trailer (the proof that all output arrived) is still
+    printed and the status is the command's."""
+    env = make_env(exec_mode="oneshot")
+    cases = {"echo a; exit 0": (0, b"a\n"), "echo b; exit 5": (5, b"b\n"), "exec echo c": (0, b"c\n")}
+    for command, expected in cases.items():
+        result = env.exec(command)
+        assert (result.exit_code, result.stdout) == expected, command
+    argv = env.exec(["sh", "-c", "echo d; exit 3"])
+    assert (argv.exit_code, argv.stdout) == (3, b"d\n")
+
+
 def test_timeout_spares_background_jobs_of_earlier_commands(make_env) -> None:
     env = make_env()
     env.exec("sleep 500 > /dev/null 2>&1 &")

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import io
 import os
+import socket
 import stat
 import subprocess
 import sys
 import tarfile
+from types import SimpleNamespace
 
 import pytest
 from envlayer_docker import labels, tar_extract
@@ -16,9 +18,9 @@ from envlayer_docker.files import safe_extract
 from envlayer_docker.naming import container_name, private_name
 from envlayer_docker.options import DockerOptions, parse_volume
 from envlayer_docker.reaper import parse_docker_time, parse_idle_check
-from envlayer_docker.transport import FrameDemux
+from envlayer_docker.transport import AttachStream, FrameDemux
 
-from envlayer.errors import SandboxPathError
+from envlayer.errors import BackendUnavailable, SandboxPathError
 from envlayer.options import OptionError
 
 LABEL_OK = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
@@ -188,6 +190,64 @@ def test_demux_handles_split_frames(step: int) -> None:
             order.append(name)
     assert got == {"stdout": b"hello" + b"x" * 40, "stderr": b"err"}
     assert order.index("stderr") > order.index("stdout")
+
+
+def _attached_after_late_header_read(stream: bytes) -> object:
+    """What docker-py's ``exec_start(socket=True)`` returns when the client read the
+    response headers late: the daemon had already sent the whole (short) stream and closed
+    it, and the buffered reader that parsed the headers took the stream along with them.
+    Shaped like docker-py's result: a ``SocketIO`` whose ``_response.raw._fp.fp`` is that
+    reader."""
+    daemon, client = socket.socketpair()
+    daemon.sendall(b"HTTP/1.1 101 UPGRADED\r\nContent-Type: application/vnd.docker.raw-stream\r\n\r\n" + stream)
+    daemon.close()
+    reader = client.makefile("rb")
+    while reader.readline() not in (b"\r\n", b""):
+        pass
+    attached = reader.raw
+    attached._response = SimpleNamespace(raw=SimpleNamespace(_fp=SimpleNamespace(fp=reader)))  # type: ignore[attr-defined]
+    return attached
+
+
+def test_stream_bytes_read_with_the_response_headers_are_not_lost() -> None:
+    attached = _attached_after_late_header_read(_frame(1, b"back\n") + _frame(2, b"err"))
+    stream = AttachStream(None, "exec-id", attached, container=None, options=DockerOptions())
+    got: dict[str, bytes] = {"stdout": b"", "stderr": b""}
+    try:
+        while (chunks := stream.read(None)) is not None:
+            for name, payload in chunks:
+                got[name] += payload
+    finally:
+        stream.close()
+    assert got == {"stdout": b"back\n", "stderr": b"err"}
+
+
+class _StreamCutShort:
+    """An exec whose output stream ended before the wrapper's trailer arrived although
+    the daemon reports that it exited 0 (the wrapper's status once it printed it)."""
+
+    def __init__(self) -> None:
+        self.reads: list[list[tuple[str, bytes]] | None] = [[("stdout", b"par")], None]
+
+    def read(self, deadline: float | None) -> list[tuple[str, bytes]] | None:
+        return self.reads.pop(0) if self.reads else None
+
+    def exit_status(self, wait: float) -> int | None:
+        return 0
+
+    def close(self) -> None:
+        pass
+
+
+def test_oneshot_output_cut_short_is_an_error_not_a_result(monkeypatch: pytest.MonkeyPatch) -> None:
+    from envlayer_docker import runners
+
+    from envlayer.request import ExecRequest
+
+    monkeypatch.setattr(runners, "start_exec", lambda *a, **kw: _StreamCutShort())
+    target = runners.ExecTarget(api=None, options=DockerOptions(), container=None, user=None, env={})
+    with pytest.raises(BackendUnavailable, match="did not arrive in full"):
+        runners.run_oneshot(target, ExecRequest.build("echo partial"), cwd="/", touch_lease=False)
 
 
 # --- options ------------------------------------------------------------------------------------
