@@ -527,16 +527,24 @@ class FakeCluster:
 
     async def exec_exit_code(self, eid: str, pod: Pod) -> int | None:
         """The exec's exit code; None (no status: the stream just closes, as when a
-        kubelet loses the container) when the container is gone or was stopped."""
+        kubelet loses the container) when the container is gone or was stopped. An exec
+        killed by a signal may end before Docker marks its killed container exited: then
+        the container is watched for up to a second before the code is trusted."""
         for _ in range(200):
             try:
                 info = await self.blocking(self.docker.exec_inspect, eid)
             except NotFound:
                 return None
             if not info.get("Running"):
-                await self.refresh(pod)
-                gone = pod.phase != "Running" or pod.deleting is not None
-                return None if gone else info.get("ExitCode")
+                code = info.get("ExitCode")
+                settle = time.monotonic() + (1.0 if code is None or code >= 128 else 0.0)
+                while True:
+                    await self.refresh(pod)
+                    if pod.phase != "Running" or pod.deleting is not None:
+                        return None
+                    if time.monotonic() >= settle:
+                        return code
+                    await asyncio.sleep(0.05)
             await asyncio.sleep(0.01)
         return None
 

@@ -14,6 +14,8 @@ import pytest
 
 from envlayer.errors import BackendUnavailable
 
+NAMESPACE = "envlayer-test"
+
 
 @pytest.fixture
 def own_fake(fake_workdir: str, control: Any) -> Iterator[Any]:
@@ -38,6 +40,52 @@ def test_api_server_vanishing_mid_command_raises_not_hangs(own_fake: Any, option
     assert time.monotonic() - start < 30
     with pytest.raises(BackendUnavailable, match="cannot reach the Kubernetes API"):
         env.exec("echo again")
+
+
+def _kill_pod_container_once_running(pod: str, command_line: str) -> threading.Thread:
+    """Kill (SIGKILL, as an OOM kill or a node losing it) the Docker container behind
+    ``pod`` as soon as a process whose command line contains ``command_line`` runs in it,
+    on a thread (given up after 120 s)."""
+    import docker
+
+    api = docker.APIClient(version="auto", timeout=60, **docker.utils.kwargs_from_env())
+
+    def work() -> None:
+        try:
+            give_up = time.monotonic() + 120
+            while time.monotonic() < give_up:
+                found = api.containers(filters={"label": f"envlayer-fake-pod={NAMESPACE}.{pod}"})
+                processes = api.top(found[0]["Id"])["Processes"] if found else []
+                if any(command_line in " ".join(p) for p in processes):
+                    api.kill(found[0]["Id"])
+                    return
+                time.sleep(0.1)
+        finally:
+            api.close()
+
+    killer = threading.Thread(target=work, name="kill-pod-container", daemon=True)
+    killer.start()
+    return killer
+
+
+@pytest.mark.parametrize("mode", ["session", "oneshot"])
+def test_container_killed_mid_command_raises_never_a_result(make_env: Any, mode: str) -> None:
+    env = make_env(exec_mode=mode)
+    killer = _kill_pod_container_once_running(env.pod_name, "sleep 3601")
+    with pytest.raises(BackendUnavailable, match="may .*(partly run|finished)"):
+        env.exec("echo started; sleep 3601; echo never")
+    killer.join(30)
+
+
+def test_container_killed_mid_read_file_raises_never_content(make_env: Any) -> None:
+    """The read's exec is inside ``wc -c`` on a FIFO whose writer never closes it when
+    the container dies: the read must raise, never return the ``b""`` it has so far."""
+    env = make_env(exec_mode="oneshot")
+    env.exec("mkfifo /tmp/fifo && (sh -c 'exec > /tmp/fifo; printf partial; sleep 3602' >/dev/null 2>&1 &)").check()
+    killer = _kill_pod_container_once_running(env.pod_name, "wc -c")
+    with pytest.raises(BackendUnavailable, match="broke while the command ran"):
+        env.read_file("/tmp/fifo")
+    killer.join(30)
 
 
 def test_unreachable_api_server_is_a_clear_error(options: Any, tmp_path: Any, control: Any, profile: str) -> None:
