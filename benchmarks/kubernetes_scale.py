@@ -92,6 +92,7 @@ def main() -> int:
     per_task = run.create_and_use / run.tasks * 1000
     ratio = run.create_and_use / base_make
     print(f"  create + use (exec, write, read) : {run.create_and_use:7.1f} s  ({per_task:.0f} ms per task)")
+    print(f"  tasks whose pod's deadline came mid-task (documented error): {run.expired}")
     print(f"  baseline docker-py create+start+exec, {args.processes} threads: {base_make:7.1f} s -> ratio {ratio:.2f}x")
     print(f"  wait for activeDeadlineSeconds ({args.deadline} s) to end them: {run.until_ended:7.1f} s")
     print(f"  reap_orphans(max_age=0)          : {run.reap:7.1f} s  ({run.reaped} pods deleted)")

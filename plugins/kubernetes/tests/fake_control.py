@@ -146,23 +146,36 @@ def start_fake(workdir: str, *, protocols: str | None = None) -> FakeApiServer:
 
 SCALE_WORKER = """
 import sys, time
+from envlayer.errors import BackendUnavailable, SandboxFileNotFound
 from envlayer_kubernetes.backend import KubernetesEnvironment
 from envlayer_kubernetes.options import KubernetesOptions
 kubeconfig, profile, image, deadline = sys.argv[1:5]
 opts = KubernetesOptions(image=image, kubeconfig=kubeconfig, timeout=60, startup_timeout=120,
                          active_deadline=int(deadline), exec_mode="oneshot")
+expired = 0
 for task in sys.argv[5:]:
+    begun = time.monotonic()
     env = KubernetesEnvironment(opts, task_id=task, profile=profile)
-    echoed = env.exec(["echo", task])
-    assert echoed.stdout.decode() == task + "\\n", (task, echoed)
-    env.write_file("task.txt", task)
-    read = env.read_file("task.txt")
-    assert read == task.encode(), (task, read)
+    try:
+        echoed = env.exec(["echo", task])
+        assert echoed.stdout.decode() == task + "\\n", (task, echoed)
+        env.write_file("task.txt", task)
+        read = env.read_file("task.txt")
+        assert read == task.encode(), (task, read)
+    except (BackendUnavailable, SandboxFileNotFound) as exc:
+        if time.monotonic() - begun < int(deadline):
+            raise
+        expired += 1
+        print("deadline may have ended the pod of", task, "mid-task:", repr(exc)[:300], file=sys.stderr)
     env.cleanup()
-print("done", len(sys.argv) - 5)
+print("done", len(sys.argv) - 5, "expired", expired)
 """
 """Child program of :func:`run_scale`: create, use (exec, write, read) and leave (persist
-mode) the pods of the tasks named on its command line."""
+mode) the pods of the tasks named on its command line. The pods' ``active_deadline`` may
+end one mid-task on a loaded machine: then, and only then (the task began at least that
+long ago, so its pod may have reached it), the documented error of a command whose pod
+ended (:class:`BackendUnavailable`, or :class:`SandboxFileNotFound` from the pod that
+replaced it) is counted as ``expired`` instead of failing. Wrong output never is."""
 
 
 def child_environ() -> dict[str, str]:
@@ -184,6 +197,7 @@ class ScaleRun:
     until_gone: float
     reaped: int
     left: int
+    expired: int
 
 
 def run_scale(server: FakeApiServer, profile: str, *, tasks: int, processes: int, deadline: int) -> ScaleRun:
@@ -210,10 +224,13 @@ def run_scale(server: FakeApiServer, profile: str, *, tasks: int, processes: int
         if share
     ]
     failures = []
+    expired = 0
     for child in children:
-        _, err = child.communicate(timeout=1800)
+        out, err = child.communicate(timeout=1800)
         if child.returncode != 0:
             failures.append(err[-2000:])
+        else:
+            expired += int(out.split()[-1])
     if failures:
         raise AssertionError("scale workers failed:\n" + "\n".join(failures))
     created = time.monotonic()
@@ -238,4 +255,5 @@ def run_scale(server: FakeApiServer, profile: str, *, tasks: int, processes: int
         until_gone=time.monotonic() - reaped_at,
         reaped=len(reaped),
         left=len(left),
+        expired=expired,
     )
