@@ -1,0 +1,1 @@
+"""envlayer backend for Modal sandboxes."""
