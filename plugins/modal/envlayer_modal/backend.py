@@ -1,0 +1,456 @@
+"""``ModalEnvironment``: the envlayer backend that runs commands in a Modal sandbox.
+
+Lifecycle (details in docs/backends/modal.md):
+
+* The constructor connects (``modal.Client.from_env``, the App by ``app_name``) and
+  attaches to, replaces or creates the sandbox of (profile, task)
+  (:mod:`envlayer_modal.sandbox`); it raises :class:`BackendUnavailable` with a hint for
+  missing credentials, an unreachable API, an unknown image or a quota.
+* ``cleanup()`` in persist mode (default) ends this process's session and leaves the
+  sandbox running, bounded by ``idle_timeout`` and ``sandbox_timeout``.
+  ``cleanup(force_remove=True)``, or any cleanup with ``persist_across_processes = false``,
+  terminates it on a background thread that :meth:`wait_for_cleanup` joins.
+* Commands run one ``Sandbox.exec`` each (``exec_mode = "oneshot"``) or in a persistent
+  shell (``"session"``). A timeout or an interrupt kills the command's process tree inside
+  the sandbox, which stays usable.
+* A sandbox found terminated when a command starts (the exec was refused, so the command
+  provably did not run) is replaced once and the command runs there, with
+  ``ExecResult.recovered`` saying so; a command is never run twice.
+
+Importing this module does not import the Modal SDK.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import posixpath
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from envlayer.capabilities import Capability
+from envlayer.environment import Command, Environment, SandboxInfo
+from envlayer.errors import BackendUnavailable, FileTooLarge, SandboxPathError
+from envlayer.options import BaseOptions
+from envlayer.proctree import EXEC_ID_VAR
+from envlayer.result import TIMEOUT_EXIT_CODE, ExecResult
+from envlayer_modal import teardown
+from envlayer_modal.oneshot import Outcome, OutputCallback
+from envlayer_modal.options import ModalOptions
+
+log = logging.getLogger("envlayer.modal")
+T = TypeVar("T")
+
+ALL_CAPABILITIES = frozenset(
+    {
+        Capability.FORCE_REMOVE,
+        Capability.WAIT_FOR_CLEANUP,
+        Capability.REAP_ORPHANS,
+        Capability.LIST_SANDBOXES,
+        Capability.REMOVE_SANDBOX,
+        Capability.STREAMING,
+        Capability.PERSISTENT_SESSION,
+        Capability.DIRECTORY_TRANSFER,
+        Capability.PERSIST_ACROSS_PROCESSES,
+    }
+)
+MODAL_TIMEOUT_CODES = (-1, 137)
+"""Exit codes Modal reports for an exec cut by a deadline or killed: a timeout once
+envlayer's own deadline has passed."""
+LEASE_INTERVAL = 30.0
+_HELPER_TIMEOUT = 300.0
+
+
+class _NotStarted(Exception):
+    """Modal refused to start an exec because the sandbox is gone: the command provably
+    did not run, so replacing the sandbox and running it is safe."""
+
+
+class ModalEnvironment(Environment):
+    """Commands and files in a Modal sandbox; see the module docstring."""
+
+    name = "modal"
+    Options = ModalOptions
+    capabilities = ALL_CAPABILITIES
+    options: ModalOptions
+
+    def __init__(
+        self, options: BaseOptions | None = None, *, task_id: str = "default", profile: str = "default"
+    ) -> None:
+        super().__init__(options, task_id=task_id, profile=profile)
+        if not isinstance(self.options, ModalOptions):
+            raise TypeError(f"ModalEnvironment needs ModalOptions, got {type(self.options).__name__}")
+        from envlayer_modal.client import connect
+
+        opts = self.options
+        if opts.exec_mode == "oneshot":
+            self.capabilities = ALL_CAPABILITIES - {Capability.PERSISTENT_SESSION}
+        if not opts.persist_across_processes:
+            self.capabilities = self.capabilities - {Capability.PERSIST_ACROSS_PROCESSES}
+        self._conn = connect(opts)
+        self._state_lock = threading.RLock()
+        self._session: Any = None
+        self._session_lock = threading.Lock()
+        self._session_cwd: str | None = None
+        self._last_lease = 0.0
+        self._teardown: threading.Thread | None = None
+        self._attached: Any = None
+        self._attach()
+
+    # --- sandbox --------------------------------------------------------------------------
+
+    def _attach(self) -> None:
+        from envlayer_modal.sandbox import ensure
+
+        attached = ensure(
+            self._conn, profile=self.profile, task=self.task_id, persist=self.options.persist_across_processes
+        )
+        with self._state_lock:
+            self._attached = attached
+        log.debug("%s sandbox %s for task %r", "created" if attached.created else "attached to", attached.id, self.task_id)
+
+    @property
+    def sandbox_id(self) -> str:
+        """The Modal id (``sb-...``) of the sandbox in use."""
+        return str(self._attached.id)
+
+    @property
+    def sandbox_name(self) -> str:
+        """The name of the sandbox in use (unique in the App)."""
+        return str(self._attached.name)
+
+    def _recover(self, seen_id: str) -> None:
+        """The sandbox ``seen_id`` is gone: drop the session and attach again (which creates
+        a new one). When another thread already did so, there is nothing to do."""
+        with self._state_lock:
+            if self._attached is not None and self._attached.id != seen_id:
+                return
+            log.warning("sandbox %s for task %r is gone; attaching again", self.sandbox_id, self.task_id)
+            self._drop_session()
+            self._attach()
+
+    def _start_exec(self, argv: list[str], env: Mapping[str, str]) -> Any:
+        """``Sandbox.exec`` with ``text=False``. A refusal meaning "the sandbox is gone"
+        becomes :class:`_NotStarted`; every other failure :class:`BackendUnavailable`."""
+        from envlayer_modal.client import translate
+
+        exc_mod = self._conn.modal.exception
+        try:
+            return self._attached.sandbox.exec(*argv, env=dict(env), text=False)
+        except (exc_mod.NotFoundError, exc_mod.ConflictError, exc_mod.SandboxTerminatedError) as exc:
+            raise _NotStarted(str(exc)) from exc
+        except Exception as exc:
+            raise translate(exc, "starting a command") from exc
+
+    def _command_env(self, extra: Mapping[str, str] | None, exec_id: str | None) -> dict[str, str]:
+        env = dict(self.options.env)
+        env.update(extra or {})
+        if exec_id is not None:
+            env[EXEC_ID_VAR] = exec_id
+        return env
+
+    def _touch_lease(self) -> bool:
+        now = time.monotonic()
+        if now - self._last_lease >= LEASE_INTERVAL:
+            self._last_lease = now
+            return True
+        return False
+
+    # --- exec -------------------------------------------------------------------------------
+
+    def exec(
+        self,
+        command: Command,
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        stdin: bytes | str | None = None,
+        on_output: OutputCallback | None = None,
+    ) -> ExecResult:
+        """Run ``command`` in the sandbox; see :class:`~envlayer.environment.Environment`.
+
+        ``on_output(stream, chunk)`` receives ``"stdout"``/``"stderr"`` chunks as they
+        arrive (uncapped), on the calling thread. Raises :class:`BackendUnavailable` when
+        Modal cannot be reached, or when the sandbox ended while the command ran (it is not
+        re-run; the next call replaces the sandbox).
+        """
+        self._ensure_open()
+        if not isinstance(command, str) and not command:
+            raise ValueError("empty argv")
+        effective = self.options.timeout if timeout is None else (timeout or None)
+        start = time.monotonic()
+        deadline = None if effective is None else start + effective
+        data = stdin.encode() if isinstance(stdin, str) else stdin
+        run_cwd = posixpath.join(self.options.workdir, cwd) if cwd else self.options.workdir
+        for attempt in (0, 1):
+            seen = self.sandbox_id
+            try:
+                result = self._run_oneshot(command, run_cwd, env, deadline, data, on_output, effective, start)
+                return dataclasses.replace(result, recovered="sandbox recreated") if attempt else result
+            except _NotStarted as exc:
+                if attempt:
+                    raise BackendUnavailable(
+                        f"the sandbox for task {self.task_id!r} is gone again right after being recreated: {exc}",
+                        hint="check the Modal dashboard; something keeps terminating it",
+                    ) from exc
+                self._recover(seen)
+        raise AssertionError("unreachable")
+
+    def _run_oneshot(
+        self,
+        command: Command,
+        cwd: str,
+        env: Mapping[str, str] | None,
+        deadline: float | None,
+        data: bytes | None,
+        on_output: OutputCallback | None,
+        timeout: float | None,
+        start: float,
+    ) -> ExecResult:
+        from envlayer_modal.oneshot import collect, feed_stdin, oneshot_argv
+        from envlayer_modal.process import Process
+
+        exec_id = uuid.uuid4().hex
+        argv = oneshot_argv(self.options.shell, command, cwd=cwd, touch_lease=self._touch_lease())
+        proc = Process(self._start_exec(argv, self._command_env(env, exec_id)))
+        feed_stdin(proc, data)
+        try:
+            outcome = collect(
+                proc,
+                deadline=deadline,
+                limit=self.options.max_output_bytes,
+                policy=self.options.output_policy,
+                on_output=on_output,
+            )
+        except BaseException:
+            self._kill(exec_id)
+            raise
+        if outcome.timed_out or (
+            outcome.code in MODAL_TIMEOUT_CODES and deadline is not None and time.monotonic() >= deadline
+        ):
+            self._kill(exec_id)
+            return self._result(outcome, TIMEOUT_EXIT_CODE, start, timeout, timed_out=True)
+        if outcome.code is None:
+            self._check_still_running("the command's exec ended without an exit status")
+            return self._result(outcome, 255, start, timeout)
+        return self._result(outcome, outcome.code, start, timeout)
+
+    def _check_still_running(self, what: str) -> None:
+        """After an exec vanished: if the sandbox is gone, the command may or may not have
+        run, so raise instead of guessing (never re-run)."""
+        try:
+            code = self._attached.sandbox.poll()
+        except Exception:
+            code = None
+        if code is not None:
+            raise BackendUnavailable(
+                f"{what} because the sandbox {self.sandbox_id} ended (code {code}); "
+                "the command may have partly run and was NOT re-run",
+                hint="check its effects and retry; the next call replaces the sandbox",
+            )
+
+    def _result(
+        self, outcome: Outcome, code: int, start: float, timeout: float | None, *, timed_out: bool = False
+    ) -> ExecResult:
+        return ExecResult(
+            exit_code=code,
+            stdout=outcome.stdout.getvalue(),
+            stderr=outcome.stderr.getvalue(),
+            duration=time.monotonic() - start,
+            timed_out=timed_out,
+            timeout=timeout,
+            stdout_truncation=outcome.stdout.truncation,
+            stderr_truncation=outcome.stderr.truncation,
+        )
+
+    def _kill(self, exec_id: str, session_pid: int | None = None) -> None:
+        from envlayer_modal.killer import kill_command
+
+        attached = self._attached
+        if attached is not None:
+            kill_command(attached.sandbox, exec_id, shell=self.options.shell, session_pid=session_pid)
+
+    def _drop_session(self) -> None:
+        session, self._session = self._session, None
+        if session is not None:
+            session.close()
+
+    def _helper(self, argv: list[str], data: bytes | None, limit: int | None = None) -> tuple[int, bytes, bytes]:
+        """Run an internal command one-shot (no session state): (code, stdout, stderr).
+        stdout is kept up to ``limit`` bytes (all when None); recovers a gone sandbox once."""
+        from envlayer_modal.oneshot import collect, feed_stdin
+        from envlayer_modal.process import Process
+
+        for attempt in (0, 1):
+            seen = self.sandbox_id
+            try:
+                proc = Process(self._start_exec(argv, self._command_env(None, None)))
+            except _NotStarted:
+                if attempt:
+                    raise BackendUnavailable("the sandbox keeps disappearing", hint="check the Modal dashboard") from None
+                self._recover(seen)
+                continue
+            feed_stdin(proc, data)
+            outcome = collect(
+                proc, deadline=time.monotonic() + _HELPER_TIMEOUT, limit=limit, policy="head", on_output=None
+            )
+            code = 255 if outcome.code is None or outcome.timed_out else outcome.code
+            return code, outcome.stdout.getvalue(), outcome.stderr.getvalue()
+        raise AssertionError("unreachable")
+
+    # --- files ---------------------------------------------------------------------------------
+
+    def _path(self, path: str) -> str:
+        """Absolute sandbox path for ``path``; enforces ``file_root`` lexically and, through
+        ``readlink -f`` in the sandbox, against symlinks."""
+        full = self.resolve_path(path, self.options.workdir)
+        root = self.options.file_root
+        if root is not None:
+            root_abs = posixpath.normpath(posixpath.join(self.options.workdir, root))
+            script = 'readlink -f -- "$1"; readlink -f -- "$2" || readlink -f -- "${2%/*}"'
+            code, out, _ = self._helper(["sh", "-c", script, "envlayer-real", root_abs, full], None)
+            lines = out.decode(errors="replace").splitlines()
+            if code == 0 and len(lines) >= 2:
+                real_root, real = lines[0], lines[1]
+                if real != real_root and not real.startswith(real_root.rstrip("/") + "/"):
+                    raise SandboxPathError(path, root_abs)
+        return full
+
+    def _files_call(self, fn: Callable[[Any], T], doing: str) -> T:
+        from envlayer_modal.client import translate
+
+        exc_mod = self._conn.modal.exception
+        for attempt in (0, 1):
+            seen = self.sandbox_id
+            try:
+                return fn(self._attached.sandbox)
+            except (exc_mod.NotFoundError, exc_mod.ConflictError) as exc:
+                if attempt:
+                    raise translate(exc, doing) from exc
+                self._recover(seen)
+            except exc_mod.Error as exc:
+                raise translate(exc, doing) from exc
+        raise AssertionError("unreachable")
+
+    def read_file(self, path: str) -> bytes:
+        """Read a file from the sandbox; see :class:`~envlayer.environment.Environment`."""
+        from envlayer_modal import files
+
+        self._ensure_open()
+        full = self._path(path)
+        limit = self.options.max_file_bytes
+        return self._files_call(lambda sb: files.read(sb, full, limit), f"reading {full}")
+
+    def write_file(self, path: str, data: bytes | str) -> None:
+        """Write a file into the sandbox, creating parent directories."""
+        from envlayer_modal import files
+
+        self._ensure_open()
+        payload = data.encode() if isinstance(data, str) else data
+        if len(payload) > self.options.max_file_bytes:
+            raise FileTooLarge(path, len(payload), self.options.max_file_bytes)
+        full = self._path(path)
+        self._files_call(lambda sb: files.write(sb, full, payload), f"writing {full}")
+
+    def upload_dir(self, local: str, remote: str) -> None:
+        """Copy the contents of host directory ``local`` into sandbox directory ``remote``
+        (tar over an exec; over ``max_transfer_bytes`` raises :class:`FileTooLarge`)."""
+        from envlayer_modal import files
+
+        self._ensure_open()
+        files.upload_dir(self._helper, local, self._path(remote), self.options.max_transfer_bytes)
+
+    def download_dir(self, remote: str, local: str) -> None:
+        """Copy the contents of sandbox directory ``remote`` into host directory ``local``.
+        Members escaping ``local`` raise :class:`SandboxPathError`."""
+        from envlayer_modal import files
+
+        self._ensure_open()
+        limit = self.options.max_transfer_bytes
+
+        def capped(argv: list[str], data: bytes | None) -> tuple[int, bytes, bytes]:
+            return self._helper(argv, data, limit + 1)
+
+        files.download_dir(capped, self._path(remote), local, limit)
+
+    # --- lifecycle -------------------------------------------------------------------------------
+
+    def cleanup(self, *, force_remove: bool = False) -> None:
+        """Release this handle. Persist mode: the sandbox keeps running (until
+        ``idle_timeout``). With ``force_remove`` or ``persist_across_processes = false``:
+        terminate it in the background (see :meth:`wait_for_cleanup`). Idempotent;
+        ``cleanup(force_remove=True)`` after a plain ``cleanup()`` still terminates it.
+        Never raises."""
+        with self._state_lock:
+            self._closed = True
+            try:
+                self._drop_session()
+            except Exception:
+                pass
+            remove = force_remove or not self.options.persist_across_processes
+            if remove and self._teardown is None and self._attached is not None:
+                self._teardown = teardown.schedule(self._attached.sandbox, self._attached.id)
+
+    def wait_for_cleanup(self, timeout: float) -> bool:
+        """Block up to ``timeout`` seconds for this environment's termination; True when
+        done (or when there was nothing to terminate)."""
+        thread = self._teardown
+        if thread is None:
+            return True
+        thread.join(max(timeout, 0))
+        return not thread.is_alive()
+
+    @classmethod
+    def wait_for_all_cleanups(cls, timeout: float) -> bool:
+        """Join every termination started in this process (also run at exit, up to 15 s)."""
+        return teardown.wait_all(timeout)
+
+    @classmethod
+    def _class_conn(cls, options: BaseOptions | None) -> Any:
+        from envlayer_modal.client import connect
+
+        return connect(options if isinstance(options, ModalOptions) else ModalOptions())
+
+    @classmethod
+    def check_available(cls, options: BaseOptions) -> None:
+        """Raise :class:`BackendUnavailable` unless credentials are configured and the API
+        answers (it looks up, or creates, the App; it creates no sandbox)."""
+        cls._class_conn(options)
+
+    @classmethod
+    def reap_orphans(cls, *, profile: str, max_age: float, dry_run: bool, options: ModalOptions) -> list[SandboxInfo]:
+        """Terminate this profile's orphaned sandboxes (see :mod:`envlayer_modal.reaper`).
+        Returns what was (or would be) terminated."""
+        from envlayer_modal import reaper
+
+        return reaper.reap(cls._class_conn(options), profile=profile, max_age=max_age, dry_run=dry_run)
+
+    @classmethod
+    def list_sandboxes(cls, *, profile: str | None, options: ModalOptions) -> list[SandboxInfo]:
+        """Every running envlayer sandbox in the App (of ``profile``, or of all when None)."""
+        from envlayer_modal import reaper
+
+        return [reaper.info_from(sb, tags) for sb, tags in reaper.list_managed(cls._class_conn(options), profile=profile)]
+
+    @classmethod
+    def remove_sandbox(cls, task_id: str, *, profile: str, options: ModalOptions, force: bool) -> list[SandboxInfo]:
+        """Terminate the sandboxes of (profile, task). Every listed sandbox is running, so
+        without ``force`` only those in which no command is running are terminated."""
+        from envlayer_modal import reaper
+
+        conn = cls._class_conn(options)
+        removed = []
+        for sb, tags in reaper.list_managed(conn, profile=profile, task=task_id):
+            if not force and not reaper.parse_idle_check(reaper._idle_output(sb, conn.options.shell), 0.0, 0.0):
+                continue
+            try:
+                sb.terminate()
+            except Exception as exc:
+                log.warning("could not terminate %s: %r", sb.object_id, exc)
+                continue
+            removed.append(reaper.info_from(sb, tags, "terminated"))
+        return removed
