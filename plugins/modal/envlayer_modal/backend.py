@@ -110,7 +110,9 @@ class ModalEnvironment(Environment):
         )
         with self._state_lock:
             self._attached = attached
-        log.debug("%s sandbox %s for task %r", "created" if attached.created else "attached to", attached.id, self.task_id)
+        log.debug(
+            "%s sandbox %s for task %r", "created" if attached.created else "attached to", attached.id, self.task_id
+        )
 
     @property
     def sandbox_id(self) -> str:
@@ -291,7 +293,9 @@ class ModalEnvironment(Environment):
                 proc = Process(self._start_exec(argv, self._command_env(None, None)))
             except _NotStarted:
                 if attempt:
-                    raise BackendUnavailable("the sandbox keeps disappearing", hint="check the Modal dashboard") from None
+                    raise BackendUnavailable(
+                        "the sandbox keeps disappearing", hint="check the Modal dashboard"
+                    ) from None
                 self._recover(seen)
                 continue
             feed_stdin(proc, data)
@@ -434,7 +438,9 @@ class ModalEnvironment(Environment):
         """Every running envlayer sandbox in the App (of ``profile``, or of all when None)."""
         from envlayer_modal import reaper
 
-        return [reaper.info_from(sb, tags) for sb, tags in reaper.list_managed(cls._class_conn(options), profile=profile)]
+        return [
+            reaper.info_from(sb, tags) for sb, tags in reaper.list_managed(cls._class_conn(options), profile=profile)
+        ]
 
     @classmethod
     def remove_sandbox(cls, task_id: str, *, profile: str, options: ModalOptions, force: bool) -> list[SandboxInfo]:

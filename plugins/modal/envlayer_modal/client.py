@@ -134,7 +134,7 @@ def translate(exc: BaseException, doing: str) -> Exception:
             f"Modal could not provide the image while {doing}: {text}",
             hint="check the `image` option: a public registry tag (e.g. python:3.11-slim) or an `im-...` id",
         )
-    if isinstance(exc, E.ConnectionError) or isinstance(exc, OSError):
+    if isinstance(exc, (E.ConnectionError, OSError)):
         return BackendUnavailable(
             f"lost the connection to Modal while {doing}: {text}",
             hint="check the network; the command may not have run",

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from envlayer.output import CappedBuffer
@@ -31,7 +31,7 @@ EXIT_GRACE = 0.5
 
 WRAPPER = (
     'd=$1; t=$2; shift 2; [ -n "$t" ] && : > ' + LEASE_PATH + " 2>/dev/null; "
-    "cd -- \"$d\" 2>/dev/null || { printf 'envlayer: working directory does not exist: %s\\n' \"$d\" >&2; exit 126; }; "
+    'cd -- "$d" 2>/dev/null || { printf \'envlayer: working directory does not exist: %s\\n\' "$d" >&2; exit 126; }; '
     'exec "$@"'
 )
 

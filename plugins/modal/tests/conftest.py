@@ -26,12 +26,8 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_modal"))
 
-import launcher  # noqa: E402
-
-IMAGE = os.environ.get("ENVLAYER_TEST_IMAGE", "envlayer-test:busybox")
-PROFILE = f"envlayer-test-modal-{uuid.uuid4().hex[:8]}"
-APP = f"envlayer-tests-{uuid.uuid4().hex[:6]}"
-QUOTA_TAG = "fake-quota-exceeded"
+import modal_fake_launcher as launcher
+from modal_testenv import APP, IMAGE, PROFILE, QUOTA_TAG
 
 
 def _docker_problem() -> str | None:
@@ -107,18 +103,6 @@ def make_env(fake_modal: Any, profile: str, options: Callable[..., Any]) -> Iter
         env.cleanup(force_remove=True)
     for env in made:
         env.wait_for_cleanup(30)
-
-
-def child_code(task: str, profile: str, **opts: Any) -> str:
-    """Python source that builds ``env`` for (profile, task) in a child process."""
-    opts.setdefault("image", IMAGE)
-    opts.setdefault("app_name", APP)
-    opts.setdefault("timeout", 60)
-    return (
-        "from envlayer_modal.backend import ModalEnvironment\n"
-        "from envlayer_modal.options import ModalOptions\n"
-        f"env = ModalEnvironment(ModalOptions(**{opts!r}), task_id={task!r}, profile={profile!r})\n"
-    )
 
 
 @pytest.fixture

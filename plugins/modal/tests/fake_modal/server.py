@@ -152,7 +152,15 @@ class State:
         self.by_task: dict[str, Sandbox] = {}
         self.names: dict[tuple[str, str], str] = {}
         self.url = ""
+        self._tasks: set[asyncio.Task[Any]] = set()
         self._log = open(log_path, "a", buffering=1)  # noqa: SIM115 - lives as long as the server
+
+    def spawn(self, coro: Any) -> asyncio.Task[Any]:
+        """Run ``coro`` as a task, keeping a reference until it ends."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
 
     def log(self, who: str, rpc: str, *, unimplemented: bool = False, note: str = "") -> None:
         record = {"t": round(time.time(), 4), "who": who, "rpc": rpc, "unimplemented": unimplemented}
@@ -346,7 +354,7 @@ class _Control(api_grpc.ModalClientBase):
         )
         st.sandboxes[sandbox_id] = sb
         st.by_task[task_id] = sb
-        asyncio.get_running_loop().create_task(st.watch(sb))
+        st.spawn(st.watch(sb))
         access = api_pb2.CommandRouterAccess(url=st.url, jwt=_jwt(caller(stream)))
         await stream.send_message(
             api_pb2.SandboxCreateV2Response(sandbox_id=sandbox_id, task_id=task_id, command_router_access=access)
@@ -449,7 +457,7 @@ def fs_tools_argv(op_json: str) -> list[str]:
     """A POSIX sh program standing in for Modal's injected ``modal-sandbox-fs-tools`` binary
     (errors as ``{"error_kind", "message"}`` JSON on stderr, exit 1)."""
     op = json.loads(op_json)
-    (kind, args), = op.items()
+    ((kind, args),) = op.items()
     path = args.get("path", "")
     fail = 'fail() { printf \'{"error_kind":"%s","message":"%s"}\' "$1" "$2" >&2; exit 1; }; p=$1; '
     scripts = {
@@ -460,14 +468,16 @@ def fs_tools_argv(op_json: str) -> list[str]:
         '[ -z "$d" ] || mkdir -p -- "$d" 2>/dev/null || fail NotDirectory "Not a directory"; '
         'cat > "$p" 2>/dev/null || fail PermissionDenied "Permission denied"',
         "Stat": fail + '[ -e "$p" ] || [ -L "$p" ] || fail NotFound "No such file or directory"; '
-        "if [ -L \"$p\" ]; then t=symlink; elif [ -d \"$p\" ]; then t=directory; else t=file; fi; "
+        'if [ -L "$p" ]; then t=symlink; elif [ -d "$p" ]; then t=directory; else t=file; fi; '
         'set -- $(stat -c "%s %f %U %G %Y %A" -- "$p"); '
         'printf \'{"name":"%s","path":"%s","type":"%s","size":%s,"mode":%d,"permissions":"%s",'
         '"owner":"%s","group":"%s","modified_time":%s}\' "${p##*/}" "$p" "$t" "$1" "0x$2" "$6" "$3" "$4" "$5"',
-        "MakeDirectory": fail + '[ -e "$p" ] && fail PathAlreadyExists "File exists"; '
+        "MakeDirectory": fail
+        + '[ -e "$p" ] && fail PathAlreadyExists "File exists"; '
         + ('mkdir -p -- "$p"' if args.get("parents") else 'mkdir -- "$p"')
         + ' 2>/dev/null || fail NotFound "No such file or directory"',
-        "Remove": fail + '[ -e "$p" ] || fail NotFound "No such file or directory"; '
+        "Remove": fail
+        + '[ -e "$p" ] || fail NotFound "No such file or directory"; '
         + ('rm -rf -- "$p"' if args.get("recursive") else 'if [ -d "$p" ]; then rmdir -- "$p"; else rm -f -- "$p"; fi')
         + ' 2>/dev/null || fail DirectoryNotEmpty "Directory not empty"',
     }
@@ -499,7 +509,9 @@ class _Router(task_command_router_grpc.TaskCommandRouterBase):
             return
         argv = list(req.command_args)
         if argv and argv[0] == FS_TOOLS:
-            self.state.log(caller(stream), "fs-tools", note=list(json.loads(argv[1]))[0] if len(argv) > 1 else "")
+            self.state.log(
+                caller(stream), "fs-tools", note=next(iter(json.loads(argv[1])), "") if len(argv) > 1 else ""
+            )
             argv = fs_tools_argv(argv[1] if len(argv) > 1 else "{}")
         env: dict[str, str] = {}
         for source in req.secret_sources:
@@ -524,9 +536,8 @@ class _Router(task_command_router_grpc.TaskCommandRouterBase):
         )
         ex = Exec(req.exec_id, proc)
         sb.execs[req.exec_id] = ex
-        loop = asyncio.get_running_loop()
         assert proc.stdout is not None and proc.stderr is not None
-        pumps = [loop.create_task(ex.pump(1, proc.stdout)), loop.create_task(ex.pump(2, proc.stderr))]
+        pumps = [self.state.spawn(ex.pump(1, proc.stdout)), self.state.spawn(ex.pump(2, proc.stderr))]
 
         async def reap() -> None:
             code = await proc.wait()
@@ -539,12 +550,15 @@ class _Router(task_command_router_grpc.TaskCommandRouterBase):
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(asyncio.shield(ex.done.wait()), seconds)
                 return
-            kill = 'for f in /proc/[0-9]*/environ; do grep -qa "$1" "$f" 2>/dev/null && p=${f#/proc/} && kill -9 ${p%/*}; done'
+            kill = (
+                'for f in /proc/[0-9]*/environ; do grep -qa "$1" "$f" 2>/dev/null && p=${f#/proc/} && kill -9 ${p%/*}; '
+                "done"
+            )
             await docker("exec", sb.container, "sh", "-c", kill, "kill", marker, check=False)
 
-        loop.create_task(reap())
+        self.state.spawn(reap())
         if req.HasField("timeout_secs") and req.timeout_secs:
-            loop.create_task(enforce_timeout(req.timeout_secs))
+            self.state.spawn(enforce_timeout(req.timeout_secs))
         await stream.send_message(sr_pb2.TaskExecStartResponse())
 
     async def TaskExecStdioRead(self, stream: Stream[Any, Any]) -> None:
@@ -557,7 +571,7 @@ class _Router(task_command_router_grpc.TaskCommandRouterBase):
         try:
             while True:
                 async with ex.changed:
-                    await ex.changed.wait_for(lambda: len(ex.output[fd]) > offset or ex.closed[fd])
+                    await ex.changed.wait_for(lambda at=offset: len(ex.output[fd]) > at or ex.closed[fd])
                     data = bytes(ex.output[fd][offset:])
                     closed = ex.closed[fd]
                 if data:
@@ -674,4 +688,3 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     sys.exit(main())
-
