@@ -107,24 +107,19 @@ def connect(options: ModalOptions) -> Connection:
     return Connection(modal, client, app, options)
 
 
-def _grpc_status(exc: BaseException) -> str:
-    status = getattr(exc, "_grpc_status", None) or getattr(exc, "status", None)
-    return getattr(status, "name", "") or ""
-
-
 def translate(exc: BaseException, doing: str) -> Exception:
     """The envlayer error for an SDK exception raised while ``doing`` something."""
     from modal import exception as E
 
     text = str(exc).strip() or type(exc).__name__
-    if isinstance(exc, E.AuthError) or _grpc_status(exc) == "UNAUTHENTICATED":
+    if isinstance(exc, E.AuthError):
         return BackendUnavailable(f"Modal refused the credentials while {doing}: {text}", hint=CREDENTIALS_HINT)
     if isinstance(exc, E.PermissionDeniedError):
         return BackendUnavailable(
             f"Modal denied permission while {doing}: {text}",
             hint="check that the token's workspace may create sandboxes in this App and Environment",
         )
-    if isinstance(exc, E.ResourceExhaustedError) or _grpc_status(exc) == "RESOURCE_EXHAUSTED":
+    if isinstance(exc, E.ResourceExhaustedError):
         return BackendUnavailable(
             f"Modal quota or rate limit reached while {doing}: {text}",
             hint="wait and retry, or free sandboxes (`envlayer reap --backend modal`, `envlayer rm`)",
