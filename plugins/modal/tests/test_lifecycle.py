@@ -298,3 +298,14 @@ def test_importing_the_plugin_and_listing_backends_imports_no_sdk() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+def test_doctor_checks_the_modal_backend(fake_modal: Any, tmp_path: Any) -> None:
+    code = "import sys\nfrom envlayer.cli import main\nsys.exit(main(['doctor', '--backend', 'modal']))\n"
+    env = {**os.environ, **fake_modal.env(), "ENVLAYER_MODAL_APP_NAME": APP, "ENVLAYER_MODAL_IMAGE": IMAGE}
+    ok = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    assert ok.returncode == 0 and ok.stdout.startswith("ok   modal"), ok.stdout + ok.stderr
+    env = {k: v for k, v in env.items() if not k.startswith("MODAL_TOKEN")}
+    env["MODAL_CONFIG_PATH"] = str(tmp_path / "empty.toml")
+    bad = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    assert bad.returncode == 1 and "FAIL modal" in bad.stdout and "modal token new" in bad.stdout, bad.stdout

@@ -11,6 +11,9 @@ IMAGE = os.environ.get("ENVLAYER_TEST_IMAGE", "envlayer-test:busybox")
 PROFILE = f"envlayer-test-modal-{uuid.uuid4().hex[:8]}"
 APP = f"envlayer-tests-{uuid.uuid4().hex[:6]}"
 QUOTA_TAG = "fake-quota-exceeded"
+LIVE_ENV = {k: v for k, v in os.environ.items() if k != "MODAL_SERVER_URL"}
+"""This process's environment as it was before the fake was started (for the live tests)."""
+LIVE_CREDENTIALS = bool(os.environ.get("MODAL_TOKEN_ID") and os.environ.get("MODAL_TOKEN_SECRET"))
 
 
 def child_code(task: str, profile: str, **opts: Any) -> str:
