@@ -6,13 +6,12 @@ Lifecycle (details in docs/backends/modal.md):
   attaches to, replaces or creates the sandbox of (profile, task)
   (:mod:`envlayer_modal.sandbox`); it raises :class:`BackendUnavailable` with a hint for
   missing credentials, an unreachable API, an unknown image or a quota.
-* ``cleanup()`` in persist mode (default) ends this process's session and leaves the
-  sandbox running, bounded by ``idle_timeout`` and ``sandbox_timeout``.
+* ``cleanup()`` in persist mode (default) leaves the sandbox running, bounded by
+  ``idle_timeout`` and ``sandbox_timeout``.
   ``cleanup(force_remove=True)``, or any cleanup with ``persist_across_processes = false``,
   terminates it on a background thread that :meth:`wait_for_cleanup` joins.
-* Commands run one ``Sandbox.exec`` each (``exec_mode = "oneshot"``) or in a persistent
-  shell (``"session"``). A timeout or an interrupt kills the command's process tree inside
-  the sandbox, which stays usable.
+* Commands run one ``Sandbox.exec`` each (``exec_mode = "oneshot"``). A timeout or an
+  interrupt kills the command's process tree inside the sandbox, which stays usable.
 * A sandbox found terminated when a command starts (the exec was refused, so the command
   provably did not run) is replaced once and the command runs there, with
   ``ExecResult.recovered`` saying so; a command is never run twice.
@@ -52,7 +51,6 @@ ALL_CAPABILITIES = frozenset(
         Capability.LIST_SANDBOXES,
         Capability.REMOVE_SANDBOX,
         Capability.STREAMING,
-        Capability.PERSISTENT_SESSION,
         Capability.DIRECTORY_TRANSFER,
         Capability.PERSIST_ACROSS_PROCESSES,
     }
@@ -86,15 +84,10 @@ class ModalEnvironment(Environment):
         from envlayer_modal.client import connect
 
         opts = self.options
-        if opts.exec_mode == "oneshot":
-            self.capabilities = ALL_CAPABILITIES - {Capability.PERSISTENT_SESSION}
         if not opts.persist_across_processes:
             self.capabilities = self.capabilities - {Capability.PERSIST_ACROSS_PROCESSES}
         self._conn = connect(opts)
         self._state_lock = threading.RLock()
-        self._session: Any = None
-        self._session_lock = threading.Lock()
-        self._session_cwd: str | None = None
         self._last_lease = 0.0
         self._teardown: threading.Thread | None = None
         self._attached: Any = None
@@ -125,13 +118,12 @@ class ModalEnvironment(Environment):
         return str(self._attached.name)
 
     def _recover(self, seen_id: str) -> None:
-        """The sandbox ``seen_id`` is gone: drop the session and attach again (which creates
+        """The sandbox ``seen_id`` is gone: attach again (which creates
         a new one). When another thread already did so, there is nothing to do."""
         with self._state_lock:
             if self._attached is not None and self._attached.id != seen_id:
                 return
             log.warning("sandbox %s for task %r is gone; attaching again", self.sandbox_id, self.task_id)
-            self._drop_session()
             self._attach()
 
     def _start_exec(self, argv: list[str], env: Mapping[str, str]) -> Any:
@@ -269,20 +261,15 @@ class ModalEnvironment(Environment):
             stderr_truncation=outcome.stderr.truncation,
         )
 
-    def _kill(self, exec_id: str, session_pid: int | None = None) -> None:
+    def _kill(self, exec_id: str) -> None:
         from envlayer_modal.killer import kill_command
 
         attached = self._attached
         if attached is not None:
-            kill_command(attached.sandbox, exec_id, shell=self.options.shell, session_pid=session_pid)
-
-    def _drop_session(self) -> None:
-        session, self._session = self._session, None
-        if session is not None:
-            session.close()
+            kill_command(attached.sandbox, exec_id, shell=self.options.shell)
 
     def _helper(self, argv: list[str], data: bytes | None, limit: int | None = None) -> tuple[int, bytes, bytes]:
-        """Run an internal command one-shot (no session state): (code, stdout, stderr).
+        """Run an internal command: (code, stdout, stderr).
         stdout is kept up to ``limit`` bytes (all when None); recovers a gone sandbox once."""
         from envlayer_modal.oneshot import collect, feed_stdin
         from envlayer_modal.process import Process
@@ -391,10 +378,6 @@ class ModalEnvironment(Environment):
         Never raises."""
         with self._state_lock:
             self._closed = True
-            try:
-                self._drop_session()
-            except Exception:
-                pass
             remove = force_remove or not self.options.persist_across_processes
             if remove and self._teardown is None and self._attached is not None:
                 self._teardown = teardown.schedule(self._attached.sandbox, self._attached.id)

@@ -4,7 +4,7 @@ Ending the client's read of an exec kills nothing in the sandbox, and an exec ``
 (Modal's own) reaches only the exec's process, so envlayer kills by itself: every command
 carries ``ENVLAYER_EXEC_ID=<id>`` in its environment and the core's kill script
 (:mod:`envlayer.sandbox_kill`, which documents exactly what it kills) runs in another
-``Sandbox.exec``. For a session command it also gets the session shell's pid.
+``Sandbox.exec``.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ _GRACE_SECONDS = 1
 _KILL_EXEC_TIMEOUT = 30
 
 
-def kill_command(sandbox: Any, exec_id: str, *, shell: str, session_pid: int | None = None) -> int:
+def kill_command(sandbox: Any, exec_id: str, *, shell: str) -> int:
     """Kill the tree of the command marked ``exec_id``. Returns how many processes were
     signalled; -1 when the sandbox could not be reached (nothing is left to kill when it is
     gone). Never raises for SDK errors."""
-    argv = kill_script_argv(shell, exec_id, shell_pid=session_pid or 0, grace=_GRACE_SECONDS)
+    argv = kill_script_argv(shell, exec_id, grace=_GRACE_SECONDS)
     try:
         proc = sandbox.exec(*argv, text=False, timeout=_KILL_EXEC_TIMEOUT)
         out = proc.stdout.read()

@@ -1,8 +1,8 @@
 """The public conformance suite (envlayer.testing) on the Modal backend, through the real
-modal SDK against the Docker-backed fake Modal server, in both exec modes.
+modal SDK against the Docker-backed fake Modal server, in one-shot exec mode.
 
-Each class shares one sandbox (persist mode, one task); every test gets a fresh
-environment object attached to it, so a fresh session.
+The class shares one sandbox (persist mode, one task); every test gets a fresh
+environment object attached to it.
 """
 
 from __future__ import annotations
