@@ -17,13 +17,13 @@ from collections.abc import Callable
 from typing import Any
 
 from envlayer.archive import safe_extract
-from envlayer.errors import FileTooLarge, SandboxFileNotFound, SandboxIsADirectory
+from envlayer.errors import FileTooLarge, SandboxFileNotFound, SandboxIsADirectory, SandboxPermissionDenied
 
 Helper = Callable[[list[str], bytes | None], tuple[int, bytes, bytes]]
 """Runs an argv in the sandbox with optional stdin bytes: (exit code, stdout, stderr)."""
 
 
-def _translate(exc: Exception, path: str) -> Exception | None:
+def _translate(exc: Exception, path: str, operation: str) -> Exception | None:
     """The envlayer error for an SDK filesystem error, or None when it is not one."""
     from modal import exception as E
 
@@ -32,7 +32,7 @@ def _translate(exc: Exception, path: str) -> Exception | None:
     if isinstance(exc, E.SandboxFilesystemIsADirectoryError):
         return SandboxIsADirectory(path)
     if isinstance(exc, E.SandboxFilesystemPermissionError):
-        return PermissionError(f"permission denied in the sandbox: {path!r}")
+        return SandboxPermissionDenied(path, operation)
     if isinstance(exc, E.SandboxFilesystemFileTooLargeError):
         return FileTooLarge(path, -1, -1)
     return None
@@ -50,7 +50,7 @@ def read(sandbox: Any, path: str, limit: int) -> bytes:
             raise FileTooLarge(path, info.size, limit)
         return bytes(sandbox.filesystem.read_bytes(path))
     except Exception as exc:
-        mapped = _translate(exc, path)
+        mapped = _translate(exc, path, "read")
         if mapped is None:
             raise
         raise mapped from None
@@ -61,7 +61,7 @@ def write(sandbox: Any, path: str, data: bytes) -> None:
     try:
         sandbox.filesystem.write_bytes(data, path)
     except Exception as exc:
-        mapped = _translate(exc, path)
+        mapped = _translate(exc, path, "write")
         if mapped is None:
             raise
         raise mapped from None
