@@ -49,3 +49,10 @@ def fingerprint(inputs: Mapping[str, Any]) -> str:
     """
     blob = json.dumps(inputs, sort_keys=True, separators=(",", ":"), default=str)
     return f"{FINGERPRINT_VERSION}-{hashlib.sha256(blob.encode()).hexdigest()[:32]}"
+
+
+def slug(value: str, limit: int) -> str:
+    """A readable fragment of ``value`` for a sandbox name: ``[A-Za-z0-9_.-]`` only, at most
+    ``limit`` characters, no leading/trailing ``._-``; ``x`` when nothing is left. Lossy:
+    names add a hash of the exact value. Pure."""
+    return _UNSAFE.sub("_", value)[:limit].strip("._-") or "x"

@@ -32,10 +32,11 @@ from typing import Any, TypeVar
 
 from envlayer.capabilities import Capability
 from envlayer.environment import Command, Environment, SandboxInfo
-from envlayer.errors import BackendUnavailable, FileTooLarge, SandboxPathError
+from envlayer.errors import BackendUnavailable, FileTooLarge
 from envlayer.options import BaseOptions
 from envlayer.proctree import EXEC_ID_VAR
 from envlayer.result import TIMEOUT_EXIT_CODE, ExecResult
+from envlayer.sandbox_paths import check_real_path
 from envlayer_modal import teardown
 from envlayer_modal.oneshot import Outcome, OutputCallback
 from envlayer_modal.options import ModalOptions
@@ -302,13 +303,7 @@ class ModalEnvironment(Environment):
         root = self.options.file_root
         if root is not None:
             root_abs = posixpath.normpath(posixpath.join(self.options.workdir, root))
-            script = 'readlink -f -- "$1"; readlink -f -- "$2" || readlink -f -- "${2%/*}"'
-            code, out, _ = self._helper(["sh", "-c", script, "envlayer-real", root_abs, full], None)
-            lines = out.decode(errors="replace").splitlines()
-            if code == 0 and len(lines) >= 2:
-                real_root, real = lines[0], lines[1]
-                if real != real_root and not real.startswith(real_root.rstrip("/") + "/"):
-                    raise SandboxPathError(path, root_abs)
+            check_real_path(self._helper, path, full, root_abs)
         return full
 
     def _files_call(self, fn: Callable[[Any], T], doing: str) -> T:
@@ -429,12 +424,13 @@ class ModalEnvironment(Environment):
     def remove_sandbox(cls, task_id: str, *, profile: str, options: ModalOptions, force: bool) -> list[SandboxInfo]:
         """Terminate the sandboxes of (profile, task). Every listed sandbox is running, so
         without ``force`` only those in which no command is running are terminated."""
+        from envlayer.idle_check import parse_idle_check
         from envlayer_modal import reaper
 
         conn = cls._class_conn(options)
         removed = []
         for sb, tags in reaper.list_managed(conn, profile=profile, task=task_id):
-            if not force and not reaper.parse_idle_check(reaper._idle_output(sb, conn.options.shell), 0.0, 0.0):
+            if not force and not parse_idle_check(reaper.idle_output(sb, conn.options.shell), 0.0, 0.0):
                 continue
             try:
                 sb.terminate()

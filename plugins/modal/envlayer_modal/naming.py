@@ -10,14 +10,9 @@ collide even when their readable parts do.
 from __future__ import annotations
 
 import hashlib
-import re
 import secrets
 
-_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
-
-
-def _slug(value: str, limit: int) -> str:
-    return _UNSAFE.sub("_", value)[:limit].strip("._-") or "x"
+from envlayer.sandbox_tags import slug as _slug
 
 
 def sandbox_name(profile: str, task: str) -> str:

@@ -18,14 +18,13 @@ Reaper (:func:`reap`), only ever for sandboxes tagged with THIS profile:
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
 
 from envlayer.environment import SandboxInfo
-from envlayer.proctree import EXEC_ID_VAR
+from envlayer.idle_check import idle_check_script, parse_idle_check
 from envlayer.sandbox_owner import owner_is_dead
 from envlayer_modal import tags as T
 from envlayer_modal.client import Connection
@@ -34,14 +33,8 @@ log = logging.getLogger("envlayer.modal.reaper")
 LEASE_PATH = "/tmp/.envlayer-lease"
 _WORKERS = 8
 
-IDLE_CHECK = (
-    "now=$(date +%s); m=$(stat -c %Y " + LEASE_PATH + " 2>/dev/null || echo -); busy=0\n"
-    "for d in /proc/[0-9]*; do\n"
-    '  [ "${d#/proc/}" = "$$" ] && continue\n'
-    '  if grep -qa "' + EXEC_ID_VAR + '=" "$d/environ" 2>/dev/null; then busy=1; break; fi\n'
-    "done\n"
-    'echo "$now $m $busy"\n'
-)
+SESSION_VAR = "ENVLAYER_SESSION"
+IDLE_CHECK = idle_check_script(LEASE_PATH, SESSION_VAR)
 """Prints ``<now> <lease mtime or -> <busy 0|1>`` from inside the sandbox."""
 
 
@@ -77,21 +70,8 @@ def info_from(sb: Any, tags: dict[str, str], status: str = "running") -> Sandbox
     )
 
 
-def parse_idle_check(output: bytes, created_at: float | None, max_age: float) -> bool:
-    """Whether the check's output says the sandbox is reclaimable. Anything unexpected
-    means "keep it". Pure."""
-    try:
-        now_s, mtime_s, busy_s = output.decode().split()
-        now = float(now_s)
-        ref = float(mtime_s) if mtime_s != "-" else created_at
-    except (ValueError, UnicodeDecodeError):
-        return False
-    if busy_s != "0" or ref is None:
-        return False
-    return now - ref >= max_age
-
-
-def _idle_output(sb: Any, shell: str) -> bytes:
+def idle_output(sb: Any, shell: str) -> bytes:
+    """Run :data:`IDLE_CHECK` in ``sb``; its output (empty when it failed)."""
     proc = sb.exec(shell, "-c", IDLE_CHECK, text=False, timeout=60)
     out = proc.stdout.read()
     return out if proc.wait() == 0 else b""
@@ -107,7 +87,7 @@ def reap(conn: Connection, *, profile: str, max_age: float, dry_run: bool) -> li
         try:
             owner = tags.get(T.OWNER)
             orphan = tags.get(T.PERSIST) == "0" and bool(owner) and owner_is_dead(owner or "")
-            if not orphan and not parse_idle_check(_idle_output(sb, shell), T.created_at(tags), max_age):
+            if not orphan and not parse_idle_check(idle_output(sb, shell), T.created_at(tags), max_age):
                 return None
             info = info_from(sb, tags, "terminated" if not dry_run else "running")
             if not dry_run:
@@ -125,8 +105,3 @@ def _parallel(fn: Callable[[Any], SandboxInfo | None], items: list[Any]) -> list
         return []
     with ThreadPoolExecutor(max_workers=min(_WORKERS, len(items)), thread_name_prefix="envlayer-modal-reap") as pool:
         return [r for r in pool.map(fn, items) if r is not None]
-
-
-def now() -> float:
-    """Wall-clock seconds (a seam for tests of the age rule)."""
-    return time.time()

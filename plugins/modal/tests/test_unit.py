@@ -14,6 +14,7 @@ from envlayer_modal.oneshot import oneshot_argv
 from envlayer_modal.options import ModalOptions
 
 from envlayer.errors import BackendUnavailable
+from envlayer.idle_check import parse_idle_check
 from envlayer.options import OptionError
 from envlayer.sandbox_tags import sanitize
 
@@ -108,7 +109,7 @@ def test_idle_timeout_is_on_by_default_and_can_be_disabled() -> None:
     ],
 )
 def test_reaper_decision(output: bytes, created: float | None, max_age: float, reclaim: bool) -> None:
-    assert reaper.parse_idle_check(output, created, max_age) is reclaim
+    assert parse_idle_check(output, created, max_age) is reclaim
 
 
 def test_reaper_idle_check_runs_in_a_posix_shell() -> None:
