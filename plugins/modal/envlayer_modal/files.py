@@ -13,14 +13,11 @@ from __future__ import annotations
 import io
 import os
 import tarfile
-from collections.abc import Callable
 from typing import Any
 
 from envlayer.archive import safe_extract
 from envlayer.errors import FileTooLarge, SandboxFileNotFound, SandboxIsADirectory, SandboxPermissionDenied
-
-Helper = Callable[[list[str], bytes | None], tuple[int, bytes, bytes]]
-"""Runs an argv in the sandbox with optional stdin bytes: (exit code, stdout, stderr)."""
+from envlayer.sandbox_paths import Helper
 
 
 def _translate(exc: Exception, path: str, operation: str) -> Exception | None:
