@@ -19,6 +19,7 @@ BACKEND_DOCS = {
     "docker": "backends/docker.md",
     "ssh": "backends/ssh.md",
     "modal": "backends/modal.md",
+    "kubernetes": "backends/kubernetes.md",
 }
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from envlayer import background
@@ -34,11 +35,21 @@ def _stop_and_remove(api: Any, container_id: str, stop_timeout: float) -> None:
         log.warning("removing container %s failed: %r", container_id[:12], exc)
 
 
-def schedule(api: Any, container_id: str, stop_timeout: float) -> threading.Thread:
-    """Start tearing ``container_id`` down in the background; return the worker."""
-    return background.schedule(
-        lambda: _stop_and_remove(api, container_id, stop_timeout), f"envlayer-docker-teardown-{container_id[:12]}"
-    )
+def schedule(
+    api: Any, container_id: str, stop_timeout: float, *, then: Callable[[], None] | None = None
+) -> threading.Thread:
+    """Start tearing ``container_id`` down in the background, then run ``then`` (e.g.
+    removing the task's durable data; its failure is logged); return the worker."""
+
+    def work() -> None:
+        try:
+            _stop_and_remove(api, container_id, stop_timeout)
+            if then is not None:
+                then()
+        except Exception as exc:
+            log.warning("teardown of %s: %r", container_id[:12], exc)
+
+    return background.schedule(work, f"envlayer-docker-teardown-{container_id[:12]}")
 
 
 def wait_all(timeout: float) -> bool:
