@@ -1,7 +1,8 @@
-"""Unpacking a tar archive that came out of a sandbox, without letting it escape.
+"""Tar archives moved in and out of sandboxes: unpacking one that came out of a sandbox
+without letting it escape, and summing what one holds.
 
-Used by every backend's ``download_dir``: the archive is produced inside the sandbox, so
-it is untrusted input.
+Used by every backend's ``download_dir`` / ``upload_dir``: an archive produced inside the
+sandbox is untrusted input.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import os
 import tarfile
 
 from envlayer.errors import SandboxPathError
+from envlayer.transfer import TransferSummary
 
 
 def _inside(root: str, rel: str) -> bool:
@@ -18,12 +20,20 @@ def _inside(root: str, rel: str) -> bool:
     return target == root or target.startswith(root + os.sep)
 
 
-def safe_extract(payload: bytes, dest: str, *, strip_first: bool) -> None:
-    """Extract a tar into ``dest``, dropping the first path component when ``strip_first``.
+def tar_summary(payload: bytes) -> TransferSummary:
+    """The regular files of a tar archive and their total size."""
+    with tarfile.open(fileobj=io.BytesIO(payload), mode="r") as tar:
+        files = [m for m in tar.getmembers() if m.isfile()]
+    return TransferSummary(files=len(files), bytes=sum(m.size for m in files))
+
+
+def safe_extract(payload: bytes, dest: str, *, strip_first: bool) -> TransferSummary:
+    """Extract a tar into ``dest``, dropping the first path component when ``strip_first``;
+    returns the regular files written and their bytes.
 
     Every member is checked before anything is written: absolute names, ``..`` escapes,
     and symlinks or hardlinks resolving outside ``dest`` raise :class:`SandboxPathError`.
-    Device files and FIFOs are skipped. Pure (no Docker); unit-tested directly.
+    Device files and FIFOs are skipped. Pure; unit-tested directly.
     """
     root = os.path.realpath(dest)
     plan: list[tarfile.TarInfo] = []
@@ -58,3 +68,5 @@ def safe_extract(payload: bytes, dest: str, *, strip_first: bool) -> None:
             plan.append(member.replace(name=rel, deep=False))
         for member in plan:
             tar.extract(member, root, filter="data")
+    written = [m for m in plan if m.isfile()]
+    return TransferSummary(files=len(written), bytes=sum(m.size for m in written))

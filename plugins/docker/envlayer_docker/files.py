@@ -31,13 +31,15 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from envlayer.archive import safe_extract
+from envlayer.archive import safe_extract, tar_summary
 from envlayer.errors import (
     FileTooLarge,
     SandboxFileNotFound,
     SandboxIsADirectory,
     SandboxPermissionDenied,
 )
+from envlayer.transfer import TransferSummary
+from envlayer_docker.errors import ContainerGone
 
 _GO_DIR = 1 << 31
 _GO_SYMLINK = 1 << 27
@@ -50,10 +52,6 @@ _UNSEARCHABLE_PARENT = f'p=${{1%/*}}; [ -n "$p" ] && [ -d "$p" ] && [ ! -x "$p" 
 Helper = Callable[[list[str], bytes | None], tuple[int, bytes, bytes]]
 """Runs an argv in the container (as the container's user) with optional stdin bytes:
 returns (exit code, stdout, stderr)."""
-
-
-class ContainerGone(Exception):
-    """The container itself is missing (not just the file)."""
 
 
 @dataclass
@@ -221,9 +219,10 @@ class FileTransfer:
 
     # --- directories ------------------------------------------------------------------------
 
-    def upload_dir(self, local: str, remote: str, limit: int) -> None:
+    def upload_dir(self, local: str, remote: str, limit: int) -> TransferSummary:
         """Copy the contents of host directory ``local`` into ``remote`` (created if missing).
-        Symlinks are copied as links. Raises :class:`FileTooLarge` over ``limit`` bytes."""
+        Symlinks are copied as links. Raises :class:`FileTooLarge` over ``limit`` bytes.
+        Returns the regular files copied and their bytes."""
         if not os.path.isdir(local):
             raise NotADirectoryError(f"not a local directory: {local!r}")
         buf = io.BytesIO()
@@ -235,21 +234,24 @@ class FileTransfer:
         payload = buf.getvalue()
         if len(payload) > limit:
             raise FileTooLarge(local, len(payload), limit)
+        summary = tar_summary(payload)
         self._mkdir(remote)
         if self.via_exec(remote):
             code, _, err = self.helper(["tar", "-x", "-f", "-", "-C", remote], payload)
             if code != 0:
                 raise _exec_failure(code, err, remote, "unpack into")
-            return
+            return summary
         self.api.put_archive(self.container_id, remote, payload)
+        return summary
 
     def _own(self, info: tarfile.TarInfo) -> tarfile.TarInfo:
         info.uid, info.gid = self.owner
         info.uname = info.gname = ""
         return info
 
-    def download_dir(self, remote: str, local: str, limit: int) -> None:
-        """Copy the contents of container directory ``remote`` into host dir ``local``."""
+    def download_dir(self, remote: str, local: str, limit: int) -> TransferSummary:
+        """Copy the contents of container directory ``remote`` into host dir ``local``;
+        returns the regular files written and their bytes."""
         if self.via_exec(remote):
             code, out, err = self.helper(
                 ["sh", "-c", '[ -d "$1" ] || exit 20; tar -c -f - -C "$1" .', "envlayer-pack", remote], None
@@ -274,7 +276,7 @@ class FileTransfer:
                 raise _gone_or_missing(exc, remote) from None
             strip = True
         os.makedirs(local, exist_ok=True)
-        safe_extract(payload, local, strip_first=strip)
+        return safe_extract(payload, local, strip_first=strip)
 
 
 def _exec_failure(code: int, err: bytes, path: str, operation: str) -> OSError:

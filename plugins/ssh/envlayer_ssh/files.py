@@ -42,6 +42,7 @@ from envlayer.errors import (
     SandboxPathError,
     SandboxPermissionDenied,
 )
+from envlayer.transfer import TransferSummary
 
 if TYPE_CHECKING:
     import paramiko
@@ -227,11 +228,12 @@ class RemoteFiles:
     # --- directories ----------------------------------------------------------
 
     @_transport_errors
-    def upload_dir(self, local: str, remote: str, limit: int) -> int:
-        """Copy the local tree ``local`` to ``remote``; returns the number of files."""
+    def upload_dir(self, local: str, remote: str, limit: int) -> TransferSummary:
+        """Copy the local tree ``local`` to ``remote``; returns the files copied and their bytes."""
         if not os.path.isdir(local):
             raise NotADirectoryError(errno.ENOTDIR, "not a local directory", local)
         files: list[tuple[str, str]] = []
+        total = 0
         dirs: list[str] = [remote]
         for dirpath, dirnames, filenames in os.walk(local):
             rel = os.path.relpath(dirpath, local)
@@ -251,6 +253,7 @@ class RemoteFiles:
                 if st.st_size > limit:
                     raise FileTooLarge(full, st.st_size, limit)
                 files.append((full, posixpath.join(base, name)))
+                total += st.st_size
         with self.pool.sftp_lock:
             sftp = self.pool.sftp()
             for directory in dirs:
@@ -258,11 +261,11 @@ class RemoteFiles:
             for src, dst in files:
                 sftp.put(src, dst, confirm=False)
                 sftp.chmod(dst, stat.S_IMODE(os.stat(src).st_mode))
-        return len(files)
+        return TransferSummary(files=len(files), bytes=total)
 
     @_transport_errors
-    def download_dir(self, remote: str, local: str, limit: int, shown: str) -> int:
-        """Copy the remote tree ``remote`` into ``local``; returns the number of files."""
+    def download_dir(self, remote: str, local: str, limit: int, shown: str) -> TransferSummary:
+        """Copy the remote tree ``remote`` into ``local``; returns the files copied and their bytes."""
         with self.pool.sftp_lock:
             sftp = self.pool.sftp()
             try:
@@ -277,7 +280,7 @@ class RemoteFiles:
                 if stat.S_ISREG(attrs.st_mode or 0) and (attrs.st_size or 0) > limit:
                     raise FileTooLarge(posixpath.join(remote, *rel), attrs.st_size or 0, limit)
             os.makedirs(local, exist_ok=True)
-            count = 0
+            count = total = 0
             for rel, attrs in entries:
                 dst = os.path.join(local, *rel)
                 mode = stat.S_IMODE(attrs.st_mode or 0)
@@ -286,8 +289,9 @@ class RemoteFiles:
                 else:
                     sftp.get(posixpath.join(remote, *rel), dst)
                     count += 1
+                    total += attrs.st_size or 0
                 os.chmod(dst, mode | (0o700 if stat.S_ISDIR(attrs.st_mode or 0) else 0o600))
-        return count
+        return TransferSummary(files=count, bytes=total)
 
     def _walk(self, sftp: paramiko.SFTPClient, top: str, rel: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], Any]]:
         """(relative parts, attrs) of directories (before their contents) and regular files."""
