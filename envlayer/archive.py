@@ -11,8 +11,32 @@ import io
 import os
 import tarfile
 
-from envlayer.errors import SandboxPathError
+from envlayer.errors import FileTooLarge, SandboxPathError
 from envlayer.transfer import TransferSummary
+
+
+def pack_dir(local: str, limit: int, *, owner: tuple[int, int]) -> bytes:
+    """A tar of the contents of host directory ``local`` (symlinks as links), every member
+    owned by ``owner`` (uid, gid). Raises ``NotADirectoryError``, and :class:`FileTooLarge`
+    past ``limit`` bytes (nothing is sent then)."""
+    if not os.path.isdir(local):
+        raise NotADirectoryError(f"not a local directory: {local!r}")
+
+    def own(info: tarfile.TarInfo) -> tarfile.TarInfo:
+        info.uid, info.gid = owner
+        info.uname = info.gname = ""
+        return info
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for entry in sorted(os.listdir(local)):
+            tar.add(os.path.join(local, entry), arcname=entry, filter=own)
+            if buf.tell() > limit:
+                raise FileTooLarge(local, buf.tell(), limit)
+    payload = buf.getvalue()
+    if len(payload) > limit:
+        raise FileTooLarge(local, len(payload), limit)
+    return payload
 
 
 def _inside(root: str, rel: str) -> bool:

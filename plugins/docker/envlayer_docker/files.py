@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from envlayer.archive import safe_extract, tar_summary
+from envlayer.archive import pack_dir, safe_extract, tar_summary
 from envlayer.errors import (
     FileTooLarge,
     SandboxFileNotFound,
@@ -223,17 +223,7 @@ class FileTransfer:
         """Copy the contents of host directory ``local`` into ``remote`` (created if missing).
         Symlinks are copied as links. Raises :class:`FileTooLarge` over ``limit`` bytes.
         Returns the regular files copied and their bytes."""
-        if not os.path.isdir(local):
-            raise NotADirectoryError(f"not a local directory: {local!r}")
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-            for entry in sorted(os.listdir(local)):
-                tar.add(os.path.join(local, entry), arcname=entry, filter=self._own)
-                if buf.tell() > limit:
-                    raise FileTooLarge(local, buf.tell(), limit)
-        payload = buf.getvalue()
-        if len(payload) > limit:
-            raise FileTooLarge(local, len(payload), limit)
+        payload = pack_dir(local, limit, owner=self.owner)
         summary = tar_summary(payload)
         self._mkdir(remote)
         if self.via_exec(remote):
@@ -243,11 +233,6 @@ class FileTransfer:
             return summary
         self.api.put_archive(self.container_id, remote, payload)
         return summary
-
-    def _own(self, info: tarfile.TarInfo) -> tarfile.TarInfo:
-        info.uid, info.gid = self.owner
-        info.uname = info.gname = ""
-        return info
 
     def download_dir(self, remote: str, local: str, limit: int) -> TransferSummary:
         """Copy the contents of container directory ``remote`` into host dir ``local``;

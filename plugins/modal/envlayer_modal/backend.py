@@ -6,12 +6,15 @@ Lifecycle (details in docs/backends/modal.md):
   attaches to, replaces or creates the sandbox of (profile, task)
   (:mod:`envlayer_modal.sandbox`); it raises :class:`BackendUnavailable` with a hint for
   missing credentials, an unreachable API, an unknown image or a quota.
-* ``cleanup()`` in persist mode (default) leaves the sandbox running, bounded by
+* ``cleanup()`` in persist mode (default) ends this process's session shell and leaves
+  the sandbox running, bounded by
   ``idle_timeout`` and ``sandbox_timeout``.
   ``cleanup(force_remove=True)``, or any cleanup with ``persist_across_processes = false``,
   terminates it on a background thread that :meth:`wait_for_cleanup` joins.
-* Commands run one ``Sandbox.exec`` each (``exec_mode = "oneshot"``). A timeout or an
-  interrupt kills the command's process tree inside the sandbox, which stays usable.
+* Commands run in a persistent shell (``exec_mode = "session"``, the core's protocol over
+  one long-lived exec, :mod:`envlayer_modal.session`) or one ``Sandbox.exec`` each
+  (``"oneshot"``). A timeout or an interrupt kills the command's process tree inside the
+  sandbox, which stays usable.
 * A sandbox found terminated when a command starts (the exec was refused, so the command
   provably did not run) is replaced once and the command runs there, with
   ``ExecResult.recovered`` saying so; a command is never run twice.
@@ -23,22 +26,25 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import posixpath
 import threading
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from envlayer.capabilities import Capability
+from envlayer.collector import OutputCollector
 from envlayer.environment import Command, Environment, SandboxInfo
-from envlayer.errors import BackendUnavailable, FileTooLarge
+from envlayer.errors import BackendUnavailable
 from envlayer.options import BaseOptions
+from envlayer.output import OutputCallback
 from envlayer.proctree import EXEC_ID_VAR
+from envlayer.request import ExecRequest, check_path, file_payload
 from envlayer.result import TIMEOUT_EXIT_CODE, ExecResult
 from envlayer.sandbox_paths import check_real_path
+from envlayer.transfer import TransferSummary
 from envlayer_modal import teardown
-from envlayer_modal.oneshot import Outcome, OutputCallback
 from envlayer_modal.options import ModalOptions
 
 log = logging.getLogger("envlayer.modal")
@@ -52,13 +58,11 @@ ALL_CAPABILITIES = frozenset(
         Capability.LIST_SANDBOXES,
         Capability.REMOVE_SANDBOX,
         Capability.STREAMING,
+        Capability.PERSISTENT_SESSION,
         Capability.DIRECTORY_TRANSFER,
         Capability.PERSIST_ACROSS_PROCESSES,
     }
 )
-MODAL_TIMEOUT_CODES = (-1, 137)
-"""Exit codes Modal reports for an exec cut by a deadline or killed: a timeout once
-envlayer's own deadline has passed."""
 LEASE_INTERVAL = 30.0
 _HELPER_TIMEOUT = 300.0
 
@@ -85,6 +89,8 @@ class ModalEnvironment(Environment):
         from envlayer_modal.client import connect
 
         opts = self.options
+        if opts.exec_mode == "oneshot":
+            self.capabilities = ALL_CAPABILITIES - {Capability.PERSISTENT_SESSION}
         if not opts.persist_across_processes:
             self.capabilities = self.capabilities - {Capability.PERSIST_ACROSS_PROCESSES}
         self._conn = connect(opts)
@@ -92,6 +98,8 @@ class ModalEnvironment(Environment):
         self._last_lease = 0.0
         self._teardown: threading.Thread | None = None
         self._attached: Any = None
+        self._session: Any = None
+        self._session_lock = threading.Lock()
         self._attach()
 
     # --- sandbox --------------------------------------------------------------------------
@@ -104,6 +112,8 @@ class ModalEnvironment(Environment):
         )
         with self._state_lock:
             self._attached = attached
+            self._drop_session()
+            self._session = self._new_session()
         log.debug(
             "%s sandbox %s for task %r", "created" if attached.created else "attached to", attached.id, self.task_id
         )
@@ -168,23 +178,19 @@ class ModalEnvironment(Environment):
     ) -> ExecResult:
         """Run ``command`` in the sandbox; see :class:`~envlayer.environment.Environment`.
 
-        ``on_output(stream, chunk)`` receives ``"stdout"``/``"stderr"`` chunks as they
-        arrive (uncapped), on the calling thread. Raises :class:`BackendUnavailable` when
-        Modal cannot be reached, or when the sandbox ended while the command ran (it is not
-        re-run; the next call replaces the sandbox).
+        In session mode the command runs in the persistent shell when it is free (another
+        thread's command makes this call run one-shot). ``on_output(stream, chunk)``
+        receives ``"stdout"``/``"stderr"`` chunks as they arrive (uncapped), on the calling
+        thread. Raises :class:`BackendUnavailable` when Modal cannot be reached, or when the
+        sandbox ended while the command ran (it is not re-run; the next call replaces the
+        sandbox); bad arguments raise ``InvalidArgument`` (nothing ran).
         """
-        self._ensure_open()
-        if not isinstance(command, str) and not command:
-            raise ValueError("empty argv")
-        effective = self.options.timeout if timeout is None else (timeout or None)
-        start = time.monotonic()
-        deadline = None if effective is None else start + effective
-        data = stdin.encode() if isinstance(stdin, str) else stdin
-        run_cwd = posixpath.join(self.options.workdir, cwd) if cwd else self.options.workdir
+        request = self.make_request(command, cwd=cwd, env=env, timeout=timeout, stdin=stdin, on_output=on_output)
         for attempt in (0, 1):
             seen = self.sandbox_id
+            collector = OutputCollector.for_request(request, self.options)
             try:
-                result = self._run_oneshot(command, run_cwd, env, deadline, data, on_output, effective, start)
+                result = self._run(request, collector)
                 return dataclasses.replace(result, recovered="sandbox recreated") if attempt else result
             except _NotStarted as exc:
                 if attempt:
@@ -195,44 +201,37 @@ class ModalEnvironment(Environment):
                 self._recover(seen)
         raise AssertionError("unreachable")
 
-    def _run_oneshot(
-        self,
-        command: Command,
-        cwd: str,
-        env: Mapping[str, str] | None,
-        deadline: float | None,
-        data: bytes | None,
-        on_output: OutputCallback | None,
-        timeout: float | None,
-        start: float,
-    ) -> ExecResult:
-        from envlayer_modal.oneshot import collect, feed_stdin, oneshot_argv
+    def _run(self, request: ExecRequest, collector: OutputCollector) -> ExecResult:
+        session = self._session
+        if session is not None and self._session_lock.acquire(blocking=False):
+            try:
+                started = time.monotonic()
+                request = dataclasses.replace(
+                    request, deadline=None if request.timeout is None else started + request.timeout
+                )
+                outcome = session.run(request, collector)
+            finally:
+                self._session_lock.release()
+            return collector.result(
+                request, outcome.exit_code, timed_out=outcome.timed_out, recovered=outcome.recovered
+            )
+        return self._run_oneshot(request, collector)
+
+    def _run_oneshot(self, request: ExecRequest, collector: OutputCollector) -> ExecResult:
+        from envlayer_modal import oneshot
         from envlayer_modal.process import Process
 
-        exec_id = uuid.uuid4().hex
-        argv = oneshot_argv(self.options.shell, command, cwd=cwd, touch_lease=self._touch_lease())
-        proc = Process(self._start_exec(argv, self._command_env(env, exec_id)))
-        feed_stdin(proc, data)
-        try:
-            outcome = collect(
-                proc,
-                deadline=deadline,
-                limit=self.options.max_output_bytes,
-                policy=self.options.output_policy,
-                on_output=on_output,
-            )
-        except BaseException:
-            self._kill(exec_id)
-            raise
-        if outcome.timed_out or (
-            outcome.code in MODAL_TIMEOUT_CODES and deadline is not None and time.monotonic() >= deadline
-        ):
-            self._kill(exec_id)
-            return self._result(outcome, TIMEOUT_EXIT_CODE, start, timeout, timed_out=True)
+        cwd = posixpath.join(self.options.workdir, request.cwd) if request.cwd else self.options.workdir
+        argv = oneshot.oneshot_argv(self.options.shell, request.command, cwd=cwd, touch_lease=self._touch_lease())
+        proc = Process(self._start_exec(argv, self._command_env(request.env, request.exec_id)))
+        oneshot.feed_stdin(proc, request.stdin)
+        outcome = oneshot.run(proc, collector, request.deadline, kill=lambda: self._kill(request.exec_id))
+        if outcome.timed_out:
+            return collector.result(request, TIMEOUT_EXIT_CODE, timed_out=True)
         if outcome.code is None:
             self._check_still_running("the command's exec ended without an exit status")
-            return self._result(outcome, 255, start, timeout)
-        return self._result(outcome, outcome.code, start, timeout)
+            return collector.result(request, 255)
+        return collector.result(request, outcome.code)
 
     def _check_still_running(self, what: str) -> None:
         """After an exec vanished: if the sandbox is gone, the command may or may not have
@@ -248,20 +247,6 @@ class ModalEnvironment(Environment):
                 hint="check its effects and retry; the next call replaces the sandbox",
             )
 
-    def _result(
-        self, outcome: Outcome, code: int, start: float, timeout: float | None, *, timed_out: bool = False
-    ) -> ExecResult:
-        return ExecResult(
-            exit_code=code,
-            stdout=outcome.stdout.getvalue(),
-            stderr=outcome.stderr.getvalue(),
-            duration=time.monotonic() - start,
-            timed_out=timed_out,
-            timeout=timeout,
-            stdout_truncation=outcome.stdout.truncation,
-            stderr_truncation=outcome.stderr.truncation,
-        )
-
     def _kill(self, exec_id: str) -> None:
         from envlayer_modal.killer import kill_command
 
@@ -269,30 +254,56 @@ class ModalEnvironment(Environment):
         if attached is not None:
             kill_command(attached.sandbox, exec_id, shell=self.options.shell)
 
-    def _helper(self, argv: list[str], data: bytes | None, limit: int | None = None) -> tuple[int, bytes, bytes]:
-        """Run an internal command: (code, stdout, stderr).
-        stdout is kept up to ``limit`` bytes (all when None); recovers a gone sandbox once."""
-        from envlayer_modal.oneshot import collect, feed_stdin
+    def _helper(
+        self, argv: list[str], data: bytes | None, limit: int | None = None, *, recover: bool = True
+    ) -> tuple[int, bytes, bytes]:
+        """Run an internal command one-shot (no session state): (code, stdout, stderr).
+        stdout is kept up to ``limit`` bytes (all when None). A gone sandbox is replaced
+        once with ``recover``; without, the result is exit 255."""
+        from envlayer_modal import oneshot
         from envlayer_modal.process import Process
 
         for attempt in (0, 1):
             seen = self.sandbox_id
             try:
                 proc = Process(self._start_exec(argv, self._command_env(None, None)))
-            except _NotStarted:
+            except _NotStarted as exc:
+                if not recover:
+                    return 255, b"", str(exc).encode()
                 if attempt:
                     raise BackendUnavailable(
                         "the sandbox keeps disappearing", hint="check the Modal dashboard"
                     ) from None
                 self._recover(seen)
                 continue
-            feed_stdin(proc, data)
-            outcome = collect(
-                proc, deadline=time.monotonic() + _HELPER_TIMEOUT, limit=limit, policy="head", on_output=None
-            )
+            oneshot.feed_stdin(proc, data)
+            collector = OutputCollector(limit, "head")
+            outcome = oneshot.collect(proc, collector, time.monotonic() + _HELPER_TIMEOUT)
             code = 255 if outcome.code is None or outcome.timed_out else outcome.code
-            return code, outcome.stdout.getvalue(), outcome.stderr.getvalue()
+            return code, collector.buffers["stdout"].getvalue(), collector.buffers["stderr"].getvalue()
         raise AssertionError("unreachable")
+
+    def _new_session(self) -> Any:
+        """A (not yet started) persistent shell in the current sandbox, or None in one-shot mode."""
+        from envlayer_modal import files
+        from envlayer_modal.session import shell_session
+
+        if self.options.exec_mode != "session":
+            return None
+        return shell_session(
+            self._start_exec,
+            lambda argv, data: self._helper(argv, data, recover=False),
+            shell=self.options.shell,
+            env=self._command_env(None, None),
+            cwd=self.options.workdir,
+            idle_exit=self.options.session_idle_exit,
+            upload=lambda path, data: self._files_call(lambda sb: files.write(sb, path, data), f"staging {path}"),
+        )
+
+    def _drop_session(self) -> None:
+        session, self._session = self._session, None
+        if session is not None:
+            session.close()
 
     # --- files ---------------------------------------------------------------------------------
 
@@ -336,32 +347,32 @@ class ModalEnvironment(Environment):
         from envlayer_modal import files
 
         self._ensure_open()
-        payload = data.encode() if isinstance(data, str) else data
-        if len(payload) > self.options.max_file_bytes:
-            raise FileTooLarge(path, len(payload), self.options.max_file_bytes)
+        payload = file_payload(path, data, self.options.max_file_bytes)
         full = self._path(path)
         self._files_call(lambda sb: files.write(sb, full, payload), f"writing {full}")
 
-    def upload_dir(self, local: str, remote: str) -> None:
+    def upload_dir(self, local: str | os.PathLike[str], remote: str) -> TransferSummary:
         """Copy the contents of host directory ``local`` into sandbox directory ``remote``
-        (tar over an exec; over ``max_transfer_bytes`` raises :class:`FileTooLarge`)."""
+        (tar over an exec); see :class:`~envlayer.transfer.SupportsDirectoryTransfer`."""
         from envlayer_modal import files
 
         self._ensure_open()
-        files.upload_dir(self._helper, local, self._path(remote), self.options.max_transfer_bytes)
+        source = check_path(os.fspath(local), "local")
+        return files.upload_dir(self._helper, source, self._path(remote), self.options.max_transfer_bytes)
 
-    def download_dir(self, remote: str, local: str) -> None:
+    def download_dir(self, remote: str, local: str | os.PathLike[str]) -> TransferSummary:
         """Copy the contents of sandbox directory ``remote`` into host directory ``local``.
         Members escaping ``local`` raise :class:`SandboxPathError`."""
         from envlayer_modal import files
 
         self._ensure_open()
+        dest = check_path(os.fspath(local), "local")
         limit = self.options.max_transfer_bytes
 
         def capped(argv: list[str], data: bytes | None) -> tuple[int, bytes, bytes]:
             return self._helper(argv, data, limit + 1)
 
-        files.download_dir(capped, self._path(remote), local, limit)
+        return files.download_dir(capped, self._path(remote), dest, limit)
 
     # --- lifecycle -------------------------------------------------------------------------------
 
@@ -373,6 +384,10 @@ class ModalEnvironment(Environment):
         Never raises."""
         with self._state_lock:
             self._closed = True
+            try:
+                self._drop_session()
+            except Exception:
+                pass
             remove = force_remove or not self.options.persist_across_processes
             if remove and self._teardown is None and self._attached is not None:
                 self._teardown = teardown.schedule(self._attached.sandbox, self._attached.id)

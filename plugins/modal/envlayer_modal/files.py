@@ -10,14 +10,13 @@ members that would land outside the download target raise :class:`SandboxPathErr
 
 from __future__ import annotations
 
-import io
 import os
-import tarfile
 from typing import Any
 
-from envlayer.archive import safe_extract
+from envlayer.archive import pack_dir, safe_extract, tar_summary
 from envlayer.errors import FileTooLarge, SandboxFileNotFound, SandboxIsADirectory, SandboxPermissionDenied
 from envlayer.sandbox_paths import Helper
+from envlayer.transfer import TransferSummary
 
 
 def _translate(exc: Exception, path: str, operation: str) -> Exception | None:
@@ -64,41 +63,21 @@ def write(sandbox: Any, path: str, data: bytes) -> None:
         raise mapped from None
 
 
-def pack(local: str, limit: int) -> bytes:
-    """A tar of the contents of host directory ``local`` (symlinks as links).
-    Raises :class:`FileTooLarge` past ``limit`` bytes, ``NotADirectoryError``."""
-    if not os.path.isdir(local):
-        raise NotADirectoryError(f"not a local directory: {local!r}")
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for entry in sorted(os.listdir(local)):
-            tar.add(os.path.join(local, entry), arcname=entry, filter=_anonymous)
-            if buf.tell() > limit:
-                raise FileTooLarge(local, buf.tell(), limit)
-    payload = buf.getvalue()
-    if len(payload) > limit:
-        raise FileTooLarge(local, len(payload), limit)
-    return payload
-
-
-def _anonymous(info: tarfile.TarInfo) -> tarfile.TarInfo:
-    info.uid = info.gid = 0
-    info.uname = info.gname = ""
-    return info
-
-
 UNPACK = 'mkdir -p -- "$1" && tar -x -f - -C "$1"'
 PACK = '[ -d "$1" ] || exit 20; tar -c -f - -C "$1" .'
 
 
-def upload_dir(helper: Helper, local: str, remote: str, limit: int) -> None:
-    """Copy the contents of host directory ``local`` into sandbox directory ``remote``."""
-    code, _, err = helper(["sh", "-c", UNPACK, "envlayer-unpack", remote], pack(local, limit))
+def upload_dir(helper: Helper, local: str, remote: str, limit: int) -> TransferSummary:
+    """Copy the contents of host directory ``local`` into sandbox directory ``remote``;
+    the regular files copied and their bytes."""
+    payload = pack_dir(local, limit, owner=(0, 0))
+    code, _, err = helper(["sh", "-c", UNPACK, "envlayer-unpack", remote], payload)
     if code != 0:
         raise OSError(f"unpacking into {remote!r} failed ({code}): {err.decode(errors='replace')[:300]}")
+    return tar_summary(payload)
 
 
-def download_dir(helper: Helper, remote: str, local: str, limit: int) -> None:
+def download_dir(helper: Helper, remote: str, local: str, limit: int) -> TransferSummary:
     """Copy the contents of sandbox directory ``remote`` into host directory ``local``."""
     code, out, err = helper(["sh", "-c", PACK, "envlayer-pack", remote], None)
     if code == 20:
@@ -108,4 +87,4 @@ def download_dir(helper: Helper, remote: str, local: str, limit: int) -> None:
     if len(out) > limit:
         raise FileTooLarge(remote, len(out), limit)
     os.makedirs(local, exist_ok=True)
-    safe_extract(out, local, strip_first=False)
+    return safe_extract(out, local, strip_first=False)

@@ -1,5 +1,5 @@
-"""One command in its own ``Sandbox.exec`` (``exec_mode = "oneshot"``, and the overflow
-path when another thread holds the session).
+"""One command in its own ``Sandbox.exec`` (``exec_mode = "oneshot"``, the overflow path
+when another thread holds the session, and internal helpers).
 
 The exec runs a tiny ``sh`` wrapper (change to the working directory, refresh the lease,
 then ``exec`` the command, so the command keeps the exec's pid) with ``ENVLAYER_EXEC_ID``
@@ -7,10 +7,11 @@ in its environment, passed as exec ``env`` (never in argv), so the killer finds 
 tree. stdin bytes are written from a helper thread and then closed (EOF): a command that
 reads stdin never waits for input that cannot come.
 
-No exec ``timeout`` is passed to Modal: the deadline is envlayer's own, and on expiry
-the tree is killed inside the sandbox (:mod:`envlayer_modal.killer`). Should Modal still
-report its own timeout codes (-1 for a client-side exec deadline, 137 for a killed exec)
-after the deadline, they are the core's timeout result (124, ``timed_out``).
+No exec ``timeout`` is passed to Modal: the deadline is envlayer's own, and on expiry the
+tree is killed inside the sandbox while the output keeps being read
+(:func:`envlayer.streams.drain_while`). Should Modal still report its own timeout codes
+(-1 for a client-side exec deadline, 137 for a killed exec) after the deadline, they are the
+core's timeout result (124, ``timed_out``).
 """
 
 from __future__ import annotations
@@ -20,14 +21,17 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from envlayer.output import CappedBuffer
-from envlayer_modal.process import EXIT, STDERR, STDOUT, Process
+from envlayer.collector import OutputCollector
+from envlayer.streams import drain_while
+from envlayer_modal.process import EXIT, Process
 from envlayer_modal.reaper import LEASE_PATH
+from envlayer_modal.stream import NAMES, ExecStream
 
-OutputCallback = Callable[[str, bytes], None]
-STREAM_NAMES = {STDOUT: "stdout", STDERR: "stderr"}
 EXIT_GRACE = 0.5
 """Seconds to keep reading after the exit code arrived, for output still in flight."""
+MODAL_TIMEOUT_CODES = (-1, 137)
+"""Exit codes Modal reports for an exec cut by a deadline or killed: a timeout once
+envlayer's own deadline has passed."""
 
 WRAPPER = (
     'd=$1; t=$2; shift 2; [ -n "$t" ] && : > ' + LEASE_PATH + " 2>/dev/null; "
@@ -42,41 +46,32 @@ def oneshot_argv(shell: str, command: str | Sequence[str], *, cwd: str, touch_le
     return [shell, "-c", WRAPPER, "envlayer", cwd, "1" if touch_lease else "", *inner]
 
 
-@dataclass
+@dataclass(frozen=True)
 class Outcome:
-    """How a command ended: its exit code (None when unknown: the exec vanished), whether
-    the deadline expired, and the captured streams."""
+    """How a command ended: its exit code (None when unknown: the exec vanished), and
+    whether the deadline expired first (the command still runs then)."""
 
     code: int | None
     timed_out: bool
-    stdout: CappedBuffer
-    stderr: CappedBuffer
 
 
-def collect(
-    proc: Process,
-    *,
-    deadline: float | None,
-    limit: int | None,
-    policy: str,
-    on_output: OutputCallback | None,
-) -> Outcome:
-    """Read ``proc`` until it exited and both streams ended (or ``EXIT_GRACE`` after the
-    exit), or until ``deadline`` (``timed_out``; the command is still running)."""
-    buffers = {STDOUT: CappedBuffer(limit, policy), STDERR: CappedBuffer(limit, policy)}  # type: ignore[arg-type]
+def collect(proc: Process, collector: OutputCollector, deadline: float | None) -> Outcome:
+    """Read ``proc`` into ``collector`` until it exited and both streams ended (or
+    ``EXIT_GRACE`` after the exit), or until ``deadline``. Exceptions from the output
+    callback propagate (the caller kills the command)."""
     ended: set[int] = set()
     code: int | None = None
     exited_at: float | None = None
     while True:
         now = time.monotonic()
         if exited_at is not None and (len(ended) == 2 or now - exited_at >= EXIT_GRACE):
-            return Outcome(code, False, buffers[STDOUT], buffers[STDERR])
+            return Outcome(code, False)
         if deadline is not None and now >= deadline:
-            return Outcome(code, True, buffers[STDOUT], buffers[STDERR])
-        waits = [w for w in (None if deadline is None else deadline - now,) if w is not None]
+            return Outcome(code, True)
+        waits = [] if deadline is None else [deadline - now]
         if exited_at is not None:
             waits.append(exited_at + EXIT_GRACE - now)
-        event = proc.next_event(max(min(waits), 0) if waits else None)
+        event = proc.next_event(max(min(waits), 0.0) if waits else None)
         if event is None:
             continue
         fd, payload = event
@@ -85,9 +80,23 @@ def collect(
         elif payload is None:
             ended.add(fd)
         else:
-            buffers[fd].write(payload)
-            if on_output is not None:
-                on_output(STREAM_NAMES[fd], payload)
+            collector.write(NAMES[fd], payload)
+
+
+def run(proc: Process, collector: OutputCollector, deadline: float | None, *, kill: Callable[[], object]) -> Outcome:
+    """Collect a started command; on a timeout or an exception (an interrupt, a failing
+    callback) kill its tree with ``kill`` while its output keeps being drained.
+    A timeout is ``Outcome(timed_out=True)``; exceptions propagate after the kill."""
+    try:
+        outcome = collect(proc, collector, deadline)
+    except BaseException:
+        drain_while(ExecStream(proc), collector, kill)
+        raise
+    expired = deadline is not None and time.monotonic() >= deadline
+    if outcome.timed_out or (outcome.code in MODAL_TIMEOUT_CODES and expired):
+        drain_while(ExecStream(proc), collector, kill)
+        return Outcome(outcome.code, True)
+    return outcome
 
 
 def feed_stdin(proc: Process, data: bytes | None) -> threading.Thread:

@@ -74,12 +74,18 @@ class ModalOptions(BaseOptions):
         doc="When the (profile, task) sandbox was made from different options: `recreate` terminates it and "
         "creates a new one; `error` raises. Per-process setting.",
     )
-    exec_mode: Literal["oneshot"] = option(
-        "oneshot",
-        doc="`oneshot`: every command is its own `Sandbox.exec` (the persistent-shell `session` mode comes "
-        "with the core's shell protocol). Per-process setting.",
+    exec_mode: Literal["session", "oneshot"] = option(
+        "session",
+        doc="`session`: commands share one long-lived shell exec (cd and export persist, a few ms a call); "
+        "`oneshot`: every command is its own `Sandbox.exec`. Per-process setting.",
     )
-    shell: str = option("/bin/sh", doc="Shell for string commands. Per-process setting.")
+    shell: str = option("/bin/sh", doc="Shell for the session and for string commands. Per-process setting.")
+    session_idle_exit: int = option(
+        600,
+        doc="A session shell that read no command and ran no child process for this many seconds exits by "
+        "itself, so a process that died without cleanup() cannot keep the sandbox busy past idle_timeout. "
+        "Per-process setting.",
+    )
     tags: dict[str, str] = option(
         doc="Extra sandbox tags (keys must not start with `envlayer.`; values are not secret).", factory=dict
     )
@@ -110,6 +116,8 @@ class ModalOptions(BaseOptions):
             raise OptionError("sandbox_timeout", "must be between 1 and 86400 seconds")
         if self.idle_timeout is not None and self.idle_timeout <= 0:
             raise OptionError("idle_timeout", "must be > 0 seconds (or unset to disable it)")
+        if self.session_idle_exit <= 0:
+            raise OptionError("session_idle_exit", "must be > 0 seconds")
         if self.connect_timeout <= 0:
             raise OptionError("connect_timeout", "must be > 0")
         if self.max_transfer_bytes < 0:

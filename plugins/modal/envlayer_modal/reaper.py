@@ -26,6 +26,7 @@ from typing import Any
 from envlayer.environment import SandboxInfo
 from envlayer.idle_check import idle_check_script, parse_idle_check
 from envlayer.sandbox_owner import owner_is_dead
+from envlayer.shell_script import SESSION_VAR
 from envlayer_modal import tags as T
 from envlayer_modal.client import Connection
 
@@ -33,7 +34,6 @@ log = logging.getLogger("envlayer.modal.reaper")
 LEASE_PATH = "/tmp/.envlayer-lease"
 _WORKERS = 8
 
-SESSION_VAR = "ENVLAYER_SESSION"
 IDLE_CHECK = idle_check_script(LEASE_PATH, SESSION_VAR)
 """Prints ``<now> <lease mtime or -> <busy 0|1>`` from inside the sandbox."""
 

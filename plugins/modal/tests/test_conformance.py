@@ -1,8 +1,8 @@
 """The public conformance suite (envlayer.testing) on the Modal backend, through the real
-modal SDK against the Docker-backed fake Modal server, in one-shot exec mode.
+modal SDK against the Docker-backed fake Modal server, in both exec modes.
 
-The class shares one sandbox (persist mode, one task); every test gets a fresh
-environment object attached to it.
+Each class shares one sandbox (persist mode, one task); every test gets a fresh
+environment object attached to it, so a fresh session.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from envlayer.testing import EnvironmentConformance
 pytestmark = pytest.mark.modal
 
 
-class TestModalOneShotConformance(EnvironmentConformance):
-    task = f"conformance-oneshot-{uuid.uuid4().hex[:6]}"
-    mode = "oneshot"
+class TestModalSessionConformance(EnvironmentConformance):
+    task = f"conformance-session-{uuid.uuid4().hex[:6]}"
+    mode = "session"
 
     @pytest.fixture
     def env(self, fake_modal: Any, profile: str, options: Any) -> Iterator[Any]:
@@ -31,3 +31,8 @@ class TestModalOneShotConformance(EnvironmentConformance):
             yield environment
         finally:
             environment.cleanup()
+
+
+class TestModalOneShotConformance(TestModalSessionConformance):
+    task = f"conformance-oneshot-{uuid.uuid4().hex[:6]}"
+    mode = "oneshot"
