@@ -309,3 +309,43 @@ def test_doctor_checks_the_modal_backend(fake_modal: Any, tmp_path: Any) -> None
     env["MODAL_CONFIG_PATH"] = str(tmp_path / "empty.toml")
     bad = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
     assert bad.returncode == 1 and "FAIL modal" in bad.stdout and "modal token new" in bad.stdout, bad.stdout
+
+
+def test_session_recovers_from_a_terminated_sandbox(make_env: Any, profile: str) -> None:
+    import modal
+
+    env = make_env()
+    env.exec("cd /tmp").check()
+    gone = env.sandbox_id
+    modal.Sandbox.from_id(gone).terminate()
+    assert _wait_until(lambda: _running(env.task_id, profile) == [])
+    result = env.exec("echo back")
+    assert result.stdout == b"back\n" and result.recovered == "sandbox recreated"
+    assert env.sandbox_id != gone
+
+
+def test_session_watchdog_spares_a_long_command(make_env: Any) -> None:
+    env = make_env(session_idle_exit=1)
+    result = env.exec("sleep 8; echo done", timeout=60)
+    assert result.stdout == b"done\n" and result.recovered == ""
+    assert env.exec("echo again").recovered == ""
+
+
+def test_every_process_dies_then_the_sandbox_ends_by_itself(run_python: Any, profile: str) -> None:
+    """Cost safety: the creator is SIGKILLed with its session shell open; the shell exits
+    after session_idle_exit, the sandbox goes idle and idle_timeout terminates it."""
+    task = f"dies-{uuid.uuid4().hex[:6]}"
+    child = run_python(
+        child_code(task, profile, idle_timeout=2, session_idle_exit=2)
+        + "env.exec('cd /tmp').check()\nprint(env.sandbox_id, flush=True)\nimport time; time.sleep(300)\n",
+        wait=False,
+    )
+    try:
+        assert child.stdout is not None
+        sandbox_id = child.stdout.readline().strip()
+        assert sandbox_id.startswith("sb-"), child.stderr.read() if child.stderr else ""
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(10)
+    assert _running(task, profile) == [sandbox_id]
+    assert _wait_until(lambda: _running(task, profile) == [], timeout=60)

@@ -77,6 +77,7 @@ def test_fingerprint_covers_creation_options_only() -> None:
         ({"sandbox_timeout": 0}, "sandbox_timeout"),
         ({"sandbox_timeout": 90_000}, "sandbox_timeout"),
         ({"idle_timeout": 0}, "idle_timeout"),
+        ({"session_idle_exit": 0}, "session_idle_exit"),
         ({"connect_timeout": 0}, "connect_timeout"),
         ({"env": {"1BAD": "x"}}, "env"),
         ({"secrets": [" "]}, "secrets"),
@@ -92,6 +93,7 @@ def test_bad_options_name_their_key(kwargs: dict[str, object], key: str) -> None
 
 def test_idle_timeout_is_on_by_default_and_can_be_disabled() -> None:
     assert ModalOptions().idle_timeout and ModalOptions().idle_timeout < ModalOptions().sandbox_timeout
+    assert ModalOptions().session_idle_exit < (ModalOptions().idle_timeout or 0)
     assert ModalOptions(idle_timeout=None).idle_timeout is None
     assert ModalOptions().workdir == "/workspace" and ModalOptions(cwd="/src").workdir == "/src"
 

@@ -69,3 +69,16 @@ def test_list_and_reap(run_python: Any, fake_modal: Any, profile: str) -> None:
     assert rpcs == CONNECT | {"SandboxListV2", "SandboxTagsGetV2", "SandboxTerminateV2"} | ROUTER | (
         ONESHOT_EXEC - {"TaskExecStdinWrite"}
     )
+
+
+def test_session_calls_are_stdin_writes_on_one_exec(run_python: Any, fake_modal: Any, profile: str) -> None:
+    code = child_code(f"wire-{uuid.uuid4().hex[:6]}", profile) + (
+        "for i in range(5):\n    assert env.exec(f'echo {i}').stdout == f'{i}\\n'.encode()\n"
+    )
+    token = f"ak-wire-{uuid.uuid4().hex[:8]}"
+    run_python(code, token=token)
+    calls = [str(c["rpc"]) for c in fake_modal.calls(token)]
+    assert not [c for c in fake_modal.calls(token) if c["unimplemented"]]
+    assert set(calls) == CONNECT | LOOKUP_MISS | CREATE | ONESHOT_EXEC
+    assert calls.count("TaskExecStart") == 1  # one shell for every command
+    assert calls.count("TaskExecStdinWrite") >= 6  # the handshake, then one write per command
