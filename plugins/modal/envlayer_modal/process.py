@@ -20,16 +20,15 @@ _STDIN_CHUNK = 1 << 20
 class Process:
     """Wraps an SDK ``ContainerProcess`` started with ``text=False``."""
 
-    def __init__(self, proc: Any, *, wait_for_exit: bool = True) -> None:
+    def __init__(self, proc: Any) -> None:
         self.proc = proc
         self.events: queue.Queue[tuple[int, Any]] = queue.Queue()
         self.errors: list[BaseException] = []
         self._threads = [
             threading.Thread(target=self._pump, args=(STDOUT, proc.stdout), daemon=True, name="envlayer-modal-out"),
             threading.Thread(target=self._pump, args=(STDERR, proc.stderr), daemon=True, name="envlayer-modal-err"),
+            threading.Thread(target=self._wait, daemon=True, name="envlayer-modal-wait"),
         ]
-        if wait_for_exit:
-            self._threads.append(threading.Thread(target=self._wait, daemon=True, name="envlayer-modal-wait"))
         for thread in self._threads:
             thread.start()
 
