@@ -50,6 +50,10 @@ if TYPE_CHECKING:
     from envlayer_ssh.pool import TargetPool
 
 log = logging.getLogger("envlayer.ssh")
+_PREFETCH_REQUESTS = 64
+_READ_CHUNK = 32768
+"""Read requests in flight while reading a file. Unbounded (paramiko's default), a read of
+tens of MiB floods OpenSSH's sftp-server, which drops the connection."""
 T = TypeVar("T")
 
 
@@ -77,6 +81,20 @@ def _transport_errors(func: Callable[..., T]) -> Callable[..., T]:
             ) from exc
 
     return wrapper
+
+
+def _read_upto(fh: paramiko.SFTPFile, most: int) -> bytes:
+    """Up to ``most`` bytes of ``fh`` in linear time (paramiko's one-call ``read(n)``
+    grows one bytes object chunk by chunk: quadratic, minutes for 50 MiB)."""
+    chunks: list[bytes] = []
+    total = 0
+    while total < most:
+        chunk = fh.read(min(_READ_CHUNK, most - total))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+    return b"".join(chunks)
 
 
 def _missing(exc: OSError) -> bool:
@@ -152,8 +170,8 @@ class RemoteFiles:
                 if size > limit:
                     raise FileTooLarge(shown, size, limit)
                 with sftp.open(path, "rb") as fh:
-                    fh.prefetch(size)
-                    data = fh.read(limit + 1)
+                    fh.prefetch(size, max_concurrent_requests=_PREFETCH_REQUESTS)
+                    data = _read_upto(fh, limit + 1)
             except OSError as exc:
                 if _missing(exc):
                     raise SandboxFileNotFound(shown) from None
