@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+from envlayer.agent_env import with_command_defaults
 from envlayer.capabilities import Capability
 from envlayer.collector import OutputCollector
 from envlayer.environment import Command, Environment, SandboxInfo
@@ -151,7 +152,7 @@ class ModalEnvironment(Environment):
             raise translate(exc, "starting a command") from exc
 
     def _command_env(self, extra: Mapping[str, str] | None, exec_id: str | None) -> dict[str, str]:
-        env = dict(self.options.env)
+        env = with_command_defaults(self.options.env)
         env.update(extra or {})
         if exec_id is not None:
             env[EXEC_ID_VAR] = exec_id

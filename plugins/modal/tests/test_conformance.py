@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from envlayer.testing import EnvironmentConformance
+from envlayer.testing import EnvironmentConformance, ExecContractConformance
 
 pytestmark = pytest.mark.modal
 
 
-class TestModalSessionConformance(EnvironmentConformance):
+class TestModalSessionConformance(EnvironmentConformance, ExecContractConformance):
     task = f"conformance-session-{uuid.uuid4().hex[:6]}"
     mode = "session"
 
