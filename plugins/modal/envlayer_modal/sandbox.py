@@ -26,7 +26,9 @@ from envlayer_modal import tags as T
 from envlayer_modal.client import Connection, translate
 from envlayer_modal.naming import private_name, sandbox_name
 
-_MAX_ATTEMPTS = 12
+SETTLE_TIMEOUT = 120.0
+"""How long racing processes may take to settle on one sandbox (a winner's sandbox can be
+named before it is ready: its tags are not readable yet)."""
 _SETTLE = 0.2
 
 
@@ -104,7 +106,8 @@ def ensure(conn: Connection, *, profile: str, task: str, persist: bool) -> Attac
             raise translate(exc, f"creating sandbox {name}") from exc
         return Attached(sb, sb.object_id, name, created=True)
     name = sandbox_name(profile, task)
-    for _ in range(_MAX_ATTEMPTS):
+    deadline = time.monotonic() + SETTLE_TIMEOUT
+    while time.monotonic() < deadline:
         try:
             sb = _lookup(conn, name)
             if sb is None:
@@ -112,6 +115,7 @@ def ensure(conn: Connection, *, profile: str, task: str, persist: bool) -> Attac
                 try:
                     sb = _create(conn, name, tags)
                 except exc_mod.AlreadyExistsError:
+                    time.sleep(_SETTLE)
                     continue  # lost the race: attach to the winner on the next round
                 return Attached(sb, sb.object_id, name, created=True)
             found = sb.get_tags()
@@ -119,7 +123,8 @@ def ensure(conn: Connection, *, profile: str, task: str, persist: bool) -> Attac
                 time.sleep(_SETTLE)  # terminated; its name is released shortly
                 continue
         except exc_mod.NotFoundError:
-            continue  # terminated between lookup and inspection
+            time.sleep(_SETTLE)
+            continue  # not ready yet, or terminated between lookup and inspection
         except Exception as exc:
             raise translate(exc, f"creating or attaching to sandbox {name}") from exc
         if found.get(T.MANAGED) != "1":
@@ -135,10 +140,11 @@ def ensure(conn: Connection, *, profile: str, task: str, persist: bool) -> Attac
                     hint='remove it (`envlayer rm`), or set on_fingerprint_mismatch = "recreate"',
                 )
             terminate_quietly(sb)
+            time.sleep(_SETTLE)
             continue
         return Attached(sb, sb.object_id, name, created=False)
     raise BackendUnavailable(
-        f"could not settle on one sandbox named {name} after {_MAX_ATTEMPTS} attempts",
+        f"could not settle on one sandbox named {name} within {SETTLE_TIMEOUT:.0f} s",
         hint="another process may be recreating it with different options; make their options agree",
     )
 
