@@ -12,6 +12,7 @@ import os
 import tarfile
 
 from envlayer.errors import FileTooLarge, SandboxPathError
+from envlayer.tar_extract import extract_data, with_changes
 from envlayer.transfer import TransferSummary
 
 
@@ -86,11 +87,11 @@ def safe_extract(payload: bytes, dest: str, *, strip_first: bool) -> TransferSum
                 link = "/".join(link_parts)
                 if not link or ".." in link_parts or not _inside(root, link):
                     raise SandboxPathError(f"{name} => {member.linkname}", dest)
-                member = member.replace(linkname=link, deep=False)
+                member = with_changes(member, linkname=link)
             elif not (member.isfile() or member.isdir()):
                 continue
-            plan.append(member.replace(name=rel, deep=False))
+            plan.append(with_changes(member, name=rel))
         for member in plan:
-            tar.extract(member, root, filter="data")
+            extract_data(tar, member, root)
     written = [m for m in plan if m.isfile()]
     return TransferSummary(files=len(written), bytes=sum(m.size for m in written))
