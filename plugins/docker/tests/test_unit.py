@@ -13,13 +13,14 @@ import tarfile
 from types import SimpleNamespace
 
 import pytest
-from envlayer_docker import labels, tar_extract
+from envlayer_docker import labels
 from envlayer_docker.files import safe_extract
 from envlayer_docker.naming import container_name, private_name
 from envlayer_docker.options import DockerOptions, parse_volume
 from envlayer_docker.reaper import parse_docker_time, parse_idle_check
 from envlayer_docker.transport import AttachStream, FrameDemux
 
+from envlayer import tar_extract
 from envlayer.errors import BackendUnavailable, SandboxPathError
 from envlayer.options import OptionError
 
