@@ -72,7 +72,7 @@ def _kill_pod_container_once_running(pod: str, command_line: str) -> threading.T
 def test_container_killed_mid_command_raises_never_a_result(make_env: Any, mode: str) -> None:
     env = make_env(exec_mode=mode)
     killer = _kill_pod_container_once_running(env.pod_name, "sleep 3601")
-    with pytest.raises(BackendUnavailable, match="may .*(partly run|finished)"):
+    with pytest.raises(BackendUnavailable, match=r"may .*(partly run|finished)"):
         env.exec("echo started; sleep 3601; echo never")
     killer.join(30)
 
