@@ -48,9 +48,7 @@ class DaytonaOptions(BaseOptions):
     memory_gib: int | None = option(None, doc="Memory in GiB (only with `image`).")
     disk_gib: int | None = option(None, doc="Disk in GiB (only with `image`).")
     gpu: int | None = option(None, doc="GPUs (only with `image`).")
-    labels: dict[str, str] = option(
-        doc="Extra sandbox labels (keys must not start with `envlayer.`).", factory=dict
-    )
+    labels: dict[str, str] = option(doc="Extra sandbox labels (keys must not start with `envlayer.`).", factory=dict)
     auto_stop_interval: int = option(
         15,
         doc="Minutes without API activity after which Daytona stops the sandbox (0 disables; not "

@@ -134,7 +134,8 @@ def _adopt(found: Any, options: DaytonaOptions, spec: Spec) -> Attached | None:
             raise BackendUnavailable(
                 f"sandbox {spec.name} was created with different options (fingerprint "
                 f"{labels.get(identity.FINGERPRINT)} != {spec.fingerprint})",
-                hint='use the same options, remove it (`envlayer rm TASK --force`), or set on_fingerprint_mismatch = "recreate"',
+                hint="use the same options, remove it (`envlayer rm TASK --force`), "
+                'or set on_fingerprint_mismatch = "recreate"',
             )
         log.info("sandbox %s has another fingerprint; deleting and re-creating it", spec.name)
         remove(found, options)

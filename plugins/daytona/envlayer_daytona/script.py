@@ -76,13 +76,14 @@ def command_script(
     source = stdin_path or "/dev/null"
     return (
         f"ENVLAYER_RC={spool}.rc; ENVLAYER_EXEC_ID={exec_id}; export ENVLAYER_EXEC_ID\n"
-        f"{{ read -r _el_up _ < /proc/uptime && echo \"${{_el_up%.*}}${{_el_up#*.}}\" > {spool}.t; }} 2>/dev/null\n"
+        f'{{ read -r _el_up _ < /proc/uptime && echo "${{_el_up%.*}}${{_el_up#*.}}" > {spool}.t; }} 2>/dev/null\n'
         f"{{ {body}\n}} < {shlex.quote(source)} > {spool}.out 2> {spool}.err\n"
-        f"_el_rc=$?; pwd > {spool}.pwd; echo \"$_el_rc\" > {spool}.rc; ENVLAYER_RC=/dev/null; unset ENVLAYER_EXEC_ID"
+        f'_el_rc=$?; pwd > {spool}.pwd; echo "$_el_rc" > {spool}.rc; ENVLAYER_RC=/dev/null; unset ENVLAYER_EXEC_ID'
     )
 
 
 _POLL = r"""
+exec 2>/dev/null
 f=$1/$2; o=$3; e=$4; max=$5; w=$6; sp=$7; live=$8; final=$9; n=0
 while :; do
   [ -s "$f.rc" ] && break
@@ -102,7 +103,8 @@ so=$(wc -c < "$f.out" 2>/dev/null); se=$(wc -c < "$f.err" 2>/dev/null)
 echo "@out"; tail -c +$((o + 1)) "$f.out" 2>/dev/null | head -c "$max" | od -An -v -tx1
 echo "@err"; tail -c +$((e + 1)) "$f.err" 2>/dev/null | head -c "$max" | od -An -v -tx1
 if [ -n "$rc" ]; then echo "@pwd"; od -An -v -tx1 < "$f.pwd" 2>/dev/null; fi
-if { [ -n "$rc" ] || [ "$final" = 1 ]; } && [ $(( ${so:-0} - o )) -le "$max" ] && [ $(( ${se:-0} - e )) -le "$max" ]; then
+left=$(( ${so:-0} - o > ${se:-0} - e ? ${so:-0} - o : ${se:-0} - e ))
+if { [ -n "$rc" ] || [ "$final" = 1 ]; } && [ "$left" -le "$max" ]; then
   rm -f "$f.out" "$f.err" "$f.rc" "$f.pwd" "$f.t" "$f.in"; echo "@gone"
 fi
 echo "@end"

@@ -9,8 +9,9 @@ with the core's kill script and still collects the output written so far. While 
 runs, ``refresh_activity`` is called every ``activity_interval`` seconds so Daytona's
 auto-stop never fires mid-command.
 
-Errors: the SDK's exceptions propagate (the backend translates them); :class:`ShellGone`
-when the session shell died without reporting a status.
+Errors: :class:`NotStarted` when the command could not be sent (it did not run);
+:class:`ShellGone` when the session shell died without reporting a status; the SDK's other
+exceptions propagate (the backend translates them).
 """
 
 from __future__ import annotations
@@ -25,6 +26,10 @@ from envlayer.output import CappedBuffer, TruncationPolicy
 from envlayer_daytona import script
 
 OutputCallback = Callable[[str, bytes], None]
+
+
+class NotStarted(Exception):
+    """Sending the command failed: it provably did not run (``__cause__`` is the SDK error)."""
 
 
 class ShellGone(Exception):
@@ -88,14 +93,16 @@ class SessionShell:
         from daytona import SessionExecuteRequest
 
         exec_id = uuid.uuid4().hex
-        stdin_path = None
-        if stdin is not None:
-            stdin_path = f"{script.SPOOL}/{exec_id}.in"
-            self.sandbox.fs.upload_file(stdin, stdin_path)
+        stdin_path = None if stdin is None else f"{script.SPOOL}/{exec_id}.in"
         text = script.command_script(
             command, exec_id=exec_id, isolated=isolated, cwd=cwd, env=env, stdin_path=stdin_path
         )
-        self.sandbox.process.execute_session_command(self.id, SessionExecuteRequest(command=text, run_async=True))
+        try:
+            if stdin is not None:
+                self.sandbox.fs.upload_file(stdin, stdin_path)
+            self.sandbox.process.execute_session_command(self.id, SessionExecuteRequest(command=text, run_async=True))
+        except Exception as exc:
+            raise NotStarted(str(exc)) from exc
         reader = _Reader(self, exec_id, limit, policy, on_output, request_timeout)
         try:
             while True:

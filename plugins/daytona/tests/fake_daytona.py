@@ -350,9 +350,10 @@ class Fake:
                 idle = now - sb["activity"]
                 if sb["state"] == "started" and sb["autoStopInterval"] and idle > sb["autoStopInterval"] * self.minute:
                     self.stop(sb)
-                if sb["state"] in ("stopped", "archived") and sb["autoDeleteInterval"] >= 0:
-                    if now - (sb["stoppedAt"] or now) >= sb["autoDeleteInterval"] * self.minute:
-                        self.delete(sb)
+                stopped_for = now - (sb["stoppedAt"] or now)
+                deletable = sb["state"] in ("stopped", "archived") and sb["autoDeleteInterval"] >= 0
+                if deletable and stopped_for >= sb["autoDeleteInterval"] * self.minute:
+                    self.delete(sb)
             except Exception as exc:  # keep the timer alive; the test sees the state
                 print(f"lifecycle error for {sb['id']}: {exc}", file=sys.stderr)
 
@@ -584,7 +585,9 @@ class Handler(BaseHTTPRequestHandler):
             raise ApiError(404, f"session {session_id} not found", "SESSION_NOT_FOUND")
         return session
 
-    def session_exec(self, body: bytes, q: dict[str, str], sid: str, session_id: str) -> tuple[int, Any, dict[str, str]]:
+    def session_exec(
+        self, body: bytes, q: dict[str, str], sid: str, session_id: str
+    ) -> tuple[int, Any, dict[str, str]]:
         session = self._session(sid, session_id)
         req = json.loads(body)
         cmd = session.execute(req["command"])
@@ -592,7 +595,11 @@ class Handler(BaseHTTPRequestHandler):
             return 202, {"cmdId": cmd["id"]}, {}
         cmd["done"].wait()
         out, err = session.logs(cmd["id"])
-        return 200, {"cmdId": cmd["id"], "exitCode": cmd["exitCode"], "output": out + err, "stdout": out, "stderr": err}, {}
+        return (
+            200,
+            {"cmdId": cmd["id"], "exitCode": cmd["exitCode"], "output": out + err, "stdout": out, "stderr": err},
+            {},
+        )
 
     def session_command(
         self, body: bytes, q: dict[str, str], sid: str, session_id: str, cmd_id: str
@@ -608,7 +615,9 @@ class Handler(BaseHTTPRequestHandler):
         out, err = self._session(sid, session_id).logs(cmd_id)
         return 200, {"output": out + err, "stdout": out, "stderr": err}, {}
 
-    def session_delete(self, body: bytes, q: dict[str, str], sid: str, session_id: str) -> tuple[int, Any, dict[str, str]]:
+    def session_delete(
+        self, body: bytes, q: dict[str, str], sid: str, session_id: str
+    ) -> tuple[int, Any, dict[str, str]]:
         self._session(sid, session_id)
         with self.fake.lock:
             self.fake.sessions.pop((sid, session_id)).close()
@@ -720,7 +729,9 @@ def main() -> None:
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
     port = server.server_address[1]
-    fake = Fake(instance=args.instance, minute=args.minute_seconds, max_cpu=args.max_cpu, base_url=f"http://127.0.0.1:{port}")
+    fake = Fake(
+        instance=args.instance, minute=args.minute_seconds, max_cpu=args.max_cpu, base_url=f"http://127.0.0.1:{port}"
+    )
     Handler.fake = fake
     Handler.route_log = open(args.route_log, "a", buffering=1)  # noqa: SIM115 - lives as long as the process
     stopping = threading.Event()

@@ -1,0 +1,530 @@
+"""``DaytonaEnvironment``: the envlayer backend that runs commands in a Daytona sandbox.
+
+Lifecycle (details in docs/backends/daytona.md):
+
+* The constructor creates, attaches to or starts the sandbox of (profile, task) (see
+  :mod:`envlayer_daytona.sandbox`) and opens a session shell in it. It raises
+  :class:`BackendUnavailable` for a missing key, an unreachable API, an unknown snapshot or
+  image, or a quota, each with a hint.
+* ``cleanup()`` in persist mode (default) deletes this process's session and leaves the
+  sandbox to Daytona's auto-stop. ``cleanup(force_remove=True)``, or any cleanup with
+  ``persist_across_processes = false``, deletes the sandbox on a background thread that
+  :meth:`wait_for_cleanup` joins.
+* A sandbox found stopped or archived (auto-stop, another process) when a command is sent
+  is started again, and one found deleted is re-created, at most once per call and only
+  when the command provably did not run; a command is never run twice.
+
+Importing this module does not import the Daytona SDK.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import posixpath
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any, TypeVar
+
+from envlayer.capabilities import Capability
+from envlayer.environment import Command, Environment, SandboxInfo
+from envlayer.errors import BackendUnavailable, FileTooLarge, SandboxPathError
+from envlayer.options import BaseOptions
+from envlayer.result import TIMEOUT_EXIT_CODE, ExecResult
+from envlayer_daytona.options import DaytonaOptions
+
+log = logging.getLogger("envlayer.daytona")
+T = TypeVar("T")
+
+ALL_CAPABILITIES = frozenset(
+    {
+        Capability.FORCE_REMOVE,
+        Capability.WAIT_FOR_CLEANUP,
+        Capability.REAP_ORPHANS,
+        Capability.LIST_SANDBOXES,
+        Capability.REMOVE_SANDBOX,
+        Capability.STREAMING,
+        Capability.PERSISTENT_SESSION,
+        Capability.DIRECTORY_TRANSFER,
+        Capability.PERSIST_ACROSS_PROCESSES,
+    }
+)
+KILLED_EXIT_CODE = 137
+_TEARDOWNS: list[threading.Thread] = []
+
+
+def _join_teardowns(timeout: float) -> bool:
+    end = time.monotonic() + timeout
+    for thread in list(_TEARDOWNS):
+        thread.join(max(0.0, end - time.monotonic()))
+    return not any(t.is_alive() for t in _TEARDOWNS)
+
+
+atexit.register(_join_teardowns, 15.0)
+
+
+class _NotStarted(Exception):
+    """The command could not be sent because the sandbox is not running: it did not run."""
+
+
+class DaytonaEnvironment(Environment):
+    """Commands and files in a Daytona sandbox; see the module docstring."""
+
+    name = "daytona"
+    Options = DaytonaOptions
+    capabilities = ALL_CAPABILITIES
+    options: DaytonaOptions
+
+    def __init__(
+        self, options: BaseOptions | None = None, *, task_id: str = "default", profile: str = "default"
+    ) -> None:
+        super().__init__(options, task_id=task_id, profile=profile)
+        if not isinstance(self.options, DaytonaOptions):
+            raise TypeError(f"DaytonaEnvironment needs DaytonaOptions, got {type(self.options).__name__}")
+        from envlayer_daytona.client import get_client
+        from envlayer_daytona.sandbox import build_spec
+
+        opts = self.options
+        if opts.exec_mode == "oneshot":
+            self.capabilities = ALL_CAPABILITIES - {Capability.PERSISTENT_SESSION}
+        if not opts.persist_across_processes:
+            self.capabilities = self.capabilities - {Capability.PERSIST_ACROSS_PROCESSES}
+        self._client = get_client(opts)
+        self._spec = build_spec(opts, profile=profile, task=task_id)
+        self._state_lock = threading.RLock()
+        self._session_lock = threading.Lock()
+        self._session: Any = None
+        self._session_cwd: str | None = None
+        self._last_refresh = time.monotonic()
+        self._teardown: threading.Thread | None = None
+        self._sandbox: Any = None
+        self._attach()
+        self._session = self._guard(self._open_session, "opening a session in the sandbox")
+        self._workdir = opts.cwd or self._session.cwd
+
+    # --- sandbox ------------------------------------------------------------------------
+
+    def _attach(self) -> str:
+        """Create/attach/start the sandbox; returns what was done (for ``recovered``)."""
+        from envlayer_daytona.sandbox import ensure
+
+        attached = ensure(self._client, self.options, self._spec)
+        with self._state_lock:
+            self._sandbox = attached.sandbox
+        what = "created" if attached.created else "started" if attached.started else "attached to"
+        log.debug("%s sandbox %s for task %r", what, self._spec.name, self.task_id)
+        return what
+
+    @property
+    def sandbox_id(self) -> str:
+        """The Daytona id of the sandbox in use."""
+        return self._sandbox.id
+
+    @property
+    def sandbox_name(self) -> str:
+        """The Daytona name of the sandbox in use."""
+        return self._sandbox.name
+
+    def _guard(self, fn: Callable[[], T], doing: str) -> T:
+        """Run an SDK call, turning its failures into :class:`BackendUnavailable` with a hint."""
+        from daytona.common.errors import DaytonaError
+
+        from envlayer_daytona.client import translate
+
+        try:
+            return fn()
+        except DaytonaError as exc:
+            raise translate(exc, doing, self.options) from exc
+
+    def _open_session(self, start_dir: str | None = None) -> Any:
+        from envlayer_daytona.session import SessionShell
+
+        first = self._session_cwd is None and start_dir is None
+        where = start_dir or self._session_cwd or self.options.cwd
+        return SessionShell(self._sandbox, env=self.options.env, start_dir=where, create_dir=first)
+
+    def _sandbox_state(self) -> str:
+        from envlayer_daytona.sandbox import state_of
+
+        return self._guard(lambda: state_of(self._sandbox), "checking the sandbox's state")
+
+    def _recover(self, seen_id: str) -> str:
+        """The sandbox ``seen_id`` was found not running: start it, or re-create it when it
+        is gone. Returns what was done (``"sandbox restarted"`` / ``"sandbox recreated"``)."""
+        from envlayer_daytona.sandbox import BROKEN, RESTARTABLE, start
+
+        with self._state_lock:
+            self._drop_session()
+            if self._sandbox.id != seen_id:
+                return "sandbox recreated"
+            state = self._sandbox_state()
+            if state in RESTARTABLE or state == "stopping":
+                log.warning("sandbox %s for task %r is %s; starting it", self.sandbox_name, self.task_id, state)
+                self._guard(lambda: start(self._sandbox, self.options), "starting the sandbox")
+                return "sandbox restarted"
+            if state in BROKEN:
+                log.warning("sandbox %s for task %r is %s; re-creating it", self.sandbox_name, self.task_id, state)
+                self._attach()
+                return "sandbox recreated"
+            self._guard(
+                lambda: self._sandbox.wait_for_sandbox_start(timeout=self.options.create_timeout),
+                "waiting for the sandbox to start",
+            )
+            return "sandbox restarted"
+
+    def _refresh_activity(self) -> None:
+        """Tell Daytona the sandbox is in use, at most every ``activity_interval`` seconds, so
+        auto-stop does not fire while a command runs. Failures are logged, never raised."""
+        now = time.monotonic()
+        if now - self._last_refresh < self.options.activity_interval:
+            return
+        self._last_refresh = now
+        try:
+            self._sandbox.refresh_activity()
+        except Exception as exc:
+            log.warning("could not refresh the activity of sandbox %s: %s", self.sandbox_name, exc)
+
+    def _not_running(self) -> bool:
+        try:
+            return self._sandbox_state() != "started"
+        except BackendUnavailable:
+            return False
+
+    # --- exec ---------------------------------------------------------------------------
+
+    def exec(
+        self,
+        command: Command,
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        stdin: bytes | str | None = None,
+        on_output: Callable[[str, bytes], None] | None = None,
+    ) -> ExecResult:
+        """Run ``command`` in the sandbox; see :class:`~envlayer.environment.Environment`.
+
+        ``on_output(stream, chunk)`` receives ``"stdout"``/``"stderr"`` chunks as they arrive
+        (uncapped), from the calling thread. Raises :class:`BackendUnavailable` when the API
+        cannot be reached, or when the sandbox stopped or vanished while the command ran (it
+        is not re-run; the next call starts or re-creates the sandbox)."""
+        self._ensure_open()
+        if not isinstance(command, str) and not command:
+            raise ValueError("empty argv")
+        effective = self.options.timeout if timeout is None else (timeout or None)
+        start = time.monotonic()
+        deadline = None if effective is None else start + effective
+        data = stdin.encode() if isinstance(stdin, str) else stdin
+        run_cwd = posixpath.join(self._workdir, cwd) if cwd else None
+        self._refresh_activity()
+        recovered = ""
+        for attempt in (0, 1):
+            seen = self._sandbox.id
+            try:
+                result = self._run(command, run_cwd, env, deadline, data, on_output, effective, start)
+                return replace(result, recovered=recovered) if recovered else result
+            except _NotStarted as exc:
+                if attempt:
+                    raise BackendUnavailable(
+                        f"the sandbox for task {self.task_id!r} is not running right after being started: {exc}",
+                        hint="check the sandbox in the Daytona dashboard; something keeps stopping it",
+                    ) from exc
+                recovered = self._recover(seen)
+        raise AssertionError("unreachable")
+
+    def _run(
+        self,
+        command: Command,
+        cwd: str | None,
+        env: Mapping[str, str] | None,
+        deadline: float | None,
+        data: bytes | None,
+        on_output: Callable[[str, bytes], None] | None,
+        timeout: float | None,
+        start: float,
+    ) -> ExecResult:
+        isolated = self.options.exec_mode == "oneshot"
+        if self._session_lock.acquire(blocking=False):
+            try:
+                if self._session is None or not self._session.alive:
+                    self._drop_session()
+                    self._session = self._start_session(None)
+                return self._run_in(
+                    self._session, command, isolated, cwd, env, deadline, data, on_output, timeout, start
+                )
+            finally:
+                self._session_lock.release()
+        shell = self._start_session(self._session_cwd or self._workdir)
+        try:
+            return self._run_in(shell, command, True, cwd, env, deadline, data, on_output, timeout, start)
+        finally:
+            shell.close()
+
+    def _start_session(self, start_dir: str | None) -> Any:
+        from daytona.common.errors import DaytonaError
+
+        try:
+            return self._open_session(start_dir)
+        except DaytonaError as exc:
+            if self._not_running():
+                raise _NotStarted(str(exc)) from exc
+            from envlayer_daytona.client import translate
+
+            raise translate(exc, "opening a session in the sandbox", self.options) from exc
+
+    def _run_in(
+        self,
+        shell: Any,
+        command: Command,
+        isolated: bool,
+        cwd: str | None,
+        env: Mapping[str, str] | None,
+        deadline: float | None,
+        data: bytes | None,
+        on_output: Callable[[str, bytes], None] | None,
+        timeout: float | None,
+        start: float,
+    ) -> ExecResult:
+        from daytona.common.errors import DaytonaError
+
+        from envlayer_daytona.client import translate
+        from envlayer_daytona.session import NotStarted, ShellGone
+
+        try:
+            outcome = shell.run(
+                command,
+                isolated=isolated,
+                cwd=cwd,
+                env=env,
+                stdin=data,
+                deadline=deadline,
+                limit=self.options.max_output_bytes,
+                policy=self.options.output_policy,
+                on_output=on_output,
+                refresh=self._refresh_activity,
+                poll_interval=self.options.poll_interval,
+                request_timeout=self.options.request_timeout,
+            )
+        except NotStarted as exc:
+            shell.alive = False
+            if self._not_running():
+                raise _NotStarted(str(exc)) from exc
+            raise BackendUnavailable(
+                f"could not send the command to the sandbox: {exc}", hint="retry; check the Daytona status page"
+            ) from exc
+        except ShellGone as exc:
+            self._raise_if_stopped("the command's session shell ended", exc)
+            return ExecResult(exit_code=KILLED_EXIT_CODE, duration=time.monotonic() - start, timeout=timeout)
+        except DaytonaError as exc:
+            shell.alive = False
+            self._raise_if_stopped("the sandbox stopped answering", exc)
+            raise translate(exc, "running a command", self.options) from exc
+        if shell is self._session and shell.cwd:
+            self._session_cwd = shell.cwd
+        timed_out = outcome.exit_code is None
+        return ExecResult(
+            exit_code=TIMEOUT_EXIT_CODE if timed_out else outcome.exit_code,
+            stdout=outcome.stdout.getvalue(),
+            stderr=outcome.stderr.getvalue(),
+            duration=time.monotonic() - start,
+            timed_out=timed_out,
+            timeout=timeout,
+            stdout_truncation=outcome.stdout.truncation,
+            stderr_truncation=outcome.stderr.truncation,
+        )
+
+    def _raise_if_stopped(self, what: str, cause: BaseException) -> None:
+        if self._not_running():
+            raise BackendUnavailable(
+                f"{what} because the sandbox {self.sandbox_name} is no longer running; "
+                "the command may have partly run and was NOT re-run",
+                hint="check its effects and retry; the next call starts or re-creates the sandbox",
+            ) from cause
+
+    def _drop_session(self) -> None:
+        session, self._session = self._session, None
+        if session is not None:
+            session.close()
+
+    # --- files --------------------------------------------------------------------------
+
+    def _path(self, path: str) -> str:
+        """Absolute sandbox path for ``path``; enforces ``file_root`` lexically and, through
+        ``readlink -f`` in the sandbox, against symlinks."""
+        import shlex
+
+        full = self.resolve_path(path, self._workdir)
+        root = self.options.file_root
+        if root is not None:
+            root_abs = posixpath.normpath(posixpath.join(self._workdir, root))
+            check = 'readlink -f -- "$1"; readlink -f -- "$2" || readlink -f -- "${2%/*}"'
+            argv = ["sh", "-c", check, "envlayer-real", root_abs, full]
+            answer = self._files_call(lambda: self._sandbox.process.exec(" ".join(shlex.quote(a) for a in argv)))
+            lines = (answer.result or "").splitlines()
+            if len(lines) >= 2:
+                real_root, real = lines[0], lines[1]
+                if real != real_root and not real.startswith(real_root.rstrip("/") + "/"):
+                    raise SandboxPathError(path, root_abs)
+        return full
+
+    def _files_call(self, fn: Callable[[], T], doing: str = "moving files") -> T:
+        """Run a file operation; a sandbox found stopped is started and the operation retried
+        once (file operations are idempotent)."""
+        from daytona.common.errors import DaytonaError
+
+        from envlayer_daytona.client import translate
+
+        for attempt in (0, 1):
+            seen = self._sandbox.id
+            try:
+                return fn()
+            except DaytonaError as exc:
+                if attempt or not self._not_running():
+                    raise translate(exc, doing, self.options) from exc
+                self._recover(seen)
+        raise AssertionError("unreachable")
+
+    def read_file(self, path: str) -> bytes:
+        """Read a file from the sandbox; see :class:`~envlayer.environment.Environment`."""
+        from envlayer_daytona import files
+
+        self._ensure_open()
+        full = self._path(path)
+        return self._files_call(lambda: files.read(self._sandbox, full, self.options.max_file_bytes), f"reading {full}")
+
+    def write_file(self, path: str, data: bytes | str) -> None:
+        """Write a file into the sandbox, creating parent directories."""
+        from envlayer_daytona import files
+
+        self._ensure_open()
+        payload = data.encode() if isinstance(data, str) else data
+        if len(payload) > self.options.max_file_bytes:
+            raise FileTooLarge(path, len(payload), self.options.max_file_bytes)
+        full = self._path(path)
+        self._files_call(lambda: files.write(self._sandbox, full, payload), f"writing {full}")
+
+    def upload_dir(self, local: str, remote: str) -> None:
+        """Copy the contents of local directory ``local`` into sandbox directory ``remote``."""
+        from envlayer_daytona import files
+
+        self._ensure_open()
+        full = self._path(remote)
+        limit = self.options.max_transfer_bytes
+        self._files_call(lambda: files.upload_dir(self._sandbox, local, full, limit), f"uploading to {full}")
+
+    def download_dir(self, remote: str, local: str) -> None:
+        """Copy the contents of sandbox directory ``remote`` into local directory ``local``.
+        Members escaping ``local`` raise :class:`SandboxPathError` before anything is written."""
+        from envlayer_daytona import files
+
+        self._ensure_open()
+        full = self._path(remote)
+        limit = self.options.max_transfer_bytes
+        self._files_call(lambda: files.download_dir(self._sandbox, full, local, limit), f"downloading {full}")
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    def cleanup(self, *, force_remove: bool = False) -> None:
+        """Release this handle. Persist mode: the session is deleted and the sandbox left to
+        auto-stop. With ``force_remove`` or ``persist_across_processes = false``: the sandbox
+        is deleted in the background (see :meth:`wait_for_cleanup`). Idempotent;
+        ``cleanup(force_remove=True)`` after a plain ``cleanup()`` still deletes it. Never raises."""
+        with self._state_lock:
+            self._closed = True
+            try:
+                self._drop_session()
+            except Exception:
+                pass
+            remove = force_remove or not self.options.persist_across_processes
+            if remove and self._teardown is None and self._sandbox is not None:
+                self._teardown = threading.Thread(
+                    target=self._delete_quietly, args=(self._sandbox,), name="envlayer-daytona-teardown", daemon=True
+                )
+                _TEARDOWNS.append(self._teardown)
+                self._teardown.start()
+
+    def _delete_quietly(self, sandbox: Any) -> None:
+        from envlayer_daytona.sandbox import remove
+
+        try:
+            remove(sandbox, self.options)
+        except Exception as exc:
+            log.warning("could not delete sandbox %s: %s", getattr(sandbox, "name", "?"), exc)
+
+    def wait_for_cleanup(self, timeout: float) -> bool:
+        """Block up to ``timeout`` seconds for this environment's teardown; True when done
+        (or when there was nothing to tear down)."""
+        thread = self._teardown
+        if thread is None:
+            return True
+        thread.join(max(timeout, 0))
+        return not thread.is_alive()
+
+    @classmethod
+    def wait_for_all_cleanups(cls, timeout: float) -> bool:
+        """Join every teardown started in this process (also run at exit, up to 15 s)."""
+        return _join_teardowns(timeout)
+
+    @classmethod
+    def _class_client(cls, options: BaseOptions | None) -> tuple[Any, DaytonaOptions]:
+        from envlayer_daytona.client import get_client
+
+        opts = options if isinstance(options, DaytonaOptions) else DaytonaOptions()
+        return get_client(opts), opts
+
+    @classmethod
+    def _sweep(cls, options: BaseOptions | None, doing: str, fn: Callable[[Any, DaytonaOptions], T]) -> T:
+        from daytona.common.errors import DaytonaError
+
+        from envlayer_daytona.client import translate
+
+        client, opts = cls._class_client(options)
+        try:
+            return fn(client, opts)
+        except DaytonaError as exc:
+            raise translate(exc, doing, opts) from exc
+
+    @classmethod
+    def check_available(cls, options: BaseOptions) -> None:
+        """Raise :class:`BackendUnavailable` unless a credential is set and the API answers
+        an authenticated request (listing one sandbox)."""
+        from envlayer_daytona.sweep import list_managed
+
+        cls._sweep(options, "checking the Daytona API", lambda c, o: list_managed(c, profile="envlayer-doctor"))
+
+    @classmethod
+    def reap_orphans(cls, *, profile: str, max_age: float, dry_run: bool, options: BaseOptions) -> list[SandboxInfo]:
+        """Delete this profile's stopped/archived/errored sandboxes older than ``max_age``
+        seconds (see :mod:`envlayer_daytona.sweep`). Returns what was (or would be) removed."""
+        from envlayer_daytona import sweep
+
+        return cls._sweep(
+            options,
+            "reaping sandboxes",
+            lambda c, o: sweep.reap(c, profile=profile, max_age=max_age, dry_run=dry_run, timeout=o.request_timeout),
+        )
+
+    @classmethod
+    def list_sandboxes(cls, *, profile: str | None, options: BaseOptions) -> list[SandboxInfo]:
+        """Every managed sandbox (of ``profile``, or of all profiles when None)."""
+        from envlayer_daytona import sweep
+
+        return cls._sweep(
+            options,
+            "listing sandboxes",
+            lambda c, o: [sweep.info_from(s) for s in sweep.list_managed(c, profile=profile)],
+        )
+
+    @classmethod
+    def remove_sandbox(cls, task_id: str, *, profile: str, options: BaseOptions, force: bool) -> list[SandboxInfo]:
+        """Delete the sandboxes of (profile, task): stopped ones, running ones too with
+        ``force``. Returns what was removed."""
+        from envlayer_daytona import sweep
+
+        return cls._sweep(
+            options,
+            "removing sandboxes",
+            lambda c, o: sweep.remove(c, profile=profile, task=task_id, force=force, timeout=o.request_timeout),
+        )
