@@ -139,11 +139,15 @@ class DaytonaEnvironment(Environment):
             raise translate(exc, doing, self.options) from exc
 
     def _open_session(self, start_dir: str | None = None) -> Any:
-        from envlayer_daytona.session import SessionShell
+        from envlayer_daytona.session import SessionShell, SessionSetupFailed
 
         first = self._session_cwd is None and start_dir is None
         where = start_dir or self._session_cwd or self.options.cwd
-        return SessionShell(self._sandbox, env=self.options.env, start_dir=where, create_dir=first)
+        try:
+            return SessionShell(self._sandbox, env=self.options.env, start_dir=where, create_dir=first)
+        except SessionSetupFailed as exc:
+            log.warning("a session shell in sandbox %s did not start (%s); trying once more", self.sandbox_name, exc)
+            return SessionShell(self._sandbox, env=self.options.env, start_dir=where, create_dir=first)
 
     def _sandbox_state(self) -> str:
         from envlayer_daytona.sandbox import state_of

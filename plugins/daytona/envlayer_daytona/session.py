@@ -28,6 +28,10 @@ from envlayer_daytona import script
 OutputCallback = Callable[[str, bytes], None]
 
 
+class SessionSetupFailed(Exception):
+    """A new session shell did not answer its setup command as expected."""
+
+
 class NotStarted(Exception):
     """Sending the command failed: it provably did not run (``__cause__`` is the SDK error)."""
 
@@ -63,7 +67,7 @@ class SessionShell:
         lines = (answer.stdout or "").splitlines()
         if answer.exit_code not in (0, None) or len(lines) < 2 or not lines[0].strip().isdigit():
             self.close()
-            raise RuntimeError(
+            raise SessionSetupFailed(
                 f"the session shell did not start as expected (exit {answer.exit_code}): "
                 f"{(answer.stderr or answer.stdout or '')[:300]}"
             )

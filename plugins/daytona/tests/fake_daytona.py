@@ -109,6 +109,8 @@ class Session:
         code = None
         with contextlib.suppress(Exception):
             code = self.api.exec_inspect(self.exec_id).get("ExitCode")
+        pending = [c for c in self.commands.values() if c["exitCode"] is None]
+        print(f"session {self.id} shell ended (exit {code}) with {len(pending)} command(s) pending", file=sys.stderr)
         for cmd_id, cmd in list(self.commands.items()):
             if cmd["exitCode"] is None:
                 self._finish(cmd_id, code if code is not None else 137)
