@@ -294,7 +294,7 @@ class DaytonaEnvironment(Environment):
         from daytona.common.errors import DaytonaError
 
         from envlayer_daytona.client import translate
-        from envlayer_daytona.session import NotStarted, ShellGone
+        from envlayer_daytona.session import NotStarted, ProtocolError, ShellGone
 
         try:
             outcome = shell.run(
@@ -310,6 +310,7 @@ class DaytonaEnvironment(Environment):
                 refresh=self._refresh_activity,
                 poll_interval=self.options.poll_interval,
                 request_timeout=self.options.request_timeout,
+                max_wait=min(2.0, self.options.activity_interval / 2),
             )
         except NotStarted as exc:
             shell.alive = False
@@ -321,6 +322,13 @@ class DaytonaEnvironment(Environment):
         except ShellGone as exc:
             self._raise_if_stopped("the command's session shell ended", exc)
             return ExecResult(exit_code=KILLED_EXIT_CODE, duration=time.monotonic() - start, timeout=timeout)
+        except ProtocolError as exc:
+            shell.alive = False
+            self._raise_if_stopped("the command's output could not be read", exc)
+            raise BackendUnavailable(
+                f"could not read the command's output from the sandbox: {exc}",
+                hint="the sandbox image needs a POSIX sh with od, head, tail and wc (busybox has them)",
+            ) from exc
         except DaytonaError as exc:
             shell.alive = False
             self._raise_if_stopped("the sandbox stopped answering", exc)

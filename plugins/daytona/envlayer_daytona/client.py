@@ -56,6 +56,21 @@ def get_client(options: DaytonaOptions) -> Any:
     return client
 
 
+def _transport_failure(exc: BaseException) -> bool:
+    """True when ``exc`` was caused by the connection itself (refused, reset, DNS, TLS)."""
+    import urllib3.exceptions
+
+    transport = (ConnectionError, urllib3.exceptions.NewConnectionError, urllib3.exceptions.MaxRetryError)
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, transport):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
+
+
 def translate(exc: BaseException, doing: str, options: DaytonaOptions) -> BackendUnavailable:
     """The :class:`BackendUnavailable` for an SDK failure while ``doing`` something: what went
     wrong, and in the hint what to set or do about it."""
@@ -77,7 +92,7 @@ def translate(exc: BaseException, doing: str, options: DaytonaOptions) -> Backen
             f"Daytona at {where} refused the credentials while {doing}: {text}",
             hint="check DAYTONA_API_KEY (a key of this organization, not expired) and api_url / DAYTONA_API_URL",
         )
-    if isinstance(exc, DaytonaConnectionError):
+    if isinstance(exc, DaytonaConnectionError) or _transport_failure(exc):
         return BackendUnavailable(
             f"cannot reach the Daytona API at {where} while {doing}: {text}",
             hint="check the network and api_url / DAYTONA_API_URL",

@@ -147,10 +147,7 @@ def _adopt(found: Any, options: DaytonaOptions, spec: Spec) -> Attached | None:
             return None
         if state == "started":
             return Attached(found)
-        if state == "stopping":
-            found.wait_for_sandbox_stop(timeout=options.create_timeout)
-            state = _state(found)
-        if state in RESTARTABLE:
+        if state in RESTARTABLE or state == "stopping":
             start(found, options)
             return Attached(found, started=True)
         found.wait_for_sandbox_start(timeout=options.create_timeout)
@@ -165,15 +162,26 @@ def _state(sandbox: Any) -> str:
 
 
 def start(sandbox: Any, options: DaytonaOptions) -> None:
-    """Start a stopped or archived sandbox; a concurrent start by another process is fine."""
+    """Bring a stopped, stopping or archived sandbox to ``started`` (waiting for a stop in
+    progress first); a concurrent start by another process is fine."""
     from daytona.common.errors import DaytonaError
 
-    try:
-        sandbox.start(timeout=options.create_timeout)
-    except DaytonaError:
-        sandbox.refresh_data()
-        if _state(sandbox) != "started":
+    for attempt in (0, 1):
+        state = state_of(sandbox)
+        if state == "started":
+            return
+        if state == "stopping":
+            sandbox.wait_for_sandbox_stop(timeout=options.create_timeout)
+            state = state_of(sandbox)
+        if state not in RESTARTABLE:
             sandbox.wait_for_sandbox_start(timeout=options.create_timeout)
+            return
+        try:
+            sandbox.start(timeout=options.create_timeout)
+            return
+        except DaytonaError:
+            if attempt:
+                raise
 
 
 def remove(sandbox: Any, options: DaytonaOptions) -> None:

@@ -10,7 +10,8 @@ runs, ``refresh_activity`` is called every ``activity_interval`` seconds so Dayt
 auto-stop never fires mid-command.
 
 Errors: :class:`NotStarted` when the command could not be sent (it did not run);
-:class:`ShellGone` when the session shell died without reporting a status; the SDK's other
+:class:`ShellGone` when the session shell died without reporting a status;
+:class:`ProtocolError` when an answer from the sandbox cannot be parsed; the SDK's other
 exceptions propagate (the backend translates them).
 """
 
@@ -34,6 +35,10 @@ class SessionSetupFailed(Exception):
 
 class NotStarted(Exception):
     """Sending the command failed: it provably did not run (``__cause__`` is the SDK error)."""
+
+
+class ProtocolError(Exception):
+    """A poll answer could not be parsed (cut short, or the sandbox lacks ``od``/``tail``)."""
 
 
 class ShellGone(Exception):
@@ -90,10 +95,12 @@ class SessionShell:
         refresh: Callable[[], None],
         poll_interval: float,
         request_timeout: float,
+        max_wait: float = 2.0,
     ) -> Outcome:
         """Run ``command`` to its end or to ``deadline`` (monotonic). Returns the outcome; a
         timeout (``exit_code`` None) has already killed the tree. ``KeyboardInterrupt`` (also
-        from ``on_output``) kills the tree, then propagates."""
+        from ``on_output``) kills the tree, then propagates. One poll waits in the sandbox for
+        at most ``max_wait`` seconds, so ``refresh`` runs at least that often."""
         from daytona import SessionExecuteRequest
 
         exec_id = uuid.uuid4().hex
@@ -116,7 +123,7 @@ class SessionShell:
                     self.kill(exec_id)
                     reader.drain()
                     return Outcome(None, reader.out, reader.err, False)
-                wait = 2.0 if deadline is None else min(2.0, deadline - now)
+                wait = max_wait if deadline is None else min(max_wait, deadline - now)
                 poll = reader.poll(wait=wait, final=False)
                 if poll.exit_code is not None:
                     if poll.pwd and not isolated and not cwd and not env:
@@ -132,7 +139,7 @@ class SessionShell:
                 if poll_interval > script.TICK and not poll.out and not poll.err:
                     time.sleep(min(poll_interval, 0.5))
         except BaseException as exc:
-            if isinstance(exc, ShellGone):
+            if isinstance(exc, ShellGone | ProtocolError):
                 raise
             if isinstance(exc, KeyboardInterrupt):
                 self.kill(exec_id)
@@ -182,7 +189,10 @@ class _Reader:
             final=final,
         )
         answer = self.shell.sandbox.process.exec(text, timeout=int(wait + self.request_timeout))
-        poll = script.parse_poll(answer.result or "")
+        try:
+            poll = script.parse_poll(answer.result or "")
+        except ValueError as exc:
+            raise ProtocolError(str(exc)) from exc
         for name, buffer, chunk in (("stdout", self.out, poll.out), ("stderr", self.err, poll.err)):
             if chunk:
                 buffer.write(chunk)

@@ -321,8 +321,9 @@ class Fake:
         self._state(sb, "started")
 
     def stop(self, sb: dict[str, Any], state: str = "stopped") -> None:
-        self._drop_sessions(sb["id"])
         if sb["state"] == "started":
+            self._state(sb, "stopping")
+            self._drop_sessions(sb["id"])
             self.api.stop(sb["container"], timeout=1)
         self._state(sb, state)
 
