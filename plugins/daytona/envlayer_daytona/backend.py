@@ -69,6 +69,11 @@ class _NotStarted(Exception):
     """The command could not be sent because the sandbox is not running: it did not run."""
 
 
+class _SessionLost(Exception):
+    """The session refused the command (its shell ended) while the sandbox runs: the command
+    did not run; a new session may take it."""
+
+
 class DaytonaEnvironment(Environment):
     """Commands and files in a Daytona sandbox; see the module docstring."""
 
@@ -139,7 +144,7 @@ class DaytonaEnvironment(Environment):
             raise translate(exc, doing, self.options) from exc
 
     def _open_session(self, start_dir: str | None = None) -> Any:
-        from envlayer_daytona.session import SessionShell, SessionSetupFailed
+        from envlayer_daytona.session import SessionSetupFailed, SessionShell
 
         first = self._session_cwd is None and start_dir is None
         where = start_dir or self._session_cwd or self.options.cwd
@@ -252,17 +257,30 @@ class DaytonaEnvironment(Environment):
         isolated = self.options.exec_mode == "oneshot"
         if self._session_lock.acquire(blocking=False):
             try:
-                if self._session is None or not self._session.alive:
-                    self._drop_session()
-                    self._session = self._start_session(None)
-                return self._run_in(
-                    self._session, command, isolated, cwd, env, deadline, data, on_output, timeout, start
-                )
+                for attempt in (0, 1):
+                    if self._session is None or not self._session.alive:
+                        self._drop_session()
+                        self._session = self._start_session(None)
+                    try:
+                        return self._run_in(
+                            self._session, command, isolated, cwd, env, deadline, data, on_output, timeout, start
+                        )
+                    except _SessionLost:
+                        if attempt:
+                            raise BackendUnavailable(
+                                "a fresh session shell refused the command",
+                                hint="retry; check the sandbox in the Daytona dashboard",
+                            ) from None
+                raise AssertionError("unreachable")
             finally:
                 self._session_lock.release()
         shell = self._start_session(self._session_cwd or self._workdir)
         try:
             return self._run_in(shell, command, True, cwd, env, deadline, data, on_output, timeout, start)
+        except _SessionLost as exc:
+            raise BackendUnavailable(
+                f"a fresh session shell refused the command: {exc}", hint="retry; check the sandbox in the dashboard"
+            ) from exc
         finally:
             shell.close()
 
@@ -316,9 +334,7 @@ class DaytonaEnvironment(Environment):
             shell.alive = False
             if self._not_running():
                 raise _NotStarted(str(exc)) from exc
-            raise BackendUnavailable(
-                f"could not send the command to the sandbox: {exc}", hint="retry; check the Daytona status page"
-            ) from exc
+            raise _SessionLost(str(exc)) from exc
         except ShellGone as exc:
             self._raise_if_stopped("the command's session shell ended", exc)
             return ExecResult(exit_code=KILLED_EXIT_CODE, duration=time.monotonic() - start, timeout=timeout)

@@ -85,18 +85,24 @@ def command_script(
 _POLL = r"""
 exec 2>/dev/null
 f=$1/$2; o=$3; e=$4; max=$5; w=$6; sp=$7; live=$8; final=$9; n=0
+gone() {  # the session shell is gone (or a zombie)
+  [ "$sp" != 0 ] || return 1
+  kill -0 "$sp" || return 0
+  st=$(sed 's/.*) //' "/proc/$sp/stat" | cut -c1)
+  [ "$st" = Z ]
+}
 while :; do
   [ -s "$f.rc" ] && break
   if [ "$live" = 1 ]; then
     so=$(wc -c < "$f.out" 2>/dev/null); se=$(wc -c < "$f.err" 2>/dev/null)
     if [ "${so:-0}" -gt "$o" ] || [ "${se:-0}" -gt "$e" ]; then break; fi
   fi
-  if [ "$sp" != 0 ] && ! kill -0 "$sp" 2>/dev/null; then break; fi
+  if gone; then break; fi
   [ "$n" -ge "$w" ] && break
   sleep 0.02; n=$((n + 1))
 done
 alive=1
-if [ "$sp" != 0 ] && ! kill -0 "$sp" 2>/dev/null; then alive=0; fi
+if gone; then alive=0; fi
 rc=$(cat "$f.rc" 2>/dev/null)
 echo "@state $alive ${rc:--}"
 so=$(wc -c < "$f.out" 2>/dev/null); se=$(wc -c < "$f.err" 2>/dev/null)
