@@ -44,6 +44,7 @@ _EXPORTS: dict[str, str] = {
             "SandboxFileNotFound",
             "SandboxIsADirectory",
             "SandboxPathError",
+            "SandboxPermissionDenied",
         )
     },
 }

@@ -208,7 +208,7 @@ def cmd_reap(args: argparse.Namespace) -> int:
 def cmd_rm(args: argparse.Namespace) -> int:
     settings = _settings(args)
     specs, failures = _specs_and_failures(args, settings)
-    outcomes = lifecycle.remove_sandbox(specs, args.task, profile=settings.profile, force=args.force)
+    outcomes = lifecycle.remove_sandbox(specs, args.task, profile=settings.profile, force=args.force, purge=args.purge)
     return _report(failures + outcomes, args, "removed")
 
 
@@ -320,6 +320,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("rm", parents=[common], help="remove the sandbox of a task")
     p.add_argument("task", metavar="TASK")
     p.add_argument("--force", action="store_true", help="also remove it while it is running")
+    p.add_argument("--purge", action="store_true", help="also delete the task's durable data (Docker workspace)")
     p.set_defaults(func=cmd_rm)
 
     p = sub.add_parser("doctor", parents=[common], help="check whether each backend works here, and how to fix it")

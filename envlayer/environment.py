@@ -24,6 +24,8 @@ Contract shared by all backends:
 * stdout and stderr are captured separately, capped at ``max_output_bytes`` each.
 * File paths are absolute or relative to the environment's working directory. With
   ``file_root`` set, paths resolving outside it raise ``SandboxPathError``.
+* File operations act with the sandbox user's rights; a denial raises
+  ``SandboxPermissionDenied`` (a ``PermissionError``).
 * ``cleanup()`` is idempotent. After it, calls raise ``EnvironmentClosed``.
 * An environment may be used from several threads at once.
 """
@@ -114,7 +116,9 @@ class Environment(ABC):
         """Return the file's bytes.
 
         Raises: ``SandboxFileNotFound`` (a ``FileNotFoundError``), ``SandboxIsADirectory``,
-        ``SandboxPathError`` outside ``file_root``, ``FileTooLarge`` over ``max_file_bytes``.
+        ``SandboxPathError`` outside ``file_root``, ``FileTooLarge`` over ``max_file_bytes``,
+        ``SandboxPermissionDenied`` (a ``PermissionError``) when the sandbox's user may not
+        read it (checked with that user's rights, not a daemon's).
         """
 
     @abstractmethod
@@ -122,7 +126,9 @@ class Environment(ABC):
         """Create or replace the file, creating missing parent directories.
 
         ``str`` data is written as UTF-8. Raises ``SandboxPathError``, ``FileTooLarge``,
-        ``SandboxIsADirectory``.
+        ``SandboxIsADirectory``, ``SandboxPermissionDenied`` (a ``PermissionError``) when the
+        sandbox's user may not write the file or create it there: a read-only file is never
+        replaced, not even by an atomic rename, and nothing is changed.
         """
 
     @abstractmethod

@@ -144,6 +144,21 @@ class SandboxFileNotFound(EnvlayerError, FileNotFoundError):
         super().__init__(f"no such file in the environment: {path!r}")
 
 
+class SandboxPermissionDenied(EnvlayerError, PermissionError):
+    """The sandbox's user lacks the rights for a file operation: reading a file it cannot
+    read, replacing a read-only file, creating a file where it cannot write. Nothing was
+    changed. Backends check with the sandbox user's rights, never with the daemon's."""
+
+    def __init__(self, path: str, operation: str, detail: str = "") -> None:
+        self.path = path
+        self.filename = path
+        self.operation = operation
+        super().__init__(
+            f"permission denied: cannot {operation} {path!r}" + (f" ({detail})" if detail else ""),
+            hint="change the mode or owner inside the sandbox (chmod/chown), or run as a user with the rights",
+        )
+
+
 class SandboxIsADirectory(EnvlayerError, IsADirectoryError):
     """A file operation named a directory."""
 

@@ -8,6 +8,7 @@ does the nearest correct thing, logs it at DEBUG, and says so in its return valu
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -51,16 +52,20 @@ def _name(env_or_cls: Any) -> str:
     return getattr(env_or_cls, "name", "") or type(env_or_cls).__name__
 
 
-def cleanup(env: Environment, *, force_remove: bool = False) -> CleanupOutcome:
+def cleanup(env: Environment, *, force_remove: bool = False, purge: bool = False) -> CleanupOutcome:
     """Clean ``env`` up, forwarding ``force_remove`` only to backends that support it.
 
     Without the capability, ``force_remove=True`` degrades to plain ``cleanup()``: that
     backend has no persist mode to override, so its cleanup is already its strongest.
-    Exceptions from the backend's ``cleanup`` propagate.
+    ``purge`` (which implies ``force_remove``) also deletes the task's durable data, on
+    backends whose ``cleanup`` takes it (Docker). Exceptions from the backend's
+    ``cleanup`` propagate.
     """
     name = _name(env)
+    force_remove = force_remove or purge
     if force_remove and supports(env, Capability.FORCE_REMOVE):
-        env.cleanup(force_remove=True)  # type: ignore[call-arg]
+        extra = {"purge": True} if purge and accepts_keyword(env.cleanup, "purge") else {}
+        env.cleanup(force_remove=True, **extra)  # type: ignore[call-arg]
         return CleanupOutcome(name, forced=True)
     env.cleanup()
     if force_remove:
@@ -148,13 +153,26 @@ def list_sandboxes(backends: Sequence[BackendSpec], *, profile: str | None) -> l
     )
 
 
+def accepts_keyword(fn: Callable[..., Any], keyword: str) -> bool:
+    """True when ``fn`` takes ``keyword`` (by name or through ``**kwargs``)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == keyword or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+
+
 def remove_sandbox(
-    backends: Sequence[BackendSpec], task_id: str, *, profile: str, force: bool = False
+    backends: Sequence[BackendSpec], task_id: str, *, profile: str, force: bool = False, purge: bool = False
 ) -> list[SweepOutcome]:
     """Remove the sandbox(es) of ``task_id`` in ``profile`` on every backend that can.
-    ``force`` also removes a running sandbox."""
-    return _sweep(
-        backends,
-        Capability.REMOVE_SANDBOX,
-        lambda cls, opts: cls.remove_sandbox(task_id, profile=profile, options=opts, force=force),  # type: ignore[attr-defined]
-    )
+    ``force`` also removes a running sandbox; ``purge`` also deletes the task's durable
+    data (Docker workspaces), on backends whose ``remove_sandbox`` takes ``purge`` (the
+    others have no data apart from the sandbox)."""
+
+    def call(cls: type[Environment], opts: BaseOptions) -> list[SandboxInfo]:
+        remove = cls.remove_sandbox  # type: ignore[attr-defined]
+        extra = {"purge": True} if purge and accepts_keyword(remove, "purge") else {}
+        return remove(task_id, profile=profile, options=opts, force=force, **extra)  # type: ignore[no-any-return]
+
+    return _sweep(backends, Capability.REMOVE_SANDBOX, call)

@@ -19,8 +19,11 @@ What it kills, for the command whose ``ENVLAYER_EXEC_ID`` is ``exec_id``:
   0 = any age). Programs that earlier commands left running carry their own marker and
   are spared.
 
-Sequence: SIGKILL the shell, SIGTERM the rest, up to ``grace`` seconds for them to go,
-then rescan and SIGKILL whatever is left; it prints ``killed <pids>``. Without a readable
+Sequence: SIGKILL the shell, SIGTERM the rest, up to ``grace`` seconds for them (and the
+shell) to go, then rescan and SIGKILL whatever is left; it prints ``killed <pids>``. A
+SIGKILLed process is not gone at once (it exits when next scheduled, then stays a zombie
+until its parent reaps it): the script returns only once the shell is a zombie or gone,
+so a caller that sees it return never finds the shell still running. Without a readable
 ``/proc`` (BSD, macOS hosts) it falls back to ``pkill -f`` of the marker and, for a
 session shell, ``pkill -P`` of the shell and the shell itself.
 """
@@ -89,9 +92,10 @@ alive() {
 v=$(victims)
 [ "$S" != 0 ] && kill -KILL "$S" 2>/dev/null
 [ -n "$v" ] && kill -TERM $v 2>/dev/null
+[ "$S" != 0 ] && w="$v $S" || w="$v"
 n=0
-while [ -n "$(alive "$v")" ] && [ $n -lt $(( GRACE * 10 )) ]; do sleep 0.1; n=$((n + 1)); done
-rest="$(alive "$v") $(marked "$R" cmdline)"
+while [ -n "$(alive "$w")" ] && [ $n -lt $(( GRACE * 10 )) ]; do sleep 0.1; n=$((n + 1)); done
+rest="$(alive "$w") $(marked "$R" cmdline)"
 [ -n "${rest# }" ] && kill -KILL $rest 2>/dev/null
 echo "killed $v"
 """

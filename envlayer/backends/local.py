@@ -15,12 +15,19 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from envlayer.capabilities import Capability
 from envlayer.environment import Command, Environment
-from envlayer.errors import FileTooLarge, SandboxFileNotFound, SandboxIsADirectory, SandboxPathError
+from envlayer.errors import (
+    FileTooLarge,
+    SandboxFileNotFound,
+    SandboxIsADirectory,
+    SandboxPathError,
+    SandboxPermissionDenied,
+)
 from envlayer.options import BaseOptions, option
 from envlayer.output import CappedBuffer
 from envlayer.proctree import EXEC_ID_VAR, kill_tree
@@ -211,22 +218,30 @@ class LocalEnvironment(Environment):
         return full
 
     def read_file(self, path: str) -> bytes:
-        """Read a local file; see :class:`~envlayer.environment.Environment`."""
+        """Read a local file with this process's rights; see
+        :class:`~envlayer.environment.Environment`."""
         self._ensure_open()
         full = self._local_path(path)
-        try:
-            size = os.stat(full).st_size
-            if os.path.isdir(full):
-                raise SandboxIsADirectory(path)
-            if size > self.options.max_file_bytes:
-                raise FileTooLarge(path, size, self.options.max_file_bytes)
-            with open(full, "rb") as fh:
-                return fh.read(self.options.max_file_bytes + 1)
-        except FileNotFoundError:
-            raise SandboxFileNotFound(path) from None
+        with _denied_as(path, "read"):
+            try:
+                size = os.stat(full).st_size
+                if os.path.isdir(full):
+                    raise SandboxIsADirectory(path)
+                if size > self.options.max_file_bytes:
+                    raise FileTooLarge(path, size, self.options.max_file_bytes)
+                with open(full, "rb") as fh:
+                    return fh.read(self.options.max_file_bytes + 1)
+            except FileNotFoundError:
+                raise SandboxFileNotFound(path) from None
 
     def write_file(self, path: str, data: bytes | str) -> None:
-        """Write atomically (temp file + rename): a reader never sees half a file."""
+        """Write atomically (temp file + rename): a reader never sees half a file.
+
+        The rename would replace a read-only file, so an existing file is first opened
+        for writing (without truncating it): a file this process may not write raises
+        :class:`SandboxPermissionDenied` and is left untouched, as a plain ``open(path,
+        "w")`` would. The replacement keeps the file's mode (and, for root, its owner).
+        """
         self._ensure_open()
         payload = data.encode() if isinstance(data, str) else data
         if len(payload) > self.options.max_file_bytes:
@@ -235,29 +250,57 @@ class LocalEnvironment(Environment):
         if os.path.isdir(full):
             raise SandboxIsADirectory(path)
         parent = os.path.dirname(full)
-        os.makedirs(parent, exist_ok=True)
-        try:
-            mode = os.stat(full).st_mode & 0o7777
-        except FileNotFoundError:
-            umask = os.umask(0)
-            os.umask(umask)
-            mode = 0o666 & ~umask
-        fd, tmp = tempfile.mkstemp(prefix=".envlayer-", dir=parent)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(payload)
-            os.chmod(tmp, mode)
-            os.replace(tmp, full)
-        except BaseException:
+        with _denied_as(path, "write"):
+            os.makedirs(parent, exist_ok=True)
+            existing = _writable_stat(full)
+            fd, tmp = tempfile.mkstemp(prefix=".envlayer-", dir=parent)
             try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-            raise
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(payload)
+                if existing is None:
+                    umask = os.umask(0)
+                    os.umask(umask)
+                    os.chmod(tmp, 0o666 & ~umask)
+                else:
+                    os.chmod(tmp, existing.st_mode & 0o7777)
+                    if os.geteuid() == 0:
+                        os.chown(tmp, existing.st_uid, existing.st_gid)
+                os.replace(tmp, full)
+            except BaseException:
+                try:
+                    os.unlink(tmp)
+                except FileNotFoundError:
+                    pass
+                raise
 
     def cleanup(self) -> None:
         """Close the handle. Nothing else to release; idempotent."""
         self._closed = True
+
+
+@contextmanager
+def _denied_as(path: str, operation: str) -> Iterator[None]:
+    """Turn a ``PermissionError`` from the OS into :class:`SandboxPermissionDenied` naming ``path``."""
+    try:
+        yield
+    except SandboxPathError:
+        raise
+    except PermissionError as exc:
+        raise SandboxPermissionDenied(path, operation, exc.strerror or "") from None
+
+
+def _writable_stat(full: str) -> os.stat_result | None:
+    """The stat of the existing file at ``full`` after proving this process may write it
+    (an open for writing, no truncation); ``None`` when there is no such file.
+    Raises ``PermissionError`` for a file this process may not write."""
+    try:
+        fd = os.open(full, os.O_WRONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    try:
+        return os.fstat(fd)
+    finally:
+        os.close(fd)
 
 
 def _feed_stdin(proc: subprocess.Popen[bytes], data: bytes) -> None:

@@ -23,13 +23,17 @@ strict contract):
 * ``supports_stdin = True``
 * ``kills_escaped_processes = True``: a timeout also kills children that called
   ``setsid``; set False only with a documented reason.
+
+The permission checks (``test_*_permission_denied``) skip when the sandbox's user is root,
+whose rights cover every file: run the kit once more with a fixture whose sandbox user is
+not root (a ``user`` option, a non-root login, or the test process itself as ``nobody``).
 """
 
 from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import ClassVar
 
@@ -43,6 +47,7 @@ from envlayer.errors import (
     SandboxFileNotFound,
     SandboxIsADirectory,
     SandboxPathError,
+    SandboxPermissionDenied,
 )
 from envlayer.options import BaseOptions
 
@@ -63,6 +68,35 @@ def _pidfile(env: Environment) -> Iterator[str]:
             env.exec(f"[ -f {path} ] && kill -9 $(cat {path}) 2>/dev/null; rm -f {path}", timeout=30)
         except Exception:
             pass
+
+
+def _require_unprivileged(env: Environment) -> None:
+    """Skip a permission check when the sandbox's user is root, whose rights cover every
+    file. The kit must also be run as a non-root user (see the module docstring)."""
+    uid = env.exec("id -u").stdout_text.strip()
+    if uid == "0":
+        pytest.skip("the sandbox user is root; run the kit as a non-root user to check file permissions")
+
+
+@contextmanager
+def _file_with_mode(env: Environment, content: bytes, mode: str) -> Iterator[str]:
+    """A scratch file in the working directory holding ``content``, with ``chmod mode``;
+    removed afterwards, even when the test failed."""
+    name = _scratch()
+    env.write_file(name, content)
+    try:
+        env.exec(f"chmod {mode} {name}").check()
+        yield name
+    finally:
+        env.exec(f"chmod 600 {name}; rm -f {name}")
+
+
+def _assert_denied(action: Callable[[], object], path: str) -> None:
+    """``action`` raises :class:`SandboxPermissionDenied` (a ``PermissionError``) naming ``path``."""
+    with pytest.raises(PermissionError) as caught:
+        action()
+    assert isinstance(caught.value, SandboxPermissionDenied)
+    assert path in str(caught.value)
 
 
 def _report_alive(pids: str) -> str:
@@ -286,6 +320,29 @@ class EnvironmentConformance:
         with pytest.raises(SandboxIsADirectory):
             env.read_file(name)
         env.exec(f"rm -rf {name}")
+
+    # --- files: the sandbox user's rights ---------------------------------------------
+
+    def test_read_unreadable_file_is_permission_denied(self, env: Environment) -> None:
+        _require_unprivileged(env)
+        with _file_with_mode(env, b"secret", "000") as name:
+            _assert_denied(lambda: env.read_file(name), name)
+
+    def test_write_read_only_file_is_permission_denied(self, env: Environment) -> None:
+        _require_unprivileged(env)
+        with _file_with_mode(env, b"original", "444") as name:
+            _assert_denied(lambda: env.write_file(name, b"replaced"), name)
+            assert env.exec(f"cat {name}").stdout == b"original", "a read-only file must not be replaced"
+
+    def test_write_into_read_only_directory_is_permission_denied(self, env: Environment) -> None:
+        _require_unprivileged(env)
+        top = _scratch()
+        env.exec(f"mkdir -p {top} && chmod 555 {top}").check()
+        try:
+            _assert_denied(lambda: env.write_file(f"{top}/new.txt", b"nope"), top)
+            assert env.exec(f"ls -A {top}").stdout == b"", "nothing may be left in the directory"
+        finally:
+            env.exec(f"chmod 755 {top}; rm -rf {top}")
 
     def test_read_over_size_cap(self, env: Environment) -> None:
         name = _scratch()

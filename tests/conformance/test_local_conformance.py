@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 
@@ -39,3 +42,23 @@ class TestToyPluginConformance(EnvironmentConformance):
             yield environment
         finally:
             environment.cleanup()
+
+
+def test_local_kit_permission_checks_as_unprivileged_user() -> None:
+    """The kit's permission checks skip as root (root's rights cover every file), so when
+    this suite runs as root they are run again here, in a child pytest as uid 65534."""
+    if os.geteuid() != 0:
+        pytest.skip("not root: the permission checks already ran unprivileged in TestLocalConformance")
+    setpriv = shutil.which("setpriv")
+    assert setpriv, "setpriv (util-linux) is needed to drop to uid 65534"
+    proc = subprocess.run(
+        [
+            setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "--",
+            sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--import-mode=importlib",
+            f"{__file__}::TestLocalConformance", "-k", "permission_denied", "-rs",
+        ],
+        capture_output=True, text=True, timeout=120, cwd=tempfile.gettempdir(),
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "HOME": tempfile.gettempdir()},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "3 passed" in proc.stdout and "skipped" not in proc.stdout, proc.stdout

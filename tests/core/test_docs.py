@@ -14,7 +14,12 @@ from envlayer.options import option_fields
 from envlayer.registry import load_backend
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
-BACKEND_DOCS = {"local": "configuration.md", "docker": "backends/docker.md", "ssh": "backends/ssh.md"}
+BACKEND_DOCS = {
+    "local": "configuration.md",
+    "docker": "backends/docker.md",
+    "ssh": "backends/ssh.md",
+    "kubernetes": "backends/kubernetes.md",
+}
 
 
 def read(name: str) -> str:

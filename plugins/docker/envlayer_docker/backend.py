@@ -99,7 +99,10 @@ class DockerEnvironment(Environment):
         self._files: Any = None
         from envlayer_docker.container import build_spec
 
-        self._spec = build_spec(self._api, opts, profile=profile, task=task_id, persist=opts.persist_across_processes)
+        self._spec = self._guard(
+            lambda: build_spec(self._api, opts, profile=profile, task=task_id, persist=opts.persist_across_processes),
+            "inspecting the image",
+        )
         self._attach()
 
     # --- container ----------------------------------------------------------------------
@@ -596,20 +599,28 @@ class DockerEnvironment(Environment):
 
     # --- lifecycle ----------------------------------------------------------------------------
 
-    def cleanup(self, *, force_remove: bool = False) -> None:
+    def cleanup(self, *, force_remove: bool = False, purge: bool = False) -> None:
         """Release this handle. Persist mode: the container keeps running. With
         ``force_remove`` or ``persist_across_processes = false``: stop and remove it in the
-        background (see :meth:`wait_for_cleanup`). Idempotent; ``cleanup(force_remove=True)``
-        after a plain ``cleanup()`` still removes the container. Never raises."""
+        background (see :meth:`wait_for_cleanup`); the task's durable workspace is kept
+        unless ``purge`` is also given (``purge`` implies ``force_remove``). Idempotent;
+        ``cleanup(force_remove=True)`` after a plain ``cleanup()`` still removes the
+        container. Never raises."""
         with self._state_lock:
             self._closed = True
             try:
                 self._drop_session()
             except Exception:
                 pass
-            remove = force_remove or not self.options.persist_across_processes
+            remove = force_remove or purge or not self.options.persist_across_processes
             if remove and self._teardown is None and self._container is not None:
-                self._teardown = teardown.schedule(self._api, self._container.id, self.options.stop_timeout)
+                data = self._purge_data if purge and self._spec.data else None
+                self._teardown = teardown.schedule(self._api, self._container.id, self.options.stop_timeout, then=data)
+
+    def _purge_data(self) -> None:
+        from envlayer_docker import workspace
+
+        workspace.remove(self._api, self.options, profile=self.profile, task=self.task_id)
 
     def wait_for_cleanup(self, timeout: float) -> bool:
         """Block up to ``timeout`` seconds for this environment's teardown; True when done
@@ -660,7 +671,8 @@ class DockerEnvironment(Environment):
     def reap_orphans(cls, *, profile: str, max_age: float, dry_run: bool, options: DockerOptions) -> list[SandboxInfo]:
         """Remove this profile's stopped managed containers older than ``max_age`` seconds,
         running private containers whose owner process died, and (when
-        ``idle_reclaim_after`` is set) idle running ones; see
+        ``idle_reclaim_after`` is set, as by default) idle running ones; never durable
+        workspaces; see
         :mod:`envlayer_docker.reaper`. Returns what was (or would be) removed."""
         from envlayer_docker import reaper
 
@@ -675,21 +687,26 @@ class DockerEnvironment(Environment):
 
     @classmethod
     def list_sandboxes(cls, *, profile: str | None, options: DockerOptions) -> list[SandboxInfo]:
-        """Every managed container (of ``profile``, or of all profiles when None)."""
-        from envlayer_docker import reaper
+        """Every managed container (of ``profile``, or of all profiles when None), then
+        every durable workspace (status ``data``)."""
+        from envlayer_docker import reaper, workspace
 
-        api, _ = cls._class_api(options)
-        return [reaper.info_from(s) for s in reaper.list_managed(api, profile=profile)]
+        api, opts = cls._class_api(options)
+        containers = [reaper.info_from(s) for s in reaper.list_managed(api, profile=profile)]
+        return containers + workspace.list_data(api, opts, profile=profile)
 
     @classmethod
-    def remove_sandbox(cls, task_id: str, *, profile: str, options: DockerOptions, force: bool) -> list[SandboxInfo]:
+    def remove_sandbox(
+        cls, task_id: str, *, profile: str, options: DockerOptions, force: bool, purge: bool = False
+    ) -> list[SandboxInfo]:
         """Remove the containers of (profile, task): stopped ones, and running ones too
-        with ``force``. Returns what was removed."""
+        with ``force``; with ``purge``, then the task's durable workspace (kept while a
+        container still uses it). Returns what was removed."""
         from docker.errors import APIError, NotFound
 
-        from envlayer_docker import reaper
+        from envlayer_docker import reaper, workspace
 
-        api, _ = cls._class_api(options)
+        api, opts = cls._class_api(options)
         removed = []
         for summary in reaper.list_managed(api, profile=profile, task=task_id):
             if summary.get("State") == "running" and not force:
@@ -702,6 +719,8 @@ class DockerEnvironment(Environment):
                 log.warning("could not remove %s: %s", summary["Id"][:12], exc.explanation or exc)
                 continue
             removed.append(reaper.info_from(summary))
+        if purge:
+            removed += workspace.remove(api, opts, profile=profile, task=task_id)
         return removed
 
 

@@ -1,5 +1,9 @@
 """Connecting to the Docker daemon, and turning transport failures into envlayer errors.
 
+Which daemon: the ``docker_host`` option, else ``DOCKER_HOST``, else the current Docker
+CLI context's endpoint, else the first local socket that exists among Docker's, rootless
+Docker's and Podman's (see :func:`discover_address`).
+
 One low-level ``docker.APIClient`` per (daemon address, timeout) is shared by every
 environment of the process (it is thread-safe for our use, and sharing it saves the API
 version negotiation on every attach). The SDK is imported here, lazily, never at module
@@ -8,21 +12,78 @@ level of anything the entry point loads.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 from envlayer.errors import BackendUnavailable
 from envlayer_docker.options import DockerOptions
 
-_CLIENTS: dict[tuple[str | None, float], Any] = {}
+_CLIENTS: dict[tuple[str, float], Any] = {}
 _LOCK = threading.Lock()
 if hasattr(os, "register_at_fork"):  # a forked child must not share pooled connections
     os.register_at_fork(after_in_child=_CLIENTS.clear)
 
 
+DEFAULT_SOCKET = "/var/run/docker.sock"
+
+
+def _context_host(environ: Mapping[str, str]) -> str | None:
+    """The daemon address of the current Docker CLI context (``DOCKER_CONTEXT``, else
+    ``currentContext`` in ``$DOCKER_CONFIG/config.json``); None for ``default`` or when
+    there is none. Contexts live in ``$DOCKER_CONFIG/contexts/meta/<sha256 of name>/meta.json``."""
+    config_dir = environ.get("DOCKER_CONFIG") or os.path.join(environ.get("HOME") or os.path.expanduser("~"), ".docker")
+    name = environ.get("DOCKER_CONTEXT")
+    if not name:
+        try:
+            with open(os.path.join(config_dir, "config.json"), encoding="utf-8") as fh:
+                name = json.load(fh).get("currentContext")
+        except (OSError, ValueError, AttributeError):
+            return None
+    if not name or name == "default":
+        return None
+    meta = os.path.join(config_dir, "contexts", "meta", hashlib.sha256(name.encode()).hexdigest(), "meta.json")
+    try:
+        with open(meta, encoding="utf-8") as fh:
+            host = json.load(fh)["Endpoints"]["docker"]["Host"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return host if isinstance(host, str) and host else None
+
+
+def socket_candidates(environ: Mapping[str, str]) -> list[str]:
+    """Local sockets tried in order when nothing names the daemon: Docker's, rootless
+    Docker's, rootless Podman's, rootful Podman's."""
+    runtime = environ.get("XDG_RUNTIME_DIR") or f"/run/user/{os.getuid() if hasattr(os, 'getuid') else 0}"
+    return [
+        DEFAULT_SOCKET,
+        os.path.join(runtime, "docker.sock"),
+        os.path.join(runtime, "podman", "podman.sock"),
+        "/run/podman/podman.sock",
+    ]
+
+
+def discover_address(
+    docker_host: str | None, environ: Mapping[str, str] | None = None, candidates: list[str] | None = None
+) -> str:
+    """The daemon address: ``docker_host``, else ``DOCKER_HOST``, else the current Docker
+    context's endpoint, else the first existing socket of :func:`socket_candidates`
+    (Docker's default socket when none exists, so the error names it)."""
+    env = os.environ if environ is None else environ
+    found = docker_host or env.get("DOCKER_HOST") or _context_host(env)
+    if found:
+        return found
+    for path in socket_candidates(env) if candidates is None else candidates:
+        if os.path.exists(path):
+            return f"unix://{path}"
+    return f"unix://{DEFAULT_SOCKET}"
+
+
 def _address(options: DockerOptions) -> str:
-    return options.docker_host or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    return discover_address(options.docker_host)
 
 
 def unavailable(exc: BaseException, options: DockerOptions) -> BackendUnavailable:
@@ -49,7 +110,8 @@ def unavailable(exc: BaseException, options: DockerOptions) -> BackendUnavailabl
 
 def get_client(options: DockerOptions) -> Any:
     """The shared ``docker.APIClient`` for ``options``. Raises :class:`BackendUnavailable`."""
-    key = (options.docker_host, options.api_timeout)
+    address = _address(options)
+    key = (address, options.api_timeout)
     client = _CLIENTS.get(key)
     if client is not None:
         return client
@@ -61,8 +123,7 @@ def get_client(options: DockerOptions) -> Any:
         from docker.errors import DockerException
 
         kwargs = docker.utils.kwargs_from_env()
-        if options.docker_host:
-            kwargs["base_url"] = options.docker_host
+        kwargs["base_url"] = address
         try:
             client = docker.APIClient(version="auto", timeout=options.api_timeout, **kwargs)
         except (DockerException, OSError) as exc:

@@ -25,6 +25,7 @@ from typing import Any
 
 from envlayer.errors import BackendUnavailable, ConfigError
 from envlayer_docker import labels as L
+from envlayer_docker import workspace
 from envlayer_docker.naming import container_name, private_name
 from envlayer_docker.options import DockerOptions, parse_volume
 from envlayer_docker.owner import owner_label
@@ -46,6 +47,9 @@ class ContainerSpec:
     config: dict[str, Any]
     host_config: dict[str, Any]
     persist: bool
+    data: list[workspace.DataMount] = field(default_factory=list)
+    profile: str = ""
+    task: str = ""
 
 
 @dataclass
@@ -66,21 +70,58 @@ def effective_user(options: DockerOptions) -> str | None:
     return options.user
 
 
+INIT_ENTRYPOINTS = frozenset({"init", "tini", "tini-static", "dumb-init", "s6-svscan", "docker-init", "catatonit"})
+"""Basenames of image entrypoints that are init systems (PID 1 that starts services)."""
+
+
+def entrypoint_kept(api: Any, options: DockerOptions) -> tuple[bool, bool]:
+    """(keep the image's entrypoint, it is an init system) under ``image_entrypoint``.
+
+    ``auto`` inspects the image (pulling it first when ``pull`` is set). Raises
+    :class:`BackendUnavailable` when the image is missing and may not be pulled."""
+    if options.image_entrypoint == "replace":
+        return False, False
+    from docker.errors import ImageNotFound, NotFound
+
+    try:
+        info = api.inspect_image(options.image)
+    except (ImageNotFound, NotFound):
+        _ensure_image(api, options)
+        info = api.inspect_image(options.image)
+    entry = (info.get("Config") or {}).get("Entrypoint") or []
+    is_init = bool(entry) and os.path.basename(entry[0]) in INIT_ENTRYPOINTS
+    keep = options.image_entrypoint == "keep" or is_init
+    return keep and bool(entry), is_init
+
+
+def _mount(source: str, target: str, *, read_only: bool = False) -> dict[str, Any]:
+    """A ``Mounts`` entry: a bind for an absolute ``source`` (the daemon refuses a missing
+    one instead of creating it), else a named volume."""
+    from docker.types import Mount
+
+    kind = "bind" if source.startswith("/") else "volume"
+    return Mount(target, source, type=kind, read_only=read_only)
+
+
 def build_spec(api: Any, options: DockerOptions, *, profile: str, task: str, persist: bool) -> ContainerSpec:
     """Translate ``options`` into create arguments and the fingerprint.
 
-    Raises :class:`ConfigError` for values the daemon API rejects (``extra_create_kwargs``).
+    Raises :class:`ConfigError` for values the daemon API rejects (``extra_create_kwargs``),
+    :class:`BackendUnavailable` when ``image_entrypoint = "auto"`` needs a missing image.
     """
     user = effective_user(options)
-    binds: dict[str, dict[str, str]] = {}
-    targets = set()
+    mounts = []
     for spec in options.volumes:
         source, target, read_only = parse_volume(spec)
-        binds[source] = {"bind": target, "mode": "ro" if read_only else "rw"}
-        targets.add(target)
+        mounts.append(_mount(source, target, read_only=read_only))
+    targets = {m["Target"] for m in mounts}
     if options.mount_cwd and "/workspace" not in targets:
         host_cwd = os.path.abspath(os.path.expanduser(options.host_cwd or os.getcwd()))
-        binds[host_cwd] = {"bind": "/workspace", "mode": "rw"}
+        mounts.append(_mount(host_cwd, "/workspace"))
+        targets.add("/workspace")
+    data = workspace.plan(options, profile=profile, task=task, persist=persist, taken=targets | set(options.tmpfs))
+    mounts += [_mount(d.source, d.target) for d in data]
+    keep_entrypoint, init_entrypoint = entrypoint_kept(api, options)
     caps = list(options.cap_add)
     if options.run_as_host_user:
         caps = [c for c in caps if c not in ("SETUID", "SETGID")]
@@ -90,7 +131,7 @@ def build_spec(api: Any, options: DockerOptions, *, profile: str, task: str, per
     if options.no_new_privileges and "no-new-privileges" not in security_opt:
         security_opt.append("no-new-privileges")
     host_kwargs: dict[str, Any] = {
-        "binds": binds or None,
+        "mounts": mounts or None,
         "tmpfs": dict(options.tmpfs) or None,
         "cap_drop": ["ALL"],
         "cap_add": caps or None,
@@ -99,7 +140,7 @@ def build_spec(api: Any, options: DockerOptions, *, profile: str, task: str, per
         "mem_limit": f"{options.memory_mb}m" if options.memory_mb else None,
         "nano_cpus": int(options.cpus * 1e9) or None,
         "network_mode": None if options.network else "none",
-        "init": options.init,
+        "init": options.init and not init_entrypoint,
         "shm_size": options.shm_size,
         **extra,
     }
@@ -113,8 +154,8 @@ def build_spec(api: Any, options: DockerOptions, *, profile: str, task: str, per
             hint="fix or remove the offending option",
         ) from exc
     config: dict[str, Any] = {
-        "entrypoint": KEEPALIVE[:1],
-        "command": KEEPALIVE[1:],
+        "entrypoint": None if keep_entrypoint else KEEPALIVE[:1],
+        "command": KEEPALIVE if keep_entrypoint else KEEPALIVE[1:],
         "working_dir": options.workdir,
         "user": user,
         "network_disabled": not options.network,
@@ -147,6 +188,9 @@ def build_spec(api: Any, options: DockerOptions, *, profile: str, task: str, per
         config=config,
         host_config=host_config,
         persist=persist,
+        data=data,
+        profile=profile,
+        task=task,
     )
 
 
@@ -197,12 +241,45 @@ def _ensure_image(api: Any, options: DockerOptions) -> None:
         ) from exc
 
 
+def _refuse_missing_bind_source(exc: Any) -> None:
+    """Raise a :class:`ConfigError` for the daemon's "bind source path does not exist"."""
+    text = str(exc.explanation or exc)
+    marker = "bind source path does not exist"
+    if marker in text:
+        path = text.split(marker, 1)[1].strip(" :")
+        raise ConfigError(
+            f"the host path {path} mounted into the container does not exist (envlayer does not create it)",
+            source="options",
+            key="volumes",
+            hint="create the directory, or fix `volumes` / `host_cwd`",
+        ) from exc
+
+
+_LIMIT_WORDS = ("cgroup", "pids.max", "memory.max", "memory.limit", "cpu.max", "cpu.cfs", "cpuset", "nano_cpus")
+
+
+def limit_failure(exc: Any, options: DockerOptions) -> BackendUnavailable | None:
+    """A :class:`BackendUnavailable` with a hint when the daemon could not apply resource
+    limits (rootless Docker without delegated cgroup controllers, unprivileged LXC);
+    ``None`` for any other failure. Pure."""
+    text = str(getattr(exc, "explanation", None) or exc)
+    limited = options.memory_mb or options.cpus or options.pids_limit
+    if not limited or not any(word in text.lower() for word in _LIMIT_WORDS):
+        return None
+    return BackendUnavailable(
+        f"this Docker host could not apply the container's resource limits: {text[:300]}",
+        hint="rootless Docker needs delegated cgroup v2 controllers and unprivileged LXC often has none: "
+        "enable delegation, or set memory_mb = 0, cpus = 0 and pids_limit = 0 in [backends.docker] on this host",
+    )
+
+
 def _create(api: Any, spec: ContainerSpec, options: DockerOptions) -> str | None:
     """Create and start a container named ``spec.name``. Returns its id, or ``None`` when
     the name is already taken (another process won the race). A container that was created
     but cannot start is removed before the error propagates."""
     from docker.errors import APIError, ImageNotFound
 
+    workspace.ensure(api, spec.data, profile=spec.profile, task=spec.task)
     try:
         cid = api.create_container(
             spec.image, name=spec.name, labels=spec.labels, host_config=spec.host_config, detach=True, **spec.config
@@ -213,15 +290,22 @@ def _create(api: Any, spec: ContainerSpec, options: DockerOptions) -> str | None
     except APIError as exc:
         if exc.status_code == 409:
             return None
+        _refuse_missing_bind_source(exc)
+        hinted = limit_failure(exc, options)
+        if hinted is not None:
+            raise hinted from exc
         if exc.status_code == 404 and "image" in str(exc.explanation or "").lower():
             _ensure_image(api, options)
             return _create(api, spec, options)
         raise
     try:
         api.start(cid)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(Exception):
             _remove(api, cid)
+        hinted = limit_failure(exc, options) if isinstance(exc, APIError) else None
+        if hinted is not None:
+            raise hinted from exc
         raise
     return cid
 

@@ -4,13 +4,16 @@ Two transports, chosen per path:
 
 * the archive API (``put_archive`` / ``get_archive`` / ``HEAD .../archive``): no process in
   the container, works on stopped containers, bind mounts and volumes;
-* an exec running ``cat`` / ``tar`` for paths inside tmpfs mounts (``/tmp`` by default),
-  which the archive API does not see (it works on the container's root filesystem).
+* an exec running ``cat`` / ``tar``, as the container's user, for paths inside tmpfs mounts
+  (``/tmp`` by default), which the archive API does not see (it works on the container's
+  root filesystem), and for every path when that user is not root: the daemon's archive
+  API acts as root, so it would read files the user cannot read and replace read-only ones.
 
 Guarantees: reads and writes are refused before transferring anything when the size is
 over the cap (:class:`FileTooLarge`); a directory named as a file raises
 :class:`SandboxIsADirectory`; a missing file raises :class:`SandboxFileNotFound`; files are
-written owned by the container's user, keeping the mode of a file they replace; archive
+written owned by the container's user, keeping the mode of a file they replace; what the
+user may not read or write raises :class:`SandboxPermissionDenied` and changes nothing; archive
 members that would land outside the download target (absolute names, ``..``, links
 pointing out) raise :class:`SandboxPathError` and nothing of that member is written.
 """
@@ -28,11 +31,21 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from envlayer.errors import FileTooLarge, SandboxFileNotFound, SandboxIsADirectory, SandboxPathError
+from envlayer.errors import (
+    FileTooLarge,
+    SandboxFileNotFound,
+    SandboxIsADirectory,
+    SandboxPathError,
+    SandboxPermissionDenied,
+)
 
 _GO_DIR = 1 << 31
 _GO_SYMLINK = 1 << 27
 _MAX_LINKS = 8
+_DENIED = 24
+"""Exit code of the in-container file scripts when the user lacks the rights."""
+_UNSEARCHABLE_PARENT = f'p=${{1%/*}}; [ -n "$p" ] && [ -d "$p" ] && [ ! -x "$p" ] && exit {_DENIED};'
+"""Shell: a missing-looking file whose parent directory the user may not search is a denial."""
 
 Helper = Callable[[list[str], bytes | None], tuple[int, bytes, bytes]]
 """Runs an argv in the container (as the container's user) with optional stdin bytes:
@@ -83,6 +96,12 @@ class FileTransfer:
         """True when ``path`` lies inside a tmpfs mount (archive API cannot see it)."""
         return any(path == p or path.startswith(p + "/") for p in self.tmpfs_paths)
 
+    def via_exec(self, path: str) -> bool:
+        """True when ``path`` must be transferred through an exec as the container's user:
+        inside a tmpfs mount, or always when that user is not root (the archive API
+        would act with root's rights)."""
+        return self.owner[0] != 0 or self.in_tmpfs(path)
+
     # --- archive API primitives ---------------------------------------------------------
 
     def stat(self, path: str) -> PathStat | None:
@@ -118,7 +137,7 @@ class FileTransfer:
 
     def read(self, path: str, limit: int) -> bytes:
         """The bytes of the file at absolute ``path`` (see the module guarantees)."""
-        if self.in_tmpfs(path):
+        if self.via_exec(path):
             return self._read_exec(path, limit)
         from docker.errors import NotFound
 
@@ -144,7 +163,8 @@ class FileTransfer:
 
     def _read_exec(self, path: str, limit: int) -> bytes:
         script = (
-            '[ -d "$1" ] && exit 21; [ -e "$1" ] || exit 20; s=$(wc -c < "$1") || exit 22; '
+            f'[ -d "$1" ] && exit 21; [ -e "$1" ] || {{ {_UNSEARCHABLE_PARENT} exit 20; }}; '
+            f'[ -r "$1" ] || exit {_DENIED}; s=$(wc -c < "$1") || exit 22; '
             '[ "$s" -le "$2" ] || { echo "$s" >&2; exit 23; }; cat -- "$1"'
         )
         code, out, err = self.helper(["sh", "-c", script, "envlayer-read", path, str(limit)], None)
@@ -155,12 +175,12 @@ class FileTransfer:
         if code == 23:
             raise FileTooLarge(path, int(err.strip() or 0), limit)
         if code != 0:
-            raise OSError(f"reading {path!r} in the container failed ({code}): {err.decode(errors='replace')[:300]}")
+            raise _exec_failure(code, err, path, "read")
         return out
 
     def write(self, path: str, data: bytes) -> None:
         """Create or replace the file at absolute ``path``, creating parent directories."""
-        if self.in_tmpfs(path):
+        if self.via_exec(path):
             return self._write_exec(path, data)
         from docker.errors import NotFound
 
@@ -170,9 +190,6 @@ class FileTransfer:
         if st is not None and st.is_dir:
             raise SandboxIsADirectory(path)
         mode = (st.mode & 0o777) if st is not None else 0o644
-        parent = posixpath.dirname(path)
-        if st is None and self.owner[0] != 0 and self.stat(parent) is None:
-            self._mkdir(parent)  # as the container user, so they own it
         info = tarfile.TarInfo(path.lstrip("/"))
         info.size, info.mode, info.mtime = len(data), mode, int(time.time())
         info.uid, info.gid = self.owner
@@ -186,17 +203,21 @@ class FileTransfer:
         return None
 
     def _write_exec(self, path: str, data: bytes) -> None:
-        script = '[ -d "$1" ] && exit 21; d=${1%/*}; [ -z "$d" ] || mkdir -p -- "$d" || exit 22; cat > "$1"'
+        script = (
+            '[ -d "$1" ] && exit 21; d=${1%/*}; [ -z "$d" ] || mkdir -p -- "$d" || exit 22; '
+            f'if [ -e "$1" ]; then [ -w "$1" ] || exit {_DENIED}; else [ -w "${{d:-/}}" ] || exit {_DENIED}; fi; '
+            'cat > "$1"'
+        )
         code, _, err = self.helper(["sh", "-c", script, "envlayer-write", path], data)
         if code == 21:
             raise SandboxIsADirectory(path)
         if code != 0:
-            raise OSError(f"writing {path!r} in the container failed ({code}): {err.decode(errors='replace')[:300]}")
+            raise _exec_failure(code, err, path, "write")
 
     def _mkdir(self, path: str) -> None:
         code, _, err = self.helper(["mkdir", "-p", "--", path], None)
         if code != 0:
-            raise OSError(f"mkdir -p {path!r} in the container failed: {err.decode(errors='replace')[:300]}")
+            raise _exec_failure(code, err, path, "create directory")
 
     # --- directories ------------------------------------------------------------------------
 
@@ -215,10 +236,10 @@ class FileTransfer:
         if len(payload) > limit:
             raise FileTooLarge(local, len(payload), limit)
         self._mkdir(remote)
-        if self.in_tmpfs(remote):
+        if self.via_exec(remote):
             code, _, err = self.helper(["tar", "-x", "-f", "-", "-C", remote], payload)
             if code != 0:
-                raise OSError(f"unpacking into {remote!r} failed: {err.decode(errors='replace')[:300]}")
+                raise _exec_failure(code, err, remote, "unpack into")
             return
         self.api.put_archive(self.container_id, remote, payload)
 
@@ -229,14 +250,14 @@ class FileTransfer:
 
     def download_dir(self, remote: str, local: str, limit: int) -> None:
         """Copy the contents of container directory ``remote`` into host dir ``local``."""
-        if self.in_tmpfs(remote):
+        if self.via_exec(remote):
             code, out, err = self.helper(
                 ["sh", "-c", '[ -d "$1" ] || exit 20; tar -c -f - -C "$1" .', "envlayer-pack", remote], None
             )
             if code == 20:
                 raise SandboxFileNotFound(remote)
             if code != 0:
-                raise OSError(f"packing {remote!r} failed: {err.decode(errors='replace')[:300]}")
+                raise _exec_failure(code, err, remote, "pack")
             if len(out) > limit:
                 raise FileTooLarge(remote, len(out), limit)
             payload, strip = out, False
@@ -254,6 +275,16 @@ class FileTransfer:
             strip = True
         os.makedirs(local, exist_ok=True)
         safe_extract(payload, local, strip_first=strip)
+
+
+def _exec_failure(code: int, err: bytes, path: str, operation: str) -> OSError:
+    """The error for a failed in-container file command: :class:`SandboxPermissionDenied`
+    when the script's own check (exit 24) or a utility reported a denied permission,
+    otherwise an ``OSError`` quoting the command's stderr."""
+    text = err.decode(errors="replace").strip()
+    if code == _DENIED or "permission denied" in text.lower():
+        return SandboxPermissionDenied(path, operation, text[:300])
+    return OSError(f"cannot {operation} {path!r} in the container (exit {code}): {text[:300]}")
 
 
 def _bounded(chunks: Iterator[bytes], limit: int, path: str) -> bytes:

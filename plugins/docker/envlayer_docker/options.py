@@ -21,6 +21,10 @@ CAPABILITY_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
 VOLUME_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _SIZE = re.compile(r"^[0-9]+[bkmgBKMG]?$")
 
+DEFAULT_SHM_SIZE = "1g"
+DEFAULT_IDLE_RECLAIM_AFTER = 6 * 3600.0
+"""Running persist-mode containers idle this long (seconds) are reclaimed by the reaper."""
+
 SHELL_CAPABILITIES = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "SETUID", "SETGID"]
 """What a root shell needs to behave normally once every other capability is dropped."""
 
@@ -105,8 +109,36 @@ class DockerOptions(BaseOptions):
         doc="tmpfs mounts, path -> mount options (sizes like size=512m). {} for none.",
         factory=lambda: {"/tmp": "rw,nosuid,size=512m", "/run": "rw,noexec,nosuid,size=64m"},
     )
-    shm_size: str | None = option(None, doc="Size of /dev/shm, e.g. `1g`; Docker's default (64m) when unset.")
-    init: bool = option(True, doc="Run an init process as PID 1 (reaps zombies, forwards signals).")
+    shm_size: str | None = option(
+        DEFAULT_SHM_SIZE,
+        doc="Size of /dev/shm (browsers and ML data loaders need more than Docker's 64m); `0` or unset: "
+        "Docker's default.",
+    )
+    init: bool = option(
+        True,
+        doc="Run an init process as PID 1 (reaps zombies, forwards signals); not with an image init "
+        "entrypoint kept by `image_entrypoint`, which must be PID 1 itself.",
+    )
+    image_entrypoint: Literal["auto", "keep", "replace"] = option(
+        "auto",
+        doc="`replace`: the container runs only the keep-alive command; `keep`: the image's ENTRYPOINT runs "
+        "with the keep-alive command as its arguments (an init system such as s6-overlay's /init starts its "
+        "services); `auto`: keep an init entrypoint (/init, tini, dumb-init, s6-svscan), replace any other.",
+    )
+    workspace: Literal["volume", "host", "none"] = option(
+        "volume",
+        doc="Where the task's working directory (`cwd`) lives so it survives its container (persist mode "
+        "only): a named Docker volume per (profile, task), a host directory under `data_dir`, or `none` (the "
+        "container's own layer: lost when the container is replaced). Removed only by `envlayer rm --purge` "
+        "or cleanup(force_remove=True, purge=True).",
+    )
+    persist_home: bool = option(False, doc="Keep `home_dir` durable too, the same way as the workspace.")
+    home_dir: str = option("/root", doc="The home directory `persist_home` keeps.")
+    data_dir: str | None = option(
+        None,
+        doc='Host directory for `workspace = "host"` data; `$XDG_DATA_HOME/envlayer/docker` '
+        "(~/.local/share/envlayer/docker) when unset.",
+    )
     forward_env: list[str] = option(
         doc="Names of host environment variables whose values are passed to every command "
         "(read when the environment is created; values never go into labels, argv or logs).",
@@ -131,9 +163,10 @@ class DockerOptions(BaseOptions):
         30.0, doc="How often (seconds, at most) commands refresh the container's last-used lease. Per-process setting."
     )
     idle_reclaim_after: float | None = option(
-        None,
-        doc="Opt-in: reap_orphans also removes RUNNING containers of the profile whose last-used lease is older "
-        "than this many seconds and where no command-started process is alive. Unset: never. Per-process setting.",
+        DEFAULT_IDLE_RECLAIM_AFTER,
+        doc="reap_orphans also removes RUNNING containers of the profile whose last-used lease is older than "
+        "this many seconds and where no command-started process is alive (their workspace is kept). Default "
+        "6 hours; 0 or unset: never. Per-process setting.",
     )
     max_transfer_bytes: int = option(
         1_073_741_824, doc="Largest directory archive upload_dir/download_dir will move, in bytes. Per-process setting."
@@ -152,8 +185,18 @@ class DockerOptions(BaseOptions):
                 raise OptionError(key, "must be >= 0")
         if self.api_timeout <= 0:
             raise OptionError("api_timeout", "must be > 0")
-        if self.idle_reclaim_after is not None and self.idle_reclaim_after <= 0:
-            raise OptionError("idle_reclaim_after", "must be > 0 (or unset to disable)")
+        if self.idle_reclaim_after is not None and self.idle_reclaim_after < 0:
+            raise OptionError("idle_reclaim_after", "must be >= 0 (0 or unset disables it)")
+        if self.idle_reclaim_after == 0:
+            self.idle_reclaim_after = None
+        if self.shm_size == "0":
+            self.shm_size = None
+        if self.workspace != "none" and self.workdir == "/":
+            raise OptionError(
+                "workspace", 'cannot keep / as the workspace; set cwd to a directory, or workspace = "none"'
+            )
+        if not self.home_dir.startswith("/") or self.home_dir == "/":
+            raise OptionError("home_dir", "must be an absolute path other than /")
         if self.max_transfer_bytes < 0:
             raise OptionError("max_transfer_bytes", "must be >= 0")
         if self.user is not None and not re.fullmatch(r"[A-Za-z0-9_.-]+(:[A-Za-z0-9_.-]+)?", self.user):

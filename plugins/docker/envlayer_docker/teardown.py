@@ -12,6 +12,7 @@ import atexit
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 log = logging.getLogger("envlayer.docker.teardown")
@@ -41,13 +42,20 @@ def _stop_and_remove(api: Any, container_id: str, stop_timeout: float) -> None:
         log.warning("removing container %s failed: %r", container_id[:12], exc)
 
 
-def schedule(api: Any, container_id: str, stop_timeout: float) -> threading.Thread:
-    """Start tearing ``container_id`` down in the background; return the worker."""
+def schedule(
+    api: Any, container_id: str, stop_timeout: float, *, then: Callable[[], None] | None = None
+) -> threading.Thread:
+    """Start tearing ``container_id`` down in the background, then run ``then`` (e.g.
+    removing the task's durable data; its failure is logged); return the worker."""
     global _HOOKED
 
     def work() -> None:
         try:
             _stop_and_remove(api, container_id, stop_timeout)
+            if then is not None:
+                then()
+        except Exception as exc:
+            log.warning("teardown of %s: %r", container_id[:12], exc)
         finally:
             with _LOCK:
                 _PENDING.discard(threading.current_thread())

@@ -56,6 +56,30 @@ def _remove_test_containers(api: Any) -> list[str]:
     return removed
 
 
+def _remove_test_volumes(api: Any) -> None:
+    volumes = (api.volumes(filters={"label": "envlayer.managed=1"}) or {}).get("Volumes") or []
+    for volume in volumes:
+        if (volume.get("Labels") or {}).get("envlayer.profile", "").startswith(PROFILE):
+            try:
+                api.remove_volume(volume["Name"], force=True)
+            except Exception:
+                pass
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Host-directory workspaces of these tests go to a temporary XDG_DATA_HOME."""
+    old = os.environ.get("XDG_DATA_HOME")
+    os.environ["XDG_DATA_HOME"] = str(tmp_path_factory.mktemp("xdg-data"))
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("XDG_DATA_HOME", None)
+        else:
+            os.environ["XDG_DATA_HOME"] = old
+
+
 @pytest.fixture(scope="session")
 def docker_api() -> Iterator[Any]:
     """A low-level docker API client; fails (CI) or skips when Docker is not usable."""
@@ -74,6 +98,7 @@ def docker_api() -> Iterator[Any]:
 
         teardown.wait_all(30)
         _remove_test_containers(api)
+        _remove_test_volumes(api)
 
 
 @pytest.fixture(scope="session")
@@ -98,7 +123,7 @@ def options() -> Callable[..., Any]:
 @pytest.fixture
 def make_env(docker_api: Any, profile: str, options: Callable[..., Any]) -> Iterator[Callable[..., Any]]:
     """Factory: ``make_env(task=None, profile=None, **options)``; every environment it
-    made is force-removed at the end of the test."""
+    made is force-removed, with its durable data, at the end of the test."""
     from envlayer_docker.backend import DockerEnvironment
 
     made: list[DockerEnvironment] = []
@@ -109,10 +134,14 @@ def make_env(docker_api: Any, profile: str, options: Callable[..., Any]) -> Iter
         return env
 
     yield make
+    from envlayer_docker import workspace
+
     for env in made:
         env.cleanup(force_remove=True)
     for env in made:
         env.wait_for_cleanup(30)
+    for prof, task in {(env.profile, env.task_id) for env in made}:
+        workspace.remove(docker_api, made[0].options, profile=prof, task=task)
 
 
 def _run_python(code: str, *, timeout: float = 60, wait: bool = True) -> Any:

@@ -35,3 +35,22 @@ class TestDockerSessionConformance(EnvironmentConformance):
 class TestDockerOneShotConformance(TestDockerSessionConformance):
     task = f"conformance-oneshot-{uuid.uuid4().hex[:6]}"
     mode = "oneshot"
+
+
+class TestDockerUnprivilegedConformance(EnvironmentConformance):
+    """The kit as uid 65534, working in the image's own ``/tmp`` (no tmpfs mounted, so
+    the path lies on the container's root filesystem that the daemon's archive API
+    reaches, acting as root): file operations must act with uid 65534's rights."""
+
+    task = f"conformance-nobody-{uuid.uuid4().hex[:6]}"
+
+    @pytest.fixture
+    def env(self, docker_api: Any, profile: str, options: Any) -> Iterator[Any]:
+        from envlayer_docker.backend import DockerEnvironment
+
+        opts = options(user="65534:65534", tmpfs={}, cwd="/tmp")
+        environment = DockerEnvironment(opts, task_id=self.task, profile=profile)
+        try:
+            yield environment
+        finally:
+            environment.cleanup()

@@ -15,7 +15,7 @@ from envlayer_docker import labels
 from envlayer_docker.backend import DockerEnvironment
 from envlayer_docker.naming import container_name
 
-from envlayer.errors import BackendUnavailable, EnvironmentClosed
+from envlayer.errors import BackendUnavailable, ConfigError, EnvironmentClosed
 
 pytestmark = pytest.mark.docker
 
@@ -164,7 +164,7 @@ def test_sixteen_racing_processes_with_new_fingerprint_end_with_one(
 def test_fingerprint_change_is_not_reused(make_env, docker_api, profile) -> None:
     task = _task()
     first = make_env(task, pids_limit=100)
-    first.exec("echo old > /workspace/f")
+    first.exec("echo old > /workspace/f; echo layer > /etc/layer-file")
     first.cleanup()
     assert make_env(task, pids_limit=100).container_id == first.container_id  # same inputs: reused
     with pytest.raises(BackendUnavailable, match="different options"):
@@ -172,7 +172,76 @@ def test_fingerprint_change_is_not_reused(make_env, docker_api, profile) -> None
     second = make_env(task, pids_limit=200)
     assert second.container_id != first.container_id
     assert _status(docker_api, first.container_id) == "removed"
+    # the workspace is durable (a volume per profile + task); the container's layer is not
+    assert second.exec("cat /workspace/f").stdout_text == "old\n"
+    assert second.exec("cat /etc/layer-file").exit_code != 0
+
+
+def test_without_durable_workspace_a_recreate_loses_the_files(make_env, docker_api) -> None:
+    task = _task()
+    first = make_env(task, pids_limit=100, workspace="none")
+    first.exec("echo old > /workspace/f")
+    second = make_env(task, pids_limit=200, workspace="none")
+    assert second.container_id != first.container_id
     assert second.exec("cat /workspace/f").exit_code != 0
+    assert not [
+        i
+        for i in DockerEnvironment.list_sandboxes(profile=second.profile, options=second.options)
+        if i.status == "data" and i.task == task
+    ]
+
+
+@pytest.mark.parametrize("storage", ["volume", "host"])
+def test_workspace_and_home_survive_rm_and_reaper_until_purged(make_env, docker_api, profile, storage) -> None:
+    task = _task()
+    env = make_env(task, workspace=storage, persist_home=True)
+    env.exec("echo ws > /workspace/w; echo home > /root/h")
+    env.cleanup()
+    # `envlayer rm --force` without --purge: the container goes, the data stays
+    removed = DockerEnvironment.remove_sandbox(task, profile=profile, options=env.options, force=True)
+    assert [i.detail["container_id"] for i in removed] == [env.container_id[:12]]
+    data = [i for i in DockerEnvironment.list_sandboxes(profile=profile, options=env.options) if i.status == "data"]
+    mine = [i for i in data if i.task == labels.sanitize(task)]
+    assert {i.detail["storage"] for i in mine} == {storage}
+    assert sorted(i.detail["data"] for i in mine) == (
+        ["home", "workspace"] if storage == "volume" else ["workspace,home"]
+    )
+    again = make_env(task, workspace=storage, persist_home=True)
+    assert again.container_id != env.container_id
+    assert again.exec("cat /workspace/w /root/h").stdout_text == "ws\nhome\n"
+    # the orphan reaper removes the stopped container, never the data
+    docker_api.stop(again.container_id, timeout=1)
+    reaped = DockerEnvironment.reap_orphans(profile=profile, max_age=0, dry_run=False, options=again.options)
+    assert again.container_id[:12] in {i.detail.get("container_id") for i in reaped}
+    assert all(i.status != "data" for i in reaped)
+    third = make_env(task, workspace=storage, persist_home=True)
+    assert third.exec("cat /workspace/w").stdout_text == "ws\n"
+    third.cleanup()
+    # --purge removes the container and then the data
+    purged = DockerEnvironment.remove_sandbox(task, profile=profile, options=env.options, force=True, purge=True)
+    assert {i.status for i in purged} == {"running", "data"}
+    left = DockerEnvironment.list_sandboxes(profile=profile, options=env.options)
+    assert not [i for i in left if i.task == labels.sanitize(task)]
+    if storage == "host":
+        assert not os.path.exists(mine[0].detail["name"])
+
+
+def test_cleanup_purge_removes_the_data(make_env, docker_api, profile) -> None:
+    task = _task()
+    env = make_env(task)
+    env.exec("echo x > /workspace/x")
+    volume = docker_api.inspect_container(env.container_id)["Mounts"][0]["Name"]
+    assert docker_api.inspect_volume(volume)["Labels"]["envlayer.data"] == "workspace"
+    env.cleanup(force_remove=True)
+    assert env.wait_for_cleanup(30)
+    assert docker_api.inspect_volume(volume)["Name"] == volume  # force_remove alone keeps the data
+    again = make_env(task)
+    again.cleanup(force_remove=True, purge=True)
+    assert again.wait_for_cleanup(30)
+    from docker.errors import NotFound
+
+    with pytest.raises(NotFound):
+        docker_api.inspect_volume(volume)
 
 
 def test_stopped_container_is_started_on_attach(make_env, docker_api) -> None:
@@ -320,7 +389,7 @@ def test_list_and_remove_sandbox(make_env, docker_api, profile) -> None:
     task = "list/me"
     env = make_env(task)
     listed = DockerEnvironment.list_sandboxes(profile=profile, options=env.options)
-    mine = [i for i in listed if i.detail["container_id"] == env.container_id[:12]]
+    mine = [i for i in listed if i.detail.get("container_id") == env.container_id[:12]]
     assert mine and mine[0].task == labels.sanitize(task) and mine[0].status == "running"
     assert DockerEnvironment.remove_sandbox(task, profile=profile, options=env.options, force=False) == []
     removed = DockerEnvironment.remove_sandbox(task, profile=profile, options=env.options, force=True)
@@ -466,14 +535,22 @@ def test_failed_start_removes_half_made_container(docker_api, profile, options) 
     task = _task()
     with pytest.raises(BackendUnavailable):
         DockerEnvironment(
-            options(
-                volumes=["/nonexistent-envlayer-src/file:/workspace/x:ro"],
-                shell="/bin/sh",
-                extra_create_kwargs={"devices": ["/dev/nonexistent-envlayer:/dev/x"]},
-            ),
+            options(shell="/bin/sh", extra_create_kwargs={"devices": ["/dev/nonexistent-envlayer:/dev/x"]}),
             task_id=task,
             profile=profile,
         )
+    assert _containers(docker_api, profile, task) == []
+
+
+@pytest.mark.parametrize("key", ["volumes", "host_cwd"])
+def test_missing_bind_source_is_refused_not_created(docker_api, profile, options, tmp_path, key) -> None:
+    task = _task()
+    missing = tmp_path / "not-there"
+    kw = {"volumes": [f"{missing}:/data"]} if key == "volumes" else {"mount_cwd": True, "host_cwd": str(missing)}
+    with pytest.raises(ConfigError, match="does not exist") as info:
+        DockerEnvironment(options(**kw), task_id=task, profile=profile)
+    assert str(missing) in info.value.message and info.value.hint
+    assert not missing.exists()
     assert _containers(docker_api, profile, task) == []
 
 
@@ -528,3 +605,144 @@ def test_download_rejects_escaping_symlink(make_env, tmp_path) -> None:
     env.exec("mkdir -p /workspace/evil && ln -s /etc/passwd /workspace/evil/pw").check()
     with pytest.raises(SandboxPathError):
         env.download_dir("/workspace/evil", str(tmp_path / "out"))
+
+
+# --- agent-grade defaults: reclaim, /dev/shm, init entrypoints ----------------------------------------------
+
+
+def test_idle_reclaim_is_on_by_default_through_the_manager(make_env, docker_api, profile, run_python) -> None:
+    from envlayer_docker.options import DEFAULT_IDLE_RECLAIM_AFTER, DockerOptions
+
+    assert DockerOptions().idle_reclaim_after == DEFAULT_IDLE_RECLAIM_AFTER == 6 * 3600
+    assert DockerOptions(idle_reclaim_after=0).idle_reclaim_after is None  # 0 disables it
+    own = profile + "-reclaim"
+    idle = make_env(prof=own, lease_interval=0)
+    idle.exec("echo kept > /workspace/f")
+    busy = make_env(prof=own, lease_interval=0)
+    busy.exec("sleep 1000 > /dev/null 2>&1 &")
+    time.sleep(2.5)
+    # a new process using only configuration (the short setting from the environment):
+    # its manager's once-per-process orphan sweep reclaims the idle container
+    code = f"""
+import os
+os.environ["ENVLAYER_DOCKER_IDLE_RECLAIM_AFTER"] = "2"
+from envlayer.config import load_settings
+from envlayer.manager import EnvironmentManager
+settings = load_settings(env=dict(os.environ), backend="docker", profile={own!r},
+                         backend_options={{"image": {idle.options.image!r}}})
+with EnvironmentManager(settings) as manager:
+    manager.get("newcomer").exec("true")
+    sweep = manager.orphan_sweep()
+    assert sweep.wait(60)
+    for outcome in sweep.outcomes:
+        for info in outcome.sandboxes:
+            print(info.detail["container_id"])
+    manager.release("newcomer", force_remove=True)
+"""
+    out = run_python(code, timeout=120)
+    assert out.split() == [idle.container_id[:12]]
+    assert _status(docker_api, idle.container_id) == "removed"
+    assert _status(docker_api, busy.container_id) == "running"
+    # the reclaimed container's workspace survives: the next call re-creates it with the file
+    again = idle.exec("cat /workspace/f")
+    assert again.stdout_text == "kept\n" and again.recovered
+
+
+def test_dev_shm_is_1g_by_default(make_env, docker_api) -> None:
+    env = make_env()
+    assert docker_api.inspect_container(env.container_id)["HostConfig"]["ShmSize"] == 1024**3
+    assert " 1048576 " in env.exec("df -k /dev/shm").stdout_text
+    small = make_env(shm_size="0")
+    assert docker_api.inspect_container(small.container_id)["HostConfig"]["ShmSize"] == 64 * 1024**2
+
+
+@pytest.fixture(scope="module")
+def init_image(docker_api) -> Any:
+    """An image whose ENTRYPOINT is an init (``/init``) that starts a service, then
+    runs its arguments as PID 1, like s6-overlay. Removed after the module."""
+    import io
+    import tarfile
+
+    base = os.environ.get("ENVLAYER_TEST_IMAGE", "envlayer-test:busybox")
+    files = {
+        "Dockerfile": f'FROM {base}\nCOPY init /init\nRUN chmod 755 /init\nENTRYPOINT ["/init"]\n',
+        "init": '#!/bin/sh\necho "pid $$" > /tmp/init-ran\nsleep 100000 &\nexec "$@"\n',
+    }
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    buf.seek(0)
+    tag = f"envlayer-test-init:{uuid.uuid4().hex[:8]}"
+    for _ in docker_api.build(fileobj=buf, custom_context=True, tag=tag, rm=True, decode=True):
+        pass
+    yield tag
+    docker_api.remove_image(tag, force=True)
+
+
+@pytest.mark.parametrize(("mode", "kept"), [("auto", True), ("keep", True), ("replace", False)])
+def test_init_entrypoint_is_kept_when_asked_or_detected(make_env, docker_api, init_image, mode, kept) -> None:
+    env = make_env(image=init_image, image_entrypoint=mode)
+    info = docker_api.inspect_container(env.container_id)
+    ran = env.exec("cat /tmp/init-ran")
+    if kept:
+        assert ran.stdout_text == "pid 1\n"  # the image's init is PID 1 (docker's own init is off)
+        assert info["HostConfig"]["Init"] in (False, None)
+        assert env.exec("pgrep -f 'sleep 100000' || ps | grep -c 'sleep 10000[0]'").exit_code == 0
+    else:
+        assert ran.exit_code != 0
+        assert info["HostConfig"]["Init"] is True
+    assert env.exec("echo ok").stdout_text == "ok\n"
+
+
+# --- finding the daemon -----------------------------------------------------------------------------------
+
+
+def _context(config_dir, name: str, host: str) -> None:
+    import hashlib
+    import json
+
+    meta = config_dir / "contexts" / "meta" / hashlib.sha256(name.encode()).hexdigest()
+    meta.mkdir(parents=True)
+    (meta / "meta.json").write_text(json.dumps({"Name": name, "Endpoints": {"docker": {"Host": host}}}))
+
+
+def test_daemon_found_through_the_current_docker_context(tmp_path, monkeypatch, options) -> None:
+    from envlayer_docker import client
+
+    real = client.discover_address(None, {"PATH": ""})  # this machine's daemon socket
+    assert real.startswith("unix://")
+    link = tmp_path / "ctx.sock"
+    link.symlink_to(real.removeprefix("unix://"))
+    config_dir = tmp_path / "docker-config"
+    _context(config_dir, "mine", f"unix://{link}")
+    (config_dir / "config.json").write_text('{"currentContext": "mine"}')
+    env = {"DOCKER_CONFIG": str(config_dir)}
+    assert client.discover_address(None, env) == f"unix://{link}"
+    assert client.discover_address(None, {**env, "DOCKER_CONTEXT": "default"}) == real
+    assert client.discover_address(None, {**env, "DOCKER_HOST": "tcp://127.0.0.1:1"}) == "tcp://127.0.0.1:1"
+    assert client.discover_address("unix:///x.sock", env) == "unix:///x.sock"
+    # and a real connection goes through it
+    monkeypatch.delenv("DOCKER_HOST", raising=False)
+    monkeypatch.setenv("DOCKER_CONFIG", str(config_dir))
+    api = client.get_client(options(api_timeout=17.0))
+    assert api.ping() is True
+    assert client._CLIENTS.get((f"unix://{link}", 17.0)) is api
+
+
+def test_podman_and_rootless_sockets_are_discovered(tmp_path) -> None:
+    from envlayer_docker import client
+
+    runtime = tmp_path / "run-user"
+    (runtime / "podman").mkdir(parents=True)
+    env = {"XDG_RUNTIME_DIR": str(runtime), "DOCKER_CONFIG": str(tmp_path / "none")}
+    candidates = [str(tmp_path / "no-docker.sock"), *client.socket_candidates(env)[1:3]]
+    assert candidates[1:] == [f"{runtime}/docker.sock", f"{runtime}/podman/podman.sock"]
+    assert client.discover_address(None, env, candidates) == f"unix://{client.DEFAULT_SOCKET}"  # none exists
+    (runtime / "podman" / "podman.sock").write_text("")
+    assert client.discover_address(None, env, candidates) == f"unix://{runtime / 'podman' / 'podman.sock'}"
+    (runtime / "docker.sock").write_text("")
+    assert client.discover_address(None, env, candidates) == f"unix://{runtime / 'docker.sock'}"

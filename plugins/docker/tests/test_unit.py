@@ -229,7 +229,10 @@ def test_volume_parsing() -> None:
         {"cpus": -1},
         {"user": "a b"},
         {"cwd": "relative"},
-        {"idle_reclaim_after": 0},
+        {"idle_reclaim_after": -1},
+        {"shm_size": "lots"},
+        {"home_dir": "relative"},
+        {"cwd": "/", "workspace": "volume"},
         {"image": " "},
     ],
 )
@@ -299,3 +302,23 @@ def test_loading_the_backend_does_not_import_docker() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False False"
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "OCI runtime create failed: runc create failed: unable to apply cgroup configuration: "
+        "mkdir /sys/fs/cgroup/docker: permission denied",
+        "failed to write 1024 to pids.max: open /sys/fs/cgroup/pids.max: no such file or directory",
+        "Your kernel does not support CPU cfs period/quota or the cgroup is not mounted (cpu.cfs)",
+    ],
+)
+def test_limit_failures_get_a_hint(message: str) -> None:
+    from envlayer_docker.container import limit_failure
+
+    hinted = limit_failure(Exception(message), DockerOptions(pids_limit=100))
+    assert hinted is not None and "rootless" in hinted.hint and "pids_limit = 0" in hinted.hint
+    assert message[:40] in hinted.message
+    # no limits asked for, or an unrelated failure: no misleading hint
+    assert limit_failure(Exception(message), DockerOptions(pids_limit=0)) is None
+    assert limit_failure(Exception("no such device /dev/x"), DockerOptions()) is None

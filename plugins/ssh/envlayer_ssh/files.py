@@ -5,7 +5,11 @@ Guaranteed:
 * ``read`` refuses directories and files over the size cap before transferring a byte.
 * ``write`` is atomic: the data goes to a temp file in the same directory, then a
   ``posix-rename`` replaces the target (a reader never sees half a file); an existing
-  file keeps its mode; missing parent directories are created.
+  file keeps its mode; missing parent directories are created. The rename would replace
+  a read-only file, so an existing file is first opened for writing (no truncation): a
+  file the login user may not write is refused and left untouched.
+* Every permission the server refuses raises :class:`SandboxPermissionDenied` naming the
+  path (a ``PermissionError``).
 * With a ``root``, the real path (symlinks resolved by the server) must stay under the
   real root, for the file and for the deepest existing ancestor of a file to create.
 * Directory transfer copies regular files and directories, keeps permission bits,
@@ -13,7 +17,7 @@ Guaranteed:
   size cap before copying anything.
 
 Raised: ``SandboxFileNotFound``, ``SandboxIsADirectory``, ``SandboxPathError``,
-``FileTooLarge``, ``PermissionError``; ``BackendUnavailable`` when the connection fails.
+``FileTooLarge``, ``SandboxPermissionDenied``; ``BackendUnavailable`` when the connection fails.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import posixpath
 import stat
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from envlayer.errors import (
@@ -35,6 +40,7 @@ from envlayer.errors import (
     SandboxFileNotFound,
     SandboxIsADirectory,
     SandboxPathError,
+    SandboxPermissionDenied,
 )
 
 if TYPE_CHECKING:
@@ -74,6 +80,20 @@ def _transport_errors(func: Callable[..., T]) -> Callable[..., T]:
 
 def _missing(exc: OSError) -> bool:
     return isinstance(exc, FileNotFoundError) or exc.errno == errno.ENOENT
+
+
+@contextmanager
+def _denied_as(shown: str, operation: str) -> Iterator[None]:
+    """Turn the server's permission refusal (``EACCES``/``EPERM``, which paramiko raises
+    without a file name) into :class:`SandboxPermissionDenied` naming ``shown``."""
+    try:
+        yield
+    except EnvlayerError:
+        raise
+    except OSError as exc:
+        if isinstance(exc, PermissionError) or exc.errno in (errno.EACCES, errno.EPERM):
+            raise SandboxPermissionDenied(shown, operation) from None
+        raise
 
 
 class RemoteFiles:
@@ -121,7 +141,7 @@ class RemoteFiles:
 
     @_transport_errors
     def read(self, path: str, limit: int, shown: str) -> bytes:
-        with self.pool.sftp_lock:
+        with self.pool.sftp_lock, _denied_as(shown, "read"):
             sftp = self.pool.sftp()
             try:
                 attrs = sftp.stat(path)
@@ -145,7 +165,7 @@ class RemoteFiles:
     def write(self, path: str, data: bytes, shown: str) -> None:
         parent = posixpath.dirname(path)
         tmp = posixpath.join(parent, f".envlayer-{uuid.uuid4().hex[:12]}")
-        with self.pool.sftp_lock:
+        with self.pool.sftp_lock, _denied_as(shown, "write"):
             sftp = self.pool.sftp()
             mode = None
             try:
@@ -153,6 +173,7 @@ class RemoteFiles:
                 if stat.S_ISDIR(attrs.st_mode or 0):
                     raise SandboxIsADirectory(shown)
                 mode = stat.S_IMODE(attrs.st_mode or 0)
+                sftp.open(path, "a").close()  # may this user write it? (append: no truncation, no read right needed)
             except OSError as exc:
                 if not _missing(exc):
                     raise

@@ -8,6 +8,12 @@ commands), and its directory is removed on :meth:`close`. No system sshd is touc
 The test user has ``/bin/sh`` as login shell so no rc file slows every exec. With
 ``rootless=True`` sshd itself runs as the test user (no privilege separation, the only
 user who can log in), as an unprivileged deployment would.
+
+Several test runs may share this machine (and so the one test user) at the same time.
+Nothing here may touch another run's processes, files or credentials: every session a
+server starts carries that server's own tag (``SetEnv``) and ``TMPDIR``, and a server
+kills only processes that descend from it or carry its tag; the test user's password is
+made once per machine and kept in a root-only file, never changed by a later run.
 """
 
 from __future__ import annotations
@@ -42,14 +48,45 @@ def requirements_missing() -> str | None:
     return None
 
 
-def ensure_test_user(password: str) -> str:
-    """Create the test user (login shell /bin/sh) if missing and set its password."""
+PASSWORD_FILE = os.path.join(os.path.expanduser("~"), ".cache", "envlayer", "ssh-test-password")
+"""The test user's password (root-only file). One per machine: a run that changed the
+password while another run's test logged in with the old one made that test fail."""
+
+
+def _machine_password() -> str:
+    """The test user's password, made once per machine (atomically: concurrent runs all
+    end up with the one password that won the ``link``)."""
+    try:
+        with open(PASSWORD_FILE) as fh:
+            return fh.read().strip()
+    except FileNotFoundError:
+        pass
+    os.makedirs(os.path.dirname(PASSWORD_FILE), mode=0o700, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(PASSWORD_FILE))
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(secrets.token_urlsafe(16))
+        try:
+            os.link(tmp, PASSWORD_FILE)
+        except FileExistsError:
+            pass
+    finally:
+        os.unlink(tmp)
+    with open(PASSWORD_FILE) as fh:
+        return fh.read().strip()
+
+
+def ensure_test_user() -> tuple[str, str]:
+    """Create the test user (login shell /bin/sh) if missing and give it the machine's
+    test password (always the same value, so a concurrent run is not disturbed);
+    returns (user, password)."""
+    password = _machine_password()
     try:
         pwd.getpwnam(TEST_USER)
     except KeyError:
         subprocess.run(["useradd", "-m", "-s", "/bin/sh", TEST_USER], check=True, capture_output=True)
     subprocess.run(["chpasswd"], input=f"{TEST_USER}:{password}\n", text=True, check=True, capture_output=True)
-    return TEST_USER
+    return TEST_USER, password
 
 
 def free_port() -> int:
@@ -86,6 +123,22 @@ def _descendants(root: int) -> list[int]:
     return found
 
 
+def _tagged(tag: bytes) -> list[int]:
+    """Pids whose environment holds ``tag`` (this server's ``SetEnv``): commands its
+    sessions started, also those that left its process tree (``setsid``, daemons)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as fh:
+                if tag in fh.read().split(b"\0"):
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
 @dataclass
 class ServerFiles:
     dir: str
@@ -100,8 +153,9 @@ class SSHServer:
     """One test sshd. Use :meth:`start`, :meth:`stop`, :meth:`restart`, :meth:`close`."""
 
     def __init__(self, *, max_sessions: int = 10, rootless: bool = False) -> None:
-        self.password = secrets.token_urlsafe(16)
-        self.user = ensure_test_user(self.password)
+        self.user, self.password = ensure_test_user()
+        self.tag = f"ENVLAYER_TEST_SSHD={secrets.token_hex(8)}"
+        """Set in every session of this server (``SetEnv``); see :func:`_tagged`."""
         self.port = free_port()
         self.max_sessions = max_sessions
         self.rootless = rootless
@@ -115,6 +169,10 @@ class SSHServer:
             config=os.path.join(base, "sshd_config"),
             log=os.path.join(base, "sshd.log"),
         )
+        self.tmpdir = os.path.join(base, "tmp")
+        """The sessions' ``TMPDIR`` (session state files go there), removed with the server."""
+        os.mkdir(self.tmpdir)
+        os.chmod(self.tmpdir, 0o1777)
         self.proc: subprocess.Popen[bytes] | None = None
         keygen(self.files.host_key, "envlayer-test-host")
         keygen(self.files.client_key, "envlayer-test-client")
@@ -142,6 +200,7 @@ class SSHServer:
                 "PubkeyAuthentication yes\nSubsystem sftp internal-sftp\n"
                 f"MaxSessions {self.max_sessions}\nMaxStartups 100\nAllowTcpForwarding yes\n"
                 f"AllowUsers {self.user}\nLogLevel VERBOSE\n"
+                f"SetEnv {self.tag} TMPDIR={self.tmpdir}\n"
             )
 
     def host_key_line(self) -> str:
@@ -186,11 +245,12 @@ class SSHServer:
         raise RuntimeError(f"sshd did not answer on port {self.port}: {self.read_log()[-2000:]}")
 
     def stop(self) -> None:
-        """Kill sshd and everything it spawned (open connections and their commands)."""
+        """Kill sshd and everything it spawned (open connections and their commands, also
+        those that left its process tree); nothing another server started."""
         proc, self.proc = self.proc, None
         if proc is None:
             return
-        victims = _descendants(proc.pid)
+        victims = _descendants(proc.pid) + _tagged(self.tag.encode())
         for pid in [proc.pid, *victims]:
             try:
                 os.kill(pid, signal.SIGKILL)

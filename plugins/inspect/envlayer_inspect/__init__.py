@@ -1,0 +1,1 @@
+"""Inspect AI sandbox provider over envlayer backends."""

@@ -1,0 +1,464 @@
+"""``KubernetesEnvironment``: commands and files in one pod per (profile, task).
+
+Lifecycle (details in docs/backends/kubernetes.md):
+
+* The constructor creates or attaches to the pod of (profile, task) (see
+  :mod:`envlayer_kubernetes.pods`) and waits while it is Pending; it raises
+  :class:`BackendUnavailable` when the cluster cannot be reached, the pod cannot start,
+  or a pod of that name is not envlayer's.
+* ``cleanup()`` in persist mode (default) leaves the pod running. ``cleanup(force_remove=True)``,
+  or any cleanup with ``persist_across_processes = false``, deletes it (grace 0) on a
+  background thread that :meth:`wait_for_cleanup` joins (until the API answers 404).
+* Every command is an exec over the exec websocket; a timeout or an interrupt kills the
+  command's process tree in the pod with the core's kill script (a second exec).
+* A pod that vanished or stopped is detected from the API's answer to the exec (never from
+  command output) and re-created at most once per call, only when the command provably
+  did not start; a command is never run twice.
+
+Importing this module does not import the ``kubernetes`` client.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import posixpath
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from envlayer.capabilities import Capability
+from envlayer.environment import Command, Environment, SandboxInfo
+from envlayer.errors import BackendUnavailable, FileTooLarge, SandboxPathError
+from envlayer.options import BaseOptions
+from envlayer.output import CappedBuffer
+from envlayer.result import TIMEOUT_EXIT_CODE, ExecResult
+from envlayer.sandbox_kill import kill_script_argv
+from envlayer_kubernetes.options import KubernetesOptions
+
+log = logging.getLogger("envlayer.kubernetes")
+T = TypeVar("T")
+OutputCallback = Callable[[str, bytes], None]
+STREAM_NAMES = {1: "stdout", 2: "stderr"}
+KILL_WAIT = 15.0
+EXIT_WAIT = 15.0
+
+ALL_CAPABILITIES = frozenset(
+    {
+        Capability.FORCE_REMOVE,
+        Capability.WAIT_FOR_CLEANUP,
+        Capability.REAP_ORPHANS,
+        Capability.LIST_SANDBOXES,
+        Capability.REMOVE_SANDBOX,
+        Capability.STREAMING,
+        Capability.DIRECTORY_TRANSFER,
+        Capability.PERSIST_ACROSS_PROCESSES,
+    }
+)
+
+_TEARDOWNS: set[threading.Thread] = set()
+_TEARDOWN_LOCK = threading.Lock()
+
+
+class KubernetesEnvironment(Environment):
+    """Commands and files in a Kubernetes pod; see the module docstring."""
+
+    name = "kubernetes"
+    Options = KubernetesOptions
+    capabilities = ALL_CAPABILITIES
+    options: KubernetesOptions
+
+    def __init__(
+        self, options: BaseOptions | None = None, *, task_id: str = "default", profile: str = "default"
+    ) -> None:
+        super().__init__(options, task_id=task_id, profile=profile)
+        if not isinstance(self.options, KubernetesOptions):
+            raise TypeError(f"KubernetesEnvironment needs KubernetesOptions, got {type(self.options).__name__}")
+        from envlayer_kubernetes.client import connect
+        from envlayer_kubernetes.pods import build_spec
+
+        opts = self.options
+        if not opts.persist_across_processes:
+            self.capabilities = self.capabilities - {Capability.PERSIST_ACROSS_PROCESSES}
+        self._cluster = connect(opts)
+        self._base_env = {n: os.environ[n] for n in opts.forward_env if n in os.environ}
+        self._base_env.update(opts.env)
+        self._state_lock = threading.RLock()
+        self._teardown: threading.Thread | None = None
+        self._spec = build_spec(opts, profile=profile, task=task_id, persist=opts.persist_across_processes)
+        self._pod: Any = None
+        self._attach()
+
+    # --- pod ------------------------------------------------------------------------------
+
+    def _attach(self) -> None:
+        from envlayer_kubernetes.pods import ensure
+
+        attached = ensure(self._cluster, self._spec, self.options)
+        with self._state_lock:
+            self._pod = attached
+        log.debug(
+            "%s pod %s for task %r", "created" if attached.created else "attached to", attached.name, self.task_id
+        )
+
+    @property
+    def pod_name(self) -> str:
+        """The name of the pod in use."""
+        return self._spec.name
+
+    @property
+    def namespace(self) -> str:
+        """The namespace of the pod."""
+        return self._cluster.namespace
+
+    def _recover(self, seen_uid: str) -> None:
+        """The pod ``seen_uid`` is gone or not running: attach again (which replaces an
+        ended pod or creates a new one), unless another thread already did."""
+        with self._state_lock:
+            if self._pod is not None and self._pod.uid != seen_uid:
+                return
+            log.warning("pod %s for task %r vanished or stopped; attaching again", self.pod_name, self.task_id)
+            self._attach()
+
+    # --- exec -------------------------------------------------------------------------------
+
+    def exec(
+        self,
+        command: Command,
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        stdin: bytes | str | None = None,
+        on_output: OutputCallback | None = None,
+    ) -> ExecResult:
+        """Run ``command`` in the pod; see :class:`~envlayer.environment.Environment`.
+
+        ``on_output(stream, chunk)`` receives ``"stdout"``/``"stderr"`` chunks as they arrive
+        (uncapped), on the calling thread. Raises :class:`BackendUnavailable` when the API
+        cannot be reached, or when the stream broke while the command ran (it is not
+        re-run; the next call re-attaches)."""
+        from envlayer_kubernetes.channel import NotStarted
+
+        self._ensure_open()
+        if not isinstance(command, str) and not command:
+            raise ValueError("empty argv")
+        effective = self.options.timeout if timeout is None else (timeout or None)
+        start = time.monotonic()
+        data = stdin.encode() if isinstance(stdin, str) else stdin
+        run_cwd = posixpath.join(self.options.workdir, cwd) if cwd else self.options.workdir
+        merged = {**self._base_env, **(env or {})}
+        for attempt in (0, 1):
+            seen = self._pod.uid
+            try:
+                result = self._run(command, run_cwd, merged, data, on_output, effective, start)
+                return dataclasses.replace(result, recovered="pod recreated") if attempt else result
+            except NotStarted as exc:
+                if attempt:
+                    raise BackendUnavailable(
+                        f"pod {self.pod_name} is gone again right after being recreated: {exc}",
+                        hint="check the cluster's events; something keeps deleting the pod",
+                    ) from exc
+                self._recover(seen)
+        raise AssertionError("unreachable")
+
+    def _run(
+        self,
+        command: Command,
+        cwd: str,
+        env: Mapping[str, str],
+        data: bytes | None,
+        on_output: OutputCallback | None,
+        timeout: float | None,
+        start: float,
+    ) -> ExecResult:
+        from envlayer_kubernetes.channel import V5, ExecChannel, require_open, start_writer
+        from envlayer_kubernetes.wrapper import env_line, oneshot_argv
+
+        exec_id = uuid.uuid4().hex
+        closable = self._cluster.protocol == V5
+        argv = oneshot_argv(
+            self.options.shell,
+            command,
+            exec_id=exec_id,
+            cwd=cwd,
+            stdin=None if data is None else len(data),
+            closable=closable,
+        )
+        channel = ExecChannel.open(self._cluster, self.pod_name, argv, stdin=True, timeout=self.options.api_timeout)
+        writer = start_writer(channel, env_line(env) + (data or b""), close=data is None or closable)
+        limit, policy = self.options.max_output_bytes, self.options.output_policy
+        buffers = {1: CappedBuffer(limit, policy), 2: CappedBuffer(limit, policy)}  # type: ignore[arg-type]
+        deadline = None if timeout is None else start + timeout
+        timed_out = False
+        try:
+            for frame in channel.frames(deadline):
+                if frame is None:
+                    timed_out = True
+                    break
+                stream, chunk = frame
+                buffers[stream].write(chunk)
+                if on_output is not None:
+                    on_output(STREAM_NAMES[stream], chunk)
+        except BaseException:
+            self._kill(exec_id)
+            channel.close()
+            raise
+        if timed_out:
+            self._kill(exec_id)
+            channel.close()
+            return self._result(buffers, TIMEOUT_EXIT_CODE, start, timeout, timed_out=True)
+        channel.close()
+        writer.join(timeout=1.0)
+        code = channel.exit_code()
+        if code is None:
+            if channel.status is not None:
+                raise BackendUnavailable(
+                    f"the command could not run in pod {self.pod_name}: {channel.failure_message()}",
+                    hint="check the pod (`kubectl describe pod`); the image needs " + self.options.shell,
+                )
+            raise require_open(self._cluster, self.pod_name)
+        return self._result(buffers, code, start, timeout)
+
+    def _result(
+        self,
+        buffers: dict[int, CappedBuffer],
+        code: int,
+        start: float,
+        timeout: float | None,
+        *,
+        timed_out: bool = False,
+    ) -> ExecResult:
+        out, err = buffers[1], buffers[2]
+        return ExecResult(
+            exit_code=code,
+            stdout=out.getvalue(),
+            stderr=err.getvalue(),
+            duration=time.monotonic() - start,
+            timed_out=timed_out,
+            timeout=timeout,
+            stdout_truncation=out.truncation,
+            stderr_truncation=err.truncation,
+        )
+
+    def _kill(self, exec_id: str) -> None:
+        """Kill the process tree of ``exec_id`` in the pod (the core's kill script, one exec).
+        Best effort: a failure is logged, never raised over the caller's result."""
+        try:
+            code, out, err = self._capture(kill_script_argv(self.options.shell, exec_id), None, KILL_WAIT)
+            log.debug("kill %s: exit %s %s %s", exec_id, code, out[-200:], err[-200:])
+        except Exception as exc:
+            log.warning("could not kill command %s in pod %s: %r", exec_id, self.pod_name, exc)
+
+    def _capture(self, argv: list[str], data: bytes | None, timeout: float) -> tuple[int, bytes, bytes]:
+        """Run an internal helper exec (no wrapper, no environment): (code, stdout, stderr),
+        uncapped. Raises ``NotStarted`` or :class:`BackendUnavailable`."""
+        from envlayer_kubernetes.channel import V5, ExecChannel, require_open, start_writer
+        from envlayer_kubernetes.wrapper import bounded_stdin_argv
+
+        if data is not None and self._cluster.protocol != V5:
+            argv = bounded_stdin_argv(self.options.shell, argv, len(data))
+        channel = ExecChannel.open(
+            self._cluster, self.pod_name, argv, stdin=data is not None, timeout=self.options.api_timeout
+        )
+        writer = start_writer(channel, data, close=True) if data is not None else None
+        buffers = {1: CappedBuffer(None), 2: CappedBuffer(None)}
+        try:
+            for frame in channel.frames(time.monotonic() + timeout):
+                if frame is None:
+                    raise BackendUnavailable(
+                        f"an internal command in pod {self.pod_name} did not finish in {timeout:.0f} s",
+                        hint="the pod may be overloaded; retry",
+                    )
+                buffers[frame[0]].write(frame[1])
+        finally:
+            channel.close()
+            if writer is not None:
+                writer.join(timeout=1.0)
+        code = channel.exit_code()
+        if code is None:
+            raise require_open(self._cluster, self.pod_name)
+        return code, buffers[1].getvalue(), buffers[2].getvalue()
+
+    def _helper(self, argv: list[str], data: bytes | None) -> tuple[int, bytes, bytes]:
+        """:meth:`_capture` for file operations; recovers a vanished pod once."""
+        from envlayer_kubernetes.channel import NotStarted
+
+        for attempt in (0, 1):
+            seen = self._pod.uid
+            try:
+                return self._capture(argv, data, max(self.options.api_timeout, 300.0))
+            except NotStarted as exc:
+                if attempt:
+                    raise BackendUnavailable(
+                        f"pod {self.pod_name} keeps disappearing: {exc}", hint="check the cluster"
+                    ) from exc
+                self._recover(seen)
+        raise AssertionError("unreachable")
+
+    # --- files ------------------------------------------------------------------------------
+
+    def _path(self, path: str) -> str:
+        """Absolute pod path for ``path``; enforces ``file_root`` lexically and, through
+        ``readlink -f`` in the pod, against symlinks."""
+        from envlayer_kubernetes import files
+
+        full = self.resolve_path(path, self.options.workdir)
+        root = self.options.file_root
+        if root is not None:
+            root_abs = posixpath.normpath(posixpath.join(self.options.workdir, root))
+            real = files.real_path(self._helper, self.options.shell, root_abs, full)
+            if real is not None:
+                real_root, real_full = real
+                if real_full != real_root and not real_full.startswith(real_root.rstrip("/") + "/"):
+                    raise SandboxPathError(path, root_abs)
+        return full
+
+    def read_file(self, path: str) -> bytes:
+        """Read a file from the pod; see :class:`~envlayer.environment.Environment`."""
+        from envlayer_kubernetes import files
+
+        self._ensure_open()
+        return files.read(self._helper, self.options.shell, self._path(path), self.options.max_file_bytes)
+
+    def write_file(self, path: str, data: bytes | str) -> None:
+        """Write a file into the pod, creating parent directories."""
+        from envlayer_kubernetes import files
+
+        self._ensure_open()
+        payload = data.encode() if isinstance(data, str) else data
+        if len(payload) > self.options.max_file_bytes:
+            raise FileTooLarge(path, len(payload), self.options.max_file_bytes)
+        files.write(self._helper, self.options.shell, self._path(path), payload)
+
+    def upload_dir(self, local: str, remote: str) -> None:
+        """Copy the contents of host directory ``local`` into pod directory ``remote``."""
+        from envlayer_kubernetes import files
+
+        self._ensure_open()
+        files.upload_dir(self._helper, self.options.shell, local, self._path(remote), self.options.max_transfer_bytes)
+
+    def download_dir(self, remote: str, local: str) -> None:
+        """Copy the contents of pod directory ``remote`` into host directory ``local``.
+        Members escaping ``local`` raise :class:`SandboxPathError`."""
+        from envlayer_kubernetes import files
+
+        self._ensure_open()
+        files.download_dir(self._helper, self.options.shell, self._path(remote), local, self.options.max_transfer_bytes)
+
+    # --- lifecycle ----------------------------------------------------------------------------
+
+    def cleanup(self, *, force_remove: bool = False) -> None:
+        """Release this handle. Persist mode: the pod keeps running. With ``force_remove``
+        or ``persist_across_processes = false``: delete it (grace 0) in the background (see
+        :meth:`wait_for_cleanup`). Idempotent; ``cleanup(force_remove=True)`` after a plain
+        ``cleanup()`` still deletes the pod. Never raises."""
+        with self._state_lock:
+            self._closed = True
+            remove = force_remove or not self.options.persist_across_processes
+            if remove and self._teardown is None and self._pod is not None:
+                self._teardown = _schedule_delete(self._cluster, self.pod_name, self.options)
+
+    def wait_for_cleanup(self, timeout: float) -> bool:
+        """Block up to ``timeout`` seconds until the pod is gone (the API answers 404);
+        True when done, or when there was nothing to delete."""
+        thread = self._teardown
+        if thread is None:
+            return True
+        thread.join(max(timeout, 0))
+        return not thread.is_alive()
+
+    @classmethod
+    def wait_for_all_cleanups(cls, timeout: float) -> bool:
+        """Join every pod deletion started in this process (also run at exit, up to 15 s)."""
+        deadline = time.monotonic() + timeout
+        with _TEARDOWN_LOCK:
+            threads = list(_TEARDOWNS)
+        for thread in threads:
+            thread.join(max(deadline - time.monotonic(), 0))
+        return not any(t.is_alive() for t in threads)
+
+    @classmethod
+    def _class_cluster(cls, options: BaseOptions | None) -> tuple[Any, KubernetesOptions]:
+        from envlayer_kubernetes.client import connect
+
+        opts = options if isinstance(options, KubernetesOptions) else KubernetesOptions()
+        return connect(opts), opts
+
+    @classmethod
+    def check_available(cls, options: BaseOptions) -> None:
+        """Raise :class:`BackendUnavailable` unless the configuration loads, the API answers
+        and this identity may list pods in the namespace."""
+        from envlayer_kubernetes.client import call
+
+        cluster, opts = cls._class_cluster(options)
+        call(
+            cluster,
+            lambda: cluster.core.list_namespaced_pod(cluster.namespace, limit=1, _request_timeout=opts.api_timeout),
+            "listing pods",
+        )
+
+    @classmethod
+    def reap_orphans(
+        cls, *, profile: str, max_age: float, dry_run: bool, options: KubernetesOptions
+    ) -> list[SandboxInfo]:
+        """Delete this profile's ended pods older than ``max_age`` seconds and its stuck
+        Pending pods, in the configured namespace only; see :mod:`envlayer_kubernetes.sweep`."""
+        from envlayer_kubernetes import sweep
+
+        cluster, opts = cls._class_cluster(options)
+        return sweep.reap(cluster, opts, profile=profile, max_age=max_age, dry_run=dry_run)
+
+    @classmethod
+    def list_sandboxes(cls, *, profile: str | None, options: KubernetesOptions) -> list[SandboxInfo]:
+        """Every managed pod (of ``profile``, or of all profiles when None) in the namespace."""
+        from envlayer_kubernetes import sweep
+
+        cluster, opts = cls._class_cluster(options)
+        return [sweep.info_from(p, cluster.namespace) for p in sweep.list_managed(cluster, opts, profile=profile)]
+
+    @classmethod
+    def remove_sandbox(
+        cls, task_id: str, *, profile: str, options: KubernetesOptions, force: bool
+    ) -> list[SandboxInfo]:
+        """Delete the pods of (profile, task) in the namespace: ended or pending ones, and
+        running ones too with ``force``. Returns what was deleted."""
+        from envlayer_kubernetes import sweep
+
+        cluster, opts = cls._class_cluster(options)
+        victims = [
+            p
+            for p in sweep.list_managed(cluster, opts, profile=profile, task=task_id)
+            if force or (p.status is None or p.status.phase != "Running")
+        ]
+        return sweep.delete_all(cluster, opts, victims, dry_run=False)
+
+
+def _schedule_delete(cluster: Any, name: str, opts: KubernetesOptions) -> threading.Thread:
+    """Delete the pod (grace 0) and wait for its 404 on a daemon thread; every such thread
+    is joined at interpreter exit (up to 15 s in total)."""
+    from envlayer_kubernetes import pods
+
+    def work() -> None:
+        try:
+            pods.delete(cluster, name, opts)
+            pods.wait_gone(cluster, name, opts, 60.0)
+        except Exception as exc:
+            log.warning("deleting pod %s failed: %r", name, exc)
+        finally:
+            with _TEARDOWN_LOCK:
+                _TEARDOWNS.discard(threading.current_thread())
+
+    thread = threading.Thread(target=work, name=f"envlayer-k8s-delete-{name}", daemon=True)
+    with _TEARDOWN_LOCK:
+        if not _TEARDOWNS and not getattr(_schedule_delete, "hooked", False):
+            import atexit
+
+            atexit.register(KubernetesEnvironment.wait_for_all_cleanups, EXIT_WAIT)
+            _schedule_delete.hooked = True  # type: ignore[attr-defined]
+        _TEARDOWNS.add(thread)
+    thread.start()
+    return thread

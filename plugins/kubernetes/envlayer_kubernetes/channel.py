@@ -1,0 +1,196 @@
+"""One exec in the pod over the exec websocket (``pods/{name}/exec``).
+
+The client offers ``v5.channel.k8s.io`` then ``v4.channel.k8s.io``; the server picks one.
+Every message is binary with a channel byte first: 0 stdin, 1 stdout, 2 stderr, 3 status
+(a ``Status`` JSON: ``Success``, or ``NonZeroExitCode`` with the code in
+``details.causes``), 255 close (v5 only: ``[255, 0]`` closes the process's stdin).
+Under v4 stdin cannot be closed; callers then bound stdin themselves (see
+:mod:`envlayer_kubernetes.wrapper`).
+
+Closing the websocket does not kill the process in the pod: a timeout must kill it
+with a second exec (the core's kill script).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import select
+import ssl
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from envlayer.errors import BackendUnavailable
+from envlayer_kubernetes import naming
+from envlayer_kubernetes.client import Cluster, unavailable
+
+STDIN, STDOUT, STDERR, STATUS, CLOSE = 0, 1, 2, 3, 255
+V5 = "v5.channel.k8s.io"
+STDIN_CHUNK = 256 * 1024
+_HANDSHAKE = re.compile(r"Handshake status (\d+)")
+
+
+class NotStarted(Exception):
+    """The API refused the exec because the pod is gone (404) or not running (400): the
+    command provably did not run."""
+
+
+class ExecChannel:
+    """An open exec websocket. Not thread-safe except :meth:`send_stdin` (which may run on
+    a writer thread while another thread reads)."""
+
+    def __init__(self, ws: Any) -> None:
+        self._ws = ws
+        self.sock = ws.sock  # websocket.WebSocket
+        self.v5 = ws.subprotocol == V5
+        self.status: dict[str, Any] | None = None
+        self.closed = False
+
+    @classmethod
+    def open(cls, cluster: Cluster, pod: str, argv: list[str], *, stdin: bool, timeout: float) -> ExecChannel:
+        """Start ``argv`` in the pod's sandbox container. Raises :class:`NotStarted` or
+        :class:`BackendUnavailable`."""
+        from kubernetes.client.exceptions import ApiException
+        from kubernetes.stream import stream
+
+        try:
+            with cluster.stream_lock:
+                ws = stream(
+                    cluster.core.connect_get_namespaced_pod_exec,
+                    pod,
+                    cluster.namespace,
+                    command=argv,
+                    container=naming.CONTAINER,
+                    stdin=stdin,
+                    stdout=True,
+                    stderr=True,
+                    tty=False,
+                    binary=True,
+                    _preload_content=False,
+                    _request_timeout=timeout,
+                )
+        except ApiException as exc:
+            m = _HANDSHAKE.search(str(exc.reason or ""))
+            status = int(m.group(1)) if m else exc.status
+            if status in (400, 404):
+                raise NotStarted(f"{status}: {str(exc.reason)[:300]}") from exc
+            if status:
+                exc.status = status
+            raise unavailable(exc, cluster, f"starting a command in pod {pod}") from exc
+        channel = cls(ws)
+        cluster.protocol = ws.subprotocol
+        return channel
+
+    def send_stdin(self, data: bytes) -> None:
+        """Write ``data`` to the process's stdin (in frames of at most 256 KiB)."""
+        from websocket import ABNF
+
+        for i in range(0, len(data), STDIN_CHUNK):
+            self.sock.send(b"\x00" + data[i : i + STDIN_CHUNK], opcode=ABNF.OPCODE_BINARY)
+
+    def close_stdin(self) -> bool:
+        """Close the process's stdin (v5); False under v4, which cannot."""
+        if not self.v5:
+            return False
+        from websocket import ABNF
+
+        self.sock.send(bytes([CLOSE, STDIN]), opcode=ABNF.OPCODE_BINARY)
+        return True
+
+    def _readable(self, wait: float | None) -> bool:
+        raw = self.sock.sock
+        if raw is None:
+            return True
+        if isinstance(raw, ssl.SSLSocket) and raw.pending():
+            return True
+        ready, _, _ = select.select([raw], [], [], wait)
+        return bool(ready)
+
+    def frames(self, deadline: float | None) -> Iterator[tuple[int, bytes] | None]:
+        """Yield ``(channel, payload)`` for stdout/stderr data as it arrives, and ``None``
+        when ``deadline`` (a ``time.monotonic()`` value) passes. Returns when the server
+        closes the stream; :attr:`status` then holds the status message, if one came."""
+        from websocket import ABNF, WebSocketException
+
+        while not self.closed:
+            wait = None if deadline is None else deadline - time.monotonic()
+            if wait is not None and wait <= 0:
+                yield None
+                return
+            if not self._readable(wait):
+                continue
+            try:
+                opcode, frame = self.sock.recv_data_frame(True)
+            except (WebSocketException, OSError):
+                self.closed = True
+                return
+            if opcode == ABNF.OPCODE_CLOSE:
+                self.closed = True
+                return
+            if opcode not in (ABNF.OPCODE_BINARY, ABNF.OPCODE_TEXT) or not frame.data:
+                continue
+            data = frame.data if isinstance(frame.data, bytes) else frame.data.encode()
+            channel, payload = data[0], data[1:]
+            if channel in (STDOUT, STDERR) and payload:
+                yield channel, payload
+            elif channel == STATUS and payload:
+                try:
+                    self.status = json.loads(payload)
+                except ValueError:
+                    self.status = {"status": "Failure", "message": payload.decode(errors="replace")}
+
+    def exit_code(self) -> int | None:
+        """The process's exit code from the status channel; None when none came (the
+        connection was lost) or the server reported a failure without an exit code."""
+        status = self.status
+        if status is None:
+            return None
+        if status.get("status") == "Success":
+            return 0
+        for cause in (status.get("details") or {}).get("causes") or []:
+            if cause.get("reason") == "ExitCode":
+                try:
+                    return int(cause.get("message"))
+                except (TypeError, ValueError):
+                    return None
+        return None
+
+    def failure_message(self) -> str:
+        """The status channel's message (for errors that carry no exit code)."""
+        return str((self.status or {}).get("message") or "the exec stream ended without a status")
+
+    def close(self) -> None:
+        """Close the websocket (the process in the pod is NOT killed by this)."""
+        self.closed = True
+        try:
+            self._ws.close()
+        except Exception:
+            pass
+
+
+def start_writer(channel: ExecChannel, data: bytes, *, close: bool) -> threading.Thread:
+    """Feed ``data`` to stdin on a daemon thread, then close stdin (v5) if ``close``."""
+
+    def work() -> None:
+        try:
+            if data:
+                channel.send_stdin(data)
+            if close:
+                channel.close_stdin()
+        except Exception:
+            pass  # the stream ended (process exited or timed out): the reader reports it
+
+    thread = threading.Thread(target=work, name="envlayer-k8s-stdin", daemon=True)
+    thread.start()
+    return thread
+
+
+def require_open(cluster: Cluster, pod: str) -> BackendUnavailable:
+    """The error for a stream that broke while a command ran."""
+    return BackendUnavailable(
+        f"the exec stream to pod {pod} in namespace {cluster.namespace!r} broke while the command ran; "
+        "the command may have partly run and was NOT re-run",
+        hint="check its effects and retry; the next call re-attaches (or re-creates the pod)",
+    )

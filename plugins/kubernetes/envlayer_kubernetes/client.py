@@ -1,0 +1,175 @@
+"""Connecting to the cluster: kubeconfig or in-cluster config, the API handle, error mapping.
+
+The ``kubernetes`` client is imported here, inside functions, never at module level.
+One :class:`Cluster` per (config source, kubeconfig, context) is kept per process and
+dropped in a forked child (the urllib3 pool must not be shared across ``fork``).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from envlayer.errors import BackendUnavailable
+from envlayer_kubernetes.options import KubernetesOptions
+
+T = TypeVar("T")
+SA_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+RBAC_HINT = "grant the Role in docs/backends/kubernetes.md (pods: create/get/list/delete, pods/exec: create, get)"
+
+
+@dataclass
+class Cluster:
+    """An API client bound to one cluster and namespace."""
+
+    core: Any
+    """``kubernetes.client.CoreV1Api``."""
+    namespace: str
+    where: str
+    """Human-readable origin, for messages: ``kubeconfig <path> context <name>`` or ``in-cluster``."""
+    stream_lock: threading.Lock = field(default_factory=threading.Lock)
+    """``kubernetes.stream.stream`` swaps ``api_client.call_api`` while it connects: two
+    threads connecting at once on one client would undo each other's swap. Held only
+    during the websocket handshake."""
+    protocol: str | None = None
+    """The exec subprotocol the server chose last (``v5.channel.k8s.io`` or ``v4...``);
+    None until the first exec."""
+
+
+_CACHE: dict[tuple[Any, ...], tuple[int, Cluster]] = {}
+_CACHE_LOCK = threading.Lock()
+
+
+def _kubeconfig_path(opts: KubernetesOptions) -> str | None:
+    if opts.kubeconfig:
+        return os.path.expanduser(opts.kubeconfig)
+    env = os.environ.get("KUBECONFIG", "")
+    for path in env.split(os.pathsep):
+        if path and os.path.exists(path):
+            return path
+    default = os.path.expanduser("~/.kube/config")
+    return default if os.path.exists(default) else None
+
+
+def _source(opts: KubernetesOptions) -> tuple[str, str | None]:
+    """(``kubeconfig`` or ``in_cluster``, kubeconfig path) per ``config_source``."""
+    path = _kubeconfig_path(opts)
+    if opts.config_source == "in_cluster":
+        return "in_cluster", None
+    if opts.config_source == "kubeconfig" or path is not None:
+        if path is None:
+            raise BackendUnavailable(
+                "no kubeconfig found (option kubeconfig, $KUBECONFIG, ~/.kube/config)",
+                hint="point KUBECONFIG at your cluster's kubeconfig, or set config_source = in_cluster inside a pod",
+            )
+        return "kubeconfig", path
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return "in_cluster", None
+    raise BackendUnavailable(
+        "no Kubernetes configuration: no kubeconfig ($KUBECONFIG, ~/.kube/config) and not running in a pod",
+        hint="set KUBECONFIG (or the kubeconfig option) to your cluster's kubeconfig",
+    )
+
+
+def _build(opts: KubernetesOptions, source: str, path: str | None) -> Cluster:
+    from kubernetes import client, config
+    from kubernetes.config.config_exception import ConfigException
+
+    try:
+        if source == "in_cluster":
+            configuration = client.Configuration()
+            config.load_incluster_config(client_configuration=configuration)
+            api_client = client.ApiClient(configuration)
+            namespace = opts.namespace or _read(SA_NAMESPACE) or "default"
+            where = "in-cluster service account"
+        else:
+            api_client = config.new_client_from_config(config_file=path, context=opts.context)
+            contexts, active = config.list_kube_config_contexts(config_file=path)
+            chosen = next((c for c in contexts if c.get("name") == opts.context), active) if opts.context else active
+            namespace = opts.namespace or ((chosen or {}).get("context") or {}).get("namespace") or "default"
+            where = f"kubeconfig {path} context {(chosen or {}).get('name', '?')}"
+    except (ConfigException, OSError, ValueError, TypeError, KeyError) as exc:
+        raise BackendUnavailable(
+            f"cannot load the Kubernetes configuration ({source}{' ' + path if path else ''}): {exc}",
+            hint="check the kubeconfig file and the context name (`kubectl config get-contexts`)",
+        ) from exc
+    return Cluster(core=client.CoreV1Api(api_client), namespace=namespace, where=where)
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as fh:
+            return fh.read().strip() or None
+    except OSError:
+        return None
+
+
+def connect(opts: KubernetesOptions) -> Cluster:
+    """The :class:`Cluster` for ``opts`` (cached per process). Raises
+    :class:`BackendUnavailable` when no configuration is found or it cannot be loaded."""
+    source, path = _source(opts)
+    key = (source, path, opts.context, opts.namespace)
+    with _CACHE_LOCK:
+        cached = _CACHE.get(key)
+        if cached is not None and cached[0] == os.getpid():
+            return cached[1]
+        cluster = _build(opts, source, path)
+        _CACHE[key] = (os.getpid(), cluster)
+        return cluster
+
+
+def status_of(exc: BaseException) -> int:
+    """The HTTP status of a client exception (0 when it never got an answer)."""
+    return int(getattr(exc, "status", 0) or 0)
+
+
+def message_of(exc: BaseException) -> str:
+    """The API server's message from an ``ApiException`` body, else ``str(exc)``."""
+    import json
+
+    body = getattr(exc, "body", None)
+    if body:
+        try:
+            return str(json.loads(body).get("message") or body)[:500]
+        except (ValueError, AttributeError):
+            return str(body)[:500]
+    return str(getattr(exc, "reason", None) or exc)[:500]
+
+
+def unavailable(exc: BaseException, cluster: Cluster, doing: str) -> BackendUnavailable:
+    """A :class:`BackendUnavailable` for a failed API call, with what to do about it."""
+    status = status_of(exc)
+    if status in (401, 403):
+        return BackendUnavailable(
+            f"the Kubernetes API refused {doing} in namespace {cluster.namespace!r} ({status}): {message_of(exc)}",
+            hint=RBAC_HINT if status == 403 else "refresh the kubeconfig's credentials",
+        )
+    if status:
+        return BackendUnavailable(
+            f"the Kubernetes API answered {status} to {doing}: {message_of(exc)}",
+            hint="check the pod and the cluster's events (`kubectl get events -n " + cluster.namespace + "`)",
+        )
+    return BackendUnavailable(
+        f"cannot reach the Kubernetes API ({cluster.where}) while {doing}: {type(exc).__name__}: {str(exc)[:300]}",
+        hint="check that the cluster is up and the kubeconfig's server address is right (`kubectl cluster-info`)",
+    )
+
+
+def call(cluster: Cluster, fn: Callable[[], T], doing: str, *, passthrough: tuple[int, ...] = ()) -> T:
+    """Run one API call. A client exception whose status is in ``passthrough`` is
+    re-raised as is (the caller handles it, e.g. 404/409); any other failure becomes
+    :class:`BackendUnavailable`."""
+    import urllib3
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        return fn()
+    except ApiException as exc:
+        if exc.status in passthrough:
+            raise
+        raise unavailable(exc, cluster, doing) from exc
+    except (urllib3.exceptions.HTTPError, OSError) as exc:
+        raise unavailable(exc, cluster, doing) from exc

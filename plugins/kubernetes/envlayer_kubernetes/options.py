@@ -1,0 +1,166 @@
+"""``KubernetesOptions``: the Kubernetes backend's option schema and its validation.
+
+Importable without the ``kubernetes`` client (the configuration loader and ``envlayer
+doctor`` read it). Every field shapes the pod and is part of its fingerprint unless its
+doc says it is a per-process setting (see :func:`envlayer_kubernetes.pods.build_manifest`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from envlayer.options import BaseOptions, OptionError, option
+
+DEFAULT_WORKDIR = "/workspace"
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+RESERVED_PREFIX = "envlayer/"
+TOLERATION_KEYS = frozenset({"key", "operator", "value", "effect", "tolerationSeconds"})
+RESOURCE_NAMES = re.compile(r"^([a-z0-9.-]+/)?[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$")
+
+
+def valid_label_key(key: str) -> bool:
+    """True for a Kubernetes label/annotation key: ``[prefix/]name`` (prefix a DNS
+    subdomain of at most 253 characters, name at most 63)."""
+    prefix, _, name = key.rpartition("/")
+    if prefix and (len(prefix) > 253 or not DNS_SUBDOMAIN.match(prefix)):
+        return False
+    return 0 < len(name) <= 63 and bool(LABEL_NAME.match(name))
+
+
+@dataclass(kw_only=True)
+class KubernetesOptions(BaseOptions):
+    """Options of the Kubernetes backend. ``cwd`` defaults to ``/workspace``."""
+
+    image: str = option("python:3.11-slim", doc="Container image of the sandbox pod.")
+    namespace: str | None = option(
+        None,
+        doc="Namespace of the pods; the kubeconfig context's namespace (or the service account's, "
+        "in-cluster) when unset, else `default`. Per-process setting.",
+    )
+    context: str | None = option(
+        None, doc="kubeconfig context to use; the current context when unset. Per-process setting."
+    )
+    kubeconfig: str | None = option(
+        None, doc="Path of the kubeconfig file; $KUBECONFIG or ~/.kube/config when unset. Per-process setting."
+    )
+    config_source: Literal["auto", "kubeconfig", "in_cluster"] = option(
+        "auto",
+        doc="`kubeconfig`: read the kubeconfig; `in_cluster`: use the pod's service account; `auto`: the "
+        "kubeconfig when one exists, else in-cluster when running in a pod. Per-process setting.",
+    )
+    requests: dict[str, str] = option(doc='Resource requests, e.g. {"cpu" = "500m", "memory" = "1Gi"}.', factory=dict)
+    limits: dict[str, str] = option(doc='Resource limits, e.g. {"cpu" = "2", "memory" = "4Gi"}.', factory=dict)
+    node_selector: dict[str, str] = option(doc="Node labels the pod must be scheduled on.", factory=dict)
+    tolerations: list[dict[str, Any]] = option(
+        doc="Tolerations, each a table with key, operator, value, effect, tolerationSeconds.", factory=list
+    )
+    service_account: str | None = option(None, doc="Service account of the pod; the namespace's default when unset.")
+    automount_service_account_token: bool = option(
+        False, doc="Mount the service account's API token in the sandbox. Off: commands get no cluster credentials."
+    )
+    runtime_class: str | None = option(None, doc="RuntimeClass of the pod (e.g. gvisor, kata), for stronger isolation.")
+    image_pull_policy: Literal["IfNotPresent", "Always", "Never"] = option(
+        "IfNotPresent", doc="When the kubelet pulls `image`."
+    )
+    image_pull_secrets: list[str] = option(doc="Names of Secrets used to pull `image`.", factory=list)
+    active_deadline: int = option(
+        86400,
+        doc="activeDeadlineSeconds: the cluster stops the pod this many seconds after it started, whatever "
+        "happens to the client (a server-side backstop against leaks). 0 = none.",
+    )
+    pod_labels: dict[str, str] = option(doc="Extra pod labels (keys under `envlayer/` are reserved).", factory=dict)
+    pod_annotations: dict[str, str] = option(doc="Extra pod annotations.", factory=dict)
+    persist_across_processes: bool = option(
+        True,
+        doc="Share one pod per (profile, task) across processes and machines; cleanup() leaves it running. "
+        "False: a private pod per environment, deleted by cleanup(). Per-process setting.",
+    )
+    on_fingerprint_mismatch: Literal["recreate", "error"] = option(
+        "recreate",
+        doc="What to do when the (profile, task) pod was made from different options: `recreate` deletes it "
+        "and creates a new one; `error` raises. Per-process setting.",
+    )
+    exec_mode: Literal["session", "oneshot"] = option(
+        "session",
+        doc="`session`: commands share one long-lived shell exec (cd and export persist); `oneshot`: every "
+        "command is its own exec. Per-process setting.",
+    )
+    shell: str = option("/bin/sh", doc="Shell for sessions and string commands. Per-process setting.")
+    forward_env: list[str] = option(
+        doc="Names of host environment variables whose values are passed to every command (over the exec's "
+        "stdin; never in the pod spec, argv or logs). Per-process setting.",
+        factory=list,
+    )
+    startup_timeout: float = option(
+        300.0, doc="How long to wait for a Pending pod to run, in seconds. Per-process setting."
+    )
+    api_timeout: float = option(30.0, doc="Timeout of one API request, in seconds. Per-process setting.")
+    max_transfer_bytes: int = option(
+        1_073_741_824, doc="Largest directory archive upload_dir/download_dir will move, in bytes. Per-process setting."
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.image.strip():
+            raise OptionError("image", "must not be empty")
+        if self.cwd is not None and not self.cwd.startswith("/"):
+            raise OptionError("cwd", "must be an absolute path inside the container")
+        if not self.shell.startswith("/"):
+            raise OptionError("shell", "must be an absolute path, e.g. /bin/sh")
+        if self.namespace is not None and (len(self.namespace) > 63 or not DNS_LABEL.match(self.namespace)):
+            raise OptionError("namespace", f"{self.namespace!r} is not a namespace name (lowercase, digits, -)")
+        for key in ("requests", "limits"):
+            for name, quantity in getattr(self, key).items():
+                if not RESOURCE_NAMES.match(name):
+                    raise OptionError(key, f"{name!r} is not a resource name (e.g. cpu, memory)")
+                if not QUANTITY.match(quantity):
+                    raise OptionError(key, f"{name} = {quantity!r} is not a quantity (e.g. 500m, 2, 1Gi)")
+        for key in ("node_selector", "pod_labels"):
+            for name, value in getattr(self, key).items():
+                if not valid_label_key(name) or len(value) > 63 or not LABEL_VALUE.match(value):
+                    raise OptionError(key, f"{name}={value!r} is not a valid Kubernetes label")
+        for name in self.pod_labels:
+            if name.startswith(RESERVED_PREFIX):
+                raise OptionError("pod_labels", f"{name!r}: keys under `envlayer/` are reserved")
+        for name in self.pod_annotations:
+            if not valid_label_key(name):
+                raise OptionError("pod_annotations", f"{name!r} is not a valid annotation key")
+        for tol in self.tolerations:
+            unknown = set(tol) - TOLERATION_KEYS
+            if unknown:
+                raise OptionError("tolerations", f"unknown keys {sorted(unknown)}; allowed: {sorted(TOLERATION_KEYS)}")
+            if tol.get("operator", "Equal") not in ("Equal", "Exists"):
+                raise OptionError("tolerations", "operator must be Equal or Exists")
+            if tol.get("effect", "") not in ("", "NoSchedule", "PreferNoSchedule", "NoExecute"):
+                raise OptionError("tolerations", "effect must be NoSchedule, PreferNoSchedule or NoExecute")
+        for key in ("service_account", "runtime_class"):
+            value = getattr(self, key)
+            if value is not None and not DNS_SUBDOMAIN.match(value):
+                raise OptionError(key, f"{value!r} is not a valid object name")
+        for name in self.image_pull_secrets:
+            if not DNS_SUBDOMAIN.match(name):
+                raise OptionError("image_pull_secrets", f"{name!r} is not a valid Secret name")
+        if self.active_deadline < 0:
+            raise OptionError("active_deadline", "must be >= 0 (0 = no deadline)")
+        if self.startup_timeout <= 0:
+            raise OptionError("startup_timeout", "must be > 0")
+        if self.api_timeout <= 0:
+            raise OptionError("api_timeout", "must be > 0")
+        if self.max_transfer_bytes < 0:
+            raise OptionError("max_transfer_bytes", "must be >= 0")
+        for key in ("forward_env", "env"):
+            for name in getattr(self, key):
+                if not ENV_NAME.match(name):
+                    raise OptionError(key, f"{name!r} is not a valid variable name")
+
+    @property
+    def workdir(self) -> str:
+        """The container's working directory (``cwd`` or ``/workspace``)."""
+        return self.cwd or DEFAULT_WORKDIR

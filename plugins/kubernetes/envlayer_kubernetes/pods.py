@@ -1,0 +1,290 @@
+"""The sandbox pod: its manifest, the race-free create-or-attach, waiting for it to run,
+and deleting it.
+
+Create-or-attach of (profile, task) (see :func:`ensure`): create the pod under its
+deterministic name; the API server accepts exactly one create and answers the others
+409 AlreadyExists, so racing processes (on any machine) all end on one pod. On 409 the
+pod is read and, by its labels and phase:
+
+* not labelled ``envlayer/managed=1``: :class:`BackendUnavailable`, never touched;
+* being deleted, Succeeded or Failed (deadline reached, keep-alive died): deleted (grace 0),
+  waited for until the API answers 404, then created again;
+* another fingerprint: ``recreate`` deletes and creates again; ``error`` raises;
+* otherwise attached, and waited for while Pending.
+
+A Pending pod is polled (0.1 s, backing off to 1 s) with progress logged at INFO every
+5 s; ``ImagePullBackOff``/``ErrImageNeverPull``/``InvalidImageName``/
+``CreateContainerConfigError`` and ``Unschedulable`` fail at once with the cluster's message,
+and a pod this process created is then deleted so nothing is left behind.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from envlayer.errors import BackendUnavailable
+from envlayer_kubernetes import naming
+from envlayer_kubernetes.client import Cluster, call, message_of
+from envlayer_kubernetes.options import KubernetesOptions
+
+log = logging.getLogger("envlayer.kubernetes")
+KEEPALIVE = "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"
+"""PID 1 of the sandbox container: sleeps, reaps orphans, exits on SIGTERM."""
+FATAL_WAITING = frozenset(
+    {"ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName", "CreateContainerConfigError", "CreateContainerError"}
+)
+ENDED = frozenset({"Succeeded", "Failed"})
+PROGRESS_EVERY = 5.0
+
+
+@dataclass(frozen=True)
+class PodSpec:
+    """Everything needed to create the pod of one environment."""
+
+    name: str
+    manifest: dict[str, Any]
+    fingerprint: str
+
+
+@dataclass(frozen=True)
+class Attached:
+    """The pod an environment uses."""
+
+    name: str
+    uid: str
+    created: bool
+
+
+def build_spec(opts: KubernetesOptions, *, profile: str, task: str, persist: bool) -> PodSpec:
+    """The pod manifest of (profile, task) and its fingerprint. Pure.
+
+    The fingerprint covers every option that shapes the pod (image, workdir, keep-alive,
+    resources, scheduling, service account, runtime class, pull settings, deadline, user
+    labels and annotations); per-process settings and environment values are not in it
+    (environment values never enter the pod spec at all)."""
+    container: dict[str, Any] = {
+        "name": naming.CONTAINER,
+        "image": opts.image,
+        "imagePullPolicy": opts.image_pull_policy,
+        "command": [opts.shell, "-c", KEEPALIVE],
+        "workingDir": opts.workdir,
+    }
+    resources = {k: v for k, v in (("requests", dict(opts.requests)), ("limits", dict(opts.limits))) if v}
+    if resources:
+        container["resources"] = resources
+    spec: dict[str, Any] = {
+        "containers": [container],
+        "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": 2,
+        "automountServiceAccountToken": opts.automount_service_account_token,
+        "enableServiceLinks": False,
+    }
+    if opts.active_deadline:
+        spec["activeDeadlineSeconds"] = opts.active_deadline
+    if opts.node_selector:
+        spec["nodeSelector"] = dict(opts.node_selector)
+    if opts.tolerations:
+        spec["tolerations"] = [dict(t) for t in opts.tolerations]
+    if opts.service_account:
+        spec["serviceAccountName"] = opts.service_account
+    if opts.runtime_class:
+        spec["runtimeClassName"] = opts.runtime_class
+    if opts.image_pull_secrets:
+        spec["imagePullSecrets"] = [{"name": n} for n in opts.image_pull_secrets]
+    fingerprint = naming.fingerprint({"spec": spec, "labels": opts.pod_labels, "annotations": opts.pod_annotations})
+    name = naming.pod_name(profile, task, private=not persist)
+    labels = naming.managed_labels(
+        profile=profile, task=task, fingerprint_value=fingerprint, persist=persist, extra=opts.pod_labels
+    )
+    metadata: dict[str, Any] = {"name": name, "labels": labels}
+    if opts.pod_annotations:
+        metadata["annotations"] = dict(opts.pod_annotations)
+    return PodSpec(name, {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}, fingerprint)
+
+
+def read(cluster: Cluster, name: str, opts: KubernetesOptions) -> Any | None:
+    """The pod, or None when the API answers 404."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        return call(
+            cluster,
+            lambda: cluster.core.read_namespaced_pod(name, cluster.namespace, _request_timeout=opts.api_timeout),
+            f"reading pod {name}",
+            passthrough=(404,),
+        )
+    except ApiException:
+        return None
+
+
+def delete(cluster: Cluster, name: str, opts: KubernetesOptions) -> bool:
+    """Delete the pod with grace period 0; False when it was already gone."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        call(
+            cluster,
+            lambda: cluster.core.delete_namespaced_pod(
+                name, cluster.namespace, grace_period_seconds=0, _request_timeout=opts.api_timeout
+            ),
+            f"deleting pod {name}",
+            passthrough=(404,),
+        )
+        return True
+    except ApiException:
+        return False
+
+
+def wait_gone(cluster: Cluster, name: str, opts: KubernetesOptions, timeout: float) -> bool:
+    """Poll until the API answers 404 for the pod; False if it still exists after ``timeout``."""
+    end = time.monotonic() + timeout
+    pause = 0.05
+    while read(cluster, name, opts) is not None:
+        if time.monotonic() >= end:
+            return False
+        time.sleep(pause)
+        pause = min(pause * 2, 0.5)
+    return True
+
+
+def _create(cluster: Cluster, spec: PodSpec, opts: KubernetesOptions) -> Any | None:
+    """Create the pod; None when the name is taken (409)."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    body = client.V1Pod.from_dict(spec.manifest)
+    try:
+        return call(
+            cluster,
+            lambda: cluster.core.create_namespaced_pod(cluster.namespace, body, _request_timeout=opts.api_timeout),
+            f"creating pod {spec.name}",
+            passthrough=(409,),
+        )
+    except ApiException:
+        return None
+
+
+def ensure(cluster: Cluster, spec: PodSpec, opts: KubernetesOptions) -> Attached:
+    """Create or attach to the pod of ``spec`` and wait until it runs (module rules).
+
+    Raises :class:`BackendUnavailable` for a pod envlayer does not manage, a fingerprint
+    mismatch under ``on_fingerprint_mismatch = "error"``, a pod that cannot start, or
+    when the API cannot be reached."""
+    for _ in range(5):
+        pod = _create(cluster, spec, opts)
+        created = pod is not None
+        if pod is None:
+            pod = read(cluster, spec.name, opts)
+            if pod is None:
+                continue  # deleted between our create and read: try again
+            if not _usable(cluster, spec, opts, pod):
+                continue
+        pod = wait_running(cluster, spec.name, opts, created=created)
+        return Attached(spec.name, pod.metadata.uid or "", created)
+    raise BackendUnavailable(
+        f"pod {spec.name} in namespace {cluster.namespace!r} kept changing while attaching",
+        hint="another process keeps deleting or recreating it (different options for the same task?)",
+    )
+
+
+def _usable(cluster: Cluster, spec: PodSpec, opts: KubernetesOptions, pod: Any) -> bool:
+    """True to attach to the existing ``pod``; False after deleting it (create again)."""
+    labels = pod.metadata.labels or {}
+    if labels.get(naming.MANAGED) != "1":
+        raise BackendUnavailable(
+            f"a pod named {spec.name} exists in namespace {cluster.namespace!r} but envlayer did not create it",
+            hint="delete or rename it, or use another profile or task id; envlayer never touches it",
+        )
+    phase = pod.status.phase if pod.status else None
+    if pod.metadata.deletion_timestamp is None and phase not in ENDED:
+        if labels.get(naming.FINGERPRINT) == spec.fingerprint:
+            return True
+        if opts.on_fingerprint_mismatch == "error":
+            raise BackendUnavailable(
+                f"pod {spec.name} was made from other options (fingerprint "
+                f"{labels.get(naming.FINGERPRINT)} != {spec.fingerprint})",
+                hint='delete it (`envlayer rm TASK --force`) or set on_fingerprint_mismatch = "recreate"',
+            )
+        log.info("pod %s was made from other options: recreating it", spec.name)
+    else:
+        log.info("pod %s is %s: replacing it", spec.name, "being deleted" if phase not in ENDED else phase)
+    delete(cluster, spec.name, opts)
+    if not wait_gone(cluster, spec.name, opts, opts.startup_timeout):
+        raise BackendUnavailable(
+            f"pod {spec.name} is still there {opts.startup_timeout:.0f} s after deleting it",
+            hint="check the pod's finalizers and the kubelet (`kubectl describe pod`)",
+        )
+    return False
+
+
+def pending_problem(pod: Any) -> str | None:
+    """Why a Pending pod will not start without someone acting, or None."""
+    status = pod.status
+    for cond in (status.conditions if status else None) or []:
+        if cond.type == "PodScheduled" and cond.status == "False" and cond.reason == "Unschedulable":
+            return f"Unschedulable: {cond.message or 'no node fits'}"
+    for cs in (status.container_statuses if status else None) or []:
+        waiting = cs.state.waiting if cs.state else None
+        if waiting is not None and waiting.reason in FATAL_WAITING:
+            return f"{waiting.reason}: {waiting.message or ''}".rstrip(": ")
+    return None
+
+
+def _pending_detail(pod: Any) -> str:
+    for cs in (pod.status.container_statuses if pod.status else None) or []:
+        if cs.state and cs.state.waiting is not None:
+            return cs.state.waiting.reason or "waiting"
+    return "not scheduled yet"
+
+
+def wait_running(cluster: Cluster, name: str, opts: KubernetesOptions, *, created: bool) -> Any:
+    """Poll the pod until it is Running; return it. A pod this process ``created`` is
+    deleted when it cannot start. Raises :class:`BackendUnavailable` (module rules)."""
+    start = time.monotonic()
+    next_progress = start + PROGRESS_EVERY
+    pause = 0.05
+    while True:
+        pod = read(cluster, name, opts)
+        if pod is None:
+            raise BackendUnavailable(
+                f"pod {name} was deleted while starting", hint="another process or the reaper removed it; retry"
+            )
+        phase = pod.status.phase if pod.status else None
+        if phase == "Running" and pod.metadata.deletion_timestamp is None:
+            return pod
+        problem = pending_problem(pod) if phase == "Pending" else None
+        if phase in ENDED:
+            problem = f"{phase}: {pod.status.reason or ''} {pod.status.message or ''}".strip()
+        waited = time.monotonic() - start
+        if problem is None and waited >= opts.startup_timeout:
+            problem = f"still Pending ({_pending_detail(pod)}) after {opts.startup_timeout:.0f} s"
+        if problem is not None:
+            if created:
+                delete(cluster, name, opts)
+            raise BackendUnavailable(
+                f"pod {name} in namespace {cluster.namespace!r} cannot start: {problem}",
+                hint=_hint_for(problem),
+            )
+        if time.monotonic() >= next_progress:
+            log.info("waiting for pod %s: %s (%s) for %.0f s", name, phase, _pending_detail(pod), waited)
+            next_progress += PROGRESS_EVERY
+        time.sleep(pause)
+        pause = min(pause * 1.5, 1.0)
+
+
+def _hint_for(problem: str) -> str:
+    if problem.startswith(("ImagePull", "ErrImage", "InvalidImage")):
+        return "check the image name and that the cluster can pull it (image_pull_secrets, image_pull_policy)"
+    if problem.startswith("Unschedulable"):
+        return "no node fits: relax node_selector/requests, add tolerations, or add nodes"
+    if problem.startswith("still Pending"):
+        return "raise startup_timeout, or look at `kubectl describe pod` for what it waits for"
+    return "look at `kubectl describe pod` and the cluster's events"
+
+
+def describe_error(exc: BaseException) -> str:
+    """Short text of an API error for logs."""
+    return message_of(exc)

@@ -1,0 +1,80 @@
+"""The ``sh`` program a one-shot command runs under, and the environment line it reads.
+
+The exec API has no environment parameter, and an exec's argv is visible in the API
+server's audit log and in ``/proc/*/cmdline``: environment values must not go there. So
+every command's exec reads ONE line from its stdin first, an ``export`` script for the
+environment (:func:`env_line`), evaluates it, and only then runs the command, whose stdin
+is what follows on the stream. Argv: ``$1`` exec id (exported as ``ENVLAYER_EXEC_ID``,
+the kill script's marker), ``$2`` working directory, ``$3`` mode, ``$4`` stdin length,
+``$5...`` the command (a string, or the argv words):
+
+* ``s``/``a``: no stdin (the command reads ``/dev/null``);
+* ``S``/``A``: stdin follows and the client closes it (v5);
+* ``H``/``B``: stdin follows but cannot be closed (v4): ``head -c LENGTH`` bounds it, so
+  the command still sees EOF after exactly the data.
+
+``read`` takes the line byte by byte on a pipe (POSIX), so it never eats the command's
+stdin. The wrapper's exit status is the command's; 126 for a missing working directory.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping, Sequence
+
+from envlayer.proctree import EXEC_ID_VAR
+
+ONESHOT = (
+    f"{EXEC_ID_VAR}=$1; export {EXEC_ID_VAR}; __el_d=$2; __el_m=$3; __el_n=$4; shift 4\n"
+    "IFS= read -r __el_env || exit 125\n"
+    'eval "$__el_env"; unset __el_env\n'
+    'cd -- "$__el_d" 2>/dev/null || { printf \'envlayer: working directory does not exist: %s\\n\' "$__el_d" >&2; '
+    "exit 126; }\n"
+    "case $__el_m in\n"
+    '  s) eval "$1" </dev/null;;\n'
+    '  S) eval "$1";;\n'
+    '  H) head -c "$__el_n" | eval "$1";;\n'
+    '  a) "$@" </dev/null;;\n'
+    '  A) "$@";;\n'
+    '  B) head -c "$__el_n" | "$@";;\n'
+    "esac\n"
+)
+
+
+def env_line(env: Mapping[str, str]) -> bytes:
+    """One line of ``sh`` that exports ``env``. Values with newlines are rebuilt by
+    ``printf %b`` from escapes, so the line never contains a raw newline. Raises
+    ``ValueError`` for a NUL byte in a value (no environment can hold one)."""
+    parts = []
+    for name in sorted(env):
+        value = env[name]
+        if "\0" in value:
+            raise ValueError(f"environment variable {name} contains a NUL byte")
+        if "\n" in value or "\r" in value:
+            escaped = value.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+            parts.append(f"{name}=$(printf '%bx' {shlex.quote(escaped)}); {name}=${{{name}%x}}; export {name};")
+        else:
+            parts.append(f"{name}={shlex.quote(value)}; export {name};")
+    return (" ".join(parts) + "\n").encode("utf-8", "surrogateescape")
+
+
+def oneshot_argv(
+    shell: str, command: str | Sequence[str], *, exec_id: str, cwd: str, stdin: int | None, closable: bool
+) -> list[str]:
+    """The exec argv of a one-shot command. ``stdin`` is the byte count that follows the
+    environment line (None: no stdin); ``closable`` says the client can close stdin (v5)."""
+    shell_string = isinstance(command, str)
+    if stdin is None:
+        mode = "s" if shell_string else "a"
+    elif closable:
+        mode = "S" if shell_string else "A"
+    else:
+        mode = "H" if shell_string else "B"
+    words = [command] if isinstance(command, str) else [str(a) for a in command]
+    return [shell, "-c", ONESHOT, "envlayer", exec_id, cwd, mode, str(stdin or 0), *words]
+
+
+def bounded_stdin_argv(shell: str, argv: list[str], length: int) -> list[str]:
+    """``argv`` made to read exactly ``length`` bytes of stdin and then see EOF, for a
+    stream whose stdin cannot be closed (v4, or a protocol not known yet)."""
+    return [shell, "-c", 'n=$1; shift; head -c "$n" | "$@"', "envlayer-bounded", str(length), *argv]

@@ -1,0 +1,619 @@
+"""A fake Kubernetes API server: the pod subset envlayer uses, each pod a Docker container.
+
+Test code only. Run as a separate process (the tests' conftest starts one per session)::
+
+    python fake_apiserver.py --instance ID --port-file PATH --log PATH [--protocols v4.channel.k8s.io]
+
+It serves, on 127.0.0.1 and a free port (written to ``--port-file`` once listening):
+
+* ``GET /version``;
+* ``POST/GET /api/v1/namespaces/{ns}/pods`` (create; list with ``labelSelector``);
+* ``GET/DELETE /api/v1/namespaces/{ns}/pods/{name}``;
+* ``GET /api/v1/namespaces/{ns}/pods/{name}/exec`` as a websocket speaking
+  ``v5.channel.k8s.io`` and ``v4.channel.k8s.io`` (``--protocols`` restricts the list).
+
+Every request is appended to ``--log`` as one JSON line ``{"method", "route", "status",
+"path", "query"}`` where ``route`` is the route template, or ``"UNKNOWN"`` for a route it does not
+serve (answered 404), so tests can assert exactly which routes a client used.
+
+Its assumptions (where a real cluster differs) are written in ``FAKE_APISERVER.md`` next
+to this file. Docker containers it makes carry the label ``envlayer-fake-apiserver=<ID>``;
+it removes them on SIGTERM, and the conftest removes any left over by label as well.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import signal
+import socket
+import sys
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import docker
+from aiohttp import WSMsgType, web
+from docker.errors import ImageNotFound, NotFound
+
+FAKE_LABEL = "envlayer-fake-apiserver"
+NODE_NAME = "fake-node"
+NODE_LABELS = {"kubernetes.io/hostname": NODE_NAME, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"}
+V5, V4 = "v5.channel.k8s.io", "v4.channel.k8s.io"
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def now_rfc3339(ts: float | None = None) -> str:
+    return datetime.fromtimestamp(time.time() if ts is None else ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def status_body(code: int, reason: str, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
+    if details:
+        body["details"] = details
+    return body
+
+
+def error(code: int, reason: str, message: str, details: dict[str, Any] | None = None) -> web.Response:
+    return web.json_response(status_body(code, reason, message, details), status=code)
+
+
+def valid_label_key(key: str) -> bool:
+    prefix, _, name = key.rpartition("/")
+    if prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
+        return False
+    return 0 < len(name) <= 63 and bool(_LABEL_NAME.match(name))
+
+
+def labels_problem(labels: dict[str, Any]) -> str | None:
+    for key, value in labels.items():
+        if not valid_label_key(key):
+            return f"metadata.labels: Invalid value: {key!r}: name part must consist of alphanumeric characters"
+        if not isinstance(value, str) or len(value) > 63 or not _LABEL_VALUE.match(value):
+            return f"metadata.labels: Invalid value: {value!r}: a valid label must be 63 characters or less"
+    return None
+
+
+# --- label selectors ----------------------------------------------------------------
+
+
+def split_selector(text: str) -> list[str]:
+    """Split a selector on commas that are not inside ``( )``."""
+    parts, depth, cur = [], 0, ""
+    for ch in text:
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    if cur.strip():
+        parts.append(cur.strip())
+    return parts
+
+
+def selector_matches(selector: str, labels: dict[str, str]) -> bool:
+    """Equality (``=``, ``==``, ``!=``), existence (``k``, ``!k``) and set (``in``,
+    ``notin``) requirements, all of which must hold. Raises ValueError on bad syntax."""
+    for req in split_selector(selector):
+        m = re.fullmatch(r"(\S+)\s+(in|notin)\s+\(([^)]*)\)", req)
+        if m:
+            key, op, values = m.group(1), m.group(2), {v.strip() for v in m.group(3).split(",")}
+            inside = key in labels and labels[key] in values
+            if (op == "in") != inside:
+                return False
+            continue
+        m = re.fullmatch(r"([^=!\s]+)\s*(==|=|!=)\s*(\S*)", req)
+        if m:
+            key, op, value = m.groups()
+            if op == "!=":
+                if labels.get(key) == value:
+                    return False
+            elif labels.get(key) != value:
+                return False
+            continue
+        if req.startswith("!") and valid_label_key(req[1:]):
+            if req[1:] in labels:
+                return False
+            continue
+        if valid_label_key(req):
+            if req not in labels:
+                return False
+            continue
+        raise ValueError(f"unable to parse requirement: {req!r}")
+    return True
+
+
+# --- pods -------------------------------------------------------------------------------
+
+
+@dataclass
+class Pod:
+    namespace: str
+    manifest: dict[str, Any]
+    uid: str = field(default_factory=lambda: str(uuid.uuid4()))
+    created: float = field(default_factory=time.time)
+    phase: str = "Pending"
+    reason: str = ""
+    message: str = ""
+    waiting_reason: str = "ContainerCreating"
+    waiting_message: str = ""
+    unschedulable: str = ""
+    container_id: str | None = None
+    started: float | None = None
+    finished: float | None = None
+    exit_code: int | None = None
+    deleting: float | None = None
+    resource_version: int = 1
+
+    @property
+    def name(self) -> str:
+        return self.manifest["metadata"]["name"]
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        return self.manifest["spec"]
+
+    def container(self) -> dict[str, Any]:
+        return self.spec["containers"][0]
+
+    def to_json(self) -> dict[str, Any]:
+        meta = dict(self.manifest.get("metadata") or {})
+        meta.update(
+            {
+                "namespace": self.namespace,
+                "uid": self.uid,
+                "resourceVersion": str(self.resource_version),
+                "creationTimestamp": now_rfc3339(self.created),
+            }
+        )
+        if self.deleting is not None:
+            meta["deletionTimestamp"] = now_rfc3339(self.deleting)
+            meta["deletionGracePeriodSeconds"] = 0
+        spec = dict(self.spec)
+        if not self.unschedulable:
+            spec["nodeName"] = NODE_NAME
+        c = self.container()
+        state: dict[str, Any]
+        if self.phase == "Running":
+            state = {"running": {"startedAt": now_rfc3339(self.started)}}
+        elif self.phase in ("Succeeded", "Failed") and self.started is not None:
+            state = {
+                "terminated": {
+                    "exitCode": self.exit_code if self.exit_code is not None else 137,
+                    "reason": self.reason or ("Completed" if self.exit_code == 0 else "Error"),
+                    "startedAt": now_rfc3339(self.started),
+                    "finishedAt": now_rfc3339(self.finished),
+                }
+            }
+        else:
+            state = {"waiting": {"reason": self.waiting_reason, "message": self.waiting_message}}
+        status: dict[str, Any] = {"phase": self.phase, "startTime": now_rfc3339(self.created)}
+        if self.reason:
+            status["reason"] = self.reason
+        if self.message:
+            status["message"] = self.message
+        if self.unschedulable:
+            status["conditions"] = [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": self.unschedulable,
+                    "lastTransitionTime": now_rfc3339(self.created),
+                }
+            ]
+        else:
+            status["conditions"] = [
+                {"type": "PodScheduled", "status": "True", "lastTransitionTime": now_rfc3339(self.created)},
+                {
+                    "type": "Ready",
+                    "status": "True" if self.phase == "Running" else "False",
+                    "lastTransitionTime": now_rfc3339(self.started or self.created),
+                },
+            ]
+            status["containerStatuses"] = [
+                {
+                    "name": c["name"],
+                    "image": c["image"],
+                    "imageID": "",
+                    "ready": self.phase == "Running",
+                    "restartCount": 0,
+                    "started": self.phase == "Running",
+                    "state": state,
+                }
+            ]
+        return {"kind": "Pod", "apiVersion": "v1", "metadata": meta, "spec": spec, "status": status}
+
+
+class FakeCluster:
+    """Pods in memory, containers in Docker. All state changes happen on the event loop."""
+
+    def __init__(self, instance: str, protocols: list[str], log_path: str) -> None:
+        self.instance = instance
+        self.protocols = protocols
+        self.pods: dict[tuple[str, str], Pod] = {}
+        self.docker = docker.APIClient(version="auto", timeout=120, **docker.utils.kwargs_from_env())
+        self.log = open(log_path, "a", buffering=1)  # noqa: SIM115 - lives as long as the server
+
+    async def blocking(self, fn: Any, *args: Any, **kw: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(None, lambda: fn(*args, **kw))
+
+    # --- lifecycle of one pod ----------------------------------------------------
+
+    async def start_pod(self, pod: Pod) -> None:
+        c = pod.container()
+        if pod.spec.get("nodeSelector"):
+            wrong = {k: v for k, v in pod.spec["nodeSelector"].items() if NODE_LABELS.get(k) != v}
+            if wrong:
+                pod.unschedulable = "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector."
+                pod.resource_version += 1
+                return
+        try:
+            await self.blocking(self.docker.inspect_image, c["image"])
+        except ImageNotFound:
+            pod.waiting_reason = "ErrImagePull"
+            pod.waiting_message = f'rpc error: code = NotFound desc = failed to pull image "{c["image"]}": not found'
+            pod.resource_version += 1
+            await asyncio.sleep(0.5)
+            if pod.deleting is None:
+                pod.waiting_reason = "ImagePullBackOff"
+                pod.waiting_message = f'Back-off pulling image "{c["image"]}"'
+                pod.resource_version += 1
+            return
+        delay = float((pod.manifest["metadata"].get("annotations") or {}).get("fake.envlayer/pending-seconds", 0))
+        if delay:
+            await asyncio.sleep(delay)
+        env = {e["name"]: e.get("value", "") for e in c.get("env") or []}
+        argv = list(c.get("command") or []) + list(c.get("args") or [])
+        try:
+            created = await self.blocking(
+                self.docker.create_container,
+                c["image"],
+                command=argv or None,
+                environment=env,
+                working_dir=c.get("workingDir") or None,
+                labels={FAKE_LABEL: self.instance, "envlayer-fake-pod": f"{pod.namespace}.{pod.name}"},
+                name=f"fakek8s-{self.instance}-{pod.namespace}-{pod.name}"[:200],
+                host_config=self.docker.create_host_config(network_mode="none"),
+            )
+            pod.container_id = created["Id"]
+            if pod.deleting is not None:
+                return
+            await self.blocking(self.docker.start, created["Id"])
+        except Exception as exc:
+            pod.waiting_reason = "CreateContainerError"
+            pod.waiting_message = str(exc)[:300]
+            pod.resource_version += 1
+            return
+        pod.phase, pod.started = "Running", time.time()
+        pod.resource_version += 1
+        deadline = pod.spec.get("activeDeadlineSeconds")
+        if deadline:
+            asyncio.get_running_loop().create_task(self.enforce_deadline(pod, float(deadline)))
+
+    async def enforce_deadline(self, pod: Pod, seconds: float) -> None:
+        await asyncio.sleep(max(pod.created + seconds - time.time(), 0))
+        if self.pods.get((pod.namespace, pod.name)) is not pod or pod.phase != "Running":
+            return
+        pod.phase, pod.reason = "Failed", "DeadlineExceeded"
+        pod.message = f"Pod was active on the node longer than the specified deadline ({int(seconds)}s)"
+        pod.finished, pod.exit_code = time.time(), 137
+        pod.resource_version += 1
+        await self.remove_container(pod)
+
+    async def refresh(self, pod: Pod) -> None:
+        """A Running pod whose container stopped becomes Succeeded/Failed (restartPolicy Never)."""
+        if pod.phase != "Running" or pod.container_id is None:
+            return
+        try:
+            info = await self.blocking(self.docker.inspect_container, pod.container_id)
+            state = info.get("State") or {}
+        except NotFound:
+            state = {"Running": False, "ExitCode": 137}
+        if not state.get("Running", False) and pod.phase == "Running":
+            code = int(state.get("ExitCode", 137))
+            pod.phase = "Succeeded" if code == 0 else "Failed"
+            pod.finished, pod.exit_code = time.time(), code
+            pod.resource_version += 1
+
+    async def remove_container(self, pod: Pod) -> None:
+        if pod.container_id is None:
+            return
+        try:
+            await self.blocking(self.docker.remove_container, pod.container_id, force=True, v=True)
+        except NotFound:
+            pass
+        except Exception as exc:
+            print(f"fake-apiserver: removing {pod.container_id[:12]}: {exc!r}", file=sys.stderr)
+
+    async def delete_pod(self, pod: Pod) -> None:
+        await self.remove_container(pod)
+        await asyncio.sleep(0.05)
+        if self.pods.get((pod.namespace, pod.name)) is pod:
+            del self.pods[(pod.namespace, pod.name)]
+
+    def remove_all_containers(self) -> None:
+        for summary in self.docker.containers(all=True, filters={"label": f"{FAKE_LABEL}={self.instance}"}):
+            try:
+                self.docker.remove_container(summary["Id"], force=True, v=True)
+            except Exception:
+                pass
+
+    # --- HTTP handlers -------------------------------------------------------------------
+
+    async def version(self, request: web.Request) -> web.Response:
+        return web.json_response(
+            {"major": "1", "minor": "31", "gitVersion": "v1.31.0-envlayer-fake", "platform": "linux/amd64"}
+        )
+
+    async def create(self, request: web.Request) -> web.Response:
+        ns = request.match_info["ns"]
+        try:
+            body = await request.json()
+        except ValueError:
+            return error(400, "BadRequest", "the request body is not JSON")
+        meta = body.get("metadata") or {}
+        name = meta.get("name") or ""
+        if not name or len(name) > 63 or not _DNS_LABEL.match(name):
+            return error(422, "Invalid", f'Pod "{name}" is invalid: metadata.name: Invalid value: "{name}"')
+        problem = labels_problem(meta.get("labels") or {})
+        if problem:
+            return error(422, "Invalid", f'Pod "{name}" is invalid: {problem}')
+        containers = (body.get("spec") or {}).get("containers") or []
+        if not containers or not containers[0].get("image") or not containers[0].get("name"):
+            return error(422, "Invalid", f'Pod "{name}" is invalid: spec.containers: Required value')
+        if (ns, name) in self.pods:
+            return error(409, "AlreadyExists", f'pods "{name}" already exists', {"name": name, "kind": "pods"})
+        pod = Pod(namespace=ns, manifest=body)
+        self.pods[(ns, name)] = pod
+        asyncio.get_running_loop().create_task(self.start_pod(pod))
+        return web.json_response(pod.to_json(), status=201)
+
+    async def read(self, request: web.Request) -> web.Response:
+        ns, name = request.match_info["ns"], request.match_info["name"]
+        pod = self.pods.get((ns, name))
+        if pod is None:
+            return error(404, "NotFound", f'pods "{name}" not found', {"name": name, "kind": "pods"})
+        await self.refresh(pod)
+        return web.json_response(pod.to_json())
+
+    async def list(self, request: web.Request) -> web.Response:
+        ns = request.match_info["ns"]
+        selector = request.query.get("labelSelector", "")
+        items = []
+        try:
+            for (pod_ns, _), pod in list(self.pods.items()):
+                labels = pod.manifest["metadata"].get("labels") or {}
+                if pod_ns == ns and (not selector or selector_matches(selector, labels)):
+                    items.append(pod)
+        except ValueError as exc:
+            return error(400, "BadRequest", str(exc))
+        for pod in items:
+            await self.refresh(pod)
+        limit = int(request.query.get("limit", "0") or 0)
+        if limit:
+            items = items[:limit]
+        return web.json_response(
+            {
+                "kind": "PodList",
+                "apiVersion": "v1",
+                "metadata": {"resourceVersion": "1"},
+                "items": [p.to_json() for p in items],
+            }
+        )
+
+    async def delete(self, request: web.Request) -> web.Response:
+        ns, name = request.match_info["ns"], request.match_info["name"]
+        pod = self.pods.get((ns, name))
+        if pod is None or pod.deleting is not None:
+            return error(404, "NotFound", f'pods "{name}" not found', {"name": name, "kind": "pods"})
+        pod.deleting = time.time()
+        pod.resource_version += 1
+        asyncio.get_running_loop().create_task(self.delete_pod(pod))
+        return web.json_response(pod.to_json())
+
+    async def exec(self, request: web.Request) -> web.StreamResponse:
+        ns, name = request.match_info["ns"], request.match_info["name"]
+        pod = self.pods.get((ns, name))
+        if pod is None:
+            return error(404, "NotFound", f'pods "{name}" not found', {"name": name, "kind": "pods"})
+        await self.refresh(pod)
+        if pod.phase != "Running" or pod.container_id is None or pod.deleting is not None:
+            return error(400, "BadRequest", f"container sandbox is not valid for pod {name}: pod is {pod.phase}")
+        command = request.query.getall("command", [])
+        if not command:
+            return error(400, "BadRequest", "you must specify at least 1 command")
+        want_stdin = request.query.get("stdin") == "true"
+        offered = [p.strip() for p in request.headers.get("Sec-WebSocket-Protocol", "").split(",") if p.strip()]
+        if not any(p in self.protocols for p in offered):
+            return error(400, "BadRequest", f"none of the offered subprotocols {offered} is supported")
+        try:
+            eid = (
+                await self.blocking(
+                    self.docker.exec_create,
+                    pod.container_id,
+                    command,
+                    stdin=want_stdin,
+                    stdout=True,
+                    stderr=True,
+                    tty=False,
+                )
+            )["Id"]
+            attached = await self.blocking(self.docker.exec_start, eid, socket=True)
+        except Exception as exc:
+            return error(500, "InternalError", f"exec failed: {exc}")
+        sock: socket.socket = getattr(attached, "_sock", attached)
+        ws = web.WebSocketResponse(protocols=[p for p in self.protocols if p in offered], max_msg_size=0)
+        await ws.prepare(request)
+        try:
+            await self.bridge(ws, sock, eid, want_stdin, pod)
+        finally:
+            sock.close()
+            attached.close()
+        return ws
+
+    async def bridge(
+        self, ws: web.WebSocketResponse, sock: socket.socket, eid: str, want_stdin: bool, pod: Pod
+    ) -> None:
+        """Docker's multiplexed exec stream <-> the channel websocket. Closing the
+        websocket closes the exec's streams only: the process is not killed."""
+        loop = asyncio.get_running_loop()
+        sock.setblocking(False)
+        v5 = ws.ws_protocol == V5
+
+        async def from_client() -> None:
+            async for msg in ws:
+                if msg.type != WSMsgType.BINARY or not msg.data:
+                    continue
+                channel, payload = msg.data[0], msg.data[1:]
+                if channel == 0 and want_stdin and payload:
+                    await loop.sock_sendall(sock, payload)
+                elif channel == 255 and v5 and payload[:1] == b"\x00":
+                    try:
+                        sock.shutdown(socket.SHUT_WR)
+                    except OSError:
+                        pass
+
+        reader = loop.create_task(from_client())
+        buf = bytearray()
+        try:
+            while True:
+                data = await loop.sock_recv(sock, 262144)
+                if not data:
+                    break
+                buf += data
+                while len(buf) >= 8:
+                    size = int.from_bytes(buf[4:8], "big")
+                    if len(buf) < 8 + size:
+                        break
+                    stream, payload = buf[0], bytes(buf[8 : 8 + size])
+                    del buf[: 8 + size]
+                    if stream in (1, 2) and payload and not ws.closed:
+                        await ws.send_bytes(bytes([stream]) + payload)
+        except (ConnectionError, OSError):
+            pass
+        if not ws.closed:
+            code = await self.exec_exit_code(eid, pod)
+            if code is not None:
+                await ws.send_bytes(b"\x03" + json.dumps(exit_status(code)).encode())
+            await ws.close()
+        reader.cancel()
+
+    async def exec_exit_code(self, eid: str, pod: Pod) -> int | None:
+        """The exec's exit code; None (no status: the stream just closes, as when a
+        kubelet loses the container) when the container is gone or was stopped."""
+        for _ in range(200):
+            try:
+                info = await self.blocking(self.docker.exec_inspect, eid)
+            except NotFound:
+                return None
+            if not info.get("Running"):
+                await self.refresh(pod)
+                gone = pod.phase != "Running" or pod.deleting is not None
+                return None if gone else info.get("ExitCode")
+            await asyncio.sleep(0.01)
+        return None
+
+
+def exit_status(code: int) -> dict[str, Any]:
+    if code == 0:
+        return {"metadata": {}, "status": "Success"}
+    return {
+        "metadata": {},
+        "status": "Failure",
+        "message": f"command terminated with non-zero exit code: exit status {code}",
+        "reason": "NonZeroExitCode",
+        "details": {"causes": [{"reason": "ExitCode", "message": str(code)}]},
+    }
+
+
+def build_app(cluster: FakeCluster) -> web.Application:
+    routes = [
+        ("GET", "/version", cluster.version),
+        ("GET", "/api/v1/namespaces/{ns}/pods", cluster.list),
+        ("POST", "/api/v1/namespaces/{ns}/pods", cluster.create),
+        ("GET", "/api/v1/namespaces/{ns}/pods/{name}", cluster.read),
+        ("DELETE", "/api/v1/namespaces/{ns}/pods/{name}", cluster.delete),
+        ("GET", "/api/v1/namespaces/{ns}/pods/{name}/exec", cluster.exec),
+    ]
+
+    @web.middleware
+    async def record(request: web.Request, handler: Any) -> web.StreamResponse:
+        resource = request.match_info.route.resource
+        template = resource.canonical if resource is not None else "UNKNOWN"
+        if resource is None:
+            response: web.StreamResponse = error(
+                404, "NotFound", f"the server could not find the requested resource ({request.path})"
+            )
+            print(f"fake-apiserver: UNKNOWN route {request.method} {request.path_qs}", file=sys.stderr, flush=True)
+        else:
+            response = await handler(request)
+        entry = {
+            "method": request.method,
+            "route": template,
+            "status": response.status,
+            "path": request.path,
+            "query": request.query_string,
+        }
+        cluster.log.write(json.dumps(entry) + "\n")
+        return response
+
+    app = web.Application(middlewares=[record], client_max_size=1 << 26)
+    for method, path, handler in routes:
+        app.router.add_route(method, path, handler)
+    return app
+
+
+async def serve(args: argparse.Namespace) -> None:
+    loop = asyncio.get_running_loop()
+    loop.set_default_executor(ThreadPoolExecutor(max_workers=48, thread_name_prefix="fake-docker"))
+    cluster = FakeCluster(args.instance, args.protocols.split(","), args.log)
+    runner = web.AppRunner(build_app(cluster), handle_signals=False, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    tmp = args.port_file + ".tmp"
+    with open(tmp, "w") as fh:
+        fh.write(str(port))
+    os.replace(tmp, args.port_file)
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await cluster.blocking(cluster.remove_all_containers)
+    await runner.cleanup()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--instance", required=True)
+    parser.add_argument("--port-file", required=True)
+    parser.add_argument("--log", required=True)
+    parser.add_argument("--protocols", default=f"{V5},{V4}")
+    asyncio.run(serve(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    main()

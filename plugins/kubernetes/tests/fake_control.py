@@ -1,0 +1,233 @@
+"""Starting and stopping the fake API server (``fake_apiserver.py``) from tests and
+benchmarks: a separate process on a free loopback port, a kubeconfig pointing at it, the
+routes it served; stopped by PID (SIGTERM, then SIGKILL), its containers removed by label.
+
+Also the multi-process scale run shared by the scale test and ``benchmarks/kubernetes_scale.py``.
+
+Loaded by file path (``importlib``, from conftest and the benchmark): the tests directory
+is not a package.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+IMAGE = os.environ.get("ENVLAYER_TEST_IMAGE", "envlayer-test:busybox")
+NAMESPACE = "envlayer-test"
+SERVER = Path(__file__).with_name("fake_apiserver.py")
+FAKE_LABEL = "envlayer-fake-apiserver"
+
+
+def docker_problem() -> str | None:
+    """Why the fake cannot run here (no daemon, no image), or None."""
+    try:
+        import docker
+        from docker.errors import ImageNotFound
+
+        api = docker.APIClient(version="auto", timeout=10, **docker.utils.kwargs_from_env())
+        api.ping()
+    except Exception as exc:
+        return f"no Docker daemon answers ({type(exc).__name__}: {str(exc)[:200]})"
+    try:
+        api.inspect_image(IMAGE)
+    except ImageNotFound:
+        return f"the test image {IMAGE} is missing"
+    return None
+
+
+@dataclass
+class FakeApiServer:
+    """A running fake API server process."""
+
+    proc: subprocess.Popen[bytes]
+    instance: str
+    port: int
+    kubeconfig: str
+    log_path: str
+    stderr_path: str
+
+    def routes(self) -> list[dict[str, Any]]:
+        """Every request served so far: ``{"method", "route", "status", "path"}``."""
+        with open(self.log_path) as fh:
+            return [json.loads(line) for line in fh if line.strip()]
+
+    def route_set(self) -> set[tuple[str, str]]:
+        return {(r["method"], r["route"]) for r in self.routes()}
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        remove_containers(self.instance)
+
+
+def remove_containers(instance: str) -> list[str]:
+    """Force-remove every container made by the fake ``instance``."""
+    import docker
+
+    api = docker.APIClient(version="auto", timeout=60, **docker.utils.kwargs_from_env())
+    removed = []
+    for summary in api.containers(all=True, filters={"label": f"{FAKE_LABEL}={instance}"}):
+        try:
+            api.remove_container(summary["Id"], force=True, v=True)
+            removed.append(summary["Id"][:12])
+        except Exception:
+            pass
+    return removed
+
+
+def write_kubeconfig(path: str, port: int, namespace: str) -> None:
+    text = textwrap.dedent(
+        f"""\
+        apiVersion: v1
+        kind: Config
+        clusters:
+        - name: fake
+          cluster:
+            server: http://127.0.0.1:{port}
+        users:
+        - name: fake
+          user:
+            token: fake-token
+        contexts:
+        - name: fake
+          context:
+            cluster: fake
+            user: fake
+            namespace: {namespace}
+        - name: other-namespace
+          context:
+            cluster: fake
+            user: fake
+            namespace: {namespace}-other
+        current-context: fake
+        """
+    )
+    with open(path, "w") as fh:
+        fh.write(text)
+
+
+def start_fake(workdir: str, *, protocols: str | None = None) -> FakeApiServer:
+    """Start a fake API server process; wait until it listens (up to 30 s)."""
+    instance = uuid.uuid4().hex[:10]
+    port_file = os.path.join(workdir, f"port-{instance}")
+    log_path = os.path.join(workdir, f"routes-{instance}.jsonl")
+    stderr_path = os.path.join(workdir, f"stderr-{instance}.log")
+    argv = [sys.executable, str(SERVER), "--instance", instance, "--port-file", port_file, "--log", log_path]
+    if protocols:
+        argv += ["--protocols", protocols]
+    with open(stderr_path, "wb") as err:
+        proc = subprocess.Popen(argv, stdout=err, stderr=err, stdin=subprocess.DEVNULL)
+    end = time.monotonic() + 30
+    while not os.path.exists(port_file):
+        if proc.poll() is not None or time.monotonic() > end:
+            proc.kill()
+            raise RuntimeError(f"the fake API server did not start:\n{Path(stderr_path).read_text()[-2000:]}")
+        time.sleep(0.05)
+    port = int(Path(port_file).read_text())
+    kubeconfig = os.path.join(workdir, f"kubeconfig-{instance}")
+    write_kubeconfig(kubeconfig, port, NAMESPACE)
+    return FakeApiServer(proc, instance, port, kubeconfig, log_path, stderr_path)
+
+
+SCALE_WORKER = """
+import sys, time
+from envlayer_kubernetes.backend import KubernetesEnvironment
+from envlayer_kubernetes.options import KubernetesOptions
+kubeconfig, profile, image, deadline = sys.argv[1:5]
+opts = KubernetesOptions(image=image, kubeconfig=kubeconfig, timeout=60, startup_timeout=120,
+                         active_deadline=int(deadline), exec_mode="oneshot")
+for task in sys.argv[5:]:
+    env = KubernetesEnvironment(opts, task_id=task, profile=profile)
+    echoed = env.exec(["echo", task])
+    assert echoed.stdout.decode() == task + "\\n", (task, echoed)
+    env.write_file("task.txt", task)
+    read = env.read_file("task.txt")
+    assert read == task.encode(), (task, read)
+    env.cleanup()
+print("done", len(sys.argv) - 5)
+"""
+"""Child program of :func:`run_scale`: create, use (exec, write, read) and leave (persist
+mode) the pods of the tasks named on its command line."""
+
+
+@dataclass
+class ScaleRun:
+    """What :func:`run_scale` measured (seconds) and counted."""
+
+    tasks: int
+    processes: int
+    create_and_use: float
+    until_ended: float
+    reap: float
+    until_gone: float
+    reaped: int
+    left: int
+
+
+def run_scale(server: FakeApiServer, profile: str, *, tasks: int, processes: int, deadline: int) -> ScaleRun:
+    """``tasks`` tasks created and used from ``processes`` processes (persist mode, pods
+    with ``active_deadline = deadline``); then wait until every pod has ended, reap them
+    all with ``reap_orphans(max_age=0)`` and wait until none is left."""
+    from envlayer_kubernetes import sweep
+    from envlayer_kubernetes.backend import KubernetesEnvironment
+    from envlayer_kubernetes.client import connect
+    from envlayer_kubernetes.options import KubernetesOptions
+
+    names = [f"scale-{i:03d}" for i in range(tasks)]
+    shares = [names[i::processes] for i in range(processes)]
+    start = time.monotonic()
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", SCALE_WORKER, server.kubeconfig, profile, IMAGE, str(deadline), *share],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for share in shares
+        if share
+    ]
+    failures = []
+    for child in children:
+        _, err = child.communicate(timeout=1800)
+        if child.returncode != 0:
+            failures.append(err[-2000:])
+    if failures:
+        raise AssertionError("scale workers failed:\n" + "\n".join(failures))
+    created = time.monotonic()
+    opts = KubernetesOptions(image=IMAGE, kubeconfig=server.kubeconfig)
+    cluster = connect(opts)
+    while any(p.status.phase == "Running" for p in sweep.list_managed(cluster, opts, profile=profile)):
+        time.sleep(0.5)
+    ended = time.monotonic()
+    reaped = KubernetesEnvironment.reap_orphans(profile=profile, max_age=0, dry_run=False, options=opts)
+    reaped_at = time.monotonic()
+    left = sweep.list_managed(cluster, opts, profile=profile)
+    give_up = time.monotonic() + 120
+    while left and time.monotonic() < give_up:
+        time.sleep(0.2)
+        left = sweep.list_managed(cluster, opts, profile=profile)
+    return ScaleRun(
+        tasks=tasks,
+        processes=processes,
+        create_and_use=created - start,
+        until_ended=ended - created,
+        reap=reaped_at - ended,
+        until_gone=time.monotonic() - reaped_at,
+        reaped=len(reaped),
+        left=len(left),
+    )

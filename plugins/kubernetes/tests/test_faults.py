@@ -1,0 +1,95 @@
+"""Hostile conditions against the fake API server: an API server that vanishes mid-command
+or is not there at all, output floods without newlines, concurrent commands on one
+environment. Each must give its documented result: never a hang, never a traceback."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from envlayer.errors import BackendUnavailable
+
+
+@pytest.fixture
+def own_fake(fake_workdir: str, control: Any) -> Iterator[Any]:
+    """A private fake API server this test may kill."""
+    server = control.start_fake(fake_workdir)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_api_server_vanishing_mid_command_raises_not_hangs(own_fake: Any, options: Any, profile: str) -> None:
+    from envlayer_kubernetes.backend import KubernetesEnvironment
+
+    env = KubernetesEnvironment(options(kubeconfig=own_fake.kubeconfig), task_id="vanish", profile=profile)
+    assert env.exec("echo up").stdout == b"up\n"
+    killer = threading.Timer(1.0, own_fake.proc.kill)
+    killer.start()
+    start = time.monotonic()
+    with pytest.raises(BackendUnavailable, match="NOT re-run"):
+        env.exec("echo started; sleep 60", timeout=120)
+    assert time.monotonic() - start < 30
+    with pytest.raises(BackendUnavailable, match="cannot reach the Kubernetes API"):
+        env.exec("echo again")
+
+
+def test_unreachable_api_server_is_a_clear_error(options: Any, tmp_path: Any, control: Any, profile: str) -> None:
+    from envlayer_kubernetes.backend import KubernetesEnvironment
+
+    kubeconfig = str(tmp_path / "kubeconfig")
+    control.write_kubeconfig(kubeconfig, 9, "envlayer-test")  # port 9 (discard): nothing listens
+    with pytest.raises(BackendUnavailable) as info:
+        KubernetesEnvironment(options(kubeconfig=kubeconfig, api_timeout=5), task_id="x", profile=profile)
+    assert "cannot reach the Kubernetes API" in str(info.value) and "kubectl cluster-info" in str(info.value)
+
+
+def test_unknown_context_is_a_clear_error(options: Any, profile: str) -> None:
+    from envlayer_kubernetes.backend import KubernetesEnvironment
+
+    with pytest.raises(BackendUnavailable, match="cannot load the Kubernetes configuration"):
+        KubernetesEnvironment(options(context="no-such-context"), task_id="x", profile=profile)
+
+
+def test_flood_without_newlines_is_capped_with_exact_totals(make_env: Any) -> None:
+    env = make_env(max_output_bytes=100_000)
+    result = env.exec("head -c 20000000 /dev/zero | tr '\\0' x; head -c 3000000 /dev/zero >&2", timeout=120)
+    assert result.exit_code == 0
+    assert result.stdout_truncation is not None and result.stdout_truncation.total == 20_000_000
+    assert result.stderr_truncation is not None and result.stderr_truncation.total == 3_000_000
+    assert len(result.stdout) < 100_200 and result.stdout.startswith(b"xxx") and result.stdout.endswith(b"xxx")
+
+
+def test_flood_interrupted_by_timeout_keeps_partial_output(make_env: Any) -> None:
+    env = make_env(max_output_bytes=50_000)
+    result = env.exec("while :; do printf 'yyyyyyyyyyyyyyyy'; done", timeout=2)
+    assert result.timed_out and result.exit_code == 124
+    assert result.stdout_truncation is not None and result.stdout.startswith(b"yyyy")
+    assert env.exec("echo calm").stdout == b"calm\n"
+
+
+def test_concurrent_commands_on_one_environment(make_env: Any) -> None:
+    env = make_env()
+    results: dict[int, Any] = {}
+
+    def run(i: int) -> None:
+        results[i] = env.exec(f"echo {i}; sleep 0.5", stdin=f"in-{i}", env={"N": str(i)})
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert {i: r.stdout for i, r in results.items()} == {i: f"{i}\n".encode() for i in range(8)}
+
+
+def test_empty_argv_is_refused(make_env: Any) -> None:
+    env = make_env(task=f"argv-{uuid.uuid4().hex[:6]}")
+    with pytest.raises(ValueError):
+        env.exec([])

@@ -1,0 +1,196 @@
+"""Unit tests of the Kubernetes plugin's own logic (no cluster needed), plus the import
+rule (listing backends imports no part of the client) and ``envlayer doctor``."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+from envlayer_kubernetes import naming, wrapper
+from envlayer_kubernetes.options import LABEL_VALUE, KubernetesOptions
+
+from envlayer.errors import ConfigError
+from envlayer.options import build_options
+
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "",
+        "unknown",
+        "plain",
+        "Team/Alpha: task",
+        "-lead",
+        "trail_",
+        "x" * 80,
+        "naïve ☃",
+        "h0123456789ab",
+        "a.h0123456789ab",
+    ],
+)
+def test_label_values_are_valid_kubernetes_label_values(value: str) -> None:
+    out = naming.label_value(value)
+    assert len(out) <= 63 and LABEL_VALUE.match(out), out
+
+
+def test_label_values_are_kept_when_clean_and_never_collide() -> None:
+    assert naming.label_value("build-42") == "build-42"
+    values = ["a/b", "a_b", "a b", "", "unknown", "h0123456789ab", "x" * 70, "x" * 71, "-a", "a-"]
+    outs = [naming.label_value(v) for v in values]
+    assert len(set(outs)) == len(values), outs
+
+
+@pytest.mark.parametrize(
+    ("profile", "task"),
+    [("default", "default"), ("P" * 100, "T" * 100), ("---", "..."), ("ünïcode", "ta/sk:1"), ("a", "")],
+)
+def test_pod_names_are_dns_labels_and_deterministic(profile: str, task: str) -> None:
+    name = naming.pod_name(profile, task)
+    assert len(name) <= 63 and DNS_LABEL.match(name), name
+    assert naming.pod_name(profile, task) == name
+    private = naming.pod_name(profile, task, private=True)
+    assert len(private) <= 63 and DNS_LABEL.match(private) and private != name
+
+
+def test_pod_names_differ_per_profile_and_task() -> None:
+    names = {naming.pod_name(p, t) for p in ("a", "b", "a/b") for t in ("1", "2", "1 ")}
+    assert len(names) == 9
+
+
+def test_selector_is_scoped_to_managed_profile_and_task() -> None:
+    assert naming.selector(profile="p", task="t") == "envlayer/managed=1,envlayer/profile=p,envlayer/task=t"
+    assert naming.selector(profile=None) == "envlayer/managed=1"
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("requests", {"cpu": "lots"}),
+        ("limits", {"Memory!": "1Gi"}),
+        ("node_selector", {"zone": "eu west"}),
+        ("pod_labels", {"envlayer/task": "x"}),
+        ("pod_annotations", {"bad key!": "x"}),
+        ("tolerations", [{"key": "k", "colour": "red"}]),
+        ("tolerations", [{"key": "k", "operator": "Maybe"}]),
+        ("namespace", "Not_A_Namespace"),
+        ("service_account", "UPPER"),
+        ("active_deadline", -1),
+        ("startup_timeout", 0),
+        ("cwd", "relative"),
+        ("forward_env", ["1BAD"]),
+        ("image_pull_policy", "Sometimes"),
+        ("config_source", "magic"),
+    ],
+)
+def test_bad_options_are_config_errors_naming_the_key(key: str, value: Any) -> None:
+    with pytest.raises(ConfigError) as info:
+        build_options(KubernetesOptions, {key: value}, sources={key: "envlayer.toml"})
+    assert info.value.key == key and "envlayer.toml" in str(info.value)
+
+
+def test_options_from_environment_variables() -> None:
+    opts = build_options(
+        KubernetesOptions,
+        {
+            "requests": '{"cpu": "250m"}',
+            "tolerations": '[{"key": "gpu", "operator": "Exists"}]',
+            "active_deadline": "60",
+        },
+        sources={k: f"$ENVLAYER_KUBERNETES_{k.upper()}" for k in ("requests", "tolerations", "active_deadline")},
+    )
+    assert isinstance(opts, KubernetesOptions)
+    assert opts.requests == {"cpu": "250m"} and opts.tolerations == [{"key": "gpu", "operator": "Exists"}]
+    assert opts.active_deadline == 60
+
+
+def test_fingerprint_covers_pod_shape_but_not_per_process_settings() -> None:
+    from envlayer_kubernetes.pods import build_spec
+
+    def fp(**kw: Any) -> str:
+        return build_spec(KubernetesOptions(**kw), profile="p", task="t", persist=True).fingerprint
+
+    base = fp()
+    assert fp(image="other:1") != base
+    assert fp(limits={"memory": "1Gi"}) != base
+    assert fp(pod_annotations={"a": "b"}) != base
+    assert fp(timeout=5, env={"SECRET": "v"}, exec_mode="oneshot", namespace="x", startup_timeout=9) == base
+
+
+def _run_wrapper(
+    command: Any, env: dict[str, str], data: bytes | None, mode_closable: bool
+) -> subprocess.CompletedProcess[bytes]:
+    argv = wrapper.oneshot_argv(
+        "/bin/sh", command, exec_id="e1", cwd="/", stdin=None if data is None else len(data), closable=mode_closable
+    )
+    return subprocess.run(argv, input=wrapper.env_line(env) + (data or b""), capture_output=True, timeout=30)
+
+
+@pytest.mark.parametrize("closable", [True, False])
+def test_wrapper_reads_env_from_stdin_and_passes_the_rest(closable: bool) -> None:
+    env = {"A": "x y'z\"$HOME", "B": "line1\nline2\n", "C": "back\\slash\\n%s"}
+    done = _run_wrapper(
+        'printf "%s|%s|%s|%s" "$A" "$B" "$C" "$ENVLAYER_EXEC_ID"; cat', env, b"payload\x00\xff", closable
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == b"x y'z\"$HOME|line1\nline2\n|back\\slash\\n%s|e1payload\x00\xff"
+
+
+def test_wrapper_argv_and_exit_codes() -> None:
+    assert _run_wrapper(["printf", "%s", "$A; echo no"], {}, None, True).stdout == b"$A; echo no"
+    assert _run_wrapper("exit 42", {}, None, True).returncode == 42
+    assert _run_wrapper("cat", {}, None, True).stdout == b""
+    missing = subprocess.run(
+        wrapper.oneshot_argv("/bin/sh", "true", exec_id="e", cwd="/nonexistent-dir", stdin=None, closable=True),
+        input=b"\n",
+        capture_output=True,
+    )
+    assert missing.returncode == 126 and b"working directory does not exist" in missing.stderr
+
+
+def test_env_line_refuses_nul() -> None:
+    with pytest.raises(ValueError, match="NUL"):
+        wrapper.env_line({"A": "a\0b"})
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        "names = [b.name for b in list_backends()]\nassert 'kubernetes' in names, names\n"
+        "assert 'envlayer_kubernetes' not in sys.modules\n",
+        "assert load_backend('kubernetes').__name__ == 'KubernetesEnvironment'\n",
+    ],
+    ids=["list_backends", "load_backend"],
+)
+def test_listing_and_loading_import_no_part_of_the_client(step: str) -> None:
+    code = (
+        "import sys\n"
+        "from envlayer.registry import list_backends, load_backend\n"
+        + step
+        + "client = ('kubernetes', 'websocket', 'urllib3', 'yaml', 'pydantic', 'requests_oauthlib')\n"
+        "print(','.join(sorted(m for m in sys.modules if m.split('.')[0] in client)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
+DOCTOR = "import sys; from envlayer.cli import main; sys.exit(main(['doctor', '--backend', 'kubernetes']))"
+
+
+def test_doctor_reports_a_missing_configuration_with_a_fix(tmp_path: Any) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KUBE", "ENVLAYER_KUBERNETES"))}
+    env.update(HOME=str(tmp_path), KUBECONFIG=str(tmp_path / "missing"))
+    out = subprocess.run(
+        [sys.executable, "-c", DOCTOR],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert "FAIL kubernetes" in out.stdout and "no Kubernetes configuration" in out.stdout, out.stdout + out.stderr
+    assert "fix: " in out.stdout and "KUBECONFIG" in out.stdout
