@@ -19,6 +19,7 @@ BACKEND_DOCS = {
     "docker": "backends/docker.md",
     "ssh": "backends/ssh.md",
     "kubernetes": "backends/kubernetes.md",
+    "daytona": "backends/daytona.md",
 }
 
 

@@ -339,3 +339,19 @@ def test_missing_key_and_unreachable_api(
         DaytonaEnvironment.check_available(options(api_url=closed))
     assert "cannot reach" in info.value.message and "api_url" in info.value.hint
     DaytonaEnvironment.check_available(options())
+
+
+def test_envlayer_doctor_checks_daytona(fake_daytona: FakeDaytona, tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    base = {**os.environ, "ENVLAYER_DAYTONA_API_URL": fake_daytona.url, "DAYTONA_API_KEY": FAKE_KEY}
+    argv = [sys.executable, "-m", "envlayer.cli", "doctor", "--backend", "daytona", "--json"]
+    ok = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env=base, timeout=120)
+    entry = next(e for e in json.loads(ok.stdout) if e["backend"] == "daytona")
+    assert entry["ok"], entry
+    base.pop("DAYTONA_API_KEY")
+    bad = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env=base, timeout=120)
+    entry = next(e for e in json.loads(bad.stdout) if e["backend"] == "daytona")
+    assert not entry["ok"] and "DAYTONA_API_KEY" in entry["fix"] and bad.returncode == 1
