@@ -73,28 +73,39 @@ class Session:
         self.api = api
         self.container = container
         self.log_dir = f"/tmp/.daytona-fake/{session_id}"
-        ex = api.exec_create(container, ["sh"], stdin=True, stdout=True, stderr=True)
-        self.exec_id = ex["Id"]
-        self.sock = api.exec_start(self.exec_id, socket=True)
-        self.raw = getattr(self.sock, "_sock", self.sock)
         self.commands: dict[str, dict[str, Any]] = {}
         self.lock = threading.Lock()
-        self.alive = True
-        self.write(f"mkdir -p {self.log_dir}\n".encode())
-        threading.Thread(target=self._read, daemon=True).start()
+        for _ in range(3):  # under heavy load a fresh exec's stdin is occasionally closed at once
+            ex = api.exec_create(container, ["sh"], stdin=True, stdout=True, stderr=True)
+            self.exec_id = ex["Id"]
+            self.sock = api.exec_start(self.exec_id, socket=True)
+            self.raw = getattr(self.sock, "_sock", self.sock)
+            self.alive = True
+            ready = {"id": "ready", "command": "", "exitCode": None, "done": threading.Event()}
+            self.commands = {"ready": ready}
+            threading.Thread(target=self._read, args=(self.raw, self.exec_id), daemon=True).start()
+            self.write(f"mkdir -p {self.log_dir}; echo {DONE.decode()} ready $?\n".encode())
+            if ready["done"].wait(30) and ready["exitCode"] == 0 and self.alive:
+                self.commands = {}
+                return
+            print(f"session {session_id}: shell did not answer its first command; starting another", file=sys.stderr)
+            self.close()
+        raise ApiError(500, f"could not start a shell for session {session_id}")
 
     def write(self, data: bytes) -> None:
         self.raw.sendall(data)
 
-    def _read(self) -> None:
+    def _read(self, raw: Any, exec_id: str) -> None:
+        """Watch one shell's stdout for completion lines until it ends; then, if it is still
+        this session's shell, mark its pending commands finished with its exit code."""
         buf = b""
         while True:
             try:
-                header = _recv_exact(self.raw, 8)
+                header = _recv_exact(raw, 8)
                 if not header:
                     break
                 size = struct.unpack(">I", header[4:])[0]
-                payload = _recv_exact(self.raw, size)
+                payload = _recv_exact(raw, size)
             except OSError:
                 break
             if header[0] != 1:
@@ -105,10 +116,12 @@ class Session:
                 if line.startswith(DONE):
                     _, cmd_id, code = line.decode().split()
                     self._finish(cmd_id, int(code))
+        if exec_id != self.exec_id:
+            return
         self.alive = False
         code = None
         with contextlib.suppress(Exception):
-            code = self.api.exec_inspect(self.exec_id).get("ExitCode")
+            code = self.api.exec_inspect(exec_id).get("ExitCode")
         pending = [c for c in self.commands.values() if c["exitCode"] is None]
         print(f"session {self.id} shell ended (exit {code}) with {len(pending)} command(s) pending", file=sys.stderr)
         for cmd_id, cmd in list(self.commands.items()):
