@@ -8,7 +8,8 @@ called by envlayer on a backend that lacks them:
 
 * ``cleanup(force_remove=...)``, ``wait_for_cleanup(timeout) -> bool``;
 * classmethods ``reap_orphans``, ``list_sandboxes``, ``remove_sandbox``;
-* ``exec(..., on_output=...)`` streaming; ``upload_dir`` / ``download_dir``.
+* ``exec(..., on_output=...)`` streaming; ``upload_dir`` / ``download_dir`` returning a
+  :class:`~envlayer.transfer.TransferSummary` (see :mod:`envlayer.transfer`).
 
 Call the optional parts through :mod:`envlayer.lifecycle`, which checks first.
 
@@ -16,34 +17,62 @@ Contract shared by all backends:
 
 * ``command`` is a shell string (run by ``/bin/sh -c``) or an argv list (run without a
   shell). ``cwd``, ``env`` and ``stdin`` apply to that call only.
+* Arguments are checked before anything runs, the same way on every backend (see
+  :mod:`envlayer.request`): a timeout that is negative, NaN, infinite or over one week,
+  an empty argv, a NUL byte in a command, path, ``cwd`` or variable, or an ``env`` name
+  that is not an identifier (``[A-Za-z_][A-Za-z0-9_]*``) raise
+  :class:`~envlayer.errors.InvalidArgument` (a ``ValueError``). ``timeout=0`` means no
+  limit, ``None`` the environment's default.
 * A command that exceeds its timeout is killed together with every process it started
   inside the sandbox; the result has ``timed_out=True`` and exit code 124, with the
-  output produced until then. The next call works normally.
+  output produced until then. The kill never waits for the command's output to be
+  read: a command flooding its output returns within the timeout plus the kill's grace
+  (about two seconds). The next call works normally.
 * If the calling thread is interrupted (``KeyboardInterrupt``) during ``exec``, the
   command's process tree is killed before the exception propagates.
 * stdout and stderr are captured separately, capped at ``max_output_bytes`` each.
+* When the sandbox or the connection to it is lost while a command runs, ``exec``
+  raises :class:`~envlayer.errors.BackendUnavailable` (or a subclass) saying the command
+  may or may not have finished; no exit code is ever invented for it.
 * File paths are absolute or relative to the environment's working directory. With
   ``file_root`` set, paths resolving outside it raise ``SandboxPathError``.
 * File operations act with the sandbox user's rights; a denial raises
   ``SandboxPermissionDenied`` (a ``PermissionError``).
 * ``cleanup()`` is idempotent. After it, calls raise ``EnvironmentClosed``.
 * An environment may be used from several threads at once.
+
+Persistent sessions (capability ``persistent_session``; implemented once, in
+:mod:`envlayer.shell_session`, for every backend with a byte stream to a shell):
+
+* A call without ``cwd``/``env`` runs in the session shell itself: ``cd``, ``export``,
+  ``set`` options, variables and functions persist to the next call.
+* A call with ``cwd`` or ``env`` runs in a subshell that applies them for that call only;
+  nothing it changes persists. A relative ``cwd`` is taken from the session's current
+  directory; a missing directory gives exit 126.
+* A syntax error fails that call (exit 2 on most shells); the session goes on.
+* A command that ends the shell (``exit N``, a failure under ``set -e``, an unset
+  variable under ``set -u``) returns its status; the next call gets a new shell with the
+  same working directory, exported variables and shell options (non-exported variables,
+  functions, aliases and traps are gone). ``recovered`` stays empty: this is the rule.
+* After a timeout or an interrupt (the shell is killed with the command) the next call
+  gets a new shell in the last working directory with only the configured variables,
+  and its ``recovered`` says so.
 """
 
 from __future__ import annotations
 
 import posixpath
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from envlayer.capabilities import Capability
 from envlayer.errors import EnvironmentClosed, SandboxPathError
 from envlayer.options import BaseOptions
+from envlayer.output import OutputCallback
+from envlayer.request import Command, ExecRequest, check_path
 from envlayer.result import ExecResult
-
-Command = str | Sequence[str]
 
 DEFAULT_TASK = "default"
 DEFAULT_PROFILE = "default"
@@ -157,12 +186,41 @@ class Environment(ABC):
                 hint="create a new environment",
             )
 
+    def make_request(
+        self,
+        command: Command,
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        stdin: bytes | str | None = None,
+        on_output: OutputCallback | None = None,
+    ) -> ExecRequest:
+        """The validated :class:`~envlayer.request.ExecRequest` for one ``exec`` call, with
+        ``options.timeout`` as the default timeout. Checks that the environment is open.
+
+        Raises :class:`~envlayer.errors.InvalidArgument` (nothing ran) and
+        :class:`~envlayer.errors.EnvironmentClosed`.
+        """
+        self._ensure_open()
+        return ExecRequest.build(
+            command,
+            cwd=cwd,
+            env=env,
+            timeout=timeout,
+            stdin=stdin,
+            on_output=on_output,
+            default_timeout=self.options.timeout,
+        )
+
     def resolve_path(self, path: str, cwd: str) -> str:
         """Normalize ``path`` (relative to ``cwd``) and enforce ``options.file_root``.
 
         Purely lexical: backends that can resolve symlinks should check the real path
-        as well. Raises :class:`SandboxPathError` outside ``file_root``.
+        as well. Raises :class:`SandboxPathError` outside ``file_root`` and
+        :class:`~envlayer.errors.InvalidArgument` for an empty path or a NUL byte.
         """
+        check_path(path)
         full = posixpath.normpath(posixpath.join(cwd, path))
         root = self.options.file_root
         if root is not None:

@@ -99,6 +99,21 @@ class ConfigError(EnvlayerError):
 # --- environments -------------------------------------------------------------
 
 
+class InvalidArgument(EnvlayerError, ValueError):
+    """A call's argument is malformed: a timeout that is negative, NaN, infinite or
+    absurdly large, a NUL byte in a command, path or variable, an environment variable
+    name that is not an identifier, an empty argv. Raised before anything is sent to
+    the sandbox: nothing ran, nothing changed, and the environment stays usable (it is
+    bad input, not an outage, so agent managers never evict for it).
+
+    ``argument`` names the offending parameter (``timeout``, ``env``, ``path``...).
+    Also a ``ValueError``, so plain-Python callers can catch it as one."""
+
+    def __init__(self, argument: str, message: str, *, hint: str = "") -> None:
+        self.argument = argument
+        super().__init__(f"{argument}: {message}", hint=hint)
+
+
 class EnvironmentClosed(EnvlayerError):
     """The environment was cleaned up; create a new one."""
 

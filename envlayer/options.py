@@ -18,8 +18,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from envlayer.errors import ConfigError
+from envlayer.errors import ConfigError, InvalidArgument
 from envlayer.output import POLICIES
+from envlayer.request import normalize_timeout
 
 
 def option(default: Any = dataclasses.MISSING, *, doc: str, factory: Any = dataclasses.MISSING) -> Any:
@@ -52,10 +53,10 @@ class BaseOptions:
     file_root: str | None = option(None, doc="When set, read_file/write_file refuse paths outside this directory.")
 
     def __post_init__(self) -> None:
-        if self.timeout is not None and self.timeout < 0:
-            raise OptionError("timeout", "must be >= 0")
-        if self.timeout == 0:
-            self.timeout = None
+        try:
+            self.timeout = normalize_timeout(self.timeout, default=None)
+        except InvalidArgument as exc:
+            raise OptionError("timeout", exc.message.removeprefix("timeout: ") + f" ({exc.hint})") from None
         if self.max_output_bytes < 0:
             raise OptionError("max_output_bytes", "must be >= 0")
         if self.max_file_bytes < 0:

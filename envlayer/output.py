@@ -14,12 +14,18 @@ It always counts the total, so the result can say exactly how much was dropped.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
 TruncationPolicy = Literal["head_tail", "head", "tail"]
 POLICIES: tuple[str, ...] = ("head_tail", "head", "tail")
 HEAD_SHARE = 0.4
+"""Share of a ``head_tail`` budget kept from the beginning; the rest keeps the end."""
+
+OutputCallback = Callable[[str, bytes], None]
+"""``on_output(stream, chunk)``: ``stream`` is ``"stdout"`` or ``"stderr"``; ``chunk`` is
+what just arrived (uncapped)."""
 
 
 @dataclass(frozen=True)

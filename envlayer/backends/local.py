@@ -14,12 +14,12 @@ import subprocess
 import tempfile
 import threading
 import time
-import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 from envlayer.capabilities import Capability
+from envlayer.collector import OutputCollector
 from envlayer.environment import Command, Environment
 from envlayer.errors import (
     FileTooLarge,
@@ -29,11 +29,10 @@ from envlayer.errors import (
     SandboxPermissionDenied,
 )
 from envlayer.options import BaseOptions, option
-from envlayer.output import CappedBuffer
+from envlayer.output import OutputCallback
 from envlayer.proctree import EXEC_ID_VAR, kill_tree
-from envlayer.result import TIMEOUT_EXIT_CODE, ExecResult
-
-OutputCallback = Callable[[str, bytes], None]
+from envlayer.request import ExecRequest, file_payload
+from envlayer.result import ExecResult
 
 _READ_CHUNK = 65536
 _DRAIN_GRACE = 0.1
@@ -78,68 +77,54 @@ class LocalEnvironment(Environment):
         """Run ``command`` locally; see :class:`~envlayer.environment.Environment`.
 
         ``on_output(stream, chunk)`` is called from the calling thread with
-        ``"stdout"``/``"stderr"`` chunks as they arrive (uncapped).
+        ``"stdout"``/``"stderr"`` chunks as they arrive (uncapped). Raises
+        :class:`~envlayer.errors.InvalidArgument` for bad arguments (nothing ran).
         """
-        self._ensure_open()
-        argv = [self.options.shell, "-c", command] if isinstance(command, str) else list(command)
-        exec_id = uuid.uuid4().hex
+        request = self.make_request(command, cwd=cwd, env=env, timeout=timeout, stdin=stdin, on_output=on_output)
+        argv = (
+            [self.options.shell, "-c", request.command] if isinstance(request.command, str) else list(request.command)
+        )
         child_env = dict(os.environ) if self.options.inherit_env else {}
         child_env.update(self.options.env)
-        if env:
-            child_env.update(env)
-        child_env[EXEC_ID_VAR] = exec_id
-        effective_timeout = self.options.timeout if timeout is None else (timeout or None)
-        data = stdin.encode() if isinstance(stdin, str) else stdin
-        run_cwd = os.path.join(self.cwd, cwd) if cwd else self.cwd
-        start = time.monotonic()
+        child_env.update(request.env)
+        child_env[EXEC_ID_VAR] = request.exec_id
+        run_cwd = os.path.join(self.cwd, request.cwd) if request.cwd else self.cwd
+        collector = OutputCollector.for_request(request, self.options)
         try:
             proc = subprocess.Popen(
                 argv,
                 cwd=run_cwd,
                 env=child_env,
-                stdin=subprocess.PIPE if data is not None else subprocess.DEVNULL,
+                stdin=subprocess.PIPE if request.stdin is not None else subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
             )
         except FileNotFoundError as exc:
-            missing = exc.filename or argv[0]
             if not os.path.isdir(run_cwd):
-                return ExecResult(
-                    126,
-                    stderr=f"working directory does not exist: {run_cwd}\n".encode(),
-                    duration=time.monotonic() - start,
-                )
-            return ExecResult(127, stderr=f"command not found: {missing}\n".encode(), duration=time.monotonic() - start)
+                collector.write("stderr", f"working directory does not exist: {run_cwd}\n".encode())
+                return collector.result(request, 126)
+            collector.write("stderr", f"command not found: {exc.filename or argv[0]}\n".encode())
+            return collector.result(request, 127)
         except PermissionError as exc:
-            return ExecResult(
-                126,
-                stderr=f"permission denied: {exc.filename or argv[0]}\n".encode(),
-                duration=time.monotonic() - start,
-            )
-        return self._collect(proc, exec_id, data, effective_timeout, on_output, start)
+            collector.write("stderr", f"permission denied: {exc.filename or argv[0]}\n".encode())
+            return collector.result(request, 126)
+        timed_out = self._collect(proc, request, collector)
+        return collector.result(request, _exit_code(proc.returncode), timed_out=timed_out)
 
-    def _collect(
-        self,
-        proc: subprocess.Popen[bytes],
-        exec_id: str,
-        data: bytes | None,
-        timeout: float | None,
-        on_output: OutputCallback | None,
-        start: float,
-    ) -> ExecResult:
-        limit, policy = self.options.max_output_bytes, self.options.output_policy
-        buffers = {"stdout": CappedBuffer(limit, policy), "stderr": CappedBuffer(limit, policy)}
+    def _collect(self, proc: subprocess.Popen[bytes], request: ExecRequest, collector: OutputCollector) -> bool:
+        """Read the pipes until the command ends (plus a short drain) or its deadline;
+        kill its tree on timeout or on any exception. Returns whether it timed out."""
         writer = None
-        if data is not None:
-            writer = threading.Thread(target=_feed_stdin, args=(proc, data), daemon=True)
+        if request.stdin is not None:
+            writer = threading.Thread(target=_feed_stdin, args=(proc, request.stdin), daemon=True)
             writer.start()
         sel = selectors.DefaultSelector()
         assert proc.stdout is not None and proc.stderr is not None
         for name, pipe in (("stdout", proc.stdout), ("stderr", proc.stderr)):
             os.set_blocking(pipe.fileno(), False)
             sel.register(pipe, selectors.EVENT_READ, name)
-        deadline = None if timeout is None else start + timeout
+        deadline = request.deadline
         exited_at: float | None = None
         timed_out = False
         try:
@@ -163,38 +148,26 @@ class LocalEnvironment(Environment):
                     if not chunk:
                         sel.unregister(key.fileobj)
                         continue
-                    buffers[key.data].write(chunk)
-                    if on_output is not None:
-                        on_output(key.data, chunk)
+                    collector.write(key.data, chunk)
             if not timed_out:
                 try:
-                    proc.wait(timeout=None if deadline is None else max(deadline - time.monotonic(), 0))
+                    proc.wait(timeout=request.remaining())
                 except subprocess.TimeoutExpired:
                     timed_out = True
         except BaseException:
-            self._kill(proc, exec_id)
+            self._kill(proc, request.exec_id)
             raise
         finally:
             sel.close()
         if timed_out:
-            self._kill(proc, exec_id)
+            self._kill(proc, request.exec_id)
         else:
             proc.wait()  # background children are left alone on purpose: `server &` must survive
         if writer is not None:
             writer.join(timeout=1.0)
         for pipe in (proc.stdout, proc.stderr):
             pipe.close()
-        out, err = buffers["stdout"], buffers["stderr"]
-        return ExecResult(
-            exit_code=TIMEOUT_EXIT_CODE if timed_out else _exit_code(proc.returncode),
-            stdout=out.getvalue(),
-            stderr=err.getvalue(),
-            duration=time.monotonic() - start,
-            timed_out=timed_out,
-            timeout=timeout,
-            stdout_truncation=out.truncation,
-            stderr_truncation=err.truncation,
-        )
+        return timed_out
 
     @staticmethod
     def _kill(proc: subprocess.Popen[bytes], exec_id: str) -> None:
@@ -243,9 +216,7 @@ class LocalEnvironment(Environment):
         "w")`` would. The replacement keeps the file's mode (and, for root, its owner).
         """
         self._ensure_open()
-        payload = data.encode() if isinstance(data, str) else data
-        if len(payload) > self.options.max_file_bytes:
-            raise FileTooLarge(path, len(payload), self.options.max_file_bytes)
+        payload = file_payload(path, data, self.options.max_file_bytes)
         full = self._local_path(path)
         if os.path.isdir(full):
             raise SandboxIsADirectory(path)

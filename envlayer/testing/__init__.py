@@ -1,8 +1,9 @@
-"""Public test kit for backend authors: ``EnvironmentConformance`` (a pytest suite).
+"""Public test kit for backend authors: ``EnvironmentConformance`` (a pytest suite) and
+``ExecContractConformance`` (bad input, output floods, session semantics).
 
 Importing this package requires pytest; ``import envlayer`` never imports it.
 """
 
-from envlayer.testing.conformance import EnvironmentConformance
+from envlayer.testing.conformance import EnvironmentConformance, ExecContractConformance
 
-__all__ = ["EnvironmentConformance"]
+__all__ = ["EnvironmentConformance", "ExecContractConformance"]

@@ -23,6 +23,7 @@ strict contract):
 * ``supports_stdin = True``
 * ``kills_escaped_processes = True``: a timeout also kills children that called
   ``setsid``; set False only with a documented reason.
+* ``handles_output_floods = True``: see :class:`ExecContractConformance`.
 
 The permission checks (``test_*_permission_denied``) skip when the sandbox's user is root,
 whose rights cover every file: run the kit once more with a fixture whose sandbox user is
@@ -35,15 +36,17 @@ import os
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pytest
 
 from envlayer.capabilities import Capability, capabilities_of
 from envlayer.environment import Environment
 from envlayer.errors import (
+    BackendUnavailable,
     EnvironmentClosed,
     FileTooLarge,
+    InvalidArgument,
     SandboxFileNotFound,
     SandboxIsADirectory,
     SandboxPathError,
@@ -66,6 +69,19 @@ def _pidfile(env: Environment) -> Iterator[str]:
     finally:
         try:
             env.exec(f"[ -f {path} ] && kill -9 $(cat {path}) 2>/dev/null; rm -f {path}", timeout=30)
+        except Exception:
+            pass
+
+
+@contextmanager
+def _scratch_file(env: Environment) -> Iterator[str]:
+    """A path in the sandbox's /tmp that does not exist yet; removed afterwards."""
+    path = f"/tmp/{_scratch()}"
+    try:
+        yield path
+    finally:
+        try:
+            env.exec(f"rm -f {path}", timeout=30)
         except Exception:
             pass
 
@@ -109,6 +125,172 @@ def _report_alive(pids: str) -> str:
         '[ -n "$s" ] && [ "$s" != Z ] && echo alive $p; '
         "elif kill -0 $p 2>/dev/null; then echo alive $p; fi; done"
     )
+
+
+# --- exec contract: bad input, hostile output, session semantics (exec-core) -----------
+
+
+class ExecContractConformance:
+    """Checks of the exec contract that every backend shares: arguments refused the same
+    way everywhere, output floods that must not defeat a timeout, and (for backends with
+    ``persistent_session``) the one session semantics stated in the
+    :class:`~envlayer.environment.Environment` contract. Use it next to
+    :class:`EnvironmentConformance` (same ``env`` fixture)::
+
+        class TestMyBackend(EnvironmentConformance, ExecContractConformance): ...
+
+    ``handles_output_floods = True``: a command writing without pause (``yes``,
+    ``cat /dev/zero``) still times out on time, in bounded memory; set False only for a
+    backend documented to buffer all output.
+    """
+
+    handles_output_floods: ClassVar[bool] = True
+
+    # --- arguments refused before anything runs ----------------------------------------
+
+    @pytest.mark.parametrize("timeout", [-1, -0.5, float("nan"), float("inf"), float("-inf"), 1e308, 10**9])
+    def test_bad_timeout_is_refused(self, env: Environment, timeout: float) -> None:
+        with _scratch_file(env) as path:
+            with pytest.raises(InvalidArgument) as info:
+                env.exec(f"echo ran > {path}", timeout=timeout)
+            assert info.value.argument == "timeout" and info.value.hint
+            assert env.exec(f"cat {path} 2>/dev/null || echo absent").stdout_text == "absent\n"
+
+    def test_zero_timeout_means_no_limit(self, env: Environment) -> None:
+        result = env.exec("echo unlimited", timeout=0)
+        assert result.ok and result.timeout is None and result.stdout == b"unlimited\n"
+
+    @pytest.mark.parametrize("name", ["X;echo INJECTED;", "1ABC", "A-B", "", "A B", "A=B", "$(id)"])
+    def test_env_name_not_an_identifier_is_refused(self, env: Environment, name: str) -> None:
+        with pytest.raises(InvalidArgument) as info:
+            env.exec("echo ran", env={name: "v"})
+        assert info.value.argument == "env"
+        assert env.exec("echo still-fine").stdout == b"still-fine\n"
+
+    @pytest.mark.parametrize(
+        "call",
+        [
+            pytest.param(lambda e: e.exec("echo a\0b"), id="command"),
+            pytest.param(lambda e: e.exec(["echo", "a\0b"]), id="argv"),
+            pytest.param(lambda e: e.exec("pwd", cwd="/tmp\0x"), id="cwd"),
+            pytest.param(lambda e: e.exec("true", env={"ENVLAYER_CONF_NUL": "a\0b"}), id="env-value"),
+            pytest.param(lambda e: e.read_file("a\0b"), id="read_file"),
+            pytest.param(lambda e: e.write_file("a\0b", b"x"), id="write_file"),
+        ],
+    )
+    def test_nul_byte_is_bad_input_not_an_outage(self, env: Environment, call: Any) -> None:
+        with pytest.raises(InvalidArgument) as info:
+            call(env)
+        assert not isinstance(info.value, BackendUnavailable)
+        assert "NUL" in str(info.value)
+        assert env.exec("echo still-fine").stdout == b"still-fine\n"
+
+    def test_empty_argv_is_refused(self, env: Environment) -> None:
+        with pytest.raises(InvalidArgument):
+            env.exec([])
+
+    # --- hostile output ------------------------------------------------------------------
+
+    @pytest.mark.parametrize(
+        "flood",
+        [
+            pytest.param("exec yes", id="yes"),
+            pytest.param("exec cat /dev/zero", id="zero-no-newline"),
+            pytest.param("exec yes >&2", id="stderr-only"),
+            pytest.param("exec cat /dev/zero >&2", id="stderr-no-newline"),
+        ],
+    )
+    def test_flood_times_out_on_time_and_leaves_nothing(self, env: Environment, flood: str) -> None:
+        if not self.handles_output_floods:
+            pytest.skip("backend documents that it buffers all output")
+        with _pidfile(env) as pidfile:
+            result = env.exec(f"echo $$ > {pidfile}; {flood}", timeout=2)
+            assert result.timed_out and result.exit_code == 124
+            assert result.duration < 5, f"a 2 s timeout returned after {result.duration:.1f} s"
+            noisy = result.stderr_truncation if ">&2" in flood else result.stdout_truncation
+            assert noisy is not None and noisy.total > env.options.max_output_bytes
+            check = env.exec(_report_alive(f"$(cat {pidfile})"))
+            assert check.stdout_text == "", f"the flood survived its timeout: {check.stdout_text}"
+        assert env.exec("echo after-flood").stdout == b"after-flood\n"
+
+    # --- one session semantics -------------------------------------------------------------
+
+    def _session(self, env: Environment) -> str:
+        if Capability.PERSISTENT_SESSION not in capabilities_of(env):
+            pytest.skip("no persistent_session capability")
+        name = f"/tmp/{_scratch()}"
+        env.exec(f"mkdir -p {name}/sub && cd {name}").check()
+        return name
+
+    def test_session_per_call_cwd_and_env_do_not_persist(self, env: Environment) -> None:
+        home = self._session(env)
+        try:
+            inner = env.exec("cd /; export ENVLAYER_CONF_INNER=1; pwd", cwd="sub", env={"ENVLAYER_CONF_ONCE": "x"})
+            assert inner.stdout_text == "/\n"
+            after = env.exec('pwd; printf "%s/%s" "${ENVLAYER_CONF_INNER:-unset}" "${ENVLAYER_CONF_ONCE:-unset}"')
+            assert after.stdout_text == f"{home}\nunset/unset"
+            assert env.exec("pwd", cwd="sub").stdout_text == f"{home}/sub\n"
+            missing = env.exec("pwd", cwd=f"{home}/missing")
+            assert missing.exit_code == 126 and b"missing" in missing.stderr
+        finally:
+            env.exec(f"cd / && rm -rf {home}")
+
+    def test_session_exit_n_keeps_cwd_exports_and_options(self, env: Environment) -> None:
+        home = self._session(env)
+        try:
+            env.exec("export ENVLAYER_CONF_KEPT=yes; ENVLAYER_CONF_LOCAL=mem; set -u").check()
+            assert env.exec("exit 7").exit_code == 7
+            after = env.exec('pwd; printf "%s/%s/" "$ENVLAYER_CONF_KEPT" "${ENVLAYER_CONF_LOCAL:-gone}"; echo $-')
+            assert after.recovered == ""
+            lines = after.stdout_text.split("\n")
+            assert lines[0] == home and lines[1].startswith("yes/gone/") and "u" in lines[1].split("/")[2]
+        finally:
+            env.exec(f"set +u; cd / && rm -rf {home}")
+
+    def test_session_syntax_error_loses_nothing(self, env: Environment) -> None:
+        home = self._session(env)
+        try:
+            env.exec("ENVLAYER_CONF_LOCAL=mem").check()
+            broken = env.exec("if then fi (")
+            assert broken.exit_code not in (0, 124) and broken.stderr
+            after = env.exec('pwd; printf %s "${ENVLAYER_CONF_LOCAL:-gone}"')
+            assert after.stdout_text == f"{home}\nmem" and after.recovered == ""
+        finally:
+            env.exec(f"cd / && rm -rf {home}")
+
+    def test_session_set_e_ends_the_call_not_the_session(self, env: Environment) -> None:
+        home = self._session(env)
+        try:
+            env.exec("export ENVLAYER_CONF_KEPT=yes; set -e").check()
+            failed = env.exec("false; echo not-reached")
+            assert failed.exit_code == 1 and failed.stdout == b""
+            after = env.exec('pwd; printf %s "$ENVLAYER_CONF_KEPT"; case $- in *e*) echo " e-on";; esac; set +e')
+            assert after.stdout_text == f"{home}\nyes e-on\n" and after.recovered == ""
+        finally:
+            env.exec(f"set +e; cd / && rm -rf {home}")
+
+    def test_session_redirected_fds_do_not_break_framing(self, env: Environment) -> None:
+        home = self._session(env)
+        try:
+            env.exec("exec 2>&1").check()
+            assert env.exec("echo out; echo err >&2").stdout == b"out\nerr\n"
+            env.exec("exec 2>/dev/null >/dev/null").check()
+            result = env.exec("printf no-newline")
+            assert result.exit_code == 0 and result.recovered == ""
+        finally:
+            env.exec(f"cd / && rm -rf {home}")
+
+    def test_session_timeout_restarts_the_shell_and_says_so(self, env: Environment) -> None:
+        home = self._session(env)
+        try:
+            env.exec("export ENVLAYER_CONF_KEPT=yes").check()
+            assert env.exec("sleep 30", timeout=1).timed_out
+            after = env.exec('pwd; printf %s "${ENVLAYER_CONF_KEPT:-reset}"')
+            assert after.stdout_text == f"{home}\nreset"
+            assert after.recovered, "the first call after a killed session shell must say state was lost"
+            assert env.exec("true").recovered == ""
+        finally:
+            env.exec(f"cd / && rm -rf {home}")
 
 
 class EnvironmentConformance:

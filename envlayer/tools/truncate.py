@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-HEAD_SHARE = 0.4
-"""Share of the budget given to the beginning; the rest keeps the end (where errors are)."""
+from envlayer.output import HEAD_SHARE
 
 
 def truncate_middle(text: str, budget: int, *, unit: str = "characters") -> tuple[str, int]:

@@ -13,10 +13,10 @@ import pytest
 
 from envlayer.backends.local import LocalEnvironment, LocalOptions
 from envlayer.registry import load_backend
-from envlayer.testing import EnvironmentConformance
+from envlayer.testing import EnvironmentConformance, ExecContractConformance
 
 
-class TestLocalConformance(EnvironmentConformance):
+class TestLocalConformance(EnvironmentConformance, ExecContractConformance):
     @pytest.fixture
     def env(self) -> Iterator[LocalEnvironment]:
         workdir = tempfile.mkdtemp(prefix="envlayer-test-local-")
@@ -28,11 +28,13 @@ class TestLocalConformance(EnvironmentConformance):
             shutil.rmtree(workdir, ignore_errors=True)
 
 
-class TestToyPluginConformance(EnvironmentConformance):
+class TestToyPluginConformance(EnvironmentConformance, ExecContractConformance):
     """The toy plugin is loaded through its real entry point, as a user would.
-    It kills only its process group on timeout, as many simple plugins do."""
+    It kills only its process group on timeout, as many simple plugins do, and keeps
+    all output in memory (``communicate``), so floods are out of its reach."""
 
     kills_escaped_processes = False
+    handles_output_floods = False
 
     @pytest.fixture
     def env(self) -> Iterator[object]:

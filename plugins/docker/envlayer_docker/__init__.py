@@ -3,8 +3,10 @@
 The entry point ``docker`` names :class:`envlayer_docker.backend.DockerEnvironment`.
 Modules, one job each: ``options`` (schema), ``labels`` and ``naming`` (identity),
 ``owner`` (private-container owners), ``client`` (daemon connection and errors),
-``container`` (create / attach / reuse), ``protocol`` (marker wire protocol),
-``session`` and ``oneshot`` (running commands), ``killer`` (in-container tree kill),
-``files`` (archives), ``reaper`` (sweeps), ``teardown`` (background removal).
+``errors`` (the one SDK-error translation table), ``recovery`` (recover the container
+and retry once), ``container`` (create / attach / reuse), ``transport`` (an attached exec
+as a core ByteStream), ``runners`` (session, one-shot and helper commands, on the core's
+exec parts), ``oneshot`` (the one-shot wrapper), ``files`` (archives), ``reaper``
+(sweeps), ``teardown`` (background removal). ``backend`` is a thin front over them.
 Nothing here imports the Docker SDK at import time.
 """

@@ -28,7 +28,6 @@ import posixpath
 import re
 import threading
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
@@ -36,10 +35,14 @@ from envlayer.capabilities import Capability
 from envlayer.environment import Command, Environment, SandboxInfo
 from envlayer.errors import BackendUnavailable, SandboxPathError
 from envlayer.options import BaseOptions
-from envlayer.result import TIMEOUT_EXIT_CODE, ExecResult
-from envlayer_docker import killer, teardown
+from envlayer.output import OutputCallback
+from envlayer.request import ExecRequest, check_path, file_payload
+from envlayer.result import ExecResult
+from envlayer.transfer import TransferSummary
+from envlayer_docker import teardown
+from envlayer_docker.errors import translated
 from envlayer_docker.options import DockerOptions
-from envlayer_docker.protocol import Outcome, OutputCallback, Reader
+from envlayer_docker.recovery import retry_after_recovery
 
 log = logging.getLogger("envlayer.docker")
 T = TypeVar("T")
@@ -60,11 +63,6 @@ ALL_CAPABILITIES = frozenset(
 _NUMERIC_USER = re.compile(r"^(\d+)(?::(\d+))?$")
 
 
-class _NotStarted(Exception):
-    """The daemon refused to start an exec because the container is gone or stopped:
-    the command provably did not run, so recovering and running it is safe."""
-
-
 class DockerEnvironment(Environment):
     """Commands and files in a Docker container; see the module docstring."""
 
@@ -80,6 +78,7 @@ class DockerEnvironment(Environment):
         if not isinstance(self.options, DockerOptions):
             raise TypeError(f"DockerEnvironment needs DockerOptions, got {type(self.options).__name__}")
         from envlayer_docker.client import get_client
+        from envlayer_docker.container import build_spec
 
         opts = self.options
         if opts.exec_mode == "oneshot":
@@ -88,22 +87,20 @@ class DockerEnvironment(Environment):
             self.capabilities = self.capabilities - {Capability.PERSIST_ACROSS_PROCESSES}
         self._api = get_client(opts)
         self._state_lock = threading.RLock()
-        self._session: Any = None
-        self._session_lock = threading.Lock()
-        self._session_cwd: str | None = None
         self._last_lease = 0.0
         self._teardown: threading.Thread | None = None
         self._owner: tuple[int, int] | None = None
         self._exec_env = self._build_exec_env()
         self._container: Any = None
         self._files: Any = None
-        from envlayer_docker.container import build_spec
-
-        self._spec = self._guard(
-            lambda: build_spec(self._api, opts, profile=profile, task=task_id, persist=opts.persist_across_processes),
-            "inspecting the image",
-        )
+        with translated("inspecting the image", opts):
+            self._spec = build_spec(
+                self._api, opts, profile=profile, task=task_id, persist=opts.persist_across_processes
+            )
         self._attach()
+        from envlayer_docker.runners import SessionRunner
+
+        self._session = SessionRunner(self._target) if opts.exec_mode == "session" else None
 
     # --- container ----------------------------------------------------------------------
 
@@ -125,7 +122,8 @@ class DockerEnvironment(Environment):
         from envlayer_docker.files import FileTransfer
 
         spec = self._spec
-        attached = self._guard(lambda: ensure(self._api, spec, self.options), "creating or attaching the container")
+        with translated("creating or attaching the container", self.options):
+            attached = ensure(self._api, spec, self.options)
         with self._state_lock:
             self._container = attached
             self._files = FileTransfer(
@@ -145,26 +143,8 @@ class DockerEnvironment(Environment):
         """The name of the container in use."""
         return self._container.name
 
-    def _guard(self, fn: Callable[[], T], doing: str) -> T:
-        """Run a daemon call, turning transport failures and API errors into
-        :class:`BackendUnavailable` with a hint."""
-        import requests
-        from docker.errors import APIError, DockerException
-
-        from envlayer_docker.client import unavailable
-
-        try:
-            return fn()
-        except APIError as exc:
-            raise BackendUnavailable(
-                f"Docker refused {doing}: {exc.explanation or exc}",
-                hint="check `docker ps -a` and the daemon log; `envlayer rm` removes a broken container",
-            ) from exc
-        except (DockerException, requests.exceptions.RequestException) as exc:
-            raise unavailable(exc, self.options) from exc
-
     def _recover(self, seen_id: str) -> None:
-        """The container ``seen_id`` is gone or stopped: drop the session and attach again
+        """The container ``seen_id`` is gone or stopped: end the session and attach again
         (which starts a stopped container, or creates a new one). When another thread
         already did so, there is nothing to do."""
         with self._state_lock:
@@ -173,8 +153,19 @@ class DockerEnvironment(Environment):
             log.warning(
                 "container %s for task %r vanished or stopped; attaching again", self.container_name, self.task_id
             )
-            self._drop_session()
+            if self._session is not None:
+                self._session.shell.abandon()
             self._attach()
+
+    def _retrying(self, operation: Callable[[], T]) -> tuple[T, bool]:
+        return retry_after_recovery(
+            operation, current_id=lambda: self.container_id, recover=self._recover, task=self.task_id
+        )
+
+    def _target(self) -> Any:
+        from envlayer_docker.runners import ExecTarget
+
+        return ExecTarget(self._api, self.options, self._container, self._spec.user, self._exec_env)
 
     # --- exec -----------------------------------------------------------------------------
 
@@ -192,30 +183,13 @@ class DockerEnvironment(Environment):
 
         ``on_output(stream, chunk)`` receives ``"stdout"``/``"stderr"`` chunks as they
         arrive (uncapped), from the calling thread. Raises :class:`BackendUnavailable`
-        when the daemon is unreachable, or when the container disappeared while the
-        command ran (it is not re-run; the next call re-creates the container).
+        when the daemon is unreachable, or when the container or the daemon went away
+        while the command ran (it may or may not have finished; it is not re-run; the
+        next call re-creates the container), and ``InvalidArgument`` for bad arguments.
         """
-        self._ensure_open()
-        if not isinstance(command, str) and not command:
-            raise ValueError("empty argv")
-        effective = self.options.timeout if timeout is None else (timeout or None)
-        start = time.monotonic()
-        deadline = None if effective is None else start + effective
-        data = stdin.encode() if isinstance(stdin, str) else stdin
-        run_cwd = posixpath.join(self.options.workdir, cwd) if cwd else None
-        for attempt in (0, 1):
-            seen = self.container_id
-            try:
-                result = self._run(command, run_cwd, env, deadline, data, on_output, effective, start)
-                return dataclasses.replace(result, recovered="container recreated") if attempt else result
-            except _NotStarted as exc:
-                if attempt:
-                    raise BackendUnavailable(
-                        f"the container for task {self.task_id!r} is gone again right after being recreated: {exc}",
-                        hint="check the daemon (`docker ps -a`, its log); something keeps removing the container",
-                    ) from exc
-                self._recover(seen)
-        raise AssertionError("unreachable")
+        request = self.make_request(command, cwd=cwd, env=env, timeout=timeout, stdin=stdin, on_output=on_output)
+        result, recovered = self._retrying(lambda: self._run(request))
+        return dataclasses.replace(result, recovered="container recreated") if recovered else result
 
     def _touch_lease(self) -> bool:
         now = time.monotonic()
@@ -224,291 +198,25 @@ class DockerEnvironment(Environment):
             return True
         return False
 
-    def _run(
-        self,
-        command: Command,
-        cwd: str | None,
-        env: Mapping[str, str] | None,
-        deadline: float | None,
-        data: bytes | None,
-        on_output: OutputCallback | None,
-        timeout: float | None,
-        start: float,
-    ) -> ExecResult:
-        exec_id = uuid.uuid4().hex
-        if self.options.exec_mode == "session" and self._session_lock.acquire(blocking=False):
-            try:
-                return self._run_session(command, cwd, env, deadline, data, on_output, timeout, start, exec_id)
-            finally:
-                self._session_lock.release()
-        return self._run_oneshot(command, cwd, env, deadline, data, on_output, timeout, start, exec_id)
+    def _run(self, request: ExecRequest) -> ExecResult:
+        """The session when it is free, else a one-shot exec."""
+        from envlayer_docker.runners import run_oneshot
 
-    def _exec_api(self, fn: Callable[[], T]) -> T:
-        """Start an exec. A daemon answer meaning "no such / not running container"
-        becomes :class:`_NotStarted`; every other failure :class:`BackendUnavailable`."""
-        import requests
-        from docker.errors import APIError, DockerException, NotFound
-
-        from envlayer_docker.client import unavailable
-
-        try:
-            return fn()
-        except NotFound as exc:
-            raise _NotStarted(str(exc.explanation or exc)) from exc
-        except APIError as exc:
-            if exc.status_code == 409:
-                raise _NotStarted(str(exc.explanation or exc)) from exc
-            raise BackendUnavailable(
-                f"Docker refused to start a command: {exc.explanation or exc}", hint="check the daemon log"
-            ) from exc
-        except (DockerException, requests.exceptions.RequestException) as exc:
-            raise unavailable(exc, self.options) from exc
-        except ConnectionError as exc:
-            raise BackendUnavailable(
-                f"could not start the shell {self.options.shell!r} in container {self.container_name}: {exc}",
-                hint='check that the image has it (option `shell`), or use exec_mode = "oneshot"',
-            ) from exc
-
-    def _session_usable(self) -> Any:
-        """The live session, or None. A session idle for longer than ``lease_interval``
-        is probed first (the container may have been removed or restarted meanwhile)."""
         session = self._session
-        if session is None or not session.alive or session.stream_closed():
-            return None
-        if time.monotonic() - session.last_used > self.options.lease_interval:
+        if session is not None and session.lock.acquire(blocking=False):
             try:
-                if not self._api.exec_inspect(session.exec_id).get("Running"):
-                    session.close()
-                    return None
-            except Exception:
-                session.close()
-                return None
-        return session
-
-    def _run_session(
-        self,
-        command: Command,
-        cwd: str | None,
-        env: Mapping[str, str] | None,
-        deadline: float | None,
-        data: bytes | None,
-        on_output: OutputCallback | None,
-        timeout: float | None,
-        start: float,
-        exec_id: str,
-    ) -> ExecResult:
-        from envlayer_docker.session import ShellSession
-
-        session = self._session_usable()
-        if session is None:
-            self._drop_session()
-            session = self._exec_api(
-                lambda: ShellSession.start(
-                    self._api,
-                    self.container_id,
-                    shell=self.options.shell,
-                    env=self._exec_env,
-                    user=self._spec.user,
-                    workdir=self.options.workdir,
-                    start_dir=self._session_cwd,
-                    touch_lease=self._touch_lease(),
-                )
-            )
-            self._session = session
-        stdin_path = None
-        if data is not None:
-            stdin_path = f"/tmp/.envlayer-stdin-{exec_id}"
-            code, _, err = self._oneshot_capture(["sh", "-c", 'cat > "$1"', "envlayer-stdin", stdin_path], data)
-            if code != 0:
-                raise BackendUnavailable(
-                    f"could not stage stdin in the container: {err.decode(errors='replace')[:200]}",
-                    hint='make /tmp writable in the container, or use exec_mode = "oneshot"',
-                )
-        limit, policy = self.options.max_output_bytes, self.options.output_policy
-        try:
-            outcome, reader, trailer = session.run(
-                command,
-                exec_id=exec_id,
-                deadline=deadline,
-                limit=limit,
-                policy=policy,
-                env=env,
-                cwd=cwd,
-                stdin_path=stdin_path,
-                touch_lease=self._touch_lease(),
-                on_output=on_output,
-            )
-        except BaseException:
-            self._kill(exec_id, session.pid)
-            self._drop_session()
-            raise
-        if outcome == Outcome.DONE:
-            assert trailer is not None
-            self._session_cwd = trailer.pwd
-            return self._result(reader, trailer.exit_code, start, timeout)
-        if outcome == Outcome.TIMEOUT:
-            self._kill(exec_id, session.pid)
-            self._drop_session()
-            return self._result(reader, TIMEOUT_EXIT_CODE, start, timeout, timed_out=True)
-        # EOF: the shell exited (exit N, syntax error, killed) or the container went away
-        code = session.exit_code()
-        self._drop_session()
-        self._check_still_running("the command's shell ended", settle=code is None or code >= 128)
-        return self._result(reader, 255 if code is None else code, start, timeout)
-
-    def _run_oneshot(
-        self,
-        command: Command,
-        cwd: str | None,
-        env: Mapping[str, str] | None,
-        deadline: float | None,
-        data: bytes | None,
-        on_output: OutputCallback | None,
-        timeout: float | None,
-        start: float,
-        exec_id: str,
-    ) -> ExecResult:
-        from envlayer_docker.oneshot import OneShot
-
-        environment = dict(self._exec_env)
-        if env:
-            environment.update(env)
-        run_cwd = cwd or self._session_cwd or self.options.workdir
-        shot = self._exec_api(
-            lambda: OneShot.start(
-                self._api,
-                self.container_id,
-                command,
-                shell=self.options.shell,
-                exec_id=exec_id,
-                env=environment,
-                user=self._spec.user,
-                cwd=run_cwd,
-                stdin=data if data is not None else None,
-                touch_lease=self._touch_lease(),
-            )
-        )
-        limit, policy = self.options.max_output_bytes, self.options.output_policy
-        try:
-            outcome, reader, trailer = shot.read(deadline=deadline, limit=limit, policy=policy, on_output=on_output)
-        except BaseException:
-            self._kill(exec_id, None)
-            shot.close()
-            raise
-        if outcome == Outcome.TIMEOUT:
-            self._kill(exec_id, None)
-            shot.close()
-            return self._result(reader, TIMEOUT_EXIT_CODE, start, timeout, timed_out=True)
-        if outcome == Outcome.DONE:
-            shot.close()
-            assert trailer is not None
-            return self._result(reader, trailer.exit_code, start, timeout)
-        code = shot.exit_code()
-        shot.close()
-        self._check_still_running("the command's exec ended early", settle=code is None or code >= 128)
-        return self._result(reader, 255 if code is None else _oci_code(code, reader), start, timeout)
-
-    def _check_still_running(self, what: str, *, settle: bool) -> None:
-        """After an unexpected end of stream: if the container is gone or stopped, the
-        command may or may not have run, so raise instead of guessing (never re-run).
-
-        With ``settle`` (the shell died from a signal), watch the state for up to a second:
-        the daemon marks a killed container as exited only after its processes died."""
-        from docker.errors import NotFound
-
-        end = time.monotonic() + (1.0 if settle else 0.0)
-        while True:
-            try:
-                state = self._api.inspect_container(self.container_id).get("State") or {}
-            except NotFound:
-                state = {"Status": "removed"}
-            except Exception:
-                return
-            if state.get("Status") != "running" or time.monotonic() >= end:
-                break
-            time.sleep(0.05)
-        if state.get("Status") != "running":
-            detail = " (OOM-killed)" if state.get("OOMKilled") else ""
-            raise BackendUnavailable(
-                f"{what} because the container {self.container_name} is {state.get('Status')}{detail}; "
-                "the command may have partly run and was NOT re-run",
-                hint="check its effects and retry; the next call restarts or re-creates the container",
-            )
-
-    def _result(
-        self, reader: Reader, code: int, start: float, timeout: float | None, *, timed_out: bool = False
-    ) -> ExecResult:
-        out, err = reader.buffers[1], reader.buffers[2]
-        return ExecResult(
-            exit_code=code,
-            stdout=out.getvalue(),
-            stderr=err.getvalue(),
-            duration=time.monotonic() - start,
-            timed_out=timed_out,
-            timeout=timeout,
-            stdout_truncation=out.truncation,
-            stderr_truncation=err.truncation,
-        )
-
-    def _kill(self, exec_id: str, session_pid: int | None) -> None:
-        container = self._container
-        if container is not None:
-            killer.kill_command(
-                self._api,
-                container.id,
-                exec_id,
-                session_pid=session_pid,
-                user=self._spec.user,
-                shell=self.options.shell,
-            )
-
-    def _drop_session(self) -> None:
-        session, self._session = self._session, None
-        if session is not None:
-            session.close()
-
-    def _oneshot_capture(self, argv: list[str], data: bytes | None, timeout: float = 300.0) -> tuple[int, bytes, bytes]:
-        """Run an internal helper command one-shot (no session state): (code, out, err)."""
-        from envlayer_docker.oneshot import OneShot
-
-        shot = self._exec_api(
-            lambda: OneShot.start(
-                self._api,
-                self.container_id,
-                argv,
-                shell=self.options.shell,
-                exec_id=uuid.uuid4().hex,
-                env=self._exec_env,
-                user=self._spec.user,
-                cwd="/",
-                stdin=data,
-                touch_lease=False,
-            )
-        )
-        try:
-            _, reader, trailer = shot.read(
-                deadline=time.monotonic() + timeout, limit=None, policy="head", on_output=None
-            )
-        finally:
-            shot.close()
-        if trailer is not None:
-            code = trailer.exit_code
-        else:
-            status = shot.exit_code()
-            code = 255 if status is None else status
-        return code, reader.buffers[1].getvalue(), reader.buffers[2].getvalue()
+                return session.run(request, touch_lease=self._touch_lease())
+            finally:
+                session.lock.release()
+        base = (session.cwd if session is not None else None) or self.options.workdir
+        cwd = posixpath.join(base, request.cwd) if request.cwd else base
+        return run_oneshot(self._target(), request, cwd=cwd, touch_lease=self._touch_lease())
 
     def _helper(self, argv: list[str], data: bytes | None) -> tuple[int, bytes, bytes]:
         """Internal command for file operations; recovers a vanished container once."""
-        for attempt in (0, 1):
-            seen = self.container_id
-            try:
-                return self._oneshot_capture(argv, data)
-            except _NotStarted:
-                if attempt:
-                    raise BackendUnavailable("the container keeps disappearing", hint="check the daemon") from None
-                self._recover(seen)
-        raise AssertionError("unreachable")
+        from envlayer_docker.runners import run_helper
+
+        return self._retrying(lambda: run_helper(self._target(), argv, data))[0]
 
     # --- files ------------------------------------------------------------------------------
 
@@ -552,19 +260,13 @@ class DockerEnvironment(Environment):
         return self._owner
 
     def _files_call(self, fn: Callable[[Any], T], doing: str) -> T:
-        from envlayer_docker.files import ContainerGone
-
-        for attempt in (0, 1):
+        def attempt() -> T:
             files = self._files
-            seen = files.container_id
             files.owner = self._owner_ids()
-            try:
-                return self._guard(lambda f=files: fn(f), doing)
-            except ContainerGone:
-                if attempt:
-                    raise BackendUnavailable("the container keeps disappearing", hint="check the daemon") from None
-                self._recover(seen)
-        raise AssertionError("unreachable")
+            with translated(doing, self.options):
+                return fn(files)
+
+        return self._retrying(attempt)[0]
 
     def read_file(self, path: str) -> bytes:
         """Read a file from the container; see :class:`~envlayer.environment.Environment`."""
@@ -576,26 +278,27 @@ class DockerEnvironment(Environment):
     def write_file(self, path: str, data: bytes | str) -> None:
         """Write a file into the container, creating parent directories."""
         self._ensure_open()
-        payload = data.encode() if isinstance(data, str) else data
-        from envlayer.errors import FileTooLarge
-
-        if len(payload) > self.options.max_file_bytes:
-            raise FileTooLarge(path, len(payload), self.options.max_file_bytes)
+        payload = file_payload(path, data, self.options.max_file_bytes)
         full = self._path(path)
         self._files_call(lambda f: f.write(full, payload), f"writing {full}")
 
-    def upload_dir(self, local: str, remote: str) -> None:
-        """Copy the contents of host directory ``local`` into container directory ``remote``."""
+    def upload_dir(self, local: str | os.PathLike[str], remote: str) -> TransferSummary:
+        """Copy the contents of host directory ``local`` into container directory ``remote``
+        (symlinks are copied as links); see :class:`~envlayer.transfer.SupportsDirectoryTransfer`."""
         self._ensure_open()
+        source = check_path(os.fspath(local), "local")
         full = self._path(remote)
-        self._files_call(lambda f: f.upload_dir(local, full, self.options.max_transfer_bytes), f"uploading to {full}")
+        limit = self.options.max_transfer_bytes
+        return self._files_call(lambda f: f.upload_dir(source, full, limit), f"uploading to {full}")
 
-    def download_dir(self, remote: str, local: str) -> None:
+    def download_dir(self, remote: str, local: str | os.PathLike[str]) -> TransferSummary:
         """Copy the contents of container directory ``remote`` into host directory ``local``.
         Members escaping ``local`` raise :class:`SandboxPathError`."""
         self._ensure_open()
+        dest = check_path(os.fspath(local), "local")
         full = self._path(remote)
-        self._files_call(lambda f: f.download_dir(full, local, self.options.max_transfer_bytes), f"downloading {full}")
+        limit = self.options.max_transfer_bytes
+        return self._files_call(lambda f: f.download_dir(full, dest, limit), f"downloading {full}")
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -608,10 +311,8 @@ class DockerEnvironment(Environment):
         container. Never raises."""
         with self._state_lock:
             self._closed = True
-            try:
-                self._drop_session()
-            except Exception:
-                pass
+            if self._session is not None:
+                self._session.close()
             remove = force_remove or purge or not self.options.persist_across_processes
             if remove and self._teardown is None and self._container is not None:
                 data = self._purge_data if purge and self._spec.data else None
@@ -646,44 +347,30 @@ class DockerEnvironment(Environment):
     @classmethod
     def check_available(cls, options: BaseOptions) -> None:
         """Raise :class:`BackendUnavailable` unless the daemon answers and the image is present."""
-        from docker.errors import APIError, DockerException, ImageNotFound, NotFound
-
-        from envlayer_docker.client import unavailable
+        from docker.errors import ImageNotFound, NotFound
 
         api, opts = cls._class_api(options)  # type: ignore[arg-type]
-        try:
+        with translated("answering", opts):
             api.ping()
-            api.inspect_image(opts.image)
-        except (ImageNotFound, NotFound):
-            if not opts.pull:
-                raise BackendUnavailable(
-                    f"image {opts.image!r} is not present on the Docker daemon",
-                    hint=f"build or load it, run `docker pull {opts.image}`, or set pull = true",
-                ) from None
-        except APIError as exc:
-            raise BackendUnavailable(
-                f"the Docker daemon answered with an error: {exc.explanation or exc}", hint="check the daemon log"
-            ) from exc
-        except (DockerException, OSError) as exc:
-            raise unavailable(exc, opts) from exc
+            try:
+                api.inspect_image(opts.image)
+            except (ImageNotFound, NotFound):
+                if not opts.pull:
+                    raise BackendUnavailable(
+                        f"image {opts.image!r} is not present on the Docker daemon",
+                        hint=f"build or load it, run `docker pull {opts.image}`, or set pull = true",
+                    ) from None
 
     @classmethod
     def reap_orphans(cls, *, profile: str, max_age: float, dry_run: bool, options: DockerOptions) -> list[SandboxInfo]:
         """Remove this profile's stopped managed containers older than ``max_age`` seconds,
         running private containers whose owner process died, and (when
         ``idle_reclaim_after`` is set, as by default) idle running ones; never durable
-        workspaces; see
-        :mod:`envlayer_docker.reaper`. Returns what was (or would be) removed."""
+        workspaces; see :func:`envlayer_docker.reaper.sweep`. Returns what was (or would be) removed."""
         from envlayer_docker import reaper
 
         api, opts = cls._class_api(options)
-        removed = reaper.reap(api, profile=profile, max_age=max_age, dry_run=dry_run)
-        removed += reaper.reap_dead_owners(api, profile=profile, dry_run=dry_run)
-        if opts.idle_reclaim_after is not None:
-            removed += reaper.reclaim_idle(
-                api, profile=profile, idle_after=opts.idle_reclaim_after, dry_run=dry_run, shell=opts.shell
-            )
-        return removed
+        return reaper.sweep(api, opts, profile=profile, max_age=max_age, dry_run=dry_run)
 
     @classmethod
     def list_sandboxes(cls, *, profile: str | None, options: DockerOptions) -> list[SandboxInfo]:
@@ -702,31 +389,10 @@ class DockerEnvironment(Environment):
         """Remove the containers of (profile, task): stopped ones, and running ones too
         with ``force``; with ``purge``, then the task's durable workspace (kept while a
         container still uses it). Returns what was removed."""
-        from docker.errors import APIError, NotFound
-
         from envlayer_docker import reaper, workspace
 
         api, opts = cls._class_api(options)
-        removed = []
-        for summary in reaper.list_managed(api, profile=profile, task=task_id):
-            if summary.get("State") == "running" and not force:
-                continue
-            try:
-                api.remove_container(summary["Id"], force=force, v=True)
-            except NotFound:
-                continue
-            except APIError as exc:
-                log.warning("could not remove %s: %s", summary["Id"][:12], exc.explanation or exc)
-                continue
-            removed.append(reaper.info_from(summary))
+        removed = reaper.remove_task(api, profile=profile, task=task_id, force=force)
         if purge:
             removed += workspace.remove(api, opts, profile=profile, task=task_id)
         return removed
-
-
-def _oci_code(code: int, reader: Reader) -> int:
-    """Docker reports 126 for an exec whose binary is missing; say 127 as a shell would."""
-    err = reader.buffers[2].getvalue() + reader.buffers[1].getvalue()
-    if code == 126 and b"executable file not found" in err:
-        return 127
-    return code

@@ -38,6 +38,8 @@ from envlayer.errors import (
     SandboxPathError,
     SandboxPermissionDenied,
 )
+from envlayer.transfer import TransferSummary
+from envlayer_docker.errors import ContainerGone
 
 _GO_DIR = 1 << 31
 _GO_SYMLINK = 1 << 27
@@ -50,10 +52,6 @@ _UNSEARCHABLE_PARENT = f'p=${{1%/*}}; [ -n "$p" ] && [ -d "$p" ] && [ ! -x "$p" 
 Helper = Callable[[list[str], bytes | None], tuple[int, bytes, bytes]]
 """Runs an argv in the container (as the container's user) with optional stdin bytes:
 returns (exit code, stdout, stderr)."""
-
-
-class ContainerGone(Exception):
-    """The container itself is missing (not just the file)."""
 
 
 @dataclass
@@ -221,9 +219,10 @@ class FileTransfer:
 
     # --- directories ------------------------------------------------------------------------
 
-    def upload_dir(self, local: str, remote: str, limit: int) -> None:
+    def upload_dir(self, local: str, remote: str, limit: int) -> TransferSummary:
         """Copy the contents of host directory ``local`` into ``remote`` (created if missing).
-        Symlinks are copied as links. Raises :class:`FileTooLarge` over ``limit`` bytes."""
+        Symlinks are copied as links. Raises :class:`FileTooLarge` over ``limit`` bytes.
+        Returns the regular files copied and their bytes."""
         if not os.path.isdir(local):
             raise NotADirectoryError(f"not a local directory: {local!r}")
         buf = io.BytesIO()
@@ -235,21 +234,24 @@ class FileTransfer:
         payload = buf.getvalue()
         if len(payload) > limit:
             raise FileTooLarge(local, len(payload), limit)
+        summary = tar_summary(payload)
         self._mkdir(remote)
         if self.via_exec(remote):
             code, _, err = self.helper(["tar", "-x", "-f", "-", "-C", remote], payload)
             if code != 0:
                 raise _exec_failure(code, err, remote, "unpack into")
-            return
+            return summary
         self.api.put_archive(self.container_id, remote, payload)
+        return summary
 
     def _own(self, info: tarfile.TarInfo) -> tarfile.TarInfo:
         info.uid, info.gid = self.owner
         info.uname = info.gname = ""
         return info
 
-    def download_dir(self, remote: str, local: str, limit: int) -> None:
-        """Copy the contents of container directory ``remote`` into host dir ``local``."""
+    def download_dir(self, remote: str, local: str, limit: int) -> TransferSummary:
+        """Copy the contents of container directory ``remote`` into host dir ``local``;
+        returns the regular files written and their bytes."""
         if self.via_exec(remote):
             code, out, err = self.helper(
                 ["sh", "-c", '[ -d "$1" ] || exit 20; tar -c -f - -C "$1" .', "envlayer-pack", remote], None
@@ -274,7 +276,7 @@ class FileTransfer:
                 raise _gone_or_missing(exc, remote) from None
             strip = True
         os.makedirs(local, exist_ok=True)
-        safe_extract(payload, local, strip_first=strip)
+        return safe_extract(payload, local, strip_first=strip)
 
 
 def _exec_failure(code: int, err: bytes, path: str, operation: str) -> OSError:
@@ -301,8 +303,16 @@ def _inside(root: str, rel: str) -> bool:
     return target == root or target.startswith(root + os.sep)
 
 
-def safe_extract(payload: bytes, dest: str, *, strip_first: bool) -> None:
-    """Extract a tar into ``dest``, dropping the first path component when ``strip_first``.
+def tar_summary(payload: bytes) -> TransferSummary:
+    """The regular files of a tar archive and their total size."""
+    with tarfile.open(fileobj=io.BytesIO(payload), mode="r") as tar:
+        files = [m for m in tar.getmembers() if m.isfile()]
+    return TransferSummary(files=len(files), bytes=sum(m.size for m in files))
+
+
+def safe_extract(payload: bytes, dest: str, *, strip_first: bool) -> TransferSummary:
+    """Extract a tar into ``dest``, dropping the first path component when ``strip_first``;
+    returns the regular files written and their bytes.
 
     Every member is checked before anything is written: absolute names, ``..`` escapes,
     and symlinks or hardlinks resolving outside ``dest`` raise :class:`SandboxPathError`.
@@ -341,3 +351,5 @@ def safe_extract(payload: bytes, dest: str, *, strip_first: bool) -> None:
             plan.append(member.replace(name=rel, deep=False))
         for member in plan:
             tar.extract(member, root, filter="data")
+    written = [m for m in plan if m.isfile()]
+    return TransferSummary(files=len(written), bytes=sum(m.size for m in written))

@@ -1,111 +1,45 @@
-"""One command in its own ``docker exec`` (isolation mode, and overflow for busy sessions).
+"""The argv of a one-shot command: one ``docker exec`` per command, under a small
+``sh`` wrapper that ends the output with the core's trailer (:mod:`envlayer.shell_script`).
 
-The exec runs the command under the marker wrapper of :mod:`envlayer_docker.protocol`
-with ``ENVLAYER_EXEC_ID`` in its initial environment, so the killer finds the whole tree.
-stdin bytes are written to the exec socket from a helper thread and then half-closed.
+The wrapper saves the exec's stdout/stderr on fds 7 and 8, goes to the working directory
+(exit 126 with a message when it is missing), runs the command (a string by ``eval``, as
+``sh -c`` would; an argv as is, without shell interpretation), then prints
+``M<rc> <pid> - <pwd>M`` on fd 7 and ``M`` on fd 8. The marker ``M`` is computed in the
+shell from a random seed, so its text is never in any process's argv. The reader
+therefore knows the command is over without waiting for EOF (background children that
+keep the pipe open never block a call).
 """
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
-from envlayer.proctree import EXEC_ID_VAR
-from envlayer_docker.protocol import FrameDemux, Outcome, OutputCallback, Reader, Trailer, oneshot_argv, oneshot_marker
-from envlayer_docker.session import raw_socket
+from envlayer.shell_script import marker_of, new_seed
 
+LEASE_PATH = "/tmp/.envlayer-lease"
+"""Touched by commands at most every ``lease_interval`` seconds: the idle reclaimer reads
+its age (see :mod:`envlayer_docker.reaper`)."""
 
-class OneShot:
-    """A started one-shot exec. Create with :meth:`start`, then :meth:`read`."""
+LEASE_PRELUDE = f": > {LEASE_PATH} 2>/dev/null"
+"""Shell text that refreshes the lease (run before a session command)."""
 
-    def __init__(self, api: Any, exec_id: str, marker: str, attached: Any, writer: threading.Thread | None) -> None:
-        self.api = api
-        self.docker_exec_id = exec_id
-        self.marker = marker
-        self._attached = attached
-        self.sock = raw_socket(attached)
-        self._writer = writer
-
-    @classmethod
-    def start(
-        cls,
-        api: Any,
-        container_id: str,
-        command: str | Sequence[str],
-        *,
-        shell: str,
-        exec_id: str,
-        env: Mapping[str, str],
-        user: str | None,
-        cwd: str,
-        stdin: bytes | None,
-        touch_lease: bool,
-    ) -> OneShot:
-        """Create and start the exec. Raises docker-py errors (the command did not start)."""
-        seed, marker = oneshot_marker()
-        environment = dict(env)
-        environment[EXEC_ID_VAR] = exec_id
-        argv = oneshot_argv(shell, command, seed=seed, cwd=cwd, touch_lease=touch_lease)
-        eid = api.exec_create(
-            container_id,
-            argv,
-            stdin=stdin is not None,
-            stdout=True,
-            stderr=True,
-            tty=False,
-            environment=environment,
-            workdir="/",
-            user=user or "",
-        )["Id"]
-        attached = api.exec_start(eid, socket=True)
-        sock = raw_socket(attached)
-        sock.setblocking(True)
-        writer = None
-        if stdin is not None:
-            writer = threading.Thread(target=_feed, args=(sock, stdin), name="envlayer-docker-stdin", daemon=True)
-            writer.start()
-        return cls(api, eid, marker, attached, writer)
-
-    def read(
-        self, *, deadline: float | None, limit: int | None, policy: str, on_output: OutputCallback | None
-    ) -> tuple[str, Reader, Trailer | None]:
-        """Read to the end: (outcome, reader, trailer-or-None). See ``ShellSession.run``."""
-        reader = Reader(self.sock, FrameDemux(), self.marker.encode(), limit=limit, policy=policy, on_output=on_output)
-        outcome = reader.read(deadline)
-        return outcome, reader, reader.trailer() if outcome == Outcome.DONE else None
-
-    def exit_code(self, wait: float = 2.0) -> int | None:
-        """The exec's exit status once it ended (after EOF), or ``None`` if unknown."""
-        end = time.monotonic() + wait
-        while True:
-            try:
-                info = self.api.exec_inspect(self.docker_exec_id)
-            except Exception:
-                return None
-            if not info.get("Running"):
-                return info.get("ExitCode")
-            if time.monotonic() >= end:
-                return None
-            time.sleep(0.01)
-
-    def close(self) -> None:
-        """Close the stream (does not kill the process: use the killer for that)."""
-        for closer in (self.sock.close, self._attached.close):
-            try:
-                closer()
-            except OSError:
-                pass
-        if self._writer is not None:
-            self._writer.join(timeout=1.0)
+_WRAPPER = (
+    'exec 7>&1 8>&2; m=__EL$(($1*7919+13))__; d=$2; t=$3; shift 3; [ -n "$t" ] && ' + LEASE_PRELUDE + "; "
+    'if cd -- "$d" 2>/dev/null; then eval "$1" 7>&- 8>&-; __el_rc=$?; '
+    "else printf 'envlayer: working directory does not exist: %s\\n' \"$d\" >&8; __el_rc=126; fi; "
+    'printf \'%s%s %s - %s%s\' "$m" "$__el_rc" "$$" "$PWD" "$m" >&7; printf \'%s\' "$m" >&8'
+)
+_WRAPPER_ARGV = _WRAPPER.replace('eval "$1"', '"$@"')
 
 
-def _feed(sock: socket.socket, data: bytes) -> None:
-    try:
-        if data:
-            sock.sendall(data)
-        sock.shutdown(socket.SHUT_WR)
-    except OSError:
-        pass
+def oneshot_argv(shell: str, command: str | Sequence[str], *, cwd: str, touch_lease: bool) -> tuple[list[str], bytes]:
+    """``(argv, marker)`` for a one-shot command: ``$1`` marker seed, ``$2`` cwd, ``$3``
+    non-empty to refresh the lease, then the command. Per-call environment values are
+    not in argv: they go in the exec's environment."""
+    seed = new_seed()
+    lease = "1" if touch_lease else ""
+    if isinstance(command, str):
+        argv = [shell, "-c", _WRAPPER, "envlayer", str(seed), cwd, lease, command]
+    else:
+        argv = [shell, "-c", _WRAPPER_ARGV, "envlayer", str(seed), cwd, lease, *command]
+    return argv, marker_of(seed)

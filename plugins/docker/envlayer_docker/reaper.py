@@ -30,8 +30,9 @@ from typing import Any
 
 from envlayer.environment import SandboxInfo
 from envlayer.proctree import EXEC_ID_VAR
+from envlayer.shell_script import SESSION_VAR
 from envlayer_docker import labels as L
-from envlayer_docker.protocol import LEASE_PATH, SESSION_VAR
+from envlayer_docker.oneshot import LEASE_PATH
 
 log = logging.getLogger("envlayer.docker.reaper")
 _TIME = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)$")
@@ -226,3 +227,39 @@ def reclaim_idle(
         return _remove_running(api, summary, dry_run, "idle reclaim")
 
     return _parallel(one, running)
+
+
+# --- the backend-wide sweeps behind DockerEnvironment's classmethods --------------------------
+
+
+def sweep(api: Any, options: Any, *, profile: str, max_age: float, dry_run: bool) -> list[SandboxInfo]:
+    """``reap_orphans``: this profile's stopped managed containers older than ``max_age``
+    seconds, running private containers whose owner process died, and (with
+    ``idle_reclaim_after``) idle running ones. Returns what was (or would be) removed."""
+    removed = reap(api, profile=profile, max_age=max_age, dry_run=dry_run)
+    removed += reap_dead_owners(api, profile=profile, dry_run=dry_run)
+    if options.idle_reclaim_after is not None:
+        removed += reclaim_idle(
+            api, profile=profile, idle_after=options.idle_reclaim_after, dry_run=dry_run, shell=options.shell
+        )
+    return removed
+
+
+def remove_task(api: Any, *, profile: str, task: str, force: bool) -> list[SandboxInfo]:
+    """``remove_sandbox``: the containers of (profile, task); running ones only with
+    ``force``. One that cannot be removed is logged and skipped. Returns what was removed."""
+    from docker.errors import APIError, NotFound
+
+    removed = []
+    for summary in list_managed(api, profile=profile, task=task):
+        if summary.get("State") == "running" and not force:
+            continue
+        try:
+            api.remove_container(summary["Id"], force=force, v=True)
+        except NotFound:
+            continue
+        except APIError as exc:
+            log.warning("could not remove %s: %s", summary["Id"][:12], exc.explanation or exc)
+            continue
+        removed.append(info_from(summary))
+    return removed

@@ -14,8 +14,8 @@ from envlayer_docker import labels
 from envlayer_docker.files import safe_extract
 from envlayer_docker.naming import container_name, private_name
 from envlayer_docker.options import DockerOptions, parse_volume
-from envlayer_docker.protocol import FrameDemux, MarkerScanner, parse_trailer, session_script
 from envlayer_docker.reaper import parse_docker_time, parse_idle_check
+from envlayer_docker.transport import FrameDemux
 
 from envlayer.errors import SandboxPathError
 from envlayer.options import OptionError
@@ -175,34 +175,18 @@ def _frame(stream: int, payload: bytes) -> bytes:
     return bytes([stream, 0, 0, 0]) + len(payload).to_bytes(4, "big") + payload
 
 
-def test_demux_handles_split_frames() -> None:
-    raw = _frame(1, b"hello") + _frame(2, b"err") + _frame(1, b"")
+@pytest.mark.parametrize("step", [1, 2, 3, 7, 9, 17, 1000])
+def test_demux_handles_split_frames(step: int) -> None:
+    raw = _frame(1, b"hello") + _frame(2, b"err") + _frame(1, b"") + _frame(3, b"ignored") + _frame(1, b"x" * 40)
     demux = FrameDemux()
-    got = []
-    for i in range(len(raw)):
-        got += demux.feed(raw[i : i + 1])
-    assert got == [(1, b"hello"), (2, b"err"), (1, b"")]
-
-
-@pytest.mark.parametrize("step", [1, 2, 3, 7, 1000])
-def test_marker_scanner_any_split(step: int) -> None:
-    marker = b"__ELabcdef__"
-    stream = b"out_put__EL" + marker + b"3 42 /tmp/a b" + marker + b"late"
-    scanner = MarkerScanner(marker, trailer=True)
-    out = b""
-    for i in range(0, len(stream), step):
-        out += scanner.feed(stream[i : i + step])
-    assert scanner.done
-    assert out == b"out_put__EL"
-    trailer = parse_trailer(scanner.trailer)
-    assert (trailer.exit_code, trailer.pid, trailer.pwd) == (3, 42, "/tmp/a b")
-
-
-def test_session_script_keeps_env_values_out_of_argv_shape() -> None:
-    script = session_script("echo hi", exec_id="abc", marker="M", env={"SECRET": "s3cr'et"}, cwd="/x y")
-    text = script.decode()
-    assert "SECRET='s3cr'\"'\"'et'" in text and "export SECRET" in text and "unset SECRET" in text
-    assert "cd -- '/x y'" in text
+    got: dict[str, bytes] = {"stdout": b"", "stderr": b""}
+    order = []
+    for i in range(0, len(raw), step):
+        for name, payload in demux.feed(raw[i : i + step]):
+            got[name] += payload
+            order.append(name)
+    assert got == {"stdout": b"hello" + b"x" * 40, "stderr": b"err"}
+    assert order.index("stderr") > order.index("stdout")
 
 
 # --- options ------------------------------------------------------------------------------------

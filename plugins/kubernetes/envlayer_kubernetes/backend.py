@@ -9,8 +9,10 @@ Lifecycle (details in docs/backends/kubernetes.md):
 * ``cleanup()`` in persist mode (default) leaves the pod running. ``cleanup(force_remove=True)``,
   or any cleanup with ``persist_across_processes = false``, deletes it (grace 0) on a
   background thread that :meth:`wait_for_cleanup` joins (until the API answers 404).
-* Every command is an exec over the exec websocket; a timeout or an interrupt kills the
-  command's process tree in the pod with the core's kill script (a second exec).
+* Commands run in a persistent shell (``exec_mode = "session"``, the core's protocol over
+  one long-lived exec) or one exec each (``"oneshot"``); a call that finds the session
+  busy (another thread) runs one-shot. A timeout or an interrupt kills the command's
+  process tree in the pod with the core's kill script (a second exec).
 * A pod that vanished or stopped is detected from the API's answer to the exec (never from
   command output) and re-created at most once per call, only when the command provably
   did not start; a command is never run twice.
@@ -26,24 +28,21 @@ import os
 import posixpath
 import threading
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from envlayer.capabilities import Capability
 from envlayer.environment import Command, Environment, SandboxInfo
-from envlayer.errors import BackendUnavailable, FileTooLarge, SandboxPathError
+from envlayer.errors import BackendUnavailable, SandboxPathError
 from envlayer.options import BaseOptions
-from envlayer.output import CappedBuffer
-from envlayer.result import TIMEOUT_EXIT_CODE, ExecResult
-from envlayer.sandbox_kill import kill_script_argv
+from envlayer.output import OutputCallback
+from envlayer.request import ExecRequest, check_path, file_payload
+from envlayer.result import ExecResult
+from envlayer.transfer import TransferSummary
 from envlayer_kubernetes.options import KubernetesOptions
 
 log = logging.getLogger("envlayer.kubernetes")
 T = TypeVar("T")
-OutputCallback = Callable[[str, bytes], None]
-STREAM_NAMES = {1: "stdout", 2: "stderr"}
-KILL_WAIT = 15.0
 EXIT_WAIT = 15.0
 
 ALL_CAPABILITIES = frozenset(
@@ -54,6 +53,7 @@ ALL_CAPABILITIES = frozenset(
         Capability.LIST_SANDBOXES,
         Capability.REMOVE_SANDBOX,
         Capability.STREAMING,
+        Capability.PERSISTENT_SESSION,
         Capability.DIRECTORY_TRANSFER,
         Capability.PERSIST_ACROSS_PROCESSES,
     }
@@ -81,6 +81,8 @@ class KubernetesEnvironment(Environment):
         from envlayer_kubernetes.pods import build_spec
 
         opts = self.options
+        if opts.exec_mode == "oneshot":
+            self.capabilities = self.capabilities - {Capability.PERSISTENT_SESSION}
         if not opts.persist_across_processes:
             self.capabilities = self.capabilities - {Capability.PERSIST_ACROSS_PROCESSES}
         self._cluster = connect(opts)
@@ -91,6 +93,10 @@ class KubernetesEnvironment(Environment):
         self._spec = build_spec(opts, profile=profile, task=task_id, persist=opts.persist_across_processes)
         self._pod: Any = None
         self._attach()
+        from envlayer_kubernetes.runners import ExecTarget, SessionRunner
+
+        self._target = ExecTarget(self._cluster, self._spec.name, opts, self._base_env)
+        self._session = SessionRunner(self._target) if opts.exec_mode == "session" else None
 
     # --- pod ------------------------------------------------------------------------------
 
@@ -140,164 +146,49 @@ class KubernetesEnvironment(Environment):
         ``on_output(stream, chunk)`` receives ``"stdout"``/``"stderr"`` chunks as they arrive
         (uncapped), on the calling thread. Raises :class:`BackendUnavailable` when the API
         cannot be reached, or when the stream broke while the command ran (it is not
-        re-run; the next call re-attaches)."""
+        re-run; the next call re-attaches), and ``InvalidArgument`` for bad arguments."""
+        request = self.make_request(command, cwd=cwd, env=env, timeout=timeout, stdin=stdin, on_output=on_output)
+        result, recovered = self._retrying(lambda: self._run(request))
+        return dataclasses.replace(result, recovered="pod recreated") if recovered else result
+
+    def _run(self, request: ExecRequest) -> ExecResult:
+        """The session when it is free, else a one-shot exec (in the session's directory)."""
+        from envlayer_kubernetes.runners import run_oneshot
+
+        session = self._session
+        if session is not None and session.lock.acquire(blocking=False):
+            try:
+                return session.run(request)
+            finally:
+                session.lock.release()
+        base = (session.cwd if session is not None else None) or self.options.workdir
+        cwd = posixpath.join(base, request.cwd) if request.cwd else base
+        return run_oneshot(self._target, request, cwd=cwd)
+
+    def _retrying(self, operation: Callable[[], T]) -> tuple[T, bool]:
+        """Run ``operation``; when the API refused to start an exec because the pod is gone
+        or not running (the command provably did not run), attach again once and rerun it.
+        Returns ``(value, recovered)``."""
         from envlayer_kubernetes.channel import NotStarted
 
-        self._ensure_open()
-        if not isinstance(command, str) and not command:
-            raise ValueError("empty argv")
-        effective = self.options.timeout if timeout is None else (timeout or None)
-        start = time.monotonic()
-        data = stdin.encode() if isinstance(stdin, str) else stdin
-        run_cwd = posixpath.join(self.options.workdir, cwd) if cwd else self.options.workdir
-        merged = {**self._base_env, **(env or {})}
-        for attempt in (0, 1):
-            seen = self._pod.uid
-            try:
-                result = self._run(command, run_cwd, merged, data, on_output, effective, start)
-                return dataclasses.replace(result, recovered="pod recreated") if attempt else result
-            except NotStarted as exc:
-                if attempt:
-                    raise BackendUnavailable(
-                        f"pod {self.pod_name} is gone again right after being recreated: {exc}",
-                        hint="check the cluster's events; something keeps deleting the pod",
-                    ) from exc
-                self._recover(seen)
-        raise AssertionError("unreachable")
-
-    def _run(
-        self,
-        command: Command,
-        cwd: str,
-        env: Mapping[str, str],
-        data: bytes | None,
-        on_output: OutputCallback | None,
-        timeout: float | None,
-        start: float,
-    ) -> ExecResult:
-        from envlayer_kubernetes.channel import V5, ExecChannel, require_open, start_writer
-        from envlayer_kubernetes.wrapper import env_line, oneshot_argv
-
-        exec_id = uuid.uuid4().hex
-        closable = self._cluster.protocol == V5
-        argv = oneshot_argv(
-            self.options.shell,
-            command,
-            exec_id=exec_id,
-            cwd=cwd,
-            stdin=None if data is None else len(data),
-            closable=closable,
-        )
-        channel = ExecChannel.open(self._cluster, self.pod_name, argv, stdin=True, timeout=self.options.api_timeout)
-        writer = start_writer(channel, env_line(env) + (data or b""), close=data is None or closable)
-        limit, policy = self.options.max_output_bytes, self.options.output_policy
-        buffers = {1: CappedBuffer(limit, policy), 2: CappedBuffer(limit, policy)}  # type: ignore[arg-type]
-        deadline = None if timeout is None else start + timeout
-        timed_out = False
+        seen = self._pod.uid
         try:
-            for frame in channel.frames(deadline):
-                if frame is None:
-                    timed_out = True
-                    break
-                stream, chunk = frame
-                buffers[stream].write(chunk)
-                if on_output is not None:
-                    on_output(STREAM_NAMES[stream], chunk)
-        except BaseException:
-            self._kill(exec_id)
-            channel.close()
-            raise
-        if timed_out:
-            self._kill(exec_id)
-            channel.close()
-            return self._result(buffers, TIMEOUT_EXIT_CODE, start, timeout, timed_out=True)
-        channel.close()
-        writer.join(timeout=1.0)
-        code = channel.exit_code()
-        if code is None:
-            if channel.status is not None:
-                raise BackendUnavailable(
-                    f"the command could not run in pod {self.pod_name}: {channel.failure_message()}",
-                    hint="check the pod (`kubectl describe pod`); the image needs " + self.options.shell,
-                )
-            raise require_open(self._cluster, self.pod_name)
-        return self._result(buffers, code, start, timeout)
-
-    def _result(
-        self,
-        buffers: dict[int, CappedBuffer],
-        code: int,
-        start: float,
-        timeout: float | None,
-        *,
-        timed_out: bool = False,
-    ) -> ExecResult:
-        out, err = buffers[1], buffers[2]
-        return ExecResult(
-            exit_code=code,
-            stdout=out.getvalue(),
-            stderr=err.getvalue(),
-            duration=time.monotonic() - start,
-            timed_out=timed_out,
-            timeout=timeout,
-            stdout_truncation=out.truncation,
-            stderr_truncation=err.truncation,
-        )
-
-    def _kill(self, exec_id: str) -> None:
-        """Kill the process tree of ``exec_id`` in the pod (the core's kill script, one exec).
-        Best effort: a failure is logged, never raised over the caller's result."""
+            return operation(), False
+        except NotStarted:
+            self._recover(seen)
         try:
-            code, out, err = self._capture(kill_script_argv(self.options.shell, exec_id), None, KILL_WAIT)
-            log.debug("kill %s: exit %s %s %s", exec_id, code, out[-200:], err[-200:])
-        except Exception as exc:
-            log.warning("could not kill command %s in pod %s: %r", exec_id, self.pod_name, exc)
-
-    def _capture(self, argv: list[str], data: bytes | None, timeout: float) -> tuple[int, bytes, bytes]:
-        """Run an internal helper exec (no wrapper, no environment): (code, stdout, stderr),
-        uncapped. Raises ``NotStarted`` or :class:`BackendUnavailable`."""
-        from envlayer_kubernetes.channel import V5, ExecChannel, require_open, start_writer
-        from envlayer_kubernetes.wrapper import bounded_stdin_argv
-
-        if data is not None and self._cluster.protocol != V5:
-            argv = bounded_stdin_argv(self.options.shell, argv, len(data))
-        channel = ExecChannel.open(
-            self._cluster, self.pod_name, argv, stdin=data is not None, timeout=self.options.api_timeout
-        )
-        writer = start_writer(channel, data, close=True) if data is not None else None
-        buffers = {1: CappedBuffer(None), 2: CappedBuffer(None)}
-        try:
-            for frame in channel.frames(time.monotonic() + timeout):
-                if frame is None:
-                    raise BackendUnavailable(
-                        f"an internal command in pod {self.pod_name} did not finish in {timeout:.0f} s",
-                        hint="the pod may be overloaded; retry",
-                    )
-                buffers[frame[0]].write(frame[1])
-        finally:
-            channel.close()
-            if writer is not None:
-                writer.join(timeout=1.0)
-        code = channel.exit_code()
-        if code is None:
-            raise require_open(self._cluster, self.pod_name)
-        return code, buffers[1].getvalue(), buffers[2].getvalue()
+            return operation(), True
+        except NotStarted as exc:
+            raise BackendUnavailable(
+                f"pod {self.pod_name} is gone again right after being recreated: {exc}",
+                hint="check the cluster's events; something keeps deleting the pod",
+            ) from exc
 
     def _helper(self, argv: list[str], data: bytes | None) -> tuple[int, bytes, bytes]:
-        """:meth:`_capture` for file operations; recovers a vanished pod once."""
-        from envlayer_kubernetes.channel import NotStarted
+        """One of envlayer's own commands (files); recovers a vanished pod once."""
+        from envlayer_kubernetes.runners import run_helper
 
-        for attempt in (0, 1):
-            seen = self._pod.uid
-            try:
-                return self._capture(argv, data, max(self.options.api_timeout, 300.0))
-            except NotStarted as exc:
-                if attempt:
-                    raise BackendUnavailable(
-                        f"pod {self.pod_name} keeps disappearing: {exc}", hint="check the cluster"
-                    ) from exc
-                self._recover(seen)
-        raise AssertionError("unreachable")
+        return self._retrying(lambda: run_helper(self._target, argv, data))[0]
 
     # --- files ------------------------------------------------------------------------------
 
@@ -329,25 +220,28 @@ class KubernetesEnvironment(Environment):
         from envlayer_kubernetes import files
 
         self._ensure_open()
-        payload = data.encode() if isinstance(data, str) else data
-        if len(payload) > self.options.max_file_bytes:
-            raise FileTooLarge(path, len(payload), self.options.max_file_bytes)
+        payload = file_payload(path, data, self.options.max_file_bytes)
         files.write(self._helper, self.options.shell, self._path(path), payload)
 
-    def upload_dir(self, local: str, remote: str) -> None:
-        """Copy the contents of host directory ``local`` into pod directory ``remote``."""
+    def upload_dir(self, local: str | os.PathLike[str], remote: str) -> TransferSummary:
+        """Copy the contents of host directory ``local`` into pod directory ``remote``
+        (symlinks are copied as links); see :class:`~envlayer.transfer.SupportsDirectoryTransfer`."""
         from envlayer_kubernetes import files
 
         self._ensure_open()
-        files.upload_dir(self._helper, self.options.shell, local, self._path(remote), self.options.max_transfer_bytes)
+        source = check_path(os.fspath(local), "local")
+        full = self._path(remote)
+        return files.upload_dir(self._helper, self.options.shell, source, full, self.options.max_transfer_bytes)
 
-    def download_dir(self, remote: str, local: str) -> None:
+    def download_dir(self, remote: str, local: str | os.PathLike[str]) -> TransferSummary:
         """Copy the contents of pod directory ``remote`` into host directory ``local``.
         Members escaping ``local`` raise :class:`SandboxPathError`."""
         from envlayer_kubernetes import files
 
         self._ensure_open()
-        files.download_dir(self._helper, self.options.shell, self._path(remote), local, self.options.max_transfer_bytes)
+        dest = check_path(os.fspath(local), "local")
+        full = self._path(remote)
+        return files.download_dir(self._helper, self.options.shell, full, dest, self.options.max_transfer_bytes)
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -358,6 +252,8 @@ class KubernetesEnvironment(Environment):
         ``cleanup()`` still deletes the pod. Never raises."""
         with self._state_lock:
             self._closed = True
+            if self._session is not None:
+                self._session.close()
             remove = force_remove or not self.options.persist_across_processes
             if remove and self._teardown is None and self._pod is not None:
                 self._teardown = _schedule_delete(self._cluster, self.pod_name, self.options)

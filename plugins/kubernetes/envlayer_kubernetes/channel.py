@@ -19,7 +19,6 @@ import select
 import ssl
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 from envlayer.errors import BackendUnavailable
@@ -27,6 +26,7 @@ from envlayer_kubernetes import naming
 from envlayer_kubernetes.client import Cluster, unavailable
 
 STDIN, STDOUT, STDERR, STATUS, CLOSE = 0, 1, 2, 3, 255
+STREAM_NAMES = {STDOUT: "stdout", STDERR: "stderr"}
 V5 = "v5.channel.k8s.io"
 STDIN_CHUNK = 256 * 1024
 _HANDSHAKE = re.compile(r"Handshake status (\d+)")
@@ -38,11 +38,14 @@ class NotStarted(Exception):
 
 
 class ExecChannel:
-    """An open exec websocket. Not thread-safe except :meth:`send_stdin` (which may run on
-    a writer thread while another thread reads)."""
+    """An open exec websocket, usable as the core's byte stream (``write``, ``read``,
+    ``exit_status``, ``close``). One reader at a time; :meth:`write` may run on a writer
+    thread while another thread reads."""
 
-    def __init__(self, ws: Any) -> None:
+    def __init__(self, ws: Any, cluster: Cluster, pod: str) -> None:
         self._ws = ws
+        self.cluster = cluster
+        self.pod = pod
         self.sock = ws.sock  # websocket.WebSocket
         self.v5 = ws.subprotocol == V5
         self.status: dict[str, Any] | None = None
@@ -79,16 +82,22 @@ class ExecChannel:
             if status:
                 exc.status = status
             raise unavailable(exc, cluster, f"starting a command in pod {pod}") from exc
-        channel = cls(ws)
+        channel = cls(ws, cluster, pod)
         cluster.protocol = ws.subprotocol
         return channel
 
-    def send_stdin(self, data: bytes) -> None:
-        """Write ``data`` to the process's stdin (in frames of at most 256 KiB)."""
-        from websocket import ABNF
+    def write(self, data: bytes) -> None:
+        """Write ``data`` to the process's stdin (in frames of at most 256 KiB). Raises
+        ``OSError`` when the stream is closed or broken."""
+        from websocket import ABNF, WebSocketException
 
-        for i in range(0, len(data), STDIN_CHUNK):
-            self.sock.send(b"\x00" + data[i : i + STDIN_CHUNK], opcode=ABNF.OPCODE_BINARY)
+        if self.closed:
+            raise BrokenPipeError("the exec stream is closed")
+        try:
+            for i in range(0, len(data), STDIN_CHUNK):
+                self.sock.send(b"\x00" + data[i : i + STDIN_CHUNK], opcode=ABNF.OPCODE_BINARY)
+        except WebSocketException as exc:
+            raise BrokenPipeError(str(exc)) from exc
 
     def close_stdin(self) -> bool:
         """Close the process's stdin (v5); False under v4, which cannot."""
@@ -108,38 +117,54 @@ class ExecChannel:
         ready, _, _ = select.select([raw], [], [], wait)
         return bool(ready)
 
-    def frames(self, deadline: float | None) -> Iterator[tuple[int, bytes] | None]:
-        """Yield ``(channel, payload)`` for stdout/stderr data as it arrives, and ``None``
-        when ``deadline`` (a ``time.monotonic()`` value) passes. Returns when the server
-        closes the stream; :attr:`status` then holds the status message, if one came."""
+    def read(self, deadline: float | None) -> list[tuple[str, bytes]] | None:
+        """Wait for output until ``deadline`` (a ``time.monotonic()`` value; None = no
+        limit): the ``("stdout" | "stderr", bytes)`` chunks available as soon as there are
+        any, ``[]`` when the deadline passed first, None once the server closed the stream
+        (every byte received was returned before; :attr:`status` then holds the status
+        message, if one came). Never raises for a broken transport."""
         from websocket import ABNF, WebSocketException
 
+        chunks: list[tuple[str, bytes]] = []
         while not self.closed:
-            wait = None if deadline is None else deadline - time.monotonic()
-            if wait is not None and wait <= 0:
-                yield None
-                return
+            if chunks:
+                wait: float | None = 0.0
+            else:
+                wait = None if deadline is None else deadline - time.monotonic()
+                if wait is not None and wait <= 0:
+                    return chunks
             if not self._readable(wait):
+                if chunks:
+                    return chunks
                 continue
             try:
                 opcode, frame = self.sock.recv_data_frame(True)
             except (WebSocketException, OSError):
                 self.closed = True
-                return
+                break
             if opcode == ABNF.OPCODE_CLOSE:
                 self.closed = True
-                return
+                break
             if opcode not in (ABNF.OPCODE_BINARY, ABNF.OPCODE_TEXT) or not frame.data:
                 continue
             data = frame.data if isinstance(frame.data, bytes) else frame.data.encode()
             channel, payload = data[0], data[1:]
-            if channel in (STDOUT, STDERR) and payload:
-                yield channel, payload
+            if channel in STREAM_NAMES and payload:
+                chunks.append((STREAM_NAMES[channel], payload))
             elif channel == STATUS and payload:
                 try:
                     self.status = json.loads(payload)
                 except ValueError:
                     self.status = {"status": "Failure", "message": payload.decode(errors="replace")}
+        return chunks or None
+
+    def exit_status(self, wait: float = 0.0) -> int | None:
+        """After :meth:`read` returned None: the exit code from the status channel; None
+        when the server reported a failure without one. Raises :class:`BackendUnavailable`
+        when no status came at all (the pod or the connection was lost mid-command)."""
+        if self.status is None:
+            raise stream_broke(self.cluster, self.pod)
+        return self.exit_code()
 
     def exit_code(self) -> int | None:
         """The process's exit code from the status channel; None when none came (the
@@ -176,7 +201,7 @@ def start_writer(channel: ExecChannel, data: bytes, *, close: bool) -> threading
     def work() -> None:
         try:
             if data:
-                channel.send_stdin(data)
+                channel.write(data)
             if close:
                 channel.close_stdin()
         except Exception:
@@ -187,7 +212,7 @@ def start_writer(channel: ExecChannel, data: bytes, *, close: bool) -> threading
     return thread
 
 
-def require_open(cluster: Cluster, pod: str) -> BackendUnavailable:
+def stream_broke(cluster: Cluster, pod: str) -> BackendUnavailable:
     """The error for a stream that broke while a command ran."""
     return BackendUnavailable(
         f"the exec stream to pod {pod} in namespace {cluster.namespace!r} broke while the command ran; "

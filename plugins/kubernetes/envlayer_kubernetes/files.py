@@ -10,8 +10,8 @@ directories) ``tar`` in the image, and it works on any volume the pod mounts.
 * ``upload_dir``: a tar of the local directory (at most ``limit`` bytes) unpacked in the pod.
 * ``download_dir``: a tar of the remote directory (the pod stops it at ``limit`` bytes);
   every member is checked before anything is written, and one that would land outside
-  the local directory (absolute, ``..``, a link pointing out, a device) raises
-  :class:`SandboxPathError`.
+  the local directory (absolute, ``..``, a link pointing out) raises
+  :class:`SandboxPathError`; devices and FIFOs are skipped.
 * ``real_path``: ``readlink -f`` in the pod, for ``file_root`` confinement against symlinks.
 """
 
@@ -29,6 +29,7 @@ from envlayer.errors import (
     SandboxIsADirectory,
     SandboxPathError,
 )
+from envlayer.transfer import TransferSummary
 
 Runner = Callable[[list[str], bytes | None], tuple[int, bytes, bytes]]
 _NOT_FOUND, _IS_DIR, _TOO_LARGE = 66, 67, 68
@@ -80,8 +81,9 @@ def real_path(run: Runner, shell: str, root: str, path: str) -> tuple[str, str] 
     return (lines[0], lines[1]) if code == 0 and len(lines) >= 2 else None
 
 
-def upload_dir(run: Runner, shell: str, local: str, remote: str, limit: int) -> None:
-    """Copy the contents of host directory ``local`` into ``remote`` in the pod."""
+def upload_dir(run: Runner, shell: str, local: str, remote: str, limit: int) -> TransferSummary:
+    """Copy the contents of host directory ``local`` into ``remote`` in the pod; returns
+    the regular files copied and their bytes."""
     if not os.path.isdir(local):
         raise NotADirectoryError(f"not a local directory: {local!r}")
     buf = io.BytesIO()
@@ -96,10 +98,13 @@ def upload_dir(run: Runner, shell: str, local: str, remote: str, limit: int) -> 
     code, _, err = run([shell, "-c", UNPACK, "envlayer-unpack", remote], data)
     if code != 0:
         raise _failed("unpacking into", remote, code, err)
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+        return _summary([m for m in tar.getmembers() if m.isfile()])
 
 
-def download_dir(run: Runner, shell: str, remote: str, local: str, limit: int) -> None:
-    """Copy the contents of ``remote`` in the pod into host directory ``local``."""
+def download_dir(run: Runner, shell: str, remote: str, local: str, limit: int) -> TransferSummary:
+    """Copy the contents of ``remote`` in the pod into host directory ``local``; returns the
+    regular files written and their bytes. Devices and FIFOs are skipped."""
     code, out, err = run([shell, "-c", PACK, "envlayer-pack", remote, str(limit + 1)], None)
     if code == _NOT_FOUND:
         raise SandboxFileNotFound(remote)
@@ -107,13 +112,21 @@ def download_dir(run: Runner, shell: str, remote: str, local: str, limit: int) -
         raise FileTooLarge(remote, len(out), limit)
     if code != 0:
         raise _failed("packing", remote, code, err)
-    with tarfile.open(fileobj=io.BytesIO(out), mode="r:") as tar:
-        members = tar.getmembers()
-        dest = os.path.realpath(local)
-        for member in members:
-            _check_member(member, dest)
-        os.makedirs(local, exist_ok=True)
-        tar.extractall(local, members=members, filter="tar")
+    try:
+        with tarfile.open(fileobj=io.BytesIO(out), mode="r:") as tar:
+            members = [m for m in tar.getmembers() if not (m.isdev() or m.isfifo())]
+            dest = os.path.realpath(local)
+            for member in members:
+                _check_member(member, dest)
+            os.makedirs(local, exist_ok=True)
+            tar.extractall(local, members=members, filter="tar")
+    except tarfile.TarError as exc:
+        raise _failed("packing", remote, code, str(exc).encode()) from exc
+    return _summary([m for m in members if m.isfile()])
+
+
+def _summary(files: list[tarfile.TarInfo]) -> TransferSummary:
+    return TransferSummary(files=len(files), bytes=sum(m.size for m in files))
 
 
 def _check_member(member: tarfile.TarInfo, dest: str) -> None:
@@ -125,5 +138,3 @@ def _check_member(member: tarfile.TarInfo, dest: str) -> None:
         link = os.path.realpath(os.path.join(base, member.linkname))
         if member.linkname.startswith("/") or not (link == dest or link.startswith(dest + os.sep)):
             raise SandboxPathError(f"{member.name} -> {member.linkname}", dest)
-    if member.isdev() or member.isfifo():
-        raise SandboxPathError(f"{member.name} (device or fifo)", dest)

@@ -41,6 +41,12 @@ ONESHOT = (
 )
 
 
+SESSION_START = 'IFS= read -r __el_env || exit 125; eval "$__el_env"; unset __el_env; exec "$0"'
+"""``sh -c`` program of a session shell's exec (``$0`` the shell): reads the environment
+line, then replaces itself with a fresh shell that reads the session protocol from the
+rest of stdin and inherits the exported variables."""
+
+
 def env_line(env: Mapping[str, str]) -> bytes:
     """One line of ``sh`` that exports ``env``. Values with newlines are rebuilt by
     ``printf %b`` from escapes, so the line never contains a raw newline. Raises

@@ -2,8 +2,9 @@
 ``kubernetes`` client against the fake API server, pods as Docker containers.
 
 Each class shares one pod (persist mode, one task); every test gets a fresh environment
-object attached to it. The v4 class runs against a fake that speaks only
-``v4.channel.k8s.io`` (no stdin close), so the bounded-stdin path is conformant too.
+object attached to it (so a fresh session shell). Session and one-shot mode run against a
+fake speaking ``v5.channel.k8s.io``; session mode runs again against a fake that speaks
+only ``v4.channel.k8s.io`` (no stdin close), so the bounded-stdin paths are conformant too.
 """
 
 from __future__ import annotations
@@ -17,32 +18,35 @@ import pytest
 from envlayer.testing import EnvironmentConformance
 
 
-class TestKubernetesOneShotConformance(EnvironmentConformance):
-    task = f"conformance-oneshot-{uuid.uuid4().hex[:6]}"
-    mode = "oneshot"
+class TestKubernetesSessionConformance(EnvironmentConformance):
+    task = f"conformance-session-{uuid.uuid4().hex[:6]}"
+    mode = "session"
 
     @pytest.fixture
-    def env(self, profile: str, options: Any) -> Iterator[Any]:
-        from envlayer_kubernetes.backend import KubernetesEnvironment
-
-        environment = KubernetesEnvironment(options(exec_mode=self.mode), task_id=self.task, profile=profile)
-        try:
-            yield environment
-        finally:
-            environment.cleanup()
-
-
-class TestKubernetesV4Conformance(EnvironmentConformance):
-    task = f"conformance-v4-{uuid.uuid4().hex[:6]}"
+    def kubeconfig(self, fake_apiserver: Any) -> str:
+        return fake_apiserver.kubeconfig
 
     @pytest.fixture
-    def env(self, profile: str, options: Any, fake_apiserver_v4: Any) -> Iterator[Any]:
+    def env(self, profile: str, options: Any, kubeconfig: str) -> Iterator[Any]:
         from envlayer_kubernetes.backend import KubernetesEnvironment
 
         environment = KubernetesEnvironment(
-            options(exec_mode="oneshot", kubeconfig=fake_apiserver_v4.kubeconfig), task_id=self.task, profile=profile
+            options(exec_mode=self.mode, kubeconfig=kubeconfig), task_id=self.task, profile=profile
         )
         try:
             yield environment
         finally:
             environment.cleanup()
+
+
+class TestKubernetesOneShotConformance(TestKubernetesSessionConformance):
+    task = f"conformance-oneshot-{uuid.uuid4().hex[:6]}"
+    mode = "oneshot"
+
+
+class TestKubernetesV4SessionConformance(TestKubernetesSessionConformance):
+    task = f"conformance-v4-{uuid.uuid4().hex[:6]}"
+
+    @pytest.fixture
+    def kubeconfig(self, fake_apiserver_v4: Any) -> str:
+        return fake_apiserver_v4.kubeconfig

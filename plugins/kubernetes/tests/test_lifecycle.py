@@ -415,3 +415,27 @@ def test_doctor_checks_the_cluster(fake_apiserver: Any, tmp_path: Any) -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.startswith("ok   kubernetes")
+
+
+def test_cli_lists_and_removes_pods(fake_apiserver: Any, make_env: Callable[..., Any], tmp_path: Any) -> None:
+    import subprocess
+    import sys
+
+    prof = f"cli-{uuid.uuid4().hex[:6]}"
+    env = make_env("cli-task", prof)
+    run_env = dict(os.environ, ENVLAYER_KUBERNETES_KUBECONFIG=fake_apiserver.kubeconfig)
+
+    def cli(*args: str) -> str:
+        code = f"import sys; from envlayer.cli import main; sys.exit(main({list(args)!r}))"
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=run_env, cwd=tmp_path)
+        assert out.returncode == 0, out.stdout + out.stderr
+        return out.stdout
+
+    listed = cli("ls", "--backend", "kubernetes", "--profile", prof)
+    assert env.pod_name in listed and "cli-task" in listed and "Running" in listed
+    removed = cli("rm", "cli-task", "--backend", "kubernetes", "--profile", prof, "--force")
+    assert env.pod_name in removed
+    from envlayer_kubernetes import pods
+
+    assert pods.wait_gone(env._cluster, env.pod_name, env.options, 30)
+    assert env.pod_name not in cli("ls", "--backend", "kubernetes", "--profile", prof)

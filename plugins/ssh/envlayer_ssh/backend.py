@@ -11,34 +11,39 @@ Import cost: nothing here imports paramiko at module level; it is imported on fi
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import posixpath
 import shlex
 import threading
 import time
-import uuid
 import weakref
 from collections.abc import Mapping
 
 from envlayer.capabilities import Capability
+from envlayer.collector import OutputCollector
 from envlayer.environment import Command, Environment
-from envlayer.errors import BackendUnavailable, EnvironmentClosed, FileTooLarge
+from envlayer.errors import BackendUnavailable, EnvironmentClosed
 from envlayer.options import BaseOptions
+from envlayer.output import OutputCallback
+from envlayer.request import ExecRequest, check_path, file_payload
 from envlayer.result import ExecResult
+from envlayer.shell_script import command_text
+from envlayer.shell_session import PersistentShell
+from envlayer.transfer import TransferSummary
 from envlayer_ssh import oneshot, pool, script
-from envlayer_ssh.channel_io import Collector, OutputCallback, run_simple
-from envlayer_ssh.errors import ConnectionLost
+from envlayer_ssh.channel_io import run_simple
 from envlayer_ssh.files import RemoteFiles
-from envlayer_ssh.options import SSHOptions, check_env_names
+from envlayer_ssh.options import SSHOptions
 from envlayer_ssh.remote_kill import kill_remote
-from envlayer_ssh.session import Outcome, ShellSession
+from envlayer_ssh.session import shell_session
 from envlayer_ssh.target import Target, resolve_target
 
 log = logging.getLogger("envlayer.ssh")
 
 
-def _release(shared: pool.TargetPool, session: ShellSession | None) -> None:
+def _release(shared: pool.TargetPool, session: PersistentShell | None) -> None:
     """Finalizer: end this environment's shell and drop its pool reference (runs once,
     from ``cleanup()`` or when the environment is garbage-collected)."""
     try:
@@ -67,9 +72,9 @@ class SSHEnvironment(Environment):
         self.target: Target = resolve_target(self.options)
         self._pool = pool.acquire(self.target)
         self._files = RemoteFiles(self._pool)
-        self._session: ShellSession | None = None
+        self._session: PersistentShell | None = None
         if self.options.mode == "session":
-            self._session = ShellSession(
+            self._session = shell_session(
                 self._pool,
                 shell=self.options.shell,
                 env=self.options.env,
@@ -131,76 +136,32 @@ class SSHEnvironment(Environment):
 
         Raises :class:`~envlayer_ssh.errors.ConnectionLost` (a ``BackendUnavailable``)
         when the connection dropped mid-command: it may or may not have run, and it is
-        not re-run. The next call reconnects.
+        not re-run. The next call reconnects. Bad arguments raise ``InvalidArgument``.
         """
-        self._ensure_open()
-        body = script.command_text(command)
-        if env:
-            check_env_names(env)
-        limit = self.options.timeout if timeout is None else (timeout or None)
-        data = stdin.encode() if isinstance(stdin, str) else stdin
-        collector = Collector(self.options.max_output_bytes, self.options.output_policy, on_output)
-        exec_id = uuid.uuid4().hex
-        start = time.monotonic()
+        request = self.make_request(command, cwd=cwd, env=env, timeout=timeout, stdin=stdin, on_output=on_output)
+        collector = OutputCollector.for_request(request, self.options)
         reconnects_before = self._pool.reconnects
         try:
             if self._session is not None:
                 with self._lock:
                     self._ensure_open()
-                    deadline = None if limit is None else time.monotonic() + limit
-                    outcome = self._exec_session(body, exec_id, cwd, env, data, deadline, collector)
+                    started = time.monotonic()
+                    request = dataclasses.replace(
+                        request, deadline=None if request.timeout is None else started + request.timeout
+                    )
+                    outcome = self._session.run(request, collector)
+                result = collector.result(
+                    request, outcome.exit_code, timed_out=outcome.timed_out, recovered=outcome.recovered
+                )
             else:
-                deadline = None if limit is None else start + limit
-                outcome = self._exec_oneshot(body, exec_id, cwd, env, data, deadline, collector)
-        except ConnectionLost as exc:
-            if self._closed:  # our own cleanup() closed the last share of the connection
+                result = self._exec_oneshot(request, collector)
+        except BackendUnavailable as exc:
+            if self._closed:  # our own cleanup() closed the shell or the last share of the connection
                 raise self._closed_while_running() from exc
             raise
-        if outcome.shell_gone and self._closed:
-            raise self._closed_while_running()
-        out, err = collector.buffers["stdout"], collector.buffers["stderr"]
-        return ExecResult(
-            exit_code=outcome.exit_code,
-            stdout=out.getvalue(),
-            stderr=err.getvalue(),
-            duration=time.monotonic() - start,
-            timed_out=outcome.timed_out,
-            timeout=limit,
-            stdout_truncation=out.truncation,
-            stderr_truncation=err.truncation,
-            recovered="reconnected" if self._pool.reconnects > reconnects_before else "",
-        )
-
-    def _exec_session(
-        self,
-        body: str,
-        exec_id: str,
-        cwd: str | None,
-        env: Mapping[str, str] | None,
-        data: bytes | None,
-        deadline: float | None,
-        collector: Collector,
-    ) -> Outcome:
-        session = self._session
-        assert session is not None
-        if not session.alive:
-            error = session.start()
-            if error is not None:
-                collector.write("stderr", error.encode())
-                return Outcome(126)
-        sent_at = time.monotonic()
-        try:
-            outcome = session.run(
-                body, exec_id=exec_id, stdin=data, deadline=deadline, collector=collector, cwd=cwd, env=env
-            )
-        except BackendUnavailable:
-            raise
-        except BaseException:
-            self._kill_session(session, exec_id, sent_at)
-            raise
-        if outcome.timed_out:
-            self._kill_session(session, exec_id, sent_at)
-        return outcome
+        if self._pool.reconnects > reconnects_before:
+            result = dataclasses.replace(result, recovered="reconnected")
+        return result
 
     def _closed_while_running(self) -> EnvironmentClosed:
         return EnvironmentClosed(
@@ -209,42 +170,22 @@ class SSHEnvironment(Environment):
             hint="create a new environment",
         )
 
-    def _kill_session(self, session: ShellSession, exec_id: str, sent_at: float) -> None:
-        shell_pid, since = session.pid, session.since_cs(sent_at)
-        session.close_now()
-        kill_remote(self._pool, self.options.shell, exec_id, shell_pid=shell_pid, since_cs=since)
-
-    def _exec_oneshot(
-        self,
-        body: str,
-        exec_id: str,
-        cwd: str | None,
-        env: Mapping[str, str] | None,
-        data: bytes | None,
-        deadline: float | None,
-        collector: Collector,
-    ) -> Outcome:
+    def _exec_oneshot(self, request: ExecRequest, collector: OutputCollector) -> ExecResult:
         base = self.options.cwd
+        cwd = request.cwd
         run_cwd = posixpath.join(base, cwd) if base and cwd else (cwd or base)
         shell = None if self._login_shell_is_shell() else self.options.shell
-        line = script.oneshot_command(shell, exec_id, body, cwd=run_cwd, env={**self.options.env, **(env or {})})
-        lease = self._pool.open()
-        try:
-            oneshot.start(lease, line, data)
-            try:
-                outcome = oneshot.wait(lease, deadline, collector)
-            except BackendUnavailable:
-                raise
-            except BaseException:
-                lease.release()
-                kill_remote(self._pool, self.options.shell, exec_id)
-                raise
-            if outcome.timed_out:
-                lease.release()
-                kill_remote(self._pool, self.options.shell, exec_id)
-            return outcome
-        finally:
-            lease.release()
+        body = command_text(request.command)
+        line = script.oneshot_command(
+            shell, request.exec_id, body, cwd=run_cwd, env={**self.options.env, **request.env}
+        )
+        return oneshot.run(
+            self._pool,
+            line,
+            request,
+            collector,
+            kill=lambda: kill_remote(self._pool, self.options.shell, request.exec_id),
+        )
 
     def _login_shell_is_shell(self) -> bool:
         """Whether the login shell is the configured ``shell`` (then one-shot commands skip
@@ -300,25 +241,23 @@ class SSHEnvironment(Environment):
     def write_file(self, path: str, data: bytes | str) -> None:
         """Write a remote file atomically over SFTP (temp file + posix-rename)."""
         self._ensure_open()
-        payload = data.encode() if isinstance(data, str) else data
-        if len(payload) > self.options.max_file_bytes:
-            raise FileTooLarge(path, len(payload), self.options.max_file_bytes)
+        payload = file_payload(path, data, self.options.max_file_bytes)
         self._files.write(self._remote_path(path), payload, path)
 
-    def upload_dir(self, local: str | os.PathLike[str], remote: str) -> int:
-        """Copy a local directory tree to ``remote`` (created if missing); returns the
-        number of files copied. Symlinks and special files are skipped; every file is
-        checked against ``max_file_bytes`` before anything is copied."""
+    def upload_dir(self, local: str | os.PathLike[str], remote: str) -> TransferSummary:
+        """Copy a local directory tree to ``remote`` (created if missing). Symlinks and
+        special files are skipped; every file is checked against ``max_file_bytes`` before
+        anything is copied. See :class:`~envlayer.transfer.SupportsDirectoryTransfer`."""
         self._ensure_open()
-        return self._files.upload_dir(os.fspath(local), self._remote_path(remote), self.options.max_file_bytes)
+        source = check_path(os.fspath(local), "local")
+        return self._files.upload_dir(source, self._remote_path(remote), self.options.max_file_bytes)
 
-    def download_dir(self, remote: str, local: str | os.PathLike[str]) -> int:
-        """Copy the remote directory tree ``remote`` into ``local`` (created if missing);
-        returns the number of files copied. Symlinks and special files are skipped."""
+    def download_dir(self, remote: str, local: str | os.PathLike[str]) -> TransferSummary:
+        """Copy the remote directory tree ``remote`` into ``local`` (created if missing).
+        Symlinks and special files are skipped."""
         self._ensure_open()
-        return self._files.download_dir(
-            self._remote_path(remote), os.fspath(local), self.options.max_file_bytes, remote
-        )
+        dest = check_path(os.fspath(local), "local")
+        return self._files.download_dir(self._remote_path(remote), dest, self.options.max_file_bytes, remote)
 
     # --- lifecycle ---------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""Reading a channel: the wait loop, capped capture, and sentinel splitting.
+"""Reading a channel for envlayer's own short helper commands: the wait loop.
 
 The loop blocks on the channel's event pipe (``select`` on ``Channel.fileno()``), so a
 reply is handled as soon as paramiko's transport thread has it: no polling delay.
@@ -11,79 +11,15 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from envlayer.output import CappedBuffer, TruncationPolicy
-
 if TYPE_CHECKING:
     import paramiko
 
     from envlayer_ssh.pool import TargetPool
 
-OutputCallback = Callable[[str, bytes], None]
-
 CHUNK = 65536
 DRAIN_GRACE = 0.1
 """After the exit status arrives, how long to wait for EOF before returning, so that a
 background child that still holds stdout open (``server &``) never hangs the call."""
-
-
-class Collector:
-    """Capped stdout/stderr capture plus the optional streaming callback."""
-
-    def __init__(self, limit: int, policy: TruncationPolicy, on_output: OutputCallback | None) -> None:
-        self.buffers = {"stdout": CappedBuffer(limit, policy), "stderr": CappedBuffer(limit, policy)}
-        self.on_output = on_output
-
-    def write(self, stream: str, data: bytes) -> None:
-        if not data:
-            return
-        self.buffers[stream].write(data)
-        if self.on_output is not None:
-            self.on_output(stream, data)
-
-
-class SentinelSplitter:
-    """Passes a stream through until ``\\n<token>`` appears; keeps what follows it.
-
-    Bytes that might be the start of the sentinel are held back until it is clear they
-    are not, so the caller never sees any part of the sentinel.
-    """
-
-    def __init__(self, token: bytes, sink: Callable[[bytes], None]) -> None:
-        self.marker = b"\n" + token
-        self.sink = sink
-        self.pending = b""
-        self.trailer: bytes | None = None
-
-    @property
-    def found(self) -> bool:
-        return self.trailer is not None
-
-    def feed(self, data: bytes) -> None:
-        if self.trailer is not None:
-            self.trailer += data
-            return
-        buf = self.pending + data
-        idx = buf.find(self.marker)
-        if idx >= 0:
-            self.sink(buf[:idx])
-            self.trailer = buf[idx + len(self.marker) :]
-            self.pending = b""
-            return
-        keep = len(self.marker) - 1
-        # Hold back the longest suffix that is a prefix of the marker.
-        hold = 0
-        for n in range(min(keep, len(buf)), 0, -1):
-            if self.marker.startswith(buf[-n:]):
-                hold = n
-                break
-        self.sink(buf[: len(buf) - hold])
-        self.pending = buf[len(buf) - hold :]
-
-    def flush(self) -> None:
-        """Release held-back bytes (the stream ended without a sentinel)."""
-        if self.trailer is None and self.pending:
-            self.sink(self.pending)
-            self.pending = b""
 
 
 def pump(

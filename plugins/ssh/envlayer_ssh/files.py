@@ -42,6 +42,7 @@ from envlayer.errors import (
     SandboxPathError,
     SandboxPermissionDenied,
 )
+from envlayer.transfer import TransferSummary
 
 if TYPE_CHECKING:
     import paramiko
@@ -49,6 +50,10 @@ if TYPE_CHECKING:
     from envlayer_ssh.pool import TargetPool
 
 log = logging.getLogger("envlayer.ssh")
+_PREFETCH_REQUESTS = 64
+_READ_CHUNK = 32768
+"""Read requests in flight while reading a file. Unbounded (paramiko's default), a read of
+tens of MiB floods OpenSSH's sftp-server, which drops the connection."""
 T = TypeVar("T")
 
 
@@ -76,6 +81,20 @@ def _transport_errors(func: Callable[..., T]) -> Callable[..., T]:
             ) from exc
 
     return wrapper
+
+
+def _read_upto(fh: paramiko.SFTPFile, most: int) -> bytes:
+    """Up to ``most`` bytes of ``fh`` in linear time (paramiko's one-call ``read(n)``
+    grows one bytes object chunk by chunk: quadratic, minutes for 50 MiB)."""
+    chunks: list[bytes] = []
+    total = 0
+    while total < most:
+        chunk = fh.read(min(_READ_CHUNK, most - total))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+    return b"".join(chunks)
 
 
 def _missing(exc: OSError) -> bool:
@@ -151,8 +170,8 @@ class RemoteFiles:
                 if size > limit:
                     raise FileTooLarge(shown, size, limit)
                 with sftp.open(path, "rb") as fh:
-                    fh.prefetch(size)
-                    data = fh.read(limit + 1)
+                    fh.prefetch(size, max_concurrent_requests=_PREFETCH_REQUESTS)
+                    data = _read_upto(fh, limit + 1)
             except OSError as exc:
                 if _missing(exc):
                     raise SandboxFileNotFound(shown) from None
@@ -227,11 +246,12 @@ class RemoteFiles:
     # --- directories ----------------------------------------------------------
 
     @_transport_errors
-    def upload_dir(self, local: str, remote: str, limit: int) -> int:
-        """Copy the local tree ``local`` to ``remote``; returns the number of files."""
+    def upload_dir(self, local: str, remote: str, limit: int) -> TransferSummary:
+        """Copy the local tree ``local`` to ``remote``; returns the files copied and their bytes."""
         if not os.path.isdir(local):
             raise NotADirectoryError(errno.ENOTDIR, "not a local directory", local)
         files: list[tuple[str, str]] = []
+        total = 0
         dirs: list[str] = [remote]
         for dirpath, dirnames, filenames in os.walk(local):
             rel = os.path.relpath(dirpath, local)
@@ -251,6 +271,7 @@ class RemoteFiles:
                 if st.st_size > limit:
                     raise FileTooLarge(full, st.st_size, limit)
                 files.append((full, posixpath.join(base, name)))
+                total += st.st_size
         with self.pool.sftp_lock:
             sftp = self.pool.sftp()
             for directory in dirs:
@@ -258,11 +279,11 @@ class RemoteFiles:
             for src, dst in files:
                 sftp.put(src, dst, confirm=False)
                 sftp.chmod(dst, stat.S_IMODE(os.stat(src).st_mode))
-        return len(files)
+        return TransferSummary(files=len(files), bytes=total)
 
     @_transport_errors
-    def download_dir(self, remote: str, local: str, limit: int, shown: str) -> int:
-        """Copy the remote tree ``remote`` into ``local``; returns the number of files."""
+    def download_dir(self, remote: str, local: str, limit: int, shown: str) -> TransferSummary:
+        """Copy the remote tree ``remote`` into ``local``; returns the files copied and their bytes."""
         with self.pool.sftp_lock:
             sftp = self.pool.sftp()
             try:
@@ -277,7 +298,7 @@ class RemoteFiles:
                 if stat.S_ISREG(attrs.st_mode or 0) and (attrs.st_size or 0) > limit:
                     raise FileTooLarge(posixpath.join(remote, *rel), attrs.st_size or 0, limit)
             os.makedirs(local, exist_ok=True)
-            count = 0
+            count = total = 0
             for rel, attrs in entries:
                 dst = os.path.join(local, *rel)
                 mode = stat.S_IMODE(attrs.st_mode or 0)
@@ -286,8 +307,9 @@ class RemoteFiles:
                 else:
                     sftp.get(posixpath.join(remote, *rel), dst)
                     count += 1
+                    total += attrs.st_size or 0
                 os.chmod(dst, mode | (0o700 if stat.S_ISDIR(attrs.st_mode or 0) else 0o600))
-        return count
+        return TransferSummary(files=count, bytes=total)
 
     def _walk(self, sftp: paramiko.SFTPClient, top: str, rel: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], Any]]:
         """(relative parts, attrs) of directories (before their contents) and regular files."""

@@ -1,87 +1,105 @@
-"""One-shot execution: a fresh channel and shell per command.
+"""One-shot execution: a fresh channel and shell per command, on the core's exec parts.
 
 Each command is isolated from the others (no shared shell state) and may run
-concurrently with them, up to the connection's channel limit (further ones wait).
+concurrently with them, up to the connection's channel limit (further ones wait). The
+output goes to an :class:`~envlayer.collector.OutputCollector`; on a timeout or an
+interrupt the kill runs on another channel while this one keeps being drained
+(:func:`~envlayer.streams.drain_while`).
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from envlayer.collector import OutputCollector
 from envlayer.errors import BackendUnavailable
-from envlayer_ssh.channel_io import DRAIN_GRACE, Collector, exit_code, pump
-from envlayer_ssh.errors import ConnectionLost
-from envlayer_ssh.session import Outcome
+from envlayer.request import ExecRequest
+from envlayer.result import ExecResult
+from envlayer.streams import drain_while
+from envlayer_ssh.channel_io import DRAIN_GRACE
+from envlayer_ssh.stream import ChannelStream
 
 if TYPE_CHECKING:
-    import paramiko
+    from envlayer_ssh.pool import TargetPool
 
-    from envlayer_ssh.pool import Lease
+_NO_LIMIT = 365 * 86400.0
+_STATUS_POLL = 0.5
 
 
-def start(lease: Lease, line: str, stdin: bytes | None) -> threading.Thread | None:
-    """Send ``line`` as the channel's exec request and feed ``stdin`` (then EOF).
+def run(
+    pool: TargetPool, line: str, request: ExecRequest, collector: OutputCollector, *, kill: Callable[[], None]
+) -> ExecResult:
+    """Run ``line`` (the exec request sent to sshd) and return the finished result.
 
-    Returns the stdin writer thread, if any. Raises :class:`BackendUnavailable` when the
-    server refuses the request (the command did not run).
+    Raises :class:`BackendUnavailable` when the server refuses the request (the command
+    did not run), :class:`~envlayer_ssh.errors.ConnectionLost` when the connection
+    dropped before the exit status arrived (it may or may not have finished).
     """
-    channel = lease.channel
+    stream = ChannelStream(pool.open())
+    writer = None
     try:
-        channel.exec_command(line)
-    except Exception as exc:
-        raise BackendUnavailable(
-            f"{lease.pool.target.describe()} refused to run the command ({type(exc).__name__}: {exc}); it did not run",
-            hint="check the server's log; the next call reconnects if the connection dropped",
-        ) from exc
-    if stdin is None:
-        channel.shutdown_write()
-        return None
-    writer = threading.Thread(target=_feed, args=(channel, stdin), daemon=True, name="envlayer-ssh-stdin")
-    writer.start()
-    return writer
+        try:
+            stream.channel.exec_command(line)
+        except Exception as exc:
+            raise BackendUnavailable(
+                f"{pool.target.describe()} refused to run the command ({type(exc).__name__}: {exc}); it did not run",
+                hint="check the server's log; the next call reconnects if the connection dropped",
+            ) from exc
+        if request.stdin is None:
+            stream.end_input()
+        else:
+            writer = threading.Thread(
+                target=_feed, args=(stream, request.stdin), daemon=True, name="envlayer-ssh-stdin"
+            )
+            writer.start()
+        try:
+            code = _collect(stream, request.deadline, collector)
+        except BaseException:
+            drain_while(stream, collector, kill)
+            raise
+        if code is None:
+            drain_while(stream, collector, kill)
+            return collector.result(request, 124, timed_out=True)
+        return collector.result(request, code)
+    finally:
+        stream.close()
+        if writer is not None:
+            writer.join(1.0)
 
 
-def _feed(channel: paramiko.Channel, data: bytes) -> None:
+def _feed(stream: ChannelStream, data: bytes) -> None:
     try:
-        channel.sendall(data)
-        channel.shutdown_write()
-    except Exception:  # the command exited without reading all of it, or the channel closed
-        pass
+        stream.write(data)
+    except OSError:
+        pass  # the command exited without reading all of it, or the channel closed
+    stream.end_input()
 
 
-def wait(lease: Lease, deadline: float | None, collector: Collector) -> Outcome:
-    """Collect output until the command exits (plus a short drain) or ``deadline``.
-
-    A background child that keeps stdout open does not hold the call beyond
-    ``DRAIN_GRACE`` after the exit status. Raises :class:`ConnectionLost` when the
-    connection dropped before the exit status arrived.
-    """
-    channel = lease.channel
-    status_at: list[float] = []
-
-    def done() -> bool:
-        if not channel.exit_status_ready():
-            return False
-        if channel.eof_received:
-            return True
-        if not status_at:
-            status_at.append(time.monotonic())
-        return time.monotonic() - status_at[0] >= DRAIN_GRACE
-
-    outcome = pump(channel, collector.write, done, deadline)
-    if outcome == "timeout":
-        return Outcome(124, timed_out=True)
-    if outcome == "eof" and not channel.exit_status_ready():
-        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-        channel.status_event.wait(remaining)
-    if channel.exit_status_ready() and (channel.exit_status >= 0 or lease.connection.alive):
-        return Outcome(exit_code(channel))
-    if not lease.connection.alive:
-        raise ConnectionLost(
-            f"the connection to {lease.pool.target.describe()} dropped while a command was running; "
-            "it may or may not have run (and may still be running)",
-            hint="check the remote state before running it again; the next call reconnects",
-        )
-    return Outcome(124, timed_out=True)
+def _collect(stream: ChannelStream, deadline: float | None, collector: OutputCollector) -> int | None:
+    """Read until the exit status (plus up to ``DRAIN_GRACE`` for EOF, so a background
+    child holding stdout never hangs the call); ``None`` when ``deadline`` came first."""
+    channel = stream.channel
+    status_at: float | None = None
+    while True:
+        now = time.monotonic()
+        if channel.exit_status_ready():
+            status_at = status_at or now
+            if channel.eof_received or now - status_at >= DRAIN_GRACE:
+                for name, data in stream.read(now) or []:
+                    collector.write(name, data)
+                return stream.exit_status(0)
+        # wake up for the deadline, the end of the drain grace, or to look for the status
+        wake = (status_at + DRAIN_GRACE) if status_at is not None else now + _STATUS_POLL
+        if deadline is not None:
+            wake = min(wake, deadline)
+        chunks = stream.read(wake)
+        if chunks is None:
+            remaining = _NO_LIMIT if deadline is None else max(0.0, deadline - time.monotonic())
+            return stream.exit_status(remaining)
+        if not chunks and deadline is not None and time.monotonic() >= deadline:
+            return None
+        for name, data in chunks:
+            collector.write(name, data)

@@ -6,26 +6,27 @@ Each field is documented in its ``doc``; the configuration loader reads them fro
 
 from __future__ import annotations
 
-import re
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Literal
 
+from envlayer.errors import InvalidArgument
 from envlayer.options import BaseOptions, OptionError, option
+from envlayer.request import check_env
 
 HOST_KEY_POLICIES = ("strict", "accept-new", "insecure")
 MODES = ("session", "oneshot")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-def check_env_names(names: object, key: str = "env") -> None:
-    """Raise :class:`OptionError` unless every name is a valid shell variable name.
-
-    Variables are set with ``export NAME=...`` in the remote shell, so a name that the
-    shell cannot export is refused up front rather than failing every command.
-    """
-    for name in names:  # type: ignore[attr-defined]
-        if not isinstance(name, str) or not _ENV_NAME.match(name):
-            raise OptionError(key, f"{name!r} is not a valid environment variable name")
+def check_env_names(env: Mapping[str, str], key: str = "env") -> None:
+    """Raise :class:`OptionError` unless every name is a valid shell variable name and
+    every value a string without NUL (the core's rule, :func:`envlayer.request.check_env`):
+    variables are set with ``export NAME=...`` in the remote shell, so a name the shell
+    cannot export is refused up front rather than failing every command."""
+    try:
+        check_env(env, key)
+    except InvalidArgument as exc:
+        raise OptionError(key, exc.message.removeprefix(f"{key}: ")) from None
 
 
 @dataclass(kw_only=True)

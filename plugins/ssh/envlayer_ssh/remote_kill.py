@@ -1,8 +1,9 @@
 """Kill a command's process tree on the remote host, from a separate channel.
 
 The work is done by the core's in-sandbox kill script (:mod:`envlayer.sandbox_kill`,
-which documents what is killed); this module runs it over SSH, first removing the
-command's large-stdin file if it had one.
+which documents what is killed); this module runs it over SSH for one-shot commands
+(session commands are killed by the core's :class:`~envlayer.shell_session.PersistentShell`
+through the same helper channel).
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from typing import TYPE_CHECKING
 
 from envlayer.errors import BackendUnavailable
 from envlayer.sandbox_kill import kill_script_argv
+from envlayer.shell_session import KILL_GRACE_SECONDS
 from envlayer_ssh.channel_io import run_simple
-from envlayer_ssh.session import STDIN_DIR
 
 if TYPE_CHECKING:
     from envlayer_ssh.pool import TargetPool
@@ -22,19 +23,18 @@ if TYPE_CHECKING:
 log = logging.getLogger("envlayer.ssh")
 
 
-_GRACE_SECONDS = 1
 _KILL_TIMEOUT = 15.0
 
 
-def kill_remote(pool: TargetPool, shell: str, exec_id: str, *, shell_pid: int = 0, since_cs: int = 0) -> None:
+def kill_remote(pool: TargetPool, shell: str, exec_id: str) -> None:
     """Kill the tree of command ``exec_id`` on ``pool``'s host (see :mod:`envlayer.sandbox_kill`).
 
-    ``shell_pid`` and ``since_cs`` are given for a session shell. Best effort and bounded
+    Best effort and bounded
     (about ``_KILL_TIMEOUT`` seconds): a failure is logged at WARNING, never raised, so the
     caller can still report the timeout.
     """
-    argv = kill_script_argv(shell, exec_id, shell_pid=shell_pid, since_cs=since_cs, grace=_GRACE_SECONDS)
-    line = f"rm -f {shlex.quote(f'{STDIN_DIR}/.envlayer-in-{exec_id}')}; exec {shlex.join(argv)}"
+    argv = kill_script_argv(shell, exec_id, grace=KILL_GRACE_SECONDS)
+    line = shlex.join(argv)
     try:
         code, out, err = run_simple(pool, line, timeout=_KILL_TIMEOUT)
     except BackendUnavailable as exc:

@@ -1,35 +1,17 @@
 """Shell text sent to the remote side. Pure functions, no I/O.
 
-Everything user-supplied is quoted with :func:`shlex.quote`; variable names are checked
-by :func:`envlayer_ssh.options.check_env_names` before they get here.
+Everything user-supplied is quoted with :func:`shlex.quote`; variable names were checked
+(:func:`envlayer.request.check_env`) before they get here. The session shell's text is the
+core's (:mod:`envlayer.shell_script`).
 """
 
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 from envlayer.proctree import EXEC_ID_VAR
-
-_PLAIN = frozenset(range(0x20, 0x7F)) - {ord("\\"), ord("%"), ord("'")} | {ord("\n")}
-
-
-def command_text(command: str | Sequence[str]) -> str:
-    """A string command unchanged; an argv list as one line with every word quoted."""
-    if isinstance(command, str):
-        return command
-    if not command:
-        raise ValueError("empty argv")
-    return " ".join(shlex.quote(str(arg)) for arg in command)
-
-
-def quote_path(path: str) -> str:
-    """Quote a path for the shell, keeping a leading ``~`` or ``~/`` as ``$HOME``."""
-    if path == "~":
-        return '"$HOME"'
-    if path.startswith("~/"):
-        return '"$HOME"/' + shlex.quote(path[2:])
-    return shlex.quote(path)
+from envlayer.shell_script import export_lines, quote_path
 
 
 def cd_line(path: str) -> str:
@@ -38,19 +20,6 @@ def cd_line(path: str) -> str:
     return (
         f"cd -- {quoted} 2>/dev/null || {{ printf 'working directory does not exist: %s\\n' {quoted} >&2; exit 126; }}"
     )
-
-
-def export_lines(env: Mapping[str, str]) -> str:
-    """``export NAME='value'`` for each variable, one per line ('' for none)."""
-    return "".join(f"export {name}={shlex.quote(value)}\n" for name, value in env.items())
-
-
-def printf_format(data: bytes) -> str:
-    """A single-quoted ``printf`` format that prints exactly ``data`` (any bytes, NUL too)."""
-    out = []
-    for byte in data:
-        out.append(chr(byte) if byte in _PLAIN else f"\\{byte:03o}")
-    return "'" + "".join(out) + "'"
 
 
 def oneshot_command(

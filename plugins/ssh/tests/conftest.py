@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 
 import pytest
 from envlayer_ssh import pool
@@ -16,7 +15,7 @@ from envlayer_ssh.options import SSHOptions
 # The test modules import the sshd helper by name under any pytest import mode.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from ssh_testserver import SSHServer, requirements_missing
+from ssh_testserver import SSHServer, running_sshd
 
 EnvFactory = Callable[..., SSHEnvironment]
 
@@ -27,31 +26,17 @@ def _unavailable(reason: str) -> None:
     pytest.skip(f"ssh tests skipped: {reason}; install it (apt-get install openssh-server) and run as root")
 
 
-@contextmanager
-def _running_sshd() -> Iterator[SSHServer]:
-    """A started test sshd, closed (with everything it spawned) on exit."""
-    missing = requirements_missing()
-    if missing:
-        _unavailable(missing)
-    server = SSHServer()
-    try:
-        server.start()
-        yield server
-    finally:
-        server.close()
-
-
 @pytest.fixture(scope="session")
 def sshd() -> Iterator[SSHServer]:
     """One sshd shared by the tests that do not disturb it."""
-    with _running_sshd() as server:
+    with running_sshd(_unavailable) as server:
         yield server
 
 
 @pytest.fixture
 def own_sshd() -> Iterator[SSHServer]:
     """A private sshd for a test that stops, restarts or re-keys it."""
-    with _running_sshd() as server:
+    with running_sshd(_unavailable) as server:
         yield server
 
 

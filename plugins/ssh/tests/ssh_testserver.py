@@ -27,6 +27,8 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 SSHD = "/usr/sbin/sshd"
@@ -291,3 +293,18 @@ class SSHServer:
         )
         values.update(overrides)
         return values
+
+
+@contextmanager
+def running_sshd(unavailable: Callable[[str], None]) -> Iterator[SSHServer]:
+    """A started test sshd, closed (with everything it spawned) on exit. When one cannot
+    run here, ``unavailable(reason)`` is called first (it skips or fails the test)."""
+    missing = requirements_missing()
+    if missing:
+        unavailable(missing)
+    server = SSHServer()
+    try:
+        server.start()
+        yield server
+    finally:
+        server.close()

@@ -21,6 +21,7 @@ from envlayer.capabilities import Capability, capabilities_of
 from envlayer.errors import BackendUnavailable, FileTooLarge, SandboxPathError
 from envlayer.options import OptionError
 from envlayer.registry import load_backend
+from envlayer.transfer import TransferSummary
 
 pytestmark = pytest.mark.ssh
 
@@ -38,7 +39,8 @@ def test_exit_keeps_cwd_and_exports_for_the_next_call(sshd: SSHServer, make_env)
 
 def test_no_state_file_left_after_exit_then_cleanup(sshd: SSHServer, make_env) -> None:
     env = make_env(sshd)
-    state = env._session.state_path
+    assert env._session is not None
+    state = f"{env._session.state_dir}/state"
     assert env.exec("export A=1; exit 3").exit_code == 3
     observer = make_env(sshd, mode="oneshot")
     assert observer.exec(f"test -f {state}").exit_code == 0, "the EXIT trap saved the exports"
@@ -67,7 +69,10 @@ def test_session_stdin_small_and_large(sshd: SSHServer, make_env, size: int) -> 
     payload = os.urandom(size)
     result = env.exec("sha256sum | cut -d' ' -f1; pwd", stdin=payload)
     assert result.stdout_text == hashlib.sha256(payload).hexdigest() + "\n/tmp\n"
-    assert env.exec("ls /tmp | grep -c envlayer-in-", cwd="/").stdout == b"0\n", "stdin files are removed"
+    assert env._session is not None
+    private = env._session.state_dir
+    assert env.exec(f"ls -A {private} | grep -c '^in-'", cwd="/").stdout == b"0\n", "stdin files are removed"
+    assert env.exec(f"stat -c %a {private}").stdout == b"700\n", "stdin files are private"
 
 
 def test_per_call_cwd_and_env_do_not_persist(sshd: SSHServer, make_env) -> None:
@@ -253,12 +258,13 @@ def test_directory_roundtrip(sshd: SSHServer, make_env, tmp_path) -> None:
     (src / "link").symlink_to("/etc/passwd")
     remote = f"/tmp/envlayer-dir-{os.getpid()}"
     try:
-        assert env.upload_dir(src, remote) == 3
+        sent = env.upload_dir(src, remote)
+        assert sent == TransferSummary(files=3, bytes=3 + 25600 + len("#!/bin/sh\necho run\n"))
         assert env.exec(f"{remote}/a/run.sh").stdout == b"run\n"
         assert env.exec(f"test -e {remote}/link").exit_code != 0
         env.exec(f"ln -s /etc/hostname {remote}/remote-link").check()
         dst = tmp_path / "dst"
-        assert env.download_dir(remote, dst) == 3
+        assert env.download_dir(remote, dst) == sent
         assert (dst / "top.txt").read_bytes() == b"top"
         assert (dst / "a" / "b" / "deep.bin").read_bytes() == bytes(range(256)) * 100
         assert os.access(dst / "a" / "run.sh", os.X_OK)

@@ -9,12 +9,12 @@ from envlayer_ssh.backend import SSHEnvironment
 from envlayer_ssh.options import SSHOptions
 from ssh_testserver import SSHServer
 
-from envlayer.testing import EnvironmentConformance
+from envlayer.testing import EnvironmentConformance, ExecContractConformance
 
 pytestmark = pytest.mark.ssh
 
 
-class TestSSHSessionConformance(EnvironmentConformance):
+class TestSSHSessionConformance(EnvironmentConformance, ExecContractConformance):
     @pytest.fixture
     def env(self, sshd: SSHServer) -> Iterator[SSHEnvironment]:
         environment = SSHEnvironment(SSHOptions(**sshd.options(mode="session")))
@@ -24,7 +24,7 @@ class TestSSHSessionConformance(EnvironmentConformance):
             environment.cleanup()
 
 
-class TestSSHOneshotConformance(EnvironmentConformance):
+class TestSSHOneshotConformance(EnvironmentConformance, ExecContractConformance):
     @pytest.fixture
     def env(self, sshd: SSHServer) -> Iterator[SSHEnvironment]:
         environment = SSHEnvironment(SSHOptions(**sshd.options(mode="oneshot")))

@@ -37,11 +37,10 @@ class ToyEnvironment(Environment):
         timeout: float | None = None,
         stdin: bytes | str | None = None,
     ) -> ExecResult:
-        self._ensure_open()
+        request = self.make_request(command, cwd=cwd, env=env, timeout=timeout, stdin=stdin)
+        command, cwd, env = request.command, request.cwd, request.env
         argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
-        limit = self.options.timeout if timeout is None else (timeout or None)
-        data = stdin.encode() if isinstance(stdin, str) else stdin
-        start = time.monotonic()
+        limit, data, start = request.timeout, request.stdin, request.start
         proc = subprocess.Popen(
             argv,
             cwd=os.path.join(self.root, cwd) if cwd else self.root,

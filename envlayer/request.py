@@ -1,0 +1,212 @@
+"""One call to ``exec``, validated and normalised in one place: :class:`ExecRequest`.
+
+Every backend builds its request with :meth:`Environment.make_request
+<envlayer.environment.Environment.make_request>` (or :meth:`ExecRequest.build`) as the
+first thing its ``exec`` does, and hands the request, not a list of arguments, to
+whatever runs the command. All argument checks live here, so every backend and the CLI
+refuse the same inputs with the same :class:`~envlayer.errors.InvalidArgument`:
+
+* ``timeout``: ``None`` means the environment's default; ``0`` means no limit; a
+  positive finite number up to :data:`MAX_TIMEOUT` seconds is the limit. Negative, NaN,
+  infinite or larger values, booleans and non-numbers are refused (``0`` is how to ask
+  for no limit).
+* ``command``: a non-empty string, or a non-empty argv of strings; no NUL byte anywhere
+  (no shell or ``execve`` can carry one).
+* ``cwd``: no NUL byte.
+* ``env``: names are shell identifiers (``[A-Za-z_][A-Za-z0-9_]*``), values strings;
+  no NUL byte in either.
+* ``stdin``: bytes, or a string (sent as UTF-8).
+
+File paths go through :func:`check_path` (done by ``Environment.resolve_path``), file
+payloads through :func:`file_payload` (encoding and the ``max_file_bytes`` check).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from envlayer.errors import FileTooLarge, InvalidArgument
+from envlayer.output import OutputCallback
+
+MAX_TIMEOUT = 7 * 24 * 3600.0
+"""The largest timeout accepted, in seconds (one week). Longer work belongs in the
+background (``nohup cmd &``) with a short command polling it; ``0`` disables the limit."""
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_NO_LIMIT_HINT = "pass a number of seconds up to one week, or 0 for no limit"
+
+Command = str | Sequence[str]
+
+
+def normalize_timeout(value: object, *, default: float | None, argument: str = "timeout") -> float | None:
+    """The effective limit in seconds (``None`` = no limit) for a requested ``value``.
+
+    ``None`` -> ``default`` (itself normalised); ``0`` -> ``None``; a positive finite
+    number up to :data:`MAX_TIMEOUT` -> that number as a float.
+
+    Raises:
+        InvalidArgument: negative, NaN, infinite, over :data:`MAX_TIMEOUT`, a bool, or
+            not a number.
+    """
+    if value is None:
+        return None if default is None else normalize_timeout(default, default=None, argument=argument)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidArgument(argument, f"must be a number of seconds, got {value!r}", hint=_NO_LIMIT_HINT)
+    seconds = float(value)
+    if math.isnan(seconds):
+        raise InvalidArgument(argument, "NaN is not a number of seconds", hint=_NO_LIMIT_HINT)
+    if seconds < 0:
+        raise InvalidArgument(argument, f"must be >= 0, got {value!r}", hint=_NO_LIMIT_HINT)
+    if seconds > MAX_TIMEOUT:
+        raise InvalidArgument(
+            argument, f"{value!r} seconds is over the {MAX_TIMEOUT:.0f}-second maximum", hint=_NO_LIMIT_HINT
+        )
+    return None if seconds == 0 else seconds
+
+
+def check_text(value: str, argument: str) -> str:
+    """Return ``value``; raise :class:`InvalidArgument` if it is not a string or holds a NUL byte."""
+    if not isinstance(value, str):
+        raise InvalidArgument(argument, f"must be a string, got {type(value).__name__}")
+    if "\0" in value:
+        raise InvalidArgument(
+            argument, f"contains a NUL byte: {value[:60]!r}", hint="remove the \\0; no shell or path can hold one"
+        )
+    return value
+
+
+def check_path(path: str, argument: str = "path") -> str:
+    """A file path as given by a caller: a non-empty string without NUL bytes."""
+    check_text(path, argument)
+    if not path:
+        raise InvalidArgument(argument, "is empty", hint="name a file, e.g. 'notes.txt' or '/tmp/out.log'")
+    return path
+
+
+def check_command(command: Command) -> str | tuple[str, ...]:
+    """A command as accepted by ``exec``: a string, or an argv as a tuple of strings."""
+    if isinstance(command, str):
+        return check_text(command, "command")
+    if isinstance(command, bytes) or not isinstance(command, Sequence):
+        raise InvalidArgument("command", f"must be a string or a list of strings, got {type(command).__name__}")
+    argv = tuple(command)
+    if not argv:
+        raise InvalidArgument("command", "the argv list is empty", hint="give at least the program to run")
+    for arg in argv:
+        check_text(arg, "command")
+    return argv
+
+
+def check_env(env: Mapping[str, str] | None, argument: str = "env") -> dict[str, str]:
+    """A copy of ``env`` after checking every name is an identifier and no NUL byte occurs.
+
+    Raises :class:`InvalidArgument` naming the first offending variable (never its value).
+    """
+    if env is None:
+        return {}
+    if not isinstance(env, Mapping):
+        raise InvalidArgument(argument, f"must be a mapping of names to strings, got {type(env).__name__}")
+    checked: dict[str, str] = {}
+    for name, value in env.items():
+        if not isinstance(name, str) or not _ENV_NAME.match(name):
+            raise InvalidArgument(
+                argument,
+                f"{name!r} is not a valid environment variable name",
+                hint="use letters, digits and underscores, not starting with a digit",
+            )
+        if not isinstance(value, str):
+            raise InvalidArgument(argument, f"the value of {name} must be a string, got {type(value).__name__}")
+        if "\0" in value:
+            raise InvalidArgument(argument, f"the value of {name} contains a NUL byte", hint="remove the \\0")
+        checked[name] = value
+    return checked
+
+
+def encode_stdin(stdin: bytes | str | None) -> bytes | None:
+    """``stdin`` as bytes (a string as UTF-8); ``None`` stays ``None`` (the command reads EOF)."""
+    if stdin is None or isinstance(stdin, bytes):
+        return stdin
+    if isinstance(stdin, str):
+        return stdin.encode()
+    if isinstance(stdin, bytearray | memoryview):
+        return bytes(stdin)
+    raise InvalidArgument("stdin", f"must be bytes or a string, got {type(stdin).__name__}")
+
+
+def file_payload(path: str, data: bytes | str, limit: int) -> bytes:
+    """The bytes ``write_file`` sends: ``data`` (a string as UTF-8), checked against ``limit``.
+
+    Raises :class:`FileTooLarge` (nothing is written) over ``limit``.
+    """
+    payload = data.encode() if isinstance(data, str) else bytes(data)
+    if len(payload) > limit:
+        raise FileTooLarge(path, len(payload), limit)
+    return payload
+
+
+@dataclass(frozen=True)
+class ExecRequest:
+    """One validated call to ``exec``.
+
+    ``timeout`` is the effective limit (``None`` = none) and ``deadline`` the
+    ``time.monotonic()`` value at which the command is killed; ``start`` is when the
+    call began (``ExecResult.duration`` counts from it). ``exec_id`` is a fresh random
+    id: the command exports it as ``ENVLAYER_EXEC_ID`` so the kill path finds its whole
+    process tree. ``stdin`` is ``None`` (the command reads EOF) or the bytes to feed.
+    ``on_output(stream, chunk)`` receives ``"stdout"``/``"stderr"`` chunks as they
+    arrive, uncapped, from the calling thread.
+    """
+
+    command: str | tuple[str, ...]
+    cwd: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    timeout: float | None = None
+    stdin: bytes | None = None
+    on_output: OutputCallback | None = None
+    exec_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    start: float = field(default_factory=time.monotonic)
+    deadline: float | None = None
+
+    @classmethod
+    def build(
+        cls,
+        command: Command,
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        stdin: bytes | str | None = None,
+        on_output: OutputCallback | None = None,
+        default_timeout: float | None = None,
+    ) -> ExecRequest:
+        """Validate every argument (see the module docstring) and start the clock.
+
+        Raises :class:`InvalidArgument` for bad input; nothing has run then.
+        """
+        limit = normalize_timeout(timeout, default=default_timeout)
+        if on_output is not None and not callable(on_output):
+            raise InvalidArgument("on_output", "must be a callable (stream, chunk) -> None")
+        start = time.monotonic()
+        return cls(
+            command=check_command(command),
+            cwd=None if cwd is None else check_text(cwd, "cwd"),
+            env=check_env(env),
+            timeout=limit,
+            stdin=encode_stdin(stdin),
+            on_output=on_output,
+            start=start,
+            deadline=None if limit is None else start + limit,
+        )
+
+    def remaining(self) -> float | None:
+        """Seconds left before the deadline (never negative); ``None`` without a limit."""
+        return None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
+
+    def expired(self) -> bool:
+        """True once the deadline has passed."""
+        return self.deadline is not None and time.monotonic() >= self.deadline

@@ -1,0 +1,93 @@
+"""An SSH channel as a core :class:`~envlayer.streams.ByteStream`.
+
+Reading blocks on the channel's event pipe (``select`` on ``Channel.fileno()``), so data
+is handled as soon as paramiko's transport thread has it. ``exit_status`` tells a process
+that ended from a connection that dropped: the latter raises
+:class:`~envlayer_ssh.errors.ConnectionLost` (the command may or may not have finished).
+"""
+
+from __future__ import annotations
+
+import select
+import time
+from typing import TYPE_CHECKING
+
+from envlayer.streams import Chunks
+from envlayer_ssh.errors import ConnectionLost
+
+if TYPE_CHECKING:
+    from envlayer_ssh.pool import Lease
+
+CHUNK = 262144
+
+
+class ChannelStream:
+    """:class:`~envlayer.streams.ByteStream` over the channel of a pool ``Lease``;
+    :meth:`close` releases the lease."""
+
+    def __init__(self, lease: Lease) -> None:
+        self.lease = lease
+        self.channel = lease.channel
+
+    def write(self, data: bytes) -> None:
+        """Send ``data``; ``OSError`` when the channel or the connection is gone."""
+        try:
+            self.channel.sendall(data)
+        except OSError:
+            raise
+        except Exception as exc:  # paramiko raises SSHException / EOFError on a dead transport
+            raise OSError(f"the channel is closed: {type(exc).__name__}: {exc}") from exc
+
+    def end_input(self) -> None:
+        """Send EOF on the process's stdin."""
+        try:
+            self.channel.shutdown_write()
+        except Exception:
+            pass
+
+    def _available(self) -> Chunks:
+        channel = self.channel
+        chunks: Chunks = []
+        while channel.recv_ready():
+            chunks.append(("stdout", channel.recv(CHUNK)))
+        while channel.recv_stderr_ready():
+            chunks.append(("stderr", channel.recv_stderr(CHUNK)))
+        return [c for c in chunks if c[1]]
+
+    def read(self, deadline: float | None) -> Chunks | None:
+        """See :meth:`envlayer.streams.ByteStream.read`."""
+        channel = self.channel
+        while True:
+            chunks = self._available()
+            if chunks:
+                return chunks
+            if channel.eof_received or channel.closed:
+                return self._available() or None
+            wait = 1.0 if deadline is None else min(1.0, deadline - time.monotonic())
+            if wait <= 0:
+                return []
+            try:
+                select.select([channel], [], [], wait)
+            except (OSError, ValueError):
+                return None
+
+    def exit_status(self, wait: float) -> int | None:
+        """The remote status (255 for a process killed by a signal, as ``ssh`` says).
+
+        Raises :class:`ConnectionLost` when the connection dropped before the status came.
+        """
+        channel = self.channel
+        channel.status_event.wait(wait)
+        if channel.exit_status_ready() and (channel.exit_status >= 0 or self.lease.connection.alive):
+            return 255 if channel.exit_status < 0 else channel.exit_status
+        if not self.lease.connection.alive:
+            raise ConnectionLost(
+                f"the connection to {self.lease.pool.target.describe()} dropped while a command was running; "
+                "it may or may not have run (and may still be running)",
+                hint="check the remote state before running it again; the next call reconnects",
+            )
+        return None
+
+    def close(self) -> None:
+        """Close the channel and free its slot. Idempotent."""
+        self.lease.release()

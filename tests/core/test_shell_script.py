@@ -1,0 +1,52 @@
+"""The persistent-shell protocol's text and framing (envlayer.shell_script), pure functions."""
+
+from __future__ import annotations
+
+import pytest
+
+from envlayer.shell_script import MarkerScanner, call_script, marker_of, new_seed, parse_trailer
+
+
+@pytest.mark.parametrize("step", [1, 2, 3, 7, 1000])
+def test_marker_scanner_any_split(step: int) -> None:
+    marker = b"__ELabcdef__"
+    stream = b"out_put__EL" + marker + b"3 42 12345.67 /tmp/a b" + marker + b"late"
+    scanner = MarkerScanner(marker, trailer=True)
+    out = b""
+    for i in range(0, len(stream), step):
+        out += scanner.feed(stream[i : i + step])
+    assert scanner.done
+    assert out == b"out_put__EL"
+    trailer = parse_trailer(scanner.trailer)
+    assert (trailer.exit_code, trailer.pid, trailer.pwd, trailer.uptime_cs) == (3, 42, "/tmp/a b", 1234567)
+    assert not trailer.shell_exiting
+
+
+def test_exit_trailer_and_unknown_clock() -> None:
+    assert parse_trailer(b"7 9 exit /").shell_exiting
+    assert parse_trailer(b"0 9 - /").uptime_cs is None
+    with pytest.raises(ValueError):
+        parse_trailer(b"garbage")
+
+
+def test_stream_end_flushes_a_held_back_marker_prefix() -> None:
+    scanner = MarkerScanner(b"__ELxyz__", trailer=False)
+    assert scanner.feed(b"data__EL") == b"data"
+    assert scanner.flush() == b"__EL"
+
+
+def test_marker_text_is_never_in_the_script() -> None:
+    seed = new_seed()
+    script = call_script("echo hi", seed=seed, exec_id="abc", env={"SECRET": "s3cr'et"}, cwd="/x y")
+    assert marker_of(seed) not in script and str(seed).encode() in script
+
+
+def test_per_call_env_and_cwd_run_in_a_quoted_subshell() -> None:
+    text = call_script("echo hi", seed=1, exec_id="abc", env={"SECRET": "s3cr'et"}, cwd="/x y").decode()
+    assert "export SECRET='s3cr'\"'\"'et'" in text and "cd -- '/x y'" in text
+    assert "( cd -- '/x y'" in text and "command eval 'echo hi'" in text
+
+
+def test_argv_is_quoted_word_by_word() -> None:
+    text = call_script(["printf", "%s", "$HOME; x"], seed=1, exec_id="e").decode()
+    assert "command eval '" in text and "'\"'\"'$HOME; x'\"'\"'" in text

@@ -1,0 +1,140 @@
+"""The persistent-shell protocol (envlayer.shell_session) over real local shells.
+
+A small environment runs its commands through ``PersistentShell`` over a
+``ProcessStream`` to a real dash, bash and busybox sh on this machine, with the kill
+script run as a real second process; the public conformance kit (session semantics,
+floods, bad input included) runs against it, plus the protocol's own edge cases.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator, Mapping
+
+import pytest
+
+from envlayer.backends.local import LocalEnvironment, LocalOptions
+from envlayer.capabilities import Capability
+from envlayer.collector import OutputCollector
+from envlayer.output import OutputCallback
+from envlayer.request import Command
+from envlayer.result import ExecResult
+from envlayer.shell_session import RESTARTED_AFTER_KILL, PersistentShell
+from envlayer.streams import ProcessStream
+from envlayer.testing import EnvironmentConformance, ExecContractConformance
+
+SHELLS = [s for s in (["dash"], ["bash", "--posix"], ["busybox", "sh"]) if shutil.which(s[0])]
+
+
+def _run_aside(argv: list[str]) -> None:
+    subprocess.run(argv, capture_output=True, timeout=30, check=False)
+
+
+class SessionOverPipes(LocalEnvironment):
+    """Local files, commands through the core's persistent-shell protocol."""
+
+    capabilities = frozenset({Capability.STREAMING, Capability.PERSISTENT_SESSION})
+    shell_argv: list[str] = ["dash"]
+
+    def __init__(self, options: LocalOptions) -> None:
+        super().__init__(options)
+        self.session = PersistentShell(
+            lambda: ProcessStream.spawn(self.shell_argv, cwd=self.cwd),
+            run_aside=_run_aside,
+            start_dir=self.cwd,
+        )
+
+    def exec(  # type: ignore[override]
+        self,
+        command: Command,
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        stdin: bytes | str | None = None,
+        on_output: OutputCallback | None = None,
+    ) -> ExecResult:
+        request = self.make_request(command, cwd=cwd, env=env, timeout=timeout, stdin=stdin, on_output=on_output)
+        collector = OutputCollector.for_request(request, self.options)
+        outcome = self.session.run(request, collector)
+        return collector.result(request, outcome.exit_code, timed_out=outcome.timed_out, recovered=outcome.recovered)
+
+    def cleanup(self) -> None:
+        self.session.close()
+        super().cleanup()
+
+
+@pytest.fixture(params=SHELLS, ids=[s[0] for s in SHELLS])
+def session_env(request: pytest.FixtureRequest) -> Iterator[SessionOverPipes]:
+    workdir = tempfile.mkdtemp(prefix="envlayer-session-")
+    environment = SessionOverPipes(LocalOptions(cwd=workdir, timeout=60, max_output_bytes=1_000_000))
+    environment.shell_argv = request.param
+    try:
+        yield environment
+    finally:
+        environment.cleanup()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+class TestProtocolConformance(EnvironmentConformance, ExecContractConformance):
+    """The whole kit, session semantics included, on each shell."""
+
+    kills_escaped_processes = True
+
+    @pytest.fixture
+    def env(self, session_env: SessionOverPipes) -> SessionOverPipes:
+        return session_env
+
+
+def test_marker_split_across_reads_and_no_trailing_newline(session_env: SessionOverPipes) -> None:
+    result = session_env.exec("printf 'a%.0s' $(seq 1 70000); printf tail")
+    assert result.stdout == b"a" * 70000 + b"tail"
+
+
+def test_background_job_output_goes_to_a_later_call_never_lost(session_env: SessionOverPipes) -> None:
+    assert session_env.exec("(sleep 0.3; echo late) &").ok
+    seen = b""
+    for _ in range(20):
+        seen += session_env.exec("sleep 0.1").stdout
+        if b"late" in seen:
+            break
+    assert b"late" in seen
+
+
+def test_shell_killed_from_outside_reports_its_status(session_env: SessionOverPipes) -> None:
+    result = session_env.exec("kill -9 $$")
+    assert result.exit_code == 137
+    after = session_env.exec("echo back")
+    assert after.stdout == b"back\n" and after.recovered == RESTARTED_AFTER_KILL
+
+
+def test_users_exit_trap_does_not_stop_the_session(session_env: SessionOverPipes) -> None:
+    session_env.exec("trap 'echo bye' EXIT").check()
+    result = session_env.exec("exit 4")
+    assert result.exit_code == 4
+    assert session_env.exec("echo on").stdout == b"on\n"
+
+
+def test_exec_replacing_the_shell_gives_the_programs_status(session_env: SessionOverPipes) -> None:
+    result = session_env.exec("exec sh -c 'exit 9'")
+    assert result.exit_code == 9
+    assert session_env.exec("echo on").stdout == b"on\n"
+
+
+def test_large_stdin_inline(session_env: SessionOverPipes) -> None:
+    payload = bytes(range(256)) * 400
+    assert session_env.exec("cat", stdin=payload).stdout == payload
+
+
+def test_missing_start_dir_is_exit_126() -> None:
+    missing = tempfile.mkdtemp(prefix="envlayer-gone-")
+    shutil.rmtree(missing)
+    shell = PersistentShell(lambda: ProcessStream.spawn(["dash"]), run_aside=_run_aside, start_dir=missing)
+    env = LocalEnvironment(LocalOptions())
+    request = env.make_request("pwd")
+    collector = OutputCollector(1000, "head")
+    outcome = shell.run(request, collector)
+    assert outcome.exit_code == 126 and missing.encode() in collector.buffers["stderr"].getvalue()
+    shell.close()
