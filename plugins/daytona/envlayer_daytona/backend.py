@@ -21,18 +21,20 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 import posixpath
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 from typing import Any, TypeVar
 
 from envlayer.capabilities import Capability
 from envlayer.environment import Command, Environment, SandboxInfo
-from envlayer.errors import BackendUnavailable, FileTooLarge, SandboxPathError
+from envlayer.errors import BackendUnavailable, SandboxPathError
 from envlayer.options import BaseOptions
-from envlayer.result import TIMEOUT_EXIT_CODE, ExecResult
+from envlayer.request import ExecRequest, file_payload
+from envlayer.result import ExecResult
+from envlayer.transfer import TransferSummary
 from envlayer_daytona.options import DaytonaOptions
 
 log = logging.getLogger("envlayer.daytona")
@@ -51,7 +53,6 @@ ALL_CAPABILITIES = frozenset(
         Capability.PERSIST_ACROSS_PROCESSES,
     }
 )
-KILLED_EXIT_CODE = 137
 _TEARDOWNS: list[threading.Thread] = []
 
 
@@ -65,13 +66,12 @@ def _join_teardowns(timeout: float) -> bool:
 atexit.register(_join_teardowns, 15.0)
 
 
-class _NotStarted(Exception):
-    """The command could not be sent because the sandbox is not running: it did not run."""
+class _NotStarted(BackendUnavailable):
+    """The command could not be sent because the sandbox is not running: it did not run, so
+    starting the sandbox and running it is safe."""
 
-
-class _SessionLost(Exception):
-    """The session refused the command (its shell ended) while the sandbox runs: the command
-    did not run; a new session may take it."""
+    def __init__(self, message: str) -> None:
+        super().__init__(message, hint="the next call starts the sandbox again")
 
 
 class DaytonaEnvironment(Environment):
@@ -100,14 +100,12 @@ class DaytonaEnvironment(Environment):
         self._spec = build_spec(opts, profile=profile, task=task_id)
         self._state_lock = threading.RLock()
         self._session_lock = threading.Lock()
-        self._session: Any = None
-        self._session_cwd: str | None = None
         self._last_refresh = time.monotonic()
         self._teardown: threading.Thread | None = None
         self._sandbox: Any = None
         self._attach()
-        self._session = self._guard(self._open_session, "opening a session in the sandbox")
-        self._workdir = opts.cwd or self._session.cwd
+        self._workdir = self._guard(self._prepare_workdir, "preparing the working directory")
+        self._shell = self._new_shell(self._workdir)
 
     # --- sandbox ------------------------------------------------------------------------
 
@@ -121,6 +119,23 @@ class DaytonaEnvironment(Environment):
         what = "created" if attached.created else "started" if attached.started else "attached to"
         log.debug("%s sandbox %s for task %r", what, self._spec.name, self.task_id)
         return what
+
+    def _prepare_workdir(self) -> str:
+        """``cwd`` (created if missing), or the directory the sandbox's commands start in."""
+        import shlex
+
+        cwd = self.options.cwd
+        script = 'mkdir -p -- "$1" && cd -- "$1" && pwd'
+        command = f"sh -c {shlex.quote(script)} envlayer {shlex.quote(cwd)}" if cwd else "pwd"
+        answer = self._sandbox.process.exec(command)
+        lines = (answer.result or "").splitlines()
+        if answer.exit_code != 0 or not lines or not lines[-1].startswith("/"):
+            raise BackendUnavailable(
+                f"could not prepare the working directory {cwd or '(default)'} in the sandbox: "
+                f"{(answer.result or '')[:300]}",
+                hint="set `cwd` to a directory the sandbox user may create",
+            )
+        return lines[-1]
 
     @property
     def sandbox_id(self) -> str:
@@ -143,16 +158,58 @@ class DaytonaEnvironment(Environment):
         except DaytonaError as exc:
             raise translate(exc, doing, self.options) from exc
 
-    def _open_session(self, start_dir: str | None = None) -> Any:
-        from envlayer_daytona.session import SessionSetupFailed, SessionShell
+    def _new_shell(self, start_dir: str) -> Any:
+        """A core :class:`~envlayer.shell_session.PersistentShell` over a
+        :class:`~envlayer_daytona.stream.DaytonaStream` (not started until its first run)."""
+        from envlayer.shell_session import PersistentShell
 
-        first = self._session_cwd is None and start_dir is None
-        where = start_dir or self._session_cwd or self.options.cwd
+        return PersistentShell(self._open_stream, run_aside=self._aside, start_dir=start_dir, upload=self._upload)
+
+    def _open_stream(self) -> Any:
+        from daytona.common.errors import DaytonaError
+
+        from envlayer_daytona.client import translate
+        from envlayer_daytona.stream import open_stream
+
         try:
-            return SessionShell(self._sandbox, env=self.options.env, start_dir=where, create_dir=first)
-        except SessionSetupFailed as exc:
-            log.warning("a session shell in sandbox %s did not start (%s); trying once more", self.sandbox_name, exc)
-            return SessionShell(self._sandbox, env=self.options.env, start_dir=where, create_dir=first)
+            return open_stream(
+                self._sandbox,
+                shell="/bin/sh",
+                env=dict(self.options.env),
+                lost=self._lost,
+                tick=self._refresh_activity,
+                max_wait=min(2.0, self.options.activity_interval / 2),
+                request_timeout=self.options.request_timeout,
+            )
+        except DaytonaError as exc:
+            if self._not_running():
+                raise _NotStarted(f"the sandbox is not running: {exc}") from exc
+            raise translate(exc, "starting a shell in the sandbox", self.options) from exc
+
+    def _aside(self, argv: list[str]) -> None:
+        """Run one of the core's helper commands (the kill script, a clean-up) to its end."""
+        import shlex
+
+        self._sandbox.process.exec(" ".join(shlex.quote(a) for a in argv), timeout=int(self.options.request_timeout))
+
+    def _upload(self, path: str, data: bytes) -> None:
+        self._sandbox.fs.upload_file(data, path)
+
+    def _lost(self, exc: BaseException, sent: bool = True) -> BackendUnavailable:
+        """The error for an API failure while talking to a session shell: when the sandbox
+        is no longer running, the command was cut (or, not ``sent``, never started: then it
+        is :class:`_NotStarted` and may be run after a restart)."""
+        from envlayer_daytona.client import translate
+
+        if self._not_running():
+            if not sent:
+                return _NotStarted(f"the sandbox stopped before the command was sent: {exc}")
+            return BackendUnavailable(
+                f"the sandbox {self.sandbox_name} stopped or was deleted while the command ran; "
+                "the command may have partly run and was NOT re-run",
+                hint="check its effects and retry; the next call starts or re-creates the sandbox",
+            )
+        return translate(exc, "talking to the session shell", self.options)
 
     def _sandbox_state(self) -> str:
         from envlayer_daytona.sandbox import state_of
@@ -216,24 +273,20 @@ class DaytonaEnvironment(Environment):
         """Run ``command`` in the sandbox; see :class:`~envlayer.environment.Environment`.
 
         ``on_output(stream, chunk)`` receives ``"stdout"``/``"stderr"`` chunks as they arrive
-        (uncapped), from the calling thread. Raises :class:`BackendUnavailable` when the API
-        cannot be reached, or when the sandbox stopped or vanished while the command ran (it
-        is not re-run; the next call starts or re-creates the sandbox)."""
-        self._ensure_open()
-        if not isinstance(command, str) and not command:
-            raise ValueError("empty argv")
-        effective = self.options.timeout if timeout is None else (timeout or None)
-        start = time.monotonic()
-        deadline = None if effective is None else start + effective
-        data = stdin.encode() if isinstance(stdin, str) else stdin
-        run_cwd = posixpath.join(self._workdir, cwd) if cwd else None
+        (uncapped), from the calling thread. Raises :class:`~envlayer.errors.InvalidArgument`
+        for bad arguments (nothing ran), :class:`BackendUnavailable` when the API cannot be
+        reached, or when the sandbox stopped or vanished while the command ran (it is not
+        re-run; the next call starts or re-creates the sandbox)."""
+        from envlayer.collector import OutputCollector
+
+        request = self.make_request(command, cwd=cwd, env=env, timeout=timeout, stdin=stdin, on_output=on_output)
         self._refresh_activity()
         recovered = ""
         for attempt in (0, 1):
             seen = self._sandbox.id
+            collector = OutputCollector.for_request(request, self.options)
             try:
-                result = self._run(command, run_cwd, env, deadline, data, on_output, effective, start)
-                return replace(result, recovered=recovered) if recovered else result
+                outcome = self._run(request, collector)
             except _NotStarted as exc:
                 if attempt:
                     raise BackendUnavailable(
@@ -241,140 +294,38 @@ class DaytonaEnvironment(Environment):
                         hint="check the sandbox in the Daytona dashboard; something keeps stopping it",
                     ) from exc
                 recovered = self._recover(seen)
+                continue
+            return collector.result(
+                request, outcome.exit_code, timed_out=outcome.timed_out, recovered=recovered or outcome.recovered
+            )
         raise AssertionError("unreachable")
 
-    def _run(
-        self,
-        command: Command,
-        cwd: str | None,
-        env: Mapping[str, str] | None,
-        deadline: float | None,
-        data: bytes | None,
-        on_output: Callable[[str, bytes], None] | None,
-        timeout: float | None,
-        start: float,
-    ) -> ExecResult:
-        isolated = self.options.exec_mode == "oneshot"
-        if self._session_lock.acquire(blocking=False):
+    def _run(self, request: ExecRequest, collector: Any) -> Any:
+        """Run in the environment's session shell, or (one-shot mode, or the session busy in
+        another thread) in a shell of its own, closed afterwards."""
+        from envlayer_daytona.stream import ShellGoneBeforeSend
+
+        if self.options.exec_mode == "session" and self._session_lock.acquire(blocking=False):
             try:
-                for attempt in (0, 1):
-                    if self._session is None or not self._session.alive:
-                        self._drop_session()
-                        self._session = self._start_session(None)
-                    try:
-                        return self._run_in(
-                            self._session, command, isolated, cwd, env, deadline, data, on_output, timeout, start
-                        )
-                    except _SessionLost:
-                        if attempt:
-                            raise BackendUnavailable(
-                                "a fresh session shell refused the command",
-                                hint="retry; check the sandbox in the Daytona dashboard",
-                            ) from None
-                raise AssertionError("unreachable")
+                try:
+                    return self._shell.run(request, collector)
+                except ShellGoneBeforeSend:
+                    self._shell.abandon()  # ended from outside between calls; the command did not run
+                    return self._shell.run(request, collector)
             finally:
                 self._session_lock.release()
-        shell = self._start_session(self._session_cwd or self._workdir)
+        shell = self._new_shell(self._shell.cwd or self._workdir)
         try:
-            return self._run_in(shell, command, True, cwd, env, deadline, data, on_output, timeout, start)
-        except _SessionLost as exc:
-            raise BackendUnavailable(
-                f"a fresh session shell refused the command: {exc}", hint="retry; check the sandbox in the dashboard"
-            ) from exc
+            return shell.run(request, collector)
         finally:
             shell.close()
 
-    def _start_session(self, start_dir: str | None) -> Any:
-        from daytona.common.errors import DaytonaError
-
-        try:
-            return self._open_session(start_dir)
-        except DaytonaError as exc:
-            if self._not_running():
-                raise _NotStarted(str(exc)) from exc
-            from envlayer_daytona.client import translate
-
-            raise translate(exc, "opening a session in the sandbox", self.options) from exc
-
-    def _run_in(
-        self,
-        shell: Any,
-        command: Command,
-        isolated: bool,
-        cwd: str | None,
-        env: Mapping[str, str] | None,
-        deadline: float | None,
-        data: bytes | None,
-        on_output: Callable[[str, bytes], None] | None,
-        timeout: float | None,
-        start: float,
-    ) -> ExecResult:
-        from daytona.common.errors import DaytonaError
-
-        from envlayer_daytona.client import translate
-        from envlayer_daytona.session import NotStarted, ProtocolError, ShellGone
-
-        try:
-            outcome = shell.run(
-                command,
-                isolated=isolated,
-                cwd=cwd,
-                env=env,
-                stdin=data,
-                deadline=deadline,
-                limit=self.options.max_output_bytes,
-                policy=self.options.output_policy,
-                on_output=on_output,
-                refresh=self._refresh_activity,
-                poll_interval=self.options.poll_interval,
-                request_timeout=self.options.request_timeout,
-                max_wait=min(2.0, self.options.activity_interval / 2),
-            )
-        except NotStarted as exc:
-            shell.alive = False
-            if self._not_running():
-                raise _NotStarted(str(exc)) from exc
-            raise _SessionLost(str(exc)) from exc
-        except ShellGone as exc:
-            self._raise_if_stopped("the command's session shell ended", exc)
-            return ExecResult(exit_code=KILLED_EXIT_CODE, duration=time.monotonic() - start, timeout=timeout)
-        except ProtocolError as exc:
-            shell.alive = False
-            self._raise_if_stopped("the command's output could not be read", exc)
-            raise BackendUnavailable(
-                f"could not read the command's output from the sandbox: {exc}",
-                hint="the sandbox image needs a POSIX sh with od, head, tail and wc (busybox has them)",
-            ) from exc
-        except DaytonaError as exc:
-            shell.alive = False
-            self._raise_if_stopped("the sandbox stopped answering", exc)
-            raise translate(exc, "running a command", self.options) from exc
-        if shell is self._session and shell.cwd:
-            self._session_cwd = shell.cwd
-        timed_out = outcome.exit_code is None
-        return ExecResult(
-            exit_code=TIMEOUT_EXIT_CODE if timed_out else outcome.exit_code,
-            stdout=outcome.stdout.getvalue(),
-            stderr=outcome.stderr.getvalue(),
-            duration=time.monotonic() - start,
-            timed_out=timed_out,
-            timeout=timeout,
-            stdout_truncation=outcome.stdout.truncation,
-            stderr_truncation=outcome.stderr.truncation,
-        )
-
-    def _raise_if_stopped(self, what: str, cause: BaseException) -> None:
-        if self._not_running():
-            raise BackendUnavailable(
-                f"{what} because the sandbox {self.sandbox_name} is no longer running; "
-                "the command may have partly run and was NOT re-run",
-                hint="check its effects and retry; the next call starts or re-creates the sandbox",
-            ) from cause
-
     def _drop_session(self) -> None:
-        session, self._session = self._session, None
-        if session is not None:
-            session.close()
+        """Forget the session shell (after the sandbox stopped: it is gone); the next call
+        starts a new one and says so in ``recovered``."""
+        shell = getattr(self, "_shell", None)
+        if shell is not None:
+            shell.abandon()
 
     # --- files --------------------------------------------------------------------------
 
@@ -427,30 +378,30 @@ class DaytonaEnvironment(Environment):
         from envlayer_daytona import files
 
         self._ensure_open()
-        payload = data.encode() if isinstance(data, str) else data
-        if len(payload) > self.options.max_file_bytes:
-            raise FileTooLarge(path, len(payload), self.options.max_file_bytes)
+        payload = file_payload(path, data, self.options.max_file_bytes)
         full = self._path(path)
         self._files_call(lambda: files.write(self._sandbox, full, payload), f"writing {full}")
 
-    def upload_dir(self, local: str, remote: str) -> None:
-        """Copy the contents of local directory ``local`` into sandbox directory ``remote``."""
+    def upload_dir(self, local: str | os.PathLike[str], remote: str) -> TransferSummary:
+        """Copy the regular files and directories under host directory ``local`` into
+        sandbox directory ``remote``; see :class:`~envlayer.transfer.SupportsDirectoryTransfer`."""
         from envlayer_daytona import files
 
         self._ensure_open()
         full = self._path(remote)
         limit = self.options.max_transfer_bytes
-        self._files_call(lambda: files.upload_dir(self._sandbox, local, full, limit), f"uploading to {full}")
+        return self._files_call(lambda: files.upload_dir(self._sandbox, local, full, limit), f"uploading to {full}")
 
-    def download_dir(self, remote: str, local: str) -> None:
-        """Copy the contents of sandbox directory ``remote`` into local directory ``local``.
+    def download_dir(self, remote: str, local: str | os.PathLike[str]) -> TransferSummary:
+        """Copy the regular files and directories under sandbox directory ``remote`` into
+        host directory ``local``; see :class:`~envlayer.transfer.SupportsDirectoryTransfer`.
         Members escaping ``local`` raise :class:`SandboxPathError` before anything is written."""
         from envlayer_daytona import files
 
         self._ensure_open()
         full = self._path(remote)
         limit = self.options.max_transfer_bytes
-        self._files_call(lambda: files.download_dir(self._sandbox, full, local, limit), f"downloading {full}")
+        return self._files_call(lambda: files.download_dir(self._sandbox, full, local, limit), f"downloading {full}")
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -462,7 +413,7 @@ class DaytonaEnvironment(Environment):
         with self._state_lock:
             self._closed = True
             try:
-                self._drop_session()
+                self._shell.close()
             except Exception:
                 pass
             remove = force_remove or not self.options.persist_across_processes

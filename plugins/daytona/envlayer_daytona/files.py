@@ -6,10 +6,14 @@
 * ``write``: ``files/bulk-upload``; when the daemon refuses, ``files/info`` tells a directory
   (:class:`SandboxIsADirectory`) from a missing parent, which is created with
   ``files/folder`` before one retry.
+* A refusal the daemon reports as a permission problem (403, "permission denied") is
+  :class:`SandboxPermissionDenied`.
 * Directories move as one tar archive (capped by ``max_transfer_bytes``) through an upload or
-  download plus one ``process/execute`` of ``tar`` in the sandbox. On download every member
-  is checked before anything is written: absolute names, ``..`` and links leaving the
-  destination raise :class:`SandboxPathError`.
+  download plus one ``process/execute`` of ``tar`` in the sandbox; only regular files and
+  directories are copied (symlinks and special files never are), and a
+  :class:`~envlayer.transfer.TransferSummary` says how many files and bytes. On download
+  every member is checked before anything is written: absolute names and ``..`` raise
+  :class:`SandboxPathError`.
 
 The SDK's other exceptions propagate; the backend translates them.
 """
@@ -24,8 +28,15 @@ import tarfile
 import uuid
 from typing import Any
 
-from envlayer.errors import FileTooLarge, SandboxFileNotFound, SandboxIsADirectory, SandboxPathError
-from envlayer_daytona.script import SPOOL
+from envlayer.errors import (
+    FileTooLarge,
+    SandboxFileNotFound,
+    SandboxIsADirectory,
+    SandboxPathError,
+    SandboxPermissionDenied,
+)
+from envlayer.transfer import TransferSummary
+from envlayer_daytona.stream import SPOOL
 
 
 def _info(sandbox: Any, path: str) -> Any | None:
@@ -38,8 +49,15 @@ def _info(sandbox: Any, path: str) -> Any | None:
         return None
 
 
+def _denied(exc: BaseException) -> bool:
+    status = getattr(exc, "status_code", None)
+    return status == 403 or "permission denied" in str(exc).lower()
+
+
 def read(sandbox: Any, path: str, limit: int) -> bytes:
     """The bytes of the file at absolute ``path`` (see the module docstring for errors)."""
+    from daytona.common.errors import DaytonaError, DaytonaNotFoundError
+
     info = _info(sandbox, path)
     if info is None:
         raise SandboxFileNotFound(path)
@@ -47,12 +65,14 @@ def read(sandbox: Any, path: str, limit: int) -> bytes:
         raise SandboxIsADirectory(path)
     if info.size > limit:
         raise FileTooLarge(path, info.size, limit)
-    from daytona.common.errors import DaytonaNotFoundError
-
     try:
         data = sandbox.fs.download_file(path)
     except DaytonaNotFoundError:
         raise SandboxFileNotFound(path) from None
+    except DaytonaError as exc:
+        if _denied(exc):
+            raise SandboxPermissionDenied(path, "read", str(exc)) from exc
+        raise
     if len(data) > limit:
         raise FileTooLarge(path, len(data), limit)
     return data
@@ -66,10 +86,12 @@ def write(sandbox: Any, path: str, data: bytes) -> None:
         try:
             sandbox.fs.upload_file(data, path)
             return
-        except DaytonaError:
+        except DaytonaError as exc:
             info = _info(sandbox, path)
             if info is not None and info.is_dir:
                 raise SandboxIsADirectory(path) from None
+            if _denied(exc):
+                raise SandboxPermissionDenied(path, "write", str(exc)) from exc
             if attempt:
                 raise
             sandbox.fs.create_folder(posixpath.dirname(path) or "/", "755")
@@ -82,28 +104,40 @@ def _run(sandbox: Any, argv: list[str], what: str) -> str:
     return answer.result or ""
 
 
-def upload_dir(sandbox: Any, local: str, remote: str, limit: int) -> None:
-    """Copy the contents of local directory ``local`` into sandbox directory ``remote``
-    (created if missing). Raises :class:`FileTooLarge` when the archive exceeds ``limit``."""
+def upload_dir(sandbox: Any, local: str | os.PathLike[str], remote: str, limit: int) -> TransferSummary:
+    """Copy the regular files and directories under local directory ``local`` into sandbox
+    directory ``remote`` (created if missing). Raises ``FileNotFoundError`` when ``local``
+    is not a directory, :class:`FileTooLarge` when the archive exceeds ``limit``."""
     if not os.path.isdir(local):
-        raise NotADirectoryError(f"not a local directory: {local!r}")
+        raise FileNotFoundError(f"not a local directory: {os.fspath(local)!r}")
+    counted = {"files": 0, "bytes": 0}
+
+    def regular_only(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+        if info.isfile():
+            counted["files"] += 1
+            counted["bytes"] += info.size
+            return info
+        return info if info.isdir() else None
+
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for entry in sorted(os.listdir(local)):
-            tar.add(os.path.join(local, entry), arcname=entry)
+            tar.add(os.path.join(local, entry), arcname=entry, filter=regular_only)
             if buf.tell() > limit:
-                raise FileTooLarge(local, buf.tell(), limit)
+                raise FileTooLarge(os.fspath(local), buf.tell(), limit)
     payload = buf.getvalue()
     if len(payload) > limit:
-        raise FileTooLarge(local, len(payload), limit)
+        raise FileTooLarge(os.fspath(local), len(payload), limit)
     staged = f"{SPOOL}/{uuid.uuid4().hex}.tar"
     sandbox.fs.upload_file(payload, staged)
     script = 'mkdir -p -- "$1" && tar -x -f "$2" -C "$1"; rc=$?; rm -f -- "$2"; exit $rc'
     _run(sandbox, ["sh", "-c", script, "envlayer-unpack", remote, staged], f"unpacking into {remote!r}")
+    return TransferSummary(files=counted["files"], bytes=counted["bytes"])
 
 
-def download_dir(sandbox: Any, remote: str, local: str, limit: int) -> None:
-    """Copy the contents of sandbox directory ``remote`` into local directory ``local``."""
+def download_dir(sandbox: Any, remote: str, local: str | os.PathLike[str], limit: int) -> TransferSummary:
+    """Copy the regular files and directories under sandbox directory ``remote`` into local
+    directory ``local``. Raises :class:`SandboxFileNotFound` when ``remote`` does not exist."""
     staged = f"{SPOOL}/{uuid.uuid4().hex}.tar"
     script = '[ -d "$1" ] || { echo "no such directory" >&2; exit 20; }; mkdir -p "${2%/*}"; tar -c -f "$2" -C "$1" .'
     answer = sandbox.process.exec(" ".join(shlex.quote(a) for a in ["sh", "-c", script, "pack", remote, staged]))
@@ -118,20 +152,23 @@ def download_dir(sandbox: Any, remote: str, local: str, limit: int) -> None:
         payload = sandbox.fs.download_file(staged)
     finally:
         sandbox.process.exec(f"rm -f -- {shlex.quote(staged)}")
-    extract(payload, local)
+    return extract(payload, os.fspath(local))
 
 
-def extract(payload: bytes, dest: str) -> None:
-    """Unpack a tar into ``dest`` after checking every member with tarfile's ``data`` filter:
-    one that would land outside ``dest`` (absolute, ``..``, a link pointing out) raises
-    :class:`SandboxPathError` before anything is written. Device files are refused too."""
+def extract(payload: bytes, dest: str) -> TransferSummary:
+    """Unpack the regular files and directories of a tar into ``dest`` (symlinks, links and
+    special files are skipped). Every member is checked first with tarfile's ``data``
+    filter: one that would land outside ``dest`` (an absolute name, ``..``) raises
+    :class:`SandboxPathError` before anything is written."""
     os.makedirs(dest, exist_ok=True)
     root = os.path.realpath(dest)
     with tarfile.open(fileobj=io.BytesIO(payload), mode="r") as tar:
-        members = tar.getmembers()
+        members = [m for m in tar.getmembers() if m.isfile() or m.isdir()]
         for member in members:
             try:
                 tarfile.data_filter(member, root)
             except tarfile.FilterError as exc:
                 raise SandboxPathError(member.name, dest) from exc
         tar.extractall(root, members=members, filter="data")
+    files = [m for m in members if m.isfile()]
+    return TransferSummary(files=len(files), bytes=sum(m.size for m in files))

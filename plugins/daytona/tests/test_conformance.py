@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from envlayer.testing import EnvironmentConformance
+from envlayer.testing import EnvironmentConformance, ExecContractConformance
 
 pytestmark = pytest.mark.docker
 
 
-class TestDaytonaSessionConformance(EnvironmentConformance):
+class TestDaytonaSessionConformance(EnvironmentConformance, ExecContractConformance):
     task = f"conformance-session-{uuid.uuid4().hex[:6]}"
     mode = "session"
 

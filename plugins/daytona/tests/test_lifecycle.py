@@ -235,21 +235,38 @@ def test_list_and_remove(make_env: Callable[..., Any], options: Callable[..., An
 
 
 def test_directory_transfer_and_path_confinement(make_env: Callable[..., Any], tmp_path: Path) -> None:
+    from envlayer_daytona.files import extract
+
     from envlayer.errors import SandboxPathError
+    from envlayer.transfer import TransferSummary
 
     env = make_env()
     src = tmp_path / "src"
     (src / "sub").mkdir(parents=True)
     (src / "a.txt").write_bytes(b"A")
     (src / "sub" / "b.bin").write_bytes(bytes(range(256)))
-    env.upload_dir(str(src), "tree")
-    assert env.exec("cat tree/a.txt").stdout == b"A"
-    env.download_dir("tree", str(tmp_path / "back"))
+    (src / "link").symlink_to("/etc/passwd")
+    assert env.upload_dir(str(src), "tree") == TransferSummary(files=2, bytes=257)
+    assert env.exec("cat tree/a.txt; test -e tree/link || echo no-link").stdout == b"Ano-link\n"
+    assert env.download_dir("tree", tmp_path / "back") == TransferSummary(files=2, bytes=257)
     assert (tmp_path / "back" / "sub" / "b.bin").read_bytes() == bytes(range(256))
-    env.exec("mkdir -p evil && ln -sf /etc/passwd evil/link && ln -sf ../../outside evil/up").check()
-    with pytest.raises(SandboxPathError):
-        env.download_dir("evil", str(tmp_path / "evil"))
+    env.exec("mkdir -p evil && ln -sf /etc/passwd evil/link && echo ok > evil/ok").check()
+    assert env.download_dir("evil", tmp_path / "evil") == TransferSummary(files=1, bytes=3)
     assert not (tmp_path / "evil" / "link").exists()
+    with pytest.raises(FileNotFoundError):
+        env.download_dir("no-such-dir", tmp_path / "none")
+    import io
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name in ("fine.txt", "../escape.txt"):
+            info = tarfile.TarInfo(name)
+            info.size = 1
+            tar.addfile(info, io.BytesIO(b"x"))
+    with pytest.raises(SandboxPathError):
+        extract(buf.getvalue(), str(tmp_path / "hostile"))
+    assert not (tmp_path / "hostile" / "fine.txt").exists() and not (tmp_path / "escape.txt").exists()
 
 
 @pytest.fixture(scope="module")

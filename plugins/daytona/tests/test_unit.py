@@ -4,16 +4,13 @@ shell protocol (run in this host's real ``sh``), and that listing backends impor
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-import uuid
-from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from envlayer_daytona import identity, script, sweep
+from envlayer_daytona import identity, stream, sweep
 from envlayer_daytona.options import DaytonaOptions
 
 from envlayer.config import load_settings
@@ -120,125 +117,16 @@ def test_reaper_rule() -> None:
     assert not sweep.is_reapable(_sb("stopped", undated), profile="p", max_age=60, now=now)
 
 
-# --- the shell protocol, run by this host's sh ------------------------------------------
+# --- the stream's poll answers ------------------------------------------------------------
 
 
-class LocalSession:
-    """A local ``sh`` fed session commands on stdin, standing in for the daemon's session."""
-
-    def __init__(self) -> None:
-        self.proc = subprocess.Popen(["sh"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-
-    def send(self, text: str) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write("{ " + text + "\n} >/dev/null 2>&1\n")
-        self.proc.stdin.flush()
-
-    def setup(self, env: dict[str, str], start: str) -> None:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(script.session_setup(env, start, True) + "\n")
-        self.proc.stdin.flush()
-        self.pid = int(self.proc.stdout.readline())
-        self.cwd = self.proc.stdout.readline().strip()
-
-    def close(self) -> None:
-        self.proc.kill()
-        self.proc.wait()
-
-
-@pytest.fixture
-def local_session(tmp_path: Any) -> Iterator[LocalSession]:
-    session = LocalSession()
-    session.setup({"FROM_SETUP": "it's set"}, str(tmp_path / "work"))
-    yield session
-    session.close()
-
-
-def _poll_until_done(exec_id: str, pid: int) -> tuple[script.Poll, bytes, bytes]:
-    out = err = b""
-    for _ in range(200):
-        text = subprocess.run(
-            [
-                "sh",
-                "-c",
-                script.poll_script(
-                    exec_id, out_offset=len(out), err_offset=len(err), wait=1.0, shell_pid=pid, live=False, final=False
-                ),
-            ],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-        poll = script.parse_poll(text)
-        out, err = out + poll.out, err + poll.err
-        if poll.exit_code is not None and poll.done:
-            return poll, out, err
-    raise AssertionError("the command never finished")
-
-
-def test_protocol_binary_output_exit_code_and_persistence(local_session: LocalSession, tmp_path: Any) -> None:
-    assert local_session.cwd == str(tmp_path / "work")
-    first = uuid.uuid4().hex
-    local_session.send(
-        script.command_script(
-            "printf '\\000\\377x'; echo e >&2; cd /tmp; export KEPT=1; printf %s \"$FROM_SETUP\"; (exit 3)",
-            exec_id=first,
-            isolated=False,
-            cwd=None,
-            env=None,
-            stdin_path=None,
-        )
-    )
-    poll, out, err = _poll_until_done(first, local_session.pid)
-    assert (poll.exit_code, out, err, poll.pwd) == (3, b"\x00\xffxit's set", b"e\n", "/tmp")
-    assert not [n for n in os.listdir(script.SPOOL) if n.startswith(first)]
-    second = uuid.uuid4().hex
-    local_session.send(
-        script.command_script(
-            ["printf", "%s|%s|%s", "$KEPT", "${ONCE}"],
-            exec_id=second,
-            isolated=False,
-            cwd=None,
-            env=None,
-            stdin_path=None,
-        )
-    )
-    _, out, _ = _poll_until_done(second, local_session.pid)
-    assert out == b"$KEPT|${ONCE}|"  # argv words are not interpreted
-    third = uuid.uuid4().hex
-    local_session.send(
-        script.command_script(
-            'pwd; printf "%s %s" "$KEPT" "$ONCE"',
-            exec_id=third,
-            isolated=False,
-            cwd="/",
-            env={"ONCE": "a b'c"},
-            stdin_path=None,
-        )
-    )
-    _, out, _ = _poll_until_done(third, local_session.pid)
-    assert out == b"/\n1 a b'c"
-
-
-def test_protocol_exit_ends_the_shell_but_keeps_the_status(local_session: LocalSession) -> None:
-    exec_id = uuid.uuid4().hex
-    local_session.send(
-        script.command_script("echo bye; exit 42", exec_id=exec_id, isolated=False, cwd=None, env=None, stdin_path=None)
-    )
-    poll, out, _ = _poll_until_done(exec_id, local_session.pid)
-    assert (poll.exit_code, out, poll.shell_alive) == (42, b"bye\n", False)
-
-
-def test_parse_poll_rejects_a_cut_answer() -> None:
+def test_parse_poll() -> None:
+    assert stream.parse_poll("@state -\n@out\n 41 42\n 43\n@err\n@end\n") == ("-", b"ABC", b"")
+    assert stream.parse_poll("@state 3\n@out\n@err\n 00 ff\n@end\n") == ("3", b"", b"\x00\xff")
     with pytest.raises(ValueError, match="incomplete"):
-        script.parse_poll("@state 1 -\n@out\n 41")
-    poll = script.parse_poll("@state 1 -\n@out\n 41 42\n 43\n@err\n@end\n")
-    assert (poll.exit_code, poll.out, poll.err, poll.done, poll.shell_alive) == (None, b"ABC", b"", False, True)
-
-
-def test_kill_script_command_is_one_quoted_sh_call() -> None:
-    text = script.kill_script("abc123", 77)
-    assert text.startswith("sh -c ") and "envlayer-kill" in text and " abc123 77 1 " in text
+        stream.parse_poll("@state -\n@out\n 41")
+    with pytest.raises(ValueError, match="incomplete"):
+        stream.parse_poll("OCI runtime exec failed\n")
 
 
 # --- import discipline -------------------------------------------------------------------
