@@ -24,6 +24,7 @@ output caps (:class:`~envlayer.collector.OutputCollector`) do the rest.
 from __future__ import annotations
 
 import shlex
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -34,7 +35,7 @@ from envlayer.shell_script import SESSION_VAR, printf_format
 from envlayer.streams import Chunks
 
 SPOOL = "/tmp/.envlayer-daytona"
-MAX_CHUNK = 4 * 1024 * 1024
+MAX_CHUNK = 256 * 1024
 TICK = 0.02
 INLINE_WRITE_MAX = 16384
 """Writes up to this size travel inside the ``process/execute`` command (4x larger once
@@ -55,9 +56,11 @@ _WRITE = 'if [ -e "$1/status" ] || [ ! -p "$1/in" ]; then exit 3; fi; '
 _POLL = r"""
 exec 2>/dev/null
 d=$1; o=$2; e=$3; max=$4; w=$5; n=0
+size() { stat -c %s "$1" || wc -c < "$1"; }
+chunk() { dd if="$1" bs=4096 skip=$(($2 / 4096)) count=$(( ($2 % 4096 + max + 4095) / 4096 )) | od -An -v -tx1; }
 while :; do
   [ -e "$d/status" ] && break
-  so=$(wc -c < "$d/out"); se=$(wc -c < "$d/err")
+  so=$(size "$d/out"); se=$(size "$d/err")
   if [ "${so:-0}" -gt "$o" ] || [ "${se:-0}" -gt "$e" ]; then break; fi
   [ "$n" -ge "$w" ] && break
   sleep 0.02; n=$((n + 1))
@@ -65,10 +68,14 @@ done
 st=$(cat "$d/status")
 [ -d "$d" ] || st=gone
 echo "@state ${st:--}"
-echo "@out"; tail -c +$((o + 1)) "$d/out" | head -c "$max" | od -An -v -tx1
-echo "@err"; tail -c +$((e + 1)) "$d/err" | head -c "$max" | od -An -v -tx1
+echo "@out"; chunk "$d/out" "$o"
+echo "@err"; chunk "$d/err" "$e"
 echo "@end"
 """
+"""One poll: waits up to ``$5`` ticks for new output or the shell's end, then prints the
+state and, as hex, the 4 KiB blocks holding the next ``$4`` bytes of each file from the
+offsets ``$2``/``$3`` (``dd`` seeks, so a huge file costs nothing; the reader cuts the
+block-aligned excess)."""
 
 
 class ShellGoneBeforeSend(BackendUnavailable):
@@ -80,10 +87,12 @@ def _sh(script: str, *args: str) -> str:
     return "sh -c " + shlex.quote(script) + " envlayer " + " ".join(shlex.quote(a) for a in args)
 
 
-def parse_poll(text: str) -> tuple[str, bytes, bytes]:
+def parse_poll(text: str, offsets: tuple[int, int] = (0, 0)) -> tuple[str, bytes, bytes]:
     """(state, stdout chunk, stderr chunk) from a poll's answer; state is ``-`` while the
     shell runs, its exit status once it ended, ``gone`` when the spool directory vanished.
-    Raises ``ValueError`` for a cut or malformed answer."""
+    ``offsets`` are the byte offsets the poll read from (the answer starts at the 4 KiB
+    block holding each; at most :data:`MAX_CHUNK` bytes are kept). Raises ``ValueError``
+    for a cut or malformed answer."""
     lines = text.splitlines()
     if "@end" not in lines or not lines or not lines[0].startswith("@state "):
         raise ValueError(f"incomplete poll answer: {text[-300:]!r}")
@@ -95,7 +104,10 @@ def parse_poll(text: str) -> tuple[str, bytes, bytes]:
             current = line[1:]
         elif current in sections:
             sections[current].append(line)
-    out, err = (bytes.fromhex("".join(sections[k]).replace(" ", "")) for k in ("out", "err"))
+    out, err = (
+        bytes.fromhex("".join(sections[k]).replace(" ", ""))[skip % 4096 :][:MAX_CHUNK]
+        for k, skip in zip(("out", "err"), offsets, strict=True)
+    )
     return state, out, err
 
 
@@ -171,7 +183,7 @@ class DaytonaStream:
             args = [self.directory, str(self._offsets["stdout"]), str(self._offsets["stderr"]), str(MAX_CHUNK)]
             try:
                 answer = self._exec(_sh(_POLL, *args, str(max(0, int(wait / TICK)))), wait)
-                state, out, err = parse_poll(answer.result or "")
+                state, out, err = parse_poll(answer.result or "", (int(args[1]), int(args[2])))
             except Exception as exc:
                 self._failure = exc
                 self._ended = True
@@ -197,16 +209,21 @@ class DaytonaStream:
         return self._status
 
     def close(self) -> None:
-        """Stop the FIFO's holder (the shell sees EOF) and remove the spool directory.
-        Idempotent; never raises."""
+        """Stop the FIFO's holder (the shell sees EOF) and remove the spool directory, on a
+        daemon thread (after a flood the output files can be large, and the caller should
+        not wait for their removal). Idempotent; never raises."""
         if self._closed:
             return
         self._closed = True
         script = 'kill "$(cat "$1/holder")" 2>/dev/null; rm -rf -- "$1"'
-        try:
-            self._exec(_sh(script, self.directory), 0)
-        except Exception:
-            pass
+
+        def remove() -> None:
+            try:
+                self._exec(_sh(script, self.directory), 0)
+            except Exception:
+                pass
+
+        threading.Thread(target=remove, name="envlayer-daytona-stream-close", daemon=True).start()
 
 
 def open_stream(

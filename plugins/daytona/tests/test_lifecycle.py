@@ -41,14 +41,13 @@ def test_create_attach_and_routes(fake_daytona: FakeDaytona, make_env: Callable[
     mark = fake_daytona.mark()
     env = make_env()
     created = fake_daytona.routes_since(mark)
-    assert {"create", "session.create", "session.exec"} <= created
+    assert {"create", "process.execute"} <= created
     assert "unknown" not in created
     mark = fake_daytona.mark()
     result = env.exec("echo out; echo err >&2; exit 3")
     assert (result.exit_code, result.stdout, result.stderr) == (3, b"out\n", b"err\n")
     ran = fake_daytona.routes_since(mark)
-    assert ran <= {"session.exec", "process.execute", "session.create", "last-activity"}
-    assert {"session.exec", "process.execute"} <= ran
+    assert "process.execute" in ran and ran <= {"process.execute", "last-activity"}
     labels = _managed(fake_daytona, env.profile, env.task_id)[0].labels
     assert labels["envlayer.managed"] == "1" and labels["envlayer.task"] == env.task_id
     assert labels["envlayer.profile"] == env.profile and labels["envlayer.persist"] == "1"
@@ -62,7 +61,7 @@ def test_timeout_keeps_output_and_never_uses_the_408_path(
     mark = fake_daytona.mark()
     result = env.exec("echo before; echo warn >&2; sleep 60; echo after", timeout=1.5)
     assert result.timed_out and result.exit_code == 124
-    assert result.stdout == b"before\n" and result.stderr == b"warn\n"
+    assert result.stdout == b"before\n" and result.stderr.startswith(b"warn\n")
     entries = fake_daytona.entries_since(mark)
     assert all(e["status"] != 408 for e in entries)
     assert env.exec("ps | grep -c 'sleep 6[0]' || true").stdout_text.strip() == "0"
