@@ -31,11 +31,17 @@ CONTROL = Path(__file__).resolve().parent.parent / "plugins" / "kubernetes" / "t
 
 
 def load_control() -> Any:
+    """The tests' ``fake_control`` module (loaded by path: the tests are not a package).
+    Exits with status 2 and a hint when Docker or the test image is missing."""
     spec = importlib.util.spec_from_file_location("envlayer_k8s_fake_control", CONTROL)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
+    problem = module.docker_problem()
+    if problem:
+        print(f"cannot run: {problem}; run scripts/provision", file=sys.stderr)
+        sys.exit(2)
     return module
 
 
@@ -69,10 +75,6 @@ def main() -> int:
     parser.add_argument("--deadline", type=int, default=30)
     args = parser.parse_args()
     control = load_control()
-    problem = control.docker_problem()
-    if problem:
-        print(f"cannot run: {problem}; run scripts/provision", file=sys.stderr)
-        return 2
     with tempfile.TemporaryDirectory(prefix="envlayer-k8s-bench-") as tmp:
         server = control.start_fake(tmp)
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from envlayer.errors import CommandFailed, ExecTimeout
@@ -37,6 +38,13 @@ class ExecResult:
     stdout_truncation: Truncation | None = None
     stderr_truncation: Truncation | None = None
     recovered: str = ""
+    notice: str = ""
+    """Something the caller (or a model) should know about how the command ran, e.g. that
+    its working directory had been deleted and it ran in the nearest existing parent."""
+
+    def with_notice(self, notice: str) -> ExecResult:
+        """A copy with ``notice`` set."""
+        return dataclasses.replace(self, notice=notice)
 
     @property
     def ok(self) -> bool:

@@ -148,7 +148,8 @@ def call_script(
     redirect = "</dev/null"
     if stdin_path is not None:
         if stdin_inline is not None:
-            lines.append(f"printf {printf_format(stdin_inline)} >| {quote(stdin_path)}")
+            # a subshell, so the private umask never leaks into the user's session
+            lines.append(f"(umask 077; printf {printf_format(stdin_inline)} >| {quote(stdin_path)})")
         redirect = f"<{quote(stdin_path)}"
     run = f"command eval {quote(command_text(command))}"
     if cwd is not None or env:

@@ -1,6 +1,13 @@
 """The embedded default backend: commands run as processes on this machine.
 
-Lifecycle: nothing to create or tear down; ``cleanup()`` only closes the handle.
+Lifecycle: nothing to create or tear down; ``cleanup()`` closes the handle and ends the
+session shell. With ``exec_mode = "session"`` (default) commands run one after another in
+one persistent shell (:mod:`envlayer.backends.local_session`): ``cd``/``export`` persist;
+a call that finds the session busy (another thread) runs as its own process, in the
+session's directory. A deleted working directory falls back to its nearest existing
+parent, and the result's ``notice`` says so.
+Commands inherit this process's environment without credential variables
+(``env_blocklist``, see :mod:`envlayer.agent_env`) unless forwarded (``forward_env``).
 Every command runs in its own session and process group; a timeout or an interrupt
 kills the whole tree (SIGTERM, one second of grace, SIGKILL), including processes
 that left the group with ``setsid`` (found through their ``ENVLAYER_EXEC_ID``).
@@ -14,10 +21,14 @@ import subprocess
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Literal
 
+from envlayer.agent_env import CREDENTIAL_PATTERNS, inherited_environment, with_command_defaults
+from envlayer.backends.local_session import LocalSession, moved_notice, nearest_existing
 from envlayer.capabilities import Capability
 from envlayer.collector import OutputCollector
 from envlayer.environment import Command, Environment
@@ -45,7 +56,26 @@ class LocalOptions(BaseOptions):
     """Options of the local backend."""
 
     shell: str = option("/bin/sh", doc="Shell that runs string commands as `shell -c COMMAND`.")
-    inherit_env: bool = option(True, doc="Start commands with this process's environment (then apply `env`).")
+    inherit_env: bool = option(
+        True,
+        doc="Start commands with this process's environment, minus variables matching `env_blocklist` "
+        "(then apply `env`).",
+    )
+    env_blocklist: list[str] = option(
+        doc="Shell globs (case-insensitive) of variables never inherited from this process: credentials "
+        "such as `*_API_KEY`, `*_TOKEN`, `*_SECRET`, `*_PASSWORD`, `AWS_*` (see envlayer.agent_env). "
+        "`[]` inherits everything.",
+        factory=lambda: list(CREDENTIAL_PATTERNS),
+    )
+    forward_env: list[str] = option(
+        doc="Names of variables inherited even when `env_blocklist` matches them (explicit opt-in).",
+        factory=list,
+    )
+    exec_mode: Literal["session", "oneshot"] = option(
+        "session",
+        doc="`session`: commands share one persistent shell (cd, export, shell options and functions persist); "
+        "`oneshot`: every command runs in a fresh process, nothing persists.",
+    )
 
 
 class LocalEnvironment(Environment):
@@ -53,7 +83,7 @@ class LocalEnvironment(Environment):
 
     name = "local"
     Options = LocalOptions
-    capabilities = frozenset({Capability.STREAMING})
+    capabilities = frozenset({Capability.STREAMING, Capability.PERSISTENT_SESSION})
     options: LocalOptions
 
     def __init__(
@@ -61,6 +91,23 @@ class LocalEnvironment(Environment):
     ) -> None:
         super().__init__(options, task_id=task_id, profile=profile)
         self.cwd = os.path.abspath(os.path.expanduser(self.options.cwd or os.getcwd()))
+        self._session: LocalSession | None = None
+        if self.options.exec_mode == "session":
+            self._session = LocalSession(self.options.shell, self.cwd, self._base_environment)
+            weakref.finalize(self, self._session.close)
+        else:
+            self.capabilities = frozenset({Capability.STREAMING})
+
+    def _base_environment(self) -> dict[str, str]:
+        """What every command starts with: this process's environment without credential
+        variables (unless forwarded), then the agent defaults and ``env``."""
+        opts = self.options
+        inherited = (
+            inherited_environment(os.environ, blocklist=opts.env_blocklist, forward=opts.forward_env)
+            if opts.inherit_env
+            else {}
+        )
+        return {**inherited, **with_command_defaults(opts.env)}
 
     # --- exec -----------------------------------------------------------------
 
@@ -81,15 +128,27 @@ class LocalEnvironment(Environment):
         :class:`~envlayer.errors.InvalidArgument` for bad arguments (nothing ran).
         """
         request = self.make_request(command, cwd=cwd, env=env, timeout=timeout, stdin=stdin, on_output=on_output)
+        collector = OutputCollector.for_request(request, self.options)
+        session = self._session
+        if session is not None and session.lock.acquire(blocking=False):
+            try:
+                return session.run(request, collector)
+            finally:
+                session.lock.release()
+        return self._run_oneshot(request, collector, (session.cwd if session else None) or self.cwd)
+
+    def _run_oneshot(self, request: ExecRequest, collector: OutputCollector, base: str) -> ExecResult:
+        """Run ``request`` as its own process in ``base`` (or the call's ``cwd`` relative to
+        it). A deleted ``base`` falls back to its nearest existing parent, with a notice."""
+        notice = ""
+        if not os.path.isdir(base):
+            fallback = nearest_existing(base)
+            notice, base = moved_notice(base, fallback), fallback
         argv = (
             [self.options.shell, "-c", request.command] if isinstance(request.command, str) else list(request.command)
         )
-        child_env = dict(os.environ) if self.options.inherit_env else {}
-        child_env.update(self.options.env)
-        child_env.update(request.env)
-        child_env[EXEC_ID_VAR] = request.exec_id
-        run_cwd = os.path.join(self.cwd, request.cwd) if request.cwd else self.cwd
-        collector = OutputCollector.for_request(request, self.options)
+        child_env = {**self._base_environment(), **request.env, EXEC_ID_VAR: request.exec_id}
+        run_cwd = os.path.join(base, request.cwd) if request.cwd else base
         try:
             proc = subprocess.Popen(
                 argv,
@@ -110,7 +169,8 @@ class LocalEnvironment(Environment):
             collector.write("stderr", f"permission denied: {exc.filename or argv[0]}\n".encode())
             return collector.result(request, 126)
         timed_out = self._collect(proc, request, collector)
-        return collector.result(request, _exit_code(proc.returncode), timed_out=timed_out)
+        result = collector.result(request, _exit_code(proc.returncode), timed_out=timed_out)
+        return result.with_notice(notice) if notice else result
 
     def _collect(self, proc: subprocess.Popen[bytes], request: ExecRequest, collector: OutputCollector) -> bool:
         """Read the pipes until the command ends (plus a short drain) or its deadline;
@@ -245,8 +305,11 @@ class LocalEnvironment(Environment):
                 raise
 
     def cleanup(self) -> None:
-        """Close the handle. Nothing else to release; idempotent."""
+        """Close the handle and end the session shell (background jobs it started keep
+        running). Idempotent."""
         self._closed = True
+        if self._session is not None:
+            self._session.close()
 
 
 @contextmanager

@@ -20,16 +20,21 @@ def _obj(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
     return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
 
 
-def terminal(default_timeout: float, max_timeout: float, jobs_dir: str) -> ToolDefinition:
+def terminal(default_timeout: float, max_timeout: float, jobs_dir: str | None) -> ToolDefinition:
     """The ``terminal`` tool: run a shell command in the task's sandbox."""
     return ToolDefinition(
         "terminal",
         "Run a shell command (/bin/sh -c) in this task's sandbox and return its exit code and "
-        "output (stdout, then stderr under a [stderr] line). Long output keeps its beginning and "
+        "output (stdout and stderr merged in the order they were written, as with 2>&1; "
+        "separate_streams=true returns them apart). Each result's shell_state says whether shell "
+        "state carries over: 'kept' means cd, export and shell variables persist to your next command, as "
+        "in a terminal; 'reset' means every command starts afresh in the working directory (chain steps "
+        "with && in one command). A notice field tells you about anything unusual, e.g. a deleted "
+        "working directory. Long output keeps its beginning and "
         "end and says how much was omitted. A command that runs past its timeout is killed with "
         f"every process it started. For long-running work (servers, builds over {max_timeout:g} s) "
         "set background=true: the command starts detached and you get a job_id and the path of its "
-        f"log file (under {jobs_dir}); check it with the terminal_job tool.",
+        f"log file (under {jobs_dir or 'a private per-user directory'}); check it with the terminal_job tool.",
         _obj(
             {
                 "command": {"type": "string", "minLength": 1, "description": "The shell command to run."},
@@ -47,6 +52,11 @@ def terminal(default_timeout: float, max_timeout: float, jobs_dir: str) -> ToolD
                 "background": {
                     "type": "boolean",
                     "description": "Start detached and return at once with a job_id (default false).",
+                },
+                "separate_streams": {
+                    "type": "boolean",
+                    "description": "Return stdout and stderr as separate fields instead of one merged "
+                    "output (default false).",
                 },
             },
             ["command"],

@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from envlayer.capabilities import Capability, supports
 from envlayer.environment import DEFAULT_TASK, Environment
 from envlayer.errors import (
     BackendConflict,
@@ -48,10 +49,12 @@ from envlayer.errors import (
     SandboxIsADirectory,
     SandboxPathError,
 )
+from envlayer.lifecycle import exec_streaming
 from envlayer.manager import EnvironmentManager, EnvKey
 from envlayer.result import ExecResult
 from envlayer.tools import definitions, jobs
 from envlayer.tools.definitions import ToolDefinition
+from envlayer.tools.merged import MergedOutput
 from envlayer.tools.schema import ToolArgumentError, validate
 from envlayer.tools.truncate import truncate_middle
 
@@ -69,7 +72,9 @@ class ToolConfig:
     default_timeout: float = 180.0
     max_timeout: float = 600.0
     read_lines: int = 2000
-    jobs_dir: str = "/tmp/envlayer-jobs"
+    jobs_dir: str | None = None
+    """Where background jobs keep their files in the sandbox; None: the per-user default
+    of :mod:`envlayer.tools.jobs` (``~/.cache/envlayer/jobs``, private)."""
 
     def __post_init__(self) -> None:
         if self.output_chars < 200:
@@ -78,8 +83,8 @@ class ToolConfig:
             raise ValueError("need 0 < default_timeout <= max_timeout")
         if self.read_lines < 1:
             raise ValueError("read_lines must be >= 1")
-        if not self.jobs_dir.startswith("/"):
-            raise ValueError("jobs_dir must be an absolute path")
+        if self.jobs_dir is not None and not self.jobs_dir.startswith("/"):
+            raise ValueError("jobs_dir must be an absolute path (or None for the per-user default)")
 
 
 def error(kind: str, message: str, hint: str = "", **extra: Any) -> Result:
@@ -164,9 +169,9 @@ class ToolRegistry:
             args = validate(_parse(arguments), definition.parameters)
             return self._call(handler, args, task_id)
         except ToolArgumentError as exc:
-            return error("bad_arguments", str(exc), f"call {name} with arguments matching its JSON schema")
+            return error("bad_arguments", exc.message, f"call {name} with arguments matching its JSON schema")
         except jobs.JobError as exc:
-            return error("job_error", str(exc), "check the job_id returned by terminal(background=true)")
+            return error("job_error", exc.message, "check the job_id returned by terminal(background=true)")
         except SandboxPathError as exc:
             return error("path_outside_sandbox", exc.message, exc.hint)
         except SandboxFileNotFound as exc:
@@ -221,8 +226,9 @@ class ToolRegistry:
                 f"argument 'timeout' must be <= {c.max_timeout:g} seconds; "
                 "for longer commands use background=true and check them with terminal_job"
             )
-        result = env.exec(args["command"], cwd=args.get("workdir"), timeout=timeout)
-        out = self._output(result)
+        merged = MergedOutput(c.output_chars)
+        result = exec_streaming(env, args["command"], merged, cwd=args.get("workdir"), timeout=timeout)
+        out = self._output(result, merged, separate=bool(args.get("separate_streams")))
         if result.timed_out:
             return error(
                 "timeout",
@@ -230,22 +236,35 @@ class ToolRegistry:
                 f"raise timeout (max {c.max_timeout:g}), or run it with background=true and check it with terminal_job",
                 exit_code=result.exit_code,
                 **out,
+                shell_state=shell_state(env),
             )
-        return {"exit_code": result.exit_code, **out}
+        return {"exit_code": result.exit_code, **out, "shell_state": shell_state(env)}
 
-    def _output(self, result: ExecResult) -> Result:
-        text = result.stdout_text
-        if result.stderr:
-            text += ("" if not text or text.endswith("\n") else "\n") + "[stderr]\n" + result.stderr_text
-        text, omitted = truncate_middle(text, self.config.output_chars)
-        out: Result = {"output": text, "duration": round(result.duration, 3)}
-        if omitted or result.truncated:
+    def _output(self, result: ExecResult, merged: MergedOutput, *, separate: bool) -> Result:
+        """The command's output for the model: both streams merged in arrival order, or
+        with ``separate`` each stream on its own (half the budget each)."""
+        budget = self.config.output_chars
+        out: Result = {}
+        cut = False
+        if separate:
+            for name, text in (("stdout", result.stdout_text), ("stderr", result.stderr_text)):
+                out[name], omitted = truncate_middle(text, budget // 2)
+                cut = cut or bool(omitted)
+        else:
+            # a backend that cannot stream delivered stdout, then stderr, at the end
+            out["output"], omitted = truncate_middle(merged.text, budget)
+            cut = bool(omitted) or merged.truncation is not None
+        out["duration"] = round(result.duration, 3)
+        if cut or result.truncated:
             out["truncated"] = True
+        notices = [result.notice] if result.notice else []
         if result.recovered:
-            out["notice"] = (
+            notices.append(
                 f"the sandbox had to be re-established before this command ({result.recovered}): "
                 "the working directory, exported variables and background processes of earlier commands may be gone"
             )
+        if notices:
+            out["notice"] = "; ".join(notices)
         return out
 
     def _terminal_job(self, env: Environment, args: dict[str, Any]) -> Result:
@@ -260,7 +279,7 @@ class ToolRegistry:
         res: Result = {
             "job_id": job_id,
             "status": st.state,
-            "log_file": f"{jobs.job_dir(c.jobs_dir, job_id)}/output.log",
+            "log_file": st.log_file,
             "output": st.output,
         }
         if st.exit_code is not None:
@@ -304,6 +323,12 @@ class ToolRegistry:
         data = args["content"].encode("utf-8")
         env.write_file(args["path"], data)
         return {"path": args["path"], "bytes_written": len(data)}
+
+
+def shell_state(env: Environment) -> str:
+    """``"kept"`` when the environment's commands share one shell (``cd``, ``export`` and
+    variables carry over to the next call), else ``"reset"`` (each call starts afresh)."""
+    return "kept" if supports(env, Capability.PERSISTENT_SESSION) else "reset"
 
 
 def _parse(arguments: Mapping[str, Any] | str | None) -> Any:

@@ -21,17 +21,23 @@ from envlayer.manager import EnvironmentManager
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 TEST_IMAGE = os.environ.get("ENVLAYER_TEST_IMAGE", "envlayer-test:busybox")
-HOST_JOBS_DIR = Path("/tmp/envlayer-jobs")  # ToolConfig's default, on the host for the local backend
 
 
 @pytest.fixture(autouse=True, scope="session")
-def _remove_host_jobs_dir() -> Iterator[None]:
-    """Background-job tests on the local backend use the default jobs dir on this host;
-    remove it afterwards if this session created it."""
-    existed = HOST_JOBS_DIR.exists()
-    yield
-    if not existed:
-        shutil.rmtree(HOST_JOBS_DIR, ignore_errors=True)
+def _private_cache_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Background-job tests on the local backend use the default (per-user) jobs dir,
+    ``$XDG_CACHE_HOME/envlayer/jobs``: point XDG_CACHE_HOME at a temporary directory
+    (removed by pytest) for the session, so nothing lands in the developer's home."""
+    old = os.environ.get("XDG_CACHE_HOME")
+    cache = tmp_path_factory.mktemp("xdg-cache")
+    os.environ["XDG_CACHE_HOME"] = str(cache)
+    try:
+        yield cache
+    finally:
+        if old is None:
+            os.environ.pop("XDG_CACHE_HOME", None)
+        else:
+            os.environ["XDG_CACHE_HOME"] = old
 
 
 @pytest.fixture

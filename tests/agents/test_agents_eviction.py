@@ -53,5 +53,5 @@ def test_tool_call_reports_retry_then_succeeds(manager) -> None:  # type: ignore
     assert result["error"]["type"] == "backend_unavailable"
     assert result["error"]["hint"].startswith("retry")
     again = tools.run_tool("terminal", {"command": "echo three"}, "t")
-    assert again == {"exit_code": 0, "output": "three\n", "duration": again["duration"]}
+    assert again == {"exit_code": 0, "output": "three\n", "duration": again["duration"], "shell_state": "reset"}
     assert FlakyToy.built == 2

@@ -27,9 +27,21 @@ def test_write_run_read(tools: ToolRegistry) -> None:
         "bytes_written": 31,
     }
     ran = tools.run_tool("terminal", {"command": "sh run.sh", "workdir": "sub"}, "t")
-    assert ran["exit_code"] == 3 and ran["output"] == "out\n[stderr]\nerr\n"
+    assert ran["exit_code"] == 3 and ran["output"] == "out\nerr\n"
+
     read = tools.run_tool("read_file", {"path": "sub/run.sh"}, "t")
     assert read["content"] == "echo out; echo err >&2; exit 3\n" and read["total_lines"] == 1
+
+
+def test_terminal_keeps_arrival_order_and_offers_separate_streams(tools: ToolRegistry) -> None:
+    command = "echo one; sleep 0.05; echo two >&2; sleep 0.05; echo three; sleep 0.05; echo four >&2"
+    merged = tools.run_tool("terminal", {"command": command}, "t")
+    assert merged["output"] == "one\ntwo\nthree\nfour\n"
+    apart = tools.run_tool("terminal", {"command": command, "separate_streams": True}, "t")
+    assert apart["stdout"] == "one\nthree\n" and apart["stderr"] == "two\nfour\n" and "output" not in apart
+    flood = tools.run_tool("terminal", {"command": "seq 1 100000 >&2; echo END"}, "t")
+    assert flood["truncated"] and flood["output"].startswith("1\n2\n") and flood["output"].endswith("END\n")
+    assert len(flood["output"]) < 600
 
 
 def test_arguments_as_model_json_with_nulls(tools: ToolRegistry) -> None:
@@ -158,8 +170,56 @@ def test_recovered_sandbox_is_stated_to_the_model(tools: ToolRegistry) -> None:
     """The notice an ExecResult.recovered turns into (the Docker and SSH suites show the
     backends set it after a real container removal and a real sshd restart)."""
     from envlayer.result import ExecResult
+    from envlayer.tools.merged import MergedOutput
 
-    plain = tools._output(ExecResult(0, b"ok\n"))
-    noted = tools._output(ExecResult(0, b"ok\n", recovered="container recreated"))
+    merged = MergedOutput(400)
+    merged("stdout", b"ok\n")
+    plain = tools._output(ExecResult(0, b"ok\n"), merged, separate=False)
+    noted = tools._output(ExecResult(0, b"ok\n", recovered="container recreated"), merged, separate=False)
     assert "notice" not in plain
     assert "container recreated" in noted["notice"] and noted["output"] == "ok\n"
+
+
+def test_default_jobs_dir_is_private_and_per_user(make_manager, local_settings, wait_until, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    import os
+    import stat
+
+    tools = ToolRegistry(make_manager(local_settings), ToolConfig())
+    made = tmp_path / "made-by-the-job"
+    started = tools.run_tool("terminal", {"command": f"echo secret-ish; umask; touch {made}", "background": True}, "t")
+    log_file = Path(started["log_file"])
+    assert log_file.is_relative_to(Path(os.environ["XDG_CACHE_HOME"]) / "envlayer" / "jobs")
+    assert wait_until(lambda: tools.run_tool("terminal_job", {"job_id": started["job_id"]}, "t")["status"] == "exited")
+    status = tools.run_tool("terminal_job", {"job_id": started["job_id"]}, "t")
+    assert status["log_file"] == str(log_file)
+    mode = lambda p: stat.S_IMODE(p.stat().st_mode)  # noqa: E731
+    assert mode(log_file.parent.parent) == 0o700 and mode(log_file.parent) == 0o700
+    assert {p.name: mode(p) for p in log_file.parent.iterdir()} == {
+        "cmd.sh": 0o600,
+        "pid": 0o600,
+        "output.log": 0o600,
+        "exit": 0o600,
+    }
+    # the job's own files keep the caller's umask, not envlayer's private one
+    umask = os.umask(0)
+    os.umask(umask)
+    assert status["output"] == f"secret-ish\n{umask:04o}\n"
+    assert mode(made) == 0o666 & ~umask
+
+
+def test_terminal_says_what_persists_and_when_the_directory_moved(make_manager, make_settings, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    work = tmp_path / "work" / "deep"
+    work.mkdir(parents=True)
+    for mode, state in (("session", "kept"), ("oneshot", "reset")):
+        settings = make_settings(backend="local", backend_options={"cwd": str(work), "exec_mode": mode})
+        tools = ToolRegistry(make_manager(settings), ToolConfig())
+        first = tools.run_tool("terminal", {"command": "cd .. && export X=1"}, mode)
+        assert first["shell_state"] == state and "notice" not in first
+        second = tools.run_tool("terminal", {"command": "pwd; echo ${X:-none}"}, mode)
+        expected = f"{work.parent}\n1\n" if mode == "session" else f"{work}\nnone\n"
+        assert second["output"] == expected and second["shell_state"] == state
+    work.rmdir()
+    moved = tools.run_tool("terminal", {"command": "pwd"}, "oneshot")
+    assert moved["exit_code"] == 0 and moved["output"] == f"{work.parent}\n"
+    assert "no longer exists" in moved["notice"] and str(work) in moved["notice"]
+    assert "shell_state" in tools.definitions[0].description

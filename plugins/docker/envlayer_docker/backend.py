@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+from envlayer.agent_env import with_command_defaults
 from envlayer.capabilities import Capability
 from envlayer.environment import Command, Environment, SandboxInfo
 from envlayer.errors import BackendUnavailable, SandboxPathError
@@ -109,7 +110,7 @@ class DockerEnvironment(Environment):
         for name in self.options.forward_env:
             if name in os.environ:
                 env[name] = os.environ[name]
-        env.update(self.options.env)
+        env.update(with_command_defaults(self.options.env))
         if self.options.run_as_host_user and "HOME" not in env:
             env["HOME"] = "/tmp"
         return env

@@ -196,7 +196,7 @@ class SessionRunner:
         run_helper(self._target(), argv, timeout=_KILL_TIMEOUT)
 
     def _upload(self, path: str, data: bytes) -> None:
-        code, _, err = run_helper(self._target(), ["sh", "-c", 'cat > "$1"', "envlayer-stdin", path], data)
+        code, _, err = run_helper(self._target(), ["sh", "-c", 'umask 077; cat > "$1"', "envlayer-stdin", path], data)
         if code != 0:
             raise BackendUnavailable(
                 f"could not stage stdin in the container: {err.decode(errors='replace')[:200]}",

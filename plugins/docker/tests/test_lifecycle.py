@@ -746,3 +746,14 @@ def test_podman_and_rootless_sockets_are_discovered(tmp_path) -> None:
     assert client.discover_address(None, env, candidates) == f"unix://{runtime / 'podman' / 'podman.sock'}"
     (runtime / "docker.sock").write_text("")
     assert client.discover_address(None, env, candidates) == f"unix://{runtime / 'docker.sock'}"
+
+
+def test_staged_stdin_is_private_and_pager_is_cat(make_env) -> None:
+    env = make_env()
+    staged = env.exec(
+        'stat -L -c \'%a %U\' /dev/stdin; ls -ld "$(dirname "$(readlink /proc/self/fd/0)")"; cat', stdin="payload"
+    )
+    mode, listing, payload = staged.stdout_text.split("\n", 2)
+    assert mode == "600 root" and listing.startswith("drwx------") and payload == "payload"
+    assert env.exec("echo $PAGER $GIT_PAGER").stdout_text == "cat cat\n"
+    assert make_env(env={"PAGER": "more"}).exec("echo $PAGER").stdout_text == "more\n"

@@ -85,7 +85,7 @@ def upload_dir(run: Runner, shell: str, local: str, remote: str, limit: int) -> 
     """Copy the contents of host directory ``local`` into ``remote`` in the pod; returns
     the regular files copied and their bytes."""
     if not os.path.isdir(local):
-        raise NotADirectoryError(f"not a local directory: {local!r}")
+        raise FileNotFoundError(f"not a local directory: {local!r}")
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for entry in sorted(os.listdir(local)):

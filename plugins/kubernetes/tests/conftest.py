@@ -123,12 +123,14 @@ def make_env(profile: str, options: Callable[..., Any]) -> Iterator[Callable[...
 
 
 def _run_python(code: str, *, timeout: float = 120, wait: bool = True) -> Any:
-    """Run ``code`` in a new interpreter of this venv; its stdout (asserting exit 0), or
-    the Popen with ``wait=False``."""
+    """Run ``code`` in a new interpreter of this venv (bytecode caching on, see
+    ``fake_control.child_environ``); its stdout (asserting exit 0), or the Popen with
+    ``wait=False``."""
     argv = [sys.executable, "-c", textwrap.dedent(code)]
+    env = fake_control.child_environ()
     if not wait:
-        return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
     assert proc.returncode == 0, f"child failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
     return proc.stdout
 

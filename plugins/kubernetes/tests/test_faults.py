@@ -93,3 +93,51 @@ def test_empty_argv_is_refused(make_env: Any) -> None:
     env = make_env(task=f"argv-{uuid.uuid4().hex[:6]}")
     with pytest.raises(ValueError):
         env.exec([])
+
+
+@pytest.mark.parametrize("mode", ["session", "oneshot"])
+def test_bad_arguments_are_refused_before_anything_runs(make_env: Any, mode: str) -> None:
+    from envlayer.errors import InvalidArgument
+
+    env = make_env(exec_mode=mode)
+    for kwargs in ({"timeout": float("nan")}, {"timeout": -1}, {"env": {"BAD NAME": "x"}}, {"cwd": "a\0b"}):
+        with pytest.raises(InvalidArgument):
+            env.exec("touch /tmp/must-not-exist", **kwargs)
+    with pytest.raises(InvalidArgument):
+        env.exec("echo \0")
+    assert env.exec("test -e /tmp/must-not-exist").exit_code == 1
+
+
+@pytest.mark.parametrize("mode", ["session", "oneshot"])
+def test_large_stdin_and_ctrl_c_mid_flood(make_env: Any, mode: str) -> None:
+    import os as _os
+
+    env = make_env(exec_mode=mode, max_output_bytes=10_000)
+    payload = _os.urandom(3_000_000)
+    result = env.exec("wc -c", stdin=payload, timeout=120)
+    assert result.stdout.split() == [b"3000000"]
+
+    def interrupt(stream: str, chunk: bytes) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        env.exec("while :; do echo flood; done", on_output=interrupt, timeout=60)
+    assert env.exec("echo after").stdout == b"after\n"
+
+
+def test_oneshot_stdin_and_env_under_v4(fake_apiserver_v4: Any, options: Any, profile: str) -> None:
+    """v4 cannot close stdin: the one-shot wrapper bounds it, so ``cat`` still ends."""
+    from envlayer_kubernetes.backend import KubernetesEnvironment
+
+    env = KubernetesEnvironment(
+        options(exec_mode="oneshot", kubeconfig=fake_apiserver_v4.kubeconfig), task_id="v4-oneshot", profile=profile
+    )
+    try:
+        assert env.exec("cat", stdin=b"bounded\x00data").stdout == b"bounded\x00data"
+        assert env.exec(["cat"], stdin="argv form").stdout == b"argv form"
+        assert env.exec('printf %s "$V"', env={"V": "two\nlines"}).stdout == b"two\nlines"
+        assert env.exec("cat", timeout=10).stdout == b""
+        assert env._cluster.protocol == "v4.channel.k8s.io"
+    finally:
+        env.cleanup(force_remove=True)
+        env.wait_for_cleanup(30)

@@ -21,6 +21,7 @@ import time
 import weakref
 from collections.abc import Mapping
 
+from envlayer.agent_env import with_command_defaults
 from envlayer.capabilities import Capability
 from envlayer.collector import OutputCollector
 from envlayer.environment import Command, Environment
@@ -77,7 +78,7 @@ class SSHEnvironment(Environment):
             self._session = shell_session(
                 self._pool,
                 shell=self.options.shell,
-                env=self.options.env,
+                env=with_command_defaults(self.options.env),
                 cwd=self.options.cwd,
                 upload=self._files.write_private,
             )
@@ -177,7 +178,7 @@ class SSHEnvironment(Environment):
         shell = None if self._login_shell_is_shell() else self.options.shell
         body = command_text(request.command)
         line = script.oneshot_command(
-            shell, request.exec_id, body, cwd=run_cwd, env={**self.options.env, **request.env}
+            shell, request.exec_id, body, cwd=run_cwd, env={**with_command_defaults(self.options.env), **request.env}
         )
         return oneshot.run(
             self._pool,

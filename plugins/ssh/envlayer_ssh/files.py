@@ -14,7 +14,8 @@ Guaranteed:
   real root, for the file and for the deepest existing ancestor of a file to create.
 * Directory transfer copies regular files and directories, keeps permission bits,
   skips symlinks and special files (logged at DEBUG), and checks every file against the
-  size cap before copying anything.
+  size cap before copying anything. Upload is one tar stream when the remote has
+  ``tar`` (probed once per environment), else SFTP file by file.
 
 Raised: ``SandboxFileNotFound``, ``SandboxIsADirectory``, ``SandboxPathError``,
 ``FileTooLarge``, ``SandboxPermissionDenied``; ``BackendUnavailable`` when the connection fails.
@@ -43,6 +44,7 @@ from envlayer.errors import (
     SandboxPermissionDenied,
 )
 from envlayer.transfer import TransferSummary
+from envlayer_ssh import tar_upload
 
 if TYPE_CHECKING:
     import paramiko
@@ -121,6 +123,9 @@ class RemoteFiles:
 
     def __init__(self, pool: TargetPool) -> None:
         self.pool = pool
+        self._tar_flavour: str | None = ""
+        """The remote ``tar`` for directory upload (see :mod:`envlayer_ssh.tar_upload`):
+        ``""`` until probed, then ``"gnu"``, ``"other"`` or ``None`` (SFTP file by file)."""
 
     # --- confinement ------------------------------------------------------------
 
@@ -272,6 +277,18 @@ class RemoteFiles:
                     raise FileTooLarge(full, st.st_size, limit)
                 files.append((full, posixpath.join(base, name)))
                 total += st.st_size
+        if self._tar_flavour == "":
+            self._tar_flavour = tar_upload.remote_tar(self.pool)
+        if self._tar_flavour is not None:
+            rel = [(posixpath.relpath(d, remote), d) for d in dirs[1:]]
+            tar_upload.upload(
+                self.pool,
+                self._tar_flavour,
+                remote,
+                [(os.path.join(local, *r.split("/")), r) for r, _ in rel],
+                [(src, posixpath.relpath(dst, remote)) for src, dst in files],
+            )
+            return TransferSummary(files=len(files), bytes=total)
         with self.pool.sftp_lock:
             sftp = self.pool.sftp()
             for directory in dirs:

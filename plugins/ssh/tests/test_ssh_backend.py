@@ -18,7 +18,7 @@ from envlayer_ssh.options import SSHOptions
 from ssh_testserver import SSHServer
 
 from envlayer.capabilities import Capability, capabilities_of
-from envlayer.errors import BackendUnavailable, FileTooLarge, SandboxPathError
+from envlayer.errors import BackendUnavailable, FileTooLarge, SandboxPathError, SandboxPermissionDenied
 from envlayer.options import OptionError
 from envlayer.registry import load_backend
 from envlayer.transfer import TransferSummary
@@ -93,6 +93,8 @@ def test_configured_env_is_exported(sshd: SSHServer, make_env) -> None:
     for mode in ("session", "oneshot"):
         env = make_env(sshd, mode=mode, env={"GREETING": "hi 'there'"})
         assert env.exec('printf %s "$GREETING"').stdout == b"hi 'there'"
+        assert env.exec("echo $PAGER $GIT_PAGER").stdout_text == "cat cat\n"  # agent default
+        assert make_env(sshd, mode=mode, env={"PAGER": "more"}).exec("echo $PAGER").stdout_text == "more\n"
 
 
 def test_streaming_delivers_both_streams_as_they_come(sshd: SSHServer, make_env) -> None:
@@ -247,8 +249,11 @@ def test_write_keeps_existing_mode(sshd: SSHServer, make_env) -> None:
     env.exec("rm -f envlayer-mode.sh")
 
 
-def test_directory_roundtrip(sshd: SSHServer, make_env, tmp_path) -> None:
+@pytest.mark.parametrize("way", ["tar", "sftp"])
+def test_directory_roundtrip(sshd: SSHServer, make_env, tmp_path, way: str) -> None:
     env = make_env(sshd, mode="oneshot")
+    if way == "sftp":
+        env._files._tar_flavour = None  # a remote without tar: file by file over SFTP
     src = tmp_path / "src"
     (src / "a" / "b").mkdir(parents=True)
     (src / "top.txt").write_bytes(b"top")
@@ -258,9 +263,14 @@ def test_directory_roundtrip(sshd: SSHServer, make_env, tmp_path) -> None:
     (src / "link").symlink_to("/etc/passwd")
     remote = f"/tmp/envlayer-dir-{os.getpid()}"
     try:
+        (src / "empty").mkdir()
+        (src / "top.txt").chmod(0o640)
         sent = env.upload_dir(src, remote)
         assert sent == TransferSummary(files=3, bytes=3 + 25600 + len("#!/bin/sh\necho run\n"))
+        assert (env._files._tar_flavour is None) == (way == "sftp")
         assert env.exec(f"{remote}/a/run.sh").stdout == b"run\n"
+        assert env.exec(f"stat -c %a {remote}/top.txt {remote}/a/run.sh").stdout == b"640\n755\n"
+        assert env.exec(f"test -d {remote}/empty").exit_code == 0
         assert env.exec(f"test -e {remote}/link").exit_code != 0
         env.exec(f"ln -s /etc/hostname {remote}/remote-link").check()
         dst = tmp_path / "dst"
@@ -271,6 +281,29 @@ def test_directory_roundtrip(sshd: SSHServer, make_env, tmp_path) -> None:
         assert not (dst / "remote-link").exists()
     finally:
         env.exec(f"rm -rf {remote}")
+
+
+def test_tar_upload_of_many_files_and_a_refused_target(sshd: SSHServer, make_env, tmp_path) -> None:
+    env = make_env(sshd, mode="oneshot")
+    src = tmp_path / "many"
+    for i in range(40):
+        (src / f"d{i}").mkdir(parents=True)
+        for j in range(50):
+            (src / f"d{i}" / f"f{j}.txt").write_text(f"{i}-{j}\n")
+    remote = f"/tmp/envlayer-many-{os.getpid()}"
+    try:
+        assert env.upload_dir(src, remote) == TransferSummary(
+            files=2000, bytes=sum(len(f"{i}-{j}\n") for i in range(40) for j in range(50))
+        )
+        assert env.exec(f"find {remote} -type f | wc -l; cat {remote}/d39/f49.txt").stdout_text.split() == [
+            "2000",
+            "39-49",
+        ]
+        env.exec(f"mkdir {remote}/locked && chmod 555 {remote}/locked").check()
+        with pytest.raises(SandboxPermissionDenied):
+            env.upload_dir(src / "d0", f"{remote}/locked")
+    finally:
+        env.exec(f"chmod -R u+w {remote}; rm -rf {remote}")
 
 
 def test_directory_transfer_checks_size_cap_first(sshd: SSHServer, make_env, tmp_path) -> None:

@@ -1,0 +1,103 @@
+"""The local backend's persistent shell: one ``sh`` process per environment, driven by
+the core's persistent-shell protocol (:mod:`envlayer.shell_session`) over its pipes.
+
+``cd``, ``export``, shell options and functions persist from one call to the next, with
+exactly the semantics of the Docker and SSH sessions (see that module). Locally the
+sandbox is this machine, so :func:`nearest_existing` can check the shell's directory
+before each call: when it was deleted, the call runs in its nearest existing ancestor
+and the result's ``notice`` says so (a shell left in a deleted directory would fail
+every later command that touches a file).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+from collections.abc import Callable, Mapping
+
+from envlayer.collector import OutputCollector
+from envlayer.request import ExecRequest
+from envlayer.result import ExecResult
+from envlayer.shell_script import SESSION_VAR, quote_path
+from envlayer.shell_session import PersistentShell
+from envlayer.streams import ProcessStream
+
+_ASIDE_TIMEOUT = 30.0
+_CLOSE_WAIT = 2.0
+
+
+def nearest_existing(path: str) -> str:
+    """``path`` itself when it is a directory, else its nearest ancestor that is (``/``
+    at worst). Pure apart from ``stat`` calls."""
+    current = os.path.abspath(path)
+    while not os.path.isdir(current) and current != os.path.dirname(current):
+        current = os.path.dirname(current)
+    return current
+
+
+def moved_notice(gone: str, now: str) -> str:
+    """The notice of a call that ran elsewhere because its directory was deleted."""
+    return f"working directory {gone} no longer exists; the command ran in {now}, its nearest existing parent"
+
+
+def _aside(argv: list[str]) -> None:
+    subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=_ASIDE_TIMEOUT, check=False)
+
+
+def _write_private(path: str, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+
+
+class LocalSession:
+    """One environment's shell. Callers hold :attr:`lock` while running a command; a
+    busy session is the caller's cue to run the command one-shot instead."""
+
+    def __init__(self, shell: str, start_dir: str, environment: Callable[[], Mapping[str, str]]) -> None:
+        self.lock = threading.Lock()
+        self._environment = environment
+        self._stream: ProcessStream | None = None
+        self.shell = PersistentShell(
+            self._open, run_aside=_aside, shell=shell, start_dir=start_dir, upload=_write_private
+        )
+
+    def _open(self) -> ProcessStream:
+        env = {**self._environment(), SESSION_VAR: self.shell.session_id}
+        start = nearest_existing(self.shell.cwd or self.shell.start_dir or "/")
+        self._stream = ProcessStream.spawn([self.shell.shell], env=env, cwd=start)
+        return self._stream
+
+    @property
+    def cwd(self) -> str | None:
+        """The shell's working directory after its last command (None before the first)."""
+        return self.shell.cwd
+
+    def run(self, request: ExecRequest, collector: OutputCollector) -> ExecResult:
+        """Run ``request`` in the shell (the caller holds :attr:`lock`); see the module
+        docstring for a deleted working directory."""
+        notice = ""
+        prelude = ""
+        current = self.shell.cwd or self.shell.start_dir
+        if current and not os.path.isdir(current):
+            fallback = nearest_existing(current)
+            notice = moved_notice(current, fallback)
+            if self.shell.alive:
+                prelude = f"cd -- {quote_path(fallback)}"
+            else:
+                self.shell.cwd = fallback if self.shell.cwd else None
+                self.shell.start_dir = fallback
+        outcome = self.shell.run(request, collector, prelude=prelude)
+        result = collector.result(request, outcome.exit_code, timed_out=outcome.timed_out, recovered=outcome.recovered)
+        return result.with_notice(notice) if notice else result
+
+    def close(self) -> None:
+        """End the shell and reap its process, waiting up to :data:`_CLOSE_WAIT` seconds
+        (best effort; never raises)."""
+        try:
+            self.shell.close()
+            if self._stream is not None:
+                self._stream.proc.wait(_CLOSE_WAIT)
+        except Exception:
+            pass

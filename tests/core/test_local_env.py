@@ -1,0 +1,79 @@
+"""The local backend's agent-safe environment: credentials stay out, PAGER is cat."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from envlayer.agent_env import CREDENTIAL_PATTERNS, inherited_environment, is_credential
+from envlayer.backends.local import LocalEnvironment, LocalOptions
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "OPENAI_API_KEY",
+        "anthropic_api_key",
+        "GITHUB_TOKEN",
+        "HF_TOKEN",
+        "MY_SECRET",
+        "DB_PASSWORD",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_ACCESS_KEY_ID",
+        "GOOGLE_APPLICATION_CREDENTIALS",
+        "AZURE_CLIENT_SECRET",
+        "MODAL_TOKEN_ID",
+        "MODAL_TOKEN_SECRET",
+        "DAYTONA_API_KEY",
+    ],
+)
+def test_credential_names_are_recognised(name: str) -> None:
+    assert is_credential(name)
+
+
+@pytest.mark.parametrize("name", ["PATH", "HOME", "LANG", "LC_ALL", "TERM", "VIRTUAL_ENV", "TOKENIZERS_PARALLELISM"])
+def test_ordinary_names_pass(name: str) -> None:
+    assert not is_credential(name)
+
+
+def test_inherited_environment_forwards_by_name_only() -> None:
+    environ = {"PATH": "/bin", "OPENAI_API_KEY": "sk-1", "GH_TOKEN": "g"}
+    assert inherited_environment(environ, blocklist=CREDENTIAL_PATTERNS, forward=[]) == {"PATH": "/bin"}
+    assert inherited_environment(environ, blocklist=CREDENTIAL_PATTERNS, forward=["GH_TOKEN"]) == {
+        "PATH": "/bin",
+        "GH_TOKEN": "g",
+    }
+    assert inherited_environment(environ, blocklist=[], forward=[]) == environ
+
+
+def _env_of(env: LocalEnvironment) -> dict[str, str]:
+    out = env.exec(["env", "-0"]).stdout.decode()
+    return dict(item.split("=", 1) for item in out.split("\0") if "=" in item)
+
+
+def test_api_key_in_the_callers_environment_is_not_visible_to_a_local_command(monkeypatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-must-not-leak")
+    monkeypatch.setenv("SERVICE_TOKEN", "tok-must-not-leak")
+    monkeypatch.setenv("ENVLAYER_TEST_PLAIN", "plain")
+    env = LocalEnvironment(LocalOptions())
+    seen = _env_of(env)
+    assert "OPENAI_API_KEY" not in seen and "SERVICE_TOKEN" not in seen
+    assert seen["ENVLAYER_TEST_PLAIN"] == "plain" and seen["PATH"] == os.environ["PATH"]
+    shell = env.exec('echo "[$OPENAI_API_KEY]"').stdout_text
+    assert shell == "[]\n"
+    # explicit opt-in forwarding, and per-environment / per-call values, still work
+    forwarded = LocalEnvironment(LocalOptions(forward_env=["SERVICE_TOKEN"], env={"OWN_API_KEY": "set-by-config"}))
+    seen = _env_of(forwarded)
+    assert seen["SERVICE_TOKEN"] == "tok-must-not-leak" and seen["OWN_API_KEY"] == "set-by-config"
+    assert "OPENAI_API_KEY" not in seen
+    assert _env_of(LocalEnvironment(LocalOptions(env_blocklist=[])))["OPENAI_API_KEY"] == "sk-must-not-leak"
+
+
+def test_pager_is_cat_unless_configured(monkeypatch) -> None:
+    monkeypatch.setenv("PAGER", "less")
+    seen = _env_of(LocalEnvironment(LocalOptions()))
+    assert seen["PAGER"] == "cat" and seen["GIT_PAGER"] == "cat"
+    assert _env_of(LocalEnvironment(LocalOptions(env={"PAGER": "more"})))["PAGER"] == "more"
+    assert LocalEnvironment(LocalOptions()).exec("echo $PAGER", env={"PAGER": "most"}).stdout_text == "most\n"
