@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+from envlayer.agent_env import COMMAND_DEFAULTS
 from envlayer.capabilities import Capability
 from envlayer.environment import Command, Environment, SandboxInfo
 from envlayer.errors import BackendUnavailable, SandboxPathError
@@ -175,7 +176,7 @@ class DaytonaEnvironment(Environment):
             return open_stream(
                 self._sandbox,
                 shell="/bin/sh",
-                env=dict(self.options.env),
+                env={**COMMAND_DEFAULTS, **self.options.env},
                 lost=self._lost,
                 tick=self._refresh_activity,
                 max_wait=min(2.0, self.options.activity_interval / 2),
