@@ -76,14 +76,11 @@ def is_reapable(sandbox: Any, *, profile: str, max_age: float, now: float) -> bo
     return seen is not None and now - seen > max_age
 
 
-def reap(client: Any, *, profile: str, max_age: float, dry_run: bool, timeout: float) -> list[SandboxInfo]:
-    """Delete this profile's stale sandboxes; returns what was (with ``dry_run``: would be)
-    removed. Raises only when listing fails."""
-    now = time.time()
+def _delete_each(sandboxes: list[Any], *, timeout: float, dry_run: bool = False) -> list[SandboxInfo]:
+    """Delete each sandbox (unless ``dry_run``); one failure is logged and skipped. Returns
+    the :class:`SandboxInfo` of those deleted (or, ``dry_run``, of all of them)."""
     removed = []
-    for sandbox in list_managed(client, profile=profile):
-        if not is_reapable(sandbox, profile=profile, max_age=max_age, now=now):
-            continue
+    for sandbox in sandboxes:
         if not dry_run:
             try:
                 sandbox.delete(timeout=timeout)
@@ -94,16 +91,17 @@ def reap(client: Any, *, profile: str, max_age: float, dry_run: bool, timeout: f
     return removed
 
 
+def reap(client: Any, *, profile: str, max_age: float, dry_run: bool, timeout: float) -> list[SandboxInfo]:
+    """Delete this profile's stale sandboxes; returns what was (with ``dry_run``: would be)
+    removed. Raises only when listing fails."""
+    now = time.time()
+    stale = [
+        s for s in list_managed(client, profile=profile) if is_reapable(s, profile=profile, max_age=max_age, now=now)
+    ]
+    return _delete_each(stale, timeout=timeout, dry_run=dry_run)
+
+
 def remove(client: Any, *, profile: str, task: str, force: bool, timeout: float) -> list[SandboxInfo]:
     """Delete (profile, task)'s sandboxes: stopped ones, and running ones too with ``force``."""
-    removed = []
-    for sandbox in list_managed(client, profile=profile, task=task):
-        if _state(sandbox) == "started" and not force:
-            continue
-        try:
-            sandbox.delete(timeout=timeout)
-        except Exception as exc:
-            log.warning("could not delete sandbox %s: %s", sandbox.name, exc)
-            continue
-        removed.append(info_from(sandbox))
-    return removed
+    found = [s for s in list_managed(client, profile=profile, task=task) if force or _state(s) != "started"]
+    return _delete_each(found, timeout=timeout)

@@ -28,7 +28,6 @@ import os
 import re
 import signal
 import socket
-import struct
 import sys
 import tarfile
 import threading
@@ -44,7 +43,6 @@ from docker.errors import APIError, ImageNotFound, NotFound
 
 ORG = "org-envlayer-fake"
 KEEP_ALIVE = ["sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done"]
-DONE = b"__ENVLAYER_FAKE_DONE__"
 
 
 def _now() -> str:
@@ -59,116 +57,6 @@ class ApiError(Exception):
         self.status = status
         self.message = message
         self.code = code
-
-
-class Session:
-    """One toolbox session: a long-lived ``sh`` in the container fed commands on stdin.
-
-    Each command is wrapped as ``{ CMD\\n} > LOG.out 2> LOG.err; echo DONE ID $?``: its output
-    goes to per-command log files inside the sandbox, the completion line to the shell's own
-    stdout, which a reader thread watches."""
-
-    def __init__(self, api: Any, container: str, session_id: str) -> None:
-        self.id = session_id
-        self.api = api
-        self.container = container
-        self.log_dir = f"/tmp/.daytona-fake/{session_id}"
-        self.commands: dict[str, dict[str, Any]] = {}
-        self.lock = threading.Lock()
-        for _ in range(3):  # under heavy load a fresh exec's stdin is occasionally closed at once
-            ex = api.exec_create(container, ["sh"], stdin=True, stdout=True, stderr=True)
-            self.exec_id = ex["Id"]
-            self.sock = api.exec_start(self.exec_id, socket=True)
-            self.raw = getattr(self.sock, "_sock", self.sock)
-            self.alive = True
-            ready = {"id": "ready", "command": "", "exitCode": None, "done": threading.Event()}
-            self.commands = {"ready": ready}
-            threading.Thread(target=self._read, args=(self.raw, self.exec_id), daemon=True).start()
-            self.write(f"mkdir -p {self.log_dir}; echo {DONE.decode()} ready $?\n".encode())
-            if ready["done"].wait(30) and ready["exitCode"] == 0 and self.alive:
-                self.commands = {}
-                return
-            print(f"session {session_id}: shell did not answer its first command; starting another", file=sys.stderr)
-            self.close()
-        raise ApiError(500, f"could not start a shell for session {session_id}")
-
-    def write(self, data: bytes) -> None:
-        self.raw.sendall(data)
-
-    def _read(self, raw: Any, exec_id: str) -> None:
-        """Watch one shell's stdout for completion lines until it ends; then, if it is still
-        this session's shell, mark its pending commands finished with its exit code."""
-        buf = b""
-        while True:
-            try:
-                header = _recv_exact(raw, 8)
-                if not header:
-                    break
-                size = struct.unpack(">I", header[4:])[0]
-                payload = _recv_exact(raw, size)
-            except OSError:
-                break
-            if header[0] != 1:
-                continue
-            buf += payload
-            while b"\n" in buf:
-                line, buf = buf.split(b"\n", 1)
-                if line.startswith(DONE):
-                    _, cmd_id, code = line.decode().split()
-                    self._finish(cmd_id, int(code))
-        if exec_id != self.exec_id:
-            return
-        self.alive = False
-        code = None
-        with contextlib.suppress(Exception):
-            code = self.api.exec_inspect(exec_id).get("ExitCode")
-        pending = [c for c in self.commands.values() if c["exitCode"] is None]
-        print(f"session {self.id} shell ended (exit {code}) with {len(pending)} command(s) pending", file=sys.stderr)
-        for cmd_id, cmd in list(self.commands.items()):
-            if cmd["exitCode"] is None:
-                self._finish(cmd_id, code if code is not None else 137)
-
-    def _finish(self, cmd_id: str, code: int) -> None:
-        cmd = self.commands.get(cmd_id)
-        if cmd is not None:
-            cmd["exitCode"] = code
-            cmd["done"].set()
-
-    def execute(self, command: str) -> dict[str, Any]:
-        if not self.alive:
-            raise ApiError(400, f"session {self.id} is not running", "SESSION_NOT_RUNNING")
-        cmd_id = uuid.uuid4().hex
-        cmd = {"id": cmd_id, "command": command, "exitCode": None, "done": threading.Event()}
-        with self.lock:
-            self.commands[cmd_id] = cmd
-            log = f"{self.log_dir}/{cmd_id}"
-            self.write(f"{{ {command}\n}} > {log}.out 2> {log}.err; echo {DONE.decode()} {cmd_id} $?\n".encode())
-        return cmd
-
-    def logs(self, cmd_id: str) -> tuple[str, str]:
-        log = f"{self.log_dir}/{cmd_id}"
-        out = _exec(self.api, self.container, ["cat", f"{log}.out"])[1]
-        err = _exec(self.api, self.container, ["cat", f"{log}.err"])[1]
-        return out.decode(errors="replace"), err.decode(errors="replace")
-
-    def close(self) -> None:
-        self.alive = False
-        with contextlib.suppress(Exception):
-            pid = self.api.exec_inspect(self.exec_id).get("Pid")
-            if pid:
-                os.kill(pid, signal.SIGKILL)
-        with contextlib.suppress(Exception):
-            self.raw.close()
-
-
-def _recv_exact(sock: Any, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            return b""
-        data += chunk
-    return data
 
 
 def _exec(api: Any, container: str, argv: list[str], timeout: float | None = None) -> tuple[int | None, bytes]:
@@ -199,7 +87,6 @@ class Fake:
         self.base_url = base_url
         self.lock = threading.RLock()
         self.sandboxes: dict[str, dict[str, Any]] = {}
-        self.sessions: dict[tuple[str, str], Session] = {}
 
     # --- sandboxes ------------------------------------------------------------------
 
@@ -319,12 +206,6 @@ class Fake:
         sb["activity"] = time.time()
         sb["lastActivityAt"] = _now()
 
-    def _drop_sessions(self, sid: str) -> None:
-        with self.lock:
-            keys = [k for k in self.sessions if k[0] == sid]
-            for key in keys:
-                self.sessions.pop(key).close()
-
     def start(self, sb: dict[str, Any]) -> None:
         if sb["state"] == "started":
             return
@@ -336,12 +217,10 @@ class Fake:
     def stop(self, sb: dict[str, Any], state: str = "stopped") -> None:
         if sb["state"] == "started":
             self._state(sb, "stopping")
-            self._drop_sessions(sb["id"])
             self.api.stop(sb["container"], timeout=1)
         self._state(sb, state)
 
     def delete(self, sb: dict[str, Any]) -> None:
-        self._drop_sessions(sb["id"])
         with contextlib.suppress(NotFound):
             self.api.remove_container(sb["container"], force=True)
         with self.lock:
@@ -585,60 +464,6 @@ class Handler(BaseHTTPRequestHandler):
             raise ApiError(408, "command execution timeout", "PROCESS_EXECUTION_TIMEOUT")
         return 200, {"exitCode": code, "result": out.decode(errors="replace")}, {}
 
-    def session_create(self, body: bytes, q: dict[str, str], sid: str) -> tuple[int, Any, dict[str, str]]:
-        sb = self.fake.running(sid)
-        session_id = json.loads(body)["sessionId"]
-        with self.fake.lock:
-            if (sid, session_id) in self.fake.sessions:
-                raise ApiError(409, f"session {session_id} already exists", "CONFLICT")
-            self.fake.sessions[(sid, session_id)] = Session(self.fake.api, sb["container"], session_id)
-        return 201, None, {}
-
-    def _session(self, sid: str, session_id: str) -> Session:
-        self.fake.running(sid)
-        session = self.fake.sessions.get((sid, session_id))
-        if session is None:
-            raise ApiError(404, f"session {session_id} not found", "SESSION_NOT_FOUND")
-        return session
-
-    def session_exec(
-        self, body: bytes, q: dict[str, str], sid: str, session_id: str
-    ) -> tuple[int, Any, dict[str, str]]:
-        session = self._session(sid, session_id)
-        req = json.loads(body)
-        cmd = session.execute(req["command"])
-        if req.get("runAsync") or req.get("async"):
-            return 202, {"cmdId": cmd["id"]}, {}
-        cmd["done"].wait()
-        out, err = session.logs(cmd["id"])
-        return (
-            200,
-            {"cmdId": cmd["id"], "exitCode": cmd["exitCode"], "output": out + err, "stdout": out, "stderr": err},
-            {},
-        )
-
-    def session_command(
-        self, body: bytes, q: dict[str, str], sid: str, session_id: str, cmd_id: str
-    ) -> tuple[int, Any, dict[str, str]]:
-        cmd = self._session(sid, session_id).commands.get(cmd_id)
-        if cmd is None:
-            raise ApiError(404, f"command {cmd_id} not found", "COMMAND_NOT_FOUND")
-        return 200, {"id": cmd_id, "command": cmd["command"], "exitCode": cmd["exitCode"]}, {}
-
-    def session_logs(
-        self, body: bytes, q: dict[str, str], sid: str, session_id: str, cmd_id: str
-    ) -> tuple[int, Any, dict[str, str]]:
-        out, err = self._session(sid, session_id).logs(cmd_id)
-        return 200, {"output": out + err, "stdout": out, "stderr": err}, {}
-
-    def session_delete(
-        self, body: bytes, q: dict[str, str], sid: str, session_id: str
-    ) -> tuple[int, Any, dict[str, str]]:
-        self._session(sid, session_id)
-        with self.fake.lock:
-            self.fake.sessions.pop((sid, session_id)).close()
-        return 204, None, {}
-
     def files_info(self, body: bytes, q: dict[str, str], sid: str) -> tuple[int, Any, dict[str, str]]:
         return 200, self.fake.file_info(self.fake.running(sid), q["path"]), {}
 
@@ -708,21 +533,6 @@ ROUTES = [
     (re.compile(rf"/api/sandbox/{_ID}/last-activity"), "POST", "last-activity", Handler.activity),
     (re.compile(rf"/api/sandbox/{_ID}/toolbox-proxy-url"), "GET", "toolbox-proxy-url", Handler.proxy_url),
     (re.compile(rf"/toolbox/{_ID}/process/execute"), "POST", "process.execute", Handler.execute),
-    (re.compile(rf"/toolbox/{_ID}/process/session"), "POST", "session.create", Handler.session_create),
-    (re.compile(rf"/toolbox/{_ID}/process/session/{_ID}"), "DELETE", "session.delete", Handler.session_delete),
-    (re.compile(rf"/toolbox/{_ID}/process/session/{_ID}/exec"), "POST", "session.exec", Handler.session_exec),
-    (
-        re.compile(rf"/toolbox/{_ID}/process/session/{_ID}/command/{_ID}"),
-        "GET",
-        "session.command",
-        Handler.session_command,
-    ),
-    (
-        re.compile(rf"/toolbox/{_ID}/process/session/{_ID}/command/{_ID}/logs"),
-        "GET",
-        "session.logs",
-        Handler.session_logs,
-    ),
     (re.compile(rf"/toolbox/{_ID}/files/info"), "GET", "files.info", Handler.files_info),
     (re.compile(rf"/toolbox/{_ID}/files/folder"), "POST", "files.folder", Handler.files_folder),
     (re.compile(rf"/toolbox/{_ID}/files"), "DELETE", "files.delete", Handler.files_delete),
