@@ -122,21 +122,28 @@ class DaytonaEnvironment(Environment):
         return what
 
     def _prepare_workdir(self) -> str:
-        """``cwd`` (created if missing), or the directory the sandbox's commands start in."""
+        """``cwd`` (created if missing), or the directory the sandbox's commands start in.
+
+        A sandbox that was started a moment ago may answer its first toolbox call before its
+        daemon is ready (an empty answer): that is retried for up to about three seconds."""
         import shlex
 
         cwd = self.options.cwd
         script = 'mkdir -p -- "$1" && cd -- "$1" && pwd'
         command = f"sh -c {shlex.quote(script)} envlayer {shlex.quote(cwd)}" if cwd else "pwd"
-        answer = self._sandbox.process.exec(command)
-        lines = (answer.result or "").splitlines()
-        if answer.exit_code != 0 or not lines or not lines[-1].startswith("/"):
-            raise BackendUnavailable(
-                f"could not prepare the working directory {cwd or '(default)'} in the sandbox: "
-                f"{(answer.result or '')[:300]}",
-                hint="set `cwd` to a directory the sandbox user may create",
-            )
-        return lines[-1]
+        for attempt in range(6):
+            answer = self._sandbox.process.exec(command)
+            lines = (answer.result or "").splitlines()
+            if answer.exit_code == 0 and lines and lines[-1].startswith("/"):
+                return lines[-1]
+            if answer.exit_code not in (0, None) and lines:
+                break  # a real failure (e.g. permission denied): no point retrying
+            time.sleep(0.1 * (attempt + 1))
+        raise BackendUnavailable(
+            f"could not prepare the working directory {cwd or '(default)'} in the sandbox "
+            f"(exit {answer.exit_code}): {(answer.result or '')[:300]}",
+            hint="set `cwd` to a directory the sandbox user may create",
+        )
 
     @property
     def sandbox_id(self) -> str:
