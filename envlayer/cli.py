@@ -15,6 +15,7 @@ import argparse
 import dataclasses
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -44,6 +45,10 @@ from envlayer.result import INTERRUPT_EXIT_CODE
 ENVLAYER_FAILURE = 125
 """Exit code when envlayer or a backend plugin failed (for ``exec``: before or around the
 command, as `docker run`)."""
+
+BROKEN_PIPE_EXIT_CODE = 141
+"""``exec`` exit code when envlayer's own stdout was closed by its reader (128 + SIGPIPE,
+as a shell reports it); the command's tree was killed."""
 
 PLUGIN_FAILURES = (PluginError, BackendLoadError, BackendConflict)
 """Errors that mean a backend plugin is broken: exit code 125 from every command."""
@@ -194,6 +199,10 @@ def cmd_exec(args: argparse.Namespace) -> int:
         print("envlayer: interrupted; the command was killed", file=sys.stderr)
         _release(env, args)
         return INTERRUPT_EXIT_CODE
+    except BrokenPipeError:  # our reader went away (`envlayer exec -- yes | head`): stop, as sh would
+        _release(env, args)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit's flush
+        return BROKEN_PIPE_EXIT_CODE
     except EnvlayerError as exc:
         _error(exc)
         _release(env, args)

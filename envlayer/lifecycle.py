@@ -142,8 +142,17 @@ def exec_with_output(
 ) -> StreamOutcome:
     """:func:`exec_streaming`, returning a :class:`StreamOutcome` with the fallback note."""
     if supports(environment, Capability.STREAMING):
-        with plugin_call(environment, "exec"):
-            result = environment.exec(command, on_output=on_output, **kwargs)  # type: ignore[call-arg]
+        callers: list[BaseException] = []  # the callback's own exceptions are not the plugin's
+
+        def relay(stream: str, chunk: bytes) -> None:
+            try:
+                on_output(stream, chunk)
+            except BaseException as exc:
+                callers.append(exc)
+                raise
+
+        with plugin_call(environment, "exec", passthrough=callers):
+            result = environment.exec(command, on_output=relay, **kwargs)  # type: ignore[call-arg]
         return StreamOutcome(result, streamed=True)
     note = f"{_absent(environment, Capability.STREAMING)}; output is shown when the command ends"
     log.debug(note)

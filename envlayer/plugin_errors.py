@@ -10,7 +10,7 @@ through untouched.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -24,15 +24,21 @@ def backend_name(backend: Any) -> str:
 
 
 @contextmanager
-def plugin_call(backend: Any, stage: str) -> Iterator[None]:
+def plugin_call(backend: Any, stage: str, *, passthrough: Collection[BaseException] = ()) -> Iterator[None]:
     """Run the body; re-raise an envlayer error as is, and any other ``Exception`` as a
     :class:`PluginError` naming ``backend`` (class or instance), its distribution and
-    ``stage`` (e.g. ``"constructor"``, ``"exec"``), with the original chained."""
+    ``stage`` (e.g. ``"constructor"``, ``"exec"``), with the original chained.
+
+    ``passthrough`` holds exceptions that are not the plugin's doing (e.g. raised by the
+    caller's own streaming callback while the plugin ran): they propagate unchanged. It
+    may be filled while the body runs."""
     try:
         yield
     except EnvlayerError:
         raise
     except Exception as exc:
+        if any(exc is other for other in passthrough):
+            raise
         from envlayer.registry import distribution_of
 
         raise PluginError(backend_name(backend), distribution_of(backend), stage, exc) from exc

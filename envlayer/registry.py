@@ -28,6 +28,7 @@ KNOWN_PACKAGES: dict[str, str] = {
     "ssh": "envlayer-ssh",
     "modal": "envlayer-modal",
     "daytona": "envlayer-daytona",
+    "kubernetes": "envlayer-kubernetes",
 }
 """Backends this project publishes, by name, and the distribution that provides each:
 used to tell a user what to install."""

@@ -255,3 +255,13 @@ def test_a_plugin_exception_during_a_dispatched_call_is_a_plugin_error() -> None
     env = _backend(None, wait_for_cleanup=wait_for_cleanup)()
     with pytest.raises(PluginError, match=r"backend 'shaped' from module .* failed in wait_for_cleanup: KeyError"):
         lifecycle.wait_for_cleanup(env, 1.0)
+
+
+def test_the_callers_own_callback_error_is_not_blamed_on_the_plugin(tmp_path: Any) -> None:
+    env = LocalEnvironment(LocalEnvironment.Options(cwd=str(tmp_path)))
+
+    def closed_reader(stream: str, chunk: bytes) -> None:
+        raise BrokenPipeError("reader went away")
+
+    with pytest.raises(BrokenPipeError, match="reader went away"):
+        lifecycle.exec_streaming(env, "echo one; sleep 5", closed_reader)
