@@ -51,7 +51,10 @@ echo $! > "$d/holder"
 echo started
 """
 
-_WRITE = 'if [ -e "$1/status" ] || [ ! -p "$1/in" ]; then exit 3; fi; '
+_WRITE = 'if [ -e "$1/status" ] || [ ! -p "$1/in" ]; then echo @notsent; exit 3; fi; '
+WRITE_POLL_WAIT = 0.5
+"""How long the poll that follows a write (in the same API call) waits in the sandbox for
+the first output: a short command is then written and answered in one round trip."""
 
 _POLL = r"""
 exec 2>/dev/null
@@ -65,6 +68,7 @@ while :; do
   [ "$n" -ge "$w" ] && break
   sleep 0.02; n=$((n + 1))
 done
+[ -e "$d/status" ] || sleep 0.01  # let a write that is under way (a trailer's two parts) land
 st=$(cat "$d/status")
 [ -d "$d" ] || st=gone
 echo "@state ${st:--}"
@@ -141,38 +145,67 @@ class DaytonaStream:
         self._ended = False
         self._failure: BaseException | None = None
         self._failed_writing = False
+        self._pending: Chunks = []
         self._closed = False
 
     def _exec(self, command: str, timeout: float) -> Any:
         return self.sandbox.process.exec(command, timeout=int(timeout + self.request_timeout))
 
     def write(self, data: bytes) -> None:
-        """Send ``data`` to the shell's stdin. Raises ``OSError`` when the shell is gone or
-        the API refused (the caller treats both as the shell being gone)."""
+        """Send ``data`` to the shell's stdin, and in the same API call poll once (up to
+        :data:`WRITE_POLL_WAIT` seconds) for its first output, which the next :meth:`read`
+        returns. Raises ``OSError`` when the shell is gone or the API refused (the caller
+        treats both as the shell being gone)."""
         if self._closed or self._ended:
             raise BrokenPipeError("the session shell has ended")
         data, self._prefix = self._prefix + data, b""
         fifo = f"{self.directory}/in"
+        poll = [*self._poll_args(WRITE_POLL_WAIT)]
         try:
             if len(data) <= INLINE_WRITE_MAX:
-                answer = self._exec(_sh(_WRITE + f'printf {printf_format(data)} 1<>"$1/in"', self.directory), 0)
+                script = _WRITE + f'printf {printf_format(data)} 1<>"$1/in"\nshift\n' + _POLL
+                answer = self._exec(_sh(script, self.directory, *poll), WRITE_POLL_WAIT)
             else:
                 staged = f"{self.directory}/w-{uuid.uuid4().hex}"
                 self.sandbox.fs.upload_file(data, staged)
-                answer = self._exec(_sh(_WRITE + 'cat "$2" 1<>"$1/in"; rm -f "$2"', self.directory, staged), 0)
+                script = _WRITE + 'cat "$2" 1<>"$1/in"; rm -f "$2"\nshift 2\n' + _POLL
+                answer = self._exec(_sh(script, self.directory, staged, *poll), WRITE_POLL_WAIT)
         except Exception as exc:
             self._failure, self._failed_writing = exc, True
             raise BrokenPipeError(f"could not write to {fifo}: {exc}") from exc
-        if answer.exit_code != 0:
+        text = answer.result or ""
+        if "@notsent" in text:
             self._failure = ShellGoneBeforeSend(
                 f"the session shell had ended before the command was sent (exit {answer.exit_code})",
                 hint="the next call starts a new shell",
             )
             raise BrokenPipeError(str(self._failure))
+        try:
+            self._take(text, poll)
+        except ValueError as exc:  # written, but the answer was cut: the next read tells more
+            self._failure, self._ended = exc, True
+
+    def _poll_args(self, wait: float) -> list[str]:
+        o, e = self._offsets["stdout"], self._offsets["stderr"]
+        return [self.directory, str(o), str(e), str(MAX_CHUNK), str(max(0, int(wait / TICK)))]
+
+    def _take(self, text: str, args: list[str]) -> None:
+        """Record one poll's answer: new chunks to :attr:`_pending`, the shell's end."""
+        state, out, err = parse_poll(text, (int(args[1]), int(args[2])))
+        for name, chunk in (("stdout", out), ("stderr", err)):
+            if chunk:
+                self._offsets[name] += len(chunk)
+                self._pending.append((name, chunk))
+        if state != "-" and not self._pending:
+            self._ended = True
+            self._status = int(state) if state.isdigit() else None
 
     def read(self, deadline: float | None) -> Chunks | None:
         """See :class:`~envlayer.streams.ByteStream`. Never raises for a broken transport."""
         while True:
+            if self._pending:
+                chunks, self._pending = self._pending, []
+                return chunks
             if self._closed or self._ended:
                 return None
             now = time.monotonic()
@@ -180,22 +213,12 @@ class DaytonaStream:
                 return []
             self.tick()
             wait = self.max_wait if deadline is None else min(self.max_wait, deadline - now)
-            args = [self.directory, str(self._offsets["stdout"]), str(self._offsets["stderr"]), str(MAX_CHUNK)]
+            args = self._poll_args(wait)
             try:
-                answer = self._exec(_sh(_POLL, *args, str(max(0, int(wait / TICK)))), wait)
-                state, out, err = parse_poll(answer.result or "", (int(args[1]), int(args[2])))
+                self._take(self._exec(_sh(_POLL, *args), wait).result or "", args)
             except Exception as exc:
                 self._failure = exc
                 self._ended = True
-                return None
-            chunks: Chunks = [(name, data) for name, data in (("stdout", out), ("stderr", err)) if data]
-            for name, data in chunks:
-                self._offsets[name] += len(data)
-            if chunks:
-                return chunks
-            if state != "-":
-                self._ended = True
-                self._status = int(state) if state.isdigit() else None
                 return None
 
     def exit_status(self, wait: float) -> int | None:
