@@ -72,16 +72,13 @@ class DaytonaOptions(BaseOptions):
     )
     exec_mode: Literal["session", "oneshot"] = option(
         "session",
-        doc="`session`: commands share one Daytona session shell (cd and export persist); `oneshot`: every "
-        "command runs in a fresh subshell. Per-process setting.",
+        doc="`session`: commands share one persistent shell in the sandbox (cd, export and set persist); "
+        "`oneshot`: every command runs in a fresh shell. Per-process setting.",
     )
     activity_interval: float = option(
         60.0,
         doc="How often (seconds) a running command refreshes the sandbox's activity so auto-stop never "
         "fires mid-command. Per-process setting.",
-    )
-    poll_interval: float = option(
-        0.02, doc="How often (seconds) the sandbox is checked for a command's new output. Per-process setting."
     )
     create_timeout: float = option(
         120.0, doc="Seconds to wait for a sandbox to be created or started. Per-process setting."
@@ -116,7 +113,7 @@ class DaytonaOptions(BaseOptions):
                 raise OptionError(key, "must be >= 0 minutes")
         if self.auto_delete_interval is not None and self.auto_delete_interval < 0:
             raise OptionError("auto_delete_interval", "must be >= 0 minutes (or unset)")
-        for key in ("activity_interval", "poll_interval", "create_timeout", "request_timeout"):
+        for key in ("activity_interval", "create_timeout", "request_timeout"):
             if not getattr(self, key) > 0:
                 raise OptionError(key, "must be > 0 seconds")
         if self.max_transfer_bytes < 0:
