@@ -7,3 +7,5 @@ Modules, one job each: ``options`` (schema), ``identity`` (names, labels, finger
 commands in a Daytona session), ``files`` (toolbox file transfer), ``sweep`` (list,
 remove, reap). Nothing here imports the Daytona SDK at import time.
 """
+
+__version__ = "0.1.0"
