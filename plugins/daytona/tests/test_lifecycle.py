@@ -370,4 +370,4 @@ def test_envlayer_doctor_checks_daytona(fake_daytona: FakeDaytona, tmp_path: Pat
     base.pop("DAYTONA_API_KEY")
     bad = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env=base, timeout=120)
     entry = next(e for e in json.loads(bad.stdout) if e["backend"] == "daytona")
-    assert not entry["ok"] and "DAYTONA_API_KEY" in entry["fix"] and bad.returncode == 1
+    assert not entry["ok"] and "DAYTONA_API_KEY" in entry["error"]["hint"] and bad.returncode == 1
