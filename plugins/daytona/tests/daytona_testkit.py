@@ -63,8 +63,10 @@ class FakeDaytona:
             return [json.loads(line) for line in fh.read().decode().splitlines() if line.strip()]
 
     def routes_since(self, mark: int) -> set[str]:
-        """The names of the routes requested since ``mark`` (``unknown`` for unserved ones)."""
-        return {e["route"] for e in self.entries_since(mark)}
+        """The names of the routes requested since ``mark`` (``unknown`` for unserved ones),
+        without the SDK's event websocket attempts (``socket.io``), which its background
+        thread retries at its own pace whatever the plugin does."""
+        return {e["route"] for e in self.entries_since(mark)} - {"socket.io"}
 
 
 def start_fake(tmp: Path, *, minute_seconds: float = 60.0, max_cpu: int = 0) -> FakeDaytona:
