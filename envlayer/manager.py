@@ -52,11 +52,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from envlayer.cancel import CancelToken
 from envlayer.capabilities import Capability, capabilities_of, supports
 from envlayer.config import Settings, load_settings
 from envlayer.environment import DEFAULT_TASK, Command, Environment
 from envlayer.errors import BackendUnavailable, EnvironmentClosed, EnvlayerError
-from envlayer.lifecycle import CleanupOutcome, SweepOutcome, cleanup, reap_orphans, wait_for_cleanup
+from envlayer.lifecycle import CleanupOutcome, SweepOutcome, accepts_keyword, cleanup, reap_orphans, wait_for_cleanup
 from envlayer.options import BaseOptions
 from envlayer.registry import load_backend
 from envlayer.result import ExecResult
@@ -271,12 +272,20 @@ class ManagedEnvironment(Environment):
         timeout: float | None = None,
         stdin: bytes | str | None = None,
         on_output: Callable[[str, bytes], None] | None = None,
+        cancel: CancelToken | None = None,
     ) -> ExecResult:
         """:meth:`Environment.exec`, tracked. ``on_output`` requires the STREAMING
-        capability (use :func:`envlayer.lifecycle.exec_streaming` to be safe)."""
+        capability (use :func:`envlayer.lifecycle.exec_streaming` to be safe); ``cancel``
+        is passed on when the backend's ``exec`` takes it (else the command runs to its
+        end or its timeout, and a DEBUG line says so)."""
         kwargs: dict[str, Any] = {"cwd": cwd, "env": env, "timeout": timeout, "stdin": stdin}
         if on_output is not None:
             kwargs["on_output"] = on_output
+        if cancel is not None:
+            if accepts_keyword(self.environment.exec, "cancel"):
+                kwargs["cancel"] = cancel
+            else:
+                log.debug("backend %r cannot cancel a running command", self.environment.name)
         with self._manager._activity(self._entry):
             return self.environment.exec(command, **kwargs)
 

@@ -10,6 +10,9 @@ Error types:
 ``bad_arguments``            arguments not JSON, or not matching the schema
 ``timeout``                  the command was killed at its timeout (``exit_code`` 124 and
                              the output so far are included)
+``cancelled``                the call was cancelled (:meth:`ToolRegistry.cancel`, or a
+                             ``cancel`` token): killed with its tree, ``exit_code`` 130
+                             and the output so far included
 ``path_outside_sandbox``     the path resolves outside the environment's ``file_root``
 ``file_not_found``           no such file
 ``is_a_directory``           a directory where a file was expected
@@ -27,13 +30,16 @@ Error types:
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from envlayer.cancel import CancelToken
 from envlayer.capabilities import Capability, supports
 from envlayer.environment import DEFAULT_TASK, Environment
 from envlayer.errors import (
@@ -49,7 +55,7 @@ from envlayer.errors import (
     SandboxIsADirectory,
     SandboxPathError,
 )
-from envlayer.lifecycle import exec_streaming
+from envlayer.lifecycle import accepts_keyword, exec_streaming
 from envlayer.manager import EnvironmentManager, EnvKey
 from envlayer.result import ExecResult
 from envlayer.tools import definitions, jobs
@@ -113,6 +119,7 @@ class ToolRegistry:
         }
         self._jobs: dict[EnvKey, set[str]] = {}
         self._jobs_lock = threading.Lock()
+        self._cancel_tokens: dict[str, set[CancelToken]] = {}
         self.manager.add_idle_guard(self._jobs_running)
 
     # --- background jobs keep their environment -----------------------------------------
@@ -157,16 +164,26 @@ class ToolRegistry:
 
     # --- dispatch ---------------------------------------------------------------------
 
-    def run_tool(self, name: str, arguments: Mapping[str, Any] | str | None, task_id: str = DEFAULT_TASK) -> Result:
+    def run_tool(
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | str | None,
+        task_id: str = DEFAULT_TASK,
+        *,
+        cancel: CancelToken | None = None,
+    ) -> Result:
         """Run tool ``name`` with ``arguments`` (a mapping, or the JSON text a model
         produced) in ``task_id``'s environment. Never raises for a tool-call problem;
-        see the module docstring for the error types."""
+        see the module docstring for the error types. ``cancel.cancel()`` (from any
+        thread) stops a running ``terminal`` call: it returns the ``cancelled`` error."""
         tool = self._tools.get(name)
         if tool is None:
             return error("unknown_tool", f"there is no tool named {name!r}", "use one of: " + ", ".join(self._tools))
         definition, handler = tool
         try:
             args = validate(_parse(arguments), definition.parameters)
+            if handler == self._terminal and cancel is not None:
+                return self._call(functools.partial(self._terminal, cancel=cancel), args, task_id)
             return self._call(handler, args, task_id)
         except ToolArgumentError as exc:
             return error("bad_arguments", str(exc), f"call {name} with arguments matching its JSON schema")
@@ -209,7 +226,31 @@ class ToolRegistry:
 
     # --- handlers ---------------------------------------------------------------------
 
-    def _terminal(self, env: Environment, args: dict[str, Any]) -> Result:
+    @contextmanager
+    def _running_call(self, task_id: str, token: CancelToken) -> Iterator[None]:
+        with self._jobs_lock:
+            self._cancel_tokens.setdefault(task_id, set()).add(token)
+        try:
+            yield
+        finally:
+            with self._jobs_lock:
+                tokens = self._cancel_tokens.get(task_id, set())
+                tokens.discard(token)
+                if not tokens:
+                    self._cancel_tokens.pop(task_id, None)
+
+    def cancel(self, task_id: str = DEFAULT_TASK) -> int:
+        """Cancel every ``terminal`` call running for ``task_id`` (from any thread): each is
+        killed with its process tree and its ``run_tool`` returns a ``cancelled`` error
+        with the output so far. Returns how many calls were cancelled. Background jobs are
+        not touched (``terminal_job`` ``action=kill`` stops those)."""
+        with self._jobs_lock:
+            tokens = list(self._cancel_tokens.get(task_id, ()))
+        for token in tokens:
+            token.cancel()
+        return len(tokens)
+
+    def _terminal(self, env: Environment, args: dict[str, Any], cancel: CancelToken | None = None) -> Result:
         c = self.config
         if args.get("background"):
             job_id, log_file = jobs.start(env, args["command"], jobs_dir=c.jobs_dir, workdir=args.get("workdir"))
@@ -227,8 +268,20 @@ class ToolRegistry:
                 "for longer commands use background=true and check them with terminal_job"
             )
         merged = MergedOutput(c.output_chars)
-        result = exec_streaming(env, args["command"], merged, cwd=args.get("workdir"), timeout=timeout)
+        token = cancel or CancelToken()
+        extra = {"cancel": token} if accepts_keyword(env.exec, "cancel") else {}
+        with self._running_call(env.task_id, token):
+            result = exec_streaming(env, args["command"], merged, cwd=args.get("workdir"), timeout=timeout, **extra)
         out = self._output(result, merged, separate=bool(args.get("separate_streams")))
+        if result.cancelled:
+            return error(
+                "cancelled",
+                "the command was cancelled and killed, with every process it started; output until then is included",
+                "run it again if it is still needed",
+                exit_code=result.exit_code,
+                **out,
+                shell_state=shell_state(env),
+            )
         if result.timed_out:
             return error(
                 "timeout",

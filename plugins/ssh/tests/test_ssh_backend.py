@@ -327,3 +327,27 @@ def test_importing_the_backend_does_not_import_paramiko() -> None:
     code = "import sys, envlayer_ssh.backend; print(any(m.startswith('paramiko') for m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("mode", ["session", "oneshot"])
+def test_cancel_from_another_thread_kills_the_remote_tree(sshd: SSHServer, make_env, mode: str) -> None:
+    import threading
+
+    from envlayer.cancel import CancelToken
+
+    env = make_env(sshd, mode=mode)
+    token = CancelToken()
+    seen = threading.Event()
+
+    def later() -> None:
+        seen.wait(30)
+        token.cancel()
+
+    helper = threading.Thread(target=later)
+    helper.start()
+    result = env.exec(
+        "echo started; sleep 311 & sleep 312", timeout=120, cancel=token, on_output=lambda s, c: seen.set()
+    )
+    helper.join()
+    assert result.cancelled and result.exit_code == 130 and result.stdout_text == "started\n"
+    assert env.exec("pgrep -f 'sleep 31[12]' || echo none").stdout_text == "none\n"
