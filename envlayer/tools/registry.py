@@ -58,7 +58,7 @@ from envlayer.errors import (
 from envlayer.lifecycle import accepts_keyword, exec_streaming
 from envlayer.manager import EnvironmentManager, EnvKey
 from envlayer.result import ExecResult
-from envlayer.tools import definitions, jobs
+from envlayer.tools import definitions, jobs, spill
 from envlayer.tools.definitions import ToolDefinition
 from envlayer.tools.merged import MergedOutput
 from envlayer.tools.schema import ToolArgumentError, validate
@@ -81,6 +81,11 @@ class ToolConfig:
     jobs_dir: str | None = None
     """Where background jobs keep their files in the sandbox; None: the per-user default
     of :mod:`envlayer.tools.jobs` (``~/.cache/envlayer/jobs``, private)."""
+    output_dir: str | None = None
+    """Where the full output of a cut ``terminal`` result is kept in the sandbox; None:
+    the per-user default of :mod:`envlayer.tools.spill` (``~/.cache/envlayer/output``)."""
+    spill_bytes: int = 10_485_760
+    """Most bytes of a command's output kept in the spill file (0: no spill file)."""
 
     def __post_init__(self) -> None:
         if self.output_chars < 200:
@@ -89,6 +94,10 @@ class ToolConfig:
             raise ValueError("need 0 < default_timeout <= max_timeout")
         if self.read_lines < 1:
             raise ValueError("read_lines must be >= 1")
+        if self.spill_bytes < 0:
+            raise ValueError("spill_bytes must be >= 0")
+        if self.output_dir is not None and not self.output_dir.startswith("/"):
+            raise ValueError("output_dir must be an absolute path (or None for the per-user default)")
         if self.jobs_dir is not None and not self.jobs_dir.startswith("/"):
             raise ValueError("jobs_dir must be an absolute path (or None for the per-user default)")
 
@@ -267,12 +276,14 @@ class ToolRegistry:
                 f"argument 'timeout' must be <= {c.max_timeout:g} seconds; "
                 "for longer commands use background=true and check them with terminal_job"
             )
-        merged = MergedOutput(c.output_chars)
+        merged = MergedOutput(c.output_chars, c.spill_bytes)
         token = cancel or CancelToken()
         extra = {"cancel": token} if accepts_keyword(env.exec, "cancel") else {}
         with self._running_call(env.task_id, token):
             result = exec_streaming(env, args["command"], merged, cwd=args.get("workdir"), timeout=timeout, **extra)
         out = self._output(result, merged, separate=bool(args.get("separate_streams")))
+        if out.get("truncated"):
+            out.update(self._spill(env, merged))
         if result.cancelled:
             return error(
                 "cancelled",
@@ -292,6 +303,25 @@ class ToolRegistry:
                 shell_state=shell_state(env),
             )
         return {"exit_code": result.exit_code, **out, "shell_state": shell_state(env)}
+
+    def _spill(self, env: Environment, merged: MergedOutput) -> Result:
+        """Keep the whole output in a file in the sandbox; the fields naming it (or a
+        note when that failed: the result itself is never lost over it)."""
+        data = merged.full()
+        if not data:
+            return {}
+        try:
+            path = spill.save(env, data, output_dir=self.config.output_dir)
+        except (spill.SpillError, EnvlayerError) as exc:
+            log.warning("could not keep the full output in the sandbox: %s", exc)
+            return {"output_file_error": f"the full output could not be kept: {exc}"}
+        kept = "all of it" if len(data) >= merged.total else f"its first and last {len(data)} bytes"
+        return {
+            "output_file": path,
+            "output_bytes": merged.total,
+            "output_hint": f"the full output ({merged.total} bytes; the file has {kept}) is in {path}: "
+            "read the part you need with read_file(path, offset, limit), or grep it with terminal",
+        }
 
     def _output(self, result: ExecResult, merged: MergedOutput, *, separate: bool) -> Result:
         """The command's output for the model: both streams merged in arrival order, or
