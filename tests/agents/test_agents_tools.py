@@ -245,6 +245,6 @@ def test_cut_output_is_kept_in_a_file_the_model_can_read(make_manager, local_set
     # a spill cap keeps the head and tail of an even larger flood
     capped = ToolRegistry(make_manager(local_settings), ToolConfig(output_chars=400, spill_bytes=10_000))
     flood = capped.run_tool("terminal", {"command": "seq 1 100000"}, "t")
-    kept = open(flood["output_file"], "rb").read()
+    kept = Path(flood["output_file"]).read_bytes()
     assert len(kept) < 10_200 and kept.startswith(b"1\n2\n") and kept.endswith(b"100000\n")
     assert "first and last" in flood["output_hint"]
