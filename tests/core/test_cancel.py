@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import threading
 import time
 from pathlib import Path
 
@@ -15,9 +14,11 @@ from envlayer.aio import AsyncEnvironment, AsyncEnvironmentManager, AsyncToolReg
 from envlayer.backends.local import LocalEnvironment, LocalOptions
 from envlayer.cancel import CancelToken
 from envlayer.result import INTERRUPT_EXIT_CODE
+from envlayer.testing.cancelling import exec_cancelled_after_output
 
 # a command that prints, then leaves a child and a setsid escapee behind, then blocks
-TREE = "echo started; sleep 300 & setsid sleep 301 & echo $! > {pids}; sleep 302; echo never"
+SLEEP = 7000 + os.getpid() % 1000  # sleep durations no other test on this machine uses
+TREE = f"echo started; sleep {SLEEP} & setsid sleep {SLEEP + 1} & sleep {SLEEP + 2}; echo never"
 
 
 def _alive(pattern: str) -> list[int]:
@@ -34,36 +35,17 @@ def _alive(pattern: str) -> list[int]:
     return found
 
 
-def _cancel_after_output(token: CancelToken, seen: threading.Event) -> threading.Thread:
-    def later() -> None:
-        seen.wait(30)
-        token.cancel()
-
-    thread = threading.Thread(target=later)
-    thread.start()
-    return thread
-
-
 @pytest.mark.parametrize("mode", ["session", "oneshot"])
 def test_cancel_from_another_thread_returns_partial_output_and_kills_the_tree(tmp_path: Path, mode: str) -> None:
     env = LocalEnvironment(LocalOptions(cwd=str(tmp_path), exec_mode=mode))
     try:
-        token = CancelToken()
-        seen = threading.Event()
-        helper = _cancel_after_output(token, seen)
         start = time.monotonic()
-        result = env.exec(
-            TREE.format(pids=tmp_path / "pids"),
-            timeout=120,
-            cancel=token,
-            on_output=lambda stream, chunk: seen.set(),
-        )
-        helper.join()
+        result = exec_cancelled_after_output(env, TREE, timeout=120)
         assert result.cancelled and not result.timed_out and not result.ok
         assert result.exit_code == INTERRUPT_EXIT_CODE
         assert result.stdout_text == "started\n"
         assert time.monotonic() - start < 30
-        assert _alive("sleep 30") == []  # sleep 300, 301 (setsid) and 302 are all gone
+        assert _alive(f"sleep {SLEEP}") == _alive(f"sleep {SLEEP + 1}") == _alive(f"sleep {SLEEP + 2}") == []
         after = env.exec("echo usable")
         assert after.ok and after.stdout_text == "usable\n"
         if mode == "session":
@@ -76,26 +58,26 @@ def test_a_token_cancelled_before_the_call_kills_at_once(tmp_path: Path) -> None
     env = LocalEnvironment(LocalOptions(cwd=str(tmp_path), exec_mode="oneshot"))
     token = CancelToken()
     token.cancel()
-    result = env.exec("sleep 303", timeout=60, cancel=token)
+    result = env.exec(f"sleep {SLEEP + 3}", timeout=60, cancel=token)
     assert result.cancelled and result.duration < 10
-    assert _alive("sleep 303") == []
+    assert _alive(f"sleep {SLEEP + 3}") == []
 
 
 def test_cancelling_the_async_task_kills_the_command(tmp_path: Path) -> None:
     async def scenario() -> None:
         env = AsyncEnvironment(LocalEnvironment(LocalOptions(cwd=str(tmp_path))), executor=_executor())
-        task = asyncio.create_task(env.exec("echo going; sleep 304", timeout=120))
+        task = asyncio.create_task(env.exec(f"echo going; sleep {SLEEP + 4}", timeout=120))
         await asyncio.sleep(1.0)
-        assert _alive("sleep 304")
+        assert _alive(f"sleep {SLEEP + 4}")
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        assert _alive("sleep 304") == []  # nothing left running when the cancel returns
+        assert _alive(f"sleep {SLEEP + 4}") == []  # nothing left running when the cancel returns
         # with its own token the caller gets the partial output instead
         token = CancelToken()
         loop = asyncio.get_running_loop()
         loop.call_later(1.0, token.cancel)
-        result = await env.exec("echo partial; sleep 305", timeout=120, cancel=token)
+        result = await env.exec(f"echo partial; sleep {SLEEP + 5}", timeout=120, cancel=token)
         assert result.cancelled and result.stdout_text == "partial\n"
         await env.cleanup()
 
@@ -124,20 +106,20 @@ def test_tools_expose_cancellation(tmp_path: Path) -> None:
             sync_tools = tools.tools
             assert isinstance(sync_tools.config, ToolConfig)
             # ToolRegistry.cancel(task) from elsewhere: the call returns a `cancelled` error
-            running = asyncio.create_task(tools.run_tool("terminal", {"command": "echo a; sleep 306"}, "t1"))
+            running = asyncio.create_task(tools.run_tool("terminal", {"command": f"echo a; sleep {SLEEP + 6}"}, "t1"))
             await asyncio.sleep(1.0)
             assert sync_tools.cancel("t1") == 1
             result = await running
             assert result["error"]["type"] == "cancelled" and result["exit_code"] == 130
             assert result["output"] == "a\n"
-            assert _alive("sleep 306") == []
+            assert _alive(f"sleep {SLEEP + 6}") == []
             # cancelling the awaiting task cancels the command too
-            task = asyncio.create_task(tools.run_tool("terminal", {"command": "sleep 307"}, "t1"))
+            task = asyncio.create_task(tools.run_tool("terminal", {"command": f"sleep {SLEEP + 7}"}, "t1"))
             await asyncio.sleep(1.0)
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
-            assert _alive("sleep 307") == []
+            assert _alive(f"sleep {SLEEP + 7}") == []
             ok = await tools.run_tool("terminal", {"command": "echo fine"}, "t1")
             assert ok["exit_code"] == 0 and ok["output"] == "fine\n"
 

@@ -761,25 +761,10 @@ def test_staged_stdin_is_private_and_pager_is_cat(make_env) -> None:
 
 @pytest.mark.parametrize("mode", ["session", "oneshot"])
 def test_cancel_from_another_thread_kills_the_tree_in_the_container(make_env, mode) -> None:
-    from envlayer.cancel import CancelToken
+    from envlayer.testing.cancelling import exec_cancelled_after_output
 
     env = make_env(exec_mode=mode)
-    token = CancelToken()
-    seen = threading.Event()
-
-    def later() -> None:
-        seen.wait(30)
-        token.cancel()
-
-    helper = threading.Thread(target=later)
-    helper.start()
-    result = env.exec(
-        "echo started; sleep 308 & setsid sleep 309 & sleep 310",
-        timeout=120,
-        cancel=token,
-        on_output=lambda stream, chunk: seen.set(),
-    )
-    helper.join()
+    result = exec_cancelled_after_output(env, "echo started; sleep 308 & setsid sleep 309 & sleep 310", timeout=120)
     assert result.cancelled and result.exit_code == 130 and result.stdout_text == "started\n"
     assert not [p for p in _processes(env) if "sleep 30" in p or "sleep 31" in p]
     assert env.exec("echo usable").stdout_text == "usable\n"

@@ -331,23 +331,9 @@ def test_importing_the_backend_does_not_import_paramiko() -> None:
 
 @pytest.mark.parametrize("mode", ["session", "oneshot"])
 def test_cancel_from_another_thread_kills_the_remote_tree(sshd: SSHServer, make_env, mode: str) -> None:
-    import threading
-
-    from envlayer.cancel import CancelToken
+    from envlayer.testing.cancelling import exec_cancelled_after_output
 
     env = make_env(sshd, mode=mode)
-    token = CancelToken()
-    seen = threading.Event()
-
-    def later() -> None:
-        seen.wait(30)
-        token.cancel()
-
-    helper = threading.Thread(target=later)
-    helper.start()
-    result = env.exec(
-        "echo started; sleep 311 & sleep 312", timeout=120, cancel=token, on_output=lambda s, c: seen.set()
-    )
-    helper.join()
+    result = exec_cancelled_after_output(env, "echo started; sleep 311 & sleep 312", timeout=120)
     assert result.cancelled and result.exit_code == 130 and result.stdout_text == "started\n"
     assert env.exec("pgrep -f 'sleep 31[12]' || echo none").stdout_text == "none\n"
