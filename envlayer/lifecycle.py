@@ -154,12 +154,14 @@ def list_sandboxes(backends: Sequence[BackendSpec], *, profile: str | None) -> l
 
 
 def accepts_keyword(fn: Callable[..., Any], keyword: str) -> bool:
-    """True when ``fn`` takes ``keyword`` (by name or through ``**kwargs``)."""
+    """True when ``fn`` names a parameter ``keyword``. A bare ``**kwargs`` does not count:
+    wrappers that forward ``**kwargs`` to a backend without the keyword would fail."""
     try:
-        params = inspect.signature(fn).parameters.values()
+        params = inspect.signature(fn).parameters
     except (TypeError, ValueError):
         return False
-    return any(p.name == keyword or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+    param = params.get(keyword)
+    return param is not None and param.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 
 
 def remove_sandbox(
