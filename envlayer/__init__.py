@@ -36,7 +36,6 @@ _EXPORTS: dict[str, str] = {
             "BackendLoadError",
             "BackendNotFound",
             "BackendUnavailable",
-            "CapabilityNotSupported",
             "CommandFailed",
             "ConfigError",
             "EnvironmentClosed",
@@ -44,10 +43,13 @@ _EXPORTS: dict[str, str] = {
             "ExecTimeout",
             "FileTooLarge",
             "InvalidArgument",
+            "JobError",
+            "PluginError",
             "SandboxFileNotFound",
             "SandboxIsADirectory",
             "SandboxPathError",
             "SandboxPermissionDenied",
+            "ToolArgumentError",
         )
     },
 }

@@ -32,9 +32,9 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from envlayer.cancel import CancelToken
+from envlayer.cancel import CancelToken, takes_cancel
 from envlayer.environment import DEFAULT_TASK, Command, Environment
-from envlayer.lifecycle import CleanupOutcome, accepts_keyword
+from envlayer.lifecycle import CleanupOutcome
 from envlayer.manager import EnvironmentManager, EnvKey
 from envlayer.result import ExecResult
 from envlayer.tools import ToolRegistry
@@ -95,7 +95,7 @@ class AsyncEnvironment:
         """:meth:`Environment.exec` in a worker thread. Cancelling the awaiting task kills
         the command (see the module docstring)."""
         token = kwargs.pop("cancel", None) or CancelToken()
-        if accepts_keyword(self.env.exec, "cancel"):
+        if takes_cancel(self.env):
             kwargs["cancel"] = token
         return await _cancellable(self._executor, token, self.env.exec, command, **kwargs)
 

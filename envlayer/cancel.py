@@ -75,6 +75,18 @@ def _run(killer: Killer) -> None:
         log.warning("killing a cancelled command failed", exc_info=True)
 
 
+def takes_cancel(env: object) -> bool:
+    """True when ``env.exec`` names a ``cancel`` parameter. A bare ``**kwargs`` does not
+    count: a wrapper forwarding it to a backend without the keyword would fail."""
+    import inspect
+
+    try:
+        param = inspect.signature(env.exec).parameters.get("cancel")  # type: ignore[attr-defined]
+    except (AttributeError, TypeError, ValueError):
+        return False
+    return param is not None and param.kind in (param.KEYWORD_ONLY, param.POSITIONAL_OR_KEYWORD)
+
+
 @contextmanager
 def killer_for(token: CancelToken | None, killer: Killer) -> Iterator[None]:
     """:meth:`CancelToken.on_cancel` when there is a token; nothing otherwise."""

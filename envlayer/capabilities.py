@@ -2,14 +2,29 @@
 
 A backend declares its capabilities in the class attribute ``capabilities``. A backend
 that declares nothing (``capabilities = None``, typical of a third-party plugin written
-against an older envlayer) is introspected instead: a capability counts as present only
-when the method exists and accepts the keyword it needs. Nothing is ever assumed.
+against an older envlayer) is introspected instead. Nothing is ever assumed.
+
+Either way, a capability backed by a method counts as present only when that method
+exists and its signature accepts every argument the dispatcher (:mod:`envlayer.lifecycle`)
+passes, by name and kind (``*args``/``**kwargs`` count). A declared capability whose
+method does not fit is dropped too, so the dispatcher falls back instead of raising
+``TypeError``; :func:`signature_problem` says why, and the conformance kit fails on it.
+
+**Partial signatures.** One keyword may be left out of a signature: ``dry_run`` of
+``reap_orphans``. Such a reaper can only reap, so the dispatcher calls it without the
+keyword for a real reap and refuses a dry run (the outcome says so; nothing is removed).
+Every other missing argument makes the capability absent.
 """
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import inspect
 
 
 class Capability(StrEnum):
@@ -43,50 +58,192 @@ class Capability(StrEnum):
     """A later process asking for the same task attaches to the same sandbox."""
 
 
-def _accepts_keyword(func: Any, name: str) -> bool:
+@dataclass(frozen=True)
+class CallShape:
+    """How the dispatcher calls one optional method: ``positional`` arguments (by
+    position; the names are for messages), then ``keywords``. ``droppable`` keywords may
+    be missing from the signature (see the module docstring)."""
+
+    method: str
+    positional: tuple[str, ...] = ()
+    keywords: tuple[str, ...] = ()
+    classmethod: bool = False
+    droppable: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        """The call as the dispatcher makes it, e.g. ``cleanup(force_remove=...)``."""
+        args = [*self.positional, *(f"{k}=..." for k in self.keywords)]
+        return f"{self.method}({', '.join(args)})"
+
+
+EXEC_KEYWORDS = ("cwd", "env", "timeout", "stdin")
+"""The keywords every ``exec`` call may receive."""
+
+CALL_SHAPES: dict[Capability, tuple[CallShape, ...]] = {
+    Capability.FORCE_REMOVE: (CallShape("cleanup", keywords=("force_remove",)),),
+    Capability.WAIT_FOR_CLEANUP: (CallShape("wait_for_cleanup", positional=("timeout",)),),
+    Capability.REAP_ORPHANS: (
+        CallShape(
+            "reap_orphans",
+            keywords=("profile", "max_age", "dry_run", "options"),
+            classmethod=True,
+            droppable=("dry_run",),
+        ),
+    ),
+    Capability.LIST_SANDBOXES: (CallShape("list_sandboxes", keywords=("profile", "options"), classmethod=True),),
+    Capability.REMOVE_SANDBOX: (
+        CallShape(
+            "remove_sandbox", positional=("task_id",), keywords=("profile", "options", "force"), classmethod=True
+        ),
+    ),
+    Capability.STREAMING: (CallShape("exec", positional=("command",), keywords=(*EXEC_KEYWORDS, "on_output")),),
+    Capability.DIRECTORY_TRANSFER: (
+        CallShape("upload_dir", positional=("local", "remote")),
+        CallShape("download_dir", positional=("remote", "local")),
+    ),
+}
+"""Every capability backed by a method, and how the dispatcher calls it. The others
+(``persistent_session``, ``persist_across_processes``) are behaviour, not methods: they
+count only when declared."""
+
+
+def _signature(backend: Any, shape: CallShape) -> inspect.Signature | None:
+    """The signature of ``shape.method`` as the dispatcher will see it (bound: no
+    ``self``/``cls``), or None when the method is missing or has no signature."""
+    import inspect  # lazily: ~10 ms, and most processes never introspect
+
+    func = getattr(backend, shape.method, None)
+    if not callable(func):
+        return None
+    try:
+        signature = inspect.signature(func)
+    except (TypeError, ValueError):
+        return None
+    if isinstance(backend, type) and not shape.classmethod:
+        # an instance method looked up on the class still has ``self``
+        raw = inspect.getattr_static(backend, shape.method, None)
+        if not isinstance(raw, classmethod | staticmethod):
+            params = list(signature.parameters.values())[1:]
+            signature = signature.replace(parameters=params)
+    return signature
+
+
+def _binds(signature: inspect.Signature, positional: tuple[str, ...], keywords: tuple[str, ...]) -> bool:
+    try:
+        signature.bind(*positional, **dict.fromkeys(keywords))
+    except TypeError:
+        return False
+    return True
+
+
+def accepts_keyword(backend: Any, method: str, name: str) -> bool:
+    """True when ``backend.method`` accepts the keyword argument ``name`` (by name, or
+    through ``**kwargs``)."""
     import inspect
 
+    func = getattr(backend, method, None)
     try:
-        params = inspect.signature(func).parameters
+        params = inspect.signature(func).parameters.values() if callable(func) else ()
     except (TypeError, ValueError):
         return False
-    param = params.get(name)
-    return param is not None and param.kind in (
-        inspect.Parameter.KEYWORD_ONLY,
-        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+    return any(
+        (p.name == name and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)) or p.kind is p.VAR_KEYWORD
+        for p in params
     )
 
 
+def shape_problem(backend: Any, shape: CallShape) -> str | None:
+    """Why the dispatcher cannot call ``shape`` on ``backend``; None when it can.
+    A signature that lacks only droppable keywords fits. Answers for an instance
+    whose method comes from its class are cached per class (the dispatcher asks on
+    every call)."""
+    if not isinstance(backend, type) and shape.method not in getattr(backend, "__dict__", {}):
+        cls: Any = type(backend)
+        return _class_shape_problem(cls, shape)
+    return _shape_problem(backend, shape)
+
+
+def _shape_problem(backend: Any, shape: CallShape) -> str | None:
+    signature = _signature(backend, shape)
+    if signature is None:
+        if callable(getattr(backend, shape.method, None)):
+            return f"{shape.method} has no inspectable signature"
+        return f"no method {shape.method}"
+    required = tuple(k for k in shape.keywords if k not in shape.droppable)
+    if _binds(signature, shape.positional, shape.keywords) or _binds(signature, shape.positional, required):
+        return None
+    bare = [p.replace(annotation=p.empty) for p in signature.parameters.values()]
+    shown = signature.replace(parameters=bare, return_annotation=signature.empty)
+    return f"{shape.method}{shown} does not accept the dispatcher's call {shape.describe()}"
+
+
+_class_shape_problem = functools.lru_cache(maxsize=1024)(_shape_problem)
+
+
+def signature_problem(backend: Any, capability: Capability) -> str | None:
+    """Why ``capability`` cannot be used on ``backend`` (class or instance) through the
+    dispatcher, or None when every method it needs exists and accepts the dispatcher's
+    arguments. Always None for capabilities that are behaviour, not methods."""
+    for shape in CALL_SHAPES.get(capability, ()):
+        problem = shape_problem(backend, shape)
+        if problem is not None:
+            return problem
+    return None
+
+
+def defines_method_for(backend: Any, capability: Capability) -> bool:
+    """True when ``backend`` has some method (or parameter) meant for ``capability``,
+    whether or not its signature fits: what a plugin author evidently tried to provide.
+    Used by the conformance kit to catch signatures the dispatcher cannot call."""
+    if capability is Capability.FORCE_REMOVE:
+        return _has_parameter(backend, "cleanup", "force_remove")
+    if capability is Capability.STREAMING:
+        return _has_parameter(backend, "exec", "on_output")
+    return any(callable(getattr(backend, s.method, None)) for s in CALL_SHAPES.get(capability, ()))
+
+
+def _has_parameter(backend: Any, method: str, name: str) -> bool:
+    import inspect
+
+    func = getattr(backend, method, None)
+    try:
+        return callable(func) and name in inspect.signature(func).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 def _introspect(backend: Any) -> frozenset[Capability]:
-    found: set[Capability] = set()
-    if _accepts_keyword(getattr(backend, "cleanup", None), "force_remove"):
-        found.add(Capability.FORCE_REMOVE)
-    if callable(getattr(backend, "wait_for_cleanup", None)):
-        found.add(Capability.WAIT_FOR_CLEANUP)
-    if callable(getattr(backend, "reap_orphans", None)):
-        found.add(Capability.REAP_ORPHANS)
-    if callable(getattr(backend, "list_sandboxes", None)):
-        found.add(Capability.LIST_SANDBOXES)
-    if callable(getattr(backend, "remove_sandbox", None)):
-        found.add(Capability.REMOVE_SANDBOX)
-    if _accepts_keyword(getattr(backend, "exec", None), "on_output"):
-        found.add(Capability.STREAMING)
-    if callable(getattr(backend, "upload_dir", None)) and callable(getattr(backend, "download_dir", None)):
-        found.add(Capability.DIRECTORY_TRANSFER)
+    found = set()
+    for capability, shapes in CALL_SHAPES.items():
+        if capability is Capability.STREAMING and not _has_parameter(backend, "exec", "on_output"):
+            continue  # a bare ``**kwargs`` on exec is no promise to stream
+        if capability is Capability.FORCE_REMOVE and not _has_parameter(backend, "cleanup", "force_remove"):
+            continue  # likewise for cleanup
+        if all(shape_problem(backend, shape) is None for shape in shapes):
+            found.add(capability)
     return frozenset(found)
 
 
 def capabilities_of(backend: Any) -> frozenset[Capability]:
-    """The capabilities of a backend class or environment instance.
+    """The capabilities of a backend class or environment instance, as the dispatcher
+    will use them.
 
-    Declared capabilities win. An instance may narrow its class's set (e.g. a Docker
-    environment in one-shot mode has no persistent session) through an instance
+    Declared capabilities win, minus any whose method the dispatcher could not call
+    (see :func:`signature_problem`). An instance may narrow its class's set (e.g. a
+    Docker environment in one-shot mode has no persistent session) through an instance
     attribute of the same name. Undeclared backends are introspected.
     """
     declared = getattr(backend, "capabilities", None)
-    if declared is not None:
-        return frozenset(Capability(c) for c in declared)
-    return _introspect(backend)
+    if declared is None:
+        return _introspect(backend)
+    return frozenset(c for c in map(Capability, declared) if signature_problem(backend, c) is None)
+
+
+def declared_capabilities(backend: Any) -> frozenset[Capability] | None:
+    """The capabilities ``backend`` declares (None when it declares nothing), before
+    any signature check."""
+    declared = getattr(backend, "capabilities", None)
+    return None if declared is None else frozenset(map(Capability, declared))
 
 
 def supports(backend: Any, capability: Capability) -> bool:

@@ -1,10 +1,12 @@
 """The ``envlayer`` command line.
 
 Commands: ``backends``, ``exec``, ``ls``, ``reap``, ``rm``, ``doctor``, ``config``.
-Every command takes ``--config``, ``--backend``, ``--profile``; those that print
-tables take ``--json``. Exit codes: ``exec`` returns the command's own code (124 on
-timeout, 130 on interrupt) and 125 when envlayer itself failed; the other commands
-return 0 on success, 1 on failure, 2 on a usage error.
+Every command takes ``--config``, ``--backend``, ``--profile``, ``--debug``; those that
+print tables take ``--json``. Exit codes: ``exec`` returns the command's own code (124
+on timeout, 130 on interrupt) and 125 when envlayer itself failed; the other commands
+return 0 on success, 1 on failure, 2 on a usage error. Every command returns 125 when a
+backend plugin is broken (cannot be loaded, or raised something its contract does not
+allow); ``--debug`` then also prints the traceback.
 """
 
 from __future__ import annotations
@@ -12,21 +14,64 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import logging
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 from envlayer import lifecycle
-from envlayer.capabilities import capabilities_of
+from envlayer.capabilities import (
+    Capability,
+    capabilities_of,
+    declared_capabilities,
+    defines_method_for,
+    signature_problem,
+)
 from envlayer.config import CORE_KEYS, Settings, load_settings
-from envlayer.errors import BackendUnavailable, EnvlayerError
-from envlayer.factory import open_environment
+from envlayer.errors import (
+    BackendConflict,
+    BackendLoadError,
+    BackendUnavailable,
+    EnvlayerError,
+    PluginError,
+)
+from envlayer.factory import backend_specs, open_environment
 from envlayer.options import default_of, option_fields, type_name
-from envlayer.registry import backend_names, list_backends, load_backend
+from envlayer.plugin_errors import plugin_call
+from envlayer.registry import backend_names, list_backends, load_backend, shadows_builtin
 from envlayer.result import INTERRUPT_EXIT_CODE
 
 ENVLAYER_FAILURE = 125
-"""``exec`` exit code when envlayer failed before or around the command (as `docker run`)."""
+"""Exit code when envlayer or a backend plugin failed (for ``exec``: before or around the
+command, as `docker run`)."""
+
+BROKEN_PIPE_EXIT_CODE = 141
+"""``exec`` exit code when envlayer's own stdout was closed by its reader (128 + SIGPIPE,
+as a shell reports it); the command's tree was killed."""
+
+PLUGIN_FAILURES = (PluginError, BackendLoadError, BackendConflict)
+"""Errors that mean a backend plugin is broken: exit code 125 from every command."""
+
+_debug = False
+"""Set by ``--debug``: print tracebacks of the errors the CLI reports."""
+
+
+def _error(exc: BaseException, prefix: str = "error") -> None:
+    """Report ``exc`` on stderr (with its traceback under ``--debug``)."""
+    if _debug:
+        import traceback
+
+        traceback.print_exception(exc, file=sys.stderr)
+    print(f"envlayer: {prefix}: {exc}", file=sys.stderr)
+
+
+def _note(text: str) -> None:
+    print(f"envlayer: note: {text}", file=sys.stderr)
+
+
+def _exit_code_for(exc: EnvlayerError) -> int:
+    return ENVLAYER_FAILURE if isinstance(exc, PLUGIN_FAILURES) else 1
 
 
 def _print_json(data: Any) -> None:
@@ -68,10 +113,17 @@ def cmd_backends(args: argparse.Namespace) -> int:
     rows, payload = [], []
     for info in list_backends():
         entry: dict[str, Any] = info._asdict()
+        if shadows_builtin(info):
+            entry["error"] = f"ignored: the name {info.name!r} belongs to the built-in backend"
+            entry["hint"] = f"uninstall {info.distribution}, or ask its authors to register another name"
+            payload.append(entry)
+            rows.append([info.name, info.distribution, info.version, entry["error"]])
+            continue
         try:
             cls = load_backend(info.name)
             entry["capabilities"] = sorted(c.value for c in capabilities_of(cls))
-            entry["declared"] = getattr(cls, "capabilities", None) is not None
+            entry["declared"] = declared_capabilities(cls) is not None
+            entry["unusable"] = _unusable(cls)
             if args.options:
                 entry["options"] = {
                     name: {"type": type_name(tp), "default": default_of(f), "doc": f.metadata.get("doc", "")}
@@ -86,6 +138,8 @@ def cmd_backends(args: argparse.Namespace) -> int:
             caps = f"unavailable: {entry['error']}"
         elif not entry["declared"]:
             caps += " (introspected)"
+        if entry.get("unusable"):
+            caps += "; unusable: " + ", ".join(entry["unusable"])
         rows.append([info.name, info.distribution, info.version, caps])
     if args.json:
         _print_json(payload)
@@ -102,6 +156,19 @@ def cmd_backends(args: argparse.Namespace) -> int:
     return 0
 
 
+def _unusable(cls: type) -> dict[str, str]:
+    """Capabilities a backend declares or has a method for, whose signature the
+    dispatcher cannot call, and why (the dispatcher falls back for these)."""
+    declared = declared_capabilities(cls) or frozenset()
+    out = {}
+    for cap in Capability:
+        if cap in declared or defines_method_for(cls, cap):
+            problem = signature_problem(cls, cap)
+            if problem is not None:
+                out[cap.value] = problem
+    return out
+
+
 def cmd_exec(args: argparse.Namespace) -> int:
     command: str | list[str] = args.command[0] if len(args.command) == 1 else list(args.command)
     try:
@@ -110,7 +177,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
         stdin = sys.stdin.buffer.read() if args.stdin else None
         env = open_environment(task_id=args.task, settings=settings)
     except EnvlayerError as exc:
-        print(f"envlayer: error: {exc}", file=sys.stderr)
+        _error(exc)
         return ENVLAYER_FAILURE
 
     def forward(stream: str, chunk: bytes) -> None:
@@ -118,22 +185,34 @@ def cmd_exec(args: argparse.Namespace) -> int:
         target.write(chunk)
         target.flush()
 
+    exec_kwargs: dict[str, Any] = {"cwd": args.cwd, "env": env_vars or None, "timeout": args.timeout, "stdin": stdin}
     try:
         if args.json:
-            result = env.exec(command, cwd=args.cwd, env=env_vars or None, timeout=args.timeout, stdin=stdin)
+            with plugin_call(env, "exec"):
+                result = env.exec(command, **exec_kwargs)
         else:
-            result = lifecycle.exec_streaming(
-                env, command, forward, cwd=args.cwd, env=env_vars or None, timeout=args.timeout, stdin=stdin
-            )
+            outcome = lifecycle.exec_with_output(env, command, forward, **exec_kwargs)
+            result = outcome.result
+            if outcome.note and args.backend:
+                _note(outcome.note)
     except KeyboardInterrupt:
         print("envlayer: interrupted; the command was killed", file=sys.stderr)
+        _release(env, args)
         return INTERRUPT_EXIT_CODE
+    except BrokenPipeError:  # our reader went away (`envlayer exec -- yes | head`): stop, as sh would
+        _release(env, args)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit's flush
+        return BROKEN_PIPE_EXIT_CODE
     except EnvlayerError as exc:
-        print(f"envlayer: error: {exc}", file=sys.stderr)
+        _error(exc)
+        _release(env, args)
         return ENVLAYER_FAILURE
-    finally:
-        lifecycle.cleanup(env, force_remove=args.rm)
-        lifecycle.wait_for_cleanup(env, 30.0)
+    except BaseException:
+        _release(env, args)
+        raise
+    notes, cleaned = _release(env, args)
+    if not cleaned:
+        return ENVLAYER_FAILURE
     if args.json:
         _print_json(
             {
@@ -144,33 +223,71 @@ def cmd_exec(args: argparse.Namespace) -> int:
                 "stderr": result.stderr_text,
                 "stdout_truncation": result.stdout_truncation and dataclasses.asdict(result.stdout_truncation),
                 "stderr_truncation": result.stderr_truncation and dataclasses.asdict(result.stderr_truncation),
+                "notes": notes,
             }
         )
     elif result.timed_out:
-        print(f"envlayer: command timed out after {result.timeout}s and was killed", file=sys.stderr)
+        after = f" after {result.timeout}s" if result.timeout is not None else ""
+        print(f"envlayer: command timed out{after} and was killed", file=sys.stderr)
     elif result.truncated:
         print("envlayer: output exceeded max_output_bytes and was truncated", file=sys.stderr)
     return result.exit_code
+
+
+def _release(env: Any, args: argparse.Namespace) -> tuple[list[str], bool]:
+    """Clean ``env`` up after ``exec`` (``--rm``: force_remove) and wait for its
+    teardown. Returns the fallback notes (printed on stderr unless ``--json``, which
+    carries them) and whether cleanup succeeded (a failure is reported on stderr)."""
+    notes = []
+    try:
+        cleaned = lifecycle.cleanup(env, force_remove=args.rm)
+        if cleaned.note:
+            notes.append(cleaned.note)
+        if not lifecycle.wait_for_cleanup(env, 30.0):
+            notes.append("the sandbox's teardown was still running after 30s; it continues in the background")
+    except EnvlayerError as exc:
+        _error(exc, "cleanup failed")
+        return notes, False
+    if not args.json:
+        for note in notes:
+            _note(note)
+    return notes, True
 
 
 def _selected_backends(args: argparse.Namespace, settings: Settings) -> list[str]:
     return [args.backend] if args.backend else backend_names()
 
 
-def _specs_and_failures(
+def _sweep_targets(
     args: argparse.Namespace, settings: Settings
 ) -> tuple[list[lifecycle.BackendSpec], list[lifecycle.SweepOutcome]]:
-    specs, failures = [], []
-    for name in _selected_backends(args, settings):
-        try:
-            cls = load_backend(name)
-            specs.append((cls, settings.options_for(name, cls.Options)))
-        except EnvlayerError as exc:
-            failures.append(lifecycle.SweepOutcome(name, supported=True, error=str(exc)))
-    return specs, failures
+    """The backends a sweep runs on, and an outcome for each one that cannot be loaded:
+    an error when it was named with ``--backend``, else a note (a broken plugin the
+    user did not ask for never fails the command)."""
+    specs, failures = backend_specs(settings, _selected_backends(args, settings))
+    outcomes = []
+    for failure in failures:
+        exc = failure.error
+        if args.backend:
+            outcomes.append(
+                lifecycle.SweepOutcome(
+                    failure.backend,
+                    supported=True,
+                    error=str(exc),
+                    plugin_failure=isinstance(exc, PLUGIN_FAILURES),
+                )
+            )
+        else:
+            note = f"backend {failure.backend!r} skipped: {exc.message}"
+            outcomes.append(lifecycle.SweepOutcome(failure.backend, supported=False, note=note))
+    return specs, outcomes
 
 
 def _report(outcomes: list[lifecycle.SweepOutcome], args: argparse.Namespace, verb: str) -> int:
+    """Print the outcomes of a sweep; return the exit code. Without ``--backend``, a
+    backend that cannot be reached here (``unavailable``) is a note, not a failure: the
+    user did not ask for it."""
+    failed = [o for o in outcomes if o.error and (args.backend or not o.unavailable)]
     if args.json:
         _print_json([dataclasses.asdict(o) for o in outcomes])
     else:
@@ -183,23 +300,27 @@ def _report(outcomes: list[lifecycle.SweepOutcome], args: argparse.Namespace, ve
         else:
             print(f"nothing {verb}")
         for o in outcomes:
-            if o.error:
+            if o in failed:
                 print(f"{o.backend}: error: {o.error}", file=sys.stderr)
-            elif not o.supported and args.verbose:
-                print(f"{o.backend}: {o.note}", file=sys.stderr)
-    return 1 if any(o.error for o in outcomes) else 0
+            elif o.error:
+                _note(f"backend {o.backend!r} skipped: {o.error.splitlines()[0]}")
+            elif not o.supported and (args.verbose or args.backend or " skipped: " in o.note):
+                _note(o.note)
+    if any(o.plugin_failure for o in failed):
+        return ENVLAYER_FAILURE
+    return 1 if failed else 0
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
     settings = _settings(args)
-    specs, failures = _specs_and_failures(args, settings)
+    specs, failures = _sweep_targets(args, settings)
     profile = None if args.all_profiles else settings.profile
     return _report(failures + lifecycle.list_sandboxes(specs, profile=profile), args, "listed")
 
 
 def cmd_reap(args: argparse.Namespace) -> int:
     settings = _settings(args)
-    specs, failures = _specs_and_failures(args, settings)
+    specs, failures = _sweep_targets(args, settings)
     max_age = args.max_age if args.max_age is not None else 2 * max(60.0, settings.lifetime_seconds)
     outcomes = lifecycle.reap_orphans(specs, profile=settings.profile, max_age=max_age, dry_run=args.dry_run)
     return _report(failures + outcomes, args, "would be reaped" if args.dry_run else "reaped")
@@ -207,7 +328,7 @@ def cmd_reap(args: argparse.Namespace) -> int:
 
 def cmd_rm(args: argparse.Namespace) -> int:
     settings = _settings(args)
-    specs, failures = _specs_and_failures(args, settings)
+    specs, failures = _sweep_targets(args, settings)
     outcomes = lifecycle.remove_sandbox(specs, args.task, profile=settings.profile, force=args.force, purge=args.purge)
     return _report(failures + outcomes, args, "removed")
 
@@ -224,7 +345,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             entry: dict[str, Any] = {"backend": name, "ok": True, "problem": "", "fix": ""}
             try:
                 cls = load_backend(name)
-                cls.check_available(settings.options_for(name, cls.Options))
+                with plugin_call(cls, "check_available"):
+                    cls.check_available(settings.options_for(name, cls.Options))
             except EnvlayerError as exc:
                 entry.update(ok=False, problem=exc.message, fix=exc.hint)
             entry["selected"] = name == settings.backend
@@ -264,6 +386,19 @@ def cmd_config(args: argparse.Namespace) -> int:
 # --- parser ------------------------------------------------------------------------
 
 
+DEBUG_HELP = "print tracebacks of errors and DEBUG logs of the envlayer loggers on stderr"
+
+
+def _enable_debug() -> None:
+    global _debug
+    _debug = True
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s: %(message)s"))
+    logger = logging.getLogger("envlayer")
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
@@ -280,8 +415,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     common.add_argument("--json", action="store_true", help="print machine-readable JSON")
     common.add_argument("-v", "--verbose", action="store_true", help="also report backends lacking the capability")
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
 
     parser = argparse.ArgumentParser(prog="envlayer", description="Run commands and manage sandboxes for AI agents.")
+    parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
     p = sub.add_parser("backends", parents=[common], help="list installed backends, their package and capabilities")
@@ -336,14 +473,25 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``envlayer`` script; returns the process exit code."""
     args = build_parser().parse_args(argv)
+    if args.debug:
+        _enable_debug()
+    elif not logging.getLogger("envlayer").handlers:
+        # the CLI reports every failure itself, once: Python's last-resort handler would
+        # print the library's warnings about the same failures again
+        logging.getLogger("envlayer").addHandler(logging.NullHandler())
     try:
         return int(args.func(args))
     except BackendUnavailable as exc:
-        print(f"envlayer: backend unavailable: {exc}", file=sys.stderr)
+        _error(exc, "backend unavailable")
         return 1
     except EnvlayerError as exc:
-        print(f"envlayer: error: {exc}", file=sys.stderr)
-        return 1
+        _error(exc)
+        return _exit_code_for(exc)
+    except Exception as exc:  # a bug: say so in one line, the traceback under --debug
+        _error(exc, f"internal error ({type(exc).__name__})")
+        if not _debug:
+            print("envlayer: run again with --debug for the traceback, and report it", file=sys.stderr)
+        return ENVLAYER_FAILURE
 
 
 if __name__ == "__main__":

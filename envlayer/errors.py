@@ -49,15 +49,48 @@ class BackendNotFound(EnvlayerError):
 
 
 class BackendLoadError(EnvlayerError):
-    """A backend is registered but its module failed to import or is malformed."""
+    """A backend is registered but cannot be used: its module failed to import
+    (``reason="import"``), or its entry point does not name an
+    :class:`~envlayer.Environment` subclass (``reason="not_environment"``). The original
+    exception is chained."""
 
-    def __init__(self, name: str, distribution: str, target: str, cause: BaseException) -> None:
+    def __init__(
+        self, name: str, distribution: str, target: str, cause: BaseException, *, reason: str = "import"
+    ) -> None:
         self.name = name
         self.distribution = distribution
+        self.target = target
+        self.reason = reason
+        if reason == "not_environment":
+            hint = (
+                f"the entry point {name} = {target} of {distribution} must name an envlayer.Environment subclass: "
+                f"a bug in {distribution}; report it to its authors, or uninstall it (`pip uninstall {distribution}`)"
+            )
+        else:
+            hint = (
+                f"reinstall it (`pip install --force-reinstall {distribution}`) "
+                "or check that its dependencies are installed; `envlayer --debug` shows the traceback"
+            )
         super().__init__(
             f"backend {name!r} from {distribution} ({target}) failed to load: {type(cause).__name__}: {cause}",
-            hint=f"reinstall it (`pip install --force-reinstall {distribution}`) "
-            "or check that its dependencies are installed",
+            hint=hint,
+        )
+
+
+class PluginError(EnvlayerError):
+    """A backend raised something its contract does not allow (not an
+    :class:`EnvlayerError`) while being constructed or called: a bug in the plugin.
+    ``backend``, ``distribution`` and ``stage`` (e.g. ``"constructor"``, ``"exec"``) say
+    where; the original exception is chained (``__cause__``)."""
+
+    def __init__(self, backend: str, distribution: str, stage: str, cause: BaseException) -> None:
+        self.backend = backend
+        self.distribution = distribution
+        self.stage = stage
+        super().__init__(
+            f"backend {backend!r} from {distribution} failed in {stage}: {type(cause).__name__}: {cause}",
+            hint=f"a bug in {distribution}: report it to its authors (`envlayer --debug` shows the traceback), "
+            "or use another backend",
         )
 
 
@@ -76,10 +109,6 @@ class BackendConflict(EnvlayerError):
 class BackendUnavailable(EnvlayerError):
     """The backend's infrastructure cannot be reached: daemon down, host unreachable,
     connection lost, credentials refused. The environment may be rebuilt later."""
-
-
-class CapabilityNotSupported(EnvlayerError):
-    """A caller demanded an optional capability that this backend does not have."""
 
 
 # --- configuration ------------------------------------------------------------
@@ -193,3 +222,14 @@ class FileTooLarge(EnvlayerError):
             f"{path!r} is {size} bytes, over the {limit}-byte limit",
             hint="raise max_file_bytes for this backend, or read it in parts with exec (e.g. `head -c`)",
         )
+
+
+# --- agent tools ----------------------------------------------------------------
+
+
+class ToolArgumentError(EnvlayerError, ValueError):
+    """Tool-call arguments do not match the tool's schema; the message says which and why."""
+
+
+class JobError(EnvlayerError):
+    """A background job could not be started, or its id is malformed or unknown."""

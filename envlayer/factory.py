@@ -8,13 +8,28 @@ with open_environment(task_id="task-1") as env:      # backend from config/env v
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from envlayer.config import Settings, load_settings
 from envlayer.environment import Environment
+from envlayer.errors import EnvlayerError
 from envlayer.lifecycle import BackendSpec
 from envlayer.options import BaseOptions
+from envlayer.plugin_errors import plugin_call
 from envlayer.registry import backend_names, load_backend
+
+
+def backend_class(name: str, backends: Mapping[str, type[Environment]] | None = None) -> type[Environment]:
+    """The class of backend ``name``: from ``backends`` (classes an application embeds
+    without packaging them) when it is there, else the installed entry point.
+
+    Raises: BackendNotFound, BackendConflict, BackendLoadError (see
+    :func:`envlayer.registry.load_backend`).
+    """
+    if backends is not None and name in backends:
+        return backends[name]
+    return load_backend(name)
 
 
 def open_environment(
@@ -24,30 +39,50 @@ def open_environment(
     profile: str | None = None,
     options: BaseOptions | Mapping[str, Any] | None = None,
     settings: Settings | None = None,
+    backends: Mapping[str, type[Environment]] | None = None,
 ) -> Environment:
     """Create the environment for ``task_id`` on the configured (or given) backend.
 
     ``options`` is either a ready options object or a mapping of overrides applied on
     top of the configured options. ``settings`` defaults to :func:`load_settings`.
+    ``backends`` maps extra names to classes (see :func:`backend_class`).
 
     Raises:
         BackendNotFound, BackendConflict, BackendLoadError: the backend cannot be loaded.
         ConfigError: its options are invalid (naming the file or variable and key).
         BackendUnavailable: its infrastructure cannot be reached.
+        PluginError: its constructor raised anything but an envlayer error (a plugin bug).
     """
     if settings is None:
         settings = load_settings(backend=backend, profile=profile)
     name = backend or settings.backend
-    cls = load_backend(name)
+    cls = backend_class(name, backends)
     opts = options if isinstance(options, BaseOptions) else settings.options_for(name, cls.Options, overrides=options)
-    return cls(opts, task_id=task_id, profile=profile or settings.profile)
+    with plugin_call(cls, "constructor"):
+        return cls(opts, task_id=task_id, profile=profile or settings.profile)
 
 
-def backend_specs(settings: Settings, names: Sequence[str] | None = None) -> list[BackendSpec]:
+@dataclass(frozen=True)
+class LoadFailure:
+    """A backend :func:`backend_specs` could not prepare, and why."""
+
+    backend: str
+    error: EnvlayerError
+
+
+def backend_specs(
+    settings: Settings, names: Sequence[str] | None = None
+) -> tuple[list[BackendSpec], list[LoadFailure]]:
     """(class, options) for each named backend (default: every installed one), for the
-    backend-level sweeps in :mod:`envlayer.lifecycle`. Raises like :func:`open_environment`."""
+    backend-level sweeps in :mod:`envlayer.lifecycle`, and the backends that could not
+    be loaded or configured. Never raises for one backend: a broken plugin is reported
+    in the failures and the others are still returned."""
     specs: list[BackendSpec] = []
+    failures: list[LoadFailure] = []
     for name in names if names is not None else backend_names():
-        cls = load_backend(name)
-        specs.append((cls, settings.options_for(name, cls.Options)))
-    return specs
+        try:
+            cls = load_backend(name)
+            specs.append((cls, settings.options_for(name, cls.Options)))
+        except EnvlayerError as exc:
+            failures.append(LoadFailure(name, exc))
+    return specs, failures

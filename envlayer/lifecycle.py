@@ -1,22 +1,27 @@
 """The capability dispatcher: lifecycle calls that work on every backend.
 
 Each function checks the backend's capabilities (declared, or introspected for
-backends that declare nothing) before forwarding anything. A keyword is never passed to
-a backend that lacks it, and a missing capability is never an error: the dispatcher
-does the nearest correct thing, logs it at DEBUG, and says so in its return value.
+backends that declare nothing; in both cases only methods whose signature accepts the
+call, see :mod:`envlayer.capabilities`) before forwarding anything. A keyword is never
+passed to a backend that lacks it, and a missing capability is never an error: the
+dispatcher does the nearest correct thing, logs it at DEBUG, and says so in its return
+value (``note``). Anything but an envlayer error raised by the backend during the call
+becomes a :class:`~envlayer.errors.PluginError` naming the backend and its
+distribution.
 """
 
 from __future__ import annotations
 
-import inspect
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from envlayer.capabilities import Capability, supports
+from envlayer.capabilities import Capability, accepts_keyword, defines_method_for, signature_problem, supports
 from envlayer.environment import Command, Environment, SandboxInfo
+from envlayer.errors import BackendUnavailable, PluginError
 from envlayer.options import BaseOptions
+from envlayer.plugin_errors import backend_name, plugin_call
 from envlayer.result import ExecResult
 
 log = logging.getLogger("envlayer.lifecycle")
@@ -25,10 +30,21 @@ log = logging.getLogger("envlayer.lifecycle")
 @dataclass(frozen=True)
 class CleanupOutcome:
     """What :func:`cleanup` did. ``forced`` is True only when the backend really
-    received ``force_remove=True``; ``note`` explains any fallback."""
+    received ``force_remove=True``; ``note`` explains any fallback ("" when there was
+    none)."""
 
     backend: str
     forced: bool
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class StreamOutcome:
+    """What :func:`exec_streaming` did: ``streamed`` is False when the backend cannot
+    stream and the output was delivered once at the end (``note`` says so)."""
+
+    result: ExecResult
+    streamed: bool
     note: str = ""
 
 
@@ -46,10 +62,21 @@ class SweepOutcome:
     sandboxes: list[SandboxInfo] = field(default_factory=list)
     error: str | None = None
     note: str = ""
+    plugin_failure: bool = False
+    """True when ``error`` is a plugin bug or a plugin that cannot be loaded
+    (:class:`~envlayer.errors.PluginError`, ``BackendLoadError``, ``BackendConflict``)."""
+    unavailable: bool = False
+    """True when ``error`` is :class:`~envlayer.errors.BackendUnavailable`: the backend's
+    infrastructure cannot be reached (or is not configured) here."""
 
 
-def _name(env_or_cls: Any) -> str:
-    return getattr(env_or_cls, "name", "") or type(env_or_cls).__name__
+def _absent(backend: Any, capability: Capability) -> str:
+    """The fallback note for a backend without ``capability``: says why."""
+    name = backend_name(backend)
+    problem = signature_problem(backend, capability)
+    if problem is not None and defines_method_for(backend, capability):
+        return f"backend {name!r} has no usable {capability.value} ({problem})"
+    return f"backend {name!r} has no {capability.value}"
 
 
 def cleanup(env: Environment, *, force_remove: bool = False, purge: bool = False) -> CleanupOutcome:
@@ -58,18 +85,22 @@ def cleanup(env: Environment, *, force_remove: bool = False, purge: bool = False
     Without the capability, ``force_remove=True`` degrades to plain ``cleanup()``: that
     backend has no persist mode to override, so its cleanup is already its strongest.
     ``purge`` (which implies ``force_remove``) also deletes the task's durable data, on
-    backends whose ``cleanup`` takes it (Docker). Exceptions from the backend's
-    ``cleanup`` propagate.
+    backends whose ``cleanup`` takes it (Docker).
+
+    Raises: envlayer errors from the backend's ``cleanup`` as they are; anything else
+    as :class:`~envlayer.errors.PluginError`.
     """
-    name = _name(env)
+    name = backend_name(env)
     force_remove = force_remove or purge
     if force_remove and supports(env, Capability.FORCE_REMOVE):
-        extra = {"purge": True} if purge and accepts_keyword(env.cleanup, "purge") else {}
-        env.cleanup(force_remove=True, **extra)  # type: ignore[call-arg]
+        extra = {"purge": True} if purge and accepts_keyword(env, "cleanup", "purge") else {}
+        with plugin_call(env, "cleanup"):
+            env.cleanup(force_remove=True, **extra)  # type: ignore[call-arg]
         return CleanupOutcome(name, forced=True)
-    env.cleanup()
+    with plugin_call(env, "cleanup"):
+        env.cleanup()
     if force_remove:
-        note = f"backend {name!r} has no force_remove; ran plain cleanup()"
+        note = f"{_absent(env, Capability.FORCE_REMOVE)}; ran plain cleanup(), which may keep the sandbox"
         log.debug(note)
         return CleanupOutcome(name, forced=False, note=note)
     return CleanupOutcome(name, forced=False)
@@ -79,12 +110,14 @@ def wait_for_cleanup(env: Environment, timeout: float) -> bool:
     """Block up to ``timeout`` seconds for ``env``'s background teardown.
 
     Returns True when teardown is complete, or when the backend tears down
-    synchronously (nothing to wait for); False when the wait timed out.
+    synchronously (nothing to wait for); False when the wait timed out. Raises like
+    :func:`cleanup`.
     """
     if not supports(env, Capability.WAIT_FOR_CLEANUP):
-        log.debug("backend %r has no wait_for_cleanup; nothing to wait for", _name(env))
+        log.debug("%s; nothing to wait for", _absent(env, Capability.WAIT_FOR_CLEANUP))
         return True
-    return bool(env.wait_for_cleanup(timeout))  # type: ignore[attr-defined]
+    with plugin_call(env, "wait_for_cleanup"):
+        return bool(env.wait_for_cleanup(timeout))  # type: ignore[attr-defined]
 
 
 def exec_streaming(
@@ -94,16 +127,42 @@ def exec_streaming(
     **kwargs: Any,
 ) -> ExecResult:
     """Run ``command`` delivering output to ``on_output(stream, chunk)`` as it arrives
-    when the backend can stream; otherwise once, when the command has finished."""
+    when the backend can stream; otherwise once, when the command has finished.
+    ``kwargs`` are ``exec``'s (``cwd``, ``env``, ``timeout``, ``stdin``). Raises like
+    ``exec``, plus :class:`~envlayer.errors.PluginError` for a contract-breaking
+    exception. :func:`exec_with_output` also says whether it streamed."""
+    return exec_with_output(environment, command, on_output, **kwargs).result
+
+
+def exec_with_output(
+    environment: Environment,
+    command: Command,
+    on_output: Callable[[str, bytes], None],
+    **kwargs: Any,
+) -> StreamOutcome:
+    """:func:`exec_streaming`, returning a :class:`StreamOutcome` with the fallback note."""
     if supports(environment, Capability.STREAMING):
-        return environment.exec(command, on_output=on_output, **kwargs)  # type: ignore[call-arg]
-    log.debug("backend %r cannot stream; delivering output at the end", _name(environment))
-    result = environment.exec(command, **kwargs)
+        callers: list[BaseException] = []  # the callback's own exceptions are not the plugin's
+
+        def relay(stream: str, chunk: bytes) -> None:
+            try:
+                on_output(stream, chunk)
+            except BaseException as exc:
+                callers.append(exc)
+                raise
+
+        with plugin_call(environment, "exec", passthrough=callers):
+            result = environment.exec(command, on_output=relay, **kwargs)  # type: ignore[call-arg]
+        return StreamOutcome(result, streamed=True)
+    note = f"{_absent(environment, Capability.STREAMING)}; output is shown when the command ends"
+    log.debug(note)
+    with plugin_call(environment, "exec"):
+        result = environment.exec(command, **kwargs)
     if result.stdout:
         on_output("stdout", result.stdout)
     if result.stderr:
         on_output("stderr", result.stderr)
-    return result
+    return StreamOutcome(result, streamed=False, note=note)
 
 
 BackendSpec = tuple[type[Environment], BaseOptions]
@@ -114,20 +173,37 @@ def _sweep(
     backends: Iterable[BackendSpec],
     capability: Capability,
     call: Callable[[type[Environment], BaseOptions], list[SandboxInfo]],
+    refuse: Callable[[type[Environment]], str] | None = None,
 ) -> list[SweepOutcome]:
     outcomes = []
     for cls, options in backends:
-        name = _name(cls)
+        name = backend_name(cls)
         if not supports(cls, capability):
-            note = f"backend {name!r} has no {capability.value}"
+            note = _absent(cls, capability)
             log.debug(note)
             outcomes.append(SweepOutcome(name, supported=False, note=note))
             continue
+        refusal = refuse(cls) if refuse is not None else None
+        if refusal:
+            log.debug(refusal)
+            outcomes.append(SweepOutcome(name, supported=False, note=refusal))
+            continue
         try:
-            outcomes.append(SweepOutcome(name, supported=True, sandboxes=list(call(cls, options))))
+            with plugin_call(cls, capability.value):
+                sandboxes = list(call(cls, options))
+            outcomes.append(SweepOutcome(name, supported=True, sandboxes=sandboxes))
         except Exception as exc:
             log.warning("%s on backend %r failed: %s", capability.value, name, exc)
-            outcomes.append(SweepOutcome(name, supported=True, error=f"{type(exc).__name__}: {exc}"))
+            error = f"{type(exc).__name__}: {exc}"
+            outcomes.append(
+                SweepOutcome(
+                    name,
+                    supported=True,
+                    error=error,
+                    plugin_failure=isinstance(exc, PluginError),
+                    unavailable=isinstance(exc, BackendUnavailable),
+                )
+            )
     return outcomes
 
 
@@ -136,12 +212,27 @@ def reap_orphans(
 ) -> list[SweepOutcome]:
     """Remove (or with ``dry_run``, list) sandboxes of ``profile`` left by dead
     processes, on every backend that has a reaper. What counts as an orphan is each
-    backend's documented rule; ``max_age`` is in seconds."""
-    return _sweep(
-        backends,
-        Capability.REAP_ORPHANS,
-        lambda cls, opts: cls.reap_orphans(profile=profile, max_age=max_age, dry_run=dry_run, options=opts),  # type: ignore[attr-defined]
-    )
+    backend's documented rule; ``max_age`` is in seconds.
+
+    A reaper whose signature has no ``dry_run`` (an older plugin) can only reap: it is
+    called without the keyword for a real reap, and a dry run on it is refused
+    (``supported=False``, the note says why; nothing is removed)."""
+
+    def call(cls: type[Environment], opts: BaseOptions) -> list[SandboxInfo]:
+        kwargs: dict[str, Any] = {"profile": profile, "max_age": max_age, "options": opts}
+        if accepts_keyword(cls, "reap_orphans", "dry_run"):
+            kwargs["dry_run"] = dry_run
+        return cls.reap_orphans(**kwargs)  # type: ignore[attr-defined,no-any-return]
+
+    def refuse(cls: type[Environment]) -> str:
+        if dry_run and not accepts_keyword(cls, "reap_orphans", "dry_run"):
+            return (
+                f"backend {backend_name(cls)!r} cannot do a dry run: its reap_orphans has no dry_run parameter; "
+                "nothing was listed or removed"
+            )
+        return ""
+
+    return _sweep(backends, Capability.REAP_ORPHANS, call, refuse)
 
 
 def list_sandboxes(backends: Sequence[BackendSpec], *, profile: str | None) -> list[SweepOutcome]:
@@ -151,17 +242,6 @@ def list_sandboxes(backends: Sequence[BackendSpec], *, profile: str | None) -> l
         Capability.LIST_SANDBOXES,
         lambda cls, opts: cls.list_sandboxes(profile=profile, options=opts),  # type: ignore[attr-defined]
     )
-
-
-def accepts_keyword(fn: Callable[..., Any], keyword: str) -> bool:
-    """True when ``fn`` names a parameter ``keyword``. A bare ``**kwargs`` does not count:
-    wrappers that forward ``**kwargs`` to a backend without the keyword would fail."""
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
-    param = params.get(keyword)
-    return param is not None and param.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 
 
 def remove_sandbox(
@@ -174,7 +254,7 @@ def remove_sandbox(
 
     def call(cls: type[Environment], opts: BaseOptions) -> list[SandboxInfo]:
         remove = cls.remove_sandbox  # type: ignore[attr-defined]
-        extra = {"purge": True} if purge and accepts_keyword(remove, "purge") else {}
+        extra = {"purge": True} if purge and accepts_keyword(cls, "remove_sandbox", "purge") else {}
         return remove(task_id, profile=profile, options=opts, force=force, **extra)  # type: ignore[no-any-return]
 
     return _sweep(backends, Capability.REMOVE_SANDBOX, call)

@@ -40,9 +40,6 @@ Contract:
 
 from __future__ import annotations
 
-import atexit
-import hashlib
-import json
 import logging
 import threading
 import time
@@ -52,15 +49,30 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from envlayer.cancel import CancelToken
+from envlayer import exit_hook
+from envlayer.cancel import CancelToken, takes_cancel
 from envlayer.capabilities import Capability, capabilities_of, supports
 from envlayer.config import Settings, load_settings
 from envlayer.environment import DEFAULT_TASK, Command, Environment
 from envlayer.errors import BackendUnavailable, EnvironmentClosed, EnvlayerError
-from envlayer.lifecycle import CleanupOutcome, SweepOutcome, accepts_keyword, cleanup, reap_orphans, wait_for_cleanup
-from envlayer.options import BaseOptions
-from envlayer.registry import load_backend
+from envlayer.factory import backend_class, open_environment
+from envlayer.lifecycle import CleanupOutcome, cleanup, exec_streaming, wait_for_cleanup
+from envlayer.orphan_sweeps import OrphanSweep, orphan_sweep, start_sweep
+from envlayer.plugin_errors import plugin_call
 from envlayer.result import ExecResult
+from envlayer.task_bindings import EnvKey, TaskBindingConflict, TaskBindings, TaskOverrides
+
+__all__ = [
+    "DEFAULT_EXIT_TIMEOUT",
+    "DEFAULT_REAP_INTERVAL",
+    "EnvKey",
+    "EnvironmentManager",
+    "IdleGuard",
+    "ManagedEnvironment",
+    "ManagerClosed",
+    "OrphanSweep",
+    "TaskBindingConflict",
+]
 
 log = logging.getLogger("envlayer.manager")
 
@@ -70,9 +82,6 @@ DEFAULT_REAP_INTERVAL = 60.0
 DEFAULT_EXIT_TIMEOUT = 15.0
 """Total seconds :meth:`EnvironmentManager.close` waits for background teardowns."""
 
-ORPHAN_AGE_FLOOR = 60.0
-"""``max_age`` of the orphan sweep is ``2 * max(ORPHAN_AGE_FLOOR, lifetime_seconds)``."""
-
 _PASSTHROUGH = frozenset({Capability.STREAMING, Capability.PERSISTENT_SESSION, Capability.PERSIST_ACROSS_PROCESSES})
 """Capabilities a managed handle keeps from its environment; the lifecycle ones stay
 with the manager."""
@@ -80,37 +89,6 @@ with the manager."""
 
 class ManagerClosed(EnvlayerError):
     """The manager was closed; it creates no more environments."""
-
-
-class TaskBindingConflict(EnvlayerError, ValueError):
-    """An alias or overrides registration that would change the key of a task that
-    already has a live environment, or an alias that would form a cycle."""
-
-
-@dataclass(frozen=True)
-class EnvKey:
-    """The cache key of one managed environment."""
-
-    profile: str
-    backend: str
-    task: str
-    overrides: str = ""
-    """Digest of the task's registered overrides; "" when it has none."""
-
-
-@dataclass(frozen=True)
-class TaskOverrides:
-    """What :meth:`EnvironmentManager.register_overrides` stored for one task."""
-
-    backend: str | None
-    options: Mapping[str, Any]
-    digest: str
-
-    @classmethod
-    def make(cls, backend: str | None, options: Mapping[str, Any] | None) -> TaskOverrides:
-        opts = dict(options or {})
-        text = json.dumps({"backend": backend, "options": opts}, sort_keys=True, default=repr)
-        return cls(backend, opts, hashlib.sha256(text.encode()).hexdigest()[:16])
 
 
 IdleGuard = Callable[[EnvKey, Environment], bool]
@@ -135,92 +113,7 @@ class _Pending:
     error: BaseException | None = None
 
 
-# --- the once-per-process orphan sweep ---------------------------------------------
-
-
-@dataclass
-class OrphanSweep:
-    """One orphan sweep of one backend for one profile, running or finished."""
-
-    backend: str
-    profile: str
-    max_age: float
-    done: threading.Event = field(default_factory=threading.Event)
-    outcomes: list[SweepOutcome] = field(default_factory=list)
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """True once the sweep has finished (successfully or not)."""
-        return self.done.wait(timeout)
-
-
-_sweeps: dict[tuple[str, str], OrphanSweep] = {}
-_sweeps_lock = threading.Lock()
-
-
-def _run_sweep(sweep: OrphanSweep, cls: type[Environment], options: BaseOptions) -> None:
-    try:
-        sweep.outcomes = reap_orphans([(cls, options)], profile=sweep.profile, max_age=sweep.max_age)
-        for outcome in sweep.outcomes:
-            if outcome.sandboxes:
-                log.info(
-                    "orphan reaper removed %d sandbox(es) of profile %r on %r",
-                    len(outcome.sandboxes),
-                    sweep.profile,
-                    outcome.backend,
-                )
-    except Exception:
-        log.warning("orphan sweep of %r for profile %r failed", sweep.backend, sweep.profile, exc_info=True)
-    finally:
-        sweep.done.set()
-
-
-def _start_sweep(name: str, cls: type[Environment], options: BaseOptions, profile: str, lifetime: float) -> OrphanSweep:
-    """Start the sweep of ``(name, profile)`` unless this process already did."""
-    with _sweeps_lock:
-        sweep = _sweeps.get((name, profile))
-        if sweep is not None:
-            return sweep
-        sweep = OrphanSweep(name, profile, 2 * max(ORPHAN_AGE_FLOOR, lifetime))
-        _sweeps[(name, profile)] = sweep
-    threading.Thread(
-        target=_run_sweep, args=(sweep, cls, options), name=f"envlayer-orphan-sweep-{name}", daemon=True
-    ).start()
-    return sweep
-
-
-def orphan_sweep(backend: str, profile: str) -> OrphanSweep | None:
-    """The sweep this process started for ``backend`` and ``profile``, if any."""
-    with _sweeps_lock:
-        return _sweeps.get((backend, profile))
-
-
-# --- the at-exit hook ----------------------------------------------------------------
-
-_live: weakref.WeakSet[EnvironmentManager] = weakref.WeakSet()
-_live_lock = threading.Lock()
-_atexit_registered = False
-
-
-def _track(manager: EnvironmentManager) -> None:
-    global _atexit_registered
-    with _live_lock:
-        _live.add(manager)
-        if not _atexit_registered:
-            atexit.register(_close_all_at_exit)
-            _atexit_registered = True
-
-
-def _close_all_at_exit() -> None:
-    with _live_lock:
-        managers = list(_live)
-    if not managers:
-        return
-    deadline = time.monotonic() + max(m.exit_timeout for m in managers)
-    for manager in managers:
-        try:
-            manager.close(timeout=max(0.0, deadline - time.monotonic()))
-        except Exception:
-            log.warning("closing an environment manager at exit failed", exc_info=True)
+# --- the idle reaper thread -------------------------------------------------------
 
 
 def _reaper_loop(ref: weakref.ReferenceType[EnvironmentManager], stop: threading.Event, interval: float) -> None:
@@ -274,29 +167,30 @@ class ManagedEnvironment(Environment):
         on_output: Callable[[str, bytes], None] | None = None,
         cancel: CancelToken | None = None,
     ) -> ExecResult:
-        """:meth:`Environment.exec`, tracked. ``on_output`` requires the STREAMING
-        capability (use :func:`envlayer.lifecycle.exec_streaming` to be safe); ``cancel``
-        is passed on when the backend's ``exec`` takes it (else the command runs to its
-        end or its timeout, and a DEBUG line says so)."""
+        """:meth:`Environment.exec`, tracked. ``on_output`` goes through
+        :func:`envlayer.lifecycle.exec_streaming`: chunks as they arrive on a streaming
+        backend, once at the end on others. ``cancel`` is passed on when the backend's
+        ``exec`` takes it (else the command runs to its end or its timeout, and a DEBUG
+        line says so)."""
         kwargs: dict[str, Any] = {"cwd": cwd, "env": env, "timeout": timeout, "stdin": stdin}
-        if on_output is not None:
-            kwargs["on_output"] = on_output
         if cancel is not None:
-            if accepts_keyword(self.environment.exec, "cancel"):
+            if takes_cancel(self.environment):
                 kwargs["cancel"] = cancel
             else:
                 log.debug("backend %r cannot cancel a running command", self.environment.name)
-        with self._manager._activity(self._entry):
+        with self._manager._activity(self._entry, "exec"):
+            if on_output is not None:
+                return exec_streaming(self.environment, command, on_output, **kwargs)
             return self.environment.exec(command, **kwargs)
 
     def read_file(self, path: str) -> bytes:
         """:meth:`Environment.read_file`, tracked."""
-        with self._manager._activity(self._entry):
+        with self._manager._activity(self._entry, "read_file"):
             return self.environment.read_file(path)
 
     def write_file(self, path: str, data: bytes | str) -> None:
         """:meth:`Environment.write_file`, tracked."""
-        with self._manager._activity(self._entry):
+        with self._manager._activity(self._entry, "write_file"):
             self.environment.write_file(path, data)
 
     def cleanup(self) -> None:
@@ -335,40 +229,26 @@ class EnvironmentManager:
         self._lock = threading.Lock()
         self._entries: dict[EnvKey, _Entry] = {}
         self._pending: dict[EnvKey, _Pending] = {}
-        self._aliases: dict[str, str] = {}
-        self._overrides: dict[str, TaskOverrides] = {}
+        self._bindings = TaskBindings(self.settings)
         self._tearing_down: list[Environment] = []
         self._guards: list[IdleGuard] = []
         self._stop = threading.Event()
         self._reaper: threading.Thread | None = None
         self._closed = False
-        _track(self)
+        exit_hook.track(self)
 
     # --- keys ---------------------------------------------------------------------
 
     def _resolve_locked(self, task_id: str) -> tuple[EnvKey, TaskOverrides | None]:
-        task, seen = task_id, {task_id}
-        while task not in self._overrides and task in self._aliases:
-            task = self._aliases[task]
-            if task in seen:  # refused by alias(); kept as a guard
-                break
-            seen.add(task)
-        ov = self._overrides.get(task)
-        backend = (ov.backend if ov is not None else None) or self.settings.backend
-        return EnvKey(self.settings.profile, backend, task, ov.digest if ov is not None else ""), ov
+        return self._bindings.resolve(task_id)
+
+    def _is_live_locked(self, key: EnvKey) -> bool:
+        return key in self._entries or key in self._pending
 
     def key_for(self, task_id: str = DEFAULT_TASK) -> EnvKey:
         """The key ``get(task_id)`` would use now."""
         with self._lock:
             return self._resolve_locked(task_id)[0]
-
-    def _check_rebind_locked(self, task_id: str, new_key: EnvKey) -> None:
-        old_key = self._resolve_locked(task_id)[0]
-        if old_key != new_key and (old_key in self._entries or old_key in self._pending):
-            raise TaskBindingConflict(
-                f"task {task_id!r} already has a live environment ({old_key.backend}, task {old_key.task!r})",
-                hint="register aliases and overrides before the task's first call, or release(task_id) first",
-            )
 
     def register_overrides(
         self, task_id: str, *, backend: str | None = None, options: Mapping[str, Any] | None = None
@@ -385,10 +265,7 @@ class EnvironmentManager:
         name = backend or self.settings.backend
         self.settings.options_for(name, self._backend_class(name).Options, overrides=ov.options)
         with self._lock:
-            new_key = EnvKey(self.settings.profile, name, task_id, ov.digest)
-            self._check_rebind_locked(task_id, new_key)
-            self._overrides[task_id] = ov
-        return new_key
+            return self._bindings.register_overrides(task_id, ov, self._is_live_locked)
 
     def alias(self, child_task: str, parent_task: str) -> EnvKey:
         """Make ``child_task`` (a subagent) share ``parent_task``'s environment. Returns
@@ -399,29 +276,13 @@ class EnvironmentManager:
                 live environment of its own.
         """
         with self._lock:
-            task, seen = parent_task, {parent_task}
-            while task in self._aliases and task != child_task:
-                task = self._aliases[task]
-                if task in seen:
-                    break
-                seen.add(task)
-            if task == child_task:
-                raise TaskBindingConflict(
-                    f"aliasing {child_task!r} to {parent_task!r} would form a cycle",
-                    hint="alias a subagent to its parent, never the other way round",
-                )
-            owner = child_task if child_task in self._overrides else parent_task
-            new_key = self._resolve_locked(owner)[0]
-            self._check_rebind_locked(child_task, new_key)
-            self._aliases[child_task] = parent_task
-            return new_key
+            return self._bindings.alias(child_task, parent_task, self._is_live_locked)
 
     def forget(self, task_id: str) -> None:
         """Drop ``task_id``'s alias and overrides registrations (its environment, if
         any, is not touched: release it first)."""
         with self._lock:
-            self._aliases.pop(task_id, None)
-            self._overrides.pop(task_id, None)
+            self._bindings.forget(task_id)
 
     # --- get / release ----------------------------------------------------------------
 
@@ -456,7 +317,7 @@ class EnvironmentManager:
             # released meanwhile), or the creator was interrupted (loop to try ourselves)
 
     def _backend_class(self, name: str) -> type[Environment]:
-        return self._backends.get(name) or load_backend(name)
+        return backend_class(name, self._backends)
 
     def _create(self, key: EnvKey, overrides: TaskOverrides | None, pending: _Pending) -> ManagedEnvironment:
         try:
@@ -465,8 +326,15 @@ class EnvironmentManager:
                 key.backend, cls.Options, overrides=overrides.options if overrides is not None else None
             )
             if self.settings.orphan_reaper:
-                _start_sweep(key.backend, cls, options, key.profile, self.settings.lifetime_seconds)
-            env = cls(options, task_id=key.task, profile=key.profile)
+                start_sweep(key.backend, cls, options, key.profile, self.settings.lifetime_seconds)
+            env = open_environment(
+                key.backend,
+                task_id=key.task,
+                profile=key.profile,
+                options=options,
+                settings=self.settings,
+                backends={key.backend: cls},  # loaded once, above
+            )
         except BaseException as exc:
             with self._lock:
                 self._pending.pop(key, None)
@@ -536,7 +404,9 @@ class EnvironmentManager:
     # --- activity, eviction, idle reaping -------------------------------------------
 
     @contextmanager
-    def _activity(self, entry: _Entry) -> Iterator[None]:
+    def _activity(self, entry: _Entry, stage: str) -> Iterator[None]:
+        """Track one call on ``entry`` (in flight, last activity); evict on
+        ``BackendUnavailable``; a contract-breaking exception becomes ``PluginError``."""
         with self._lock:
             if entry.released:
                 raise EnvironmentClosed(
@@ -546,7 +416,8 @@ class EnvironmentManager:
             entry.in_flight += 1
             entry.last_activity = time.monotonic()
         try:
-            yield
+            with plugin_call(entry.env, stage):
+                yield
         except BackendUnavailable:
             self._evict(entry)
             raise
@@ -668,8 +539,7 @@ class EnvironmentManager:
         with self._lock:
             tearing, self._tearing_down = self._tearing_down, []
         done = all([self._teardown_done(env, max(0.0, deadline - time.monotonic())) for env in tearing])
-        with _live_lock:
-            _live.discard(self)
+        exit_hook.untrack(self)
         return done
 
     def __enter__(self) -> EnvironmentManager:

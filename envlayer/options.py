@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from envlayer.errors import ConfigError, InvalidArgument
+from envlayer.errors import ConfigError, EnvlayerError, InvalidArgument
 from envlayer.output import POLICIES
 from envlayer.request import normalize_timeout
 
@@ -30,8 +30,10 @@ def option(default: Any = dataclasses.MISSING, *, doc: str, factory: Any = datac
     return field(default=default, metadata={"doc": doc})
 
 
-class OptionError(ValueError):
-    """Raised by an options class's ``__post_init__`` for a bad value of ``key``."""
+class OptionError(EnvlayerError, ValueError):
+    """Raised by an options class's ``__post_init__`` for a bad value of ``key``. Loading
+    options from configuration turns it into a :class:`~envlayer.errors.ConfigError`
+    naming the file or variable."""
 
     def __init__(self, key: str, message: str) -> None:
         self.key = key

@@ -28,16 +28,31 @@ KNOWN_PACKAGES: dict[str, str] = {
     "ssh": "envlayer-ssh",
     "modal": "envlayer-modal",
     "daytona": "envlayer-daytona",
+    "kubernetes": "envlayer-kubernetes",
 }
 """Backends this project publishes, by name, and the distribution that provides each:
 used to tell a user what to install."""
 
-_REQUIRED_METHODS = ("exec", "read_file", "write_file", "cleanup")
+BUILTIN: dict[str, str] = {"local": "envlayer.backends.local:LocalEnvironment"}
+"""Names that belong to backends built into envlayer, and their targets. A plugin that
+registers one of these names is ignored (``envlayer backends`` says so): it cannot
+change what a plain ``envlayer exec`` runs."""
+
+BUILTIN_DISTRIBUTION = "envlayer"
+
+_origins: dict[type, str] = {}
+"""Distribution of each backend class :func:`load_backend` returned."""
 
 
 BackendInfo = namedtuple("BackendInfo", "name distribution version target")
 """An installed backend as its distribution registers it (all strings; ``target`` is
 "module:attr"). Nothing is imported to build it."""
+
+
+def shadows_builtin(info: BackendInfo | EntryPointRecord) -> bool:
+    """True for a plugin's entry point that registers a built-in backend's name (it is
+    ignored)."""
+    return info.name in BUILTIN and info.distribution != BUILTIN_DISTRIBUTION
 
 
 def _entry_points() -> list[EntryPointRecord]:
@@ -89,16 +104,31 @@ def _driver_manager_class() -> Any:
     return FreshDriverManager
 
 
+def _load_builtin(name: str) -> type[Environment]:
+    import importlib
+
+    module, _, attr = BUILTIN[name].partition(":")
+    backend: type[Environment] = getattr(importlib.import_module(module), attr)
+    _origins[backend] = BUILTIN_DISTRIBUTION
+    return backend
+
+
 def load_backend(name: str) -> type[Environment]:
     """Import and return the backend class registered as ``name``.
+
+    A built-in name (:data:`BUILTIN`, i.e. ``local``) always loads the built-in backend;
+    plugins registering it are ignored.
 
     Raises:
         BackendNotFound: no installed distribution registers ``name``; lists the
             installed backends and names the package that provides ``name``, if known.
         BackendConflict: two distributions register ``name``.
-        BackendLoadError: the plugin failed to import, or its target is not an
-            Environment class; the original exception is chained.
+        BackendLoadError: the plugin failed to import (``reason="import"``), or its
+            target is not an Environment subclass (``reason="not_environment"``); the
+            original exception is chained.
     """
+    if name in BUILTIN:
+        return _load_builtin(name)
     matches = [r for r in _entry_points() if r.name == name]
     if not matches:
         raise BackendNotFound(name, backend_names(), KNOWN_PACKAGES.get(name))
@@ -112,10 +142,33 @@ def load_backend(name: str) -> type[Environment]:
         backend = _driver_manager_class()(name).driver
     except Exception as exc:
         raise BackendLoadError(name, info.distribution, info.target, exc) from exc
-    missing = [m for m in _REQUIRED_METHODS if not callable(getattr(backend, m, None))]
-    if not isinstance(backend, type) or missing:
-        problem = f"missing {', '.join(missing)}" if missing else "not a class"
+    from envlayer.environment import Environment
+
+    if not (isinstance(backend, type) and issubclass(backend, Environment)):
+        what = "a class not derived from it" if isinstance(backend, type) else f"a {type(backend).__name__}"
         raise BackendLoadError(
-            name, info.distribution, info.target, TypeError(f"{info.target} is not an Environment ({problem})")
+            name,
+            info.distribution,
+            info.target,
+            TypeError(f"{info.target} is not an Environment subclass (it is {what})"),
+            reason="not_environment",
         )
+    _origins[backend] = info.distribution
+    import logging  # already imported by stevedore: free here, and kept off the listing path
+
+    logging.getLogger("envlayer.registry").debug("loaded backend %r from %s (%s)", name, info.distribution, info.target)
     return backend
+
+
+def distribution_of(backend: Any) -> str:
+    """The distribution that provides ``backend`` (a class or an instance), for error
+    messages: as recorded by :func:`load_backend`, else found among the installed entry
+    points, else ``"module <name> (not an installed plugin)"``."""
+    cls = backend if isinstance(backend, type) else type(backend)
+    if cls in _origins:
+        return _origins[cls]
+    target = f"{cls.__module__}:{cls.__qualname__}"
+    for record in _entry_points():
+        if record.value == target:
+            return str(record.distribution)
+    return f"module {cls.__module__} (not an installed plugin)"

@@ -1,9 +1,16 @@
 """Public test kit for backend authors: ``EnvironmentConformance`` (a pytest suite) and
 ``ExecContractConformance`` (bad input, output floods, session semantics).
 
-Importing this package requires pytest; ``import envlayer`` never imports it.
+Install it with ``pip install "envlayer[testing]"`` (it brings pytest). Importing this
+package requires pytest; ``import envlayer`` never imports it. Importing it registers
+the kit's modules for pytest's assertion rewriting, so a failing check shows the values
+it compared, as your own test modules do.
 """
 
-from envlayer.testing.conformance import EnvironmentConformance, ExecContractConformance
+import pytest
+
+pytest.register_assert_rewrite("envlayer.testing.conformance")
+
+from envlayer.testing.conformance import EnvironmentConformance, ExecContractConformance  # noqa: E402 - after it
 
 __all__ = ["EnvironmentConformance", "ExecContractConformance"]

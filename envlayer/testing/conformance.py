@@ -13,7 +13,9 @@ Usage, in a backend's test module::
             environment.cleanup()
 
 The fixture must yield a fresh, working environment whose working directory is
-writable. The suite only uses the public interface and POSIX ``sh`` utilities
+writable. The kit sets ``env.options.timeout``, ``max_file_bytes`` and ``file_root``
+for the duration of single checks (and restores them), so the backend must read them
+from ``self.options`` at call time. The suite only uses the public interface and POSIX ``sh`` utilities
 (``echo``, ``cat``, ``printf``, ``head``, ``sleep``, ``kill``, ``pwd``, ``mkdir``), so it runs
 on a busybox image as well as on a full distribution.
 
@@ -40,7 +42,15 @@ from typing import Any, ClassVar
 
 import pytest
 
-from envlayer.capabilities import Capability, capabilities_of
+from envlayer import lifecycle
+from envlayer.capabilities import (
+    CALL_SHAPES,
+    Capability,
+    capabilities_of,
+    declared_capabilities,
+    defines_method_for,
+    signature_problem,
+)
 from envlayer.environment import Environment
 from envlayer.errors import (
     BackendUnavailable,
@@ -439,10 +449,10 @@ class EnvironmentConformance:
         """A backend whose ``exec`` takes ``cancel`` kills the command's tree when the
         token is cancelled from another thread, and returns the output so far with
         ``cancelled=True`` and exit code 130."""
-        from envlayer.lifecycle import accepts_keyword
+        from envlayer.cancel import takes_cancel
         from envlayer.testing.cancelling import exec_cancelled_after_output
 
-        if not accepts_keyword(env.exec, "cancel") or Capability.STREAMING not in capabilities_of(env):
+        if not takes_cancel(env) or Capability.STREAMING not in capabilities_of(env):
             pytest.skip("backend's exec takes no cancel token (or cannot stream)")
         with _pidfile(env) as pidfile:
             script = f"sleep 312 & echo $! > {pidfile}; echo ready; sleep 313"
@@ -624,3 +634,104 @@ class EnvironmentConformance:
             assert entered is env
             assert entered.exec("echo in").stdout == b"in\n"
         assert env.closed
+
+    # --- the plugin contract: options read at call time, result fields, the dispatcher's calls ---
+
+    def test_default_timeout_comes_from_options(self, env: Environment) -> None:
+        """``exec`` without ``timeout`` uses ``options.timeout``, read at call time."""
+        previous = env.options.timeout
+        env.options.timeout = 1
+        try:
+            result = env.exec("echo started; sleep 8")
+        finally:
+            env.options.timeout = previous
+        assert (result.timed_out, result.exit_code) == (True, 124), (
+            f"exec without timeout= must use options.timeout=1; got {result!r}"
+        )
+        assert result.duration < 7
+
+    def test_result_records_the_timeout_that_applied(self, env: Environment) -> None:
+        """``ExecResult.timeout`` is the limit that applied to the call (shown to users,
+        e.g. "timed out after 1s"), whether or not the command hit it."""
+        timed_out = env.exec("sleep 30", timeout=1)
+        assert timed_out.timed_out
+        assert timed_out.timeout == 1
+        assert env.exec("true", timeout=25).timeout == 25
+
+    def test_missing_cwd_is_exit_126_naming_it(self, env: Environment) -> None:
+        """A ``cwd`` that does not exist runs nothing: exit code 126 and
+        ``working directory does not exist: <cwd>`` on stderr, never a raw exception."""
+        missing = f"/tmp/{_scratch()}-missing"
+        try:
+            result = env.exec("echo ran", cwd=missing)
+        except Exception as exc:
+            raise AssertionError(
+                f"exec(cwd={missing!r}) raised {type(exc).__name__}: {exc}; "
+                "it must return exit code 126 with the reason on stderr"
+            ) from exc
+        assert result.exit_code == 126
+        assert result.stdout == b""
+        assert missing in result.stderr_text
+
+    def test_declared_parts_accept_the_dispatchers_call(self, env: Environment) -> None:
+        """Every declared capability backed by a method accepts every argument the
+        dispatcher passes (otherwise envlayer drops it and falls back)."""
+        declared = declared_capabilities(env) or frozenset()
+        problems = {c.value: signature_problem(env, c) for c in sorted(declared) if signature_problem(env, c)}
+        assert problems == {}
+
+    def test_optional_parts_found_are_callable_through_the_dispatcher(
+        self, env: Environment, tmp_path: os.PathLike[str]
+    ) -> None:
+        """For a backend that declares nothing: every optional part the kit finds (a
+        method or parameter named for a capability) has a signature the dispatcher can
+        call, and works when called through it the way envlayer does."""
+        if declared_capabilities(env) is not None:
+            pytest.skip("capabilities are declared; test_declared_parts_accept_the_dispatchers_call covers them")
+        found = sorted(c for c in CALL_SHAPES if defines_method_for(env, c))
+        unusable = {c.value: signature_problem(env, c) for c in found if signature_problem(env, c)}
+        assert unusable == {}
+        profile = f"conformance-{uuid.uuid4().hex[:8]}"
+        spec = [(type(env), env.options)]
+        if Capability.STREAMING in found:
+            chunks: list[bytes] = []
+            assert lifecycle.exec_streaming(env, "echo streamed", lambda s, c: chunks.append(c)).stdout == b"streamed\n"
+            assert b"".join(chunks) == b"streamed\n"
+        if Capability.DIRECTORY_TRANSFER in found:
+            self._check_directory_transfer(env, str(tmp_path))
+        for outcome in [
+            *(lifecycle.list_sandboxes(spec, profile=profile) if Capability.LIST_SANDBOXES in found else []),
+            *(
+                lifecycle.reap_orphans(spec, profile=profile, max_age=1e9, dry_run=True)
+                if Capability.REAP_ORPHANS in found
+                else []
+            ),
+            *(
+                lifecycle.remove_sandbox(spec, "no-such-task", profile=profile)
+                if Capability.REMOVE_SANDBOX in found
+                else []
+            ),
+        ]:
+            assert (outcome.error, outcome.sandboxes) == (None, [])
+        if Capability.FORCE_REMOVE in found:
+            assert lifecycle.cleanup(env, force_remove=True).forced
+        if Capability.WAIT_FOR_CLEANUP in found:
+            lifecycle.cleanup(env)
+            assert lifecycle.wait_for_cleanup(env, 60.0) is True
+
+    @staticmethod
+    def _check_directory_transfer(env: Environment, local_root: str) -> None:
+        source = os.path.join(local_root, "up")
+        os.makedirs(os.path.join(source, "sub"))
+        with open(os.path.join(source, "sub", "f.txt"), "w") as fh:
+            fh.write("payload")
+        remote = f"/tmp/{_scratch()}"
+        try:
+            env.upload_dir(source, remote)  # type: ignore[attr-defined]
+            assert env.exec(f"cat {remote}/sub/f.txt").stdout == b"payload"
+            target = os.path.join(local_root, "down")
+            env.download_dir(remote, target)  # type: ignore[attr-defined]
+            with open(os.path.join(target, "sub", "f.txt")) as fh:
+                assert fh.read() == "payload"
+        finally:
+            env.exec(f"rm -rf {remote}")

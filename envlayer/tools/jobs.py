@@ -21,15 +21,12 @@ import uuid
 from dataclasses import dataclass
 
 from envlayer.environment import Environment
+from envlayer.errors import JobError
 from envlayer.tools.truncate import HEAD_SHARE
 
 JOB_ID = re.compile(r"^[0-9a-f]{12}$")
 DEFAULT_JOBS_DIR = '"${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/envlayer/jobs"'
 """The default jobs dir, as a shell expression the sandbox resolves."""
-
-
-class JobError(Exception):
-    """A job could not be started, or the job id is malformed."""
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from envlayer.cancel import CancelToken
+from envlayer.cancel import CancelToken, takes_cancel
 from envlayer.capabilities import Capability, supports
 from envlayer.environment import DEFAULT_TASK, Environment
 from envlayer.errors import (
@@ -55,7 +55,7 @@ from envlayer.errors import (
     SandboxIsADirectory,
     SandboxPathError,
 )
-from envlayer.lifecycle import accepts_keyword, exec_streaming
+from envlayer.lifecycle import exec_streaming
 from envlayer.manager import EnvironmentManager, EnvKey
 from envlayer.result import ExecResult
 from envlayer.tools import definitions, jobs, spill
@@ -195,9 +195,9 @@ class ToolRegistry:
                 return self._call(functools.partial(self._terminal, cancel=cancel), args, task_id)
             return self._call(handler, args, task_id)
         except ToolArgumentError as exc:
-            return error("bad_arguments", str(exc), f"call {name} with arguments matching its JSON schema")
+            return error("bad_arguments", exc.message, f"call {name} with arguments matching its JSON schema")
         except jobs.JobError as exc:
-            return error("job_error", str(exc), "check the job_id returned by terminal(background=true)")
+            return error("job_error", exc.message, "check the job_id returned by terminal(background=true)")
         except SandboxPathError as exc:
             return error("path_outside_sandbox", exc.message, exc.hint)
         except SandboxFileNotFound as exc:
@@ -278,7 +278,7 @@ class ToolRegistry:
             )
         merged = MergedOutput(c.output_chars, c.spill_bytes)
         token = cancel or CancelToken()
-        extra = {"cancel": token} if accepts_keyword(env.exec, "cancel") else {}
+        extra = {"cancel": token} if takes_cancel(env) else {}
         with self._running_call(env.task_id, token):
             result = exec_streaming(env, args["command"], merged, cwd=args.get("workdir"), timeout=timeout, **extra)
         out = self._output(result, merged, separate=bool(args.get("separate_streams")))

@@ -12,11 +12,11 @@ import difflib
 from collections.abc import Mapping
 from typing import Any
 
+from envlayer.errors import ToolArgumentError
+
+__all__ = ["ToolArgumentError", "validate"]
+
 _TYPES: dict[str, tuple[type, ...]] = {"string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,)}
-
-
-class ToolArgumentError(ValueError):
-    """The arguments do not match the tool's schema; the message says which and why."""
 
 
 def validate(arguments: Any, schema: Mapping[str, Any]) -> dict[str, Any]:

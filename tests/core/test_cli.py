@@ -134,3 +134,18 @@ def test_help_on_every_command() -> None:
     for cmd in ("backends", "exec", "ls", "reap", "rm", "doctor", "config"):
         out = run(cmd, "--help")
         assert out.returncode == 0 and "usage: envlayer" in out.stdout
+
+
+def test_exec_whose_reader_goes_away_exits_141_quietly(workdir: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ENVLAYER_")}
+    marker = f"reader-gone-{os.getpid()}-{id(workdir)}"
+    proc = subprocess.Popen(
+        [ENVLAYER, "exec", "--", "yes", marker], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=workdir, env=env
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.read(len(marker) + 1) == f"{marker}\n".encode()
+    proc.stdout.close()  # as `| head -1` does
+    assert proc.wait(timeout=30) == 141
+    assert proc.stderr.read() == b""
+    survivors = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout
+    assert survivors == "", "the command's tree must be killed"

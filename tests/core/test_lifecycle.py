@@ -130,3 +130,138 @@ def test_one_failing_backend_does_not_stop_the_sweep(toy: Any) -> None:
     assert "daemon hiccup" in (outcomes[0].error or "")
     assert [s.id for s in outcomes[1].sandboxes] == ["id1"]
     assert outcomes[2].supported is False
+
+
+# --- introspection by signature: the dispatcher never raises TypeError --------------------
+
+
+def _backend(capabilities: Any = None, **methods: Any) -> type[Environment]:
+    """A backend class with ``methods`` added to :class:`Recording`'s required ones."""
+    return type("Shaped", (Recording,), {"capabilities": capabilities, "name": "shaped", **methods})
+
+
+def _wait_no_timeout(self: Any) -> bool:
+    return True
+
+
+def _wait_varargs(self: Any, *args: Any) -> bool:
+    Recording.calls.append(("wait", args))
+    return True
+
+
+def _wait_positional_only(self: Any, timeout: float, /) -> bool:
+    Recording.calls.append(("wait", timeout))
+    return True
+
+
+def _wait_keyword_only(self: Any, *, timeout: float) -> bool:
+    return True
+
+
+@pytest.mark.parametrize(
+    ("method", "usable"),
+    [(_wait_no_timeout, False), (_wait_varargs, True), (_wait_positional_only, True), (_wait_keyword_only, False)],
+)
+def test_wait_for_cleanup_counts_only_when_it_takes_the_timeout(method: Any, usable: bool) -> None:
+    for declared in (None, frozenset({Capability.WAIT_FOR_CLEANUP})):
+        cls = _backend(declared, wait_for_cleanup=method)
+        assert (Capability.WAIT_FOR_CLEANUP in capabilities_of(cls)) is usable
+        assert (Capability.WAIT_FOR_CLEANUP in capabilities_of(cls())) is usable
+        Recording.calls.clear()
+        assert lifecycle.wait_for_cleanup(cls(), 3.0) is True  # never a TypeError
+        assert Recording.calls == ([("wait", (3.0,) if method is _wait_varargs else 3.0)] if usable else [])
+
+
+def test_signature_problem_names_the_signature_and_the_call() -> None:
+    from envlayer.capabilities import signature_problem
+
+    cls = _backend(None, wait_for_cleanup=_wait_no_timeout)
+    problem = signature_problem(cls, Capability.WAIT_FOR_CLEANUP)
+    assert problem == "wait_for_cleanup() does not accept the dispatcher's call wait_for_cleanup(timeout)"
+    assert signature_problem(Recording, Capability.WAIT_FOR_CLEANUP) is None
+
+
+def test_reaper_taking_kwargs_receives_everything() -> None:
+    got: list[dict[str, Any]] = []
+
+    def reap_orphans(cls: Any, **kwargs: Any) -> list[SandboxInfo]:
+        got.append(kwargs)
+        return []
+
+    cls = _backend(None, reap_orphans=classmethod(reap_orphans))
+    (outcome,) = lifecycle.reap_orphans([(cls, BaseOptions())], profile="p", max_age=5, dry_run=True)
+    assert outcome.supported and got[0]["dry_run"] is True
+    assert set(got[0]) == {"profile", "max_age", "dry_run", "options"}
+
+
+def test_reaper_without_dry_run_reaps_without_it_and_refuses_a_dry_run() -> None:
+    got: list[tuple[str, float]] = []
+
+    def reap_orphans(cls: Any, *, profile: str, max_age: float, options: Any) -> list[SandboxInfo]:
+        got.append((profile, max_age))
+        return []
+
+    cls = _backend(frozenset({Capability.REAP_ORPHANS}), reap_orphans=classmethod(reap_orphans))
+    assert Capability.REAP_ORPHANS in capabilities_of(cls)
+    (refused,) = lifecycle.reap_orphans([(cls, BaseOptions())], profile="p", max_age=5, dry_run=True)
+    assert refused.supported is False and "cannot do a dry run" in refused.note and got == []
+    (reaped,) = lifecycle.reap_orphans([(cls, BaseOptions())], profile="p", max_age=5)
+    assert reaped.supported is True and reaped.error is None and got == [("p", 5)]
+
+
+def test_reaper_lacking_options_is_absent_even_when_declared() -> None:
+    def reap_orphans(cls: Any, profile: str, max_age: float) -> list[SandboxInfo]:
+        raise AssertionError("must not be called")
+
+    cls = _backend(frozenset({Capability.REAP_ORPHANS}), reap_orphans=classmethod(reap_orphans))
+    assert Capability.REAP_ORPHANS not in capabilities_of(cls)
+    (outcome,) = lifecycle.reap_orphans([(cls, BaseOptions())], profile="p", max_age=5)
+    assert outcome.supported is False and outcome.error is None
+    assert "has no usable reap_orphans (reap_orphans(profile, max_age) does not accept" in outcome.note
+
+
+def test_force_remove_needs_the_keyword_by_that_name() -> None:
+    def cleanup_force(self: Any, *, force: bool = False) -> None:
+        Recording.calls.append(("cleanup", force))
+
+    def cleanup_positional(self: Any, force_remove: bool = False) -> None:
+        Recording.calls.append(("cleanup", force_remove))
+
+    Recording.calls.clear()
+    outcome = lifecycle.cleanup(_backend(None, cleanup=cleanup_force)(), force_remove=True)
+    assert outcome.forced is False and Recording.calls == [("cleanup", False)]
+    Recording.calls.clear()
+    outcome = lifecycle.cleanup(_backend(None, cleanup=cleanup_positional)(), force_remove=True)
+    assert outcome.forced is True and Recording.calls == [("cleanup", True)]
+
+
+def test_streaming_needs_every_exec_keyword() -> None:
+    def exec_on_output_only(self: Any, command: Any, *, on_output: Any = None) -> ExecResult:
+        return ExecResult(0, b"late\n")
+
+    cls = _backend(frozenset({Capability.STREAMING}), exec=exec_on_output_only)
+    assert Capability.STREAMING not in capabilities_of(cls)
+    chunks: list[bytes] = []
+    outcome = lifecycle.exec_with_output(cls(), "x", lambda s, c: chunks.append(c))
+    assert outcome.streamed is False and chunks == [b"late\n"] and "no usable streaming" in outcome.note
+
+
+def test_a_plugin_exception_during_a_dispatched_call_is_a_plugin_error() -> None:
+    from envlayer.errors import PluginError
+
+    def wait_for_cleanup(self: Any, timeout: float) -> bool:
+        raise KeyError("state")
+
+    env = _backend(None, wait_for_cleanup=wait_for_cleanup)()
+    with pytest.raises(PluginError, match=r"backend 'shaped' from module .* failed in wait_for_cleanup: KeyError"):
+        lifecycle.wait_for_cleanup(env, 1.0)
+
+
+def test_the_callers_own_callback_error_is_not_blamed_on_the_plugin(tmp_path: Any) -> None:
+    env = LocalEnvironment(LocalEnvironment.Options(cwd=str(tmp_path)))
+
+    def closed_reader(stream: str, chunk: bytes) -> None:
+        raise BrokenPipeError("reader went away")
+
+    with pytest.raises(BrokenPipeError, match="reader went away"):
+        lifecycle.exec_streaming(env, "echo one; sleep 5", closed_reader)

@@ -17,10 +17,15 @@ from envlayer.backends.local import LocalEnvironment
 env = LocalEnvironment()
 print("ready", flush=True)
 try:
-    env.exec("sleep 3141 & setsid sleep 3142 & echo started > {marker}; sleep 3143")
+    env.exec("sleep {a} & setsid sleep {b} & echo started > {marker}; sleep {c}")
 except KeyboardInterrupt:
     print("interrupted", flush=True)
 """
+
+
+# Durations unique to this run: the suite runs in several checkouts at once on one machine,
+# and another run's sleepers must never count as ours.
+SLEEPS = [str(n) for n in range(3000 + os.getpid() % 50_000 * 3, 3003 + os.getpid() % 50_000 * 3)]
 
 
 def _sleepers() -> list[int]:
@@ -33,7 +38,7 @@ def _sleepers() -> list[int]:
                 state = fh.read().rsplit(b")", 1)[1].split()[0]
         except OSError:
             continue
-        if cmd[:2] in ([b"sleep", b"3141"], [b"sleep", b"3142"], [b"sleep", b"3143"]) and state != b"Z":
+        if cmd[:2] in ([b"sleep", n.encode()] for n in SLEEPS) and state != b"Z":
             found.append(int(pid))
     return found
 
@@ -41,7 +46,11 @@ def _sleepers() -> list[int]:
 def test_keyboard_interrupt_kills_the_tree(tmp_path: Path) -> None:
     assert _sleepers() == [], "stray sleepers from another run"
     marker = tmp_path / "started"
-    proc = subprocess.Popen([sys.executable, "-c", CHILD.format(marker=marker)], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CHILD.format(marker=marker, a=SLEEPS[0], b=SLEEPS[1], c=SLEEPS[2])],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
         deadline = time.monotonic() + 10

@@ -78,10 +78,14 @@ def test_duplicate_name_from_two_distributions_names_both(make_plugin: PluginMak
     assert info.value.distributions == ["envlayer-dup-one", "envlayer-dup-two"]
 
 
-def test_shadowing_a_builtin_name_is_a_conflict(make_plugin: PluginMaker) -> None:
+def test_a_plugin_registering_local_is_ignored(make_plugin: PluginMaker) -> None:
+    from envlayer.backends.local import LocalEnvironment
+    from envlayer.registry import shadows_builtin
+
     make_plugin("envlayer-impostor", {"local": "envlayer_impostor:Env"})
-    with pytest.raises(BackendConflict, match="envlayer-impostor"):
-        load_backend("local")
+    assert load_backend("local") is LocalEnvironment
+    impostor = next(i for i in list_backends() if i.distribution == "envlayer-impostor")
+    assert shadows_builtin(impostor)
 
 
 def test_discovery_is_fresh_after_an_install(make_plugin: PluginMaker) -> None:

@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envlayer.errors import BackendUnavailable, ConfigError
+from envlayer.owner import owner_label
 from envlayer_docker import labels as L
 from envlayer_docker import workspace
 from envlayer_docker.naming import container_name, private_name
 from envlayer_docker.options import DockerOptions, parse_volume
-from envlayer_docker.owner import owner_label
 
 KEEPALIVE = ["sleep", "2147483647"]
 _MAX_ATTEMPTS = 12

@@ -68,7 +68,7 @@ def managed_labels(
     owner: str | None = None,
 ) -> dict[str, str]:
     """The full label set of a new container. ``extra`` (user labels) never overrides ours.
-    ``owner`` (see :mod:`envlayer_docker.owner`) is set on private containers only."""
+    ``owner`` (see :mod:`envlayer.owner`) is set on private containers only."""
     labels = dict(extra)
     if owner is not None:
         labels[OWNER] = owner

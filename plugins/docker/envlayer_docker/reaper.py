@@ -148,9 +148,9 @@ def reap(api: Any, *, profile: str, max_age: float, dry_run: bool, now: float | 
 
 def reap_dead_owners(api: Any, *, profile: str, dry_run: bool) -> list[SandboxInfo]:
     """Remove this profile's RUNNING private containers (``envlayer.persist=0``) whose
-    owning process, on this host, is gone (see :mod:`envlayer_docker.owner`). Nobody else
+    owning process, on this host, is gone (see :mod:`envlayer.owner`). Nobody else
     can attach to a private container, so such a container is an orphan whatever its age."""
-    from envlayer_docker.owner import owner_is_dead
+    from envlayer.owner import owner_is_dead
 
     running = api.containers(
         all=True, filters={"label": [*L.filters(profile=profile), f"{L.PERSIST}=0"], "status": ["running"]}

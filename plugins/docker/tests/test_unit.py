@@ -71,7 +71,7 @@ def test_filters_use_sanitized_values() -> None:
 
 
 def test_owner_label_and_liveness() -> None:
-    from envlayer_docker.owner import owner_is_dead, owner_label
+    from envlayer.owner import owner_is_dead, owner_label
 
     mine = owner_label()
     assert mine is not None and len(mine) <= 63 and set(mine) <= LABEL_OK

@@ -29,6 +29,7 @@ TASK = PREFIX + "task"
 PROFILE = PREFIX + "profile"
 FINGERPRINT = PREFIX + "fingerprint"
 PERSIST = PREFIX + "persist"
+OWNER = PREFIX + "owner"
 CONTAINER = "sandbox"
 """The name of the one container in every envlayer pod."""
 
@@ -76,10 +77,19 @@ def fingerprint(inputs: Mapping[str, Any]) -> str:
 
 
 def managed_labels(
-    *, profile: str, task: str, fingerprint_value: str, persist: bool, extra: Mapping[str, str]
+    *,
+    profile: str,
+    task: str,
+    fingerprint_value: str,
+    persist: bool,
+    extra: Mapping[str, str],
+    owner: str | None = None,
 ) -> dict[str, str]:
-    """The full label set of a new pod; ``extra`` (user labels) never overrides ours."""
+    """The full label set of a new pod; ``extra`` (user labels) never overrides ours.
+    ``owner`` (see :mod:`envlayer.owner`) is set on private pods only."""
     labels = dict(extra)
+    if owner is not None:
+        labels[OWNER] = owner
     labels.update(
         {
             MANAGED: "1",

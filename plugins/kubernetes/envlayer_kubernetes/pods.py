@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from envlayer.errors import BackendUnavailable
+from envlayer.owner import owner_label
 from envlayer_kubernetes import naming
 from envlayer_kubernetes.client import Cluster, call, message_of
 from envlayer_kubernetes.options import KubernetesOptions
@@ -59,7 +60,9 @@ class Attached:
 
 
 def build_spec(opts: KubernetesOptions, *, profile: str, task: str, persist: bool) -> PodSpec:
-    """The pod manifest of (profile, task) and its fingerprint. Pure.
+    """The pod manifest of (profile, task) and its fingerprint. A private pod (not
+    ``persist``) gets a random name suffix and this process's owner label
+    (:mod:`envlayer.owner`); otherwise pure.
 
     The fingerprint covers every option that shapes the pod (image, workdir, keep-alive,
     resources, scheduling, service account, runtime class, pull settings, deadline, user
@@ -97,7 +100,12 @@ def build_spec(opts: KubernetesOptions, *, profile: str, task: str, persist: boo
     fingerprint = naming.fingerprint({"spec": spec, "labels": opts.pod_labels, "annotations": opts.pod_annotations})
     name = naming.pod_name(profile, task, private=not persist)
     labels = naming.managed_labels(
-        profile=profile, task=task, fingerprint_value=fingerprint, persist=persist, extra=opts.pod_labels
+        profile=profile,
+        task=task,
+        fingerprint_value=fingerprint,
+        persist=persist,
+        extra=opts.pod_labels,
+        owner=None if persist else owner_label(),
     )
     metadata: dict[str, Any] = {"name": name, "labels": labels}
     if opts.pod_annotations:

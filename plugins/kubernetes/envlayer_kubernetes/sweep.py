@@ -10,8 +10,12 @@ Reaper (:func:`reap`): among pods labelled ``envlayer/managed=1`` AND
 * Pending pods created more than ``max(max_age, startup_timeout)`` seconds ago (stuck:
   image pull back-off, unschedulable, a creator killed while waiting).
 
-Running pods are never reaped: another process may attach to them at any moment; the
-pod's ``activeDeadlineSeconds`` is their backstop. Pods of other profiles, other
+* Running private pods (``envlayer/persist=0``) whose owner process, on this host, is gone
+  (``envlayer/owner``, see :mod:`envlayer.owner`): nobody can attach to them, so they are
+  orphans whatever their age. Owners on other hosts are never judged.
+
+Running persist-mode pods are never reaped: another process may attach to them at any
+moment; the pod's ``activeDeadlineSeconds`` is their backstop. Pods of other profiles, other
 namespaces, or without envlayer's labels are never touched. Deletions run on 8 threads;
 one failure is logged and the sweep goes on.
 """
@@ -25,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from envlayer.environment import SandboxInfo
+from envlayer.owner import owner_is_dead
 from envlayer_kubernetes import naming, pods
 from envlayer_kubernetes.client import Cluster, call
 from envlayer_kubernetes.options import KubernetesOptions
@@ -83,8 +88,12 @@ def ended_at(pod: Any) -> float | None:
 
 
 def is_stale(pod: Any, *, max_age: float, pending_age: float, now: float) -> bool:
-    """The reaper's rule for one pod (module docstring). Pure."""
+    """The reaper's rule for one pod (module docstring). Pure apart from ``/proc``."""
     phase = pod.status.phase if pod.status else None
+    labels = pod.metadata.labels or {}
+    if phase == "Running":
+        owner = labels.get(naming.OWNER)
+        return labels.get(naming.PERSIST) == "0" and bool(owner) and owner_is_dead(owner)
     if phase in pods.ENDED:
         ended = ended_at(pod)
         return ended is not None and now - ended >= max_age

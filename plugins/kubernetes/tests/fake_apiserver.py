@@ -548,6 +548,24 @@ def exit_status(code: int) -> dict[str, Any]:
     }
 
 
+FORBIDDEN_TOKEN = "forbidden"
+"""A bearer token this server answers 403 to, on every served route (RBAC denial)."""
+
+
+def forbidden(request: web.Request) -> web.Response:
+    verb = {"GET": "get", "POST": "create", "DELETE": "delete"}.get(request.method, request.method.lower())
+    ns = request.match_info.get("ns", "")
+    if request.path.endswith("/pods") and request.method == "GET":
+        verb = "list"
+    resource = "pods/exec" if request.path.endswith("/exec") else "pods"
+    return error(
+        403,
+        "Forbidden",
+        f'{resource} is forbidden: User "system:serviceaccount:{ns}:agent" cannot {verb} resource '
+        f'"{resource}" in API group "" in the namespace "{ns}"',
+    )
+
+
 def build_app(cluster: FakeCluster) -> web.Application:
     routes = [
         ("GET", "/version", cluster.version),
@@ -567,6 +585,8 @@ def build_app(cluster: FakeCluster) -> web.Application:
                 404, "NotFound", f"the server could not find the requested resource ({request.path})"
             )
             print(f"fake-apiserver: UNKNOWN route {request.method} {request.path_qs}", file=sys.stderr, flush=True)
+        elif request.headers.get("Authorization", "") == f"Bearer {FORBIDDEN_TOKEN}":
+            response = forbidden(request)
         else:
             response = await handler(request)
         entry = {

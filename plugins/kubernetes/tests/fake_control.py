@@ -90,7 +90,7 @@ def remove_containers(instance: str) -> list[str]:
     return removed
 
 
-def write_kubeconfig(path: str, port: int, namespace: str) -> None:
+def write_kubeconfig(path: str, port: int, namespace: str, *, token: str = "fake-token") -> None:
     text = textwrap.dedent(
         f"""\
         apiVersion: v1
@@ -102,7 +102,7 @@ def write_kubeconfig(path: str, port: int, namespace: str) -> None:
         users:
         - name: fake
           user:
-            token: fake-token
+            token: {token}
         contexts:
         - name: fake
           context:

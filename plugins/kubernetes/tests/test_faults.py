@@ -141,3 +141,25 @@ def test_oneshot_stdin_and_env_under_v4(fake_apiserver_v4: Any, options: Any, pr
     finally:
         env.cleanup(force_remove=True)
         env.wait_for_cleanup(30)
+
+
+def test_rbac_denial_names_the_namespace_and_the_role(
+    fake_apiserver: Any, options: Any, tmp_path: Any, control: Any
+) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from envlayer_kubernetes.backend import KubernetesEnvironment
+
+    kubeconfig = str(tmp_path / "kubeconfig")
+    control.write_kubeconfig(kubeconfig, fake_apiserver.port, "envlayer-test", token="forbidden")
+    with pytest.raises(BackendUnavailable) as info:
+        KubernetesEnvironment(options(kubeconfig=kubeconfig), task_id="rbac", profile="rbac")
+    text = str(info.value)
+    assert "refused" in text and "'envlayer-test'" in text and "403" in text and "cannot create" in text
+    assert "Role in docs/backends/kubernetes.md" in text
+    code = "import sys; from envlayer.cli import main; sys.exit(main(['doctor', '--backend', 'kubernetes']))"
+    env = dict(os.environ, ENVLAYER_KUBERNETES_KUBECONFIG=kubeconfig)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert "FAIL kubernetes" in out.stdout and "cannot list" in out.stdout and "fix: grant the Role" in out.stdout

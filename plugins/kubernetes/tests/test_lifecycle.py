@@ -439,3 +439,31 @@ def test_cli_lists_and_removes_pods(fake_apiserver: Any, make_env: Callable[...,
 
     assert pods.wait_gone(env._cluster, env.pod_name, env.options, 30)
     assert env.pod_name not in cli("ls", "--backend", "kubernetes", "--profile", prof)
+
+
+def test_reaper_removes_private_pods_of_dead_owners_only(
+    fake_apiserver: Any, make_env: Callable[..., Any], run_python: Any, child_env_code: Any
+) -> None:
+    from envlayer_kubernetes.backend import KubernetesEnvironment
+    from envlayer_kubernetes.naming import OWNER
+
+    prof = f"owner-{uuid.uuid4().hex[:6]}"
+    child = run_python(
+        child_env_code("orphan", prof, persist_across_processes=False)
+        + "print(env.pod_name, flush=True)\nimport time\ntime.sleep(300)\n",
+        wait=False,
+    )
+    try:
+        orphan = child.stdout.readline().strip()
+        assert orphan, child.stderr.read()
+    finally:
+        child.kill()
+        child.wait()
+    mine = make_env("alive", prof, persist_across_processes=False)
+    shared = make_env("shared", prof)
+    core = _core(fake_apiserver)
+    assert core.read_namespaced_pod(orphan, NAMESPACE).metadata.labels[OWNER]
+    removed = KubernetesEnvironment.reap_orphans(profile=prof, max_age=3600, dry_run=False, options=mine.options)
+    assert [i.id for i in removed] == [orphan]
+    assert core.read_namespaced_pod(mine.pod_name, NAMESPACE).status.phase == "Running"
+    assert core.read_namespaced_pod(shared.pod_name, NAMESPACE).status.phase == "Running"

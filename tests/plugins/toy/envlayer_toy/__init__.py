@@ -41,9 +41,13 @@ class ToyEnvironment(Environment):
         command, cwd, env = request.command, request.cwd, request.env
         argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
         limit, data, start = request.timeout, request.stdin, request.start
+        run_cwd = os.path.join(self.root, cwd) if cwd else self.root
+        if not os.path.isdir(run_cwd):
+            message = f"working directory does not exist: {cwd}\n".encode()
+            return ExecResult(126, b"", message, time.monotonic() - start, timeout=limit)
         proc = subprocess.Popen(
             argv,
-            cwd=os.path.join(self.root, cwd) if cwd else self.root,
+            cwd=run_cwd,
             env={**os.environ, **self.options.env, **(env or {})},
             stdin=subprocess.PIPE if data is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -56,17 +60,21 @@ class ToyEnvironment(Environment):
             os.killpg(proc.pid, 9)
             out, err = proc.communicate()
             return ExecResult(124, out, err, time.monotonic() - start, timed_out=True, timeout=limit)
+        return self._finished(proc.returncode, out, err, time.monotonic() - start, timeout=limit)
+
+    def _finished(self, exit_code: int, out: bytes, err: bytes, duration: float, timeout: float | None) -> ExecResult:
+        """The result of a finished command, each stream capped by the options."""
         streams = []
         for raw in (out, err):
             buf = CappedBuffer(self.options.max_output_bytes, self.options.output_policy)
             buf.write(raw)
             streams.append(buf)
         return ExecResult(
-            proc.returncode,
+            exit_code,
             streams[0].getvalue(),
             streams[1].getvalue(),
-            time.monotonic() - start,
-            timeout=limit,
+            duration,
+            timeout=timeout,
             stdout_truncation=streams[0].truncation,
             stderr_truncation=streams[1].truncation,
         )

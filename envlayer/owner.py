@@ -1,11 +1,12 @@
-"""Who owns a private container: the ``envlayer.owner`` label and the liveness check.
+"""Who owns a private sandbox: the owner label value and the liveness check, for any
+backend that labels its sandboxes (Docker's ``envlayer.owner``, Kubernetes' ``envlayer/owner``).
 
-A container made with ``persist_across_processes = false`` belongs to exactly one
-process. Its ``envlayer.owner`` label is ``<pid>-<start time>-<host>``: the pid and the
-kernel start time of the owning process (from ``/proc``, so a recycled pid is not
-mistaken for the owner) and the host (name and pid namespace). When the owner died without cleaning
-up (SIGKILL, OOM), the container keeps running forever: the reaper removes it once
-:func:`owner_is_dead` says so. Containers of other hosts are never judged.
+A sandbox made with ``persist_across_processes = false`` belongs to exactly one process.
+Its owner label is ``<pid>-<start time>-<host>``: the pid and the kernel start time of
+the owning process (from ``/proc``, so a recycled pid is not mistaken for the owner) and
+the host (name and pid namespace). When the owner died without cleaning up (SIGKILL,
+OOM), the sandbox keeps running: a backend's reaper removes it once :func:`owner_is_dead`
+says so. Sandboxes owned on other hosts are never judged.
 
 Linux only: elsewhere no owner label is written and this rule never applies.
 """
