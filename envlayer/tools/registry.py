@@ -312,7 +312,7 @@ class ToolRegistry:
             return {}
         try:
             path = spill.save(env, data, output_dir=self.config.output_dir)
-        except (spill.SpillError, EnvlayerError) as exc:
+        except EnvlayerError as exc:
             log.warning("could not keep the full output in the sandbox: %s", exc)
             return {"output_file_error": f"the full output could not be kept: {exc}"}
         kept = "all of it" if len(data) >= merged.total else f"its first and last {len(data)} bytes"

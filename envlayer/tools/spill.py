@@ -17,12 +17,13 @@ import shlex
 import uuid
 
 from envlayer.environment import Environment
+from envlayer.errors import EnvlayerError
 
 DEFAULT_OUTPUT_DIR = '"${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/envlayer/output"'
 """The default spill directory, as a shell expression the sandbox resolves."""
 
 
-class SpillError(Exception):
+class SpillError(EnvlayerError):
     """The sandbox refused the spill file (its message says why)."""
 
 
@@ -37,5 +38,8 @@ def save(env: Environment, data: bytes, *, output_dir: str | None) -> str:
     result = env.exec(script, stdin=data, timeout=60)
     lines = result.stdout_text.strip().splitlines()
     if not result.ok or not lines:
-        raise SpillError(f"exit {result.exit_code}: {result.stderr_text.strip()[:200]}")
+        raise SpillError(
+            f"exit {result.exit_code}: {result.stderr_text.strip()[:200]}",
+            hint="check that the output directory is writable in the sandbox (ToolConfig.output_dir)",
+        )
     return lines[-1]
