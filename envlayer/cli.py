@@ -1,12 +1,17 @@
 """The ``envlayer`` command line.
 
-Commands: ``backends``, ``exec``, ``ls``, ``reap``, ``rm``, ``doctor``, ``config``.
+Commands: ``backends``, ``exec``, ``ls``, ``reap``, ``rm``, ``doctor``, ``config``,
+``completion``; ``envlayer --version``.
 Every command takes ``--config``, ``--backend``, ``--profile``, ``--debug``; those that
 print tables take ``--json``. Exit codes: ``exec`` returns the command's own code (124
 on timeout, 130 on interrupt) and 125 when envlayer itself failed; the other commands
 return 0 on success, 1 on failure, 2 on a usage error. Every command returns 125 when a
 backend plugin is broken (cannot be loaded, or raised something its contract does not
 allow); ``--debug`` then also prints the traceback.
+
+``--json`` output has one shape per object whatever the command: a failure is
+``"error": {"type", "message", "hint"}`` (``null`` when there is none) on a backend entry
+(``backends``, ``doctor``), a sweep outcome (``ls``, ``reap``, ``rm``) and an exec result.
 """
 
 from __future__ import annotations
@@ -16,11 +21,12 @@ import dataclasses
 import json
 import logging
 import os
+import shlex
 import sys
 from collections.abc import Sequence
 from typing import Any
 
-from envlayer import lifecycle
+from envlayer import __version__, lifecycle
 from envlayer.capabilities import (
     Capability,
     capabilities_of,
@@ -28,6 +34,8 @@ from envlayer.capabilities import (
     defines_method_for,
     signature_problem,
 )
+from envlayer.cli_completion import SHELLS, completion_script
+from envlayer.cli_env import exec_env
 from envlayer.config import CORE_KEYS, Settings, load_settings
 from envlayer.errors import (
     BackendConflict,
@@ -36,11 +44,12 @@ from envlayer.errors import (
     EnvlayerError,
     PluginError,
 )
-from envlayer.factory import backend_specs, open_environment
-from envlayer.options import default_of, option_fields, type_name
+from envlayer.factory import backend_specs, load_configured_backend, open_environment
+from envlayer.options import default_of, masked, option_fields, type_name
 from envlayer.plugin_errors import plugin_call
+from envlayer.progress import progress
 from envlayer.registry import backend_names, list_backends, load_backend, shadows_builtin
-from envlayer.result import INTERRUPT_EXIT_CODE
+from envlayer.result import INTERRUPT_EXIT_CODE, ExecResult
 
 ENVLAYER_FAILURE = 125
 """Exit code when envlayer or a backend plugin failed (for ``exec``: before or around the
@@ -78,6 +87,15 @@ def _print_json(data: Any) -> None:
     print(json.dumps(data, indent=2, sort_keys=True, default=str))
 
 
+def error_object(exc: BaseException | None) -> dict[str, str] | None:
+    """The ``--json`` form of a failure, the same in every command (None: no failure)."""
+    if exc is None:
+        return None
+    if isinstance(exc, EnvlayerError):
+        return {"type": type(exc).__name__, "message": exc.message, "hint": exc.hint}
+    return {"type": type(exc).__name__, "message": str(exc), "hint": ""}
+
+
 def _table(rows: list[list[str]], headers: list[str]) -> str:
     widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
     lines = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in [headers, *rows]]
@@ -95,14 +113,9 @@ def _parse_assignments(items: Sequence[str], flag: str) -> dict[str, str]:
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    overrides: dict[str, Any] = {}
-    for key, text in _parse_assignments(getattr(args, "option", None) or [], "-o").items():
-        try:
-            overrides[key] = json.loads(text)
-        except json.JSONDecodeError:
-            overrides[key] = text
+    texts = _parse_assignments(getattr(args, "option", None) or [], "-o")
     return load_settings(
-        config_path=args.config, backend=args.backend, profile=args.profile, backend_options=overrides or None
+        config_path=args.config, backend=args.backend, profile=args.profile, option_texts=texts or None
     )
 
 
@@ -112,12 +125,15 @@ def _settings(args: argparse.Namespace) -> Settings:
 def cmd_backends(args: argparse.Namespace) -> int:
     rows, payload = [], []
     for info in list_backends():
-        entry: dict[str, Any] = info._asdict()
+        entry: dict[str, Any] = {**info._asdict(), "error": None}
         if shadows_builtin(info):
-            entry["error"] = f"ignored: the name {info.name!r} belongs to the built-in backend"
-            entry["hint"] = f"uninstall {info.distribution}, or ask its authors to register another name"
+            entry["error"] = {
+                "type": "BackendConflict",
+                "message": f"ignored: the name {info.name!r} belongs to the built-in backend",
+                "hint": f"uninstall {info.distribution}, or ask its authors to register another name",
+            }
             payload.append(entry)
-            rows.append([info.name, info.distribution, info.version, entry["error"]])
+            rows.append([info.name, info.distribution, info.version, entry["error"]["message"]])
             continue
         try:
             cls = load_backend(info.name)
@@ -130,12 +146,11 @@ def cmd_backends(args: argparse.Namespace) -> int:
                     for name, (tp, f) in option_fields(cls.Options).items()
                 }
         except EnvlayerError as exc:
-            entry["error"] = exc.message
-            entry["hint"] = exc.hint
+            entry["error"] = error_object(exc)
         payload.append(entry)
         caps = ", ".join(entry.get("capabilities", [])) or "-"
-        if "error" in entry:
-            caps = f"unavailable: {entry['error']}"
+        if entry["error"]:
+            caps = f"unavailable: {entry['error']['message']}"
         elif not entry["declared"]:
             caps += " (introspected)"
         if entry.get("unusable"):
@@ -169,22 +184,63 @@ def _unusable(cls: type) -> dict[str, str]:
     return out
 
 
+def _command_of(words: Sequence[str]) -> str | list[str]:
+    """The command from the rest of the line: one word is a shell string, several an argv."""
+    words = list(words[1:] if words and words[0] == "--" else words)
+    if not words:
+        raise EnvlayerError("no command given", hint="write it after the options: envlayer exec [OPTIONS] CMD [ARG...]")
+    return words[0] if len(words) == 1 else words
+
+
+def _exec_json(result: ExecResult | None, notes: list[str], exc: BaseException | None = None) -> dict[str, Any]:
+    """The ``--json`` object of one exec: every field always present (null when unknown)."""
+
+    def truncation(value: Any) -> Any:
+        return value and dataclasses.asdict(value)
+
+    return {
+        "exit_code": result.exit_code if result else ENVLAYER_FAILURE,
+        "timed_out": bool(result and result.timed_out),
+        "timeout": result.timeout if result else None,
+        "duration": result.duration if result else None,
+        "stdout": result.stdout_text if result else "",
+        "stderr": result.stderr_text if result else "",
+        "stdout_truncation": truncation(result.stdout_truncation) if result else None,
+        "stderr_truncation": truncation(result.stderr_truncation) if result else None,
+        "recovered": result.recovered if result else "",
+        "notes": notes,
+        "error": error_object(exc),
+    }
+
+
+def _exec_failed(args: argparse.Namespace, exc: EnvlayerError, notes: list[str] | None = None) -> int:
+    if args.json:
+        _print_json(_exec_json(None, notes or [], exc))
+    _error(exc)
+    return ENVLAYER_FAILURE
+
+
 def cmd_exec(args: argparse.Namespace) -> int:
-    command: str | list[str] = args.command[0] if len(args.command) == 1 else list(args.command)
     try:
+        command = _command_of(args.command)
         settings = _settings(args)
-        env_vars = _parse_assignments(args.env or [], "-e")
+        env_vars = exec_env(args.env or [], args.env_file or [])
         stdin = sys.stdin.buffer.read() if args.stdin else None
-        env = open_environment(task_id=args.task, settings=settings)
+        with progress(f"starting the {settings.backend} sandbox of task {args.task!r}"):
+            env = open_environment(task_id=args.task, settings=settings)
     except EnvlayerError as exc:
-        _error(exc)
-        return ENVLAYER_FAILURE
+        return _exec_failed(args, exc)
+
+    stderr_forwarded = False
 
     def forward(stream: str, chunk: bytes) -> None:
+        nonlocal stderr_forwarded
         target = sys.stdout.buffer if stream == "stdout" else sys.stderr.buffer
+        stderr_forwarded = stderr_forwarded or (stream == "stderr" and bool(chunk))
         target.write(chunk)
         target.flush()
 
+    streamed = False
     exec_kwargs: dict[str, Any] = {"cwd": args.cwd, "env": env_vars or None, "timeout": args.timeout, "stdin": stdin}
     try:
         if args.json:
@@ -192,7 +248,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
                 result = env.exec(command, **exec_kwargs)
         else:
             outcome = lifecycle.exec_with_output(env, command, forward, **exec_kwargs)
-            result = outcome.result
+            result, streamed = outcome.result, outcome.streamed
             if outcome.note and args.backend:
                 _note(outcome.note)
     except KeyboardInterrupt:
@@ -204,9 +260,8 @@ def cmd_exec(args: argparse.Namespace) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit's flush
         return BROKEN_PIPE_EXIT_CODE
     except EnvlayerError as exc:
-        _error(exc)
-        _release(env, args)
-        return ENVLAYER_FAILURE
+        notes, _ = _release(env, args)
+        return _exec_failed(args, exc, notes)
     except BaseException:
         _release(env, args)
         raise
@@ -214,22 +269,17 @@ def cmd_exec(args: argparse.Namespace) -> int:
     if not cleaned:
         return ENVLAYER_FAILURE
     if args.json:
-        _print_json(
-            {
-                "exit_code": result.exit_code,
-                "timed_out": result.timed_out,
-                "duration": result.duration,
-                "stdout": result.stdout_text,
-                "stderr": result.stderr_text,
-                "stdout_truncation": result.stdout_truncation and dataclasses.asdict(result.stdout_truncation),
-                "stderr_truncation": result.stderr_truncation and dataclasses.asdict(result.stderr_truncation),
-                "notes": notes,
-            }
-        )
-    elif result.timed_out:
+        _print_json(_exec_json(result, notes))
+        return result.exit_code
+    if result.stderr and not stderr_forwarded:
+        # A message the backend put in the result without streaming it (a command that
+        # could not start: 127, a missing working directory: 126) must still be seen.
+        sys.stderr.buffer.write(result.stderr)
+        sys.stderr.flush()
+    if result.timed_out:
         after = f" after {result.timeout}s" if result.timeout is not None else ""
         print(f"envlayer: command timed out{after} and was killed", file=sys.stderr)
-    elif result.truncated:
+    elif result.truncated and not streamed:
         print("envlayer: output exceeded max_output_bytes and was truncated", file=sys.stderr)
     return result.exit_code
 
@@ -273,7 +323,8 @@ def _sweep_targets(
                 lifecycle.SweepOutcome(
                     failure.backend,
                     supported=True,
-                    error=str(exc),
+                    error=exc.message,
+                    hint=exc.hint,
                     plugin_failure=isinstance(exc, PLUGIN_FAILURES),
                 )
             )
@@ -283,25 +334,39 @@ def _sweep_targets(
     return specs, outcomes
 
 
+def _outcome_json(outcome: lifecycle.SweepOutcome) -> dict[str, Any]:
+    data = dataclasses.asdict(outcome)
+    hint = data.pop("hint")
+    data["error"] = outcome.error and {"type": "SweepError", "message": outcome.error, "hint": hint}
+    return data
+
+
+def _task_cell(task: str) -> str:
+    """A task id as `envlayer rm` takes it on a shell command line ('' for the empty id)."""
+    return shlex.quote(task)
+
+
 def _report(outcomes: list[lifecycle.SweepOutcome], args: argparse.Namespace, verb: str) -> int:
     """Print the outcomes of a sweep; return the exit code. Without ``--backend``, a
     backend that cannot be reached here (``unavailable``) is a note, not a failure: the
     user did not ask for it."""
     failed = [o for o in outcomes if o.error and (args.backend or not o.unavailable)]
     if args.json:
-        _print_json([dataclasses.asdict(o) for o in outcomes])
+        _print_json([_outcome_json(o) for o in outcomes])
     else:
         rows = []
         for o in outcomes:
             for s in o.sandboxes:
-                rows.append([s.backend, s.id[:12], s.detail.get("name", ""), s.task, s.profile, s.status, s.created])
+                rows.append(
+                    [s.backend, s.id[:12], s.detail.get("name", ""), _task_cell(s.task), s.profile, s.status, s.created]
+                )
         if rows:
             print(_table(rows, ["BACKEND", "ID", "NAME", "TASK", "PROFILE", "STATUS", "CREATED"]))
         else:
             print(f"nothing {verb}")
         for o in outcomes:
             if o in failed:
-                print(f"{o.backend}: error: {o.error}", file=sys.stderr)
+                print(f"{o.backend}: error: {o.error}" + (f"\n  hint: {o.hint}" if o.hint else ""), file=sys.stderr)
             elif o.error:
                 _note(f"backend {o.backend!r} skipped: {o.error.splitlines()[0]}")
             elif not o.supported and (args.verbose or args.backend or " skipped: " in o.note):
@@ -322,7 +387,8 @@ def cmd_reap(args: argparse.Namespace) -> int:
     settings = _settings(args)
     specs, failures = _sweep_targets(args, settings)
     max_age = args.max_age if args.max_age is not None else 2 * max(60.0, settings.lifetime_seconds)
-    outcomes = lifecycle.reap_orphans(specs, profile=settings.profile, max_age=max_age, dry_run=args.dry_run)
+    with progress("looking for orphaned sandboxes" if args.dry_run else "reaping orphaned sandboxes"):
+        outcomes = lifecycle.reap_orphans(specs, profile=settings.profile, max_age=max_age, dry_run=args.dry_run)
     return _report(failures + outcomes, args, "would be reaped" if args.dry_run else "reaped")
 
 
@@ -338,17 +404,22 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     try:
         settings = _settings(args)
     except EnvlayerError as exc:
-        results.append({"backend": "(config)", "ok": False, "problem": exc.message, "fix": exc.hint})
+        results.append({"backend": "(config)", "ok": False, "selected": True, "error": error_object(exc)})
         settings = None
+    if settings is not None and settings.backend not in backend_names():
+        try:
+            load_configured_backend(settings)
+        except EnvlayerError as exc:
+            results.append({"backend": settings.backend, "ok": False, "selected": True, "error": error_object(exc)})
     if settings is not None:
         for name in _selected_backends(args, settings):
-            entry: dict[str, Any] = {"backend": name, "ok": True, "problem": "", "fix": ""}
+            entry: dict[str, Any] = {"backend": name, "ok": True, "error": None}
             try:
                 cls = load_backend(name)
                 with plugin_call(cls, "check_available"):
                     cls.check_available(settings.options_for(name, cls.Options))
             except EnvlayerError as exc:
-                entry.update(ok=False, problem=exc.message, fix=exc.hint)
+                entry.update(ok=False, error=error_object(exc))
             entry["selected"] = name == settings.backend
             results.append(entry)
     if args.json:
@@ -356,21 +427,25 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     else:
         for r in results:
             mark = "ok  " if r["ok"] else "FAIL"
-            chosen = " (selected)" if r.get("selected") else ""
-            print(f"{mark} {r['backend']}{chosen}" + (f": {r['problem']}" if r["problem"] else ""))
-            if r["fix"]:
-                print(f"     fix: {r['fix']}")
-    selected_broken = any(not r["ok"] and (r.get("selected") or r["backend"] == "(config)") for r in results)
+            chosen = " (selected)" if r["selected"] and r["backend"] != "(config)" else ""
+            error = r["error"] or {}
+            print(f"{mark} {r['backend']}{chosen}" + (f": {error['message']}" if error else ""))
+            if error.get("hint"):
+                print(f"     fix: {error['hint']}")
+    selected_broken = any(not r["ok"] and r["selected"] for r in results)
     return 1 if selected_broken else 0
 
 
 def cmd_config(args: argparse.Namespace) -> int:
     settings = _settings(args)
-    cls = load_backend(settings.backend)
+    cls = load_configured_backend(settings)
     options = settings.options_for(settings.backend, cls.Options)
     core = {k: {"value": getattr(settings, k), "source": settings.source_of(k)} for k in CORE_KEYS}
     sources = settings.option_sources(settings.backend)
-    opts = {k: {"value": getattr(options, k), "source": sources.get(k, "default")} for k in option_fields(cls.Options)}
+    opts = {
+        k: {"value": masked(cls.Options, k, getattr(options, k)), "source": sources.get(k, "default")}
+        for k in option_fields(cls.Options)
+    }
     if args.json:
         _print_json({"files": settings.files, "settings": core, "options": opts})
         return 0
@@ -399,6 +474,22 @@ def _enable_debug() -> None:
     logger.setLevel(logging.DEBUG)
 
 
+_COMMON_EPILOG = """exit codes: 0 success, 1 failure (reason and hint on stderr), 2 usage error"""
+
+
+def _sub(sub: Any, name: str, common: argparse.ArgumentParser, help: str, examples: str, exits: str = "") -> Any:
+    """A subcommand whose help ends with examples and its exit codes."""
+    epilog = f"examples:\n{examples}\n\n{exits or _COMMON_EPILOG}"
+    return sub.add_parser(
+        name,
+        parents=[common],
+        help=help,
+        description=help[0].upper() + help[1:] + ".",
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
@@ -411,40 +502,88 @@ def build_parser() -> argparse.ArgumentParser:
         "--option",
         action="append",
         metavar="KEY=VALUE",
-        help="backend option override; VALUE is parsed as JSON when it can be (repeatable)",
+        help="backend option override, VALUE read as the option's type (repeatable; see `backends --options`)",
     )
     common.add_argument("--json", action="store_true", help="print machine-readable JSON")
     common.add_argument("-v", "--verbose", action="store_true", help="also report backends lacking the capability")
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
 
-    parser = argparse.ArgumentParser(prog="envlayer", description="Run commands and manage sandboxes for AI agents.")
+    parser = argparse.ArgumentParser(
+        prog="envlayer",
+        description="Run commands and manage sandboxes for AI agents.",
+        epilog="examples:\n  envlayer exec uname -a\n  envlayer exec --backend docker -o image=python:3.11-slim "
+        "--task t1 python -V\n  envlayer doctor\n\nRun `envlayer COMMAND --help` for a command's options, "
+        "examples and exit codes.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"envlayer {__version__}")
     parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("backends", parents=[common], help="list installed backends, their package and capabilities")
+    p = _sub(
+        sub,
+        "backends",
+        common,
+        "list installed backends, their package and capabilities",
+        "  envlayer backends\n  envlayer backends --options      # every option, its type and default",
+    )
     p.add_argument("--options", action="store_true", help="also list every option of each backend")
     p.set_defaults(func=cmd_backends)
 
-    p = sub.add_parser(
+    p = _sub(
+        sub,
         "exec",
-        parents=[common],
-        help="run a command in a sandbox",
-        description="Run CMD in the sandbox of TASK. One argument is a shell string; several are an argv list.",
+        common,
+        "run a command in the sandbox of a task",
+        "  envlayer exec ls -la /tmp                         # the rest of the line is the command\n"
+        "  envlayer exec 'make test | tail -3'               # one word: a shell string\n"
+        "  envlayer exec --task t1 --timeout 60 -- pytest -x  # -- is accepted before CMD\n"
+        "  envlayer exec -e API_TOKEN --env-file .env -- ./deploy   # values from your environment / a file\n"
+        "  envlayer exec --backend docker -o image=python:3.11-slim python -V",
+        "exit codes: the command's own; 124 timed out (its process tree was killed); 130 interrupted;\n"
+        "125 envlayer failed (unknown backend, bad config, backend unavailable), reason and hint on stderr",
+    )
+    p.description = (
+        "Run CMD in the sandbox of TASK. Everything after exec's own options is the command: one word is a "
+        "shell string, several are an argv list run without a shell. Put exec's options before CMD."
     )
     p.add_argument("--task", default="default", help="task id (default: %(default)s)")
     p.add_argument("--timeout", type=float, help="seconds before the command's process tree is killed (exit 124)")
     p.add_argument("--cwd", help="working directory for this command")
-    p.add_argument("-e", "--env", action="append", metavar="KEY=VALUE", help="environment variable (repeatable)")
+    p.add_argument(
+        "-e",
+        "--env",
+        action="append",
+        metavar="NAME[=VALUE]",
+        help="environment variable; NAME alone takes the value from envlayer's environment, keeping it out of "
+        "the process list (repeatable)",
+    )
+    p.add_argument(
+        "--env-file", action="append", metavar="FILE", help="NAME=VALUE (or NAME) lines, # comments (repeatable)"
+    )
     p.add_argument("-i", "--stdin", action="store_true", help="forward this process's stdin to the command")
     p.add_argument("--rm", action="store_true", help="remove the sandbox afterwards, even in persist mode")
-    p.add_argument("command", nargs="+", metavar="CMD", help="command (after --)")
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="CMD ...", help="the command and its arguments")
     p.set_defaults(func=cmd_exec)
 
-    p = sub.add_parser("ls", parents=[common], help="list managed sandboxes (backends that can list)")
+    p = _sub(
+        sub,
+        "ls",
+        common,
+        "list managed sandboxes (backends that can list)",
+        "  envlayer ls\n  envlayer ls --all-profiles --json",
+    )
     p.add_argument("--all-profiles", action="store_true", help="list every profile, not only the current one")
     p.set_defaults(func=cmd_ls)
 
-    p = sub.add_parser("reap", parents=[common], help="remove sandboxes left by dead processes")
+    p = _sub(
+        sub,
+        "reap",
+        common,
+        "remove sandboxes left by dead processes",
+        "  envlayer reap --dry-run         # what would be removed\n  envlayer reap --backend docker --max-age 600",
+        "exit codes: 0 success, 1 a backend's sweep failed (the others still ran), 2 usage error",
+    )
     p.add_argument("--dry-run", action="store_true", help="list what would be removed; remove nothing")
     p.add_argument(
         "--max-age",
@@ -454,20 +593,52 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_reap)
 
-    p = sub.add_parser("rm", parents=[common], help="remove the sandbox of a task")
-    p.add_argument("task", metavar="TASK")
+    p = _sub(
+        sub,
+        "rm",
+        common,
+        "remove the sandbox of a task",
+        "  envlayer rm build-42\n  envlayer rm build-42 --force --purge   # running, and its durable workspace",
+    )
+    p.add_argument("task", metavar="TASK", help="the task id, as `envlayer ls` shows it")
     p.add_argument("--force", action="store_true", help="also remove it while it is running")
     p.add_argument("--purge", action="store_true", help="also delete the task's durable data (Docker workspace)")
     p.set_defaults(func=cmd_rm)
 
-    p = sub.add_parser("doctor", parents=[common], help="check whether each backend works here, and how to fix it")
+    p = _sub(
+        sub,
+        "doctor",
+        common,
+        "check whether each backend works here, and how to fix it",
+        "  envlayer doctor\n  envlayer doctor --backend docker --json",
+        "exit codes: 0 the selected backend works, 1 it (or the configuration) is broken, 2 usage error",
+    )
     p.set_defaults(func=cmd_doctor)
 
-    p = sub.add_parser(
-        "config", parents=[common], help="show the effective configuration and where each value came from"
+    p = _sub(
+        sub,
+        "config",
+        common,
+        "show the effective configuration and where each value came from",
+        "  envlayer config\n  envlayer config --backend docker --json   # env values and secret options masked",
     )
     p.set_defaults(func=cmd_config)
+
+    p = _sub(
+        sub,
+        "completion",
+        common,
+        "print a shell completion script",
+        "  source <(envlayer completion bash)    # in ~/.bashrc\n  source <(envlayer completion zsh)     # in ~/.zshrc",
+    )
+    p.add_argument("shell", choices=SHELLS)
+    p.set_defaults(func=cmd_completion)
     return parser
+
+
+def cmd_completion(args: argparse.Namespace) -> int:
+    sys.stdout.write(completion_script(build_parser(), args.shell, backend_names()))
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from envlayer.coercion import coerce, describe, parse_text, shown
 from envlayer.errors import ConfigError
 from envlayer.options import BaseOptions, build_options
 
@@ -69,8 +70,10 @@ class Settings:
     """The merged configuration, with where each value came from.
 
     ``backend_options[name]`` holds the raw (unvalidated) options of each backend from
-    files, ``argument_options[name]`` those given as arguments (flags); :meth:`options_for`
-    layers files, environment variables and arguments, and validates the result.
+    files, ``argument_options[name]`` those given as arguments (keyword arguments, or
+    ``-o KEY=VALUE`` text, listed in ``argument_texts[name]``); :meth:`options_for`
+    layers files, environment variables and arguments, and validates the result. Text
+    values (environment variables, ``-o``) are parsed by each option's declared type.
     """
 
     backend: str = "local"
@@ -79,6 +82,7 @@ class Settings:
     orphan_reaper: bool = True
     backend_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     argument_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    argument_texts: dict[str, set[str]] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)
     files: list[str] = field(default_factory=list)
 
@@ -88,9 +92,11 @@ class Settings:
 
     def _layered(
         self, backend: str, env: Mapping[str, str] | None, overrides: Mapping[str, Any] | None
-    ) -> tuple[dict[str, Any], dict[str, str]]:
+    ) -> tuple[dict[str, Any], dict[str, str], set[str]]:
+        """(values, source of each, keys whose value is text to parse by type)."""
         values = dict(self.backend_options.get(backend, {}))
         sources = {k: self.source_of(f"backends.{backend}.{k}") for k in values}
+        texts: set[str] = set()
         prefix = env_prefix(backend)
         environ = os.environ if env is None else env
         for var, text in environ.items():
@@ -98,13 +104,19 @@ class Settings:
                 key = var[len(prefix) :].lower()
                 values[key] = text
                 sources[key] = f"${var}"
+                texts.add(key)
+        arg_texts = self.argument_texts.get(backend, set())
         for key, value in self.argument_options.get(backend, {}).items():
             values[key] = value
-            sources[key] = "argument"
+            sources[key] = "-o" if key in arg_texts else "argument"
+            texts.discard(key)
+            if key in arg_texts:
+                texts.add(key)
         for key, value in (overrides or {}).items():
             values[key] = value
             sources[key] = "override"
-        return values, sources
+            texts.discard(key)
+        return values, sources, texts
 
     def options_for(
         self,
@@ -121,8 +133,10 @@ class Settings:
             ConfigError: an unknown option (in a file or as an ``ENVLAYER_<BACKEND>_*``
                 variable) or a value of the wrong type.
         """
-        values, sources = self._layered(backend, env, overrides)
-        return build_options(options_cls, values, sources=sources, default_source=f"[backends.{backend}]")
+        values, sources, texts = self._layered(backend, env, overrides)
+        return build_options(
+            options_cls, values, sources=sources, default_source=f"[backends.{backend}]", text_keys=texts
+        )
 
     def option_sources(self, backend: str, *, env: Mapping[str, str] | None = None) -> dict[str, str]:
         """Where each explicitly set option of ``backend`` comes from (unset: default)."""
@@ -144,45 +158,27 @@ def _read_toml(path: Path) -> dict[str, Any]:
 
 
 def _check_core(key: str, value: Any, source: str) -> Any:
-    tp, _, _ = CORE_KEYS[key]
-    if tp is float and isinstance(value, int) and not isinstance(value, bool):
-        value = float(value)
-    if not isinstance(value, tp) or (tp is not bool and isinstance(value, bool)):
+    tp = CORE_KEYS[key][0]
+    if isinstance(value, str) and source.startswith("$"):
+        value = parse_text(tp, value)
+    ok, value = coerce(tp, value)
+    if not ok:
         raise ConfigError(
-            f"expected {tp.__name__}, got {type(value).__name__} {value!r}",
+            f"expected {describe(tp)}, got {shown(tp, value)}",
             source=source,
             key=key,
-            hint=f"set {key} to a {tp.__name__}",
+            hint=f"set {key} to {describe(tp)}",
         )
-    if key == "profile" and isinstance(value, str) and not PROFILE_PATTERN.match(value):
+    if key == "profile" and not PROFILE_PATTERN.match(value):
         raise ConfigError(
             f"invalid profile name {value!r}",
             source=source,
             key=key,
             hint="use 1-63 characters from A-Z a-z 0-9 _ . - starting with a letter or digit",
         )
-    if key == "lifetime_seconds" and isinstance(value, float) and value <= 0:
+    if key == "lifetime_seconds" and value <= 0:
         raise ConfigError("must be > 0", source=source, key=key, hint="use a number of seconds such as 300")
     return value
-
-
-def _parse_env_core(key: str, text: str, var: str) -> Any:
-    tp = CORE_KEYS[key][0]
-    if tp is bool:
-        low = text.strip().lower()
-        if low in ("1", "true", "yes", "on"):
-            return True
-        if low in ("0", "false", "no", "off"):
-            return False
-        raise ConfigError(f"expected true or false, got {text!r}", source=f"${var}", hint="use true or false")
-    if tp is float:
-        try:
-            return float(text)
-        except ValueError:
-            raise ConfigError(
-                f"expected a number, got {text!r}", source=f"${var}", hint="use a number of seconds"
-            ) from None
-    return text
 
 
 def _merge_file(settings: Settings, path: Path) -> None:
@@ -230,11 +226,14 @@ def load_settings(
     lifetime_seconds: float | None = None,
     orphan_reaper: bool | None = None,
     backend_options: Mapping[str, Any] | None = None,
+    option_texts: Mapping[str, str] | None = None,
 ) -> Settings:
     """Merge every source into :class:`Settings` (see the module docstring).
 
     Keyword arguments are the highest-precedence source (CLI flags pass through them);
-    ``backend_options`` applies to the selected backend.
+    ``backend_options`` applies to the selected backend; ``option_texts`` too, as text
+    (``-o KEY=VALUE``) parsed by each option's declared type (``-o cwd=2024`` is a
+    string, ``-o memory_mb=2048`` an integer); a key in both takes the text.
 
     Raises:
         ConfigError: a file that cannot be read or parsed, an unknown top-level key,
@@ -256,7 +255,7 @@ def load_settings(
     for key in CORE_KEYS:
         var = f"ENVLAYER_{key.upper()}"
         if environ.get(var):
-            setattr(settings, key, _check_core(key, _parse_env_core(key, environ[var], var), f"${var}"))
+            setattr(settings, key, _check_core(key, environ[var], f"${var}"))
             settings.sources[key] = f"${var}"
     flags = {
         "backend": backend,
@@ -268,8 +267,11 @@ def load_settings(
         if value is not None:
             setattr(settings, key, _check_core(key, value, "argument"))
             settings.sources[key] = "argument"
-    if backend_options:
-        settings.argument_options[settings.backend] = dict(backend_options)
-        for opt in backend_options:
+    if backend_options or option_texts:
+        settings.argument_options[settings.backend] = {**(backend_options or {}), **(option_texts or {})}
+        settings.argument_texts[settings.backend] = set(option_texts or {})
+        for opt in backend_options or {}:
             settings.sources[f"backends.{settings.backend}.{opt}"] = "argument"
+        for opt in option_texts or {}:
+            settings.sources[f"backends.{settings.backend}.{opt}"] = "-o"
     return settings

@@ -31,21 +31,27 @@ class EnvlayerError(Exception):
 class BackendNotFound(EnvlayerError):
     """No installed distribution registers a backend under this name."""
 
-    def __init__(self, name: str, installed: Iterable[str], package: str | None) -> None:
+    def __init__(self, name: str, installed: Iterable[str], package: str | None, *, source: str = "") -> None:
         self.name = name
         self.installed = sorted(installed)
         self.package = package
+        self.source = source
+        """Where the name was configured (a file and key, ``$ENVLAYER_BACKEND``); "" when
+        it was passed in code or on the command line."""
         listed = ", ".join(self.installed) or "none"
         import difflib
 
         close = difflib.get_close_matches(name, self.installed, n=1)
         if package:
-            hint = f"install it with `pip install {package}`"
+            from envlayer.install_hints import install_hint
+
+            hint = install_hint(package)
         elif close:
             hint = f"did you mean {close[0]!r}?"
         else:
             hint = "check the spelling, or install the package that provides it"
-        super().__init__(f"unknown backend {name!r}; installed backends: {listed}", hint=hint)
+        where = f"{source}: " if source else ""
+        super().__init__(f"{where}unknown backend {name!r}; installed backends: {listed}", hint=hint)
 
 
 class BackendLoadError(EnvlayerError):

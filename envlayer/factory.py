@@ -13,7 +13,7 @@ from typing import Any
 
 from envlayer.config import Settings, load_settings
 from envlayer.environment import Environment
-from envlayer.errors import EnvlayerError
+from envlayer.errors import BackendNotFound, EnvlayerError
 from envlayer.lifecycle import BackendSpec
 from envlayer.options import BaseOptions
 from envlayer.plugin_errors import plugin_call
@@ -30,6 +30,22 @@ def backend_class(name: str, backends: Mapping[str, type[Environment]] | None = 
     if backends is not None and name in backends:
         return backends[name]
     return load_backend(name)
+
+
+def load_configured_backend(
+    settings: Settings, backends: Mapping[str, type[Environment]] | None = None
+) -> type[Environment]:
+    """The class of the backend ``settings`` selects (see :func:`backend_class`). An
+    unknown name raises :class:`BackendNotFound` naming where it was set: the file and key
+    (``/path/envlayer.toml: backend``) or the variable (``$ENVLAYER_BACKEND``)."""
+    try:
+        return backend_class(settings.backend, backends)
+    except BackendNotFound as exc:
+        source = settings.source_of("backend")
+        if source in ("default", "argument"):
+            raise
+        where = source if source.startswith("$") else f"{source}: backend"
+        raise BackendNotFound(exc.name, exc.installed, exc.package, source=where) from None
 
 
 def open_environment(
@@ -56,7 +72,7 @@ def open_environment(
     if settings is None:
         settings = load_settings(backend=backend, profile=profile)
     name = backend or settings.backend
-    cls = backend_class(name, backends)
+    cls = backend_class(name, backends) if backend else load_configured_backend(settings, backends)
     opts = options if isinstance(options, BaseOptions) else settings.options_for(name, cls.Options, overrides=options)
     with plugin_call(cls, "constructor"):
         return cls(opts, task_id=task_id, profile=profile or settings.profile)

@@ -19,7 +19,7 @@ from typing import Any
 
 from envlayer.capabilities import Capability, accepts_keyword, defines_method_for, signature_problem, supports
 from envlayer.environment import Command, Environment, SandboxInfo
-from envlayer.errors import BackendUnavailable, PluginError
+from envlayer.errors import BackendUnavailable, EnvlayerError, PluginError
 from envlayer.options import BaseOptions
 from envlayer.plugin_errors import backend_name, plugin_call
 from envlayer.result import ExecResult
@@ -68,6 +68,8 @@ class SweepOutcome:
     unavailable: bool = False
     """True when ``error`` is :class:`~envlayer.errors.BackendUnavailable`: the backend's
     infrastructure cannot be reached (or is not configured) here."""
+    hint: str = ""
+    """What to do about ``error`` (the envlayer error's hint), when there is one."""
 
 
 def _absent(backend: Any, capability: Capability) -> str:
@@ -194,12 +196,13 @@ def _sweep(
             outcomes.append(SweepOutcome(name, supported=True, sandboxes=sandboxes))
         except Exception as exc:
             log.warning("%s on backend %r failed: %s", capability.value, name, exc)
-            error = f"{type(exc).__name__}: {exc}"
+            error = f"{type(exc).__name__}: {exc.message if isinstance(exc, EnvlayerError) else exc}"
             outcomes.append(
                 SweepOutcome(
                     name,
                     supported=True,
                     error=error,
+                    hint=exc.hint if isinstance(exc, EnvlayerError) else "",
                     plugin_failure=isinstance(exc, PluginError),
                     unavailable=isinstance(exc, BackendUnavailable),
                 )

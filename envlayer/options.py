@@ -11,23 +11,52 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import json
-import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from envlayer.coercion import coerce, describe, parse_text, shown
 from envlayer.errors import ConfigError, EnvlayerError, InvalidArgument
 from envlayer.output import POLICIES
 from envlayer.request import normalize_timeout
 
 
-def option(default: Any = dataclasses.MISSING, *, doc: str, factory: Any = dataclasses.MISSING) -> Any:
-    """Declare an option field with its documentation."""
+def option(
+    default: Any = dataclasses.MISSING, *, doc: str, factory: Any = dataclasses.MISSING, secret: bool = False
+) -> Any:
+    """Declare an option field with its documentation.
+
+    ``secret=True`` marks a value that must never be shown: ``envlayer config`` masks it
+    and configuration errors do not echo it (a backend whose options ``repr`` could be
+    logged hides it there too, as the SSH backend's does).
+    """
+    metadata = {"doc": doc, "secret": secret}
     if factory is not dataclasses.MISSING:
-        return field(default_factory=factory, metadata={"doc": doc})
-    return field(default=default, metadata={"doc": doc})
+        return field(default_factory=factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def is_secret(f: dataclasses.Field[Any]) -> bool:
+    """Whether an options field holds a secret (see :func:`option`)."""
+    return bool(f.metadata.get("secret"))
+
+
+MASK = "***"
+"""What ``envlayer config`` and error messages show in place of a secret value."""
+
+
+def masked(options_cls: type[BaseOptions], name: str, value: Any) -> Any:
+    """``value`` as it may be shown: :data:`MASK` for a set secret option; for ``env``
+    (variables often hold credentials) the names with every value masked."""
+    if value is None or value == "" or value == {}:
+        return value
+    if name == "env" and isinstance(value, Mapping):
+        return dict.fromkeys(value, MASK)
+    fields = option_fields(options_cls)
+    if name in fields and is_secret(fields[name][1]):
+        return MASK
+    return value
 
 
 class OptionError(EnvlayerError, ValueError):
@@ -85,128 +114,28 @@ def default_of(f: dataclasses.Field[Any]) -> Any:
     return None if f.default is dataclasses.MISSING else f.default
 
 
-def _describe(tp: Any) -> str:
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        return " or ".join(_describe(a) for a in typing.get_args(tp))
-    if origin is Literal:
-        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
-    if origin is list:
-        item = _describe(typing.get_args(tp)[0]).removeprefix("a ").removeprefix("an ")
-        return f"a list of {item}s"
-    if origin is dict:
-        return "a table of strings"
-    return {str: "a string", int: "an integer", float: "a number", bool: "true or false"}.get(
-        tp, "None" if tp is type(None) else getattr(tp, "__name__", str(tp))
-    )
-
-
-def _parse_env_text(tp: Any, text: str) -> Any:
-    """Turn the text of an environment variable into a value of (roughly) ``tp``."""
-    origin = typing.get_origin(tp)
-    args = typing.get_args(tp)
-    if origin in (typing.Union, types.UnionType):
-        if text == "" and type(None) in args:
-            return None
-        non_none = [a for a in args if a is not type(None)]
-        return _parse_env_text(non_none[0], text) if len(non_none) == 1 else text
-    if tp is bool:
-        low = text.strip().lower()
-        if low in ("1", "true", "yes", "on"):
-            return True
-        if low in ("0", "false", "no", "off", ""):
-            return False
-        return text
-    if tp is int:
-        try:
-            return int(text)
-        except ValueError:
-            return text
-    if tp is float:
-        try:
-            return float(text)
-        except ValueError:
-            return text
-    if origin in (list, dict):
-        stripped = text.strip()
-        if stripped.startswith(("[", "{")):
-            try:
-                return json.loads(stripped)
-            except json.JSONDecodeError:
-                return text
-        if origin is list:
-            return [part.strip() for part in text.split(",") if part.strip()]
-        return text
-    return text
-
-
-def _coerce(tp: Any, value: Any) -> tuple[bool, Any]:
-    """(ok, coerced value) for ``value`` against type ``tp``. Accepts an int for a float."""
-    origin = typing.get_origin(tp)
-    args = typing.get_args(tp)
-    if tp is Any:
-        return True, value
-    if origin in (typing.Union, types.UnionType):
-        for arg in args:
-            ok, coerced = _coerce(arg, value)
-            if ok:
-                return True, coerced
-        return False, value
-    if tp is type(None):
-        return value is None, value
-    if origin is Literal:
-        return value in args, value
-    if tp is bool:
-        return isinstance(value, bool), value
-    if tp is int:
-        return isinstance(value, int) and not isinstance(value, bool), value
-    if tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return True, float(value)
-        return False, value
-    if tp is str:
-        return isinstance(value, str), value
-    if origin is list:
-        if not isinstance(value, (list, tuple)):
-            return False, value
-        out = []
-        for item in value:
-            ok, coerced = _coerce(args[0], item)
-            if not ok:
-                return False, value
-            out.append(coerced)
-        return True, out
-    if origin is dict:
-        if not isinstance(value, Mapping):
-            return False, value
-        out_map = {}
-        for key, item in value.items():
-            ok, coerced = _coerce(args[1], item)
-            if not ok or not isinstance(key, str):
-                return False, value
-            out_map[key] = coerced
-        return True, out_map
-    return isinstance(value, tp), value
-
-
 def build_options(
     options_cls: type[BaseOptions],
     values: Mapping[str, Any],
     *,
     sources: Mapping[str, str] | None = None,
     default_source: str = "options",
+    text_keys: frozenset[str] | set[str] = frozenset(),
 ) -> BaseOptions:
     """Validate ``values`` against ``options_cls`` and construct it.
 
     ``sources`` maps each key to where it came from (a file path, an environment
-    variable) so errors can point there. String values from environment variables are
-    parsed (bools, numbers, JSON lists/tables, comma-separated lists) before checking.
+    variable, ``-o``) so errors can point there. Values of ``text_keys`` (and of keys whose
+    source is an environment variable, ``$NAME``) arrived as text and are parsed by the
+    option's declared type first (:func:`envlayer.coercion.parse_text`). Errors never echo a secret
+    option's value, nor the other entries of a table or list.
 
     Raises:
         ConfigError: an unknown key (with the nearest valid key suggested), a value of
             the wrong type, or a value the options class rejects.
     """
     sources = sources or {}
+    text_keys = set(text_keys) | {k for k, source in sources.items() if source.startswith("$")}  # variables are text
     fields = option_fields(options_cls)
     kwargs: dict[str, Any] = {}
     for key, value in values.items():
@@ -215,16 +144,16 @@ def build_options(
             close = difflib.get_close_matches(key, list(fields), n=1)
             hint = f"did you mean {close[0]!r}?" if close else "valid keys: " + ", ".join(sorted(fields))
             raise ConfigError("unknown option", source=source, key=key, hint=hint)
-        tp, _ = fields[key]
-        if isinstance(value, str) and source.startswith("$"):
-            value = _parse_env_text(tp, value)
-        ok, coerced = _coerce(tp, value)
+        tp, f = fields[key]
+        if key in text_keys and isinstance(value, str):
+            value = parse_text(tp, value)
+        ok, coerced = coerce(tp, value)
         if not ok:
             raise ConfigError(
-                f"expected {_describe(tp)}, got {type(value).__name__} {value!r}",
+                f"expected {describe(tp)}, got {shown(tp, value, secret=is_secret(f))}",
                 source=source,
                 key=key,
-                hint=f"set {key} to {_describe(tp)}",
+                hint=f"set {key} to {describe(tp)}",
             )
         kwargs[key] = coerced
     try:

@@ -10,6 +10,9 @@ from pathlib import Path
 
 import pytest
 
+# Test modules import their helpers (cli_run) by name under any pytest import mode.
+sys.path.insert(0, str(Path(__file__).parent))
+
 PluginMaker = Callable[..., Path]
 
 

@@ -18,6 +18,11 @@ INTERNAL = {
     "envlayer.exit_hook": "the manager's at-exit registry",
     "envlayer.shell_script": "the shell text and framing behind envlayer.shell_session",
     "envlayer.backends": "built-in backends, loaded by name through envlayer.registry",
+    "envlayer.coercion": "the one coercion engine behind envlayer.config and envlayer.options",
+    "envlayer.cli_env": "exec's -e / --env-file parsing, documented in docs/cli.md",
+    "envlayer.cli_completion": "the shell completion script of the command line",
+    "envlayer.progress": "the command line's status line on a terminal",
+    "envlayer.install_hints": "install and start hints that fit where the user is",
 }
 
 

@@ -4,24 +4,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-
-ENVLAYER = shutil.which("envlayer", path=os.path.dirname(sys.executable)) or "envlayer"
-
-
-def run(
-    *args: str, stdin: str | None = None, cwd: Path | None = None, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("ENVLAYER_")}
-    full_env.update(env or {})
-    return subprocess.run(
-        [ENVLAYER, *args], input=stdin, capture_output=True, text=True, timeout=60, cwd=cwd, env=full_env
-    )
+from cli_run import ENVLAYER, run
 
 
 @pytest.fixture
@@ -117,7 +104,7 @@ def test_reap_ls_rm_on_backends_without_the_capability(workdir: Path) -> None:
 def test_doctor_reports_selected_backend(workdir: Path) -> None:
     out = run("doctor", "--backend", "toy", "--json", cwd=workdir)
     (entry,) = json.loads(out.stdout)
-    assert out.returncode == 0 and entry == {"backend": "toy", "ok": True, "problem": "", "fix": "", "selected": True}
+    assert out.returncode == 0 and entry == {"backend": "toy", "ok": True, "error": None, "selected": True}
     out = run("doctor", cwd=workdir, env={"ENVLAYER_PROFILE": "bad name"})
     assert out.returncode == 1 and "invalid profile name" in out.stdout
 

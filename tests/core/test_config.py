@@ -183,5 +183,5 @@ def test_list_type_is_described_in_plain_english(dirs: tuple[Path, Path]) -> Non
     class WithList(BaseOptions):
         volumes: list[str] = option(doc="volumes", factory=list)
 
-    with pytest.raises(ConfigError, match="expected a list of strings, got int 3"):
+    with pytest.raises(ConfigError, match="expected a list of strings, got an integer 3"):
         build_options(WithList, {"volumes": 3})

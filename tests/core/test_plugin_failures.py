@@ -346,7 +346,7 @@ def test_plugin_named_local_is_ignored(site: Path, workdir: Path) -> None:
     assert (out.returncode, out.stdout) == (0, f"{workdir}\n"), out.stderr  # the built-in local, in this dir
     backends = json.loads(cli(site, workdir, "backends", "--json").stdout)
     impostor = next(b for b in backends if b["distribution"] == "envlayer-impostor")
-    assert "belongs to the built-in backend" in impostor["error"]
+    assert "belongs to the built-in backend" in impostor["error"]["message"]
     result = api(
         site,
         workdir,
@@ -400,7 +400,7 @@ def test_an_unreachable_backend_fails_ls_only_when_named(site: Path, workdir: Pa
     note = "envlayer: note: backend 'down' skipped: BackendUnavailable: the down service is not reachable\n"
     assert note in out.stderr and out.stderr.count("not reachable") == 1, out.stderr
     listed = {o["backend"]: o for o in json.loads(cli(site, workdir, "ls", "--json").stdout)}
-    assert listed["down"]["unavailable"] is True and "not reachable" in listed["down"]["error"]
+    assert listed["down"]["unavailable"] is True and "not reachable" in listed["down"]["error"]["message"]
     named = cli(site, workdir, "ls", "--backend", "down")
     assert (
         named.returncode == 1 and "down: error: BackendUnavailable: the down service is not reachable" in named.stderr

@@ -10,3 +10,5 @@ exec parts), ``oneshot`` (the one-shot wrapper), ``files`` (archives), ``reaper`
 (sweeps), ``teardown`` (background removal). ``backend`` is a thin front over them.
 Nothing here imports the Docker SDK at import time.
 """
+
+__version__ = "0.1.0"

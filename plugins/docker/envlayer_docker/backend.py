@@ -160,9 +160,19 @@ class DockerEnvironment(Environment):
             self._attach()
 
     def _retrying(self, operation: Callable[[], T]) -> tuple[T, bool]:
-        return retry_after_recovery(
-            operation, current_id=lambda: self.container_id, recover=self._recover, task=self.task_id
-        )
+        try:
+            return retry_after_recovery(
+                operation, current_id=lambda: self.container_id, recover=self._recover, task=self.task_id
+            )
+        except BackendUnavailable as exc:
+            # A container that exits right after it starts (its entrypoint or init fails)
+            # only shows up as refused execs: say why it stopped instead.
+            from envlayer_docker.exit_report import exited_container_error
+
+            stopped = exited_container_error(self._api, self.container_id, self.task_id)
+            if stopped is None:
+                raise
+            raise stopped from exc
 
     def _target(self) -> Any:
         from envlayer_docker.runners import ExecTarget

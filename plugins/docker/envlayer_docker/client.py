@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from envlayer.errors import BackendUnavailable
+from envlayer.install_hints import docker_start_hint
 from envlayer_docker.options import DockerOptions
 
 _CLIENTS: dict[tuple[str, float], Any] = {}
@@ -103,8 +104,7 @@ def unavailable(exc: BaseException, options: DockerOptions) -> BackendUnavailabl
         )
     return BackendUnavailable(
         f"cannot reach the Docker daemon at {address}: {type(exc).__name__}: {str(exc)[:300]}",
-        hint="start the daemon (`sudo systemctl start docker`, or `scripts/provision` in this repo), "
-        "or set DOCKER_HOST / docker_host to where it listens",
+        hint=f"{docker_start_hint()}, or set DOCKER_HOST / docker_host to where it listens",
     )
 
 

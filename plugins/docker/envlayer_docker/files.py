@@ -40,6 +40,7 @@ from envlayer.errors import (
 )
 from envlayer.transfer import TransferSummary
 from envlayer_docker.errors import ContainerGone
+from envlayer_docker.tar_extract import extract_data, with_changes
 
 _GO_DIR = 1 << 31
 _GO_SYMLINK = 1 << 27
@@ -345,11 +346,11 @@ def safe_extract(payload: bytes, dest: str, *, strip_first: bool) -> TransferSum
                 link = "/".join(link_parts)
                 if not link or ".." in link_parts or not _inside(root, link):
                     raise SandboxPathError(f"{name} => {member.linkname}", dest)
-                member = member.replace(linkname=link, deep=False)
+                member = with_changes(member, linkname=link)
             elif not (member.isfile() or member.isdir()):
                 continue
-            plan.append(member.replace(name=rel, deep=False))
+            plan.append(with_changes(member, name=rel))
         for member in plan:
-            tar.extract(member, root, filter="data")
+            extract_data(tar, member, root)
     written = [m for m in plan if m.isfile()]
     return TransferSummary(files=len(written), bytes=sum(m.size for m in written))

@@ -23,6 +23,9 @@ from typing import Any
 
 MANAGED = "envlayer.managed"
 TASK = "envlayer.task"
+TASK_ID = "envlayer.task_id"
+"""The task id as given (any string, empty included), for display and ``envlayer rm``;
+:data:`TASK` holds its sanitized form, which is what filters match."""
 PROFILE = "envlayer.profile"
 FINGERPRINT = "envlayer.fingerprint"
 PERSIST = "envlayer.persist"
@@ -76,12 +79,19 @@ def managed_labels(
         {
             MANAGED: "1",
             TASK: sanitize(task),
+            TASK_ID: task,
             PROFILE: sanitize(profile),
             FINGERPRINT: fingerprint_value,
             PERSIST: "1" if persist else "0",
         }
     )
     return labels
+
+
+def task_id_of(labels: Mapping[str, str]) -> str:
+    """The task id a labelled object belongs to: the id as given when it carries
+    :data:`TASK_ID`, else (objects made before that label existed) the sanitized one."""
+    return labels[TASK_ID] if TASK_ID in labels else labels.get(TASK, "")
 
 
 def filters(*, profile: str | None = None, task: str | None = None) -> list[str]:

@@ -75,7 +75,7 @@ def info_from(summary: dict[str, Any], status: str | None = None) -> SandboxInfo
     return SandboxInfo(
         backend="docker",
         id=summary["Id"][:12],
-        task=labels.get(L.TASK, ""),
+        task=L.task_id_of(labels),
         profile=labels.get(L.PROFILE, ""),
         status=str(state or ""),
         created=str(created),

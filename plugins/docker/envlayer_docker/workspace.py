@@ -87,7 +87,7 @@ def plan(options: DockerOptions, *, profile: str, task: str, persist: bool, take
 
 def data_labels(profile: str, task: str, kind: str) -> dict[str, str]:
     """Labels of a durable volume."""
-    return {L.MANAGED: "1", L.PROFILE: L.sanitize(profile), L.TASK: L.sanitize(task), DATA_LABEL: kind}
+    return {L.MANAGED: "1", L.PROFILE: L.sanitize(profile), L.TASK: L.sanitize(task), L.TASK_ID: task, DATA_LABEL: kind}
 
 
 def ensure(api: Any, mounts: list[DataMount], *, profile: str, task: str) -> None:
@@ -119,7 +119,7 @@ def _volume_info(volume: dict[str, Any]) -> SandboxInfo:
     return SandboxInfo(
         backend="docker",
         id=volume["Name"],
-        task=labels.get(L.TASK, ""),
+        task=L.task_id_of(labels),
         profile=labels.get(L.PROFILE, ""),
         status="data",
         created=str(volume.get("CreatedAt", "")),
@@ -150,7 +150,7 @@ def _host_info(path: str, meta: dict[str, str]) -> SandboxInfo:
     return SandboxInfo(
         backend="docker",
         id=os.path.basename(path),
-        task=L.sanitize(meta.get("task", "")),
+        task=meta.get("task", ""),
         profile=L.sanitize(meta.get("profile", "")),
         status="data",
         created=meta.get("created", ""),

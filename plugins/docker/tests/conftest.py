@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 
+from envlayer.testing.secrets import ENVLAYER_SCRIPT
+
 IMAGE = os.environ.get("ENVLAYER_TEST_IMAGE", "envlayer-test:busybox")
 PROFILE = f"envlayer-test-{uuid.uuid4().hex[:8]}"
 
@@ -176,3 +178,21 @@ def run_python() -> Callable[..., Any]:
 def child_env_code() -> Callable[..., str]:
     """``child_env_code(task, profile, **options)``: Python source building ``env``."""
     return _child_env_code
+
+
+CLI = Callable[..., "subprocess.CompletedProcess[str]"]
+
+
+@pytest.fixture
+def cli(docker_api: Any) -> CLI:
+    """``cli(COMMAND, *args, profile=P, env={})``: ``envlayer COMMAND --backend docker *args``
+    with the test image, profile ``P``, none of the caller's ``ENVLAYER_*`` variables, and
+    ``env`` added."""
+
+    def run(command: str, *args: str, profile: str, env: dict[str, str] | None = None) -> Any:
+        environ = {k: v for k, v in os.environ.items() if not k.startswith("ENVLAYER_")}
+        environ.update(ENVLAYER_PROFILE=profile, ENVLAYER_DOCKER_IMAGE=IMAGE, **(env or {}))
+        argv = [ENVLAYER_SCRIPT, command, "--backend", "docker", *args]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=120, env=environ)
+
+    return run

@@ -48,6 +48,7 @@ def test_labels_on_a_real_container(make_env, docker_api, profile) -> None:
     assert got["envlayer.managed"] == "1"
     assert got["envlayer.task"] == labels.sanitize(task) and got["envlayer.task"].startswith("team_alpha__task__.h")
     assert got["envlayer.profile"] == labels.sanitize(profile)
+    assert got["envlayer.task_id"] == task, "the id as given, for ls and rm"
     assert got["envlayer.fingerprint"].startswith("v1-")
     assert got["envlayer.persist"] == "1"
     # the label filters round-trip the sanitized values
@@ -390,7 +391,7 @@ def test_list_and_remove_sandbox(make_env, docker_api, profile) -> None:
     env = make_env(task)
     listed = DockerEnvironment.list_sandboxes(profile=profile, options=env.options)
     mine = [i for i in listed if i.detail.get("container_id") == env.container_id[:12]]
-    assert mine and mine[0].task == labels.sanitize(task) and mine[0].status == "running"
+    assert mine and mine[0].task == task and mine[0].status == "running", "the id as given, which rm takes"
     assert DockerEnvironment.remove_sandbox(task, profile=profile, options=env.options, force=False) == []
     removed = DockerEnvironment.remove_sandbox(task, profile=profile, options=env.options, force=True)
     assert [i.detail["container_id"] for i in removed] == [env.container_id[:12]]

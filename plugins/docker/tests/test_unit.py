@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import io
 import os
+import stat
 import subprocess
 import sys
 import tarfile
 
 import pytest
-from envlayer_docker import labels
+from envlayer_docker import labels, tar_extract
 from envlayer_docker.files import safe_extract
 from envlayer_docker.naming import container_name, private_name
 from envlayer_docker.options import DockerOptions, parse_volume
@@ -274,6 +275,49 @@ def test_safe_extract_rejects_escapes(tmp_path, member) -> None:
     with pytest.raises(SandboxPathError):
         safe_extract(_tar(("file", "top/ok", "ok"), member), str(dest), strip_first=True)
     assert not (dest / "ok").exists()  # nothing was written
+
+
+FILTER_PATHS = [
+    pytest.param(True, marks=pytest.mark.skipif(not tar_extract.HAS_DATA_FILTER, reason="no tarfile.data_filter")),
+    False,
+]
+
+
+@pytest.mark.parametrize("use_filter", FILTER_PATHS, ids=["data_filter", "fallback"])
+def test_safe_extract_refuses_a_symlink_chain_leading_out(tmp_path, monkeypatch, use_filter) -> None:
+    monkeypatch.setattr(tar_extract, "HAS_DATA_FILTER", use_filter)
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    payload = _tar(("sym", "top/a", "x/.."), ("sym", "top/b", "a/.."), ("file", "top/b/evil", "x"))
+    with pytest.raises(SandboxPathError):
+        safe_extract(payload, str(dest), strip_first=True)
+    assert not (tmp_path / "evil").exists()
+
+
+@pytest.mark.parametrize("use_filter", FILTER_PATHS, ids=["data_filter", "fallback"])
+def test_safe_extract_strips_dangerous_modes_and_owners(tmp_path, monkeypatch, use_filter) -> None:
+    monkeypatch.setattr(tar_extract, "HAS_DATA_FILTER", use_filter)
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, mode in (("top/suid", 0o4777), ("top/plain", 0o444)):
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.uid, info.gid = 1, mode, 4321, 4321
+            tar.addfile(info, io.BytesIO(b"x"))
+    safe_extract(buf.getvalue(), str(tmp_path), strip_first=True)
+    suid, plain = (tmp_path / "suid").stat(), (tmp_path / "plain").stat()
+    assert stat.S_IMODE(suid.st_mode) == 0o755, "setuid and group/other write are dropped"
+    assert stat.S_IMODE(plain.st_mode) == 0o644, "the owner can read and write"
+    assert suid.st_uid == os.geteuid() and plain.st_gid == os.getegid(), "archive owners are ignored"
+
+
+def test_fallback_refuses_special_files_and_absolute_links(tmp_path) -> None:
+    fifo = tarfile.TarInfo("pipe")
+    fifo.type = tarfile.FIFOTYPE
+    link = tarfile.TarInfo("l")
+    link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
+    for member in (fifo, link):
+        with pytest.raises(SandboxPathError):
+            tar_extract.data_safe(member, str(tmp_path))
 
 
 # --- import cost ----------------------------------------------------------------------------------

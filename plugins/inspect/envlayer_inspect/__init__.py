@@ -1,1 +1,3 @@
 """Inspect AI sandbox provider over envlayer backends."""
+
+__version__ = "0.1.0"

@@ -19,15 +19,12 @@ limit: an Inspect ``exec`` without a timeout has none); ``max_output_bytes`` and
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from envlayer.config import Settings, load_settings
-from envlayer.environment import Environment
-from envlayer.options import BaseOptions
-from envlayer.registry import load_backend
+from envlayer.integrations.selection import Selection, framework_owned, select
 
 DEFAULT_PROFILE = "inspect"
 
@@ -55,20 +52,6 @@ class EnvlayerSandboxConfig(BaseModel):
         return hash(self.model_dump_json())
 
 
-@dataclass(frozen=True)
-class Selection:
-    """A resolved config: the backend class, its validated options, the profile."""
-
-    backend: type[Environment]
-    options: BaseOptions
-    profile: str
-    settings: Settings
-
-    def open(self, task_id: str) -> Environment:
-        """A new environment of this selection for ``task_id`` (blocking)."""
-        return self.backend(self.options, task_id=task_id, profile=self.profile)
-
-
 def resolve(config: BaseModel | str | None, *, exec_output_limit: int, read_file_limit: int) -> Selection:
     """Resolve Inspect's sandbox ``config`` into a :class:`Selection`.
 
@@ -85,25 +68,20 @@ def resolve(config: BaseModel | str | None, *, exec_output_limit: int, read_file
             f"the envlayer sandbox takes an envlayer config file or an EnvlayerSandboxConfig, "
             f"not {type(config).__name__}; see docs/integrations.md"
         )
-    settings = load_settings(config_path=spec.config_file, backend=spec.backend, profile=spec.profile)
-    cls = load_backend(settings.backend)
-    explicit = set(settings.option_sources(settings.backend)) | set(spec.options)
-    overrides = _adapter_defaults(cls.Options, explicit, exec_output_limit, read_file_limit)
-    overrides.update(spec.options)
-    options = settings.options_for(settings.backend, cls.Options, overrides=overrides)
-    profile = settings.profile if settings.source_of("profile") != "default" else DEFAULT_PROFILE
-    return Selection(cls, options, profile, settings)
 
+    def defaults(declared: Mapping[str, Any]) -> dict[str, Any]:
+        return {
+            **framework_owned(declared),
+            "timeout": 0,
+            "max_output_bytes": max(int(declared["max_output_bytes"]), exec_output_limit),
+            "max_file_bytes": max(int(declared["max_file_bytes"]), read_file_limit),
+        }
 
-def _adapter_defaults(
-    options_cls: type[BaseOptions], explicit: set[str], exec_output_limit: int, read_file_limit: int
-) -> dict[str, Any]:
-    declared = {f.name: f.default for f in fields(options_cls)}
-    defaults: dict[str, Any] = {
-        "timeout": 0,
-        "max_output_bytes": max(int(declared["max_output_bytes"]), exec_output_limit),  # type: ignore[call-overload]
-        "max_file_bytes": max(int(declared["max_file_bytes"]), read_file_limit),  # type: ignore[call-overload]
-    }
-    if "persist_across_processes" in declared:
-        defaults["persist_across_processes"] = False
-    return {k: v for k, v in defaults.items() if k not in explicit}
+    return select(
+        backend=spec.backend,
+        profile=spec.profile,
+        config_file=spec.config_file,
+        options=spec.options,
+        defaults=defaults,
+        default_profile=DEFAULT_PROFILE,
+    )

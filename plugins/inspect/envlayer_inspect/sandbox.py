@@ -48,7 +48,8 @@ from pydantic import BaseModel
 from envlayer import lifecycle
 from envlayer.capabilities import Capability, supports
 from envlayer.environment import Environment
-from envlayer_inspect.config import EnvlayerSandboxConfig, Selection, resolve
+from envlayer.integrations.selection import Selection
+from envlayer_inspect.config import EnvlayerSandboxConfig, resolve
 from envlayer_inspect.results import file_limit_as_inspect, read_limit_exceeded, to_inspect, unavailable_as_inspect
 
 log = logging.getLogger("envlayer.inspect")

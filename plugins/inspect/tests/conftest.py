@@ -19,7 +19,7 @@ import pytest
 from envlayer_inspect.config import EnvlayerSandboxConfig
 
 SSH_TESTS = os.path.join(os.path.dirname(__file__), "..", "..", "ssh", "tests")
-IMAGE = os.environ.get("ENVLAYER_TEST_DEBIAN_IMAGE", "envlayer-test:debian")
+IMAGE = os.environ.get("ENVLAYER_TEST_DEBIAN_IMAGE", "")
 """A full distribution: Inspect's checks use `ls /usr/bin/env`, `adduser`, `ps aux`."""
 PROFILE = f"envlayer-test-inspect-{uuid.uuid4().hex[:8]}"
 
@@ -38,9 +38,10 @@ def docker_profile() -> Iterator[str]:
     from envlayer_docker.backend import DockerEnvironment
     from envlayer_docker.options import DockerOptions
 
+    options = DockerOptions()
     try:
-        for info in DockerEnvironment.list_sandboxes(profile=PROFILE, options=DockerOptions(image=IMAGE)):
-            DockerEnvironment.remove_sandbox(info.task, profile=PROFILE, options=DockerOptions(image=IMAGE), force=True)
+        for info in DockerEnvironment.list_sandboxes(profile=PROFILE, options=options):
+            DockerEnvironment.remove_sandbox(info.task, profile=PROFILE, options=options, force=True)
     except Exception:
         pass
 
@@ -53,6 +54,8 @@ def docker_image() -> str:
 
 @pytest.fixture(scope="session")
 def docker_ready(docker_profile: str) -> str:
+    if not IMAGE:
+        pytest.skip("needs the Debian test image: set ENVLAYER_TEST_DEBIAN_IMAGE (scripts/test does when it exists)")
     from envlayer_docker.backend import DockerEnvironment
     from envlayer_docker.options import DockerOptions
 
@@ -65,9 +68,10 @@ def docker_ready(docker_profile: str) -> str:
     return docker_profile
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def ssh_server() -> Iterator[Any]:
-    """A loopback sshd with the SSH tests' non-root user (their helper module)."""
+    """A loopback sshd with the SSH tests' non-root user (their helper module), stopped
+    when the module that uses it ends."""
     sys.path.insert(0, os.path.abspath(SSH_TESTS))
     from ssh_testserver import running_sshd
 
@@ -75,7 +79,7 @@ def ssh_server() -> Iterator[Any]:
         yield server
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def sandbox_config(request: pytest.FixtureRequest) -> Callable[[str], EnvlayerSandboxConfig]:
     """``sandbox_config(name)``: the adapter config for one backend setup (see module doc)."""
 

@@ -1,1 +1,3 @@
 """envlayer ssh backend."""
+
+__version__ = "0.1.0"

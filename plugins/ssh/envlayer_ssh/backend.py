@@ -181,9 +181,10 @@ class SSHEnvironment(Environment):
         run_cwd = posixpath.join(base, cwd) if base and cwd else (cwd or base)
         shell = None if self._login_shell_is_shell() else self.options.shell
         body = command_text(request.command)
-        line = script.oneshot_command(
-            shell, request.exec_id, body, cwd=run_cwd, env={**with_command_defaults(self.options.env), **request.env}
-        )
+        variables = {**with_command_defaults(self.options.env), **request.env}
+        line = script.oneshot_command(shell, request.exec_id, body, cwd=run_cwd, env_from_stdin=bool(variables))
+        if variables:  # ahead of the caller's stdin: never in the remote command line
+            request = dataclasses.replace(request, stdin=script.env_stdin(variables) + (request.stdin or b""))
         return oneshot.run(
             self._pool,
             line,

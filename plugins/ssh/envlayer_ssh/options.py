@@ -41,7 +41,9 @@ class SSHOptions(BaseOptions):
     key_files: list[str] = option(
         doc="Private key files to offer (after the ssh config's IdentityFile entries).", factory=list
     )
-    password: str | None = option(None, doc="Password (or key passphrase). Never logged; prefer keys or an agent.")
+    password: str | None = option(
+        None, doc="Password (or key passphrase). Never logged; prefer keys or an agent.", secret=True
+    )
     use_agent: bool = option(True, doc="Offer the keys of a running ssh-agent (SSH_AUTH_SOCK).")
     look_for_keys: bool = option(True, doc="Also offer the default keys ~/.ssh/id_ed25519, id_ecdsa, id_rsa.")
     ssh_config: str | None = option(

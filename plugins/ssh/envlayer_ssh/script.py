@@ -11,7 +11,7 @@ import shlex
 from collections.abc import Mapping
 
 from envlayer.proctree import EXEC_ID_VAR
-from envlayer.shell_script import export_lines, quote_path
+from envlayer.shell_script import printf_format, quote_path
 
 
 def cd_line(path: str) -> str:
@@ -22,15 +22,33 @@ def cd_line(path: str) -> str:
     )
 
 
+ENV_FROM_STDIN = 'IFS= read -r __el_env || exit 125; eval "$__el_env"; unset __el_env\n'
+"""Script line that reads the one-line :func:`env_stdin` preamble from stdin and runs it
+(``read`` takes exactly one line from a pipe, leaving the rest for the command)."""
+
+
+def env_stdin(env: Mapping[str, str]) -> bytes:
+    """One line of shell that exports ``env``, sent on a one-shot command's stdin ahead of
+    the caller's bytes, so values never stand in a command line (``ps`` on the host shows
+    command lines to every user). Values are exact, trailing newlines included."""
+    parts = []
+    for name, value in env.items():
+        fmt = printf_format(value.encode("utf-8", "surrogateescape") + b"x").replace("\n", "\\012")
+        parts.append(f"{name}=$(printf {fmt}); {name}=${{{name}%x}}; export {name};")
+    return (" ".join(parts) + "\n").encode()
+
+
 def oneshot_command(
     shell: str | None,
     exec_id: str,
     body: str,
     *,
     cwd: str | None,
-    env: Mapping[str, str],
+    env_from_stdin: bool,
 ) -> str:
-    """The line sshd gives the login shell for a one-shot command.
+    """The line sshd gives the login shell for a one-shot command. With
+    ``env_from_stdin`` the script first reads its variables from the :func:`env_stdin`
+    line the caller sends ahead of the command's stdin (never from its command line).
 
     With ``shell`` None (the login shell is the configured shell) the login shell runs
     the script itself: ``ENVLAYER_EXEC_ID=<id>`` stands in its command line and is
@@ -41,9 +59,11 @@ def oneshot_command(
     kill script, and by ``pkill -f`` where there is no /proc).
     """
     script = f"{EXEC_ID_VAR}={exec_id}; export {EXEC_ID_VAR}\n"
+    if env_from_stdin:
+        script += ENV_FROM_STDIN
     if cwd:
         script += cd_line(cwd) + "\n"
-    script += export_lines(env) + body
+    script += body
     if shell is None:
         return script
     return f"{EXEC_ID_VAR}={exec_id} exec {shlex.quote(shell)} -c {shlex.quote(script)}"

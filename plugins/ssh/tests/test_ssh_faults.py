@@ -71,7 +71,7 @@ def test_drop_mid_command_raises_may_have_run_and_is_not_rerun(
     own_sshd: SSHServer, make_env, mode: str, tmp_path
 ) -> None:
     env = make_env(own_sshd, mode=mode)
-    env.exec("rm -f /tmp/envlayer-drop-count").check()
+    env.exec("rm -f /tmp/envlayer-drop-count; export EXPORTED_BEFORE=1").check()
     timer = threading.Timer(0.7, own_sshd.restart)
     timer.start()
     try:
@@ -84,6 +84,8 @@ def test_drop_mid_command_raises_may_have_run_and_is_not_rerun(
     after = env.exec("cat /tmp/envlayer-drop-count; rm -f /tmp/envlayer-drop-count")
     assert after.stdout == b"x\n", "the command must not be re-run by the reconnect"
     assert env.reconnects == 1
+    # docs/backends/ssh.md: a drop during a command loses the session's exports.
+    assert env.exec('printf %s "${EXPORTED_BEFORE:-unset}"').stdout == b"unset"
 
 
 def test_unreachable_host_is_backend_unavailable(make_env, sshd: SSHServer) -> None:
