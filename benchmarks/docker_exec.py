@@ -2,8 +2,9 @@
 
 Cases (medians; a fresh container per group, all removed at the end):
 
-* warm exec of `true`: envlayer session, envlayer one-shot, `docker exec` via the CLI per
-  call, plain docker-py `exec_run` per call;
+* warm exec of `true`: envlayer session, a bare shell over one attached exec socket (the
+  floor of a session call: write `true; echo M`, read until M), envlayer one-shot,
+  `docker exec` via the CLI per call, plain docker-py `exec_run` per call;
 * cold: constructing a DockerEnvironment for a new task (create + start) to the first
   exec result;
 * attach from a new process: a child interpreter (docker SDK already imported) times
@@ -11,8 +12,8 @@ Cases (medians; a fresh container per group, all removed at the end):
 * reaper sweep over N exited containers: `reap_orphans` vs a per-container CLI sweep
   (one `docker ps`, then `docker inspect` + `docker rm` for each), on two identical sets.
 
-Targets: session median < 1 ms and >= 40x faster than the CLI; attach < 50 ms; sweep
->= 10x faster than the CLI sweep.
+Targets: session median < 1 ms, within 1.5x of the bare shell and >= 40x faster than the
+CLI; attach < 50 ms; sweep >= 10x faster than the CLI sweep.
 
     .venv/bin/python benchmarks/docker_exec.py [--image envlayer-test:busybox] [--runs 200] [--sweep 100]
 """
@@ -40,6 +41,22 @@ def median_ms(fn, runs: int, warmup: int = 5) -> float:
     return statistics.median(samples) * 1000
 
 
+def bare_shell(api, cid: str):
+    """The floor of a session call: a shell over one attached exec socket, sent
+    ``true; echo <marker>`` and read until the marker (frames not parsed)."""
+    eid = api.exec_create(cid, ["sh"], stdin=True, stdout=True, stderr=True, tty=False)["Id"]
+    sock = api.exec_start(eid, socket=True)._sock
+    marker = b"__floor_" + uuid.uuid4().hex.encode()
+
+    def call() -> None:
+        sock.sendall(b"true; echo " + marker + b"\n")
+        buf = b""
+        while marker not in buf:
+            buf += sock.recv(65536)
+
+    return call, sock
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--image", default="envlayer-test:busybox")
@@ -59,7 +76,10 @@ def main() -> int:
     try:
         env = DockerEnvironment(opts, task_id="warm", profile=PROFILE)
         cid = env.container_id
+        bare, bare_sock = bare_shell(api, cid)
         session = median_ms(lambda: env.exec("true"), args.runs)
+        floor = median_ms(bare, args.runs)
+        bare_sock.close()
         oneshot_env = DockerEnvironment(
             DockerOptions(image=args.image, timeout=60, exec_mode="oneshot"), task_id="warm", profile=PROFILE
         )
@@ -74,8 +94,10 @@ def main() -> int:
             (
                 "warm exec: envlayer session",
                 session,
-                f"{cli / session:.0f}x faster than CLI, {sdk / session:.0f}x than docker-py",
+                f"{session / floor:.2f}x the bare shell; {cli / session:.0f}x faster than CLI, "
+                f"{sdk / session:.0f}x than docker-py",
             ),
+            ("warm exec: bare shell over one attached socket", floor, "floor"),
             ("warm exec: envlayer one-shot", oneshot, f"{cli / oneshot:.1f}x faster than CLI"),
             ("warm exec: `docker exec` CLI per call", cli, "baseline"),
             ("warm exec: docker-py exec_run per call", sdk, "baseline"),

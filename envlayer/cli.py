@@ -49,6 +49,7 @@ from envlayer.options import default_of, masked, option_fields, type_name
 from envlayer.plugin_errors import plugin_call
 from envlayer.progress import progress
 from envlayer.registry import backend_names, list_backends, load_backend, shadows_builtin
+from envlayer.request import normalize_timeout
 from envlayer.result import INTERRUPT_EXIT_CODE, ExecResult
 
 ENVLAYER_FAILURE = 125
@@ -222,6 +223,7 @@ def _exec_failed(args: argparse.Namespace, exc: EnvlayerError, notes: list[str] 
 
 def cmd_exec(args: argparse.Namespace) -> int:
     try:
+        normalize_timeout(args.timeout, default=None)  # refused before a sandbox is made for it
         command = _command_of(args.command)
         settings = _settings(args)
         env_vars = exec_env(args.env or [], args.env_file or [])

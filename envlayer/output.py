@@ -111,6 +111,8 @@ class CappedBuffer:
     def getvalue(self) -> bytes:
         """The kept bytes. When something was dropped and both ends are kept, the
         truncation marker stands between head and tail."""
+        if not self._tail:
+            return bytes(self._head)
         tail = b"".join(self._tail)
         if len(tail) > self._tail_cap:
             tail = tail[len(tail) - self._tail_cap :]

@@ -24,9 +24,9 @@ payloads through :func:`file_payload` (encoding and the ``max_file_bytes`` check
 from __future__ import annotations
 
 import math
+import os
 import re
 import time
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -56,6 +56,8 @@ def normalize_timeout(value: object, *, default: float | None, argument: str = "
     """
     if value is None:
         return None if default is None else normalize_timeout(default, default=None, argument=argument)
+    if type(value) is float and 0 < value <= MAX_TIMEOUT:  # the common case, NaN excluded
+        return value
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidArgument(argument, f"must be a number of seconds, got {value!r}", hint=_NO_LIMIT_HINT)
     seconds = float(value)
@@ -150,7 +152,12 @@ def file_payload(path: str, data: bytes | str, limit: int) -> bytes:
     return payload
 
 
-@dataclass(frozen=True)
+def new_exec_id() -> str:
+    """A fresh random exec id: 32 hex digits (128 bits)."""
+    return os.urandom(16).hex()
+
+
+@dataclass(frozen=True, slots=True)
 class ExecRequest:
     """One validated call to ``exec``.
 
@@ -169,7 +176,7 @@ class ExecRequest:
     timeout: float | None = None
     stdin: bytes | None = None
     on_output: OutputCallback | None = None
-    exec_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    exec_id: str = field(default_factory=lambda: new_exec_id())
     start: float = field(default_factory=time.monotonic)
     deadline: float | None = None
     cancel: CancelToken | None = None
@@ -211,6 +218,7 @@ class ExecRequest:
             timeout=limit,
             stdin=encode_stdin(stdin),
             on_output=on_output,
+            exec_id=new_exec_id(),
             start=start,
             deadline=None if limit is None else start + limit,
             cancel=cancel,

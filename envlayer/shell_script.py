@@ -80,9 +80,7 @@ def marker_of(seed: int) -> bytes:
 
 _MARK = '"__EL$((__el_s*7919+13))__"'
 _TRAILER = (
-    "read __el_up __el_x </proc/uptime 2>/dev/null || __el_up=-\n"
-    f'printf \'%s%s %s %s %s%s\' {_MARK} "$__el_rc" "$$" "$__el_up" "$PWD" {_MARK} >&7\n'
-    f"printf '%s' {_MARK} >&8\n"
+    f'printf \'%s%s %s %s %s%s\' {_MARK} "$__el_rc" "$$" "$__el_up" "$PWD" {_MARK} >&7\nprintf \'%s\' {_MARK} >&8\n'
 )
 
 
@@ -102,14 +100,15 @@ def init_script(*, session_id: str, start_dir: str | None) -> bytes:
     cd = f"cd -- {quote_path(start_dir)} 2>/dev/null || __el_nocwd=1\n" if start_dir else ""
     return (
         "exec 7>&1 8>&2\n"
-        f"__el_s=0; __el_rc=0; __el_nocwd=0; __el_dir={d}\n"
+        f"__el_s=0; __el_rc=0; __el_nocwd=0; __el_up=-; __el_dir={d}\n"
         "__el_exit() {\n"
         "  __el_rc=$?; set +x; trap - EXIT\n"
         '  { export -p; set +o; } 2>/dev/null >| "$__el_dir/state"\n'
         f'  printf \'%s%s %s exit %s%s\' {_MARK} "$__el_rc" "$$" "$PWD" {_MARK} >&7\n'
         f"  printf '%s' {_MARK} >&8\n"
         "}\n"
-        '(umask 077; mkdir -p -- "$__el_dir"; rm -f -- "$__el_dir"/in-*) 2>/dev/null\n'
+        '[ -d "$__el_dir" ] || mkdir -m 700 -p -- "$__el_dir" 2>/dev/null\n'
+        'for __el_f in "$__el_dir"/in-*; do [ -e "$__el_f" ] && rm -f -- "$__el_dir"/in-*; break; done\n'
         'if [ -f "$__el_dir/state" ]; then . "$__el_dir/state"; rm -f -- "$__el_dir/state"; fi\n'
         f"unset {EXEC_ID_VAR}\n"
         f"{cd}"
@@ -117,8 +116,12 @@ def init_script(*, session_id: str, start_dir: str | None) -> bytes:
 
 
 def handshake_command() -> str:
-    """The first command of a shell: prints ``<pid> <1 if start_dir was missing> <private dir>``."""
-    return 'printf "%s %s %s" "$$" "$__el_nocwd" "$__el_dir"'
+    """The first command of a shell: prints ``<pid> <1 if start_dir was missing> <private dir>``
+    and reads the sandbox clock (``/proc/uptime``) into its trailer: the one reading the
+    owner syncs its clock from (later trailers say ``-``)."""
+    return (
+        'read __el_up __el_x </proc/uptime 2>/dev/null || __el_up=-; printf "%s %s %s" "$$" "$__el_nocwd" "$__el_dir"'
+    )
 
 
 def call_script(
@@ -166,7 +169,7 @@ def call_script(
     lines.append(f"unset {EXEC_ID_VAR}")
     if stdin_path is not None:
         lines.append(f"rm -f -- {quote(stdin_path)}")
-    text = "\n".join(lines) + "\n" + _TRAILER + "case $__el_o in *x*) set -x;; esac\n"
+    text = "\n".join(lines) + "\n" + _TRAILER + "case $__el_o in *x*) set -x;; esac; __el_up=-\n"
     return text.encode("utf-8", "surrogateescape")
 
 

@@ -161,10 +161,12 @@ class ProcessStream:
         return 128 - code if code < 0 else code
 
     def close(self) -> None:
-        """Close the pipes (the process sees EOF on stdin; it is not killed)."""
+        """Close the pipes (the process sees EOF on stdin; it is not killed). A process
+        that already ended is reaped, so no zombie is left behind."""
         if self._closed:
             return
         self._closed = True
+        self.proc.poll()
         try:
             self._selector.close()
         except (OSError, ValueError):

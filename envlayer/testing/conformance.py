@@ -225,16 +225,23 @@ class ExecContractConformance:
 
     # --- one session semantics -------------------------------------------------------------
 
-    def _session(self, env: Environment) -> str:
+    @staticmethod
+    @contextmanager
+    def _session_home(env: Environment) -> Iterator[str]:
+        """Skip without ``persistent_session``; else ``cd`` the session into a scratch
+        directory (with a ``sub`` directory) and yield its path; afterwards reset the
+        options these tests set, leave and remove it, even when the test failed."""
         if Capability.PERSISTENT_SESSION not in capabilities_of(env):
             pytest.skip("no persistent_session capability")
-        name = f"/tmp/{_scratch()}"
-        env.exec(f"mkdir -p {name}/sub && cd {name}").check()
-        return name
+        home = f"/tmp/{_scratch()}"
+        env.exec(f"mkdir -p {home}/sub && cd {home}").check()
+        try:
+            yield home
+        finally:
+            env.exec(f"set +e +u; cd / && rm -rf {home}")
 
     def test_session_per_call_cwd_and_env_do_not_persist(self, env: Environment) -> None:
-        home = self._session(env)
-        try:
+        with self._session_home(env) as home:
             inner = env.exec("cd /; export ENVLAYER_CONF_INNER=1; pwd", cwd="sub", env={"ENVLAYER_CONF_ONCE": "x"})
             assert inner.stdout_text == "/\n"
             after = env.exec('pwd; printf "%s/%s" "${ENVLAYER_CONF_INNER:-unset}" "${ENVLAYER_CONF_ONCE:-unset}"')
@@ -242,65 +249,48 @@ class ExecContractConformance:
             assert env.exec("pwd", cwd="sub").stdout_text == f"{home}/sub\n"
             missing = env.exec("pwd", cwd=f"{home}/missing")
             assert missing.exit_code == 126 and b"missing" in missing.stderr
-        finally:
-            env.exec(f"cd / && rm -rf {home}")
 
     def test_session_exit_n_keeps_cwd_exports_and_options(self, env: Environment) -> None:
-        home = self._session(env)
-        try:
+        with self._session_home(env) as home:
             env.exec("export ENVLAYER_CONF_KEPT=yes; ENVLAYER_CONF_LOCAL=mem; set -u").check()
             assert env.exec("exit 7").exit_code == 7
             after = env.exec('pwd; printf "%s/%s/" "$ENVLAYER_CONF_KEPT" "${ENVLAYER_CONF_LOCAL:-gone}"; echo $-')
             assert after.recovered == ""
             lines = after.stdout_text.split("\n")
             assert lines[0] == home and lines[1].startswith("yes/gone/") and "u" in lines[1].split("/")[2]
-        finally:
-            env.exec(f"set +u; cd / && rm -rf {home}")
 
     def test_session_syntax_error_loses_nothing(self, env: Environment) -> None:
-        home = self._session(env)
-        try:
+        with self._session_home(env) as home:
             env.exec("ENVLAYER_CONF_LOCAL=mem").check()
             broken = env.exec("if then fi (")
             assert broken.exit_code not in (0, 124) and broken.stderr
             after = env.exec('pwd; printf %s "${ENVLAYER_CONF_LOCAL:-gone}"')
             assert after.stdout_text == f"{home}\nmem" and after.recovered == ""
-        finally:
-            env.exec(f"cd / && rm -rf {home}")
 
     def test_session_set_e_ends_the_call_not_the_session(self, env: Environment) -> None:
-        home = self._session(env)
-        try:
+        with self._session_home(env) as home:
             env.exec("export ENVLAYER_CONF_KEPT=yes; set -e").check()
             failed = env.exec("false; echo not-reached")
             assert failed.exit_code == 1 and failed.stdout == b""
             after = env.exec('pwd; printf %s "$ENVLAYER_CONF_KEPT"; case $- in *e*) echo " e-on";; esac; set +e')
             assert after.stdout_text == f"{home}\nyes e-on\n" and after.recovered == ""
-        finally:
-            env.exec(f"set +e; cd / && rm -rf {home}")
 
     def test_session_redirected_fds_do_not_break_framing(self, env: Environment) -> None:
-        home = self._session(env)
-        try:
+        with self._session_home(env):
             env.exec("exec 2>&1").check()
             assert env.exec("echo out; echo err >&2").stdout == b"out\nerr\n"
             env.exec("exec 2>/dev/null >/dev/null").check()
             result = env.exec("printf no-newline")
             assert result.exit_code == 0 and result.recovered == ""
-        finally:
-            env.exec(f"cd / && rm -rf {home}")
 
     def test_session_timeout_restarts_the_shell_and_says_so(self, env: Environment) -> None:
-        home = self._session(env)
-        try:
+        with self._session_home(env) as home:
             env.exec("export ENVLAYER_CONF_KEPT=yes").check()
             assert env.exec("sleep 30", timeout=1).timed_out
             after = env.exec('pwd; printf %s "${ENVLAYER_CONF_KEPT:-reset}"')
             assert after.stdout_text == f"{home}\nreset"
             assert after.recovered, "the first call after a killed session shell must say state was lost"
             assert env.exec("true").recovered == ""
-        finally:
-            env.exec(f"cd / && rm -rf {home}")
 
 
 class EnvironmentConformance:

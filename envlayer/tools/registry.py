@@ -51,6 +51,7 @@ from envlayer.errors import (
     EnvironmentClosed,
     EnvlayerError,
     FileTooLarge,
+    InvalidArgument,
     SandboxFileNotFound,
     SandboxIsADirectory,
     SandboxPathError,
@@ -198,6 +199,8 @@ class ToolRegistry:
             return error("bad_arguments", exc.message, f"call {name} with arguments matching its JSON schema")
         except jobs.JobError as exc:
             return error("job_error", exc.message, "check the job_id returned by terminal(background=true)")
+        except InvalidArgument as exc:
+            return error("bad_arguments", exc.message, exc.hint or f"fix the {exc.argument} argument")
         except SandboxPathError as exc:
             return error("path_outside_sandbox", exc.message, exc.hint)
         except SandboxFileNotFound as exc:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from envlayer_toy import ToyEnvironment
 
-from envlayer.errors import BackendUnavailable
+from envlayer.errors import BackendUnavailable, InvalidArgument
 from envlayer.tools import ToolRegistry
 
 
@@ -55,3 +55,23 @@ def test_tool_call_reports_retry_then_succeeds(manager) -> None:  # type: ignore
     again = tools.run_tool("terminal", {"command": "echo three"}, "t")
     assert again == {"exit_code": 0, "output": "three\n", "duration": again["duration"], "shell_state": "reset"}
     assert FlakyToy.built == 2
+
+
+def test_bad_input_is_not_an_outage_nothing_is_evicted(manager) -> None:  # type: ignore[no-untyped-def]
+    env = manager.get("t")
+    env.write_file("note.txt", "kept")
+    for call in (
+        lambda: env.exec("echo a\0b"),
+        lambda: env.exec("true", timeout=float("nan")),
+        lambda: env.exec("true", env={"X;echo INJECTED;": "1"}),
+        lambda: env.read_file("a\0b"),
+        lambda: env.write_file("a\0b", "x"),
+    ):
+        with pytest.raises(InvalidArgument):
+            call()
+    assert manager.get("t") is env and not env.closed and FlakyToy.built == 1
+    assert env.read_file("note.txt") == b"kept"
+    tools = ToolRegistry(manager)
+    result = tools.run_tool("read_file", {"path": "a\0b"}, "t")
+    assert result["error"]["type"] == "bad_arguments" and "NUL" in result["error"]["message"]
+    assert manager.get("t") is env and FlakyToy.built == 1

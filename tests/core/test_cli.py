@@ -64,10 +64,10 @@ def test_exec_on_the_toy_plugin_selected_by_flag_and_by_env(workdir: Path) -> No
 
 
 def test_exec_unknown_backend_exits_125_listing_installed(workdir: Path) -> None:
-    out = run("exec", "--backend", "modal", "--", "true", cwd=workdir)
+    out = run("exec", "--backend", "nimbus", "--", "true", cwd=workdir)
     assert out.returncode == 125
-    assert "unknown backend 'modal'" in out.stderr and "toy" in out.stderr
-    assert "pip install envlayer-modal" in out.stderr
+    assert "unknown backend 'nimbus'" in out.stderr and "toy" in out.stderr
+    assert "install the package that provides it" in out.stderr
 
 
 def test_exec_bad_config_names_file_and_key(workdir: Path) -> None:

@@ -18,6 +18,7 @@ BACKEND_DOCS = {
     "local": "configuration.md",
     "docker": "backends/docker.md",
     "ssh": "backends/ssh.md",
+    "modal": "backends/modal.md",
     "kubernetes": "backends/kubernetes.md",
 }
 

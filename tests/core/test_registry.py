@@ -30,12 +30,15 @@ def test_loads_the_toy_plugin_through_its_entry_point() -> None:
     assert toy.__module__ == "envlayer_toy"
 
 
-def test_unknown_backend_lists_installed_and_names_the_package() -> None:
+def test_unknown_backend_lists_installed_and_names_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    from envlayer import registry
+
+    monkeypatch.setitem(registry.KNOWN_PACKAGES, "nimbus", "envlayer-nimbus")  # published, not installed
     with pytest.raises(BackendNotFound) as info:
-        load_backend("modal")
+        load_backend("nimbus")
     message = str(info.value)
     assert "installed backends:" in message and "local" in message and "toy" in message
-    assert "pip install envlayer-modal" in message
+    assert "pip install envlayer-nimbus" in message
 
 
 def test_misspelled_backend_suggests_the_installed_one() -> None:
@@ -107,7 +110,7 @@ def test_listing_imports_no_backend_module_and_no_sdk() -> None:
         "names = [b.name for b in list_backends()]\n"
         "assert 'toy' in names and 'docker' in names, names\n"
         "heavy = ['docker', 'paramiko', 'modal', 'daytona', 'requests', 'stevedore',\n"
-        "         'envlayer_docker', 'envlayer_ssh', 'envlayer_toy', 'envlayer.testing', 'pytest']\n"
+        "         'envlayer_docker', 'envlayer_ssh', 'envlayer_modal', 'envlayer_toy', 'envlayer.testing', 'pytest']\n"
         "print(','.join(m for m in heavy if m in sys.modules))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -35,11 +35,12 @@ from envlayer.agent_env import with_command_defaults
 from envlayer.cancel import CancelToken
 from envlayer.capabilities import Capability
 from envlayer.environment import Command, Environment, SandboxInfo
-from envlayer.errors import BackendUnavailable, SandboxPathError
+from envlayer.errors import BackendUnavailable
 from envlayer.options import BaseOptions
 from envlayer.output import OutputCallback
 from envlayer.request import ExecRequest, check_path, file_payload
 from envlayer.result import ExecResult
+from envlayer.sandbox_paths import check_real_path
 from envlayer.transfer import TransferSummary
 from envlayer_docker import teardown
 from envlayer_docker.errors import translated
@@ -242,22 +243,7 @@ class DockerEnvironment(Environment):
         root = self.options.file_root
         if root is not None:
             root_abs = posixpath.normpath(posixpath.join(self.options.workdir, root))
-            code, out, _ = self._helper(
-                [
-                    "sh",
-                    "-c",
-                    'readlink -f -- "$1"; readlink -f -- "$2" || readlink -f -- "${2%/*}"',
-                    "envlayer-real",
-                    root_abs,
-                    full,
-                ],
-                None,
-            )
-            lines = out.decode(errors="replace").splitlines()
-            if code == 0 and len(lines) >= 2:
-                real_root, real = lines[0], lines[1]
-                if real != real_root and not real.startswith(real_root.rstrip("/") + "/"):
-                    raise SandboxPathError(path, root_abs)
+            check_real_path(self._helper, path, full, root_abs)
         return full
 
     def _owner_ids(self) -> tuple[int, int]:

@@ -1,25 +1,15 @@
-"""Container labels: names, value sanitizing and the configuration fingerprint.
+"""Container labels: names, and the label set of a managed container.
 
-Label values are sanitized to what ``docker ps --filter label=K=V`` round-trips:
-``[A-Za-z0-9_.-]``, at most 63 characters, never empty. The mapping is injective:
-
-* a value that is already clean, at most 63 characters, not ``unknown`` and not ending in
-  the hash suffix is kept as is;
-* anything else becomes ``<readable prefix>.h<12 hex of sha256(value)>`` (the prefix is the
-  value with other characters replaced by ``_``, cut to fit); the empty value becomes
-  ``unknown``.
-
-So a kept value never ends in the suffix, and two rewritten values differ unless their
-sha256 prefixes collide (48 bits).
+Values go through :func:`envlayer.sandbox_tags.sanitize` (what ``docker ps --filter
+label=K=V`` round-trips; the rules are in that module), and the configuration fingerprint
+is :func:`envlayer.sandbox_tags.fingerprint`.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import re
 from collections.abc import Mapping
-from typing import Any
+
+from envlayer.sandbox_tags import fingerprint, sanitize
 
 MANAGED = "envlayer.managed"
 TASK = "envlayer.task"
@@ -32,33 +22,7 @@ PERSIST = "envlayer.persist"
 OWNER = "envlayer.owner"
 RESERVED_PREFIX = "envlayer."
 
-MAX_LEN = 63
-_HASH_LEN = 12
-_CLEAN = re.compile(r"^[A-Za-z0-9_.-]+$")
-_SUFFIX = re.compile(rf"\.h[0-9a-f]{{{_HASH_LEN}}}$")
-_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
-FINGERPRINT_VERSION = "v1"
-
-
-def sanitize(value: str | None) -> str:
-    """The label value for ``value`` (see the module docstring). Pure; never raises."""
-    if not value:
-        return "unknown"
-    if len(value) <= MAX_LEN and _CLEAN.match(value) and value != "unknown" and not _SUFFIX.search(value):
-        return value
-    digest = hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:_HASH_LEN]
-    prefix = _UNSAFE.sub("_", value)[: MAX_LEN - _HASH_LEN - 2]
-    return f"{prefix}.h{digest}"
-
-
-def fingerprint(inputs: Mapping[str, Any]) -> str:
-    """A short stable digest of every input that shapes a container.
-
-    ``inputs`` must be JSON-serializable; key order does not matter. The result is
-    ``v1-<32 hex>``, a valid label value.
-    """
-    blob = json.dumps(inputs, sort_keys=True, separators=(",", ":"), default=str)
-    return f"{FINGERPRINT_VERSION}-{hashlib.sha256(blob.encode()).hexdigest()[:32]}"
+__all__ = ["filters", "fingerprint", "managed_labels", "sanitize"]
 
 
 def managed_labels(

@@ -9,15 +9,11 @@ different pairs never share a name even when their readable parts coincide.
 from __future__ import annotations
 
 import hashlib
-import re
 import secrets
 
+from envlayer.sandbox_tags import slug as _slug
+
 PREFIX = "envlayer"
-_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
-
-
-def _slug(value: str, limit: int) -> str:
-    return _UNSAFE.sub("_", value)[:limit].strip("._-") or "x"
 
 
 def container_name(profile: str, task: str) -> str:

@@ -29,7 +29,7 @@ from datetime import datetime
 from typing import Any
 
 from envlayer.environment import SandboxInfo
-from envlayer.proctree import EXEC_ID_VAR
+from envlayer.idle_check import idle_check_script, parse_idle_check
 from envlayer.shell_script import SESSION_VAR
 from envlayer_docker import labels as L
 from envlayer_docker.oneshot import LEASE_PATH
@@ -178,32 +178,7 @@ def _remove_running(api: Any, summary: dict[str, Any], dry_run: bool, who: str) 
         return None
 
 
-IDLE_CHECK = (
-    "now=$(date +%s); m=$(stat -c %Y " + LEASE_PATH + " 2>/dev/null || echo -); busy=0\n"
-    "for d in /proc/[0-9]*; do\n"
-    '  [ "${d#/proc/}" = "$$" ] && continue\n'
-    '  if grep -qa "' + EXEC_ID_VAR + '=" "$d/environ" 2>/dev/null; then busy=1; break; fi\n'
-    '  if grep -qa "' + SESSION_VAR + '=" "$d/environ" 2>/dev/null; then\n'
-    '    st=; read -r st < "$d/stat" 2>/dev/null; set -- ${st##*) }\n'
-    '    [ "$1" = R ] && { busy=1; break; }\n'
-    "  fi\n"
-    "done\n"
-    'echo "$now $m $busy"\n'
-)
-
-
-def parse_idle_check(output: bytes, started_at: float | None, idle_after: float) -> bool:
-    """Decide from the check's output (``<now> <lease mtime or -> <busy>``) whether the
-    container is reclaimable. Anything unexpected means "keep it". Pure."""
-    try:
-        now_s, mtime_s, busy_s = output.decode().split()
-        now = float(now_s)
-        ref = float(mtime_s) if mtime_s != "-" else started_at
-    except (ValueError, UnicodeDecodeError):
-        return False
-    if busy_s != "0" or ref is None:
-        return False
-    return now - ref >= idle_after
+IDLE_CHECK = idle_check_script(LEASE_PATH, SESSION_VAR)
 
 
 def reclaim_idle(

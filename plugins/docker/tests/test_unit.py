@@ -11,13 +11,14 @@ import sys
 import tarfile
 
 import pytest
-from envlayer_docker import labels, tar_extract
+from envlayer_docker import labels
 from envlayer_docker.files import safe_extract
 from envlayer_docker.naming import container_name, private_name
 from envlayer_docker.options import DockerOptions, parse_volume
 from envlayer_docker.reaper import parse_docker_time, parse_idle_check
 from envlayer_docker.transport import FrameDemux
 
+from envlayer import tar_extract
 from envlayer.errors import SandboxPathError
 from envlayer.options import OptionError
 

@@ -20,9 +20,11 @@ Lifecycle (Inspect's hooks onto envlayer's):
   process is alive); with an id, that task's sandbox is removed, running or not.
 
 Calls run on worker threads (``anyio.to_thread``): the event loop never waits on a
-backend. Cancelling an ``exec`` await lets the command run to its own timeout, which
-kills its process tree (envlayer's contract); ``timeout_retry`` is not honoured: a
-timed-out command was killed, and running it again is the caller's decision.
+backend. A cancelled ``exec`` (a sample's time limit, Ctrl-C) returns at once; the
+command goes on until its own timeout kills its process tree, or until
+``sample_cleanup`` removes the sandbox (on backends with a sandbox per task, which kills
+it at once). ``timeout_retry`` is not honoured: a timed-out command was killed, and
+running it again is the caller's decision.
 """
 
 from __future__ import annotations
@@ -68,6 +70,12 @@ _reaped: set[tuple[str, str]] = set()
 
 async def _blocking(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     return await anyio.to_thread.run_sync(partial(fn, *args, **kwargs))
+
+
+async def _abandonable(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Like :func:`_blocking`, but a cancelled await returns at once (the call goes on in
+    its thread until it ends or its own timeout kills it)."""
+    return await anyio.to_thread.run_sync(partial(fn, *args, **kwargs), abandon_on_cancel=True)
 
 
 def _selection(config: SandboxEnvironmentConfigType | None) -> Selection:
@@ -223,7 +231,7 @@ class EnvlayerSandboxEnvironment(SandboxEnvironment):
         await self._check_user(user)
         run_cwd = self._resolve(cwd) if cwd is not None else self.sample_dir
         with unavailable_as_inspect():
-            result = await _blocking(self.env.exec, list(cmd), cwd=run_cwd, env=env, timeout=timeout, stdin=input)
+            result = await _abandonable(self.env.exec, list(cmd), cwd=run_cwd, env=env, timeout=timeout, stdin=input)
         return to_inspect(result, cmd, timeout)
 
     async def _check_user(self, user: str | None) -> None:

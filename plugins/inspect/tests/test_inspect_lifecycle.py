@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -89,6 +90,28 @@ async def test_local_sample_dir_is_private_and_removed(anyio_backend: str) -> No
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.mark.docker
+@pytest.mark.anyio
+async def test_cancelled_exec_returns_at_once_and_cleanup_kills_it(
+    docker_ready: str, docker_image: str, anyio_backend: str
+) -> None:
+    config = EnvlayerSandboxConfig(backend="docker", profile=docker_ready, options={"image": docker_image})
+    envs = await EnvlayerSandboxEnvironment.sample_init("cancel", config, {})
+    try:
+        started = time.monotonic()
+        with anyio.move_on_after(1):
+            await envs["default"].exec(["sleep", "60"])
+        assert time.monotonic() - started < 5, "a cancelled exec must not wait for the command"
+    finally:
+        await EnvlayerSandboxEnvironment.sample_cleanup("cancel", config, envs, True)
+    from envlayer_docker.backend import DockerEnvironment
+    from envlayer_docker.options import DockerOptions
+
+    task_id = envs["default"].as_type(EnvlayerSandboxEnvironment).env.task_id
+    left = DockerEnvironment.list_sandboxes(profile=docker_ready, options=DockerOptions())
+    assert task_id not in {info.task for info in left}, "the sandbox (and the command in it) must be gone"
 
 
 def _inspect_cli(*args: str, env: dict[str, str], cwd: Path) -> str:

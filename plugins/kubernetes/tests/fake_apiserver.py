@@ -3,6 +3,7 @@
 Test code only. Run as a separate process (the tests' conftest starts one per session)::
 
     python fake_apiserver.py --instance ID --port-file PATH --log PATH [--protocols v4.channel.k8s.io]
+        [--parent-pid PID]
 
 It serves, on 127.0.0.1 and a free port (written to ``--port-file`` once listening):
 
@@ -18,7 +19,8 @@ serve (answered 404), so tests can assert exactly which routes a client used.
 
 Its assumptions (where a real cluster differs) are written in ``FAKE_APISERVER.md`` next
 to this file. Docker containers it makes carry the label ``envlayer-fake-apiserver=<ID>``;
-it removes them on SIGTERM, and the conftest removes any left over by label as well.
+it removes them on SIGTERM, and when ``--parent-pid`` is gone (the test run was killed
+before it could stop the server); the conftest removes any left over by label as well.
 """
 
 from __future__ import annotations
@@ -621,9 +623,22 @@ async def serve(args: argparse.Namespace) -> None:
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    watchdog = loop.create_task(stop_when_orphaned(stop, args.parent_pid))
     await stop.wait()
+    watchdog.cancel()
     await cluster.blocking(cluster.remove_all_containers)
     await runner.cleanup()
+
+
+async def stop_when_orphaned(stop: asyncio.Event, parent: int) -> None:
+    """Set ``stop`` once the process that started this server is gone (it was killed
+    before it could stop us): the server then removes its containers and exits."""
+    if not parent:
+        return
+    while os.getppid() == parent:
+        await asyncio.sleep(1.0)
+    print("fake-apiserver: parent process gone; shutting down", file=sys.stderr, flush=True)
+    stop.set()
 
 
 def main() -> None:
@@ -632,6 +647,7 @@ def main() -> None:
     parser.add_argument("--port-file", required=True)
     parser.add_argument("--log", required=True)
     parser.add_argument("--protocols", default=f"{V5},{V4}")
+    parser.add_argument("--parent-pid", type=int, default=0, help="exit (removing containers) when it is gone")
     asyncio.run(serve(parser.parse_args()))
 
 

@@ -128,6 +128,7 @@ def start_fake(workdir: str, *, protocols: str | None = None) -> FakeApiServer:
     log_path = os.path.join(workdir, f"routes-{instance}.jsonl")
     stderr_path = os.path.join(workdir, f"stderr-{instance}.log")
     argv = [sys.executable, str(SERVER), "--instance", instance, "--port-file", port_file, "--log", log_path]
+    argv += ["--parent-pid", str(os.getpid())]
     if protocols:
         argv += ["--protocols", protocols]
     with open(stderr_path, "wb") as err:

@@ -163,3 +163,50 @@ def test_rbac_denial_names_the_namespace_and_the_role(
     env = dict(os.environ, ENVLAYER_KUBERNETES_KUBECONFIG=kubeconfig)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert "FAIL kubernetes" in out.stdout and "cannot list" in out.stdout and "fix: grant the Role" in out.stdout
+
+
+def test_fake_server_stops_and_cleans_up_when_its_test_run_is_killed(tmp_path: Any, control: Any) -> None:
+    """A test run killed with SIGKILL cannot stop its fake API server: the server notices
+    its parent is gone, removes its containers and exits (nothing is left running)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    code = f"""
+import importlib.util, sys, time
+spec = importlib.util.spec_from_file_location("fc", {str(control.__file__)!r})
+fc = importlib.util.module_from_spec(spec); sys.modules["fc"] = fc; spec.loader.exec_module(fc)
+server = fc.start_fake({str(tmp_path)!r})
+from envlayer_kubernetes.backend import KubernetesEnvironment
+from envlayer_kubernetes.options import KubernetesOptions
+KubernetesEnvironment(KubernetesOptions(image=fc.IMAGE, kubeconfig=server.kubeconfig), task_id="t", profile="killed")
+print(server.proc.pid, server.instance, flush=True)
+time.sleep(300)
+"""
+    child = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=control.child_environ()
+    )
+    try:
+        line = child.stdout.readline().split()
+        assert len(line) == 2, "the child did not start its fake"
+        pid, instance = int(line[0]), line[1]
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(30)
+    end = time.monotonic() + 60
+    while time.monotonic() < end:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.2)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        raise AssertionError("the orphaned fake API server kept running")
+    import docker
+
+    api = docker.APIClient(version="auto", **docker.utils.kwargs_from_env())
+    left = api.containers(all=True, filters={"label": f"{control.FAKE_LABEL}={instance}"})
+    control.remove_containers(instance)
+    assert left == []

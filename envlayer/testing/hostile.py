@@ -1,0 +1,133 @@
+"""Hostile commands through the real ``envlayer`` command line, for any backend.
+
+The conformance kit checks the API; these helpers run the installed ``envlayer exec`` as
+a real process, the way an agent's harness does, so a backend can show that a flood
+with a timeout and a real SIGINT during a flood end on time there too::
+
+    from envlayer.testing.hostile import cli_flood, cli_interrupt_flood
+
+    def test_cli_flood(tmp_path):
+        run = cli_flood(["--backend", "mine"], cwd=tmp_path)
+        assert run.returncode == 124 and run.seconds < 5
+
+Both return a :class:`CliRun`; the flood's output is read and discarded as it comes.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+ENVLAYER = shutil.which("envlayer", path=os.path.dirname(sys.executable)) or "envlayer"
+"""The ``envlayer`` script next to the running interpreter (else the one on PATH)."""
+
+
+@dataclass(frozen=True)
+class CliRun:
+    """One CLI run: its exit code, how long it took (from the SIGINT, for
+    :func:`cli_interrupt_flood`), the stdout bytes it wrote and the end of its stderr."""
+
+    returncode: int
+    seconds: float
+    stdout_bytes: int
+    stderr: str
+
+
+def cli_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """This process's environment without ``ENVLAYER_*`` variables, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ENVLAYER_")}
+    env.update(extra or {})
+    return env
+
+
+_TAIL = 65536
+
+
+class _Drain:
+    """Reads a pipe to its end on a thread, counting the bytes and keeping the last 64 KiB."""
+
+    def __init__(self, pipe: object, started: threading.Event) -> None:
+        self.count = 0
+        self.tail = b""
+        self.started = started
+        self._pipe = pipe
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while chunk := os.read(self._pipe.fileno(), 1 << 20):  # type: ignore[attr-defined]
+            self.count += len(chunk)
+            self.tail = (self.tail + chunk)[-_TAIL:]
+            self.started.set()
+        self.started.set()
+
+
+def _spawn(
+    options: Sequence[str], command: Sequence[str], *, env: Mapping[str, str] | None, cwd: Path | str | None
+) -> tuple[subprocess.Popen[bytes], _Drain, _Drain]:
+    proc = subprocess.Popen(
+        [ENVLAYER, "exec", *options, "--", *command],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=cli_env(env),
+        cwd=cwd,
+    )
+    flowing = threading.Event()
+    return proc, _Drain(proc.stdout, flowing), _Drain(proc.stderr, flowing)
+
+
+def _finish(proc: subprocess.Popen[bytes], out: _Drain, err: _Drain, since: float, limit: float) -> CliRun:
+    try:
+        proc.wait(limit)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    seconds = time.monotonic() - since
+    out.thread.join(5)
+    err.thread.join(5)
+    return CliRun(proc.returncode, seconds, out.count, err.tail.decode(errors="replace"))
+
+
+def cli_flood(
+    options: Sequence[str],
+    *,
+    flood: str = "yes",
+    timeout: float = 2,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | str | None = None,
+) -> CliRun:
+    """``envlayer exec OPTIONS --timeout T -- sh -c FLOOD``; ``seconds`` from the start.
+    A process still running after ``timeout + 30`` seconds is killed (exit -9)."""
+    start = time.monotonic()
+    proc, out, err = _spawn([*options, f"--timeout={timeout}"], ["sh", "-c", flood], env=env, cwd=cwd)
+    return _finish(proc, out, err, start, timeout + 30)
+
+
+def cli_interrupt_flood(
+    options: Sequence[str],
+    *,
+    flood: str = "yes",
+    env: Mapping[str, str] | None = None,
+    cwd: Path | str | None = None,
+    flooding_for: float = 1.0,
+) -> CliRun:
+    """Start ``envlayer exec OPTIONS -- sh -c FLOOD``, wait until output flows and then
+    ``flooding_for`` seconds more, send SIGINT; ``seconds`` counts from the signal. A
+    process still running 30 s after the signal is killed (exit -9)."""
+    proc, out, err = _spawn(options, ["sh", "-c", flood], env=env, cwd=cwd)
+    if not out.started.wait(120):
+        proc.kill()
+        raise AssertionError("the flood produced no output within 120 s")
+    time.sleep(flooding_for)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    return _finish(proc, out, err, sent, 30)

@@ -1,0 +1,457 @@
+"""``ModalEnvironment``: the envlayer backend that runs commands in a Modal sandbox.
+
+Lifecycle (details in docs/backends/modal.md):
+
+* The constructor connects (``modal.Client.from_env``, the App by ``app_name``) and
+  attaches to, replaces or creates the sandbox of (profile, task)
+  (:mod:`envlayer_modal.sandbox`); it raises :class:`BackendUnavailable` with a hint for
+  missing credentials, an unreachable API, an unknown image or a quota.
+* ``cleanup()`` in persist mode (default) ends this process's session shell and leaves
+  the sandbox running, bounded by
+  ``idle_timeout`` and ``sandbox_timeout``.
+  ``cleanup(force_remove=True)``, or any cleanup with ``persist_across_processes = false``,
+  terminates it on a background thread that :meth:`wait_for_cleanup` joins.
+* Commands run in a persistent shell (``exec_mode = "session"``, the core's protocol over
+  one long-lived exec, :mod:`envlayer_modal.session`) or one ``Sandbox.exec`` each
+  (``"oneshot"``). A timeout or an interrupt kills the command's process tree inside the
+  sandbox, which stays usable.
+* A sandbox found terminated when a command starts (the exec was refused, so the command
+  provably did not run) is replaced once and the command runs there, with
+  ``ExecResult.recovered`` saying so; a command is never run twice.
+
+Importing this module does not import the Modal SDK.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import posixpath
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from envlayer.agent_env import with_command_defaults
+from envlayer.capabilities import Capability
+from envlayer.collector import OutputCollector
+from envlayer.environment import Command, Environment, SandboxInfo
+from envlayer.errors import BackendUnavailable
+from envlayer.options import BaseOptions
+from envlayer.output import OutputCallback
+from envlayer.proctree import EXEC_ID_VAR
+from envlayer.request import ExecRequest, check_path, file_payload
+from envlayer.result import TIMEOUT_EXIT_CODE, ExecResult
+from envlayer.sandbox_paths import check_real_path
+from envlayer.transfer import TransferSummary
+from envlayer_modal import teardown
+from envlayer_modal.options import ModalOptions
+
+log = logging.getLogger("envlayer.modal")
+T = TypeVar("T")
+
+ALL_CAPABILITIES = frozenset(
+    {
+        Capability.FORCE_REMOVE,
+        Capability.WAIT_FOR_CLEANUP,
+        Capability.REAP_ORPHANS,
+        Capability.LIST_SANDBOXES,
+        Capability.REMOVE_SANDBOX,
+        Capability.STREAMING,
+        Capability.PERSISTENT_SESSION,
+        Capability.DIRECTORY_TRANSFER,
+        Capability.PERSIST_ACROSS_PROCESSES,
+    }
+)
+LEASE_INTERVAL = 30.0
+_HELPER_TIMEOUT = 300.0
+
+
+class _NotStarted(Exception):
+    """Modal refused to start an exec because the sandbox is gone: the command provably
+    did not run, so replacing the sandbox and running it is safe."""
+
+
+class ModalEnvironment(Environment):
+    """Commands and files in a Modal sandbox; see the module docstring."""
+
+    name = "modal"
+    Options = ModalOptions
+    capabilities = ALL_CAPABILITIES
+    options: ModalOptions
+
+    def __init__(
+        self, options: BaseOptions | None = None, *, task_id: str = "default", profile: str = "default"
+    ) -> None:
+        super().__init__(options, task_id=task_id, profile=profile)
+        if not isinstance(self.options, ModalOptions):
+            raise TypeError(f"ModalEnvironment needs ModalOptions, got {type(self.options).__name__}")
+        from envlayer_modal.client import connect
+
+        opts = self.options
+        if opts.exec_mode == "oneshot":
+            self.capabilities = ALL_CAPABILITIES - {Capability.PERSISTENT_SESSION}
+        if not opts.persist_across_processes:
+            self.capabilities = self.capabilities - {Capability.PERSIST_ACROSS_PROCESSES}
+        self._conn = connect(opts)
+        self._state_lock = threading.RLock()
+        self._last_lease = 0.0
+        self._teardown: threading.Thread | None = None
+        self._attached: Any = None
+        self._session: Any = None
+        self._session_lock = threading.Lock()
+        self._attach()
+
+    # --- sandbox --------------------------------------------------------------------------
+
+    def _attach(self) -> None:
+        from envlayer_modal.sandbox import ensure
+
+        attached = ensure(
+            self._conn, profile=self.profile, task=self.task_id, persist=self.options.persist_across_processes
+        )
+        with self._state_lock:
+            self._attached = attached
+            self._drop_session()
+            self._session = self._new_session()
+        log.debug(
+            "%s sandbox %s for task %r", "created" if attached.created else "attached to", attached.id, self.task_id
+        )
+
+    @property
+    def sandbox_id(self) -> str:
+        """The Modal id (``sb-...``) of the sandbox in use."""
+        return str(self._attached.id)
+
+    @property
+    def sandbox_name(self) -> str:
+        """The name of the sandbox in use (unique in the App)."""
+        return str(self._attached.name)
+
+    def _recover(self, seen_id: str) -> None:
+        """The sandbox ``seen_id`` is gone: attach again (which creates
+        a new one). When another thread already did so, there is nothing to do."""
+        with self._state_lock:
+            if self._attached is not None and self._attached.id != seen_id:
+                return
+            log.warning("sandbox %s for task %r is gone; attaching again", self.sandbox_id, self.task_id)
+            self._attach()
+
+    def _start_exec(self, argv: list[str], env: Mapping[str, str]) -> Any:
+        """``Sandbox.exec`` with ``text=False``. A refusal meaning "the sandbox is gone"
+        becomes :class:`_NotStarted`; every other failure :class:`BackendUnavailable`."""
+        from envlayer_modal.client import translate
+
+        exc_mod = self._conn.modal.exception
+        try:
+            return self._attached.sandbox.exec(*argv, env=dict(env), text=False)
+        except (exc_mod.NotFoundError, exc_mod.ConflictError, exc_mod.SandboxTerminatedError) as exc:
+            raise _NotStarted(str(exc)) from exc
+        except Exception as exc:
+            raise translate(exc, "starting a command") from exc
+
+    def _command_env(self, extra: Mapping[str, str] | None, exec_id: str | None) -> dict[str, str]:
+        env = with_command_defaults(self.options.env)
+        env.update(extra or {})
+        if exec_id is not None:
+            env[EXEC_ID_VAR] = exec_id
+        return env
+
+    def _touch_lease(self) -> bool:
+        now = time.monotonic()
+        if now - self._last_lease >= LEASE_INTERVAL:
+            self._last_lease = now
+            return True
+        return False
+
+    # --- exec -------------------------------------------------------------------------------
+
+    def exec(
+        self,
+        command: Command,
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        stdin: bytes | str | None = None,
+        on_output: OutputCallback | None = None,
+    ) -> ExecResult:
+        """Run ``command`` in the sandbox; see :class:`~envlayer.environment.Environment`.
+
+        In session mode the command runs in the persistent shell when it is free (another
+        thread's command makes this call run one-shot). ``on_output(stream, chunk)``
+        receives ``"stdout"``/``"stderr"`` chunks as they arrive (uncapped), on the calling
+        thread. Raises :class:`BackendUnavailable` when Modal cannot be reached, or when the
+        sandbox ended while the command ran (it is not re-run; the next call replaces the
+        sandbox); bad arguments raise ``InvalidArgument`` (nothing ran).
+        """
+        request = self.make_request(command, cwd=cwd, env=env, timeout=timeout, stdin=stdin, on_output=on_output)
+        for attempt in (0, 1):
+            seen = self.sandbox_id
+            collector = OutputCollector.for_request(request, self.options)
+            try:
+                result = self._run(request, collector)
+                return dataclasses.replace(result, recovered="sandbox recreated") if attempt else result
+            except _NotStarted as exc:
+                if attempt:
+                    raise BackendUnavailable(
+                        f"the sandbox for task {self.task_id!r} is gone again right after being recreated: {exc}",
+                        hint="check the Modal dashboard; something keeps terminating it",
+                    ) from exc
+                self._recover(seen)
+        raise AssertionError("unreachable")
+
+    def _run(self, request: ExecRequest, collector: OutputCollector) -> ExecResult:
+        session = self._session
+        if session is not None and self._session_lock.acquire(blocking=False):
+            try:
+                started = time.monotonic()
+                request = dataclasses.replace(
+                    request, deadline=None if request.timeout is None else started + request.timeout
+                )
+                outcome = session.run(request, collector)
+            finally:
+                self._session_lock.release()
+            return collector.result(
+                request, outcome.exit_code, timed_out=outcome.timed_out, recovered=outcome.recovered
+            )
+        return self._run_oneshot(request, collector)
+
+    def _run_oneshot(self, request: ExecRequest, collector: OutputCollector) -> ExecResult:
+        from envlayer_modal import oneshot
+        from envlayer_modal.process import Process
+
+        cwd = posixpath.join(self.options.workdir, request.cwd) if request.cwd else self.options.workdir
+        argv = oneshot.oneshot_argv(self.options.shell, request.command, cwd=cwd, touch_lease=self._touch_lease())
+        proc = Process(self._start_exec(argv, self._command_env(request.env, request.exec_id)))
+        oneshot.feed_stdin(proc, request.stdin)
+        outcome = oneshot.run(proc, collector, request.deadline, kill=lambda: self._kill(request.exec_id))
+        if outcome.timed_out:
+            return collector.result(request, TIMEOUT_EXIT_CODE, timed_out=True)
+        if outcome.code is None:
+            self._check_still_running("the command's exec ended without an exit status")
+            return collector.result(request, 255)
+        return collector.result(request, outcome.code)
+
+    def _check_still_running(self, what: str) -> None:
+        """After an exec vanished: if the sandbox is gone, the command may or may not have
+        run, so raise instead of guessing (never re-run)."""
+        try:
+            code = self._attached.sandbox.poll()
+        except Exception:
+            code = None
+        if code is not None:
+            raise BackendUnavailable(
+                f"{what} because the sandbox {self.sandbox_id} ended (code {code}); "
+                "the command may have partly run and was NOT re-run",
+                hint="check its effects and retry; the next call replaces the sandbox",
+            )
+
+    def _kill(self, exec_id: str) -> None:
+        from envlayer_modal.killer import kill_command
+
+        attached = self._attached
+        if attached is not None:
+            kill_command(attached.sandbox, exec_id, shell=self.options.shell)
+
+    def _helper(
+        self, argv: list[str], data: bytes | None, limit: int | None = None, *, recover: bool = True
+    ) -> tuple[int, bytes, bytes]:
+        """Run an internal command one-shot (no session state): (code, stdout, stderr).
+        stdout is kept up to ``limit`` bytes (all when None). A gone sandbox is replaced
+        once with ``recover``; without, the result is exit 255."""
+        from envlayer_modal import oneshot
+        from envlayer_modal.process import Process
+
+        for attempt in (0, 1):
+            seen = self.sandbox_id
+            try:
+                proc = Process(self._start_exec(argv, self._command_env(None, None)))
+            except _NotStarted as exc:
+                if not recover:
+                    return 255, b"", str(exc).encode()
+                if attempt:
+                    raise BackendUnavailable(
+                        "the sandbox keeps disappearing", hint="check the Modal dashboard"
+                    ) from None
+                self._recover(seen)
+                continue
+            oneshot.feed_stdin(proc, data)
+            collector = OutputCollector(limit, "head")
+            outcome = oneshot.collect(proc, collector, time.monotonic() + _HELPER_TIMEOUT)
+            code = 255 if outcome.code is None or outcome.timed_out else outcome.code
+            return code, collector.buffers["stdout"].getvalue(), collector.buffers["stderr"].getvalue()
+        raise AssertionError("unreachable")
+
+    def _new_session(self) -> Any:
+        """A (not yet started) persistent shell in the current sandbox, or None in one-shot mode."""
+        from envlayer_modal import files
+        from envlayer_modal.session import shell_session
+
+        if self.options.exec_mode != "session":
+            return None
+        return shell_session(
+            self._start_exec,
+            lambda argv, data: self._helper(argv, data, recover=False),
+            shell=self.options.shell,
+            env=self._command_env(None, None),
+            cwd=self.options.workdir,
+            idle_exit=self.options.session_idle_exit,
+            upload=lambda path, data: self._files_call(lambda sb: files.write(sb, path, data), f"staging {path}"),
+        )
+
+    def _drop_session(self) -> None:
+        session, self._session = self._session, None
+        if session is not None:
+            session.close()
+
+    # --- files ---------------------------------------------------------------------------------
+
+    def _path(self, path: str) -> str:
+        """Absolute sandbox path for ``path``; enforces ``file_root`` lexically and, through
+        ``readlink -f`` in the sandbox, against symlinks."""
+        full = self.resolve_path(path, self.options.workdir)
+        root = self.options.file_root
+        if root is not None:
+            root_abs = posixpath.normpath(posixpath.join(self.options.workdir, root))
+            check_real_path(self._helper, path, full, root_abs)
+        return full
+
+    def _files_call(self, fn: Callable[[Any], T], doing: str) -> T:
+        from envlayer_modal.client import translate
+
+        exc_mod = self._conn.modal.exception
+        for attempt in (0, 1):
+            seen = self.sandbox_id
+            try:
+                return fn(self._attached.sandbox)
+            except (exc_mod.NotFoundError, exc_mod.ConflictError) as exc:
+                if attempt:
+                    raise translate(exc, doing) from exc
+                self._recover(seen)
+            except exc_mod.Error as exc:
+                raise translate(exc, doing) from exc
+        raise AssertionError("unreachable")
+
+    def read_file(self, path: str) -> bytes:
+        """Read a file from the sandbox; see :class:`~envlayer.environment.Environment`."""
+        from envlayer_modal import files
+
+        self._ensure_open()
+        full = self._path(path)
+        limit = self.options.max_file_bytes
+        return self._files_call(lambda sb: files.read(sb, full, limit), f"reading {full}")
+
+    def write_file(self, path: str, data: bytes | str) -> None:
+        """Write a file into the sandbox, creating parent directories."""
+        from envlayer_modal import files
+
+        self._ensure_open()
+        payload = file_payload(path, data, self.options.max_file_bytes)
+        full = self._path(path)
+        self._files_call(lambda sb: files.write(sb, full, payload), f"writing {full}")
+
+    def upload_dir(self, local: str | os.PathLike[str], remote: str) -> TransferSummary:
+        """Copy the contents of host directory ``local`` into sandbox directory ``remote``
+        (tar over an exec); see :class:`~envlayer.transfer.SupportsDirectoryTransfer`."""
+        from envlayer_modal import files
+
+        self._ensure_open()
+        source = check_path(os.fspath(local), "local")
+        return files.upload_dir(self._helper, source, self._path(remote), self.options.max_transfer_bytes)
+
+    def download_dir(self, remote: str, local: str | os.PathLike[str]) -> TransferSummary:
+        """Copy the contents of sandbox directory ``remote`` into host directory ``local``.
+        Members escaping ``local`` raise :class:`SandboxPathError`."""
+        from envlayer_modal import files
+
+        self._ensure_open()
+        dest = check_path(os.fspath(local), "local")
+        limit = self.options.max_transfer_bytes
+
+        def capped(argv: list[str], data: bytes | None) -> tuple[int, bytes, bytes]:
+            return self._helper(argv, data, limit + 1)
+
+        return files.download_dir(capped, self._path(remote), dest, limit)
+
+    # --- lifecycle -------------------------------------------------------------------------------
+
+    def cleanup(self, *, force_remove: bool = False) -> None:
+        """Release this handle. Persist mode: the sandbox keeps running (until
+        ``idle_timeout``). With ``force_remove`` or ``persist_across_processes = false``:
+        terminate it in the background (see :meth:`wait_for_cleanup`). Idempotent;
+        ``cleanup(force_remove=True)`` after a plain ``cleanup()`` still terminates it.
+        Never raises."""
+        with self._state_lock:
+            self._closed = True
+            try:
+                self._drop_session()
+            except Exception:
+                pass
+            remove = force_remove or not self.options.persist_across_processes
+            if remove and self._teardown is None and self._attached is not None:
+                self._teardown = teardown.schedule(self._attached.sandbox, self._attached.id)
+
+    def wait_for_cleanup(self, timeout: float) -> bool:
+        """Block up to ``timeout`` seconds for this environment's termination; True when
+        done (or when there was nothing to terminate)."""
+        thread = self._teardown
+        if thread is None:
+            return True
+        thread.join(max(timeout, 0))
+        return not thread.is_alive()
+
+    @classmethod
+    def wait_for_all_cleanups(cls, timeout: float) -> bool:
+        """Join every termination started in this process (also run at exit, up to 15 s)."""
+        return teardown.wait_all(timeout)
+
+    @classmethod
+    def _class_conn(cls, options: BaseOptions | None) -> Any:
+        from envlayer_modal.client import connect
+
+        return connect(options if isinstance(options, ModalOptions) else ModalOptions())
+
+    @classmethod
+    def check_available(cls, options: BaseOptions) -> None:
+        """Raise :class:`BackendUnavailable` unless credentials are configured and the API
+        answers (it looks up, or creates, the App; it creates no sandbox)."""
+        cls._class_conn(options)
+
+    @classmethod
+    def reap_orphans(cls, *, profile: str, max_age: float, dry_run: bool, options: ModalOptions) -> list[SandboxInfo]:
+        """Terminate this profile's orphaned sandboxes (see :mod:`envlayer_modal.reaper`).
+        Returns what was (or would be) terminated."""
+        from envlayer_modal import reaper
+
+        return reaper.reap(cls._class_conn(options), profile=profile, max_age=max_age, dry_run=dry_run)
+
+    @classmethod
+    def list_sandboxes(cls, *, profile: str | None, options: ModalOptions) -> list[SandboxInfo]:
+        """Every running envlayer sandbox in the App (of ``profile``, or of all when None)."""
+        from envlayer_modal import reaper
+
+        return [
+            reaper.info_from(sb, tags) for sb, tags in reaper.list_managed(cls._class_conn(options), profile=profile)
+        ]
+
+    @classmethod
+    def remove_sandbox(cls, task_id: str, *, profile: str, options: ModalOptions, force: bool) -> list[SandboxInfo]:
+        """Terminate the sandboxes of (profile, task). Every listed sandbox is running, so
+        without ``force`` only those in which no command is running are terminated."""
+        from envlayer.idle_check import parse_idle_check
+        from envlayer_modal import reaper
+
+        conn = cls._class_conn(options)
+        removed = []
+        for sb, tags in reaper.list_managed(conn, profile=profile, task=task_id):
+            if not force and not parse_idle_check(reaper.idle_output(sb, conn.options.shell), 0.0, 0.0):
+                continue
+            try:
+                sb.terminate()
+            except Exception as exc:
+                log.warning("could not terminate %s: %r", sb.object_id, exc)
+                continue
+            removed.append(reaper.info_from(sb, tags, "terminated"))
+        return removed

@@ -1,0 +1,137 @@
+"""The one place that imports the Modal SDK, connects, and turns SDK errors into envlayer's.
+
+Nothing here runs at import time: ``import envlayer_modal`` and listing backends import no
+part of the SDK. :func:`connect` is called by the environment's constructor and by the
+class-level lifecycle methods.
+
+Error mapping (:func:`translate`), each with a hint naming what to do:
+
+* no credentials / refused credentials -> :class:`BackendUnavailable` (``modal token new``,
+  ``MODAL_TOKEN_ID`` / ``MODAL_TOKEN_SECRET``);
+* the API unreachable -> :class:`BackendUnavailable`, found by a TCP probe bounded by
+  ``connect_timeout`` before the SDK's own minute-long retries;
+* an image Modal cannot build or pull -> :class:`BackendUnavailable` naming the image;
+* quota and rate limits (``RESOURCE_EXHAUSTED``) -> :class:`BackendUnavailable` saying to wait
+  or free sandboxes (``envlayer reap`` / ``envlayer rm``).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import urllib.parse
+from dataclasses import dataclass
+from typing import Any
+
+from envlayer.errors import BackendUnavailable
+from envlayer_modal.options import ModalOptions
+
+DEFAULT_SERVER_URL = "https://api.modal.com"
+CREDENTIALS_HINT = (
+    "run `modal token new`, or set MODAL_TOKEN_ID and MODAL_TOKEN_SECRET (a token from modal.com/settings/tokens)"
+)
+_LOCK = threading.Lock()
+_PROBED: set[str] = set()
+
+
+def sdk() -> Any:
+    """The ``modal`` module (imported on first use)."""
+    import modal
+
+    return modal
+
+
+@dataclass
+class Connection:
+    """An SDK client and the App envlayer's sandboxes live in."""
+
+    modal: Any
+    client: Any
+    app: Any
+    options: ModalOptions
+
+    @property
+    def app_id(self) -> str:
+        return str(self.app.app_id)
+
+
+def server_urls() -> list[str]:
+    """The control-plane URLs the SDK will use (``MODAL_SERVER_URL`` or its config)."""
+    raw = os.environ.get("MODAL_SERVER_URL")
+    if raw is None:
+        try:
+            raw = str(sdk().config.config.get("server_url"))
+        except Exception:
+            raw = DEFAULT_SERVER_URL
+    return [u.strip() for u in raw.split(",") if u.strip()]
+
+
+def probe(urls: list[str], timeout: float) -> None:
+    """Raise :class:`BackendUnavailable` unless one of ``urls`` accepts a TCP connection
+    within ``timeout`` seconds. Each URL is probed once per process."""
+    errors = []
+    for url in urls:
+        if url in _PROBED:
+            return
+        parsed = urllib.parse.urlparse(url)
+        if parsed.scheme == "unix":
+            return
+        port = parsed.port or (443 if parsed.scheme == "https" else 80)
+        try:
+            socket.create_connection((parsed.hostname or "", port), timeout=timeout).close()
+        except OSError as exc:
+            errors.append(f"{url}: {exc}")
+            continue
+        _PROBED.add(url)
+        return
+    raise BackendUnavailable(
+        "the Modal API is unreachable (" + "; ".join(errors) + ")",
+        hint="check the network or proxy; MODAL_SERVER_URL overrides the address",
+    )
+
+
+def connect(options: ModalOptions) -> Connection:
+    """Probe the API, build the SDK client from the environment, look up (or create) the
+    App. Raises :class:`BackendUnavailable` (see the module docstring)."""
+    probe(server_urls(), options.connect_timeout)
+    modal = sdk()
+    try:
+        with _LOCK:
+            client = modal.Client.from_env()
+        app = modal.App.lookup(
+            options.app_name, create_if_missing=True, environment_name=options.environment_name, client=client
+        )
+    except Exception as exc:
+        raise translate(exc, f"connecting to Modal (app {options.app_name!r})") from exc
+    return Connection(modal, client, app, options)
+
+
+def translate(exc: BaseException, doing: str) -> Exception:
+    """The envlayer error for an SDK exception raised while ``doing`` something."""
+    from modal import exception as E
+
+    text = str(exc).strip() or type(exc).__name__
+    if isinstance(exc, E.AuthError):
+        return BackendUnavailable(f"Modal refused the credentials while {doing}: {text}", hint=CREDENTIALS_HINT)
+    if isinstance(exc, E.PermissionDeniedError):
+        return BackendUnavailable(
+            f"Modal denied permission while {doing}: {text}",
+            hint="check that the token's workspace may create sandboxes in this App and Environment",
+        )
+    if isinstance(exc, E.ResourceExhaustedError):
+        return BackendUnavailable(
+            f"Modal quota or rate limit reached while {doing}: {text}",
+            hint="wait and retry, or free sandboxes (`envlayer reap --backend modal`, `envlayer rm`)",
+        )
+    if isinstance(exc, (E.ImageBuildError, E.RemoteError)) and "image" in text.lower():
+        return BackendUnavailable(
+            f"Modal could not provide the image while {doing}: {text}",
+            hint="check the `image` option: a public registry tag (e.g. python:3.11-slim) or an `im-...` id",
+        )
+    if isinstance(exc, (E.ConnectionError, OSError)):
+        return BackendUnavailable(
+            f"lost the connection to Modal while {doing}: {text}",
+            hint="check the network; the command may not have run",
+        )
+    return BackendUnavailable(f"Modal failed while {doing}: {type(exc).__name__}: {text}", hint="retry; see the log")

@@ -1,0 +1,90 @@
+"""Files through ``sb.filesystem``; directories as tar archives over an exec.
+
+Guarantees (the same as the Docker backend's): a read is refused before transferring
+anything when the file is over the cap (:class:`FileTooLarge`, from ``filesystem.stat``);
+a directory named as a file raises :class:`SandboxIsADirectory`; a missing file raises
+:class:`SandboxFileNotFound`; ``write`` creates missing parent directories; archive
+members that would land outside the download target raise :class:`SandboxPathError`
+(:func:`envlayer.archive.safe_extract`) and nothing of that member is written.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from envlayer.archive import pack_dir, safe_extract, tar_summary
+from envlayer.errors import FileTooLarge, SandboxFileNotFound, SandboxIsADirectory, SandboxPermissionDenied
+from envlayer.sandbox_paths import Helper
+from envlayer.transfer import TransferSummary
+
+
+def _translate(exc: Exception, path: str, operation: str) -> Exception | None:
+    """The envlayer error for an SDK filesystem error, or None when it is not one."""
+    from modal import exception as E
+
+    if isinstance(exc, (E.SandboxFilesystemNotFoundError, E.SandboxFilesystemNotADirectoryError)):
+        return SandboxFileNotFound(path)
+    if isinstance(exc, E.SandboxFilesystemIsADirectoryError):
+        return SandboxIsADirectory(path)
+    if isinstance(exc, E.SandboxFilesystemPermissionError):
+        return SandboxPermissionDenied(path, operation)
+    if isinstance(exc, E.SandboxFilesystemFileTooLargeError):
+        return FileTooLarge(path, -1, -1)
+    return None
+
+
+def read(sandbox: Any, path: str, limit: int) -> bytes:
+    """The bytes of the file at absolute ``path`` (see the module guarantees)."""
+    from modal.types import FileType
+
+    try:
+        info = sandbox.filesystem.stat(path)
+        if info.type == FileType.DIRECTORY:
+            raise SandboxIsADirectory(path)
+        if info.size > limit:
+            raise FileTooLarge(path, info.size, limit)
+        return bytes(sandbox.filesystem.read_bytes(path))
+    except Exception as exc:
+        mapped = _translate(exc, path, "read")
+        if mapped is None:
+            raise
+        raise mapped from None
+
+
+def write(sandbox: Any, path: str, data: bytes) -> None:
+    """Create or replace the file at absolute ``path``, creating parent directories."""
+    try:
+        sandbox.filesystem.write_bytes(data, path)
+    except Exception as exc:
+        mapped = _translate(exc, path, "write")
+        if mapped is None:
+            raise
+        raise mapped from None
+
+
+UNPACK = 'mkdir -p -- "$1" && tar -x -f - -C "$1"'
+PACK = '[ -d "$1" ] || exit 20; tar -c -f - -C "$1" .'
+
+
+def upload_dir(helper: Helper, local: str, remote: str, limit: int) -> TransferSummary:
+    """Copy the contents of host directory ``local`` into sandbox directory ``remote``;
+    the regular files copied and their bytes."""
+    payload = pack_dir(local, limit, owner=(0, 0))
+    code, _, err = helper(["sh", "-c", UNPACK, "envlayer-unpack", remote], payload)
+    if code != 0:
+        raise OSError(f"unpacking into {remote!r} failed ({code}): {err.decode(errors='replace')[:300]}")
+    return tar_summary(payload)
+
+
+def download_dir(helper: Helper, remote: str, local: str, limit: int) -> TransferSummary:
+    """Copy the contents of sandbox directory ``remote`` into host directory ``local``."""
+    code, out, err = helper(["sh", "-c", PACK, "envlayer-pack", remote], None)
+    if code == 20:
+        raise SandboxFileNotFound(remote)
+    if code != 0:
+        raise OSError(f"packing {remote!r} failed ({code}): {err.decode(errors='replace')[:300]}")
+    if len(out) > limit:
+        raise FileTooLarge(remote, len(out), limit)
+    os.makedirs(local, exist_ok=True)
+    return safe_extract(out, local, strip_first=False)

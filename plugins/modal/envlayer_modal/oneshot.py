@@ -1,0 +1,113 @@
+"""One command in its own ``Sandbox.exec`` (``exec_mode = "oneshot"``, the overflow path
+when another thread holds the session, and internal helpers).
+
+The exec runs a tiny ``sh`` wrapper (change to the working directory, refresh the lease,
+then ``exec`` the command, so the command keeps the exec's pid) with ``ENVLAYER_EXEC_ID``
+in its environment, passed as exec ``env`` (never in argv), so the killer finds the whole
+tree. stdin bytes are written from a helper thread and then closed (EOF): a command that
+reads stdin never waits for input that cannot come.
+
+No exec ``timeout`` is passed to Modal: the deadline is envlayer's own, and on expiry the
+tree is killed inside the sandbox while the output keeps being read
+(:func:`envlayer.streams.drain_while`). Should Modal still report its own timeout codes
+(-1 for a client-side exec deadline, 137 for a killed exec) after the deadline, they are the
+core's timeout result (124, ``timed_out``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from envlayer.collector import OutputCollector
+from envlayer.streams import drain_while
+from envlayer_modal.process import EXIT, Process
+from envlayer_modal.reaper import LEASE_PATH
+from envlayer_modal.stream import NAMES, ExecStream
+
+EXIT_GRACE = 0.5
+"""Seconds to keep reading after the exit code arrived, for output still in flight."""
+MODAL_TIMEOUT_CODES = (-1, 137)
+"""Exit codes Modal reports for an exec cut by a deadline or killed: a timeout once
+envlayer's own deadline has passed."""
+
+WRAPPER = (
+    'd=$1; t=$2; shift 2; [ -n "$t" ] && : > ' + LEASE_PATH + " 2>/dev/null; "
+    'cd -- "$d" 2>/dev/null || { printf \'envlayer: working directory does not exist: %s\\n\' "$d" >&2; exit 126; }; '
+    'exec "$@"'
+)
+
+
+def oneshot_argv(shell: str, command: str | Sequence[str], *, cwd: str, touch_lease: bool) -> list[str]:
+    """The exec argv: the wrapper, then ``shell -c <string>`` or the argv itself."""
+    inner = [shell, "-c", command] if isinstance(command, str) else [str(a) for a in command]
+    return [shell, "-c", WRAPPER, "envlayer", cwd, "1" if touch_lease else "", *inner]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a command ended: its exit code (None when unknown: the exec vanished), and
+    whether the deadline expired first (the command still runs then)."""
+
+    code: int | None
+    timed_out: bool
+
+
+def collect(proc: Process, collector: OutputCollector, deadline: float | None) -> Outcome:
+    """Read ``proc`` into ``collector`` until it exited and both streams ended (or
+    ``EXIT_GRACE`` after the exit), or until ``deadline``. Exceptions from the output
+    callback propagate (the caller kills the command)."""
+    ended: set[int] = set()
+    code: int | None = None
+    exited_at: float | None = None
+    while True:
+        now = time.monotonic()
+        if exited_at is not None and (len(ended) == 2 or now - exited_at >= EXIT_GRACE):
+            return Outcome(code, False)
+        if deadline is not None and now >= deadline:
+            return Outcome(code, True)
+        waits = [] if deadline is None else [deadline - now]
+        if exited_at is not None:
+            waits.append(exited_at + EXIT_GRACE - now)
+        event = proc.next_event(max(min(waits), 0.0) if waits else None)
+        if event is None:
+            continue
+        fd, payload = event
+        if fd == EXIT:
+            code, exited_at = payload, time.monotonic()
+        elif payload is None:
+            ended.add(fd)
+        else:
+            collector.write(NAMES[fd], payload)
+
+
+def run(proc: Process, collector: OutputCollector, deadline: float | None, *, kill: Callable[[], object]) -> Outcome:
+    """Collect a started command; on a timeout or an exception (an interrupt, a failing
+    callback) kill its tree with ``kill`` while its output keeps being drained.
+    A timeout is ``Outcome(timed_out=True)``; exceptions propagate after the kill."""
+    try:
+        outcome = collect(proc, collector, deadline)
+    except BaseException:
+        drain_while(ExecStream(proc), collector, kill)
+        raise
+    expired = deadline is not None and time.monotonic() >= deadline
+    if outcome.timed_out or (outcome.code in MODAL_TIMEOUT_CODES and expired):
+        drain_while(ExecStream(proc), collector, kill)
+        return Outcome(outcome.code, True)
+    return outcome
+
+
+def feed_stdin(proc: Process, data: bytes | None) -> threading.Thread:
+    """Write ``data`` (or nothing) and close stdin, on a helper thread."""
+
+    def work() -> None:
+        try:
+            proc.send(data or b"", eof=True)
+        except Exception as exc:
+            proc.errors.append(exc)
+
+    thread = threading.Thread(target=work, name="envlayer-modal-stdin", daemon=True)
+    thread.start()
+    return thread

@@ -1,0 +1,123 @@
+"""A long-lived ``Sandbox.exec`` as the core's :class:`~envlayer.streams.ByteStream`, and
+the session shell's exec with its idle watchdog.
+
+:class:`ExecStream` turns the events of a :class:`~envlayer_modal.process.Process` (stdout
+and stderr chunks from two reader threads, the exit code from a third) into the byte-stream
+interface that :class:`envlayer.shell_session.PersistentShell` drives: ``write`` is one
+stdin write (one ``TaskExecStdinWrite`` RPC), ``read`` returns every chunk already
+received.
+
+:func:`session_argv` starts the session shell under a watchdog: Modal counts a running
+exec as activity, so a session shell left behind by a process that died without
+``cleanup()`` would keep its sandbox alive until ``sandbox_timeout``. The watchdog (a
+background ``sh`` loop, its output sent to /dev/null so it never holds the exec's streams
+open) ends the shell once it has read no input (``rchar`` in ``/proc/<pid>/io`` unchanged)
+and had no child process for ``idle_exit`` seconds. Then the exec ends, the sandbox goes
+idle, and Modal's ``idle_timeout`` terminates it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from envlayer.errors import BackendUnavailable
+from envlayer_modal.process import EXIT, STDERR, STDOUT, Process
+
+NAMES = {STDOUT: "stdout", STDERR: "stderr"}
+WATCHDOG_PERIOD = 5
+
+WATCHDOG = (
+    "s=$$; n=$1; shift\n"
+    "( me=; read -r me _ < /proc/self/stat; idle=0; last=\n"
+    "  while sleep " + str(WATCHDOG_PERIOD) + "; do\n"
+    '    kill -0 "$s" 2>/dev/null || exit 0\n'
+    '    io=$(grep rchar "/proc/$s/io" 2>/dev/null); kids=0\n'
+    "    for f in /proc/[0-9]*/stat; do\n"
+    '      st=; read -r st < "$f" 2>/dev/null || continue; set -- ${st##*) }\n'
+    '      p=${f#/proc/}; p=${p%/stat}; [ "$2" = "$s" ] && [ "$p" != "$me" ] && { kids=1; break; }\n'
+    "    done\n"
+    '    if [ "$io" != "$last" ] || [ $kids = 1 ]; then idle=0; last=$io;'
+    " else idle=$((idle + " + str(WATCHDOG_PERIOD) + ")); fi\n"
+    '    [ $idle -ge "$n" ] && { kill -KILL "$s" 2>/dev/null; exit 0; }\n'
+    "  done ) < /dev/null > /dev/null 2>&1 &\n"
+    'exec "$@"\n'
+)
+"""``sh -c`` program: ``$1`` idle seconds, then the shell's argv (``exec``'d, so it keeps the
+exec's pid, and the watchdog is its child)."""
+
+
+def session_argv(shell: str, idle_exit: int) -> list[str]:
+    """The exec argv of a session shell that exits after ``idle_exit`` idle seconds."""
+    return [shell, "-c", WATCHDOG, "envlayer-session", str(idle_exit), shell]
+
+
+class ExecStream:
+    """:class:`~envlayer.streams.ByteStream` over one ``Sandbox.exec`` (see the module)."""
+
+    def __init__(self, process: Process) -> None:
+        self.process = process
+        self._ended: set[int] = set()
+        self._code: int | None = None
+        self._exited = False
+        self._closed = False
+
+    def write(self, data: bytes) -> None:
+        """Send ``data`` to the exec's stdin; ``OSError`` when the exec or sandbox is gone."""
+        if self._closed:
+            raise BrokenPipeError("stream closed")
+        try:
+            self.process.send(data)
+        except Exception as exc:
+            raise BrokenPipeError(f"the session exec no longer takes input: {exc}") from exc
+
+    def _take(self, event: tuple[int, Any]) -> tuple[str, bytes] | None:
+        fd, payload = event
+        if fd == EXIT:
+            self._exited, self._code = True, payload
+        elif payload is None:
+            self._ended.add(fd)
+        elif payload:
+            return NAMES[fd], payload
+        return None
+
+    def read(self, deadline: float | None) -> list[tuple[str, bytes]] | None:
+        """See :meth:`envlayer.streams.ByteStream.read`."""
+        chunks: list[tuple[str, bytes]] = []
+        while True:
+            if len(self._ended) == 2 and not chunks:
+                return None
+            wait = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            event = self.process.next_event(0 if chunks else wait)
+            if event is None:
+                return chunks
+            chunk = self._take(event)
+            if chunk is not None:
+                chunks.append(chunk)
+
+    def exit_status(self, wait: float) -> int | None:
+        """The exec's exit status once it ended (``None`` when Modal does not say within
+        ``wait`` seconds). Raises :class:`BackendUnavailable` when the exec's status could
+        not be read at all (the sandbox or the connection is gone)."""
+        end = time.monotonic() + wait
+        while not self._exited:
+            event = self.process.next_event(max(end - time.monotonic(), 0.0))
+            if event is None:
+                return None
+            self._take(event)
+        if self._code is None and self.process.errors:
+            raise BackendUnavailable(
+                f"lost the session's exec: {self.process.errors[-1]!r}",
+                hint="check the sandbox (it may have been terminated); the next call starts afresh",
+            )
+        return self._code
+
+    def close(self) -> None:
+        """Close the exec's stdin (the shell sees EOF and exits). Idempotent; never raises."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.process.send(b"", eof=True)
+        except Exception:
+            pass

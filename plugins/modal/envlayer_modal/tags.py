@@ -1,0 +1,86 @@
+"""Sandbox tags: what marks a sandbox as envlayer's and who it belongs to.
+
+Every tag is set in the ``Sandbox.create`` call itself (never afterwards: a crash between
+create and tagging would leave a sandbox no reaper can find). Values go through
+:func:`envlayer.sandbox_tags.sanitize`, so a tag filter in ``Sandbox.list`` matches them
+exactly. ``Sandbox.list`` objects carry no creation time, so it is a tag too.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from envlayer.sandbox_tags import fingerprint, sanitize
+from envlayer_modal.options import ModalOptions
+
+MANAGED = "envlayer.managed"
+TASK = "envlayer.task"
+PROFILE = "envlayer.profile"
+FINGERPRINT = "envlayer.fingerprint"
+PERSIST = "envlayer.persist"
+OWNER = "envlayer.owner"
+CREATED_AT = "envlayer.created-at"
+
+
+def fingerprint_inputs(options: ModalOptions) -> dict[str, Any]:
+    """The options that shape a sandbox at creation (see :mod:`envlayer_modal.options`)."""
+    return {
+        "image": options.image,
+        "cpu": options.cpu,
+        "memory": options.memory,
+        "gpu": options.gpu,
+        "region": options.region,
+        "cloud": options.cloud,
+        "block_network": options.block_network,
+        "secrets": sorted(options.secrets),
+        "sandbox_timeout": options.sandbox_timeout,
+        "idle_timeout": options.idle_timeout,
+        "workdir": options.workdir,
+        "environment_name": options.environment_name,
+        "tags": dict(sorted(options.tags.items())),
+    }
+
+
+def sandbox_fingerprint(options: ModalOptions) -> str:
+    """``v1-<32 hex>`` digest of :func:`fingerprint_inputs`."""
+    return fingerprint(fingerprint_inputs(options))
+
+
+def create_tags(
+    *, profile: str, task: str, options: ModalOptions, persist: bool, owner: str | None, now: float | None = None
+) -> dict[str, str]:
+    """The full tag set of a new sandbox. User tags never override envlayer's."""
+    tags = dict(options.tags)
+    if owner is not None:
+        tags[OWNER] = owner
+    tags.update(
+        {
+            MANAGED: "1",
+            TASK: sanitize(task),
+            PROFILE: sanitize(profile),
+            FINGERPRINT: sandbox_fingerprint(options),
+            PERSIST: "1" if persist else "0",
+            CREATED_AT: str(int(time.time() if now is None else now)),
+        }
+    )
+    return tags
+
+
+def selector(*, profile: str | None, task: str | None = None) -> dict[str, str]:
+    """Tags that select envlayer's sandboxes (of ``profile`` / ``task`` when given)."""
+    want = {MANAGED: "1"}
+    if profile is not None:
+        want[PROFILE] = sanitize(profile)
+    if task is not None:
+        want[TASK] = sanitize(task)
+    return want
+
+
+def created_at(tags: Mapping[str, str]) -> float | None:
+    """Epoch seconds from the created-at tag; None when missing or malformed."""
+    try:
+        return float(tags[CREATED_AT])
+    except (KeyError, ValueError):
+        return None

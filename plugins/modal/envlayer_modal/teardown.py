@@ -1,0 +1,32 @@
+"""Background termination: ``Sandbox.terminate`` on a worker thread of
+:mod:`envlayer.background`, joined by ``wait_for_cleanup`` and, up to 15 s, at interpreter
+exit, so a process that exits right after ``cleanup()`` does not leave its sandbox running
+(and billing).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from envlayer import background
+
+log = logging.getLogger("envlayer.modal.teardown")
+
+
+def _terminate(sandbox: Any, sandbox_id: str) -> None:
+    try:
+        sandbox.terminate()
+    except Exception as exc:
+        log.warning("terminating sandbox %s failed: %r", sandbox_id, exc)
+
+
+def schedule(sandbox: Any, sandbox_id: str) -> threading.Thread:
+    """Start terminating ``sandbox`` in the background; return the worker."""
+    return background.schedule(lambda: _terminate(sandbox, sandbox_id), f"envlayer-modal-teardown-{sandbox_id}")
+
+
+def wait_all(timeout: float) -> bool:
+    """Join every pending teardown of this process; True when all finished in time."""
+    return background.wait_all(timeout)

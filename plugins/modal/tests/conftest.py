@@ -1,0 +1,123 @@
+"""Fixtures for the Modal backend tests: the real modal SDK against the fake Modal server.
+
+* One fake server (``fake_modal/server.py``) per test session, started as a separate
+  process on a free 127.0.0.1 port and stopped by PID at the end; every container it made
+  is removed (by the server on SIGTERM, and by label if it had to be killed).
+* Its sandboxes are Docker containers of ``$ENVLAYER_TEST_IMAGE`` (default
+  ``envlayer-test:busybox``). No daemon or no image: with ``CI=true`` the tests fail,
+  saying what is missing; otherwise they are skipped with a hint.
+* The SDK is pointed at the fake through ``MODAL_SERVER_URL`` / ``MODAL_TOKEN_*`` in this
+  process's environment (set before the SDK's client singleton is first built) and a
+  private empty ``MODAL_CONFIG_PATH``, so a developer's ``~/.modal.toml`` is never read.
+* Every environment carries the profile ``envlayer-test-modal-<uuid8>``, unique per session.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_modal"))
+
+import modal_fake_launcher as launcher
+from modal_testenv import APP, IMAGE, PROFILE, QUOTA_TAG
+
+
+def _docker_problem() -> str | None:
+    try:
+        proc = subprocess.run(["docker", "image", "inspect", IMAGE], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"the docker CLI does not answer ({exc})"
+    if proc.returncode != 0:
+        return f"no Docker daemon or no test image {IMAGE} ({proc.stderr.strip()[:200]})"
+    return None
+
+
+@pytest.fixture(scope="session")
+def fake_modal() -> Iterator[launcher.FakeModal]:
+    """The running fake server; this process's environment points the SDK at it."""
+    problem = _docker_problem()
+    if problem:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"Modal tests cannot run: {problem}. Run scripts/provision first.", pytrace=False)
+        pytest.skip(f"{problem}; run scripts/provision (starts dockerd, builds {IMAGE}) to enable the Modal tests")
+    fake = launcher.start(extra_env=[("FAKE_MODAL_QUOTA_TAG", QUOTA_TAG)])
+    saved = {k: os.environ.get(k) for k in fake.env()}
+    os.environ.update(fake.env())
+    try:
+        yield fake
+    finally:
+        from envlayer_modal import teardown
+
+        teardown.wait_all(30)
+        fake.stop()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+@pytest.fixture(scope="session")
+def profile(fake_modal: launcher.FakeModal) -> str:
+    """The unique profile of this test session."""
+    return PROFILE
+
+
+@pytest.fixture
+def options() -> Callable[..., Any]:
+    """Build ModalOptions for the fake (test image, the session's App)."""
+    from envlayer_modal.options import ModalOptions
+
+    def make(**kw: Any) -> ModalOptions:
+        kw.setdefault("image", IMAGE)
+        kw.setdefault("app_name", APP)
+        kw.setdefault("timeout", 60)
+        return ModalOptions(**kw)
+
+    return make
+
+
+@pytest.fixture
+def make_env(fake_modal: Any, profile: str, options: Callable[..., Any]) -> Iterator[Callable[..., Any]]:
+    """Factory: ``make_env(task=None, prof=None, **options)``; every environment it made is
+    force-removed at the end of the test."""
+    from envlayer_modal.backend import ModalEnvironment
+
+    made: list[ModalEnvironment] = []
+
+    def make(task: str | None = None, prof: str | None = None, **kw: Any) -> ModalEnvironment:
+        env = ModalEnvironment(options(**kw), task_id=task or f"t-{uuid.uuid4().hex[:8]}", profile=prof or profile)
+        made.append(env)
+        return env
+
+    yield make
+    for env in made:
+        env.cleanup(force_remove=True)
+    for env in made:
+        env.wait_for_cleanup(30)
+
+
+@pytest.fixture
+def run_python(fake_modal: launcher.FakeModal) -> Callable[..., Any]:
+    """``run_python(code, timeout=90, wait=True, token=...)``: run code in a new venv
+    interpreter pointed at the fake (``token`` names it in the RPC log); returns its stdout
+    (asserting exit 0), or the Popen with ``wait=False``."""
+
+    def run(code: str, *, timeout: float = 90, wait: bool = True, token: str = "ak-envlayer-child") -> Any:
+        argv = [sys.executable, "-c", textwrap.dedent(code)]
+        env = {**os.environ, **fake_modal.env(token)}
+        if not wait:
+            return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
+        assert proc.returncode == 0, f"child failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+        return proc.stdout
+
+    return run

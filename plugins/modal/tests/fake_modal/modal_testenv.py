@@ -1,0 +1,28 @@
+"""Constants and helpers shared by the Modal test modules (importable by name because
+conftest.py puts this directory on ``sys.path``)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from typing import Any
+
+IMAGE = os.environ.get("ENVLAYER_TEST_IMAGE", "envlayer-test:busybox")
+PROFILE = f"envlayer-test-modal-{uuid.uuid4().hex[:8]}"
+APP = f"envlayer-tests-{uuid.uuid4().hex[:6]}"
+QUOTA_TAG = "fake-quota-exceeded"
+LIVE_ENV = {k: v for k, v in os.environ.items() if k != "MODAL_SERVER_URL"}
+"""This process's environment as it was before the fake was started (for the live tests)."""
+LIVE_CREDENTIALS = bool(os.environ.get("MODAL_TOKEN_ID") and os.environ.get("MODAL_TOKEN_SECRET"))
+
+
+def child_code(task: str, profile: str, **opts: Any) -> str:
+    """Python source that builds ``env`` for (profile, task) in a child process."""
+    opts.setdefault("image", IMAGE)
+    opts.setdefault("app_name", APP)
+    opts.setdefault("timeout", 60)
+    return (
+        "from envlayer_modal.backend import ModalEnvironment\n"
+        "from envlayer_modal.options import ModalOptions\n"
+        f"env = ModalEnvironment(ModalOptions(**{opts!r}), task_id={task!r}, profile={profile!r})\n"
+    )

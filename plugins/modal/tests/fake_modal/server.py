@@ -1,0 +1,690 @@
+"""A fake Modal API server for the envlayer-modal tests: the real, unmodified ``modal`` SDK
+talks to it over plain HTTP/2 gRPC on 127.0.0.1, and its sandboxes are Docker containers.
+
+Run as a script (the tests and the benchmark start it as a separate process)::
+
+    python server.py --port-file PATH --log PATH [--page-size N]
+
+It serves two gRPC services on one port: the control plane (``modal.client.ModalClient``,
+subclassing ``modal_proto.api_grpc.ModalClientBase``) and the task command router
+(``TaskCommandRouterBase``); the router URL it hands out is the same address. Every RPC it
+does not implement answers ``UNIMPLEMENTED``. Every RPC received is appended to the log
+(one JSON object a line: ``who`` = the caller's token id, ``rpc``, ``unimplemented``), so
+tests can assert which RPCs a scenario used.
+
+On SIGTERM/SIGINT it removes every container it made (label ``envlayer-fake-modal=<run
+id>``) and exits. What it assumes about Modal is written in ``ASSUMPTIONS.md`` beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from google.protobuf import empty_pb2
+from grpclib.const import Status
+from grpclib.events import RecvRequest, listen
+from grpclib.exceptions import GRPCError
+from grpclib.server import Server, Stream
+from modal_proto import api_grpc, api_pb2, task_command_router_grpc
+from modal_proto import task_command_router_pb2 as sr_pb2
+
+FS_TOOLS = "/__modal/.bin/modal-sandbox-fs-tools"
+CONTAINER_LABEL = "envlayer-fake-modal"
+IMAGE_BUILDER_VERSION = "2025.06"
+R = api_pb2.GenericResult
+
+
+# --- Docker, through the CLI ------------------------------------------------------------
+
+
+async def docker(*args: str, env: Mapping[str, str] | None = None, check: bool = True) -> tuple[int, bytes, bytes]:
+    """Run one ``docker`` CLI command; (code, stdout, stderr)."""
+    proc = await asyncio.create_subprocess_exec(
+        "docker",
+        *args,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, **(env or {})},
+    )
+    out, err = await proc.communicate()
+    code = proc.returncode if proc.returncode is not None else 255
+    if check and code != 0:
+        raise RuntimeError(f"docker {args[0]} failed ({code}): {err.decode(errors='replace').strip()}")
+    return code, out, err
+
+
+# --- state --------------------------------------------------------------------------------
+
+
+@dataclass
+class Exec:
+    """One process started by ``TaskExecStart``: a ``docker exec -i`` child of the fake."""
+
+    exec_id: str
+    proc: asyncio.subprocess.Process
+    output: dict[int, bytearray] = field(default_factory=lambda: {1: bytearray(), 2: bytearray()})
+    closed: dict[int, bool] = field(default_factory=lambda: {1: False, 2: False})
+    changed: asyncio.Condition = field(default_factory=asyncio.Condition)
+    stdin_written: int = 0
+    stdin_closed: bool = False
+    returncode: int | None = None
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def pump(self, fd: int, pipe: asyncio.StreamReader) -> None:
+        while True:
+            chunk = await pipe.read(65536)
+            async with self.changed:
+                if not chunk:
+                    self.closed[fd] = True
+                else:
+                    self.output[fd] += chunk
+                self.changed.notify_all()
+            if not chunk:
+                return
+
+    async def write_stdin(self, offset: int, data: bytes, eof: bool) -> None:
+        """Apply a write at ``offset``; bytes already written (a retried write) are skipped."""
+        if self.stdin_closed:
+            if data[max(self.stdin_written - offset, 0) :]:
+                raise GRPCError(Status.FAILED_PRECONDITION, "stdin is closed")
+            return
+        fresh = data[max(self.stdin_written - offset, 0) :]
+        stdin = self.proc.stdin
+        assert stdin is not None
+        try:
+            if fresh:
+                stdin.write(fresh)
+                await stdin.drain()
+                self.stdin_written += len(fresh)
+            if eof:
+                stdin.close()
+                self.stdin_closed = True
+        except (ConnectionError, BrokenPipeError) as exc:
+            raise GRPCError(Status.FAILED_PRECONDITION, f"the process no longer reads stdin: {exc}") from None
+
+
+@dataclass
+class Sandbox:
+    sandbox_id: str
+    task_id: str
+    app_id: str
+    name: str
+    tags: dict[str, str]
+    container: str
+    created_at: float
+    timeout_secs: int
+    idle_timeout_secs: int
+    workdir: str
+    image_id: str
+    result: api_pb2.GenericResult | None = None
+    execs: dict[str, Exec] = field(default_factory=dict)
+    last_active: float = field(default_factory=time.monotonic)
+    finished: asyncio.Event = field(default_factory=asyncio.Event)
+    busy_rpcs: int = 0
+
+    def running_execs(self) -> int:
+        return sum(1 for e in self.execs.values() if e.returncode is None)
+
+
+class State:
+    """Everything the fake knows; all mutation happens on the event loop thread."""
+
+    def __init__(self, run_id: str, page_size: int, log_path: str) -> None:
+        self.run_id = run_id
+        self.page_size = page_size
+        self.apps: dict[tuple[str, str], str] = {}
+        self.app_names: dict[str, str] = {}
+        self.images: dict[str, str] = {}
+        self.sandboxes: dict[str, Sandbox] = {}
+        self.by_task: dict[str, Sandbox] = {}
+        self.names: dict[tuple[str, str], str] = {}
+        self.url = ""
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._log = open(log_path, "a", buffering=1)  # noqa: SIM115 - lives as long as the server
+
+    def spawn(self, coro: Any) -> asyncio.Task[Any]:
+        """Run ``coro`` as a task, keeping a reference until it ends."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def log(self, who: str, rpc: str, *, unimplemented: bool = False, note: str = "") -> None:
+        record = {"t": round(time.time(), 4), "who": who, "rpc": rpc, "unimplemented": unimplemented}
+        if note:
+            record["note"] = note
+        self._log.write(json.dumps(record) + "\n")
+
+    def sandbox(self, sandbox_id: str) -> Sandbox:
+        sb = self.sandboxes.get(sandbox_id)
+        if sb is None:
+            raise GRPCError(Status.NOT_FOUND, f"Sandbox {sandbox_id} not found")
+        return sb
+
+    def task(self, task_id: str) -> Sandbox:
+        sb = self.by_task.get(task_id)
+        if sb is None:
+            raise GRPCError(Status.NOT_FOUND, f"task {task_id} not found")
+        if sb.result is not None:
+            raise GRPCError(Status.NOT_FOUND, f"task {task_id} has finished")
+        sb.last_active = time.monotonic()
+        return sb
+
+    async def finish(self, sb: Sandbox, status: int, exitcode: int = 0, reason: str = "") -> None:
+        """End a sandbox: record the result, free its name, remove its container."""
+        if sb.result is not None:
+            return
+        sb.result = R(status=status, exitcode=exitcode, exception=reason)  # type: ignore[arg-type]
+        if self.names.get((sb.app_id, sb.name)) == sb.sandbox_id:
+            del self.names[(sb.app_id, sb.name)]
+        sb.finished.set()
+        await docker("rm", "-f", sb.container, check=False)
+        for ex in sb.execs.values():
+            with contextlib.suppress(ProcessLookupError):
+                ex.proc.kill()
+
+    async def watch(self, sb: Sandbox) -> None:
+        """Enforce ``timeout_secs`` (hard lifetime) and ``idle_timeout_secs``."""
+        deadline = time.monotonic() + sb.timeout_secs if sb.timeout_secs else None
+        while sb.result is None:
+            await asyncio.sleep(0.25)
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                await self.finish(sb, R.GENERIC_STATUS_TIMEOUT, reason="Sandbox timed out")
+            elif (
+                sb.idle_timeout_secs
+                and sb.running_execs() == 0
+                and sb.busy_rpcs == 0
+                and now - sb.last_active >= sb.idle_timeout_secs
+            ):
+                await self.finish(sb, R.GENERIC_STATUS_IDLE_TIMEOUT, reason="Sandbox idle timeout")
+            else:
+                code, out, _ = await docker("inspect", "-f", "{{.State.Running}}", sb.container, check=False)
+                if code != 0 or out.strip() != b"true":
+                    await self.finish(sb, R.GENERIC_STATUS_TERMINATED, reason="container is gone")
+
+
+def _jwt(subject: str) -> str:
+    def b64(obj: dict[str, Any]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(obj).encode()).decode().rstrip("=")
+
+    return f"{b64({'alg': 'none', 'typ': 'JWT'})}.{b64({'sub': subject, 'exp': int(time.time()) + 3600})}.fake"
+
+
+def _jwt_subject(metadata: Mapping[str, Any]) -> str:
+    auth = str(metadata.get("authorization", ""))
+    try:
+        payload = auth.removeprefix("Bearer ").split(".")[1]
+        return str(json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))["sub"])
+    except (IndexError, KeyError, ValueError):
+        return ""
+
+
+def caller(stream: Stream[Any, Any]) -> str:
+    md = stream.metadata or {}
+    return str(md.get("x-modal-token-id") or _jwt_subject(md) or "?")
+
+
+def with_unimplemented(cls: type, state_attr: str = "state") -> type:
+    """Fill every abstract RPC of ``cls`` with a handler that logs and answers UNIMPLEMENTED."""
+
+    def make(name: str) -> Callable[..., Any]:
+        async def handler(self: Any, stream: Stream[Any, Any]) -> None:
+            getattr(self, state_attr).log(caller(stream), name, unimplemented=True)
+            raise GRPCError(Status.UNIMPLEMENTED, f"the envlayer fake Modal server does not implement {name}")
+
+        handler.__name__ = name
+        return handler
+
+    missing = {name: make(name) for name in getattr(cls, "__abstractmethods__", ())}
+    return type(cls.__name__, (cls,), missing)
+
+
+# --- control plane ------------------------------------------------------------------------
+
+
+class _Control(api_grpc.ModalClientBase):
+    def __init__(self, state: State) -> None:
+        self.state = state
+
+    async def AuthTokenGet(self, stream: Stream[Any, Any]) -> None:
+        await stream.recv_message()
+        await stream.send_message(api_pb2.AuthTokenGetResponse(token=_jwt(caller(stream))))
+
+    async def ClientHello(self, stream: Stream[Any, Any]) -> None:
+        await stream.recv_message()
+        await stream.send_message(api_pb2.ClientHelloResponse(image_builder_version=IMAGE_BUILDER_VERSION))
+
+    async def AppGetOrCreate(self, stream: Stream[Any, Any]) -> None:
+        req = await stream.recv_message()
+        assert req is not None
+        key = (req.environment_name, req.app_name)
+        if key not in self.state.apps:
+            if req.object_creation_type != api_pb2.OBJECT_CREATION_TYPE_CREATE_IF_MISSING:
+                raise GRPCError(Status.NOT_FOUND, f"App '{req.app_name}' not found")
+            app_id = "ap-" + uuid.uuid4().hex[:22]
+            self.state.apps[key] = app_id
+            self.state.app_names[app_id] = req.app_name
+        await stream.send_message(api_pb2.AppGetOrCreateResponse(app_id=self.state.apps[key]))
+
+    async def EnvironmentGetOrCreate(self, stream: Stream[Any, Any]) -> None:
+        await stream.recv_message()
+        settings = api_pb2.EnvironmentSettings(image_builder_version=IMAGE_BUILDER_VERSION)
+        meta = api_pb2.EnvironmentMetadata(name="main", settings=settings)
+        await stream.send_message(api_pb2.EnvironmentGetOrCreateResponse(environment_id="en-fake", metadata=meta))
+
+    async def ImageGetOrCreate(self, stream: Stream[Any, Any]) -> None:
+        req = await stream.recv_message()
+        assert req is not None
+        commands = list(req.image.dockerfile_commands)
+        tag = commands[0].split(None, 1)[1].strip() if commands and commands[0].startswith("FROM ") else ""
+        if len(commands) != 1 or not tag:
+            result = R(status=R.GENERIC_STATUS_FAILURE, exception=f"the fake only serves `FROM tag` images: {commands}")
+            await stream.send_message(api_pb2.ImageGetOrCreateResponse(image_id="", result=result))
+            return
+        code, _, _ = await docker("image", "inspect", tag, check=False)
+        if code != 0:
+            result = R(status=R.GENERIC_STATUS_FAILURE, exception=f"Image build failed: pull access denied for {tag}")
+            await stream.send_message(api_pb2.ImageGetOrCreateResponse(image_id="", result=result))
+            return
+        image_id = "im-" + uuid.uuid5(uuid.NAMESPACE_URL, tag).hex[:22]
+        self.state.images[image_id] = tag
+        await stream.send_message(
+            api_pb2.ImageGetOrCreateResponse(image_id=image_id, result=R(status=R.GENERIC_STATUS_SUCCESS))
+        )
+
+    async def SandboxCreateV2(self, stream: Stream[Any, Any]) -> None:
+        req = await stream.recv_message()
+        assert req is not None
+        st = self.state
+        d = req.definition
+        image = st.images.get(d.image_id)
+        if image is None:
+            raise GRPCError(Status.NOT_FOUND, f"Image {d.image_id} not found")
+        if d.name and (req.app_id, d.name) in st.names:
+            raise GRPCError(Status.ALREADY_EXISTS, f"Sandbox with name '{d.name}' already exists in this app")
+        if os.environ.get("FAKE_MODAL_QUOTA_TAG") in {t.tag_value for t in req.tags}:
+            raise GRPCError(Status.RESOURCE_EXHAUSTED, "Sandbox quota exceeded: too many running sandboxes")
+        sandbox_id = "sb-fake" + uuid.uuid4().hex
+        task_id = "ta-" + uuid.uuid4().hex[:22]
+        if d.name:
+            st.names[(req.app_id, d.name)] = sandbox_id  # reserved before any await: names are race-free
+        env: dict[str, str] = {}
+        for source in req.secret_sources:
+            env.update(source.env.contents)
+        workdir = d.workdir or "/"
+        argv = list(d.entrypoint_args) or ["sh", "-c", "exec tail -f /dev/null"]
+        container = f"fake-modal-{sandbox_id}"
+        run = ["run", "-d", "--init", "--label", f"{CONTAINER_LABEL}={st.run_id}", "--name", container, "-w", workdir]
+        for name in env:
+            run += ["-e", name]  # values travel in the CLI's environment, never in its argv
+        if d.resources.memory_mb:
+            run += ["--memory", f"{d.resources.memory_mb}m"]
+        try:
+            await docker(*run, image, *argv, env=env)
+        except RuntimeError as exc:
+            st.names.pop((req.app_id, d.name), None)
+            await docker("rm", "-f", container, check=False)
+            raise GRPCError(Status.INTERNAL, str(exc)) from None
+        sb = Sandbox(
+            sandbox_id=sandbox_id,
+            task_id=task_id,
+            app_id=req.app_id,
+            name=d.name,
+            tags={t.tag_name: t.tag_value for t in req.tags},
+            container=container,
+            created_at=time.time(),
+            timeout_secs=d.timeout_secs,
+            idle_timeout_secs=d.idle_timeout_secs,
+            workdir=workdir,
+            image_id=d.image_id,
+        )
+        st.sandboxes[sandbox_id] = sb
+        st.by_task[task_id] = sb
+        st.spawn(st.watch(sb))
+        access = api_pb2.CommandRouterAccess(url=st.url, jwt=_jwt(caller(stream)))
+        await stream.send_message(
+            api_pb2.SandboxCreateV2Response(sandbox_id=sandbox_id, task_id=task_id, command_router_access=access)
+        )
+
+    async def SandboxGetTaskIdV2(self, stream: Stream[Any, Any]) -> None:
+        req = await stream.recv_message()
+        assert req is not None
+        sb = self.state.sandbox(req.sandbox_id)
+        if sb.result is not None:
+            await stream.send_message(api_pb2.SandboxGetTaskIdResponse(task_result=sb.result))
+        else:
+            await stream.send_message(api_pb2.SandboxGetTaskIdResponse(task_id=sb.task_id))
+
+    async def SandboxGetCommandRouterAccess(self, stream: Stream[Any, Any]) -> None:
+        req = await stream.recv_message()
+        assert req is not None
+        if req.sandbox_id:
+            self.state.sandbox(req.sandbox_id)
+        await stream.send_message(
+            api_pb2.SandboxGetCommandRouterAccessResponse(url=self.state.url, jwt=_jwt(caller(stream)))
+        )
+
+    async def SandboxWaitV2(self, stream: Stream[Any, Any]) -> None:
+        req = await stream.recv_message()
+        assert req is not None
+        sb = self.state.sandbox(req.sandbox_id)
+        if sb.result is None and req.timeout > 0:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(sb.finished.wait(), req.timeout)
+        await stream.send_message(api_pb2.SandboxWaitResponse(result=sb.result or R()))
+
+    async def _from_name(self, stream: Stream[Any, Any]) -> None:
+        req = await stream.recv_message()
+        assert req is not None
+        app_id = self.state.apps.get((req.environment_name, req.app_name))
+        sandbox_id = self.state.names.get((app_id or "", req.sandbox_name))
+        if sandbox_id is None:
+            raise GRPCError(Status.NOT_FOUND, f"Sandbox '{req.sandbox_name}' not found in app '{req.app_name}'")
+        await stream.send_message(api_pb2.SandboxGetFromNameResponse(sandbox_id=sandbox_id))
+
+    async def SandboxGetFromNameV2(self, stream: Stream[Any, Any]) -> None:
+        await self._from_name(stream)
+
+    async def SandboxGetFromName(self, stream: Stream[Any, Any]) -> None:
+        await self._from_name(stream)
+
+    async def SandboxListV2(self, stream: Stream[Any, Any]) -> None:
+        req = await stream.recv_message()
+        assert req is not None
+        want = {t.tag_name: t.tag_value for t in req.tags}
+        found = [
+            sb
+            for sb in self.state.sandboxes.values()
+            if (not req.app_id or sb.app_id == req.app_id)
+            and (req.include_finished or sb.result is None)
+            and (not req.before_timestamp or sb.created_at < req.before_timestamp)
+            and all(sb.tags.get(k) == v for k, v in want.items())
+        ]
+        found.sort(key=lambda sb: sb.created_at, reverse=True)
+        infos = [
+            api_pb2.SandboxInfo(
+                id=sb.sandbox_id,
+                created_at=sb.created_at,
+                app_id=sb.app_id,
+                name=sb.name,
+                tags=[api_pb2.SandboxTag(tag_name=k, tag_value=v) for k, v in sb.tags.items()],
+                task_info=api_pb2.TaskInfo(id=sb.task_id, result=sb.result or R()),
+            )
+            for sb in found[: self.state.page_size]
+        ]
+        await stream.send_message(api_pb2.SandboxListResponse(sandboxes=infos))
+
+    async def SandboxTagsGetV2(self, stream: Stream[Any, Any]) -> None:
+        req = await stream.recv_message()
+        assert req is not None
+        sb = self.state.sandbox(req.sandbox_id)
+        tags = [api_pb2.SandboxTag(tag_name=k, tag_value=v) for k, v in sb.tags.items()]
+        await stream.send_message(api_pb2.SandboxTagsGetResponse(tags=tags))
+
+    async def SandboxTagsSetV2(self, stream: Stream[Any, Any]) -> None:
+        req = await stream.recv_message()
+        assert req is not None
+        self.state.sandbox(req.sandbox_id).tags = {t.tag_name: t.tag_value for t in req.tags}
+        await stream.send_message(empty_pb2.Empty())
+
+    async def SandboxTerminateV2(self, stream: Stream[Any, Any]) -> None:
+        req = await stream.recv_message()
+        assert req is not None
+        sb = self.state.sandbox(req.sandbox_id)
+        existing = sb.result
+        await self.state.finish(sb, R.GENERIC_STATUS_TERMINATED, reason="Sandbox terminated")
+        await stream.send_message(api_pb2.SandboxTerminateResponse(existing_result=existing or R()))
+
+
+# --- task command router -------------------------------------------------------------------
+
+
+def fs_tools_argv(op_json: str) -> list[str]:
+    """A POSIX sh program standing in for Modal's injected ``modal-sandbox-fs-tools`` binary
+    (errors as ``{"error_kind", "message"}`` JSON on stderr, exit 1)."""
+    op = json.loads(op_json)
+    ((kind, args),) = op.items()
+    path = args.get("path", "")
+    fail = 'fail() { printf \'{"error_kind":"%s","message":"%s"}\' "$1" "$2" >&2; exit 1; }; p=$1; '
+    scripts = {
+        "ReadFile": fail + '[ -d "$p" ] && fail IsDirectory "Is a directory"; '
+        '[ -e "$p" ] || fail NotFound "No such file or directory"; '
+        '[ -r "$p" ] || fail PermissionDenied "Permission denied"; exec cat -- "$p"',
+        "WriteFile": fail + '[ -d "$p" ] && fail IsDirectory "Is a directory"; d=${p%/*}; '
+        '[ -z "$d" ] || mkdir -p -- "$d" 2>/dev/null || fail NotDirectory "Not a directory"; '
+        'cat > "$p" 2>/dev/null || fail PermissionDenied "Permission denied"',
+        "Stat": fail + '[ -e "$p" ] || [ -L "$p" ] || fail NotFound "No such file or directory"; '
+        'if [ -L "$p" ]; then t=symlink; elif [ -d "$p" ]; then t=directory; else t=file; fi; '
+        'set -- $(stat -c "%s %f %U %G %Y %A" -- "$p"); '
+        'printf \'{"name":"%s","path":"%s","type":"%s","size":%s,"mode":%d,"permissions":"%s",'
+        '"owner":"%s","group":"%s","modified_time":%s}\' "${p##*/}" "$p" "$t" "$1" "0x$2" "$6" "$3" "$4" "$5"',
+        "MakeDirectory": fail
+        + '[ -e "$p" ] && fail PathAlreadyExists "File exists"; '
+        + ('mkdir -p -- "$p"' if args.get("parents") else 'mkdir -- "$p"')
+        + ' 2>/dev/null || fail NotFound "No such file or directory"',
+        "Remove": fail
+        + '[ -e "$p" ] || fail NotFound "No such file or directory"; '
+        + ('rm -rf -- "$p"' if args.get("recursive") else 'if [ -d "$p" ]; then rmdir -- "$p"; else rm -f -- "$p"; fi')
+        + ' 2>/dev/null || fail DirectoryNotEmpty "Directory not empty"',
+    }
+    if kind not in scripts:
+        return ["sh", "-c", 'printf \'{"error_kind":"Unsupported","message":"fake: %s"}\' "$1" >&2; exit 1', "x", kind]
+    return ["sh", "-c", scripts[kind], "modal-sandbox-fs-tools", path]
+
+
+class _Router(task_command_router_grpc.TaskCommandRouterBase):
+    def __init__(self, state: State) -> None:
+        self.state = state
+
+    def _exec(self, task_id: str, exec_id: str) -> tuple[Sandbox, Exec]:
+        sb = self.state.by_task.get(task_id)
+        if sb is None:
+            raise GRPCError(Status.NOT_FOUND, f"task {task_id} not found")
+        ex = sb.execs.get(exec_id)
+        if ex is None:
+            raise GRPCError(Status.NOT_FOUND, f"exec {exec_id} not found")
+        sb.last_active = time.monotonic()
+        return sb, ex
+
+    async def TaskExecStart(self, stream: Stream[Any, Any]) -> None:
+        req = await stream.recv_message()
+        assert req is not None
+        sb = self.state.task(req.task_id)
+        if req.exec_id in sb.execs:  # idempotency key: a retried start is not run twice
+            await stream.send_message(sr_pb2.TaskExecStartResponse())
+            return
+        argv = list(req.command_args)
+        if argv and argv[0] == FS_TOOLS:
+            self.state.log(
+                caller(stream), "fs-tools", note=next(iter(json.loads(argv[1])), "") if len(argv) > 1 else ""
+            )
+            argv = fs_tools_argv(argv[1] if len(argv) > 1 else "{}")
+        env: dict[str, str] = {}
+        for source in req.secret_sources:
+            env.update(source.env.contents)
+        cmd = ["exec", "-i"]
+        if req.HasField("workdir"):
+            cmd += ["-w", req.workdir]
+        marker = f"MODAL_FAKE_EXEC={req.exec_id}"
+        if req.HasField("timeout_secs") and req.timeout_secs:
+            cmd += ["-e", marker]
+        for name in env:
+            cmd += ["-e", name]
+        proc = await asyncio.create_subprocess_exec(
+            "docker",
+            *cmd,
+            sb.container,
+            *argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env={**os.environ, **env},
+        )
+        ex = Exec(req.exec_id, proc)
+        sb.execs[req.exec_id] = ex
+        assert proc.stdout is not None and proc.stderr is not None
+        pumps = [self.state.spawn(ex.pump(1, proc.stdout)), self.state.spawn(ex.pump(2, proc.stderr))]
+
+        async def reap() -> None:
+            code = await proc.wait()
+            await asyncio.gather(*pumps)
+            ex.returncode = code
+            sb.last_active = time.monotonic()
+            ex.done.set()
+
+        async def enforce_timeout(seconds: int) -> None:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(ex.done.wait()), seconds)
+                return
+            kill = (
+                'for f in /proc/[0-9]*/environ; do grep -qa "$1" "$f" 2>/dev/null && p=${f#/proc/} && kill -9 ${p%/*}; '
+                "done"
+            )
+            await docker("exec", sb.container, "sh", "-c", kill, "kill", marker, check=False)
+
+        self.state.spawn(reap())
+        if req.HasField("timeout_secs") and req.timeout_secs:
+            self.state.spawn(enforce_timeout(req.timeout_secs))
+        await stream.send_message(sr_pb2.TaskExecStartResponse())
+
+    async def TaskExecStdioRead(self, stream: Stream[Any, Any]) -> None:
+        req = await stream.recv_message()
+        assert req is not None
+        sb, ex = self._exec(req.task_id, req.exec_id)
+        fd = 1 if req.file_descriptor == sr_pb2.TASK_EXEC_STDIO_FILE_DESCRIPTOR_STDOUT else 2
+        offset = req.offset
+        sb.busy_rpcs += 1
+        try:
+            while True:
+                async with ex.changed:
+                    await ex.changed.wait_for(lambda at=offset: len(ex.output[fd]) > at or ex.closed[fd])
+                    data = bytes(ex.output[fd][offset:])
+                    closed = ex.closed[fd]
+                if data:
+                    offset += len(data)
+                    await stream.send_message(sr_pb2.TaskExecStdioReadResponse(data=data))
+                elif closed:
+                    return
+        finally:
+            sb.busy_rpcs -= 1
+            sb.last_active = time.monotonic()
+
+    async def TaskExecStdinWrite(self, stream: Stream[Any, Any]) -> None:
+        req = await stream.recv_message()
+        assert req is not None
+        _, ex = self._exec(req.task_id, req.exec_id)
+        await ex.write_stdin(req.offset, req.data, req.eof)
+        await stream.send_message(sr_pb2.TaskExecStdinWriteResponse())
+
+    async def TaskExecStdinWriteStream(self, stream: Stream[Any, Any]) -> None:
+        first = await stream.recv_message()
+        if first is None or not first.HasField("start"):
+            raise GRPCError(Status.INVALID_ARGUMENT, "the first message must be `start`")
+        _, ex = self._exec(first.start.task_id, first.start.exec_id)
+        offset = first.start.offset
+        async for msg in stream:
+            if msg.HasField("data"):
+                await ex.write_stdin(offset, msg.data, False)
+                offset += len(msg.data)
+            elif msg.HasField("end"):
+                await ex.write_stdin(offset, b"", True)
+        await stream.send_message(sr_pb2.TaskExecStdinWriteStreamResponse())
+
+    async def TaskExecStdinStatus(self, stream: Stream[Any, Any]) -> None:
+        req = await stream.recv_message()
+        assert req is not None
+        _, ex = self._exec(req.task_id, req.exec_id)
+        await stream.send_message(
+            sr_pb2.TaskExecStdinStatusResponse(num_bytes_written=ex.stdin_written, closed=ex.stdin_closed)
+        )
+
+    async def TaskExecWait(self, stream: Stream[Any, Any]) -> None:
+        req = await stream.recv_message()
+        assert req is not None
+        sb, ex = self._exec(req.task_id, req.exec_id)
+        sb.busy_rpcs += 1
+        try:
+            await ex.done.wait()
+        finally:
+            sb.busy_rpcs -= 1
+        await stream.send_message(sr_pb2.TaskExecWaitResponse(code=ex.returncode or 0))
+
+    async def TaskExecPoll(self, stream: Stream[Any, Any]) -> None:
+        req = await stream.recv_message()
+        assert req is not None
+        _, ex = self._exec(req.task_id, req.exec_id)
+        if ex.returncode is None:
+            await stream.send_message(sr_pb2.TaskExecPollResponse())
+        else:
+            await stream.send_message(sr_pb2.TaskExecPollResponse(code=ex.returncode))
+
+
+Control = with_unimplemented(_Control)
+Router = with_unimplemented(_Router)
+
+
+# --- main ----------------------------------------------------------------------------------
+
+
+async def serve(args: argparse.Namespace) -> None:
+    run_id = uuid.uuid4().hex[:12]
+    state = State(run_id, args.page_size, args.log)
+    server = Server([Control(state), Router(state)])
+
+    async def record(event: RecvRequest) -> None:
+        name = event.method_name.rsplit("/", 1)[-1]
+        who = str(event.metadata.get("x-modal-token-id") or _jwt_subject(event.metadata) or "?")
+        state.log(who, name)
+
+    listen(server, RecvRequest, record)
+    await server.start("127.0.0.1", args.port)
+    port = server._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    state.url = f"http://127.0.0.1:{port}"
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    tmp = args.port_file + ".tmp"
+    with open(tmp, "w") as fh:
+        json.dump({"port": port, "pid": os.getpid(), "run_id": run_id}, fh)
+    os.replace(tmp, args.port_file)
+    await stop.wait()
+    server.close()
+    for sb in list(state.sandboxes.values()):
+        for ex in sb.execs.values():
+            with contextlib.suppress(ProcessLookupError):
+                ex.proc.kill()
+    _, out, _ = await docker("ps", "-aq", "--filter", f"label={CONTAINER_LABEL}={run_id}", check=False)
+    ids = out.decode().split()
+    if ids:
+        await docker("rm", "-f", *ids, check=False)
+    with contextlib.suppress(asyncio.TimeoutError):
+        await asyncio.wait_for(server.wait_closed(), 2)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0: a free one)")
+    parser.add_argument("--port-file", required=True, help="where to write {port, pid, run_id} once listening")
+    parser.add_argument("--log", required=True, help="JSON-lines log of every RPC received")
+    parser.add_argument("--page-size", type=int, default=5, help="sandboxes per SandboxListV2 page")
+    args = parser.parse_args(argv)
+    asyncio.run(serve(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

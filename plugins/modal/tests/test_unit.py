@@ -1,0 +1,156 @@
+"""Unit tests of the Modal plugin's own logic: names, tags, options, the reaper's decision,
+the one-shot wrapper, and the mapping of SDK errors. No server needed."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+
+import pytest
+from envlayer_modal import naming, reaper
+from envlayer_modal import tags as T
+from envlayer_modal.client import probe, translate
+from envlayer_modal.oneshot import oneshot_argv
+from envlayer_modal.options import ModalOptions
+
+from envlayer.errors import BackendUnavailable
+from envlayer.idle_check import parse_idle_check
+from envlayer.options import OptionError
+from envlayer.sandbox_tags import sanitize
+
+
+@pytest.mark.parametrize(
+    ("profile", "task"),
+    [("default", "default"), ("p" * 200, "t" * 200), ("team/a b", "issue #7: ünïcode"), ("", ""), ("..", "--")],
+)
+def test_sandbox_names_are_valid_modal_names(profile: str, task: str) -> None:
+    from modal._utils.name_utils import is_valid_object_name
+
+    for name in (naming.sandbox_name(profile, task), naming.private_name(profile, task)):
+        assert is_valid_object_name(name), name
+        assert len(name) <= 63
+
+
+def test_sandbox_names_are_deterministic_and_distinct() -> None:
+    assert naming.sandbox_name("p", "t") == naming.sandbox_name("p", "t")
+    assert naming.sandbox_name("a/b", "t") != naming.sandbox_name("a_b", "t")
+    assert naming.private_name("p", "t") != naming.private_name("p", "t")
+
+
+def test_create_tags_carry_identity_and_never_let_user_tags_override() -> None:
+    opts = ModalOptions(tags={"team": "ml"})
+    tags = T.create_tags(profile="team/alpha", task="t 1", options=opts, persist=False, owner="1-2-h", now=1000)
+    assert tags == {
+        "team": "ml",
+        T.OWNER: "1-2-h",
+        T.MANAGED: "1",
+        T.TASK: sanitize("t 1"),
+        T.PROFILE: sanitize("team/alpha"),
+        T.FINGERPRINT: T.sandbox_fingerprint(opts),
+        T.PERSIST: "0",
+        T.CREATED_AT: "1000",
+    }
+    assert T.selector(profile="team/alpha", task="t 1") == {
+        T.MANAGED: "1",
+        T.PROFILE: sanitize("team/alpha"),
+        T.TASK: sanitize("t 1"),
+    }
+    assert T.created_at(tags) == 1000.0 and T.created_at({}) is None and T.created_at({T.CREATED_AT: "x"}) is None
+
+
+def test_fingerprint_covers_creation_options_only() -> None:
+    base = T.sandbox_fingerprint(ModalOptions())
+    assert T.sandbox_fingerprint(ModalOptions(memory=512)) != base
+    assert T.sandbox_fingerprint(ModalOptions(image="debian:12")) != base
+    assert T.sandbox_fingerprint(ModalOptions(env={"A": "secret"}, timeout=5, shell="/bin/bash")) == base
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "key"),
+    [
+        ({"app_name": "has space"}, "app_name"),
+        ({"image": " "}, "image"),
+        ({"cwd": "relative"}, "cwd"),
+        ({"shell": "sh"}, "shell"),
+        ({"cpu": 0}, "cpu"),
+        ({"memory": -1}, "memory"),
+        ({"sandbox_timeout": 0}, "sandbox_timeout"),
+        ({"sandbox_timeout": 90_000}, "sandbox_timeout"),
+        ({"idle_timeout": 0}, "idle_timeout"),
+        ({"session_idle_exit": 0}, "session_idle_exit"),
+        ({"connect_timeout": 0}, "connect_timeout"),
+        ({"env": {"1BAD": "x"}}, "env"),
+        ({"secrets": [" "]}, "secrets"),
+        ({"tags": {"envlayer.task": "x"}}, "tags"),
+        ({"max_transfer_bytes": -1}, "max_transfer_bytes"),
+    ],
+)
+def test_bad_options_name_their_key(kwargs: dict[str, object], key: str) -> None:
+    with pytest.raises(OptionError) as info:
+        ModalOptions(**kwargs)  # type: ignore[arg-type]
+    assert info.value.key == key
+
+
+def test_idle_timeout_is_on_by_default_and_can_be_disabled() -> None:
+    assert ModalOptions().idle_timeout and ModalOptions().idle_timeout < ModalOptions().sandbox_timeout
+    assert ModalOptions().session_idle_exit < (ModalOptions().idle_timeout or 0)
+    assert ModalOptions(idle_timeout=None).idle_timeout is None
+    assert ModalOptions().workdir == "/workspace" and ModalOptions(cwd="/src").workdir == "/src"
+
+
+@pytest.mark.parametrize(
+    ("output", "created", "max_age", "reclaim"),
+    [
+        (b"1000 900 0\n", None, 50, True),
+        (b"1000 900 0\n", None, 200, False),
+        (b"1000 900 1\n", None, 0, False),
+        (b"1000 - 0\n", 500.0, 400, True),
+        (b"1000 - 0\n", None, 0, False),
+        (b"", 0.0, 0, False),
+        (b"garbage", 0.0, 0, False),
+    ],
+)
+def test_reaper_decision(output: bytes, created: float | None, max_age: float, reclaim: bool) -> None:
+    assert parse_idle_check(output, created, max_age) is reclaim
+
+
+def test_reaper_idle_check_runs_in_a_posix_shell() -> None:
+    out = subprocess.run(["sh", "-c", reaper.IDLE_CHECK], capture_output=True, timeout=30).stdout
+    now, mtime, busy = out.decode().split()
+    assert now.isdigit() and (mtime == "-" or mtime.isdigit()) and busy in ("0", "1")
+
+
+def test_oneshot_wrapper_runs_argv_and_strings_in_cwd(tmp_path) -> None:
+    argv = oneshot_argv("/bin/sh", ["printf", "%s|", "a b", "$HOME"], cwd=str(tmp_path), touch_lease=False)
+    assert subprocess.run(argv, capture_output=True, timeout=30).stdout == b"a b|$HOME|"
+    argv = oneshot_argv("/bin/sh", "pwd; exit 3", cwd=str(tmp_path), touch_lease=False)
+    proc = subprocess.run(argv, capture_output=True, timeout=30)
+    assert (proc.stdout.decode().strip(), proc.returncode) == (str(tmp_path), 3)
+    argv = oneshot_argv("/bin/sh", "true", cwd=str(tmp_path / "missing"), touch_lease=False)
+    proc = subprocess.run(argv, capture_output=True, timeout=30)
+    assert proc.returncode == 126 and b"working directory does not exist" in proc.stderr
+
+
+def test_sdk_errors_map_to_backend_unavailable_with_hints() -> None:
+    from modal import exception as E
+
+    cases = [
+        (E.AuthError("Token missing"), "modal token new"),
+        (E.ResourceExhaustedError("quota"), "envlayer reap"),
+        (E.RemoteError("Image build failed for x"), "`image` option"),
+        (E.ConnectionError("boom"), "network"),
+        (E.InvalidError("odd"), "retry"),
+    ]
+    for exc, hint in cases:
+        mapped = translate(exc, "doing it")
+        assert isinstance(mapped, BackendUnavailable) and hint in mapped.hint, (exc, mapped)
+        assert "doing it" in mapped.message
+
+
+def test_probe_reports_an_unreachable_api_at_once() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(BackendUnavailable) as info:
+        probe([f"http://127.0.0.1:{port}"], timeout=2)
+    assert "MODAL_SERVER_URL" in info.value.hint
