@@ -20,6 +20,7 @@ BACKEND_DOCS = {
     "ssh": "backends/ssh.md",
     "modal": "backends/modal.md",
     "kubernetes": "backends/kubernetes.md",
+    "daytona": "backends/daytona.md",
 }
 
 

@@ -296,7 +296,9 @@ class FakeCluster:
                 environment=env,
                 working_dir=c.get("workingDir") or None,
                 labels={FAKE_LABEL: self.instance, "envlayer-fake-pod": f"{pod.namespace}.{pod.name}"},
-                name=f"fakek8s-{self.instance}-{pod.namespace}-{pod.name}"[:200],
+                # unique per pod object: a pod re-created under the same name must not
+                # collide with its predecessor's container while that is still being removed
+                name=f"fakek8s-{self.instance}-{pod.namespace}-{pod.name}-{pod.uid[:8]}"[:200],
                 host_config=self.docker.create_host_config(network_mode="none"),
             )
             pod.container_id = created["Id"]

@@ -47,6 +47,7 @@ from envlayer.sandbox_paths import check_real_path
 from envlayer.transfer import TransferSummary
 from envlayer_modal import teardown
 from envlayer_modal.options import ModalOptions
+from envlayer_modal.reaper import LEASE_PATH
 
 log = logging.getLogger("envlayer.modal")
 T = TypeVar("T")
@@ -210,7 +211,8 @@ class ModalEnvironment(Environment):
                 request = dataclasses.replace(
                     request, deadline=None if request.timeout is None else started + request.timeout
                 )
-                outcome = session.run(request, collector)
+                prelude = f": > {LEASE_PATH} 2>/dev/null" if self._touch_lease() else ""
+                outcome = session.run(request, collector, prelude=prelude)
             finally:
                 self._session_lock.release()
             return collector.result(

@@ -349,3 +349,9 @@ def test_every_process_dies_then_the_sandbox_ends_by_itself(run_python: Any, pro
         child.wait(10)
     assert _running(task, profile) == [sandbox_id]
     assert _wait_until(lambda: _running(task, profile) == [], timeout=60)
+
+
+def test_session_commands_refresh_the_reapers_lease(make_env: Any) -> None:
+    env = make_env()
+    env.exec("true").check()
+    assert env.exec("test -e /tmp/.envlayer-lease && echo leased").stdout == b"leased\n"

@@ -88,7 +88,18 @@ def start(*, page_size: int = 5, extra_env: Iterable[tuple[str, str]] = (), time
     open(os.path.join(workdir, "modal.toml"), "w").close()
     stderr = open(os.path.join(workdir, "server.err"), "wb")  # noqa: SIM115 - the child owns it
     proc = subprocess.Popen(
-        [sys.executable, SERVER, "--port-file", port_file, "--log", log_path, "--page-size", str(page_size)],
+        [
+            sys.executable,
+            SERVER,
+            "--port-file",
+            port_file,
+            "--log",
+            log_path,
+            "--page-size",
+            str(page_size),
+            "--parent-pid",
+            str(os.getpid()),
+        ],
         stdin=subprocess.DEVNULL,
         stdout=stderr,
         stderr=stderr,

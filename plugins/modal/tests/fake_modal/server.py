@@ -12,8 +12,9 @@ does not implement answers ``UNIMPLEMENTED``. Every RPC received is appended to 
 (one JSON object a line: ``who`` = the caller's token id, ``rpc``, ``unimplemented``), so
 tests can assert which RPCs a scenario used.
 
-On SIGTERM/SIGINT it removes every container it made (label ``envlayer-fake-modal=<run
-id>``) and exits. What it assumes about Modal is written in ``ASSUMPTIONS.md`` beside it.
+On SIGTERM/SIGINT, or when the ``--parent-pid`` process is gone (a killed test run), it
+removes every container it made (label ``envlayer-fake-modal=<run id>``) and exits. What it
+assumes about Modal is written in ``ASSUMPTIONS.md`` beside it.
 """
 
 from __future__ import annotations
@@ -658,6 +659,18 @@ async def serve(args: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+
+    async def watch_parent(pid: int) -> None:
+        while True:
+            await asyncio.sleep(1)
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                stop.set()  # the test run that started us is gone (killed): clean up and exit
+                return
+
+    if args.parent_pid:
+        state.spawn(watch_parent(args.parent_pid))
     tmp = args.port_file + ".tmp"
     with open(tmp, "w") as fh:
         json.dump({"port": port, "pid": os.getpid(), "run_id": run_id}, fh)
@@ -682,6 +695,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port-file", required=True, help="where to write {port, pid, run_id} once listening")
     parser.add_argument("--log", required=True, help="JSON-lines log of every RPC received")
     parser.add_argument("--page-size", type=int, default=5, help="sandboxes per SandboxListV2 page")
+    parser.add_argument("--parent-pid", type=int, default=0, help="exit (removing containers) when this pid is gone")
     args = parser.parse_args(argv)
     asyncio.run(serve(args))
 

@@ -1,0 +1,517 @@
+"""``DaytonaEnvironment``: the envlayer backend that runs commands in a Daytona sandbox.
+
+Lifecycle (details in docs/backends/daytona.md):
+
+* The constructor creates, attaches to or starts the sandbox of (profile, task) (see
+  :mod:`envlayer_daytona.sandbox`) and opens a session shell in it. It raises
+  :class:`BackendUnavailable` for a missing key, an unreachable API, an unknown snapshot or
+  image, or a quota, each with a hint.
+* ``cleanup()`` in persist mode (default) deletes this process's session and leaves the
+  sandbox to Daytona's auto-stop. ``cleanup(force_remove=True)``, or any cleanup with
+  ``persist_across_processes = false``, deletes the sandbox on a background thread that
+  :meth:`wait_for_cleanup` joins.
+* A sandbox found stopped or archived (auto-stop, another process) when a command is sent
+  is started again, and one found deleted is re-created, at most once per call and only
+  when the command provably did not run; a command is never run twice.
+
+Importing this module does not import the Daytona SDK.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import posixpath
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from envlayer.agent_env import COMMAND_DEFAULTS
+from envlayer.capabilities import Capability
+from envlayer.environment import Command, Environment, SandboxInfo
+from envlayer.errors import BackendUnavailable, SandboxPathError
+from envlayer.options import BaseOptions
+from envlayer.request import ExecRequest, file_payload
+from envlayer.result import ExecResult
+from envlayer.transfer import TransferSummary
+from envlayer_daytona.options import DaytonaOptions
+
+log = logging.getLogger("envlayer.daytona")
+T = TypeVar("T")
+
+ALL_CAPABILITIES = frozenset(
+    {
+        Capability.FORCE_REMOVE,
+        Capability.WAIT_FOR_CLEANUP,
+        Capability.REAP_ORPHANS,
+        Capability.LIST_SANDBOXES,
+        Capability.REMOVE_SANDBOX,
+        Capability.STREAMING,
+        Capability.PERSISTENT_SESSION,
+        Capability.DIRECTORY_TRANSFER,
+        Capability.PERSIST_ACROSS_PROCESSES,
+    }
+)
+_TEARDOWNS: list[threading.Thread] = []
+
+
+def _join_teardowns(timeout: float) -> bool:
+    end = time.monotonic() + timeout
+    for thread in list(_TEARDOWNS):
+        thread.join(max(0.0, end - time.monotonic()))
+    return not any(t.is_alive() for t in _TEARDOWNS)
+
+
+atexit.register(_join_teardowns, 15.0)
+
+
+class _NotStarted(BackendUnavailable):
+    """The command could not be sent because the sandbox is not running: it did not run, so
+    starting the sandbox and running it is safe."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, hint="the next call starts the sandbox again")
+
+
+class DaytonaEnvironment(Environment):
+    """Commands and files in a Daytona sandbox; see the module docstring."""
+
+    name = "daytona"
+    Options = DaytonaOptions
+    capabilities = ALL_CAPABILITIES
+    options: DaytonaOptions
+
+    def __init__(
+        self, options: BaseOptions | None = None, *, task_id: str = "default", profile: str = "default"
+    ) -> None:
+        super().__init__(options, task_id=task_id, profile=profile)
+        if not isinstance(self.options, DaytonaOptions):
+            raise TypeError(f"DaytonaEnvironment needs DaytonaOptions, got {type(self.options).__name__}")
+        from envlayer_daytona.client import get_client
+        from envlayer_daytona.sandbox import build_spec
+
+        opts = self.options
+        if opts.exec_mode == "oneshot":
+            self.capabilities = ALL_CAPABILITIES - {Capability.PERSISTENT_SESSION}
+        if not opts.persist_across_processes:
+            self.capabilities = self.capabilities - {Capability.PERSIST_ACROSS_PROCESSES}
+        self._client = get_client(opts)
+        self._spec = build_spec(opts, profile=profile, task=task_id)
+        self._state_lock = threading.RLock()
+        self._session_lock = threading.Lock()
+        self._last_refresh = time.monotonic()
+        self._teardown: threading.Thread | None = None
+        self._sandbox: Any = None
+        self._attach()
+        self._workdir = self._guard(self._prepare_workdir, "preparing the working directory")
+        self._shell = self._new_shell(self._workdir)
+
+    # --- sandbox ------------------------------------------------------------------------
+
+    def _attach(self) -> str:
+        """Create/attach/start the sandbox; returns what was done (for ``recovered``)."""
+        from envlayer_daytona.sandbox import ensure
+
+        attached = ensure(self._client, self.options, self._spec)
+        with self._state_lock:
+            self._sandbox = attached.sandbox
+        what = "created" if attached.created else "started" if attached.started else "attached to"
+        log.debug("%s sandbox %s for task %r", what, self._spec.name, self.task_id)
+        return what
+
+    def _prepare_workdir(self) -> str:
+        """``cwd`` (created if missing), or the directory the sandbox's commands start in.
+
+        A sandbox that was started a moment ago may answer its first toolbox call before its
+        daemon is ready (an empty answer): that is retried for up to about three seconds."""
+        import shlex
+
+        cwd = self.options.cwd
+        script = 'mkdir -p -- "$1" && cd -- "$1" && pwd'
+        command = f"sh -c {shlex.quote(script)} envlayer {shlex.quote(cwd)}" if cwd else "pwd"
+        for attempt in range(6):
+            answer = self._sandbox.process.exec(command)
+            lines = (answer.result or "").splitlines()
+            if answer.exit_code == 0 and lines and lines[-1].startswith("/"):
+                return lines[-1]
+            if answer.exit_code not in (0, None) and lines:
+                break  # a real failure (e.g. permission denied): no point retrying
+            time.sleep(0.1 * (attempt + 1))
+        raise BackendUnavailable(
+            f"could not prepare the working directory {cwd or '(default)'} in the sandbox "
+            f"(exit {answer.exit_code}): {(answer.result or '')[:300]}",
+            hint="set `cwd` to a directory the sandbox user may create",
+        )
+
+    @property
+    def sandbox_id(self) -> str:
+        """The Daytona id of the sandbox in use."""
+        return self._sandbox.id
+
+    @property
+    def sandbox_name(self) -> str:
+        """The Daytona name of the sandbox in use."""
+        return self._sandbox.name
+
+    def _guard(self, fn: Callable[[], T], doing: str) -> T:
+        """Run an SDK call, turning its failures into :class:`BackendUnavailable` with a hint."""
+        from daytona.common.errors import DaytonaError
+
+        from envlayer_daytona.client import translate
+
+        try:
+            return fn()
+        except DaytonaError as exc:
+            raise translate(exc, doing, self.options) from exc
+
+    def _new_shell(self, start_dir: str) -> Any:
+        """A core :class:`~envlayer.shell_session.PersistentShell` over a
+        :class:`~envlayer_daytona.stream.DaytonaStream` (not started until its first run)."""
+        from envlayer.shell_session import PersistentShell
+
+        return PersistentShell(self._open_stream, run_aside=self._aside, start_dir=start_dir, upload=self._upload)
+
+    def _open_stream(self) -> Any:
+        from daytona.common.errors import DaytonaError
+
+        from envlayer_daytona.client import translate
+        from envlayer_daytona.stream import open_stream
+
+        try:
+            return open_stream(
+                self._sandbox,
+                shell="/bin/sh",
+                env={**COMMAND_DEFAULTS, **self.options.env},
+                lost=self._lost,
+                tick=self._refresh_activity,
+                max_wait=min(2.0, self.options.activity_interval / 2),
+                request_timeout=self.options.request_timeout,
+            )
+        except DaytonaError as exc:
+            if self._not_running():
+                raise _NotStarted(f"the sandbox is not running: {exc}") from exc
+            raise translate(exc, "starting a shell in the sandbox", self.options) from exc
+
+    def _aside(self, argv: list[str]) -> None:
+        """Run one of the core's helper commands (the kill script, a clean-up) to its end."""
+        import shlex
+
+        self._sandbox.process.exec(" ".join(shlex.quote(a) for a in argv), timeout=int(self.options.request_timeout))
+
+    def _upload(self, path: str, data: bytes) -> None:
+        self._sandbox.fs.upload_file(data, path)
+
+    def _lost(self, exc: BaseException, sent: bool = True) -> BackendUnavailable:
+        """The error for an API failure while talking to a session shell: when the sandbox
+        is no longer running, the command was cut (or, not ``sent``, never started: then it
+        is :class:`_NotStarted` and may be run after a restart)."""
+        from envlayer_daytona.client import translate
+
+        if self._not_running():
+            if not sent:
+                return _NotStarted(f"the sandbox stopped before the command was sent: {exc}")
+            return BackendUnavailable(
+                f"the sandbox {self.sandbox_name} stopped or was deleted while the command ran; "
+                "the command may have partly run and was NOT re-run",
+                hint="check its effects and retry; the next call starts or re-creates the sandbox",
+            )
+        return translate(exc, "talking to the session shell", self.options)
+
+    def _sandbox_state(self) -> str:
+        from envlayer_daytona.sandbox import state_of
+
+        return self._guard(lambda: state_of(self._sandbox), "checking the sandbox's state")
+
+    def _recover(self, seen_id: str) -> str:
+        """The sandbox ``seen_id`` was found not running: start it, or re-create it when it
+        is gone. Returns what was done (``"sandbox restarted"`` / ``"sandbox recreated"``)."""
+        from envlayer_daytona.sandbox import BROKEN, RESTARTABLE, start
+
+        with self._state_lock:
+            self._drop_session()
+            if self._sandbox.id != seen_id:
+                return "sandbox recreated"
+            state = self._sandbox_state()
+            if state in RESTARTABLE or state == "stopping":
+                log.warning("sandbox %s for task %r is %s; starting it", self.sandbox_name, self.task_id, state)
+                self._guard(lambda: start(self._sandbox, self.options), "starting the sandbox")
+                return "sandbox restarted"
+            if state in BROKEN:
+                log.warning("sandbox %s for task %r is %s; re-creating it", self.sandbox_name, self.task_id, state)
+                self._attach()
+                return "sandbox recreated"
+            self._guard(
+                lambda: self._sandbox.wait_for_sandbox_start(timeout=self.options.create_timeout),
+                "waiting for the sandbox to start",
+            )
+            return "sandbox restarted"
+
+    def _refresh_activity(self) -> None:
+        """Tell Daytona the sandbox is in use, at most every ``activity_interval`` seconds, so
+        auto-stop does not fire while a command runs. Failures are logged, never raised."""
+        now = time.monotonic()
+        if now - self._last_refresh < self.options.activity_interval:
+            return
+        self._last_refresh = now
+        try:
+            self._sandbox.refresh_activity()
+        except Exception as exc:
+            log.warning("could not refresh the activity of sandbox %s: %s", self.sandbox_name, exc)
+
+    def _not_running(self) -> bool:
+        try:
+            return self._sandbox_state() != "started"
+        except BackendUnavailable:
+            return False
+
+    # --- exec ---------------------------------------------------------------------------
+
+    def exec(
+        self,
+        command: Command,
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        stdin: bytes | str | None = None,
+        on_output: Callable[[str, bytes], None] | None = None,
+    ) -> ExecResult:
+        """Run ``command`` in the sandbox; see :class:`~envlayer.environment.Environment`.
+
+        ``on_output(stream, chunk)`` receives ``"stdout"``/``"stderr"`` chunks as they arrive
+        (uncapped), from the calling thread. Raises :class:`~envlayer.errors.InvalidArgument`
+        for bad arguments (nothing ran), :class:`BackendUnavailable` when the API cannot be
+        reached, or when the sandbox stopped or vanished while the command ran (it is not
+        re-run; the next call starts or re-creates the sandbox)."""
+        from envlayer.collector import OutputCollector
+
+        request = self.make_request(command, cwd=cwd, env=env, timeout=timeout, stdin=stdin, on_output=on_output)
+        self._refresh_activity()
+        recovered = ""
+        for attempt in (0, 1):
+            seen = self._sandbox.id
+            collector = OutputCollector.for_request(request, self.options)
+            try:
+                outcome = self._run(request, collector)
+            except _NotStarted as exc:
+                if attempt:
+                    raise BackendUnavailable(
+                        f"the sandbox for task {self.task_id!r} is not running right after being started: {exc}",
+                        hint="check the sandbox in the Daytona dashboard; something keeps stopping it",
+                    ) from exc
+                recovered = self._recover(seen)
+                continue
+            return collector.result(
+                request, outcome.exit_code, timed_out=outcome.timed_out, recovered=recovered or outcome.recovered
+            )
+        raise AssertionError("unreachable")
+
+    def _run(self, request: ExecRequest, collector: Any) -> Any:
+        """Run in the environment's session shell, or (one-shot mode, or the session busy in
+        another thread) in a shell of its own, closed afterwards."""
+        from envlayer_daytona.stream import ShellGoneBeforeSend
+
+        if self.options.exec_mode == "session" and self._session_lock.acquire(blocking=False):
+            try:
+                try:
+                    return self._shell.run(request, collector)
+                except ShellGoneBeforeSend:
+                    self._shell.abandon()  # ended from outside between calls; the command did not run
+                    return self._shell.run(request, collector)
+            finally:
+                self._session_lock.release()
+        shell = self._new_shell(self._shell.cwd or self._workdir)
+        try:
+            return shell.run(request, collector)
+        finally:
+            shell.close()
+
+    def _drop_session(self) -> None:
+        """Forget the session shell (after the sandbox stopped: it is gone); the next call
+        starts a new one and says so in ``recovered``."""
+        shell = getattr(self, "_shell", None)
+        if shell is not None:
+            shell.abandon()
+
+    # --- files --------------------------------------------------------------------------
+
+    def _path(self, path: str) -> str:
+        """Absolute sandbox path for ``path``; enforces ``file_root`` lexically and, through
+        ``readlink -f`` in the sandbox, against symlinks."""
+        import shlex
+
+        full = self.resolve_path(path, self._workdir)
+        root = self.options.file_root
+        if root is not None:
+            root_abs = posixpath.normpath(posixpath.join(self._workdir, root))
+            check = 'readlink -f -- "$1"; readlink -f -- "$2" || readlink -f -- "${2%/*}"'
+            argv = ["sh", "-c", check, "envlayer-real", root_abs, full]
+            answer = self._files_call(lambda: self._sandbox.process.exec(" ".join(shlex.quote(a) for a in argv)))
+            lines = (answer.result or "").splitlines()
+            if len(lines) >= 2:
+                real_root, real = lines[0], lines[1]
+                if real != real_root and not real.startswith(real_root.rstrip("/") + "/"):
+                    raise SandboxPathError(path, root_abs)
+        return full
+
+    def _files_call(self, fn: Callable[[], T], doing: str = "moving files") -> T:
+        """Run a file operation; a sandbox found stopped is started and the operation retried
+        once (file operations are idempotent)."""
+        from daytona.common.errors import DaytonaError
+
+        from envlayer_daytona.client import translate
+
+        for attempt in (0, 1):
+            seen = self._sandbox.id
+            try:
+                return fn()
+            except DaytonaError as exc:
+                if attempt or not self._not_running():
+                    raise translate(exc, doing, self.options) from exc
+                self._recover(seen)
+        raise AssertionError("unreachable")
+
+    def read_file(self, path: str) -> bytes:
+        """Read a file from the sandbox; see :class:`~envlayer.environment.Environment`."""
+        from envlayer_daytona import files
+
+        self._ensure_open()
+        full = self._path(path)
+        return self._files_call(lambda: files.read(self._sandbox, full, self.options.max_file_bytes), f"reading {full}")
+
+    def write_file(self, path: str, data: bytes | str) -> None:
+        """Write a file into the sandbox, creating parent directories."""
+        from envlayer_daytona import files
+
+        self._ensure_open()
+        payload = file_payload(path, data, self.options.max_file_bytes)
+        full = self._path(path)
+        self._files_call(lambda: files.write(self._sandbox, full, payload), f"writing {full}")
+
+    def upload_dir(self, local: str | os.PathLike[str], remote: str) -> TransferSummary:
+        """Copy the regular files and directories under host directory ``local`` into
+        sandbox directory ``remote``; see :class:`~envlayer.transfer.SupportsDirectoryTransfer`."""
+        from envlayer_daytona import files
+
+        self._ensure_open()
+        full = self._path(remote)
+        limit = self.options.max_transfer_bytes
+        return self._files_call(lambda: files.upload_dir(self._sandbox, local, full, limit), f"uploading to {full}")
+
+    def download_dir(self, remote: str, local: str | os.PathLike[str]) -> TransferSummary:
+        """Copy the regular files and directories under sandbox directory ``remote`` into
+        host directory ``local``; see :class:`~envlayer.transfer.SupportsDirectoryTransfer`.
+        Members escaping ``local`` raise :class:`SandboxPathError` before anything is written."""
+        from envlayer_daytona import files
+
+        self._ensure_open()
+        full = self._path(remote)
+        limit = self.options.max_transfer_bytes
+        return self._files_call(lambda: files.download_dir(self._sandbox, full, local, limit), f"downloading {full}")
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    def cleanup(self, *, force_remove: bool = False) -> None:
+        """Release this handle. Persist mode: the session is deleted and the sandbox left to
+        auto-stop. With ``force_remove`` or ``persist_across_processes = false``: the sandbox
+        is deleted in the background (see :meth:`wait_for_cleanup`). Idempotent;
+        ``cleanup(force_remove=True)`` after a plain ``cleanup()`` still deletes it. Never raises."""
+        with self._state_lock:
+            self._closed = True
+            try:
+                self._shell.close()
+            except Exception:
+                pass
+            remove = force_remove or not self.options.persist_across_processes
+            if remove and self._teardown is None and self._sandbox is not None:
+                self._teardown = threading.Thread(
+                    target=self._delete_quietly, args=(self._sandbox,), name="envlayer-daytona-teardown", daemon=True
+                )
+                _TEARDOWNS.append(self._teardown)
+                self._teardown.start()
+
+    def _delete_quietly(self, sandbox: Any) -> None:
+        from envlayer_daytona.sandbox import remove
+
+        try:
+            remove(sandbox, self.options)
+        except Exception as exc:
+            log.warning("could not delete sandbox %s: %s", getattr(sandbox, "name", "?"), exc)
+
+    def wait_for_cleanup(self, timeout: float) -> bool:
+        """Block up to ``timeout`` seconds for this environment's teardown; True when done
+        (or when there was nothing to tear down)."""
+        thread = self._teardown
+        if thread is None:
+            return True
+        thread.join(max(timeout, 0))
+        return not thread.is_alive()
+
+    @classmethod
+    def wait_for_all_cleanups(cls, timeout: float) -> bool:
+        """Join every teardown started in this process (also run at exit, up to 15 s)."""
+        return _join_teardowns(timeout)
+
+    @classmethod
+    def _class_client(cls, options: BaseOptions | None) -> tuple[Any, DaytonaOptions]:
+        from envlayer_daytona.client import get_client
+
+        opts = options if isinstance(options, DaytonaOptions) else DaytonaOptions()
+        return get_client(opts), opts
+
+    @classmethod
+    def _sweep(cls, options: BaseOptions | None, doing: str, fn: Callable[[Any, DaytonaOptions], T]) -> T:
+        from daytona.common.errors import DaytonaError
+
+        from envlayer_daytona.client import translate
+
+        client, opts = cls._class_client(options)
+        try:
+            return fn(client, opts)
+        except DaytonaError as exc:
+            raise translate(exc, doing, opts) from exc
+
+    @classmethod
+    def check_available(cls, options: BaseOptions) -> None:
+        """Raise :class:`BackendUnavailable` unless a credential is set and the API answers
+        an authenticated request (listing one sandbox)."""
+        from envlayer_daytona.sweep import list_managed
+
+        cls._sweep(options, "checking the Daytona API", lambda c, o: list_managed(c, profile="envlayer-doctor"))
+
+    @classmethod
+    def reap_orphans(cls, *, profile: str, max_age: float, dry_run: bool, options: BaseOptions) -> list[SandboxInfo]:
+        """Delete this profile's stopped/archived/errored sandboxes older than ``max_age``
+        seconds (see :mod:`envlayer_daytona.sweep`). Returns what was (or would be) removed."""
+        from envlayer_daytona import sweep
+
+        return cls._sweep(
+            options,
+            "reaping sandboxes",
+            lambda c, o: sweep.reap(c, profile=profile, max_age=max_age, dry_run=dry_run, timeout=o.request_timeout),
+        )
+
+    @classmethod
+    def list_sandboxes(cls, *, profile: str | None, options: BaseOptions) -> list[SandboxInfo]:
+        """Every managed sandbox (of ``profile``, or of all profiles when None)."""
+        from envlayer_daytona import sweep
+
+        return cls._sweep(
+            options,
+            "listing sandboxes",
+            lambda c, o: [sweep.info_from(s) for s in sweep.list_managed(c, profile=profile)],
+        )
+
+    @classmethod
+    def remove_sandbox(cls, task_id: str, *, profile: str, options: BaseOptions, force: bool) -> list[SandboxInfo]:
+        """Delete the sandboxes of (profile, task): stopped ones, running ones too with
+        ``force``. Returns what was removed."""
+        from envlayer_daytona import sweep
+
+        return cls._sweep(
+            options,
+            "removing sandboxes",
+            lambda c, o: sweep.remove(c, profile=profile, task=task_id, force=force, timeout=o.request_timeout),
+        )

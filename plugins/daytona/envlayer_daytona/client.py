@@ -1,0 +1,127 @@
+"""The Daytona SDK client, and turning SDK failures into envlayer errors with a hint.
+
+The SDK (``daytona``, ~1 s to import) is imported here, inside functions, never at module
+level of anything the entry point loads. One ``Daytona`` client per (API URL, target,
+credential digest) is shared by every environment of the process; the credential itself
+comes only from where the SDK reads it (``DAYTONA_API_KEY``, or ``DAYTONA_JWT_TOKEN`` +
+``DAYTONA_ORGANIZATION_ID``) and is never logged or put in a message.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from typing import Any
+
+from envlayer.errors import BackendUnavailable
+from envlayer_daytona.options import DaytonaOptions
+
+_CLIENTS: dict[tuple[str | None, str | None, str], Any] = {}
+_LOCK = threading.Lock()
+if hasattr(os, "register_at_fork"):  # a forked child must not share pooled connections
+    os.register_at_fork(after_in_child=_CLIENTS.clear)
+
+KEY_HINT = "set DAYTONA_API_KEY (or DAYTONA_JWT_TOKEN and DAYTONA_ORGANIZATION_ID) in the environment"
+
+
+def api_url(options: DaytonaOptions) -> str:
+    """The API URL the SDK will use for ``options``."""
+    return options.api_url or os.environ.get("DAYTONA_API_URL") or "https://app.daytona.io/api"
+
+
+def _credential_digest() -> str:
+    secret = os.environ.get("DAYTONA_API_KEY") or os.environ.get("DAYTONA_JWT_TOKEN") or ""
+    return hashlib.sha256(secret.encode()).hexdigest()[:16]
+
+
+def get_client(options: DaytonaOptions) -> Any:
+    """The shared ``daytona.Daytona`` client for ``options``.
+
+    Raises :class:`BackendUnavailable` when no credential is set."""
+    key = (options.api_url, options.target, _credential_digest())
+    client = _CLIENTS.get(key)
+    if client is not None:
+        return client
+    with _LOCK:
+        client = _CLIENTS.get(key)
+        if client is None:
+            from daytona import Daytona, DaytonaConfig
+
+            try:
+                client = Daytona(DaytonaConfig(api_url=api_url(options), target=options.target))
+            except Exception as exc:
+                raise translate(exc, "connecting to Daytona", options) from exc
+            _CLIENTS[key] = client
+    return client
+
+
+def _transport_failure(exc: BaseException) -> bool:
+    """True when ``exc`` was caused by the connection itself (refused, reset, DNS, TLS)."""
+    import urllib3.exceptions
+
+    transport = (ConnectionError, urllib3.exceptions.NewConnectionError, urllib3.exceptions.MaxRetryError)
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, transport):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def translate(exc: BaseException, doing: str, options: DaytonaOptions) -> BackendUnavailable:
+    """The :class:`BackendUnavailable` for an SDK failure while ``doing`` something: what went
+    wrong, and in the hint what to set or do about it."""
+    from daytona.common.errors import (
+        DaytonaAuthenticationError,
+        DaytonaConnectionError,
+        DaytonaError,
+        DaytonaForbiddenError,
+        DaytonaNotFoundError,
+    )
+
+    status = getattr(exc, "status_code", None)
+    text = getattr(exc, "message", None) or str(exc)
+    where = api_url(options)
+    if isinstance(exc, DaytonaAuthenticationError) or status == 401:
+        if "not found" in text.lower() or status is None:
+            return BackendUnavailable(f"no Daytona credentials while {doing}", hint=KEY_HINT)
+        return BackendUnavailable(
+            f"Daytona at {where} refused the credentials while {doing}: {text}",
+            hint="check DAYTONA_API_KEY (a key of this organization, not expired) and api_url / DAYTONA_API_URL",
+        )
+    if isinstance(exc, DaytonaConnectionError) or _transport_failure(exc):
+        return BackendUnavailable(
+            f"cannot reach the Daytona API at {where} while {doing}: {text}",
+            hint="check the network and api_url / DAYTONA_API_URL",
+        )
+    lowered = text.lower()
+    if isinstance(exc, DaytonaForbiddenError) or status == 403:
+        if "quota" in lowered or "limit" in lowered or "exceeded" in lowered:
+            return BackendUnavailable(
+                f"Daytona quota reached while {doing}: {text}",
+                hint="remove sandboxes you no longer need (`envlayer rm`, `envlayer reap`), lower cpu / "
+                "memory_gib / disk_gib, or raise the organization's limits",
+            )
+        return BackendUnavailable(
+            f"Daytona refused {doing}: {text}", hint="check the API key's permissions (sandboxes: write, delete)"
+        )
+    if "snapshot" in lowered and ("not found" in lowered or isinstance(exc, DaytonaNotFoundError)):
+        return BackendUnavailable(
+            f"Daytona has no snapshot {options.snapshot!r}: {text}",
+            hint="create it (`daytona snapshot create`), fix `snapshot`, or set `image` instead",
+        )
+    if "image" in lowered and "not found" in lowered:
+        return BackendUnavailable(
+            f"Daytona cannot build from image {options.image!r}: {text}",
+            hint="check the image name and that the registry is reachable from Daytona, or use `snapshot`",
+        )
+    if isinstance(exc, DaytonaError):
+        return BackendUnavailable(
+            f"Daytona failed while {doing}: {text}", hint="retry; if it persists, check the sandbox in the dashboard"
+        )
+    return BackendUnavailable(
+        f"unexpected failure while {doing}: {type(exc).__name__}: {text}", hint="retry; report it if it persists"
+    )

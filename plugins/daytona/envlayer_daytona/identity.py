@@ -1,0 +1,98 @@
+"""Who a sandbox belongs to: its name, its labels and the fingerprint of what shaped it.
+
+* The name is the atomic "one sandbox per (profile, task)" lock: Daytona refuses a second
+  sandbox with the same name (HTTP 409), so racing processes end with one winner and the
+  losers attach to it. ``envlayer-<profile>-<task>-<16 hex of sha256(profile, task)>``:
+  readable, and different pairs never share a name.
+* Labels are set in the create request (never afterwards, so a crash cannot leave an
+  unlabelled sandbox). Daytona label values are arbitrary strings, matched exactly by the
+  list filter, so task and profile are stored as they are.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import secrets
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+MANAGED = "envlayer.managed"
+TASK = "envlayer.task"
+PROFILE = "envlayer.profile"
+FINGERPRINT = "envlayer.fingerprint"
+PERSIST = "envlayer.persist"
+CREATED_AT = "envlayer.created-at"
+
+PREFIX = "envlayer"
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+def _slug(value: str, limit: int) -> str:
+    return _UNSAFE.sub("_", value)[:limit].strip("._-") or "x"
+
+
+def sandbox_name(profile: str, task: str) -> str:
+    """The persist-mode name of (profile, task)'s sandbox."""
+    digest = hashlib.sha256(f"{profile}\0{task}".encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return f"{PREFIX}-{_slug(profile, 20)}-{_slug(task, 30)}-{digest}"
+
+
+def private_name(profile: str, task: str) -> str:
+    """A unique name for a sandbox owned by one environment (persist_across_processes = false)."""
+    return f"{sandbox_name(profile, task)}-p{secrets.token_hex(4)}"
+
+
+def fingerprint(inputs: Mapping[str, Any]) -> str:
+    """``v1-<32 hex>``: a stable digest of every input that shapes a sandbox (key order does
+    not matter; values must be JSON-serializable)."""
+    blob = json.dumps(inputs, sort_keys=True, separators=(",", ":"), default=str)
+    return f"v1-{hashlib.sha256(blob.encode()).hexdigest()[:32]}"
+
+
+def managed_labels(
+    *, profile: str, task: str, fingerprint_value: str, persist: bool, extra: Mapping[str, str]
+) -> dict[str, str]:
+    """The full label set of a new sandbox; ``extra`` (user labels) never overrides ours."""
+    labels = dict(extra)
+    labels.update(
+        {
+            MANAGED: "1",
+            TASK: task,
+            PROFILE: profile,
+            FINGERPRINT: fingerprint_value,
+            PERSIST: "1" if persist else "0",
+            CREATED_AT: datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        }
+    )
+    return labels
+
+
+def selector(*, profile: str | None = None, task: str | None = None) -> dict[str, str]:
+    """The label filter selecting managed sandboxes of ``profile`` / ``task``."""
+    wanted = {MANAGED: "1"}
+    if profile is not None:
+        wanted[PROFILE] = profile
+    if task is not None:
+        wanted[TASK] = task
+    return wanted
+
+
+def parse_time(value: object) -> float | None:
+    """Epoch seconds of an ISO-8601 timestamp (``Z`` or an offset, fractions allowed);
+    ``None`` for anything else. Pure; never raises."""
+    if not isinstance(value, str) or not value.strip():
+        return None
+    text = value.strip().replace("Z", "+00:00")
+    m = re.match(r"^(.*T\d\d:\d\d:\d\d)(\.\d+)?(.*)$", text)
+    if m:
+        text = m.group(1) + (m.group(2) or "")[:7] + m.group(3)
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.timestamp()

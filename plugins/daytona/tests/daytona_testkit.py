@@ -1,0 +1,143 @@
+"""Starting and stopping the fake Daytona API, and running child interpreters, for the tests.
+
+Shared by ``conftest.py`` and the test modules (imported by name: the tests directory is
+put on ``sys.path`` by ``conftest.py``)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+IMAGE = os.environ.get("ENVLAYER_TEST_IMAGE", "envlayer-test:busybox")
+FAKE = Path(__file__).with_name("fake_daytona.py")
+FAKE_KEY = "envlayer-fake-key"
+
+
+def docker_problem() -> str | None:
+    """Why the Docker-backed tests cannot run here, or None."""
+    try:
+        import docker
+        from docker.errors import ImageNotFound
+    except ImportError as exc:  # pragma: no cover - a dev dependency
+        return f"the docker SDK is not installed ({exc})"
+    try:
+        api = docker.APIClient(version="auto", timeout=10, **docker.utils.kwargs_from_env())
+        api.ping()
+    except Exception as exc:
+        return f"no Docker daemon answers ({type(exc).__name__}: {str(exc)[:200]})"
+    try:
+        api.inspect_image(IMAGE)
+    except ImageNotFound:
+        return f"the test image {IMAGE} is missing"
+    return None
+
+
+@dataclass
+class FakeDaytona:
+    """A running fake: its URL, PID, instance label and route log."""
+
+    url: str
+    pid: int
+    instance: str
+    route_log: Path
+    proc: subprocess.Popen[bytes]
+
+    def mark(self) -> int:
+        """A position in the route log; pass it to :meth:`routes_since`."""
+        return self.route_log.stat().st_size
+
+    def entries_since(self, mark: int) -> list[dict[str, Any]]:
+        """Every request logged since ``mark``."""
+        with self.route_log.open("rb") as fh:
+            fh.seek(mark)
+            return [json.loads(line) for line in fh.read().decode().splitlines() if line.strip()]
+
+    def routes_since(self, mark: int) -> set[str]:
+        """The names of the routes requested since ``mark`` (``unknown`` for unserved ones),
+        without the SDK's event websocket attempts (``socket.io``), which its background
+        thread retries at its own pace whatever the plugin does."""
+        return {e["route"] for e in self.entries_since(mark)} - {"socket.io"}
+
+
+def start_fake(tmp: Path, *, minute_seconds: float = 60.0, max_cpu: int = 0) -> FakeDaytona:
+    """Start a fake Daytona API process; the caller stops it with :func:`stop_fake`."""
+    instance = uuid.uuid4().hex[:12]
+    port_file, route_log = tmp / f"port-{instance}", tmp / f"routes-{instance}.jsonl"
+    route_log.touch()
+    argv = [
+        sys.executable,
+        str(FAKE),
+        "--port-file",
+        str(port_file),
+        "--route-log",
+        str(route_log),
+        "--minute-seconds",
+        str(minute_seconds),
+        "--max-cpu",
+        str(max_cpu),
+        "--instance",
+        instance,
+    ]
+    log = (tmp / f"fake-{instance}.log").open("wb")
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    deadline = time.monotonic() + 30
+    while not port_file.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError(f"the fake Daytona API did not start: {(tmp / f'fake-{instance}.log').read_text()}")
+        time.sleep(0.05)
+    url = f"http://127.0.0.1:{port_file.read_text()}/api"
+    return FakeDaytona(url=url, pid=proc.pid, instance=instance, route_log=route_log, proc=proc)
+
+
+def stop_fake(fake: FakeDaytona) -> None:
+    """Stop the fake by its PID (SIGTERM, then SIGKILL after 20 s) and remove any container
+    it left behind."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(fake.pid, signal.SIGTERM)
+    try:
+        fake.proc.wait(20)
+    except subprocess.TimeoutExpired:
+        os.kill(fake.pid, signal.SIGKILL)
+        fake.proc.wait(10)
+    import docker
+
+    api = docker.APIClient(version="auto", timeout=60, **docker.utils.kwargs_from_env())
+    for summary in api.containers(all=True, filters={"label": f"envlayer-fake-daytona={fake.instance}"}):
+        with contextlib.suppress(Exception):
+            api.remove_container(summary["Id"], force=True)
+
+
+def child_code(url: str, task: str, profile: str, **opts: Any) -> str:
+    """Python source that builds ``env`` for (profile, task) in a child process."""
+    opts.setdefault("api_url", url)
+    opts.setdefault("snapshot", IMAGE)
+    opts.setdefault("timeout", 60)
+    opts.setdefault("cwd", "/workspace")
+    return (
+        "from envlayer_daytona.backend import DaytonaEnvironment\n"
+        "from envlayer_daytona.options import DaytonaOptions\n"
+        f"env = DaytonaEnvironment(DaytonaOptions(**{opts!r}), task_id={task!r}, profile={profile!r})\n"
+    )
+
+
+def run_python(code: str, *, timeout: float = 120, wait: bool = True) -> Any:
+    """Run ``code`` in a new interpreter of this venv (with the fake's key in its environment).
+    Returns its stdout (asserting exit 0), or the Popen with ``wait=False``."""
+    argv = [sys.executable, "-c", textwrap.dedent(code)]
+    env = {**os.environ, "DAYTONA_API_KEY": FAKE_KEY}
+    if not wait:
+        return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
+    assert proc.returncode == 0, f"child failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+    return proc.stdout

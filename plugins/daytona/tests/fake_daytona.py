@@ -1,0 +1,589 @@
+"""A local fake of the Daytona API for envlayer's tests: control plane and toolbox on one port.
+
+Run as its own process (the tests do this)::
+
+    python fake_daytona.py --port-file PORTFILE --route-log ROUTES.jsonl [--minute-seconds 60]
+                           [--max-cpu N] [--instance ID]
+
+It serves the subset of the Daytona REST API (SDK ``daytona`` 0.226.x) that envlayer's plugin
+uses, with bodies the SDK's strict pydantic models accept. Each sandbox is a Docker container
+(label ``envlayer-fake-daytona=<instance>``) made from the local image named by the create
+request (``buildInfo.dockerfileContent`` ``FROM <image>``, or ``snapshot`` read as an image
+name). Every request is appended to ``--route-log`` as one JSON line
+``{"method", "route", "status", "known"}``; unknown routes answer 404 and are logged with
+``known: false``. On SIGTERM/SIGINT it removes every container it made and exits.
+
+What it assumes about the real service is written down in ``fake_daytona.md`` next to it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import email.parser
+import email.policy
+import io
+import json
+import os
+import re
+import signal
+import socket
+import sys
+import tarfile
+import threading
+import time
+import uuid
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import docker
+from docker.errors import APIError, ImageNotFound, NotFound
+
+ORG = "org-envlayer-fake"
+KEEP_ALIVE = ["sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done"]
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class ApiError(Exception):
+    """An HTTP error answer in Daytona's envelope."""
+
+    def __init__(self, status: int, message: str, code: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.code = code
+
+
+def _exec(api: Any, container: str, argv: list[str], timeout: float | None = None) -> tuple[int | None, bytes]:
+    """Run argv in the container; (exit code, merged output). ``None`` code: killed at timeout."""
+    ex = api.exec_create(container, argv, stdout=True, stderr=True)
+    result: dict[str, bytes] = {}
+    worker = threading.Thread(target=lambda: result.setdefault("out", api.exec_start(ex["Id"])), daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():
+        pid = api.exec_inspect(ex["Id"]).get("Pid")
+        if pid:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        worker.join(5)
+        return None, result.get("out", b"")
+    return api.exec_inspect(ex["Id"]).get("ExitCode"), result.get("out", b"")
+
+
+class Fake:
+    """The sandboxes, their containers and the lifecycle timers."""
+
+    def __init__(self, *, instance: str, minute: float, max_cpu: int, base_url: str) -> None:
+        self.api = docker.APIClient(version="auto", timeout=120, **docker.utils.kwargs_from_env())
+        self.instance = instance
+        self.minute = minute
+        self.max_cpu = max_cpu
+        self.base_url = base_url
+        self.lock = threading.RLock()
+        self.sandboxes: dict[str, dict[str, Any]] = {}
+
+    # --- sandboxes ------------------------------------------------------------------
+
+    def find(self, id_or_name: str) -> dict[str, Any]:
+        with self.lock:
+            sb = self.sandboxes.get(id_or_name)
+            if sb is None:
+                sb = next((s for s in self.sandboxes.values() if s["name"] == id_or_name), None)
+        if sb is None:
+            raise ApiError(404, f"Sandbox with ID or name {id_or_name} not found", "SANDBOX_NOT_FOUND")
+        return sb
+
+    def dto(self, sb: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "id": sb["id"],
+            "organizationId": ORG,
+            "name": sb["name"],
+            "user": "root",
+            "env": sb["env"],
+            "labels": sb["labels"],
+            "public": False,
+            "networkBlockAll": False,
+            "kvm": False,
+            "target": sb["target"],
+            "cpu": sb["cpu"],
+            "gpu": sb["gpu"],
+            "memory": sb["memory"],
+            "disk": sb["disk"],
+            "state": sb["state"],
+            "snapshot": sb["snapshot"],
+            "autoStopInterval": sb["autoStopInterval"],
+            "autoArchiveInterval": 10080,
+            "autoDeleteInterval": sb["autoDeleteInterval"],
+            "createdAt": sb["createdAt"],
+            "updatedAt": sb["updatedAt"],
+            "lastActivityAt": sb["lastActivityAt"],
+            "toolboxProxyUrl": f"{self.base_url}/toolbox",
+        }
+
+    def create(self, body: dict[str, Any]) -> dict[str, Any]:
+        image = body.get("snapshot")
+        build = body.get("buildInfo") or {}
+        if build.get("dockerfileContent"):
+            m = re.match(r"\s*FROM\s+(\S+)", build["dockerfileContent"])
+            image = m.group(1) if m else None
+        if not image:
+            raise ApiError(400, "a snapshot or an image is required (the fake has no default snapshot)")
+        try:
+            self.api.inspect_image(image)
+        except ImageNotFound:
+            what = "Snapshot" if body.get("snapshot") else "Image"
+            raise ApiError(404 if body.get("snapshot") else 400, f"{what} {image} not found", "NOT_FOUND") from None
+        cpu = int(body.get("cpu") or 1)
+        name = body.get("name") or uuid.uuid4().hex
+        with self.lock:
+            if any(s["name"] == name for s in self.sandboxes.values()):
+                raise ApiError(409, f"Sandbox with name {name} already exists", "CONFLICT")
+            used = sum(s["cpu"] for s in self.sandboxes.values() if s["state"] == "started")
+            if self.max_cpu and used + cpu > self.max_cpu:
+                raise ApiError(403, f"Total CPU limit exceeded. Maximum allowed: {self.max_cpu}", "QUOTA_EXCEEDED")
+            sid = str(uuid.uuid4())
+            now = _now()
+            sb = {
+                "id": sid,
+                "name": name,
+                "env": body.get("env") or {},
+                "labels": body.get("labels") or {},
+                "target": body.get("target") or "local",
+                "cpu": cpu,
+                "gpu": int(body.get("gpu") or 0),
+                "memory": int(body.get("memory") or 1),
+                "disk": int(body.get("disk") or 3),
+                "state": "creating",
+                "snapshot": image,
+                "autoStopInterval": 15 if body.get("autoStopInterval") is None else int(body["autoStopInterval"]),
+                "autoDeleteInterval": -1 if body.get("autoDeleteInterval") is None else int(body["autoDeleteInterval"]),
+                "ttlMinutes": int(body.get("ttlMinutes") or 0),
+                "createdAt": now,
+                "updatedAt": now,
+                "lastActivityAt": now,
+                "created": time.time(),
+                "activity": time.time(),
+                "stoppedAt": None,
+                "container": None,
+            }
+            self.sandboxes[sid] = sb
+        try:
+            container = self.api.create_container(
+                image,
+                command=KEEP_ALIVE,
+                name=f"fake-daytona-{sid}",
+                labels={"envlayer-fake-daytona": self.instance},
+                environment=sb["env"],
+                host_config=self.api.create_host_config(init=True),
+            )
+            sb["container"] = container["Id"]
+            self.api.start(container["Id"])
+        except APIError as exc:
+            with self.lock:
+                self.sandboxes.pop(sid, None)
+            if sb["container"]:
+                with contextlib.suppress(Exception):
+                    self.api.remove_container(sb["container"], force=True)
+            raise ApiError(500, f"could not start the sandbox: {exc.explanation or exc}") from exc
+        self._state(sb, "started")
+        return sb
+
+    def _state(self, sb: dict[str, Any], state: str) -> None:
+        sb["state"] = state
+        sb["updatedAt"] = _now()
+        if state == "started":
+            self.touch(sb)
+        if state in ("stopped", "archived"):
+            sb["stoppedAt"] = time.time()
+
+    def touch(self, sb: dict[str, Any]) -> None:
+        sb["activity"] = time.time()
+        sb["lastActivityAt"] = _now()
+
+    def start(self, sb: dict[str, Any]) -> None:
+        if sb["state"] == "started":
+            return
+        if sb["state"] not in ("stopped", "archived"):
+            raise ApiError(400, f"Sandbox is in state {sb['state']} and cannot be started")
+        self.api.start(sb["container"])
+        self._state(sb, "started")
+
+    def stop(self, sb: dict[str, Any], state: str = "stopped") -> None:
+        if sb["state"] == "started":
+            self._state(sb, "stopping")
+            self.api.stop(sb["container"], timeout=1)
+        self._state(sb, state)
+
+    def delete(self, sb: dict[str, Any]) -> None:
+        with contextlib.suppress(NotFound):
+            self.api.remove_container(sb["container"], force=True)
+        with self.lock:
+            self.sandboxes.pop(sb["id"], None)
+        self._state(sb, "destroyed")
+
+    def running(self, sandbox_id: str) -> dict[str, Any]:
+        sb = self.find(sandbox_id)
+        if sb["state"] != "started":
+            raise ApiError(400, f"Sandbox {sandbox_id} is not started (state: {sb['state']})", "SANDBOX_NOT_STARTED")
+        return sb
+
+    def lifecycle_tick(self) -> None:
+        """Auto-stop after autoStopInterval minutes without API activity, auto-delete
+        autoDeleteInterval minutes after stopping (0: at once), TTL from creation."""
+        now = time.time()
+        for sb in list(self.sandboxes.values()):
+            try:
+                if sb["ttlMinutes"] and now - sb["created"] > sb["ttlMinutes"] * self.minute:
+                    self.delete(sb)
+                    continue
+                idle = now - sb["activity"]
+                if sb["state"] == "started" and sb["autoStopInterval"] and idle > sb["autoStopInterval"] * self.minute:
+                    self.stop(sb)
+                stopped_for = now - (sb["stoppedAt"] or now)
+                deletable = sb["state"] in ("stopped", "archived") and sb["autoDeleteInterval"] >= 0
+                if deletable and stopped_for >= sb["autoDeleteInterval"] * self.minute:
+                    self.delete(sb)
+            except Exception as exc:  # keep the timer alive; the test sees the state
+                print(f"lifecycle error for {sb['id']}: {exc}", file=sys.stderr)
+
+    def remove_all(self) -> None:
+        for summary in self.api.containers(all=True, filters={"label": f"envlayer-fake-daytona={self.instance}"}):
+            with contextlib.suppress(Exception):
+                self.api.remove_container(summary["Id"], force=True)
+
+    # --- toolbox: files ---------------------------------------------------------------
+
+    def file_info(self, sb: dict[str, Any], path: str) -> dict[str, Any]:
+        script = 'if [ -d "$1" ]; then echo d 0; elif [ -e "$1" ]; then echo f $(wc -c < "$1"); else echo none; fi'
+        _, out = _exec(self.api, sb["container"], ["sh", "-c", script, "info", path])
+        kind, *rest = out.decode().split() or ["none"]
+        if kind == "none":
+            raise ApiError(404, f"file not found: {path}", "FILE_NOT_FOUND")
+        return {
+            "name": os.path.basename(path.rstrip("/")) or "/",
+            "isDir": kind == "d",
+            "size": int(rest[0]),
+            "mode": "0644",
+            "modTime": _now(),
+            "owner": "root",
+            "group": "root",
+            "permissions": "-rw-r--r--",
+        }
+
+    def upload(self, sb: dict[str, Any], path: str, data: bytes) -> None:
+        parent, base = os.path.split(path)
+        check = 'if [ -d "$1" ]; then echo dir; exit 0; fi; mkdir -p -- "$2" || echo parent'
+        _, out = _exec(self.api, sb["container"], ["sh", "-c", check, "upload", path, parent or "/"])
+        if out.strip() == b"dir":
+            raise ApiError(400, f"is a directory: {path}", "IS_DIRECTORY")
+        if out.strip():
+            raise ApiError(400, f"cannot create the parent directory of {path}", "INVALID_PATH")
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            info = tarfile.TarInfo(base)
+            info.size = len(data)
+            info.mode = 0o644
+            info.mtime = int(time.time())
+            tar.addfile(info, io.BytesIO(data))
+        self.api.put_archive(sb["container"], parent or "/", buf.getvalue())
+
+    def download(self, sb: dict[str, Any], path: str) -> tuple[bytes | None, dict[str, Any] | None]:
+        try:
+            stream, _ = self.api.get_archive(sb["container"], path)
+            raw = b"".join(stream)
+        except NotFound:
+            return None, {"message": f"file not found: {path}", "statusCode": 404, "code": "FILE_NOT_FOUND"}
+        with tarfile.open(fileobj=io.BytesIO(raw)) as tar:
+            member = tar.next()
+            if member is None or member.isdir():
+                return None, {"message": f"is a directory: {path}", "statusCode": 400, "code": "IS_DIRECTORY"}
+            fh = tar.extractfile(member)
+            return (fh.read() if fh else b""), None
+
+
+def _error_body(status: int, message: str, code: str, path: str) -> dict[str, Any]:
+    return {
+        "statusCode": status,
+        "message": message,
+        "code": code or "ERROR",
+        "error": message,
+        "path": path,
+        "timestamp": _now(),
+        "source": "DAYTONA_API",
+    }
+
+
+class Handler(BaseHTTPRequestHandler):
+    """Routes: see the ROUTES table. Anything else is 404 and logged as unknown."""
+
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+    fake: Fake
+    route_log: Any
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def _dispatch(self, method: str) -> None:
+        url = urlsplit(self.path)
+        query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        route, status = "unknown", 404
+        try:
+            for pattern, verb, name, handler in ROUTES:
+                m = pattern.fullmatch(url.path)
+                if m and verb == method:
+                    route = name
+                    if name != "socket.io" and self.headers.get("Authorization") != f"Bearer {API_KEY}":
+                        raise ApiError(401, "Invalid credentials", "UNAUTHORIZED")
+                    status, payload, headers = handler(self, body, query, *m.groups())
+                    self._send(status, payload, headers)
+                    return
+            raise ApiError(404, f"Cannot {method} {url.path}", "NOT_FOUND")
+        except ApiError as exc:
+            status = exc.status
+            self._send(exc.status, _error_body(exc.status, exc.message, exc.code, url.path), {})
+        except Exception as exc:
+            status = 500
+            self._send(500, _error_body(500, f"{type(exc).__name__}: {exc}", "INTERNAL", url.path), {})
+        finally:
+            entry = {"method": method, "route": route, "status": status, "known": route != "unknown"}
+            if route == "unknown":
+                entry["path"] = url.path
+            self.route_log.write(json.dumps(entry) + "\n")
+            self.route_log.flush()
+
+    def _send(self, status: int, payload: Any, headers: dict[str, str]) -> None:
+        if isinstance(payload, bytes):
+            data = payload
+        elif payload is None:
+            data = b""
+        else:
+            data = json.dumps(payload).encode()
+            headers = {"Content-Type": "application/json", **headers}
+        self.send_response(status)
+        for key, value in headers.items():
+            self.send_header(key, value)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        self._dispatch("GET")
+
+    def do_POST(self) -> None:
+        self._dispatch("POST")
+
+    def do_PUT(self) -> None:
+        self._dispatch("PUT")
+
+    def do_DELETE(self) -> None:
+        self._dispatch("DELETE")
+
+    # --- control plane ------------------------------------------------------------------
+
+    def create(self, body: bytes, q: dict[str, str]) -> tuple[int, Any, dict[str, str]]:
+        return 200, self.fake.dto(self.fake.create(json.loads(body or b"{}"))), {}
+
+    def get(self, body: bytes, q: dict[str, str], sid: str) -> tuple[int, Any, dict[str, str]]:
+        return 200, self.fake.dto(self.fake.find(sid)), {}
+
+    def list(self, body: bytes, q: dict[str, str]) -> tuple[int, Any, dict[str, str]]:
+        wanted = json.loads(q.get("labels") or "{}")
+        states = set(parse_qs(urlsplit(self.path).query).get("states", []))
+        with self.fake.lock:
+            items = [
+                self.fake.dto(s)
+                for s in self.fake.sandboxes.values()
+                if all(s["labels"].get(k) == v for k, v in wanted.items()) and (not states or s["state"] in states)
+            ]
+        return 200, {"items": items, "nextCursor": None}, {}
+
+    def delete(self, body: bytes, q: dict[str, str], sid: str) -> tuple[int, Any, dict[str, str]]:
+        sb = self.fake.find(sid)
+        self.fake.delete(sb)
+        return 200, self.fake.dto(sb), {}
+
+    def start(self, body: bytes, q: dict[str, str], sid: str) -> tuple[int, Any, dict[str, str]]:
+        sb = self.fake.find(sid)
+        self.fake.start(sb)
+        return 200, self.fake.dto(sb), {}
+
+    def stop(self, body: bytes, q: dict[str, str], sid: str) -> tuple[int, Any, dict[str, str]]:
+        sb = self.fake.find(sid)
+        self.fake.stop(sb)
+        return 200, self.fake.dto(sb), {}
+
+    def archive(self, body: bytes, q: dict[str, str], sid: str) -> tuple[int, Any, dict[str, str]]:
+        sb = self.fake.find(sid)
+        self.fake.stop(sb, "archived")
+        return 200, self.fake.dto(sb), {}
+
+    def labels(self, body: bytes, q: dict[str, str], sid: str) -> tuple[int, Any, dict[str, str]]:
+        sb = self.fake.find(sid)
+        sb["labels"] = json.loads(body)["labels"]
+        return 200, {"labels": sb["labels"]}, {}
+
+    def autostop(self, body: bytes, q: dict[str, str], sid: str, n: str) -> tuple[int, Any, dict[str, str]]:
+        sb = self.fake.find(sid)
+        sb["autoStopInterval"] = int(n)
+        self.fake.touch(sb)
+        return 200, self.fake.dto(sb), {}
+
+    def activity(self, body: bytes, q: dict[str, str], sid: str) -> tuple[int, Any, dict[str, str]]:
+        self.fake.touch(self.fake.find(sid))
+        return 201, None, {}
+
+    def proxy_url(self, body: bytes, q: dict[str, str], sid: str) -> tuple[int, Any, dict[str, str]]:
+        self.fake.find(sid)
+        return 200, {"url": f"{self.fake.base_url}/toolbox"}, {}
+
+    def socket_io(self, body: bytes, q: dict[str, str]) -> tuple[int, Any, dict[str, str]]:
+        raise ApiError(404, "no event websocket in the fake: the SDK falls back to polling")
+
+    # --- toolbox ------------------------------------------------------------------------
+
+    def execute(self, body: bytes, q: dict[str, str], sid: str) -> tuple[int, Any, dict[str, str]]:
+        sb = self.fake.running(sid)
+        req = json.loads(body)
+        argv = ["sh", "-c", req["command"]]
+        if req.get("cwd"):
+            argv = ["sh", "-c", 'cd -- "$1" && shift && exec "$@"', "cwd", req["cwd"], *argv]
+        env = [f"{k}={v}" for k, v in (req.get("envs") or {}).items()]
+        if env:
+            argv = ["env", *env, *argv]
+        code, out = _exec(self.fake.api, sb["container"], argv, timeout=req.get("timeout") or None)
+        if code is None:
+            raise ApiError(408, "command execution timeout", "PROCESS_EXECUTION_TIMEOUT")
+        return 200, {"exitCode": code, "result": out.decode(errors="replace")}, {}
+
+    def files_info(self, body: bytes, q: dict[str, str], sid: str) -> tuple[int, Any, dict[str, str]]:
+        return 200, self.fake.file_info(self.fake.running(sid), q["path"]), {}
+
+    def files_folder(self, body: bytes, q: dict[str, str], sid: str) -> tuple[int, Any, dict[str, str]]:
+        sb = self.fake.running(sid)
+        code, out = _exec(self.fake.api, sb["container"], ["mkdir", "-p", "--", q["path"]])
+        if code:
+            raise ApiError(400, out.decode(errors="replace").strip(), "INVALID_PATH")
+        return 201, None, {}
+
+    def files_delete(self, body: bytes, q: dict[str, str], sid: str) -> tuple[int, Any, dict[str, str]]:
+        sb = self.fake.running(sid)
+        flag = "-rf" if q.get("recursive") == "true" else "-f"
+        _exec(self.fake.api, sb["container"], ["rm", flag, "--", q["path"]])
+        return 204, None, {}
+
+    def bulk_upload(self, body: bytes, q: dict[str, str], sid: str) -> tuple[int, Any, dict[str, str]]:
+        sb = self.fake.running(sid)
+        head = f"Content-Type: {self.headers['Content-Type']}\r\n\r\n".encode()
+        message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(head + body)
+        paths: dict[str, str] = {}
+        files: dict[str, bytes] = {}
+        for part in message.iter_parts():
+            name = part.get_param("name", header="content-disposition") or ""
+            m = re.fullmatch(r"files\[(\d+)\]\.(path|file)", name)
+            if not m:
+                continue
+            payload = part.get_payload(decode=True) or b""
+            if m.group(2) == "path":
+                paths[m.group(1)] = payload.decode()
+            else:
+                files[m.group(1)] = payload
+        for index, path in paths.items():
+            self.fake.upload(sb, path, files.get(index, b""))
+        return 200, None, {}
+
+    def bulk_download(self, body: bytes, q: dict[str, str], sid: str) -> tuple[int, Any, dict[str, str]]:
+        sb = self.fake.running(sid)
+        boundary = uuid.uuid4().hex
+        out = io.BytesIO()
+        for path in json.loads(body)["paths"]:
+            data, error = self.fake.download(sb, path)
+            quoted = path.replace("\\", "\\\\").replace('"', '\\"')
+            out.write(f"--{boundary}\r\n".encode())
+            if error is None:
+                out.write(f'Content-Disposition: form-data; name="file"; filename="{quoted}"\r\n'.encode())
+                out.write(b"Content-Type: application/octet-stream\r\n\r\n" + (data or b"") + b"\r\n")
+            else:
+                out.write(f'Content-Disposition: form-data; name="error"; filename="{quoted}"\r\n'.encode())
+                out.write(b"Content-Type: application/json\r\n\r\n" + json.dumps(error).encode() + b"\r\n")
+        out.write(f"--{boundary}--\r\n".encode())
+        return 200, out.getvalue(), {"Content-Type": f"multipart/form-data; boundary={boundary}"}
+
+
+_ID = r"([^/]+)"
+ROUTES = [
+    (re.compile(r"/api/socket\.io/?"), "GET", "socket.io", Handler.socket_io),
+    (re.compile(r"/api/sandbox"), "POST", "create", Handler.create),
+    (re.compile(r"/api/sandbox"), "GET", "list", Handler.list),
+    (re.compile(rf"/api/sandbox/{_ID}"), "GET", "get", Handler.get),
+    (re.compile(rf"/api/sandbox/{_ID}"), "DELETE", "delete", Handler.delete),
+    (re.compile(rf"/api/sandbox/{_ID}/start"), "POST", "start", Handler.start),
+    (re.compile(rf"/api/sandbox/{_ID}/stop"), "POST", "stop", Handler.stop),
+    (re.compile(rf"/api/sandbox/{_ID}/archive"), "POST", "archive", Handler.archive),
+    (re.compile(rf"/api/sandbox/{_ID}/labels"), "PUT", "labels", Handler.labels),
+    (re.compile(rf"/api/sandbox/{_ID}/autostop/(\d+)"), "POST", "autostop", Handler.autostop),
+    (re.compile(rf"/api/sandbox/{_ID}/last-activity"), "POST", "last-activity", Handler.activity),
+    (re.compile(rf"/api/sandbox/{_ID}/toolbox-proxy-url"), "GET", "toolbox-proxy-url", Handler.proxy_url),
+    (re.compile(rf"/toolbox/{_ID}/process/execute"), "POST", "process.execute", Handler.execute),
+    (re.compile(rf"/toolbox/{_ID}/files/info"), "GET", "files.info", Handler.files_info),
+    (re.compile(rf"/toolbox/{_ID}/files/folder"), "POST", "files.folder", Handler.files_folder),
+    (re.compile(rf"/toolbox/{_ID}/files"), "DELETE", "files.delete", Handler.files_delete),
+    (re.compile(rf"/toolbox/{_ID}/files/bulk-upload"), "POST", "files.bulk-upload", Handler.bulk_upload),
+    (re.compile(rf"/toolbox/{_ID}/files/bulk-download"), "POST", "files.bulk-download", Handler.bulk_download),
+]
+
+API_KEY = os.environ.get("ENVLAYER_FAKE_DAYTONA_KEY", "envlayer-fake-key")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port-file", required=True)
+    parser.add_argument("--route-log", required=True)
+    parser.add_argument("--minute-seconds", type=float, default=60.0, help="real seconds in one Daytona minute")
+    parser.add_argument("--max-cpu", type=int, default=0, help="total CPU quota of started sandboxes (0: none)")
+    parser.add_argument("--instance", default=uuid.uuid4().hex[:12])
+    args = parser.parse_args()
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    port = server.server_address[1]
+    fake = Fake(
+        instance=args.instance, minute=args.minute_seconds, max_cpu=args.max_cpu, base_url=f"http://127.0.0.1:{port}"
+    )
+    Handler.fake = fake
+    Handler.route_log = open(args.route_log, "a", buffering=1)  # noqa: SIM115 - lives as long as the process
+    stopping = threading.Event()
+
+    def stop(signum: int, frame: Any) -> None:
+        stopping.set()
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+
+    def tick() -> None:
+        while not stopping.wait(min(1.0, args.minute_seconds / 4)):
+            fake.lifecycle_tick()
+
+    threading.Thread(target=tick, daemon=True).start()
+    tmp = f"{args.port_file}.tmp"
+    with open(tmp, "w") as fh:
+        fh.write(str(port))
+    os.replace(tmp, args.port_file)
+    try:
+        server.serve_forever(poll_interval=0.2)
+    finally:
+        fake.remove_all()
+
+
+if __name__ == "__main__":
+    socket.setdefaulttimeout(None)
+    main()

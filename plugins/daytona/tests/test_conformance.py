@@ -1,0 +1,38 @@
+"""The public conformance suite (envlayer.testing) on the Daytona backend, through the real SDK
+against the Docker-backed fake Daytona API, in both exec modes.
+
+Each class shares one sandbox (persist mode, one task); every test gets a fresh environment
+object attached to it, so a fresh session shell.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from envlayer.testing import EnvironmentConformance, ExecContractConformance
+
+pytestmark = pytest.mark.docker
+
+
+class TestDaytonaSessionConformance(EnvironmentConformance, ExecContractConformance):
+    task = f"conformance-session-{uuid.uuid4().hex[:6]}"
+    mode = "session"
+
+    @pytest.fixture
+    def env(self, profile: str, options: Callable[..., Any]) -> Iterator[Any]:
+        from envlayer_daytona.backend import DaytonaEnvironment
+
+        environment = DaytonaEnvironment(options(exec_mode=self.mode), task_id=self.task, profile=profile)
+        try:
+            yield environment
+        finally:
+            environment.cleanup()
+
+
+class TestDaytonaOneShotConformance(TestDaytonaSessionConformance):
+    task = f"conformance-oneshot-{uuid.uuid4().hex[:6]}"
+    mode = "oneshot"
