@@ -3,8 +3,8 @@
 The entry point ``daytona`` names :class:`envlayer_daytona.backend.DaytonaEnvironment`.
 Modules, one job each: ``options`` (schema), ``identity`` (names, labels, fingerprint),
 ``client`` (SDK client and error translation), ``sandbox`` (create / attach / start),
-``script`` (the shell text sent to the sandbox and its parsing), ``session`` (running
-commands in a Daytona session), ``files`` (toolbox file transfer), ``sweep`` (list,
+``stream`` (a byte stream to a shell in the sandbox over the toolbox API, which the core's
+persistent-shell protocol runs on), ``files`` (toolbox file transfer), ``sweep`` (list,
 remove, reap). Nothing here imports the Daytona SDK at import time.
 """
 

@@ -3,11 +3,13 @@
 Lifecycle (details in docs/backends/daytona.md):
 
 * The constructor creates, attaches to or starts the sandbox of (profile, task) (see
-  :mod:`envlayer_daytona.sandbox`) and opens a session shell in it. It raises
+  :mod:`envlayer_daytona.sandbox`) and prepares the working directory; the session shell
+  (the core's ``PersistentShell`` over :mod:`envlayer_daytona.stream`) starts with the first
+  command. It raises
   :class:`BackendUnavailable` for a missing key, an unreachable API, an unknown snapshot or
   image, or a quota, each with a hint.
-* ``cleanup()`` in persist mode (default) deletes this process's session and leaves the
-  sandbox to Daytona's auto-stop. ``cleanup(force_remove=True)``, or any cleanup with
+* ``cleanup()`` in persist mode (default) ends this process's shell and leaves the sandbox
+  to Daytona's auto-stop. ``cleanup(force_remove=True)``, or any cleanup with
   ``persist_across_processes = false``, deletes the sandbox on a background thread that
   :meth:`wait_for_cleanup` joins.
 * A sandbox found stopped or archived (auto-stop, another process) when a command is sent
@@ -414,8 +416,8 @@ class DaytonaEnvironment(Environment):
     # --- lifecycle ----------------------------------------------------------------------
 
     def cleanup(self, *, force_remove: bool = False) -> None:
-        """Release this handle. Persist mode: the session is deleted and the sandbox left to
-        auto-stop. With ``force_remove`` or ``persist_across_processes = false``: the sandbox
+        """Release this handle. Persist mode: this process's shell ends and the sandbox is left
+        to auto-stop. With ``force_remove`` or ``persist_across_processes = false``: the sandbox
         is deleted in the background (see :meth:`wait_for_cleanup`). Idempotent;
         ``cleanup(force_remove=True)`` after a plain ``cleanup()`` still deletes it. Never raises."""
         with self._state_lock:
