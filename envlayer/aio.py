@@ -4,28 +4,35 @@ Every blocking call (creating an environment, ``exec``, file transfer, cleanup, 
 call) runs on a bounded thread pool owned by the wrapper (``max_workers``, default 32;
 calls beyond that queue), and the coroutine awaits it.
 
-Cancellation, honestly: cancelling the awaiting task cancels the *await*, not the work.
+Cancellation: cancelling the awaiting task of an ``exec`` or a ``run_tool`` call
+cancels the command too.
 
 * A call still queued for a worker thread is dropped and never runs.
-* A call already running goes on in its thread until it returns: an ``exec`` runs to
-  completion or to its own timeout (which kills its process tree in the sandbox, as
-  always), then its result is discarded. Meanwhile the manager counts it as in flight,
-  so the idle reaper leaves its environment alone. Python offers no safe way to
-  interrupt a thread blocked in a backend call; give commands a timeout you can live
-  with, or run long work as a background job (``terminal`` with ``background=true``)
-  and stop it explicitly (``terminal_job`` with ``action=kill``).
+* A running ``exec`` (``AsyncEnvironment.exec``, or the ``terminal`` tool through
+  ``AsyncToolRegistry.run_tool``) on a backend that takes a
+  :class:`~envlayer.cancel.CancelToken` (local, Docker, SSH) is killed with its whole
+  process tree in the sandbox; the task waits until the command's thread has returned
+  (so nothing is left running), then ``CancelledError`` propagates as asyncio requires.
+  To get the partial output instead of an exception, pass your own token,
+  ``await env.exec(cmd, cancel=token)``, and call ``token.cancel()``: the call returns
+  the result with ``cancelled=True``.
+* Other calls (file transfer, a backend without the keyword) go on in their thread until
+  they return; their result is discarded. The manager counts them as in flight meanwhile.
 * ``close()`` waits for running calls only as long as the backends' own timeouts.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
+import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from envlayer.cancel import CancelToken, takes_cancel
 from envlayer.environment import DEFAULT_TASK, Command, Environment
 from envlayer.lifecycle import CleanupOutcome
 from envlayer.manager import EnvironmentManager, EnvKey
@@ -42,6 +49,24 @@ async def _in_thread(executor: Executor, fn: Callable[..., T], *args: Any, **kwa
     ctx = contextvars.copy_context()
     call = functools.partial(ctx.run, fn, *args, **kwargs)
     return await asyncio.get_running_loop().run_in_executor(executor, call)
+
+
+async def _cancellable(executor: Executor, token: CancelToken, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """:func:`_in_thread`, where cancelling the awaiting task cancels ``token`` (on a
+    helper thread: killing may block) and waits for ``fn`` to return before re-raising."""
+    ctx = contextvars.copy_context()
+    call = functools.partial(ctx.run, fn, *args, **kwargs)
+    work = executor.submit(call)
+    future = asyncio.wrap_future(work)
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        if work.cancel():  # still queued: it never runs
+            raise
+        threading.Thread(target=token.cancel, name="envlayer-aio-cancel", daemon=True).start()
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            await future
+        raise
 
 
 def _pool(max_workers: int) -> ThreadPoolExecutor:
@@ -67,8 +92,12 @@ class AsyncEnvironment:
         return self.env.closed
 
     async def exec(self, command: Command, **kwargs: Any) -> ExecResult:
-        """:meth:`Environment.exec` in a worker thread."""
-        return await _in_thread(self._executor, self.env.exec, command, **kwargs)
+        """:meth:`Environment.exec` in a worker thread. Cancelling the awaiting task kills
+        the command (see the module docstring)."""
+        token = kwargs.pop("cancel", None) or CancelToken()
+        if takes_cancel(self.env):
+            kwargs["cancel"] = token
+        return await _cancellable(self._executor, token, self.env.exec, command, **kwargs)
 
     async def read_file(self, path: str) -> bytes:
         """:meth:`Environment.read_file` in a worker thread."""
@@ -167,5 +196,8 @@ class AsyncToolRegistry:
         self, name: str, arguments: Mapping[str, Any] | str | None, task_id: str = DEFAULT_TASK
     ) -> dict[str, Any]:
         """:meth:`ToolRegistry.run_tool` in a worker thread (never raises for a tool
-        call problem)."""
-        return await _in_thread(self.manager.executor, self.tools.run_tool, name, arguments, task_id)
+        call problem). Cancelling the awaiting task kills a running ``terminal`` command."""
+        token = CancelToken()
+        return await _cancellable(
+            self.manager.executor, token, self.tools.run_tool, name, arguments, task_id, cancel=token
+        )

@@ -13,7 +13,7 @@ import time
 from typing import TYPE_CHECKING
 
 from envlayer.output import CappedBuffer, OutputCallback, TruncationPolicy
-from envlayer.result import TIMEOUT_EXIT_CODE, ExecResult
+from envlayer.result import INTERRUPT_EXIT_CODE, TIMEOUT_EXIT_CODE, ExecResult
 
 if TYPE_CHECKING:
     from envlayer.options import BaseOptions
@@ -60,10 +60,14 @@ class OutputCollector:
     def result(
         self, request: ExecRequest, exit_code: int, *, timed_out: bool = False, recovered: str = ""
     ) -> ExecResult:
-        """The finished result. With ``timed_out`` the exit code is always 124."""
+        """The finished result. With ``timed_out`` the exit code is always 124; a
+        request whose token was cancelled gives ``cancelled=True`` and exit code 130
+        (unless it timed out first)."""
         out, err = self.buffers["stdout"], self.buffers["stderr"]
+        cancelled = request.cancelled and not timed_out
         return ExecResult(
-            exit_code=TIMEOUT_EXIT_CODE if timed_out else exit_code,
+            exit_code=TIMEOUT_EXIT_CODE if timed_out else INTERRUPT_EXIT_CODE if cancelled else exit_code,
+            cancelled=cancelled,
             stdout=out.getvalue(),
             stderr=err.getvalue(),
             duration=time.monotonic() - request.start,

@@ -30,6 +30,10 @@ Contract shared by all backends:
   (about two seconds). The next call works normally.
 * If the calling thread is interrupted (``KeyboardInterrupt``) during ``exec``, the
   command's process tree is killed before the exception propagates.
+* Optional: a backend whose ``exec`` takes ``cancel`` (a
+  :class:`~envlayer.cancel.CancelToken`) kills the command's tree when the token is
+  cancelled from another thread, and returns the output so far with ``cancelled=True``
+  and exit code 130 (local, Docker, SSH do).
 * stdout and stderr are captured separately, capped at ``max_output_bytes`` each.
 * When the sandbox or the connection to it is lost while a command runs, ``exec``
   raises :class:`~envlayer.errors.BackendUnavailable` (or a subclass) saying the command
@@ -67,6 +71,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from envlayer.cancel import CancelToken
 from envlayer.capabilities import Capability
 from envlayer.errors import EnvironmentClosed, SandboxPathError
 from envlayer.options import BaseOptions
@@ -195,6 +200,7 @@ class Environment(ABC):
         timeout: float | None = None,
         stdin: bytes | str | None = None,
         on_output: OutputCallback | None = None,
+        cancel: CancelToken | None = None,
     ) -> ExecRequest:
         """The validated :class:`~envlayer.request.ExecRequest` for one ``exec`` call, with
         ``options.timeout`` as the default timeout. Checks that the environment is open.
@@ -211,6 +217,7 @@ class Environment(ABC):
             stdin=stdin,
             on_output=on_output,
             default_timeout=self.options.timeout,
+            cancel=cancel,
         )
 
     def resolve_path(self, path: str, cwd: str) -> str:

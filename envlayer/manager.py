@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envlayer import exit_hook
+from envlayer.cancel import CancelToken, takes_cancel
 from envlayer.capabilities import Capability, capabilities_of, supports
 from envlayer.config import Settings, load_settings
 from envlayer.environment import DEFAULT_TASK, Command, Environment
@@ -164,11 +165,19 @@ class ManagedEnvironment(Environment):
         timeout: float | None = None,
         stdin: bytes | str | None = None,
         on_output: Callable[[str, bytes], None] | None = None,
+        cancel: CancelToken | None = None,
     ) -> ExecResult:
         """:meth:`Environment.exec`, tracked. ``on_output`` goes through
         :func:`envlayer.lifecycle.exec_streaming`: chunks as they arrive on a streaming
-        backend, once at the end on others."""
+        backend, once at the end on others. ``cancel`` is passed on when the backend's
+        ``exec`` takes it (else the command runs to its end or its timeout, and a DEBUG
+        line says so)."""
         kwargs: dict[str, Any] = {"cwd": cwd, "env": env, "timeout": timeout, "stdin": stdin}
+        if cancel is not None:
+            if takes_cancel(self.environment):
+                kwargs["cancel"] = cancel
+            else:
+                log.debug("backend %r cannot cancel a running command", self.environment.name)
         with self._manager._activity(self._entry, "exec"):
             if on_output is not None:
                 return exec_streaming(self.environment, command, on_output, **kwargs)

@@ -30,6 +30,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from envlayer.cancel import CancelToken
 from envlayer.errors import FileTooLarge, InvalidArgument
 from envlayer.output import OutputCallback
 
@@ -178,6 +179,14 @@ class ExecRequest:
     exec_id: str = field(default_factory=lambda: new_exec_id())
     start: float = field(default_factory=time.monotonic)
     deadline: float | None = None
+    cancel: CancelToken | None = None
+    """Cancelled from another thread: the backend kills the command as on a timeout and
+    the result says ``cancelled`` (see :mod:`envlayer.cancel`)."""
+
+    @property
+    def cancelled(self) -> bool:
+        """True when the request's token was cancelled."""
+        return self.cancel is not None and self.cancel.cancelled
 
     @classmethod
     def build(
@@ -190,6 +199,7 @@ class ExecRequest:
         stdin: bytes | str | None = None,
         on_output: OutputCallback | None = None,
         default_timeout: float | None = None,
+        cancel: CancelToken | None = None,
     ) -> ExecRequest:
         """Validate every argument (see the module docstring) and start the clock.
 
@@ -198,6 +208,8 @@ class ExecRequest:
         limit = normalize_timeout(timeout, default=default_timeout)
         if on_output is not None and not callable(on_output):
             raise InvalidArgument("on_output", "must be a callable (stream, chunk) -> None")
+        if cancel is not None and not isinstance(cancel, CancelToken):
+            raise InvalidArgument("cancel", f"must be an envlayer.cancel.CancelToken, got {type(cancel).__name__}")
         start = time.monotonic()
         return cls(
             command=check_command(command),
@@ -209,6 +221,7 @@ class ExecRequest:
             exec_id=new_exec_id(),
             start=start,
             deadline=None if limit is None else start + limit,
+            cancel=cancel,
         )
 
     def remaining(self) -> float | None:

@@ -38,6 +38,9 @@ class ExecResult:
     stdout_truncation: Truncation | None = None
     stderr_truncation: Truncation | None = None
     recovered: str = ""
+    cancelled: bool = False
+    """The call's :class:`~envlayer.cancel.CancelToken` was cancelled: the command's tree
+    was killed, ``exit_code`` is 130 and the output is what it wrote until then."""
     notice: str = ""
     """Something the caller (or a model) should know about how the command ran, e.g. that
     its working directory had been deleted and it ran in the nearest existing parent."""
@@ -48,8 +51,8 @@ class ExecResult:
 
     @property
     def ok(self) -> bool:
-        """True when the command exited 0 and did not time out."""
-        return self.exit_code == 0 and not self.timed_out
+        """True when the command exited 0 and was neither timed out nor cancelled."""
+        return self.exit_code == 0 and not self.timed_out and not self.cancelled
 
     @property
     def stdout_text(self) -> str:

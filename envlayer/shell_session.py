@@ -50,6 +50,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from envlayer.cancel import killer_for
 from envlayer.collector import OutputCollector
 from envlayer.errors import BackendUnavailable
 from envlayer.request import ExecRequest
@@ -343,7 +344,8 @@ class PersistentShell:
                 stream.write(script)
             except OSError:
                 return self._ended(stream)
-            framed = read_framed(stream, marker, collector, request.deadline, pending=pending or [])
+            with killer_for(request.cancel, lambda: self._kill_from_elsewhere(request, sent_at)):
+                framed = read_framed(stream, marker, collector, request.deadline, pending=pending or [])
             if framed.timed_out:
                 self._kill(stream, request, collector, sent_at)
                 return ShellOutcome(124, timed_out=True, shell_ended=True)
@@ -375,6 +377,21 @@ class PersistentShell:
         if code is None:
             raise status_unknown("the session shell")
         return ShellOutcome(code, shell_ended=True)
+
+    def _kill_from_elsewhere(self, request: ExecRequest, sent_at: float) -> None:
+        """Cancellation (another thread): kill the command's tree and the shell through
+        ``run_aside``; the reading thread then sees the stream end, keeps the output read
+        so far, and the next call starts a new shell."""
+        self._killed = True
+        self.run_aside(
+            kill_script_argv(
+                self.shell,
+                request.exec_id,
+                shell_pid=self.pid,
+                since_cs=self._since_cs(sent_at),
+                grace=KILL_GRACE_SECONDS,
+            )
+        )
 
     def _kill(self, stream: ByteStream, request: ExecRequest, collector: OutputCollector, sent_at: float) -> None:
         """Kill the command's tree and the shell through ``run_aside`` while the stream

@@ -29,6 +29,7 @@ from typing import Literal
 
 from envlayer.agent_env import CREDENTIAL_PATTERNS, inherited_environment, with_command_defaults
 from envlayer.backends.local_session import LocalSession, moved_notice, nearest_existing
+from envlayer.cancel import CancelToken, killer_for
 from envlayer.capabilities import Capability
 from envlayer.collector import OutputCollector
 from envlayer.environment import Command, Environment
@@ -120,14 +121,19 @@ class LocalEnvironment(Environment):
         timeout: float | None = None,
         stdin: bytes | str | None = None,
         on_output: OutputCallback | None = None,
+        cancel: CancelToken | None = None,
     ) -> ExecResult:
         """Run ``command`` locally; see :class:`~envlayer.environment.Environment`.
+        ``cancel.cancel()`` from another thread kills the command's tree and the call
+        returns the output so far with ``cancelled=True`` (exit 130).
 
         ``on_output(stream, chunk)`` is called from the calling thread with
         ``"stdout"``/``"stderr"`` chunks as they arrive (uncapped). Raises
         :class:`~envlayer.errors.InvalidArgument` for bad arguments (nothing ran).
         """
-        request = self.make_request(command, cwd=cwd, env=env, timeout=timeout, stdin=stdin, on_output=on_output)
+        request = self.make_request(
+            command, cwd=cwd, env=env, timeout=timeout, stdin=stdin, on_output=on_output, cancel=cancel
+        )
         collector = OutputCollector.for_request(request, self.options)
         session = self._session
         if session is not None and session.lock.acquire(blocking=False):
@@ -168,7 +174,8 @@ class LocalEnvironment(Environment):
         except PermissionError as exc:
             collector.write("stderr", f"permission denied: {exc.filename or argv[0]}\n".encode())
             return collector.result(request, 126)
-        timed_out = self._collect(proc, request, collector)
+        with killer_for(request.cancel, lambda: kill_tree(proc.pid, request.exec_id)):
+            timed_out = self._collect(proc, request, collector)
         result = collector.result(request, _exit_code(proc.returncode), timed_out=timed_out)
         return result.with_notice(notice) if notice else result
 

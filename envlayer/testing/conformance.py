@@ -435,6 +435,24 @@ class EnvironmentConformance:
             assert check.stdout_text == "", f"processes survived the interrupt: {check.stdout_text}"
         assert env.exec("echo fine").stdout == b"fine\n"
 
+    def test_cancel_from_another_thread_kills_the_tree(self, env: Environment) -> None:
+        """A backend whose ``exec`` takes ``cancel`` kills the command's tree when the
+        token is cancelled from another thread, and returns the output so far with
+        ``cancelled=True`` and exit code 130."""
+        from envlayer.cancel import takes_cancel
+        from envlayer.testing.cancelling import exec_cancelled_after_output
+
+        if not takes_cancel(env) or Capability.STREAMING not in capabilities_of(env):
+            pytest.skip("backend's exec takes no cancel token (or cannot stream)")
+        with _pidfile(env) as pidfile:
+            script = f"sleep 312 & echo $! > {pidfile}; echo ready; sleep 313"
+            result = exec_cancelled_after_output(env, script, timeout=60)
+            assert result.cancelled and result.exit_code == 130 and not result.timed_out
+            assert result.stdout == b"ready\n"
+            check = env.exec(_report_alive(f"$(cat {pidfile})"))
+            assert check.stdout_text == "", f"processes survived the cancel: {check.stdout_text}"
+        assert env.exec("echo fine").stdout == b"fine\n"
+
     def test_next_call_works_after_timeout(self, env: Environment) -> None:
         env.exec("sleep 30", timeout=1)
         result = env.exec("echo fine")

@@ -31,7 +31,9 @@ def terminal(default_timeout: float, max_timeout: float, jobs_dir: str | None) -
         "in a terminal; 'reset' means every command starts afresh in the working directory (chain steps "
         "with && in one command). A notice field tells you about anything unusual, e.g. a deleted "
         "working directory. Long output keeps its beginning and "
-        "end and says how much was omitted. A command that runs past its timeout is killed with "
+        "end and says how much was omitted; the whole output is then saved in the sandbox and "
+        "output_file names it, so read the middle with read_file instead of re-running. "
+        "A command that runs past its timeout is killed with "
         f"every process it started. For long-running work (servers, builds over {max_timeout:g} s) "
         "set background=true: the command starts detached and you get a job_id and the path of its "
         f"log file (under {jobs_dir or 'a private per-user directory'}); check it with the terminal_job tool.",

@@ -16,16 +16,30 @@ BYTES_PER_CHAR = 4
 class MergedOutput:
     """Collects ``(stream, chunk)`` callbacks into one byte stream, in arrival order.
 
-    Keeps at most ``budget_chars * BYTES_PER_CHAR`` bytes (first 40 %, last 60 %), so a
-    flood never grows memory. Safe to call from the backend's reading thread only
+    Keeps at most ``budget_chars * BYTES_PER_CHAR`` bytes (first 40 %, last 60 %) for the
+    result text and, with ``spill_bytes``, up to that many for :meth:`full` (the spill
+    file), so a flood never grows memory beyond both. Safe to call from the backend's reading thread only
     (backends call ``on_output`` from the calling thread).
     """
 
-    def __init__(self, budget_chars: int) -> None:
+    def __init__(self, budget_chars: int, spill_bytes: int = 0) -> None:
         self._buffer = CappedBuffer(max(budget_chars, 1) * BYTES_PER_CHAR, "head_tail")
+        self._full = CappedBuffer(spill_bytes, "head_tail") if spill_bytes else None
 
     def __call__(self, stream: str, chunk: bytes) -> None:
         self._buffer.write(chunk)
+        if self._full is not None:
+            self._full.write(chunk)
+
+    @property
+    def total(self) -> int:
+        """Bytes received in all."""
+        return self._buffer.total
+
+    def full(self) -> bytes:
+        """Everything received, up to ``spill_bytes`` (beyond: head and tail around a
+        marker); empty without ``spill_bytes``."""
+        return b"" if self._full is None else self._full.getvalue()
 
     @property
     def text(self) -> str:

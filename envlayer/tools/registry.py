@@ -10,6 +10,9 @@ Error types:
 ``bad_arguments``            arguments not JSON, or not matching the schema
 ``timeout``                  the command was killed at its timeout (``exit_code`` 124 and
                              the output so far are included)
+``cancelled``                the call was cancelled (:meth:`ToolRegistry.cancel`, or a
+                             ``cancel`` token): killed with its tree, ``exit_code`` 130
+                             and the output so far included
 ``path_outside_sandbox``     the path resolves outside the environment's ``file_root``
 ``file_not_found``           no such file
 ``is_a_directory``           a directory where a file was expected
@@ -27,13 +30,16 @@ Error types:
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from envlayer.cancel import CancelToken, takes_cancel
 from envlayer.capabilities import Capability, supports
 from envlayer.environment import DEFAULT_TASK, Environment
 from envlayer.errors import (
@@ -53,7 +59,7 @@ from envlayer.errors import (
 from envlayer.lifecycle import exec_streaming
 from envlayer.manager import EnvironmentManager, EnvKey
 from envlayer.result import ExecResult
-from envlayer.tools import definitions, jobs
+from envlayer.tools import definitions, jobs, spill
 from envlayer.tools.definitions import ToolDefinition
 from envlayer.tools.merged import MergedOutput
 from envlayer.tools.schema import ToolArgumentError, validate
@@ -76,6 +82,11 @@ class ToolConfig:
     jobs_dir: str | None = None
     """Where background jobs keep their files in the sandbox; None: the per-user default
     of :mod:`envlayer.tools.jobs` (``~/.cache/envlayer/jobs``, private)."""
+    output_dir: str | None = None
+    """Where the full output of a cut ``terminal`` result is kept in the sandbox; None:
+    the per-user default of :mod:`envlayer.tools.spill` (``~/.cache/envlayer/output``)."""
+    spill_bytes: int = 10_485_760
+    """Most bytes of a command's output kept in the spill file (0: no spill file)."""
 
     def __post_init__(self) -> None:
         if self.output_chars < 200:
@@ -84,6 +95,10 @@ class ToolConfig:
             raise ValueError("need 0 < default_timeout <= max_timeout")
         if self.read_lines < 1:
             raise ValueError("read_lines must be >= 1")
+        if self.spill_bytes < 0:
+            raise ValueError("spill_bytes must be >= 0")
+        if self.output_dir is not None and not self.output_dir.startswith("/"):
+            raise ValueError("output_dir must be an absolute path (or None for the per-user default)")
         if self.jobs_dir is not None and not self.jobs_dir.startswith("/"):
             raise ValueError("jobs_dir must be an absolute path (or None for the per-user default)")
 
@@ -114,6 +129,7 @@ class ToolRegistry:
         }
         self._jobs: dict[EnvKey, set[str]] = {}
         self._jobs_lock = threading.Lock()
+        self._cancel_tokens: dict[str, set[CancelToken]] = {}
         self.manager.add_idle_guard(self._jobs_running)
 
     # --- background jobs keep their environment -----------------------------------------
@@ -158,16 +174,26 @@ class ToolRegistry:
 
     # --- dispatch ---------------------------------------------------------------------
 
-    def run_tool(self, name: str, arguments: Mapping[str, Any] | str | None, task_id: str = DEFAULT_TASK) -> Result:
+    def run_tool(
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | str | None,
+        task_id: str = DEFAULT_TASK,
+        *,
+        cancel: CancelToken | None = None,
+    ) -> Result:
         """Run tool ``name`` with ``arguments`` (a mapping, or the JSON text a model
         produced) in ``task_id``'s environment. Never raises for a tool-call problem;
-        see the module docstring for the error types."""
+        see the module docstring for the error types. ``cancel.cancel()`` (from any
+        thread) stops a running ``terminal`` call: it returns the ``cancelled`` error."""
         tool = self._tools.get(name)
         if tool is None:
             return error("unknown_tool", f"there is no tool named {name!r}", "use one of: " + ", ".join(self._tools))
         definition, handler = tool
         try:
             args = validate(_parse(arguments), definition.parameters)
+            if handler == self._terminal and cancel is not None:
+                return self._call(functools.partial(self._terminal, cancel=cancel), args, task_id)
             return self._call(handler, args, task_id)
         except ToolArgumentError as exc:
             return error("bad_arguments", exc.message, f"call {name} with arguments matching its JSON schema")
@@ -212,7 +238,31 @@ class ToolRegistry:
 
     # --- handlers ---------------------------------------------------------------------
 
-    def _terminal(self, env: Environment, args: dict[str, Any]) -> Result:
+    @contextmanager
+    def _running_call(self, task_id: str, token: CancelToken) -> Iterator[None]:
+        with self._jobs_lock:
+            self._cancel_tokens.setdefault(task_id, set()).add(token)
+        try:
+            yield
+        finally:
+            with self._jobs_lock:
+                tokens = self._cancel_tokens.get(task_id, set())
+                tokens.discard(token)
+                if not tokens:
+                    self._cancel_tokens.pop(task_id, None)
+
+    def cancel(self, task_id: str = DEFAULT_TASK) -> int:
+        """Cancel every ``terminal`` call running for ``task_id`` (from any thread): each is
+        killed with its process tree and its ``run_tool`` returns a ``cancelled`` error
+        with the output so far. Returns how many calls were cancelled. Background jobs are
+        not touched (``terminal_job`` ``action=kill`` stops those)."""
+        with self._jobs_lock:
+            tokens = list(self._cancel_tokens.get(task_id, ()))
+        for token in tokens:
+            token.cancel()
+        return len(tokens)
+
+    def _terminal(self, env: Environment, args: dict[str, Any], cancel: CancelToken | None = None) -> Result:
         c = self.config
         if args.get("background"):
             job_id, log_file = jobs.start(env, args["command"], jobs_dir=c.jobs_dir, workdir=args.get("workdir"))
@@ -229,9 +279,23 @@ class ToolRegistry:
                 f"argument 'timeout' must be <= {c.max_timeout:g} seconds; "
                 "for longer commands use background=true and check them with terminal_job"
             )
-        merged = MergedOutput(c.output_chars)
-        result = exec_streaming(env, args["command"], merged, cwd=args.get("workdir"), timeout=timeout)
+        merged = MergedOutput(c.output_chars, c.spill_bytes)
+        token = cancel or CancelToken()
+        extra = {"cancel": token} if takes_cancel(env) else {}
+        with self._running_call(env.task_id, token):
+            result = exec_streaming(env, args["command"], merged, cwd=args.get("workdir"), timeout=timeout, **extra)
         out = self._output(result, merged, separate=bool(args.get("separate_streams")))
+        if out.get("truncated"):
+            out.update(self._spill(env, merged))
+        if result.cancelled:
+            return error(
+                "cancelled",
+                "the command was cancelled and killed, with every process it started; output until then is included",
+                "run it again if it is still needed",
+                exit_code=result.exit_code,
+                **out,
+                shell_state=shell_state(env),
+            )
         if result.timed_out:
             return error(
                 "timeout",
@@ -242,6 +306,25 @@ class ToolRegistry:
                 shell_state=shell_state(env),
             )
         return {"exit_code": result.exit_code, **out, "shell_state": shell_state(env)}
+
+    def _spill(self, env: Environment, merged: MergedOutput) -> Result:
+        """Keep the whole output in a file in the sandbox; the fields naming it (or a
+        note when that failed: the result itself is never lost over it)."""
+        data = merged.full()
+        if not data:
+            return {}
+        try:
+            path = spill.save(env, data, output_dir=self.config.output_dir)
+        except EnvlayerError as exc:
+            log.warning("could not keep the full output in the sandbox: %s", exc)
+            return {"output_file_error": f"the full output could not be kept: {exc}"}
+        kept = "all of it" if len(data) >= merged.total else f"its first and last {len(data)} bytes"
+        return {
+            "output_file": path,
+            "output_bytes": merged.total,
+            "output_hint": f"the full output ({merged.total} bytes; the file has {kept}) is in {path}: "
+            "read the part you need with read_file(path, offset, limit), or grep it with terminal",
+        }
 
     def _output(self, result: ExecResult, merged: MergedOutput, *, separate: bool) -> Result:
         """The command's output for the model: both streams merged in arrival order, or

@@ -76,7 +76,7 @@ def test_async_tools_refuse_a_registry_of_another_manager(make_manager, local_se
     asyncio.run(manager.close())
 
 
-def test_cancelled_exec_runs_to_completion_in_its_thread(
+def test_cancelled_exec_kills_the_command_and_leaves_nothing_running(
     make_manager, local_settings, tmp_path: Path, wait_until
 ) -> None:  # type: ignore[no-untyped-def]
     marker = tmp_path / "finished"
@@ -89,8 +89,8 @@ def test_cancelled_exec_runs_to_completion_in_its_thread(
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
-            assert not marker.exists()
-            # as documented: the command goes on until it ends (or hits its timeout)
-            assert await asyncio.to_thread(wait_until, marker.exists)
+            # the command was killed with its tree: it never gets to its second step
+            assert not await asyncio.to_thread(wait_until, marker.exists, timeout=2.0)
+            assert (await env.exec("echo next")).stdout_text == "next\n"
 
     asyncio.run(main())

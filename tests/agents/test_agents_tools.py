@@ -223,3 +223,28 @@ def test_terminal_says_what_persists_and_when_the_directory_moved(make_manager, 
     assert moved["exit_code"] == 0 and moved["output"] == f"{work.parent}\n"
     assert "no longer exists" in moved["notice"] and str(work) in moved["notice"]
     assert "shell_state" in tools.definitions[0].description
+
+
+def test_cut_output_is_kept_in_a_file_the_model_can_read(make_manager, local_settings) -> None:  # type: ignore[no-untyped-def]
+    import os
+    import stat
+
+    tools = ToolRegistry(make_manager(local_settings), ToolConfig(output_chars=400))
+    ran = tools.run_tool("terminal", {"command": "seq 1 20000; echo oops >&2; echo END"}, "t")
+    assert ran["truncated"] and "5000\n" not in ran["output"]
+    path = ran["output_file"]
+    assert path.startswith(os.environ["XDG_CACHE_HOME"]) and path in ran["output_hint"]
+    expected_bytes = sum(len(f"{i}\n") for i in range(1, 20001)) + len("oops\nEND\n")
+    assert ran["output_bytes"] == expected_bytes
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(os.path.dirname(path)).st_mode) == 0o700
+    middle = tools.run_tool("read_file", {"path": path, "offset": 5000, "limit": 2}, "t")
+    assert middle["content"] == "5000\n5001\n" and middle["total_lines"] == 20002
+    # output that fits makes no file
+    assert "output_file" not in tools.run_tool("terminal", {"command": "echo short"}, "t")
+    # a spill cap keeps the head and tail of an even larger flood
+    capped = ToolRegistry(make_manager(local_settings), ToolConfig(output_chars=400, spill_bytes=10_000))
+    flood = capped.run_tool("terminal", {"command": "seq 1 100000"}, "t")
+    kept = Path(flood["output_file"]).read_bytes()
+    assert len(kept) < 10_200 and kept.startswith(b"1\n2\n") and kept.endswith(b"100000\n")
+    assert "first and last" in flood["output_hint"]

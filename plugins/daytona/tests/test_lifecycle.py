@@ -270,8 +270,9 @@ def test_directory_transfer_and_path_confinement(make_env: Callable[..., Any], t
 
 @pytest.fixture(scope="module")
 def fast_fake(docker_ready: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeDaytona]:
-    """A fake whose Daytona minute lasts one second, and with a 1-CPU quota."""
-    fake = start_fake(tmp_path_factory.mktemp("fast-daytona"), minute_seconds=1.0, max_cpu=1)
+    """A fake whose Daytona minute lasts two seconds (long enough for a refresh round trip
+    on a loaded machine, short enough to keep the test quick), and with a 1-CPU quota."""
+    fake = start_fake(tmp_path_factory.mktemp("fast-daytona"), minute_seconds=2.0, max_cpu=1)
     try:
         yield fake
     finally:
@@ -287,13 +288,13 @@ def _fast_env(fake: FakeDaytona, profile: str, **kw: Any) -> Any:
 
 
 def test_activity_refresh_keeps_a_long_command_alive(fast_fake: FakeDaytona, profile: str) -> None:
-    """auto_stop_interval = 2 "minutes" (2 s here): a 6 s command survives because the
+    """auto_stop_interval = 2 "minutes" (4 s here): a 10 s command survives because the
     environment refreshes activity every 0.5 s; without refreshes the same command is cut
     by auto-stop and the call says so (NOT re-run), and the next call restarts the sandbox."""
     env = _fast_env(fast_fake, profile, auto_stop_interval=2, activity_interval=0.5)
     try:
         mark = fast_fake.mark()
-        result = env.exec("sleep 6; echo done", timeout=30)
+        result = env.exec("sleep 10; echo done", timeout=30)
         assert result.stdout == b"done\n" and result.exit_code == 0
         assert "last-activity" in fast_fake.routes_since(mark)
         assert str(_sdk(fast_fake).get(env.sandbox_id).state.value) == "started"
@@ -303,7 +304,7 @@ def test_activity_refresh_keeps_a_long_command_alive(fast_fake: FakeDaytona, pro
     lazy = _fast_env(fast_fake, profile, auto_stop_interval=2, activity_interval=3600)
     try:
         with pytest.raises(BackendUnavailable, match="NOT re-run"):
-            lazy.exec("sleep 8; echo done", timeout=30)
+            lazy.exec("sleep 12; echo done", timeout=30)
         again = lazy.exec("echo back")
         assert again.stdout == b"back\n" and again.recovered == "sandbox restarted"
     finally:

@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from envlayer.agent_env import with_command_defaults
+from envlayer.cancel import CancelToken
 from envlayer.capabilities import Capability
 from envlayer.environment import Command, Environment, SandboxInfo
 from envlayer.errors import BackendUnavailable
@@ -190,6 +191,7 @@ class DockerEnvironment(Environment):
         timeout: float | None = None,
         stdin: bytes | str | None = None,
         on_output: OutputCallback | None = None,
+        cancel: CancelToken | None = None,
     ) -> ExecResult:
         """Run ``command`` in the container; see :class:`~envlayer.environment.Environment`.
 
@@ -199,7 +201,9 @@ class DockerEnvironment(Environment):
         while the command ran (it may or may not have finished; it is not re-run; the
         next call re-creates the container), and ``InvalidArgument`` for bad arguments.
         """
-        request = self.make_request(command, cwd=cwd, env=env, timeout=timeout, stdin=stdin, on_output=on_output)
+        request = self.make_request(
+            command, cwd=cwd, env=env, timeout=timeout, stdin=stdin, on_output=on_output, cancel=cancel
+        )
         result, recovered = self._retrying(lambda: self._run(request))
         return dataclasses.replace(result, recovered="container recreated") if recovered else result
 

@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from envlayer.cancel import killer_for
 from envlayer.collector import OutputCollector
 from envlayer.errors import BackendUnavailable
 from envlayer.proctree import EXEC_ID_VAR
@@ -137,7 +138,8 @@ def run_oneshot(target: ExecTarget, request: ExecRequest, *, cwd: str, touch_lea
 
     try:
         try:
-            framed = read_framed(stream, marker, collector, request.deadline)
+            with killer_for(request.cancel, kill):
+                framed = read_framed(stream, marker, collector, request.deadline)
         except BaseException:
             drain_while(stream, collector, kill)
             raise

@@ -771,3 +771,14 @@ def test_staged_stdin_is_private_and_pager_is_cat(make_env) -> None:
     assert mode == "600 root" and listing.startswith("drwx------") and payload == "payload"
     assert env.exec("echo $PAGER $GIT_PAGER").stdout_text == "cat cat\n"
     assert make_env(env={"PAGER": "more"}).exec("echo $PAGER").stdout_text == "more\n"
+
+
+@pytest.mark.parametrize("mode", ["session", "oneshot"])
+def test_cancel_from_another_thread_kills_the_tree_in_the_container(make_env, mode) -> None:
+    from envlayer.testing.cancelling import exec_cancelled_after_output
+
+    env = make_env(exec_mode=mode)
+    result = exec_cancelled_after_output(env, "echo started; sleep 308 & setsid sleep 309 & sleep 310", timeout=120)
+    assert result.cancelled and result.exit_code == 130 and result.stdout_text == "started\n"
+    assert not [p for p in _processes(env) if "sleep 30" in p or "sleep 31" in p]
+    assert env.exec("echo usable").stdout_text == "usable\n"

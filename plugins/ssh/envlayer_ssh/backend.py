@@ -22,6 +22,7 @@ import weakref
 from collections.abc import Mapping
 
 from envlayer.agent_env import with_command_defaults
+from envlayer.cancel import CancelToken
 from envlayer.capabilities import Capability
 from envlayer.collector import OutputCollector
 from envlayer.environment import Command, Environment
@@ -128,6 +129,7 @@ class SSHEnvironment(Environment):
         timeout: float | None = None,
         stdin: bytes | str | None = None,
         on_output: OutputCallback | None = None,
+        cancel: CancelToken | None = None,
     ) -> ExecResult:
         """Run ``command`` on the host; see :class:`~envlayer.environment.Environment`.
 
@@ -139,7 +141,9 @@ class SSHEnvironment(Environment):
         when the connection dropped mid-command: it may or may not have run, and it is
         not re-run. The next call reconnects. Bad arguments raise ``InvalidArgument``.
         """
-        request = self.make_request(command, cwd=cwd, env=env, timeout=timeout, stdin=stdin, on_output=on_output)
+        request = self.make_request(
+            command, cwd=cwd, env=env, timeout=timeout, stdin=stdin, on_output=on_output, cancel=cancel
+        )
         collector = OutputCollector.for_request(request, self.options)
         reconnects_before = self._pool.reconnects
         try:

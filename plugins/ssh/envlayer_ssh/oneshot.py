@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from envlayer.cancel import killer_for
 from envlayer.collector import OutputCollector
 from envlayer.errors import BackendUnavailable
 from envlayer.request import ExecRequest
@@ -56,7 +57,8 @@ def run(
             )
             writer.start()
         try:
-            code = _collect(stream, request.deadline, collector)
+            with killer_for(request.cancel, kill):
+                code = _collect(stream, request.deadline, collector)
         except BaseException:
             drain_while(stream, collector, kill)
             raise

@@ -327,3 +327,13 @@ def test_importing_the_backend_does_not_import_paramiko() -> None:
     code = "import sys, envlayer_ssh.backend; print(any(m.startswith('paramiko') for m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("mode", ["session", "oneshot"])
+def test_cancel_from_another_thread_kills_the_remote_tree(sshd: SSHServer, make_env, mode: str) -> None:
+    from envlayer.testing.cancelling import exec_cancelled_after_output
+
+    env = make_env(sshd, mode=mode)
+    result = exec_cancelled_after_output(env, "echo started; sleep 311 & sleep 312", timeout=120)
+    assert result.cancelled and result.exit_code == 130 and result.stdout_text == "started\n"
+    assert env.exec("pgrep -f 'sleep 31[12]' || echo none").stdout_text == "none\n"
