@@ -1,7 +1,7 @@
 """Cancelling a running ``exec`` from any thread: :class:`CancelToken`.
 
-Pass a token to ``exec(..., cancel=token)`` (or to
-:func:`envlayer.lifecycle.exec_cancellable`, which checks the backend takes it) and call
+Pass a token to ``exec(..., cancel=token)`` of a backend that takes one (check with
+:func:`takes_cancel`; the manager, the agent tools and :mod:`envlayer.aio` do) and call
 ``token.cancel()`` from any thread (or an asyncio task, or a signal handler's thread).
 The backend kills the command's whole process tree in the sandbox, exactly as on a
 timeout, and ``exec`` returns the output produced so far with
