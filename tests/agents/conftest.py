@@ -149,7 +149,8 @@ def wait_until() -> Callable[..., bool]:
 @pytest.fixture
 def docker_profile(profile: str) -> Iterator[str]:
     """The test's profile, after checking that Docker and the Docker plugin can run;
-    every container of this profile is removed at teardown, even on failure.
+    every container and workspace volume of this profile is removed at teardown, even on
+    failure.
 
     The plugin not being importable yet skips; Docker missing skips locally and fails
     under ``CI=true``."""
@@ -168,6 +169,9 @@ def docker_profile(profile: str) -> Iterator[str]:
         names = docker_containers(profile)
         if names:
             _docker("rm", "-f", *names)
+        volumes = _docker("volume", "ls", "-q", "--filter", f"label=envlayer.profile={profile}").stdout.split()
+        if volumes:
+            _docker("volume", "rm", "-f", *volumes)
 
 
 @pytest.fixture
