@@ -1,6 +1,6 @@
 """Docker backend speed, against baselines measured in the same run.
 
-Cases (medians; a fresh container per group, all removed at the end):
+Cases (medians; a fresh container per group; containers and workspace volumes all removed at the end):
 
 * warm exec of `true`: envlayer session, a bare shell over one attached exec socket (the
   floor of a session call: write `true; echo M`, read until M), envlayer one-shot,
@@ -197,6 +197,9 @@ def main() -> int:
         for s in api.containers(all=True, filters={"label": "envlayer.managed=1"}):
             if (s.get("Labels") or {}).get("envlayer.profile", "").startswith(PROFILE):
                 api.remove_container(s["Id"], force=True)
+        for volume in (api.volumes(filters={"label": "envlayer.managed=1"}) or {}).get("Volumes") or []:
+            if (volume.get("Labels") or {}).get("envlayer.profile", "").startswith(PROFILE):
+                api.remove_volume(volume["Name"], force=True)
 
     width = max(len(r[0]) for r in rows)
     print(
