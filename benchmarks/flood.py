@@ -140,6 +140,8 @@ def main() -> int:
         api = docker.APIClient(version="auto", **docker.utils.kwargs_from_env())
         for s in api.containers(all=True, filters={"label": f"envlayer.profile={profile}"}):
             api.remove_container(s["Id"], force=True)
+        for volume in (api.volumes(filters={"label": f"envlayer.profile={profile}"}) or {}).get("Volumes") or []:
+            api.remove_volume(volume["Name"], force=True)
     print(f"flood of {args.size_mb} MiB, medians of {args.rounds} rounds, output caps on (1 MiB kept per stream)")
     print(f"{'case':<16} {'seconds':>8} {'MB/s':>8} {'peak RSS MB':>12}   vs floor")
     for case in cases:
