@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import os
 import shlex
 import sys
 from collections.abc import Sequence
@@ -354,8 +355,10 @@ def _sub(sub: Any, name: str, common: argparse.ArgumentParser, help: str, exampl
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+def build_parser(parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The CLI's parser; ``parser_class`` (for it and every subcommand) lets the broker
+    parse without printing or exiting."""
+    common = parser_class(add_help=False)
     common.add_argument(
         "--config", metavar="PATH", help="read only this config file (default: user and ./envlayer.toml)"
     )
@@ -372,7 +375,7 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("-v", "--verbose", action="store_true", help="also report backends lacking the capability")
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
 
-    parser = argparse.ArgumentParser(
+    parser = parser_class(
         prog="envlayer",
         description="Run commands and manage sandboxes for AI agents.",
         epilog="examples:\n  envlayer exec uname -a\n  envlayer exec --backend docker -o image=python:3.11-slim "
@@ -427,8 +430,30 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("-i", "--stdin", action="store_true", help="forward this process's stdin to the command")
     p.add_argument("--rm", action="store_true", help="remove the sandbox afterwards, even in persist mode")
+    p.add_argument(
+        "--fresh",
+        action="store_true",
+        help="run outside the task's session shell, in a new environment (as --no-broker does on every call)",
+    )
+    p.add_argument(
+        "--no-broker",
+        action="store_true",
+        help="run in this process, not through the session broker (also: ENVLAYER_BROKER=0, broker = false)",
+    )
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="CMD ...", help="the command and its arguments")
     p.set_defaults(func=cmd_exec)
+
+    p = _sub(
+        sub,
+        "broker",
+        common,
+        "show or stop your session brokers (the background processes behind `envlayer exec`)",
+        "  envlayer broker status          # pid, uptime, socket, environments held\n"
+        "  envlayer broker stop            # stop them (running commands are interrupted)\n"
+        "  envlayer broker serve           # run this context's broker in the foreground (debugging)",
+    )
+    p.add_argument("action", choices=["status", "stop", "serve"])
+    p.set_defaults(func=cmd_broker)
 
     p = _sub(
         sub,
@@ -498,6 +523,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("shell", choices=SHELLS)
     p.set_defaults(func=cmd_completion)
     return parser
+
+
+def cmd_broker(args: argparse.Namespace) -> int:
+    from envlayer.broker import control
+
+    if args.action == "serve":
+        from envlayer.broker import runtime_dir, server
+
+        digest = runtime_dir.context_digest(os.getcwd(), os.environ)
+        return server.serve(control.directory(), digest)
+    brokers = control.status() if args.action == "status" else control.stop()
+    if args.json:
+        _print_json(brokers)
+        return 0
+    if not brokers:
+        print("no broker running")
+    for b in brokers:
+        state = ("stopped" if b["stopped"] else "still running") if "stopped" in b else f"up {b['uptime']:.0f}s"
+        print(f"broker pid {b['pid']} {state}, socket {b['socket']}, directory {b['cwd']}")
+        rows = [
+            [e["backend"], e["profile"], _task_cell(e["task"]), f"{e['idle_seconds']:.0f}s", str(e["in_flight"])]
+            for e in b["environments"]
+        ]
+        if rows and "stopped" not in b:
+            print(_table(rows, ["BACKEND", "PROFILE", "TASK", "IDLE", "RUNNING"]))
+    return 0 if all(b.get("stopped", True) for b in brokers) else 1
 
 
 def cmd_completion(args: argparse.Namespace) -> int:

@@ -143,12 +143,13 @@ def command_of(words: Sequence[str]) -> Command:
     return words[0] if len(words) == 1 else words
 
 
-def plan_exec(args: argparse.Namespace, read_stdin: Callable[[], bytes]) -> ExecPlan:
-    """Resolve ``exec``'s arguments; ``read_stdin()`` is called only with ``-i``.
+def plan_exec(args: argparse.Namespace, read_stdin: Callable[[], bytes], settings: Settings | None = None) -> ExecPlan:
+    """Resolve ``exec``'s arguments; ``read_stdin()`` is called only with ``-i``;
+    ``settings`` defaults to :func:`settings_of` ``(args)``.
     Raises :class:`EnvlayerError` (nothing ran, no sandbox was made for it)."""
     normalize_timeout(args.timeout, default=None)
     command = command_of(args.command)
-    settings = settings_of(args)
+    settings = settings if settings is not None else settings_of(args)
     env_vars = exec_env(args.env or [], args.env_file or [])
     stdin = read_stdin() if args.stdin else None
     kwargs = {"cwd": args.cwd, "env": env_vars or None, "timeout": args.timeout, "stdin": stdin}

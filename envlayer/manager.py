@@ -501,6 +501,13 @@ class EnvironmentManager:
         with self._lock:
             return list(self._entries)
 
+    def activity(self) -> dict[EnvKey, tuple[float, int]]:
+        """For each environment alive now: seconds since its last activity, and the
+        number of calls in flight on it."""
+        now = time.monotonic()
+        with self._lock:
+            return {key: (now - e.last_activity, e.in_flight) for key, e in self._entries.items()}
+
     def orphan_sweep(self, backend: str | None = None) -> OrphanSweep | None:
         """This process's orphan sweep of ``backend`` (default: the configured one) for
         this manager's profile, or ``None`` if none ran."""

@@ -1,0 +1,7 @@
+"""``python -m envlayer.broker serve ...``: how :mod:`envlayer.broker.spawn` starts a broker."""
+
+import sys
+
+from envlayer.broker.server import main
+
+sys.exit(main())
