@@ -14,11 +14,12 @@ built-in modules and the broker's own stdlib-only modules; :mod:`envlayer.broker
 
 from __future__ import annotations
 
-import _signal
+import _signal  # type: ignore[import-not-found]
 import _socket
 import errno
 import os
 import sys
+
 from envlayer.broker import protocol, runtime_dir
 
 TYPE_CHECKING = False  # typing costs milliseconds to import; type checkers read this as True
@@ -91,9 +92,9 @@ class _Relay:
         self.stdout_open = True
         self.interrupted = False
 
-    def cancel(self) -> None:
+    def tell(self, kind: bytes) -> None:
         try:
-            protocol.send(self.sock, protocol.CANCEL)
+            protocol.send(self.sock, kind)
         except OSError:
             pass
 
@@ -101,7 +102,7 @@ class _Relay:
         if self.interrupted:  # a second Ctrl-C: stop waiting for the broker
             raise KeyboardInterrupt
         self.interrupted = True
-        self.cancel()
+        self.tell(protocol.CANCEL)
 
     def write(self, fd: int, data: bytes) -> None:
         if fd == 1 and not self.stdout_open:
@@ -110,9 +111,9 @@ class _Relay:
             while data:
                 data = data[os.write(fd, data) :]
         except BrokenPipeError:
-            if fd == 1:  # our reader went away: kill the command, as the in-process CLI does
+            if fd == 1:  # our reader went away: the broker stops as the in-process CLI does
                 self.stdout_open = False
-                self.cancel()
+                self.tell(protocol.HANGUP)
 
     def send_stdin(self) -> None:
         while True:

@@ -4,7 +4,8 @@ Client to broker: :data:`REQUEST` (first frame: NUL-separated ``version``, ``ver
 (``exec``, ``status``, ``stop``), ``cwd``, the argv count, the argv words, then the
 caller's ``NAME=VALUE`` environment entries), :data:`STDIN` chunks and :data:`STDIN_EOF`
 (only after the broker asked with :data:`NEED_STDIN`), :data:`CANCEL` (Ctrl-C: kill the
-command's tree).
+command's tree), :data:`HANGUP` (the client's stdout reader went away: the broker's next
+write of the command's output fails as a broken pipe does in-process).
 
 Broker to client: :data:`NEED_STDIN`; :data:`STARTED` (payload: the broker's pid) right
 before the command runs: if the connection drops after it, the command may have run and
@@ -31,6 +32,7 @@ REQUEST = b"Q"
 STDIN = b"I"
 STDIN_EOF = b"E"
 CANCEL = b"C"
+HANGUP = b"H"
 NEED_STDIN = b"N"
 STARTED = b"S"
 STDOUT = b"O"

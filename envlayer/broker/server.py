@@ -60,6 +60,8 @@ log = logging.getLogger("envlayer.broker")
 
 CLOSE_TIMEOUT = 15.0
 """Seconds a stopping broker gives its environments' cleanup, in total."""
+DRAIN_TIMEOUT = 2.0
+"""Seconds a refused peer is given to read the refusal."""
 JOIN_TIMEOUT = 10.0
 """Seconds a stopping broker waits for cancelled commands to report."""
 
@@ -101,6 +103,8 @@ class _FrameStream:
         self._kind = kind
 
     def write(self, data: bytes) -> int:
+        if self._kind == protocol.STDOUT and self._call.hung_up:
+            raise BrokenPipeError("the client's stdout reader went away")
         if data:
             self._call.send(self._kind, bytes(data))
         return len(data)
@@ -117,6 +121,7 @@ class _Call:
         self.token = CancelToken()
         self._send_lock = threading.Lock()
         self.gone = False
+        self.hung_up = False
 
     def send(self, kind: bytes, payload: bytes = b"") -> None:
         with self._send_lock:
@@ -130,7 +135,7 @@ class _Call:
 
     def read_stdin(self) -> bytes:
         self.send(protocol.NEED_STDIN)
-        parts = []
+        parts: list[bytes] = []
         while True:
             got = protocol.receive(self.conn)
             if got is None or got[0] == protocol.STDIN_EOF:
@@ -141,7 +146,8 @@ class _Call:
                 self.token.cancel()
 
     def watch(self) -> None:
-        """Until the connection ends: ``CANCEL`` or the client going away cancels."""
+        """Until the connection ends: ``CANCEL`` or the client going away cancels;
+        ``HANGUP`` makes the next write to stdout fail as a broken pipe."""
         try:
             while True:
                 got = protocol.receive(self.conn)
@@ -149,9 +155,24 @@ class _Call:
                     break
                 if got[0] == protocol.CANCEL:
                     self.token.cancel()
+                elif got[0] == protocol.HANGUP:
+                    self.hung_up = True
         except (OSError, protocol.ProtocolError):
             pass
         self.token.cancel()
+
+
+def _drain(conn: socket.socket) -> None:
+    """Let the peer read what was sent before the connection closes: a close with its
+    unread request still queued would reset the connection and lose our answer."""
+    try:
+        conn.shutdown(socket.SHUT_WR)
+        conn.settimeout(DRAIN_TIMEOUT)
+        received = 0
+        while received < protocol.MAX_PAYLOAD and (chunk := conn.recv(1 << 16)):
+            received += len(chunk)
+    except OSError:
+        pass
 
 
 class Broker:
@@ -285,6 +306,7 @@ class Broker:
         if uid != os.getuid():
             log.warning("refused a connection from uid %d (pid %d): this broker serves uid %d", uid, pid, os.getuid())
             call.send(protocol.IN_PROCESS, f"the broker at {self.socket_path} belongs to another user".encode())
+            _drain(call.conn)
             return
         got = protocol.receive(call.conn)
         if got is None or got[0] != protocol.REQUEST:
