@@ -1,7 +1,9 @@
 """The ``envlayer`` command line.
 
 Commands: ``backends``, ``exec``, ``ls``, ``reap``, ``rm``, ``doctor``, ``config``,
-``completion``; ``envlayer --version``.
+``completion``, ``broker``; ``envlayer --version``. The ``envlayer`` script enters through
+:func:`envlayer.broker.client.main`, which hands ``exec`` to the session broker when it
+can and calls :func:`main` otherwise.
 Every command takes ``--config``, ``--backend``, ``--profile``, ``--debug``; those that
 print tables take ``--json``. Exit codes: ``exec`` returns the command's own code (124
 on timeout, 130 on interrupt) and 125 when envlayer itself failed; the other commands

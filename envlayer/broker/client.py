@@ -69,7 +69,7 @@ def _open(argv: Sequence[str]) -> _socket.socket | None:
         directory = runtime_dir.checked(runtime_dir.candidate(os.environ))
         digest = runtime_dir.context_digest(os.getcwd(), os.environ)
         path = runtime_dir.broker_path(directory, digest, "sock")
-    except (runtime_dir.UnsafeRuntimeDir, OSError) as exc:
+    except (ValueError, OSError) as exc:
         note(f"{exc}; running in-process")
         return None
     try:
@@ -128,7 +128,7 @@ class _Relay:
         while True:
             try:
                 got = protocol.receive(self.sock)
-            except (OSError, protocol.ProtocolError):
+            except (OSError, ValueError):
                 got = None
             if got is None:
                 return self.lost()

@@ -25,7 +25,7 @@ def directory() -> str:
     """This user's runtime directory. Raises :class:`EnvlayerError` when it is unsafe."""
     try:
         return runtime_dir.checked(runtime_dir.candidate(os.environ))
-    except runtime_dir.UnsafeRuntimeDir as exc:
+    except ValueError as exc:
         raise EnvlayerError(str(exc), hint="fix its owner and mode (0700), or set ENVLAYER_RUNTIME_DIR") from None
 
 
@@ -37,7 +37,7 @@ def _ask(path: str, verb: str) -> dict[str, Any] | None:
     try:
         protocol.send(sock, protocol.REQUEST, protocol.encode_request(verb, os.getcwd(), [], {}))
         got = protocol.receive(sock)
-    except (OSError, protocol.ProtocolError):
+    except (OSError, ValueError):
         return None
     finally:
         sock.close()

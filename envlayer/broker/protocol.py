@@ -55,10 +55,6 @@ if TYPE_CHECKING:
         def recv(self, size: int, /) -> bytes: ...
 
 
-class ProtocolError(Exception):
-    """The peer sent something that is not a frame of this protocol."""
-
-
 def frame(kind: bytes, payload: bytes = b"") -> bytes:
     """One encoded frame."""
     return kind + len(payload).to_bytes(4, "big") + payload
@@ -82,16 +78,16 @@ def _exactly(conn: Connection, size: int) -> bytes | None:
 
 def receive(conn: Connection) -> tuple[bytes, bytes] | None:
     """The next ``(kind, payload)``, or None when the peer closed the connection at a
-    frame boundary. Raises :class:`ProtocolError` for a truncated or oversized frame."""
+    frame boundary. Raises ``ValueError`` for a truncated or oversized frame."""
     header = _exactly(conn, HEADER)
     if header is None:
         return None
     size = int.from_bytes(header[1:], "big")
     if size > MAX_PAYLOAD:
-        raise ProtocolError(f"frame of {size} bytes refused")
+        raise ValueError(f"frame of {size} bytes refused")
     payload = _exactly(conn, size) if size else b""
     if payload is None:
-        raise ProtocolError("connection closed inside a frame")
+        raise ValueError("connection closed inside a frame")
     return header[:1], payload
 
 
@@ -102,13 +98,14 @@ def encode_request(verb: str, cwd: str, argv: Sequence[str], environ: Mapping[st
 
 
 def decode_request(payload: bytes) -> tuple[str, str, list[str], dict[str, str]]:
-    """``(verb, cwd, argv, environ)`` of a :data:`REQUEST`. Raises :class:`ProtocolError`."""
+    """``(verb, cwd, argv, environ)`` of a :data:`REQUEST`. Raises ``ValueError`` for a
+    payload that is not a request of this protocol version."""
     words = [os.fsdecode(w) for w in payload.split(b"\0")]
     if len(words) < 4 or words[0] != VERSION or not words[3].isdigit():
-        raise ProtocolError("not a request of protocol version " + VERSION)
+        raise ValueError("not a request of protocol version " + VERSION)
     count = int(words[3])
     argv, entries = words[4 : 4 + count], words[4 + count :]
     if len(argv) != count:
-        raise ProtocolError("request with a truncated argv")
+        raise ValueError("request with a truncated argv")
     environ = dict(entry.partition("=")[::2] for entry in entries)
     return words[1], words[2], argv, environ

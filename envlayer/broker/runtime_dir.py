@@ -3,7 +3,7 @@
 The directory is ``$ENVLAYER_RUNTIME_DIR``, else ``$XDG_RUNTIME_DIR/envlayer``, else
 ``/tmp/envlayer-<uid>``. It is created with mode 0700 when missing; an existing one is
 used only when it is a real directory (not a symlink) owned by this user and closed to
-group and others: anything else raises :class:`UnsafeRuntimeDir` (the caller then runs
+group and others: anything else raises ``ValueError`` saying why (the caller then runs
 in-process and says why).
 
 A broker runs with exactly its caller's working directory and environment, so that
@@ -34,10 +34,6 @@ MAX_SOCKET_PATH = 107
 """Longest Unix socket path Linux accepts (bytes, without the final NUL)."""
 
 
-class UnsafeRuntimeDir(Exception):
-    """The runtime directory cannot be used; the message says why and names it."""
-
-
 def candidate(environ: Mapping[str, str]) -> str:
     """The runtime directory this environment selects (not checked)."""
     explicit = environ.get(RUNTIME_DIR_VAR)
@@ -50,7 +46,7 @@ def candidate(environ: Mapping[str, str]) -> str:
 
 
 def checked(path: str) -> str:
-    """``path``, created 0700 when missing. Raises :class:`UnsafeRuntimeDir` when it
+    """``path``, created 0700 when missing. Raises ``ValueError`` (naming it and why) when it
     cannot be created, is a symlink or not a directory, is owned by another user, is
     open to group or others, or is not writable."""
     try:
@@ -58,23 +54,23 @@ def checked(path: str) -> str:
     except FileExistsError:
         pass
     except OSError as exc:
-        raise UnsafeRuntimeDir(f"cannot create the runtime directory {path}: {exc.strerror}") from None
+        raise ValueError(f"cannot create the runtime directory {path}: {exc.strerror}") from None
     try:
         st = os.lstat(path)
     except OSError as exc:
-        raise UnsafeRuntimeDir(f"cannot use the runtime directory {path}: {exc.strerror}") from None
+        raise ValueError(f"cannot use the runtime directory {path}: {exc.strerror}") from None
     if stat.S_ISLNK(st.st_mode):
-        raise UnsafeRuntimeDir(f"the runtime directory {path} is a symlink")
+        raise ValueError(f"the runtime directory {path} is a symlink")
     if not stat.S_ISDIR(st.st_mode):
-        raise UnsafeRuntimeDir(f"the runtime directory {path} is not a directory")
+        raise ValueError(f"the runtime directory {path} is not a directory")
     if st.st_uid != os.getuid():
-        raise UnsafeRuntimeDir(f"the runtime directory {path} belongs to uid {st.st_uid}, not to this user")
+        raise ValueError(f"the runtime directory {path} belongs to uid {st.st_uid}, not to this user")
     if st.st_mode & 0o077:
-        raise UnsafeRuntimeDir(
+        raise ValueError(
             f"the runtime directory {path} has mode {stat.S_IMODE(st.st_mode):04o}: open to group or others"
         )
     if not os.access(path, os.W_OK | os.X_OK):
-        raise UnsafeRuntimeDir(f"the runtime directory {path} is not writable")
+        raise ValueError(f"the runtime directory {path} is not writable")
     return path
 
 
@@ -92,8 +88,8 @@ def context_digest(cwd: str, environ: Mapping[str, str]) -> str:
 
 def broker_path(directory: str, digest: str, suffix: str) -> str:
     """``<directory>/broker-<digest>.<suffix>`` (``sock``, ``pid``, ``lock``, ``log``).
-    Raises :class:`UnsafeRuntimeDir` when a socket path would be too long for Linux."""
+    Raises ``ValueError`` when a socket path would be too long for Linux."""
     path = os.path.join(directory, f"broker-{digest}.{suffix}")
     if suffix == "sock" and len(os.fsencode(path)) > MAX_SOCKET_PATH:
-        raise UnsafeRuntimeDir(f"the socket path {path} is longer than {MAX_SOCKET_PATH} bytes")
+        raise ValueError(f"the socket path {path} is longer than {MAX_SOCKET_PATH} bytes")
     return path

@@ -60,6 +60,8 @@ log = logging.getLogger("envlayer.broker")
 
 CLOSE_TIMEOUT = 15.0
 """Seconds a stopping broker gives its environments' cleanup, in total."""
+CLAIM_WAIT = 10.0
+"""Seconds a new broker waits for the pid lock of one that is exiting."""
 DRAIN_TIMEOUT = 2.0
 """Seconds a refused peer is given to read the refusal."""
 JOIN_TIMEOUT = 10.0
@@ -122,6 +124,8 @@ class _Call:
         self._send_lock = threading.Lock()
         self.gone = False
         self.hung_up = False
+        self.running = False
+        """True once its command started."""
 
     def send(self, kind: bytes, payload: bytes = b"") -> None:
         with self._send_lock:
@@ -157,7 +161,7 @@ class _Call:
                     self.token.cancel()
                 elif got[0] == protocol.HANGUP:
                     self.hung_up = True
-        except (OSError, protocol.ProtocolError):
+        except (OSError, ValueError):
             pass
         self.token.cancel()
 
@@ -197,13 +201,19 @@ class Broker:
     # --- lifetime ----------------------------------------------------------------
 
     def _claim(self) -> int | None:
-        """The pid file, locked for this broker's life; None when another broker holds it."""
+        """The pid file, locked for this broker's life; None when another broker still
+        holds it after :data:`CLAIM_WAIT` seconds (one that is exiting lets go)."""
         fd = os.open(runtime_dir.broker_path(self.directory, self.digest, "pid"), os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            return None
+        deadline = time.monotonic() + CLAIM_WAIT
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    os.close(fd)
+                    return None
+                time.sleep(0.05)
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         return fd
@@ -308,10 +318,14 @@ class Broker:
             call.send(protocol.IN_PROCESS, f"the broker at {self.socket_path} belongs to another user".encode())
             _drain(call.conn)
             return
-        got = protocol.receive(call.conn)
-        if got is None or got[0] != protocol.REQUEST:
+        try:
+            got = protocol.receive(call.conn)
+            if got is None or got[0] != protocol.REQUEST:
+                raise ValueError("the first frame is not a request")
+            verb, cwd, argv, environ = protocol.decode_request(got[1])
+        except ValueError as exc:
+            log.warning("dropped a connection of pid %d: %s", pid, exc)
             return
-        verb, cwd, argv, environ = protocol.decode_request(got[1])
         if verb == "status":
             call.send(protocol.STATUS, json.dumps(self.status()).encode())
         elif verb == "stop":
@@ -341,6 +355,7 @@ class Broker:
             return
         watcher = threading.Thread(target=call.watch, name="envlayer-broker-watch", daemon=True)
         watcher.start()
+        call.running = True
         call.send(protocol.STARTED, str(os.getpid()).encode())
         code = run_exec(args, plan, env, console, release, cancel=call.token)
         call.send(protocol.EXIT, str(code).encode())
@@ -370,7 +385,7 @@ class Broker:
     def status(self) -> dict[str, Any]:
         """What ``envlayer broker status`` shows for this broker."""
         with self._lock:
-            calls = len(self._calls)
+            running = sum(1 for call in self._calls if call.running)
         return {
             "pid": os.getpid(),
             "socket": self.socket_path,
@@ -378,7 +393,7 @@ class Broker:
             "started": self.started,
             "uptime": round(time.time() - self.started, 1),
             "idle_timeout": self.idle_timeout,
-            "calls": calls,
+            "running": running,
             "environments": [vars(h) for h in self.sessions.held()],
         }
 
