@@ -21,15 +21,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from envlayer.broker.control import alive
+
 STOP_WAIT = 20.0
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except OSError:
-        return False
 
 
 def _signal(pid: int, signum: int) -> None:
@@ -47,14 +41,14 @@ def _stop_brokers(directory: str) -> None:
                 text = fh.read().strip()
         except OSError:
             continue
-        if text.isdigit() and _alive(int(text)):
+        if text.isdigit() and alive(int(text)):
             pids.append(int(text))
             _signal(int(text), signal.SIGTERM)
     deadline = time.monotonic() + STOP_WAIT
-    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
     for pid in pids:
-        if _alive(pid):
+        if alive(pid):
             _signal(-pid, signal.SIGKILL)  # its process group: it runs in its own session
 
 

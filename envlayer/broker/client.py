@@ -33,7 +33,7 @@ ENVLAYER_FAILURE = 125
 BROKEN_PIPE_EXIT_CODE = 141
 INTERRUPT_EXIT_CODE = 130
 UNREACHABLE = (errno.ENOENT, errno.ECONNREFUSED)
-"""connect() errors that mean "no broker is listening there"."""
+"""connect() errors that mean "no broker listens there"."""
 
 
 def note(text: str) -> None:
@@ -62,6 +62,22 @@ def connect(path: str) -> _socket.socket:
     return sock
 
 
+def reach(path: str) -> _socket.socket | None:
+    """A connection to the broker at ``path``, or None when none listens there (no
+    socket, or a dead broker's). Raises ``OSError`` for any other failure."""
+    try:
+        return connect(path)
+    except OSError as exc:
+        if exc.errno in UNREACHABLE:
+            return None
+        raise
+
+
+def unreachable(path: str, exc: OSError) -> None:
+    """Say that the broker at ``path`` cannot be reached (the command runs in-process)."""
+    note(f"cannot reach the broker at {path}: {exc.strerror or exc}; running in-process")
+
+
 def _open(argv: Sequence[str]) -> _socket.socket | None:
     """A connection to this context's broker, starting one when none listens; None
     (after a note) when that fails."""
@@ -73,11 +89,11 @@ def _open(argv: Sequence[str]) -> _socket.socket | None:
         note(f"{exc}; running in-process")
         return None
     try:
-        return connect(path)
+        sock = reach(path)
     except OSError as exc:
-        if exc.errno not in UNREACHABLE:
-            note(f"cannot reach the broker at {path}: {exc.strerror}; running in-process")
-            return None
+        return unreachable(path, exc)
+    if sock is not None:
+        return sock
     from envlayer.broker import spawn
 
     return spawn.start_and_connect(directory, digest, argv)

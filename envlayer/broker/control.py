@@ -56,7 +56,7 @@ def status() -> list[dict[str, Any]]:
     return [data for path in _sockets() if (data := _ask(path, "status")) is not None]
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     """True while ``pid`` runs (a zombie, exited but not yet reaped, does not count)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
@@ -72,7 +72,7 @@ def stop() -> list[dict[str, Any]]:
     stopped = [data for path in _sockets() if (data := _ask(path, "stop")) is not None]
     deadline = time.monotonic() + STOP_WAIT
     for data in stopped:
-        while _alive(data["pid"]) and time.monotonic() < deadline:
+        while alive(data["pid"]) and time.monotonic() < deadline:
             time.sleep(0.05)
-        data["stopped"] = not _alive(data["pid"])
+        data["stopped"] = not alive(data["pid"])
     return stopped

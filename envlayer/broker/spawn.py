@@ -13,7 +13,6 @@ Any failure returns None after one ``envlayer: note:`` line (the caller runs in-
 from __future__ import annotations
 
 import _socket
-import errno
 import fcntl
 import os
 import subprocess
@@ -22,7 +21,7 @@ import time
 from collections.abc import Sequence
 
 from envlayer.broker import runtime_dir
-from envlayer.broker.client import UNREACHABLE, connect, note
+from envlayer.broker.client import note, reach, unreachable
 
 START_TIMEOUT = 20.0
 """Seconds a first call waits for a new broker's socket (a loaded machine imports slowly)."""
@@ -101,11 +100,11 @@ def start_and_connect(directory: str, digest: str, argv: Sequence[str]) -> _sock
         return None
     try:
         try:
-            return connect(sock_path)
+            sock = reach(sock_path)
         except OSError as exc:
-            if exc.errno not in UNREACHABLE:
-                note(f"cannot reach the broker at {sock_path}: {exc.strerror}; running in-process")
-                return None
+            return unreachable(sock_path, exc)
+        if sock is not None:  # started by another call while we waited for the lock
+            return sock
         if not _config_allows_broker(argv):
             return None
         try:
@@ -116,10 +115,13 @@ def start_and_connect(directory: str, digest: str, argv: Sequence[str]) -> _sock
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
             try:
-                return connect(sock_path)
+                sock = reach(sock_path)
+            except BlockingIOError:  # its backlog is full: it is alive
+                sock = None
             except OSError as exc:
-                if exc.errno not in (*UNREACHABLE, errno.EAGAIN):
-                    break
+                return unreachable(sock_path, exc)
+            if sock is not None:
+                return sock
             if proc.poll() is not None:
                 break
             time.sleep(POLL)

@@ -17,7 +17,10 @@ from typing import Any
 
 import pytest
 
+from envlayer.broker.control import alive
 from envlayer.testing.secrets import ENVLAYER_SCRIPT
+
+__all__ = ["WAIT", "BrokerRun", "alive", "descendants", "wait_until"]
 
 WAIT = 60.0
 """Seconds a test waits for a condition that must come (never a measured duration)."""
@@ -33,15 +36,6 @@ def wait_until(check: Callable[[], Any], what: str, timeout: float = WAIT) -> An
         if time.monotonic() > deadline:
             pytest.fail(f"{what} did not happen within {timeout}s")
         time.sleep(0.05)
-
-
-def alive(pid: int) -> bool:
-    """True while ``pid`` runs (a zombie does not count)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except OSError:
-        return False
 
 
 def descendants(root: int) -> list[int]:
