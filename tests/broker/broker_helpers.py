@@ -20,7 +20,7 @@ import pytest
 from envlayer.broker.control import alive
 from envlayer.testing.secrets import ENVLAYER_SCRIPT
 
-__all__ = ["WAIT", "BrokerRun", "alive", "descendants", "wait_until"]
+__all__ = ["WAIT", "BrokerRun", "alive", "descendants", "processes_with", "wait_until"]
 
 WAIT = 60.0
 """Seconds a test waits for a condition that must come (never a measured duration)."""
@@ -55,6 +55,20 @@ def descendants(root: int) -> list[int]:
             out.append(child)
             todo.append(child)
     return out
+
+
+def processes_with(marker: str) -> list[int]:
+    """Pids of live processes whose command line holds ``marker`` (any namespace)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                    if marker.encode() in fh.read() and alive(int(entry)):
+                        found.append(int(entry))
+            except OSError:
+                continue
+    return found
 
 
 class BrokerRun:

@@ -11,7 +11,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from broker_helpers import BrokerRun, alive, descendants, wait_until
+from broker_helpers import BrokerRun, alive, descendants, processes_with, wait_until
 
 from envlayer.testing.secrets import ENVLAYER_SCRIPT
 
@@ -162,7 +162,7 @@ def test_ctrl_c_kills_the_command_tree_not_the_broker(brk: BrokerRun) -> None:
         proc.wait()
     assert proc.returncode == 130, err
     assert b"envlayer: interrupted; the command was killed" in err
-    wait_until(lambda: not _processes_with(marker), f"the {marker} processes' end")
+    wait_until(lambda: not processes_with(marker), f"the {marker} processes' end")
     assert alive(broker) and brk.broker_pids() == [broker]
     assert brk.run("exec", "--task", "t", "--", "echo still serving").stdout == "still serving\n"
 
@@ -174,20 +174,7 @@ def test_reader_going_away_exits_141_and_kills_the_command(brk: BrokerRun) -> No
     proc.stdout.close()
     assert proc.wait(60) == 141
     assert proc.stderr is not None and proc.stderr.read() == b""
-    wait_until(lambda: not _processes_with(marker), f"the {marker} process's end")
-
-
-def _processes_with(marker: str) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                    if marker.encode() in fh.read() and alive(int(entry)):
-                        found.append(int(entry))
-            except OSError:
-                continue
-    return found
+    wait_until(lambda: not processes_with(marker), f"the {marker} process's end")
 
 
 def test_broker_killed_mid_command_is_reported_and_replaced(brk: BrokerRun) -> None:
