@@ -11,10 +11,10 @@ from typing import Any
 
 import paramiko
 import pytest
-
-from envlayer.errors import BackendUnavailable
 from envlayer_ssh import pool
 from envlayer_ssh.target import Target
+
+from envlayer.errors import BackendUnavailable
 
 
 class LateFreeingServer:
