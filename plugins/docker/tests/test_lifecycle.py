@@ -254,16 +254,31 @@ def test_stopped_container_is_started_on_attach(make_env, docker_api) -> None:
 # --- cleanup ----------------------------------------------------------------------------------------
 
 
+def _top(api: Any, cid: str) -> list[str]:
+    """The command lines of the container's processes (``ps`` on the host: no exec)."""
+    return [" ".join(p[1:]) for p in api.top(cid, ps_args="-o pid,args")["Processes"]]
+
+
 def test_persist_cleanup_leaves_it_running(make_env, docker_api) -> None:
     env = make_env()
-    pid = env.exec("sleep 1000 > /dev/null 2>&1 & echo $!").stdout_text.strip()
+    # `$!` is known right after the fork, while the job is still a copy of the shell (its
+    # command line says /bin/sh until it has exec'd `sleep`): the command returns only once
+    # the job shows as `sleep 1000`, so a slow exec under load cannot pass for a kill.
+    started = "sleep 1000 > /dev/null 2>&1 & j=$!; until grep -q 1000 /proc/$j/cmdline; do sleep 0.05; done"
+    env.exec(started, timeout=60).check()
     env.cleanup()
     assert env.wait_for_cleanup(1) is True
     assert _status(docker_api, env.container_id) == "running"
     with pytest.raises(EnvironmentClosed):
         env.exec("true")
-    top = docker_api.top(env.container_id, ps_args="-o pid,args")["Processes"]
-    assert any("sleep 1000" in " ".join(p) for p in top), (pid, top)
+    # The session shell (the container's only /bin/sh) ends after cleanup() returned:
+    # the job must outlive it.
+    deadline = time.monotonic() + 60
+    while "/bin/sh" in _top(docker_api, env.container_id) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    processes = _top(docker_api, env.container_id)
+    assert "/bin/sh" not in processes, f"cleanup() did not end the session shell: {processes}"
+    assert "sleep 1000" in processes
 
 
 def test_force_remove_and_wait_for_cleanup(make_env, docker_api) -> None:

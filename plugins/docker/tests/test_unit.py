@@ -86,6 +86,35 @@ def test_owner_label_and_liveness() -> None:
     assert owner_is_dead("garbage") is False
 
 
+def _stat(pid: int) -> list[bytes]:
+    """The fields of /proc/PID/stat after the command name."""
+    with open(f"/proc/{pid}/stat", "rb") as fh:
+        return fh.read().rsplit(b")", 1)[1].split()
+
+
+def test_an_owner_killed_but_not_yet_reaped_is_dead() -> None:
+    """A SIGKILLed owner stays a zombie until its parent reaps it: it runs no more."""
+    import subprocess
+    import time
+
+    from envlayer.owner import owner_is_dead, owner_label
+
+    child = subprocess.Popen(["sh", "-c", "read line"], stdin=subprocess.PIPE)
+    try:
+        start = _stat(child.pid)[19].decode()
+        label = f"{child.pid}-{start}-{(owner_label() or '').split('-', 2)[2]}"
+        assert owner_is_dead(label) is False
+        child.kill()
+        deadline = time.monotonic() + 30
+        while _stat(child.pid)[0] != b"Z":
+            assert time.monotonic() < deadline, "the child never became a zombie"
+            time.sleep(0.01)
+        assert owner_is_dead(label) is True
+    finally:
+        child.kill()
+        child.wait()
+
+
 # --- naming --------------------------------------------------------------------------------
 
 

@@ -11,8 +11,10 @@ Guaranteed:
   MaxSessions). Further short-lived channels wait for a free one; a new connection (up to
   ``max_connections``) is opened only when every channel is held by a long-lived user
   (session shell, SFTP), because those would never free a slot. A refused channel is retried
-  with a short backoff (sshd frees a closed channel's slot a moment late); repeated
-  refusals below ``max_sessions`` lower that connection's capacity instead of failing.
+  with a short backoff (sshd frees a closed channel's slot a moment late, seconds late
+  when loaded); repeated refusals lower that connection's capacity to the channels it
+  still has open instead of failing. Refusals while it has none open wait for the server
+  to free its slots (up to about 36 s), unless it never accepted a channel at all.
 * A connection found dead is re-established on the next channel open, logged at WARNING
   and counted in :attr:`TargetPool.reconnects`. A failed channel *open* is retried once on
   a fresh connection, since no command was sent yet; nothing else is ever retried here.
@@ -85,6 +87,8 @@ class Connection:
         self.capacity = pool.target.max_sessions
         self.in_use = 0
         self.long_lived = 0
+        self.accepted = 0
+        """Channels the server accepted on this connection so far."""
         self._client: paramiko.SSHClient | None = None
         self._lock = threading.Lock()
 
@@ -253,25 +257,35 @@ class TargetPool:
             except BaseException:
                 self.free_slot(conn, long_lived)
                 raise
+            with self._cond:
+                conn.accepted += 1
             return Lease(self, conn, channel, long_lived)
 
     def _lower_capacity(self, conn: Connection, exc: Exception) -> None:
+        """Called after repeated refusals, the refused channel's slot already freed. The
+        server's limit is then at most the channels still open on ``conn``: its capacity
+        becomes that. With none open, the refusal counts channels the server has not freed
+        yet (a loaded sshd frees a closed channel's session late), so the caller keeps
+        backing off; unless the server never accepted a channel on ``conn``: then it
+        refuses session channels altogether, and :class:`BackendUnavailable` says so."""
         with self._cond:
-            allowed = conn.in_use - 1
-            if allowed < 1:
-                raise BackendUnavailable(
-                    f"{self.target.describe()} refused to open a session channel: {exc}",
-                    hint="check the server's MaxSessions and its logs",
-                ) from exc
-            if allowed < conn.capacity:
+            open_now = conn.in_use
+            if open_now == 0:
+                if conn.accepted == 0:
+                    raise BackendUnavailable(
+                        f"{self.target.describe()} refused to open a session channel: {exc}",
+                        hint="check the server's MaxSessions and its logs",
+                    ) from exc
+                return
+            if open_now < conn.capacity:
                 log.warning(
                     "ssh: %s refused channel %d; treating its MaxSessions as %d (set max_sessions = %d)",
                     self.target.describe(),
-                    conn.in_use,
-                    allowed,
-                    allowed,
+                    open_now + 1,
+                    open_now,
+                    open_now,
                 )
-                conn.capacity = allowed
+                conn.capacity = open_now
 
     def note_reconnect(self) -> None:
         with self._cond:
