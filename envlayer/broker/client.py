@@ -187,7 +187,10 @@ def exec_via_broker(argv: Sequence[str]) -> int | None:
     see the module docstring for the result."""
     if not wanted(argv, os.environ):
         return None
-    sock = _open(argv)
+    try:
+        sock = _open(argv)
+    except KeyboardInterrupt:  # while a broker was being started: nothing ran
+        return INTERRUPT_EXIT_CODE
     if sock is None:
         return None
     relay = _Relay(sock)

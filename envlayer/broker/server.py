@@ -82,15 +82,23 @@ class _QuietParser(argparse.ArgumentParser):
         raise _NotForBroker(message or "")
 
 
+_parser: argparse.ArgumentParser | None = None
+_parser_lock = threading.Lock()
+
+
 def parse_exec(argv: list[str]) -> argparse.Namespace | None:
     """``exec``'s arguments as the CLI parses them, or None when the broker does not serve
     this argv (see the module docstring)."""
-    from envlayer.cli import build_parser
+    global _parser
+    with _parser_lock:
+        if _parser is None:
+            from envlayer.cli import build_parser
 
-    try:
-        args = build_parser(_QuietParser).parse_args(argv)
-    except _NotForBroker:
-        return None
+            _parser = build_parser(_QuietParser)
+        try:
+            args = _parser.parse_args(argv)
+        except _NotForBroker:
+            return None
     if args.cmd != "exec" or args.no_broker or args.debug:
         return None
     return args
@@ -365,7 +373,8 @@ class Broker:
     ) -> tuple[Any, Callable[[], tuple[list[str], bool]]]:
         """The environment for this call, and what to do with it afterwards."""
         if args.fresh:
-            env = open_environment(task_id=args.task, settings=settings)
+            cls = self.sessions.backend_class(settings)
+            env = open_environment(task_id=args.task, settings=settings, backends={settings.backend: cls})
             return env, lambda: release_after_exec(env, args.rm, console)
         held = self.sessions.environment(settings, args.task)
         if not args.rm:

@@ -343,3 +343,45 @@ def test_the_client_path_imports_no_sdk_and_no_cli(brk: BrokerRun) -> None:
         timeout=60,
     )
     assert out.stdout == "0 []\n", out.stderr
+
+
+def test_rm_through_the_broker_says_what_in_process_says(brk: BrokerRun) -> None:
+    brk.run("exec", "--task", "t", "--", "cd /")
+    through = brk.run("exec", "--task", "t", "--rm", "--", "pwd")
+    direct = brk.run("exec", "--task", "t", "--rm", "--no-broker", "--", "true")
+    assert through.returncode == 0 and through.stdout == "/\n"
+    assert through.stderr == direct.stderr and "has no force_remove" in through.stderr
+    assert _status(brk)[0]["environments"] == []  # released: the next call gets a new session
+    assert brk.run("exec", "--task", "t", "--", "pwd").stdout == f"{brk.workdir}\n"
+
+
+def test_a_killed_client_cancels_its_command(brk: BrokerRun) -> None:
+    marker = f"elbclient{uuid.uuid4().hex[:8]}"
+    proc = brk.popen("exec", "--task", "t", "--", "sh", "-c", "echo started; sleep 3600; true", marker)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"started\n"
+        assert processes_with(marker)
+        proc.kill()
+        proc.wait()
+    finally:
+        proc.kill()
+        proc.wait()
+    wait_until(lambda: not processes_with(marker), "the command's end after its client died")
+    assert brk.run("exec", "--task", "t", "--", "echo next").stdout == "next\n"
+
+
+def test_broker_serve_in_the_foreground(brk: BrokerRun) -> None:
+    server = brk.popen("broker", "serve")
+    try:
+        wait_until(brk.sockets, "the foreground broker's socket")
+        [pid] = wait_until(brk.broker_pids, "the foreground broker's pid file")
+        assert pid == server.pid
+        assert brk.run("exec", "--task", "t", "--", "echo served").stdout == "served\n"
+        assert brk.broker_pids() == [server.pid]  # no other broker was started
+        server.send_signal(signal.SIGINT)
+        assert server.wait(60) == 0
+    finally:
+        server.kill()
+        server.wait()
+    assert brk.sockets() == []
+    assert server.stderr is not None and b"listening on" in server.stderr.read()
