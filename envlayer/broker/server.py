@@ -398,7 +398,7 @@ class Broker:
         return {
             "pid": os.getpid(),
             "socket": self.socket_path,
-            "cwd": self.context[0],
+            "cwd": self.context[1],
             "started": self.started,
             "uptime": round(time.time() - self.started, 1),
             "idle_timeout": self.idle_timeout,
