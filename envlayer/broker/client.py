@@ -132,8 +132,12 @@ class _Relay:
                 self.tell(protocol.HANGUP)
 
     def send_stdin(self) -> None:
+        """All of this process's stdin (``-i``); a stdin that cannot be read ends there."""
         while True:
-            chunk = os.read(0, 1 << 16)
+            try:
+                chunk = os.read(0, 1 << 16)
+            except OSError:
+                chunk = b""
             if not chunk:
                 break
             protocol.send(self.sock, protocol.STDIN, chunk)
@@ -154,7 +158,7 @@ class _Relay:
             elif kind == protocol.STDERR:
                 self.write(2, payload)
             elif kind == protocol.EXIT:
-                code = int(payload or b"125")
+                code = int(payload) if payload.isdigit() else ENVLAYER_FAILURE
                 if not self.stdout_open:
                     os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
                     return BROKEN_PIPE_EXIT_CODE

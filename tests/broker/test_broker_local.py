@@ -385,3 +385,24 @@ def test_broker_serve_in_the_foreground(brk: BrokerRun) -> None:
         server.wait()
     assert brk.sockets() == []
     assert server.stderr is not None and b"listening on" in server.stderr.read()
+
+
+def test_bytes_that_are_not_utf8_pass_through(brk: BrokerRun) -> None:
+    raw = b"caf\xe9\xff"
+    out = subprocess.run(
+        [ENVLAYER_SCRIPT.encode(), b"exec", b"--task", b"t", b"--", b"printf", b"%s|%s", raw, b"$RAW"],
+        capture_output=True,
+        cwd=brk.workdir,
+        env={**{k.encode(): v.encode() for k, v in brk.environ().items()}, b"RAW": raw},
+        timeout=60,
+    )
+    assert out.returncode == 0 and out.stdout == raw + b"|$RAW", out.stderr
+    out = subprocess.run(
+        [ENVLAYER_SCRIPT.encode(), b"exec", b"--task", b"t", b"--", b'printf %s "$RAW"'],
+        capture_output=True,
+        cwd=brk.workdir,
+        env={**{k.encode(): v.encode() for k, v in brk.environ().items()}, b"RAW": raw},
+        timeout=60,
+    )
+    assert out.returncode == 0 and out.stdout == raw, out.stderr
+    assert len(brk.broker_pids()) == 1
