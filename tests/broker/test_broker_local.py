@@ -406,3 +406,12 @@ def test_bytes_that_are_not_utf8_pass_through(brk: BrokerRun) -> None:
     )
     assert out.returncode == 0 and out.stdout == raw, out.stderr
     assert len(brk.broker_pids()) == 1
+
+
+def test_the_client_exit_codes_are_the_cli_ones() -> None:
+    from envlayer import cli_exec, result
+    from envlayer.broker import client
+
+    assert client.ENVLAYER_FAILURE == cli_exec.ENVLAYER_FAILURE
+    assert client.BROKEN_PIPE_EXIT_CODE == cli_exec.BROKEN_PIPE_EXIT_CODE
+    assert client.INTERRUPT_EXIT_CODE == result.INTERRUPT_EXIT_CODE
