@@ -146,16 +146,26 @@ class _Call:
                 self.token.cancel()
 
     def read_stdin(self) -> bytes:
+        """The client's whole stdin (``-i``). Raises :class:`EnvlayerError` when the
+        client goes away before its end (the command must not run on part of it)."""
         self.send(protocol.NEED_STDIN)
         parts: list[bytes] = []
         while True:
-            got = protocol.receive(self.conn)
-            if got is None or got[0] == protocol.STDIN_EOF:
+            try:
+                got = protocol.receive(self.conn)
+            except (OSError, ValueError):
+                got = None
+            if got is None:
+                self.token.cancel()
+                raise EnvlayerError("the client went away while sending stdin", hint="run the command again")
+            if got[0] == protocol.STDIN_EOF:
                 return b"".join(parts)
             if got[0] == protocol.STDIN:
                 parts.append(got[1])
             elif got[0] == protocol.CANCEL:
                 self.token.cancel()
+            elif got[0] == protocol.HANGUP:
+                self.hung_up = True
 
     def watch(self) -> None:
         """Until the connection ends: ``CANCEL`` or the client going away cancels;

@@ -415,3 +415,30 @@ def test_the_client_exit_codes_are_the_cli_ones() -> None:
     assert client.ENVLAYER_FAILURE == cli_exec.ENVLAYER_FAILURE
     assert client.BROKEN_PIPE_EXIT_CODE == cli_exec.BROKEN_PIPE_EXIT_CODE
     assert client.INTERRUPT_EXIT_CODE == result.INTERRUPT_EXIT_CODE
+
+
+PARTIAL_STDIN = """
+import os, sys
+from envlayer.broker import client, protocol, runtime_dir
+directory = os.environ["ENVLAYER_RUNTIME_DIR"]
+path = runtime_dir.broker_path(directory, runtime_dir.context_digest(os.getcwd(), os.environ), "sock")
+sock = client.connect(path)
+argv = ["exec", "-i", "--task", "t", "--", "cat > " + sys.argv[1]]
+protocol.send(sock, protocol.REQUEST, protocol.encode_request("exec", os.getcwd(), argv, os.environ))
+kind, _ = protocol.receive(sock)
+protocol.send(sock, protocol.STDIN, b"only the first part")
+sock.close()
+print(kind.decode())
+"""
+
+
+def test_a_client_lost_while_sending_stdin_runs_nothing(brk: BrokerRun) -> None:
+    brk.run("exec", "--task", "t", "--", "true")
+    target = brk.workdir / "written"
+    python = os.path.join(os.path.dirname(ENVLAYER_SCRIPT), "python")
+    probe = subprocess.run(
+        [python, "-c", PARTIAL_STDIN, str(target)], capture_output=True, text=True, cwd=brk.workdir, env=brk.environ()
+    )
+    assert probe.stdout == "N\n", probe.stderr
+    assert brk.run("exec", "--task", "t", "--", "echo after").stdout == "after\n"  # served after the lost call
+    assert not target.exists()
