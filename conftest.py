@@ -7,6 +7,9 @@ user's broker or another run's. After each test the brokers it started are stopp
 (SIGTERM: their environments are closed by the manager's rules), and killed with
 everything they started if they do not exit; the directory is removed at the end.
 ``tests/broker`` sets its own runtime directory per test.
+
+It also makes SIGINT deliverable to the processes tests start, even in a run started in
+the background with SIGINT ignored (see ``pytest_configure``).
 """
 
 from __future__ import annotations
@@ -21,8 +24,15 @@ from collections.abc import Iterator
 import pytest
 
 from envlayer.broker.control import running_brokers
+from envlayer.testing.hostile import make_sigint_deliverable
 
 STOP_WAIT = 20.0
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Tests that send SIGINT to a child (Ctrl-C mid-command) need it delivered even when
+    this run was started in the background with SIGINT ignored (``make_sigint_deliverable``)."""
+    make_sigint_deliverable()
 
 
 def _signal(pid: int, signum: int) -> None:

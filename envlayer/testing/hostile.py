@@ -70,6 +70,20 @@ class _Drain:
         self.started.set()
 
 
+def make_sigint_deliverable() -> None:
+    """Make SIGINT reach the processes this one starts from now on.
+
+    A process started in the background by a non-interactive shell (``cmd &``, ``nohup
+    cmd &``, many CI runners) inherits SIGINT *ignored*, its children too, and Python then
+    leaves it ignored: a test's SIGINT would never reach the CLI and the run would end in
+    a timeout instead of exit 130. If SIGINT is ignored here, this installs Python's
+    default handler (KeyboardInterrupt), so children start with the default action;
+    otherwise it changes nothing.
+    """
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def _spawn(
     options: Sequence[str], command: Sequence[str], *, env: Mapping[str, str] | None, cwd: Path | str | None
 ) -> tuple[subprocess.Popen[bytes], _Drain, _Drain]:
@@ -123,6 +137,7 @@ def cli_interrupt_flood(
     """Start ``envlayer exec OPTIONS -- sh -c FLOOD``, wait until output flows and then
     ``flooding_for`` seconds more, send SIGINT; ``seconds`` counts from the signal. A
     process still running 30 s after the signal is killed (exit -9)."""
+    make_sigint_deliverable()
     proc, out, err = _spawn(options, ["sh", "-c", flood], env=env, cwd=cwd)
     if not out.started.wait(120):
         proc.kill()
