@@ -14,7 +14,6 @@ the background with SIGINT ignored (see ``pytest_configure``).
 
 from __future__ import annotations
 
-import glob
 import os
 import shutil
 import signal
@@ -24,7 +23,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from envlayer.broker.control import alive
+from envlayer.broker.control import running_brokers
 from envlayer.testing.hostile import make_sigint_deliverable
 
 STOP_WAIT = 20.0
@@ -44,22 +43,18 @@ def _signal(pid: int, signum: int) -> None:
 
 
 def _stop_brokers(directory: str) -> None:
-    pids = []
-    for path in glob.glob(os.path.join(directory, "envlayer", "broker-*.pid")):
-        try:
-            with open(path) as fh:
-                text = fh.read().strip()
-        except OSError:
-            continue
-        if text.isdigit() and alive(int(text)):
-            pids.append(int(text))
-            _signal(int(text), signal.SIGTERM)
-    deadline = time.monotonic() + STOP_WAIT
-    while any(alive(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    """Stop the brokers running in ``directory``'s runtime directory: SIGTERM, then
+    SIGKILL to the process group of one still running after :data:`STOP_WAIT` seconds
+    (pids come from their locked pid files only: a stale pid may be anyone's now)."""
+    runtime = os.path.join(directory, "envlayer")
+    pids = running_brokers(runtime)
     for pid in pids:
-        if alive(pid):
-            _signal(-pid, signal.SIGKILL)  # its process group: it runs in its own session
+        _signal(pid, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_WAIT
+    while set(pids) & set(running_brokers(runtime)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for pid in set(pids) & set(running_brokers(runtime)):
+        _signal(-pid, signal.SIGKILL)  # its process group: it runs in its own session
 
 
 @pytest.fixture(scope="session")

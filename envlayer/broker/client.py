@@ -24,11 +24,13 @@ from envlayer.broker import protocol, runtime_dir
 
 TYPE_CHECKING = False  # typing costs milliseconds to import; type checkers read this as True
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
 BROKER_VAR = "ENVLAYER_BROKER"
 FALSE_WORDS = frozenset({"0", "false", "no", "off"})
 IN_PROCESS_FLAGS = frozenset({"--no-broker", "--debug", "-h", "--help"})
+# The exit codes of envlayer.cli_exec and envlayer.result (too heavy to import here);
+# tests/broker checks that they agree.
 ENVLAYER_FAILURE = 125
 BROKEN_PIPE_EXIT_CODE = 141
 INTERRUPT_EXIT_CODE = 130
@@ -41,7 +43,7 @@ def note(text: str) -> None:
     os.write(2, f"envlayer: note: {text}\n".encode())
 
 
-def wanted(argv: Sequence[str], environ: dict[str, str] | os._Environ[str]) -> bool:
+def wanted(argv: Sequence[str], environ: Mapping[str, str]) -> bool:
     """True when ``argv`` may go to the broker (the broker decides for good)."""
     if not argv or argv[0] != "exec":
         return False
@@ -107,6 +109,7 @@ class _Relay:
         self.started_by = ""
         self.stdout_open = True
         self.interrupted = False
+        self.stdin_sent = False
 
     def tell(self, kind: bytes) -> None:
         try:
@@ -132,10 +135,15 @@ class _Relay:
                 self.tell(protocol.HANGUP)
 
     def send_stdin(self) -> None:
+        """All of this process's stdin (``-i``); a stdin that cannot be read ends there."""
         while True:
-            chunk = os.read(0, 1 << 16)
+            try:
+                chunk = os.read(0, 1 << 16)
+            except OSError:
+                chunk = b""
             if not chunk:
                 break
+            self.stdin_sent = True
             protocol.send(self.sock, protocol.STDIN, chunk)
         protocol.send(self.sock, protocol.STDIN_EOF)
 
@@ -154,7 +162,7 @@ class _Relay:
             elif kind == protocol.STDERR:
                 self.write(2, payload)
             elif kind == protocol.EXIT:
-                code = int(payload or b"125")
+                code = int(payload) if payload.isdigit() else ENVLAYER_FAILURE
                 if not self.stdout_open:
                     os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
                     return BROKEN_PIPE_EXIT_CODE
@@ -170,9 +178,16 @@ class _Relay:
 
     def lost(self) -> int | None:
         """The broker closed the connection without a verdict."""
-        if not self.started_by:
+        if not self.started_by and not self.stdin_sent:
             note("the broker went away before running the command; running in-process")
             return None
+        if not self.started_by:  # its stdin is gone with the broker: it cannot run here either
+            os.write(
+                2,
+                b"envlayer: error: the broker went away after reading the command's stdin, before running it\n"
+                b"  hint: run it again with its input\n",
+            )
+            return ENVLAYER_FAILURE
         os.write(
             2,
             f"envlayer: error: the broker (pid {self.started_by}) went away while the command ran; it may or "
@@ -187,7 +202,10 @@ def exec_via_broker(argv: Sequence[str]) -> int | None:
     see the module docstring for the result."""
     if not wanted(argv, os.environ):
         return None
-    sock = _open(argv)
+    try:
+        sock = _open(argv)
+    except KeyboardInterrupt:  # while a broker was being started: nothing ran
+        return INTERRUPT_EXIT_CODE
     if sock is None:
         return None
     relay = _Relay(sock)
@@ -197,11 +215,8 @@ def exec_via_broker(argv: Sequence[str]) -> int | None:
         return relay.run()
     except KeyboardInterrupt:
         return INTERRUPT_EXIT_CODE
-    except OSError as exc:
-        if relay.started_by:
-            return relay.lost()
-        note(f"the broker connection failed: {exc.strerror or exc}; running in-process")
-        return None
+    except OSError:  # the connection broke while we wrote to it
+        return relay.lost()
     finally:
         _signal.signal(_signal.SIGINT, previous)
         sock.close()

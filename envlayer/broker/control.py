@@ -7,6 +7,7 @@ that context removes it.
 
 from __future__ import annotations
 
+import fcntl
 import glob
 import json
 import os
@@ -56,6 +57,33 @@ def status() -> list[dict[str, Any]]:
     return [data for path in _sockets() if (data := _ask(path, "status")) is not None]
 
 
+def running_broker(pid_path: str) -> int | None:
+    """The pid of the broker that holds ``pid_path`` (a ``broker-*.pid`` file) now, or
+    None when no broker holds it. A pid file outlives its broker and pids are reused:
+    only the file's lock (held for the broker's life) says that the pid in it is a
+    running broker's, so never signal a pid read from such a file without this check."""
+    try:
+        fd = os.open(pid_path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:  # held: its broker runs
+        text = os.read(fd, 64).decode(errors="replace").strip()
+        return int(text) if text.isdigit() else None
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return None
+
+
+def running_brokers(directory: str) -> list[int]:
+    """The pids of the brokers running with pid files in ``directory``."""
+    found = (running_broker(path) for path in glob.glob(os.path.join(glob.escape(directory), "broker-*.pid")))
+    return [pid for pid in found if pid is not None]
+
+
 def alive(pid: int) -> bool:
     """True while ``pid`` runs (a zombie, exited but not yet reaped, does not count)."""
     try:
@@ -72,7 +100,8 @@ def stop() -> list[dict[str, Any]]:
     stopped = [data for path in _sockets() if (data := _ask(path, "stop")) is not None]
     deadline = time.monotonic() + STOP_WAIT
     for data in stopped:
-        while alive(data["pid"]) and time.monotonic() < deadline:
+        pid_path = data["socket"][: -len("sock")] + "pid"
+        while running_broker(pid_path) == data["pid"] and time.monotonic() < deadline:
             time.sleep(0.05)
-        data["stopped"] = not alive(data["pid"])
+        data["stopped"] = running_broker(pid_path) != data["pid"]
     return stopped

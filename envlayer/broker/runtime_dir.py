@@ -10,8 +10,9 @@ A broker runs with exactly its caller's working directory and environment, so th
 every backend behaves through it as it does in-process (the local backend's directory
 and inherited variables, ``DOCKER_HOST``, ``KUBECONFIG``, API keys, config files found
 from the directory). :func:`context_digest` names that context; a caller whose context
-differs gets another broker. Variables a shell changes on its own (``PWD``, ``OLDPWD``,
-``SHLVL``, ``_``) are not part of the context.
+differs gets another broker, as does a caller running another envlayer installation
+(interpreter, location or version). Variables a shell changes on its own (``PWD``,
+``OLDPWD``, ``SHLVL``, ``_``) are not part of the context.
 
 Standard library only (the client imports this on every call).
 """
@@ -20,7 +21,10 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 import zlib
+
+from envlayer import __version__
 
 TYPE_CHECKING = False  # typing costs milliseconds to import; type checkers read this as True
 if TYPE_CHECKING:
@@ -74,9 +78,15 @@ def checked(path: str) -> str:
     return path
 
 
+INSTALLATION = f"{sys.executable}\0{os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}\0{__version__}"
+"""This interpreter, envlayer's location and version: a broker runs the code of the
+installation that started it, so another installation gets another broker."""
+
+
 def context_entries(cwd: str, environ: Mapping[str, str]) -> list[str]:
-    """The caller context a broker must match: the directory, then sorted ``NAME=VALUE``."""
-    return [cwd, *sorted(f"{k}={v}" for k, v in environ.items() if k not in VOLATILE_VARS)]
+    """The caller context a broker must match: the installation, the directory, then
+    sorted ``NAME=VALUE``."""
+    return [INSTALLATION, cwd, *sorted(f"{k}={v}" for k, v in environ.items() if k not in VOLATILE_VARS)]
 
 
 def context_digest(cwd: str, environ: Mapping[str, str]) -> str:

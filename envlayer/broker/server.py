@@ -82,15 +82,23 @@ class _QuietParser(argparse.ArgumentParser):
         raise _NotForBroker(message or "")
 
 
+_parser: argparse.ArgumentParser | None = None
+_parser_lock = threading.Lock()
+
+
 def parse_exec(argv: list[str]) -> argparse.Namespace | None:
     """``exec``'s arguments as the CLI parses them, or None when the broker does not serve
     this argv (see the module docstring)."""
-    from envlayer.cli import build_parser
+    global _parser
+    with _parser_lock:
+        if _parser is None:
+            from envlayer.cli import build_parser
 
-    try:
-        args = build_parser(_QuietParser).parse_args(argv)
-    except _NotForBroker:
-        return None
+            _parser = build_parser(_QuietParser)
+        try:
+            args = _parser.parse_args(argv)
+        except _NotForBroker:
+            return None
     if args.cmd != "exec" or args.no_broker or args.debug:
         return None
     return args
@@ -138,16 +146,26 @@ class _Call:
                 self.token.cancel()
 
     def read_stdin(self) -> bytes:
+        """The client's whole stdin (``-i``). Raises :class:`EnvlayerError` when the
+        client goes away before its end (the command must not run on part of it)."""
         self.send(protocol.NEED_STDIN)
         parts: list[bytes] = []
         while True:
-            got = protocol.receive(self.conn)
-            if got is None or got[0] == protocol.STDIN_EOF:
+            try:
+                got = protocol.receive(self.conn)
+            except (OSError, ValueError):
+                got = None
+            if got is None:
+                self.token.cancel()
+                raise EnvlayerError("the client went away while sending stdin", hint="run the command again")
+            if got[0] == protocol.STDIN_EOF:
                 return b"".join(parts)
             if got[0] == protocol.STDIN:
                 parts.append(got[1])
             elif got[0] == protocol.CANCEL:
                 self.token.cancel()
+            elif got[0] == protocol.HANGUP:
+                self.hung_up = True
 
     def watch(self) -> None:
         """Until the connection ends: ``CANCEL`` or the client going away cancels;
@@ -365,7 +383,8 @@ class Broker:
     ) -> tuple[Any, Callable[[], tuple[list[str], bool]]]:
         """The environment for this call, and what to do with it afterwards."""
         if args.fresh:
-            env = open_environment(task_id=args.task, settings=settings)
+            cls = self.sessions.backend_class(settings)
+            env = open_environment(task_id=args.task, settings=settings, backends={settings.backend: cls})
             return env, lambda: release_after_exec(env, args.rm, console)
         held = self.sessions.environment(settings, args.task)
         if not args.rm:
@@ -389,7 +408,7 @@ class Broker:
         return {
             "pid": os.getpid(),
             "socket": self.socket_path,
-            "cwd": self.context[0],
+            "cwd": self.context[1],
             "started": self.started,
             "uptime": round(time.time() - self.started, 1),
             "idle_timeout": self.idle_timeout,

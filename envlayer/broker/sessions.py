@@ -18,6 +18,7 @@ import threading
 from dataclasses import dataclass
 
 from envlayer.config import Settings
+from envlayer.environment import Environment
 from envlayer.factory import load_configured_backend
 from envlayer.lifecycle import wait_for_cleanup
 from envlayer.manager import EnvironmentManager, ManagedEnvironment
@@ -26,10 +27,9 @@ TEARDOWN_WAIT = 30.0
 """Seconds ``exec --rm`` waits for the sandbox's teardown (as in-process)."""
 
 
-def configuration_key(settings: Settings) -> str:
-    """A digest of what makes two calls share environments. Raises what resolving the
-    backend and its options raises (``BackendNotFound``, ``ConfigError``...)."""
-    cls = load_configured_backend(settings)
+def configuration_key(settings: Settings, cls: type[Environment]) -> str:
+    """A digest of what makes two calls share environments, for backend class ``cls``.
+    Raises :class:`~envlayer.errors.ConfigError` for invalid options."""
     options = settings.options_for(settings.backend, cls.Options)
     data = {
         "backend": settings.backend,
@@ -58,14 +58,28 @@ class Sessions:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._managers: dict[str, EnvironmentManager] = {}
-        self._closed = False
+        self._classes: dict[str, type[Environment]] = {}
+
+    def backend_class(self, settings: Settings) -> type[Environment]:
+        """The class of the backend ``settings`` selects, loaded once per broker (finding
+        and importing it takes tens of milliseconds; a backend installed or upgraded
+        while the broker runs is seen by the next broker). Raises like
+        :func:`~envlayer.factory.load_configured_backend`; a failure is not remembered."""
+        with self._lock:
+            cls = self._classes.get(settings.backend)
+        if cls is None:
+            cls = load_configured_backend(settings)
+            with self._lock:
+                self._classes[settings.backend] = cls
+        return cls
 
     def _manager(self, settings: Settings) -> EnvironmentManager:
-        key = configuration_key(settings)
+        cls = self.backend_class(settings)
+        key = configuration_key(settings, cls)
         with self._lock:
             manager = self._managers.get(key)
             if manager is None or manager.closed:
-                manager = self._managers[key] = EnvironmentManager(settings)
+                manager = self._managers[key] = EnvironmentManager(settings, backends={settings.backend: cls})
             return manager
 
     def environment(self, settings: Settings, task: str) -> ManagedEnvironment:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from envlayer.broker.control import alive
+from envlayer.broker.control import alive, running_brokers
 from envlayer.testing.secrets import ENVLAYER_SCRIPT
 
 __all__ = ["WAIT", "BrokerRun", "alive", "descendants", "processes_with", "wait_until"]
@@ -81,7 +81,6 @@ class BrokerRun:
         self.workdir.mkdir()
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("ENVLAYER_")}
         self.env.update(ENVLAYER_RUNTIME_DIR=self.runtime, ENVLAYER_PROFILE=self.profile)
-        self.pids: set[int] = set()
 
     def environ(self, extra: dict[str, str] | None = None) -> dict[str, str]:
         return {**self.env, **(extra or {})}
@@ -99,7 +98,6 @@ class BrokerRun:
             cwd=cwd or self.workdir,
             env=self.environ(env),
         )
-        self.remember()
         return subprocess.CompletedProcess(
             proc.args, proc.returncode, proc.stdout.decode(errors="replace"), proc.stderr.decode(errors="replace")
         )
@@ -111,16 +109,8 @@ class BrokerRun:
         return subprocess.Popen([ENVLAYER_SCRIPT, *args], cwd=self.workdir, env=self.environ(env), **kw)
 
     def broker_pids(self) -> list[int]:
-        """Pids in the runtime directory's pid files whose process is alive."""
-        out = []
-        for path in glob.glob(os.path.join(self.runtime, "broker-*.pid")):
-            text = Path(path).read_text().strip()
-            if text.isdigit() and alive(int(text)):
-                out.append(int(text))
-        return out
-
-    def remember(self) -> None:
-        self.pids.update(self.broker_pids())
+        """Pids of the brokers running in the runtime directory (from their locked pid files)."""
+        return running_brokers(self.runtime)
 
     def sockets(self) -> list[str]:
         return glob.glob(os.path.join(self.runtime, "broker-*.sock"))
@@ -129,10 +119,11 @@ class BrokerRun:
         return "".join(Path(p).read_text(errors="replace") for p in glob.glob(os.path.join(self.runtime, "*.log")))
 
     def close(self) -> None:
-        self.remember()
-        if os.path.isdir(self.runtime) and self.pids:
+        """Stop the brokers (``envlayer broker stop``), then kill any still running with
+        everything below it (pids from locked pid files only: stale ones may be anyone's)."""
+        if os.path.isdir(self.runtime) and self.broker_pids():
             subprocess.run([ENVLAYER_SCRIPT, "broker", "stop"], env=self.environ(), capture_output=True, timeout=120)
-        for pid in self.pids:
+        for pid in self.broker_pids():
             for child in descendants(pid):
                 _kill(child)
             _kill(pid)

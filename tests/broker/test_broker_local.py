@@ -206,7 +206,7 @@ def test_idle_broker_exits_and_the_next_call_starts_one(brk: BrokerRun) -> None:
     idle = {"ENVLAYER_BROKER_IDLE_TIMEOUT": "1"}
     assert brk.run("exec", "--task", "t", "--", "true", env=idle).returncode == 0
     [pid] = brk.broker_pids()
-    wait_until(lambda: not alive(pid), "the idle broker's exit")
+    wait_until(lambda: pid not in brk.broker_pids(), "the idle broker's exit")
     assert brk.sockets() == []
     assert "idle for 1.0s; exiting" in brk.log()
     assert brk.run("exec", "--task", "t", "--", "echo again", env=idle).stdout == "again\n"
@@ -224,7 +224,7 @@ def test_broker_status_and_stop(brk: BrokerRun) -> None:
     assert f"broker pid {broker['pid']}" in text and "t1" in text
     stopped = brk.run("broker", "stop")
     assert stopped.returncode == 0 and f"broker pid {broker['pid']} stopped" in stopped.stdout
-    assert not alive(broker["pid"]) and brk.sockets() == []
+    assert brk.broker_pids() == [] and brk.sockets() == []
 
 
 def test_turning_the_broker_off(brk: BrokerRun) -> None:
@@ -343,3 +343,102 @@ def test_the_client_path_imports_no_sdk_and_no_cli(brk: BrokerRun) -> None:
         timeout=60,
     )
     assert out.stdout == "0 []\n", out.stderr
+
+
+def test_rm_through_the_broker_says_what_in_process_says(brk: BrokerRun) -> None:
+    brk.run("exec", "--task", "t", "--", "cd /")
+    through = brk.run("exec", "--task", "t", "--rm", "--", "pwd")
+    direct = brk.run("exec", "--task", "t", "--rm", "--no-broker", "--", "true")
+    assert through.returncode == 0 and through.stdout == "/\n"
+    assert through.stderr == direct.stderr and "has no force_remove" in through.stderr
+    assert _status(brk)[0]["environments"] == []  # released: the next call gets a new session
+    assert brk.run("exec", "--task", "t", "--", "pwd").stdout == f"{brk.workdir}\n"
+
+
+def test_a_killed_client_cancels_its_command(brk: BrokerRun) -> None:
+    marker = f"elbclient{uuid.uuid4().hex[:8]}"
+    proc = brk.popen("exec", "--task", "t", "--", "sh", "-c", "echo started; sleep 3600; true", marker)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"started\n"
+        assert processes_with(marker)
+        proc.kill()
+        proc.wait()
+    finally:
+        proc.kill()
+        proc.wait()
+    wait_until(lambda: not processes_with(marker), "the command's end after its client died")
+    assert brk.run("exec", "--task", "t", "--", "echo next").stdout == "next\n"
+
+
+def test_broker_serve_in_the_foreground(brk: BrokerRun) -> None:
+    server = brk.popen("broker", "serve")
+    try:
+        wait_until(brk.sockets, "the foreground broker's socket")
+        [pid] = wait_until(brk.broker_pids, "the foreground broker's pid file")
+        assert pid == server.pid
+        assert brk.run("exec", "--task", "t", "--", "echo served").stdout == "served\n"
+        assert brk.broker_pids() == [server.pid]  # no other broker was started
+        server.send_signal(signal.SIGINT)
+        assert server.wait(60) == 0
+    finally:
+        server.kill()
+        server.wait()
+    assert brk.sockets() == []
+    assert server.stderr is not None and b"listening on" in server.stderr.read()
+
+
+def test_bytes_that_are_not_utf8_pass_through(brk: BrokerRun) -> None:
+    raw = b"caf\xe9\xff"
+    out = subprocess.run(
+        [ENVLAYER_SCRIPT.encode(), b"exec", b"--task", b"t", b"--", b"printf", b"%s|%s", raw, b"$RAW"],
+        capture_output=True,
+        cwd=brk.workdir,
+        env={**{k.encode(): v.encode() for k, v in brk.environ().items()}, b"RAW": raw},
+        timeout=60,
+    )
+    assert out.returncode == 0 and out.stdout == raw + b"|$RAW", out.stderr
+    out = subprocess.run(
+        [ENVLAYER_SCRIPT.encode(), b"exec", b"--task", b"t", b"--", b'printf %s "$RAW"'],
+        capture_output=True,
+        cwd=brk.workdir,
+        env={**{k.encode(): v.encode() for k, v in brk.environ().items()}, b"RAW": raw},
+        timeout=60,
+    )
+    assert out.returncode == 0 and out.stdout == raw, out.stderr
+    assert len(brk.broker_pids()) == 1
+
+
+def test_the_client_exit_codes_are_the_cli_ones() -> None:
+    from envlayer import cli_exec, result
+    from envlayer.broker import client
+
+    assert client.ENVLAYER_FAILURE == cli_exec.ENVLAYER_FAILURE
+    assert client.BROKEN_PIPE_EXIT_CODE == cli_exec.BROKEN_PIPE_EXIT_CODE
+    assert client.INTERRUPT_EXIT_CODE == result.INTERRUPT_EXIT_CODE
+
+
+PARTIAL_STDIN = """
+import os, sys
+from envlayer.broker import client, protocol, runtime_dir
+directory = os.environ["ENVLAYER_RUNTIME_DIR"]
+path = runtime_dir.broker_path(directory, runtime_dir.context_digest(os.getcwd(), os.environ), "sock")
+sock = client.connect(path)
+argv = ["exec", "-i", "--task", "t", "--", "cat > " + sys.argv[1]]
+protocol.send(sock, protocol.REQUEST, protocol.encode_request("exec", os.getcwd(), argv, os.environ))
+kind, _ = protocol.receive(sock)
+protocol.send(sock, protocol.STDIN, b"only the first part")
+sock.close()
+print(kind.decode())
+"""
+
+
+def test_a_client_lost_while_sending_stdin_runs_nothing(brk: BrokerRun) -> None:
+    brk.run("exec", "--task", "t", "--", "true")
+    target = brk.workdir / "written"
+    python = os.path.join(os.path.dirname(ENVLAYER_SCRIPT), "python")
+    probe = subprocess.run(
+        [python, "-c", PARTIAL_STDIN, str(target)], capture_output=True, text=True, cwd=brk.workdir, env=brk.environ()
+    )
+    assert probe.stdout == "N\n", probe.stderr
+    assert brk.run("exec", "--task", "t", "--", "echo after").stdout == "after\n"  # served after the lost call
+    assert not target.exists()

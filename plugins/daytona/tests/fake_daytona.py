@@ -331,11 +331,13 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
     def _dispatch(self, method: str) -> None:
+        """Serve one request. The route log entry is written before the answer is sent, so a
+        test that reads the log after its call returned always finds that call in it."""
         url = urlsplit(self.path)
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
-        route, status = "unknown", 404
+        route = "unknown"
         try:
             for pattern, verb, name, handler in ROUTES:
                 m = pattern.fullmatch(url.path)
@@ -344,21 +346,23 @@ class Handler(BaseHTTPRequestHandler):
                     if name != "socket.io" and self.headers.get("Authorization") != f"Bearer {API_KEY}":
                         raise ApiError(401, "Invalid credentials", "UNAUTHORIZED")
                     status, payload, headers = handler(self, body, query, *m.groups())
-                    self._send(status, payload, headers)
-                    return
-            raise ApiError(404, f"Cannot {method} {url.path}", "NOT_FOUND")
+                    break
+            else:
+                raise ApiError(404, f"Cannot {method} {url.path}", "NOT_FOUND")
         except ApiError as exc:
-            status = exc.status
-            self._send(exc.status, _error_body(exc.status, exc.message, exc.code, url.path), {})
+            status, payload, headers = exc.status, _error_body(exc.status, exc.message, exc.code, url.path), {}
         except Exception as exc:
-            status = 500
-            self._send(500, _error_body(500, f"{type(exc).__name__}: {exc}", "INTERNAL", url.path), {})
-        finally:
-            entry = {"method": method, "route": route, "status": status, "known": route != "unknown"}
-            if route == "unknown":
-                entry["path"] = url.path
-            self.route_log.write(json.dumps(entry) + "\n")
-            self.route_log.flush()
+            status, headers = 500, {}
+            payload = _error_body(500, f"{type(exc).__name__}: {exc}", "INTERNAL", url.path)
+        self._log_route(method, route, status, url.path)
+        self._send(status, payload, headers)
+
+    def _log_route(self, method: str, route: str, status: int, path: str) -> None:
+        entry = {"method": method, "route": route, "status": status, "known": route != "unknown"}
+        if route == "unknown":
+            entry["path"] = path
+        self.route_log.write(json.dumps(entry) + "\n")
+        self.route_log.flush()
 
     def _send(self, status: int, payload: Any, headers: dict[str, str]) -> None:
         if isinstance(payload, bytes):
