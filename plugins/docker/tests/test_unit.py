@@ -410,6 +410,18 @@ def test_fallback_refuses_special_files_and_absolute_links(tmp_path) -> None:
             tar_extract.data_safe(member, str(tmp_path))
 
 
+@pytest.mark.parametrize("use_filter", FILTER_PATHS, ids=["data_filter", "fallback"])
+def test_check_data_judges_without_writing(tmp_path, monkeypatch, use_filter) -> None:
+    monkeypatch.setattr(tar_extract, "HAS_DATA_FILTER", use_filter)
+    escape, absolute = tarfile.TarInfo("../evil"), tarfile.TarInfo("l")
+    absolute.type, absolute.linkname = tarfile.SYMTYPE, "/etc/passwd"
+    for member in (escape, absolute):
+        with pytest.raises(SandboxPathError):
+            tar_extract.check_data(member, str(tmp_path))
+    tar_extract.check_data(tarfile.TarInfo("sub/ok"), str(tmp_path))
+    assert list(tmp_path.iterdir()) == [], "checking writes nothing"
+
+
 # --- import cost ----------------------------------------------------------------------------------
 
 
