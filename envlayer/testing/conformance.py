@@ -396,12 +396,14 @@ class EnvironmentConformance:
     # --- timeouts ---------------------------------------------------------------------
 
     def test_timeout_reports_and_returns_quickly(self, env: Environment) -> None:
-        """The timeout cuts the command short (it never reaches ``finished``) and keeps
-        the output so far; how soon is a speed figure (benchmarks/timeouts.py)."""
-        result = env.exec("echo started; sleep 30; echo finished", timeout=1)
+        """The timeout cuts the command short and keeps the output so far. The bound only
+        tells a cut from the command's own end (120 s); how soon the call returns is a
+        speed figure (benchmarks/timeouts.py), not a check: load stretches it."""
+        result = env.exec("echo started; sleep 120", timeout=1)
         assert result.timed_out
         assert result.exit_code == 124
-        assert result.stdout == b"started\n"
+        assert b"started" in result.stdout
+        assert result.duration < 120
 
     def test_timeout_kills_the_process_tree(self, env: Environment) -> None:
         with _pidfile(env) as pidfile:
@@ -635,10 +637,11 @@ class EnvironmentConformance:
         previous = env.options.timeout
         env.options.timeout = 1
         try:
-            result = env.exec("echo started; sleep 8; echo finished")
+            result = env.exec("echo started; sleep 8")
         finally:
             env.options.timeout = previous
-        assert (result.timed_out, result.exit_code, result.stdout) == (True, 124, b"started\n"), (
+        # 8 s would end by itself before any default timeout: timed_out shows options.timeout applied
+        assert (result.timed_out, result.exit_code) == (True, 124), (
             f"exec without timeout= must use options.timeout=1; got {result!r}"
         )
 
