@@ -79,6 +79,14 @@ class _Drain:
         self.started.set()
 
 
+def default_sigint() -> None:
+    """A ``preexec_fn`` for a child that will be sent SIGINT: puts SIGINT back to its
+    default action. A test run started in the background (``cmd &`` in a non-interactive
+    shell, as CI scripts do) ignores SIGINT; its children inherit that, and a Python child
+    then installs no ``KeyboardInterrupt`` handler, so the SIGINT would be ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _spawn(
     options: Sequence[str], command: Sequence[str], *, env: Mapping[str, str] | None, cwd: Path | str | None
 ) -> tuple[subprocess.Popen[bytes], _Drain, _Drain]:
@@ -89,6 +97,7 @@ def _spawn(
         stderr=subprocess.PIPE,
         env=cli_env(env),
         cwd=cwd,
+        preexec_fn=default_sigint,
     )
     flowing = threading.Event()
     return proc, _Drain(proc.stdout, flowing), _Drain(proc.stderr, flowing)

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from envlayer.proctree import tree_members
+from envlayer.testing.hostile import default_sigint
 
 CHILD = """
 import sys
@@ -50,10 +51,11 @@ def test_keyboard_interrupt_kills_the_tree(tmp_path: Path) -> None:
         [sys.executable, "-c", CHILD.format(marker=marker, a=SLEEPS[0], b=SLEEPS[1], c=SLEEPS[2])],
         stdout=subprocess.PIPE,
         text=True,
+        preexec_fn=default_sigint,  # a run started with `&` ignores SIGINT, and so would the child
     )
     try:
         assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60
         while (not marker.exists() or len(_sleepers()) < 3) and time.monotonic() < deadline:
             time.sleep(0.02)  # the marker is written before `sleep 3143` has started
         assert len(_sleepers()) == 3
@@ -72,7 +74,7 @@ def test_tree_members_finds_group_and_marker(tmp_path: Path) -> None:
     env = dict(os.environ, ENVLAYER_EXEC_ID="probe-123")
     leader = subprocess.Popen(["sh", "-c", "setsid sleep 305 & sleep 306"], env=env, start_new_session=True)
     try:
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 60
         members: list[int] = []
         while len(members) < 3 and time.monotonic() < deadline:
             members = tree_members(leader.pid, "probe-123")

@@ -335,7 +335,7 @@ class Handler(BaseHTTPRequestHandler):
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
-        route, status = "unknown", 404
+        route = "unknown"
         try:
             for pattern, verb, name, handler in ROUTES:
                 m = pattern.fullmatch(url.path)
@@ -344,21 +344,21 @@ class Handler(BaseHTTPRequestHandler):
                     if name != "socket.io" and self.headers.get("Authorization") != f"Bearer {API_KEY}":
                         raise ApiError(401, "Invalid credentials", "UNAUTHORIZED")
                     status, payload, headers = handler(self, body, query, *m.groups())
-                    self._send(status, payload, headers)
-                    return
-            raise ApiError(404, f"Cannot {method} {url.path}", "NOT_FOUND")
+                    break
+            else:
+                raise ApiError(404, f"Cannot {method} {url.path}", "NOT_FOUND")
         except ApiError as exc:
-            status = exc.status
-            self._send(exc.status, _error_body(exc.status, exc.message, exc.code, url.path), {})
+            status, payload, headers = exc.status, _error_body(exc.status, exc.message, exc.code, url.path), {}
         except Exception as exc:
-            status = 500
-            self._send(500, _error_body(500, f"{type(exc).__name__}: {exc}", "INTERNAL", url.path), {})
-        finally:
-            entry = {"method": method, "route": route, "status": status, "known": route != "unknown"}
-            if route == "unknown":
-                entry["path"] = url.path
-            self.route_log.write(json.dumps(entry) + "\n")
-            self.route_log.flush()
+            status, payload, headers = 500, _error_body(500, f"{type(exc).__name__}: {exc}", "INTERNAL", url.path), {}
+        # Logged before the answer goes out: a client that has its answer finds the request
+        # in the log (logged after, a test reading the log at once raced the server thread).
+        entry = {"method": method, "route": route, "status": status, "known": route != "unknown"}
+        if route == "unknown":
+            entry["path"] = url.path
+        self.route_log.write(json.dumps(entry) + "\n")
+        self.route_log.flush()
+        self._send(status, payload, headers)
 
     def _send(self, status: int, payload: Any, headers: dict[str, str]) -> None:
         if isinstance(payload, bytes):
