@@ -87,6 +87,8 @@ def start_fake(tmp: Path, *, minute_seconds: float = 60.0, max_cpu: int = 0) -> 
         str(max_cpu),
         "--instance",
         instance,
+        "--parent-pid",
+        str(os.getpid()),
     ]
     log = (tmp / f"fake-{instance}.log").open("wb")
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -797,3 +799,36 @@ def test_cancel_from_another_thread_kills_the_tree_in_the_container(make_env, mo
     assert result.cancelled and result.exit_code == 130 and result.stdout_text == "started\n"
     assert not [p for p in _processes(env) if "sleep 30" in p or "sleep 31" in p]
     assert env.exec("echo usable").stdout_text == "usable\n"
+
+
+# --- leftovers of killed test runs -----------------------------------------------------------
+
+
+def test_sweep_removes_a_dead_runs_leftovers_and_spares_a_live_run(make_env, docker_api, profile, sweep, tmp_path):
+    """The conftest's sweep of killed runs (see its docstring), on real containers and a
+    real lock held by another live process."""
+    dead, live = f"{profile}-deadrun", f"{profile}-liverun"
+    dead_env, live_env = make_env(prof=dead), make_env(prof=live)
+    (tmp_path / f"{dead}.lock").touch()  # its run died: nobody holds the lock
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_LOCK, str(tmp_path / f"{live}.lock")], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
+        swept = sweep(docker_api, str(tmp_path))
+        assert list(swept) == [dead] and dead_env.container_id[:12] in swept[dead]
+        assert _status(docker_api, dead_env.container_id) == "removed"
+        assert _status(docker_api, live_env.container_id) == "running"
+        assert sorted(os.listdir(tmp_path)) == [f"{live}.lock"]
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+_HOLD_LOCK = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("locked", flush=True)
+time.sleep(600)
+"""
