@@ -8,8 +8,6 @@ read the names from ``__init__.pyi``.
 
 from __future__ import annotations
 
-import importlib
-
 __version__ = "0.1.0"
 
 _EXPORTS: dict[str, str] = {
@@ -61,6 +59,8 @@ def __getattr__(name: str) -> object:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'envlayer' has no attribute {name!r}")
+    import importlib
+
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value

@@ -1,7 +1,9 @@
 """The ``envlayer`` command line.
 
 Commands: ``backends``, ``exec``, ``ls``, ``reap``, ``rm``, ``doctor``, ``config``,
-``completion``; ``envlayer --version``.
+``completion``, ``broker``; ``envlayer --version``. The ``envlayer`` script enters through
+:func:`envlayer.broker.client.main`, which hands ``exec`` to the session broker when it
+can and calls :func:`main` otherwise.
 Every command takes ``--config``, ``--backend``, ``--profile``, ``--debug``; those that
 print tables take ``--json``. Exit codes: ``exec`` returns the command's own code (124
 on timeout, 130 on interrupt) and 125 when envlayer itself failed; the other commands
@@ -18,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import logging
 import os
 import shlex
@@ -35,8 +36,18 @@ from envlayer.capabilities import (
     signature_problem,
 )
 from envlayer.cli_completion import SHELLS, completion_script
-from envlayer.cli_env import exec_env
-from envlayer.config import CORE_KEYS, Settings, load_settings
+from envlayer.cli_exec import (
+    ENVLAYER_FAILURE,
+    Console,
+    error_object,
+    exec_failed,
+    json_text,
+    plan_exec,
+    release_after_exec,
+    run_exec,
+)
+from envlayer.cli_exec import settings_of as _settings
+from envlayer.config import CORE_KEYS, Settings
 from envlayer.errors import (
     BackendConflict,
     BackendLoadError,
@@ -49,16 +60,6 @@ from envlayer.options import default_of, masked, option_fields, type_name
 from envlayer.plugin_errors import plugin_call
 from envlayer.progress import progress
 from envlayer.registry import backend_names, list_backends, load_backend, shadows_builtin
-from envlayer.request import normalize_timeout
-from envlayer.result import INTERRUPT_EXIT_CODE, ExecResult
-
-ENVLAYER_FAILURE = 125
-"""Exit code when envlayer or a backend plugin failed (for ``exec``: before or around the
-command, as `docker run`)."""
-
-BROKEN_PIPE_EXIT_CODE = 141
-"""``exec`` exit code when envlayer's own stdout was closed by its reader (128 + SIGPIPE,
-as a shell reports it); the command's tree was killed."""
 
 PLUGIN_FAILURES = (PluginError, BackendLoadError, BackendConflict)
 """Errors that mean a backend plugin is broken: exit code 125 from every command."""
@@ -80,44 +81,18 @@ def _note(text: str) -> None:
     print(f"envlayer: note: {text}", file=sys.stderr)
 
 
+def _print_json(data: Any) -> None:
+    print(json_text(data))
+
+
 def _exit_code_for(exc: EnvlayerError) -> int:
     return ENVLAYER_FAILURE if isinstance(exc, PLUGIN_FAILURES) else 1
-
-
-def _print_json(data: Any) -> None:
-    print(json.dumps(data, indent=2, sort_keys=True, default=str))
-
-
-def error_object(exc: BaseException | None) -> dict[str, str] | None:
-    """The ``--json`` form of a failure, the same in every command (None: no failure)."""
-    if exc is None:
-        return None
-    if isinstance(exc, EnvlayerError):
-        return {"type": type(exc).__name__, "message": exc.message, "hint": exc.hint}
-    return {"type": type(exc).__name__, "message": str(exc), "hint": ""}
 
 
 def _table(rows: list[list[str]], headers: list[str]) -> str:
     widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
     lines = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in [headers, *rows]]
     return "\n".join(lines)
-
-
-def _parse_assignments(items: Sequence[str], flag: str) -> dict[str, str]:
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise EnvlayerError(f"{flag} expects KEY=VALUE, got {item!r}", hint=f"write {flag} KEY=VALUE")
-        out[key] = value
-    return out
-
-
-def _settings(args: argparse.Namespace) -> Settings:
-    texts = _parse_assignments(getattr(args, "option", None) or [], "-o")
-    return load_settings(
-        config_path=args.config, backend=args.backend, profile=args.profile, option_texts=texts or None
-    )
 
 
 # --- commands -------------------------------------------------------------------
@@ -185,125 +160,15 @@ def _unusable(cls: type) -> dict[str, str]:
     return out
 
 
-def _command_of(words: Sequence[str]) -> str | list[str]:
-    """The command from the rest of the line: one word is a shell string, several an argv."""
-    words = list(words[1:] if words and words[0] == "--" else words)
-    if not words:
-        raise EnvlayerError("no command given", hint="write it after the options: envlayer exec [OPTIONS] CMD [ARG...]")
-    return words[0] if len(words) == 1 else words
-
-
-def _exec_json(result: ExecResult | None, notes: list[str], exc: BaseException | None = None) -> dict[str, Any]:
-    """The ``--json`` object of one exec: every field always present (null when unknown)."""
-
-    def truncation(value: Any) -> Any:
-        return value and dataclasses.asdict(value)
-
-    return {
-        "exit_code": result.exit_code if result else ENVLAYER_FAILURE,
-        "timed_out": bool(result and result.timed_out),
-        "timeout": result.timeout if result else None,
-        "duration": result.duration if result else None,
-        "stdout": result.stdout_text if result else "",
-        "stderr": result.stderr_text if result else "",
-        "stdout_truncation": truncation(result.stdout_truncation) if result else None,
-        "stderr_truncation": truncation(result.stderr_truncation) if result else None,
-        "recovered": result.recovered if result else "",
-        "notes": notes,
-        "error": error_object(exc),
-    }
-
-
-def _exec_failed(args: argparse.Namespace, exc: EnvlayerError, notes: list[str] | None = None) -> int:
-    if args.json:
-        _print_json(_exec_json(None, notes or [], exc))
-    _error(exc)
-    return ENVLAYER_FAILURE
-
-
 def cmd_exec(args: argparse.Namespace) -> int:
+    console = Console.of_process(debug=_debug)
     try:
-        normalize_timeout(args.timeout, default=None)  # refused before a sandbox is made for it
-        command = _command_of(args.command)
-        settings = _settings(args)
-        env_vars = exec_env(args.env or [], args.env_file or [])
-        stdin = sys.stdin.buffer.read() if args.stdin else None
-        with progress(f"starting the {settings.backend} sandbox of task {args.task!r}"):
-            env = open_environment(task_id=args.task, settings=settings)
+        plan = plan_exec(args, sys.stdin.buffer.read)
+        with progress(f"starting the {plan.settings.backend} sandbox of task {args.task!r}"):
+            env = open_environment(task_id=args.task, settings=plan.settings)
     except EnvlayerError as exc:
-        return _exec_failed(args, exc)
-
-    stderr_forwarded = False
-
-    def forward(stream: str, chunk: bytes) -> None:
-        nonlocal stderr_forwarded
-        target = sys.stdout.buffer if stream == "stdout" else sys.stderr.buffer
-        stderr_forwarded = stderr_forwarded or (stream == "stderr" and bool(chunk))
-        target.write(chunk)
-        target.flush()
-
-    streamed = False
-    exec_kwargs: dict[str, Any] = {"cwd": args.cwd, "env": env_vars or None, "timeout": args.timeout, "stdin": stdin}
-    try:
-        if args.json:
-            with plugin_call(env, "exec"):
-                result = env.exec(command, **exec_kwargs)
-        else:
-            outcome = lifecycle.exec_with_output(env, command, forward, **exec_kwargs)
-            result, streamed = outcome.result, outcome.streamed
-            if outcome.note and args.backend:
-                _note(outcome.note)
-    except KeyboardInterrupt:
-        print("envlayer: interrupted; the command was killed", file=sys.stderr)
-        _release(env, args)
-        return INTERRUPT_EXIT_CODE
-    except BrokenPipeError:  # our reader went away (`envlayer exec -- yes | head`): stop, as sh would
-        _release(env, args)
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit's flush
-        return BROKEN_PIPE_EXIT_CODE
-    except EnvlayerError as exc:
-        notes, _ = _release(env, args)
-        return _exec_failed(args, exc, notes)
-    except BaseException:
-        _release(env, args)
-        raise
-    notes, cleaned = _release(env, args)
-    if not cleaned:
-        return ENVLAYER_FAILURE
-    if args.json:
-        _print_json(_exec_json(result, notes))
-        return result.exit_code
-    if result.stderr and not stderr_forwarded:
-        # A message the backend put in the result without streaming it (a command that
-        # could not start: 127, a missing working directory: 126) must still be seen.
-        sys.stderr.buffer.write(result.stderr)
-        sys.stderr.flush()
-    if result.timed_out:
-        after = f" after {result.timeout}s" if result.timeout is not None else ""
-        print(f"envlayer: command timed out{after} and was killed", file=sys.stderr)
-    elif result.truncated and not streamed:
-        print("envlayer: output exceeded max_output_bytes and was truncated", file=sys.stderr)
-    return result.exit_code
-
-
-def _release(env: Any, args: argparse.Namespace) -> tuple[list[str], bool]:
-    """Clean ``env`` up after ``exec`` (``--rm``: force_remove) and wait for its
-    teardown. Returns the fallback notes (printed on stderr unless ``--json``, which
-    carries them) and whether cleanup succeeded (a failure is reported on stderr)."""
-    notes = []
-    try:
-        cleaned = lifecycle.cleanup(env, force_remove=args.rm)
-        if cleaned.note:
-            notes.append(cleaned.note)
-        if not lifecycle.wait_for_cleanup(env, 30.0):
-            notes.append("the sandbox's teardown was still running after 30s; it continues in the background")
-    except EnvlayerError as exc:
-        _error(exc, "cleanup failed")
-        return notes, False
-    if not args.json:
-        for note in notes:
-            _note(note)
-    return notes, True
+        return exec_failed(args, console, exc)
+    return run_exec(args, plan, env, console, lambda: release_after_exec(env, args.rm, console))
 
 
 def _selected_backends(args: argparse.Namespace, settings: Settings) -> list[str]:
@@ -492,8 +357,10 @@ def _sub(sub: Any, name: str, common: argparse.ArgumentParser, help: str, exampl
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+def build_parser(parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The CLI's parser; ``parser_class`` (for it and every subcommand) lets the broker
+    parse without printing or exiting."""
+    common = parser_class(add_help=False)
     common.add_argument(
         "--config", metavar="PATH", help="read only this config file (default: user and ./envlayer.toml)"
     )
@@ -510,7 +377,7 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("-v", "--verbose", action="store_true", help="also report backends lacking the capability")
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
 
-    parser = argparse.ArgumentParser(
+    parser = parser_class(
         prog="envlayer",
         description="Run commands and manage sandboxes for AI agents.",
         epilog="examples:\n  envlayer exec uname -a\n  envlayer exec --backend docker -o image=python:3.11-slim "
@@ -565,8 +432,30 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("-i", "--stdin", action="store_true", help="forward this process's stdin to the command")
     p.add_argument("--rm", action="store_true", help="remove the sandbox afterwards, even in persist mode")
+    p.add_argument(
+        "--fresh",
+        action="store_true",
+        help="run outside the task's session shell, in a new environment (as --no-broker does on every call)",
+    )
+    p.add_argument(
+        "--no-broker",
+        action="store_true",
+        help="run in this process, not through the session broker (also: ENVLAYER_BROKER=0, broker = false)",
+    )
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="CMD ...", help="the command and its arguments")
     p.set_defaults(func=cmd_exec)
+
+    p = _sub(
+        sub,
+        "broker",
+        common,
+        "show or stop your session brokers (the background processes behind `envlayer exec`)",
+        "  envlayer broker status          # pid, uptime, socket, environments held\n"
+        "  envlayer broker stop            # stop them (running commands are interrupted)\n"
+        "  envlayer broker serve           # run this context's broker in the foreground (debugging)",
+    )
+    p.add_argument("action", choices=["status", "stop", "serve"])
+    p.set_defaults(func=cmd_broker)
 
     p = _sub(
         sub,
@@ -636,6 +525,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("shell", choices=SHELLS)
     p.set_defaults(func=cmd_completion)
     return parser
+
+
+def cmd_broker(args: argparse.Namespace) -> int:
+    from envlayer.broker import control
+
+    if args.action == "serve":
+        from envlayer.broker import runtime_dir, server
+
+        digest = runtime_dir.context_digest(os.getcwd(), os.environ)
+        return server.serve(control.directory(), digest)
+    brokers = control.status() if args.action == "status" else control.stop()
+    if args.json:
+        _print_json(brokers)
+        return 0
+    if not brokers:
+        print("no broker running")
+    for b in brokers:
+        state = ("stopped" if b["stopped"] else "still running") if "stopped" in b else f"up {b['uptime']:.0f}s"
+        print(f"broker pid {b['pid']} {state}, socket {b['socket']}, directory {b['cwd']}")
+        rows = [
+            [e["backend"], e["profile"], _task_cell(e["task"]), f"{e['idle_seconds']:.0f}s", str(e["in_flight"])]
+            for e in b["environments"]
+        ]
+        if rows and "stopped" not in b:
+            print(_table(rows, ["BACKEND", "PROFILE", "TASK", "IDLE", "RUNNING"]))
+    return 0 if all(b.get("stopped", True) for b in brokers) else 1
 
 
 def cmd_completion(args: argparse.Namespace) -> int:

@@ -7,7 +7,8 @@ Sources, lowest precedence first (a later source overrides an earlier one key by
 3. the project file ``./envlayer.toml`` (in the current directory);
    -- or, instead of 2 and 3, only the file named by ``--config`` / ``ENVLAYER_CONFIG``;
 4. environment variables: ``ENVLAYER_BACKEND``, ``ENVLAYER_PROFILE``,
-   ``ENVLAYER_LIFETIME_SECONDS``, ``ENVLAYER_ORPHAN_REAPER`` and
+   ``ENVLAYER_LIFETIME_SECONDS``, ``ENVLAYER_ORPHAN_REAPER``, ``ENVLAYER_BROKER``,
+   ``ENVLAYER_BROKER_IDLE_TIMEOUT`` and
    ``ENVLAYER_<BACKEND>_<OPTION>`` for every backend option;
 5. command-line flags (``--backend``, ``--profile``, ``-o KEY=VALUE``) or keyword
    arguments passed by code.
@@ -18,6 +19,8 @@ File layout::
     profile = "default"         # namespaces every sandbox this process creates
     lifetime_seconds = 300      # idle time before the manager releases an environment
     orphan_reaper = true        # sweep dead sandboxes once per process
+    broker = true               # `envlayer exec` through the session broker
+    broker_idle_timeout = 300   # idle seconds before the broker exits
 
     [backends.docker]           # options of one backend: see `envlayer backends --options`
     image = "python:3.11-slim"
@@ -50,6 +53,8 @@ CORE_KEYS: dict[str, tuple[type, Any, str]] = {
     "profile": (str, "default", "Namespace for every sandbox this process creates, reuses or reaps."),
     "lifetime_seconds": (float, 300.0, "Idle seconds before the manager releases an environment."),
     "orphan_reaper": (bool, True, "Sweep sandboxes left by dead processes once per process and backend."),
+    "broker": (bool, True, "Run `envlayer exec` through the per-user session broker (false: in-process)."),
+    "broker_idle_timeout": (float, 300.0, "Idle seconds after which the session broker exits."),
 }
 """Top-level keys: (type, default, doc)."""
 
@@ -80,6 +85,8 @@ class Settings:
     profile: str = "default"
     lifetime_seconds: float = 300.0
     orphan_reaper: bool = True
+    broker: bool = True
+    broker_idle_timeout: float = 300.0
     backend_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     argument_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     argument_texts: dict[str, set[str]] = field(default_factory=dict)
@@ -176,6 +183,8 @@ def _check_core(key: str, value: Any, source: str) -> Any:
             key=key,
             hint="use 1-63 characters from A-Z a-z 0-9 _ . - starting with a letter or digit",
         )
+    if key == "broker_idle_timeout" and not 0 < value < float("inf"):
+        raise ConfigError("must be a finite number > 0", source=source, key=key, hint="use seconds such as 300")
     if key == "lifetime_seconds" and value <= 0:
         raise ConfigError("must be > 0", source=source, key=key, hint="use a number of seconds such as 300")
     return value

@@ -21,7 +21,7 @@ from envlayer.capabilities import Capability, accepts_keyword, defines_method_fo
 from envlayer.environment import Command, Environment, SandboxInfo
 from envlayer.errors import BackendUnavailable, EnvlayerError, PluginError
 from envlayer.options import BaseOptions
-from envlayer.plugin_errors import backend_name, plugin_call
+from envlayer.plugin_errors import backend_name, plugin_call, recording
 from envlayer.result import ExecResult
 
 log = logging.getLogger("envlayer.lifecycle")
@@ -144,15 +144,7 @@ def exec_with_output(
 ) -> StreamOutcome:
     """:func:`exec_streaming`, returning a :class:`StreamOutcome` with the fallback note."""
     if supports(environment, Capability.STREAMING):
-        callers: list[BaseException] = []  # the callback's own exceptions are not the plugin's
-
-        def relay(stream: str, chunk: bytes) -> None:
-            try:
-                on_output(stream, chunk)
-            except BaseException as exc:
-                callers.append(exc)
-                raise
-
+        relay, callers = recording(on_output)  # the callback's own exceptions are not the plugin's
         with plugin_call(environment, "exec", passthrough=callers):
             result = environment.exec(command, on_output=relay, **kwargs)  # type: ignore[call-arg]
         return StreamOutcome(result, streamed=True)

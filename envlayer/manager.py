@@ -58,7 +58,7 @@ from envlayer.errors import BackendUnavailable, EnvironmentClosed, EnvlayerError
 from envlayer.factory import backend_class, open_environment
 from envlayer.lifecycle import CleanupOutcome, cleanup, exec_streaming, wait_for_cleanup
 from envlayer.orphan_sweeps import OrphanSweep, orphan_sweep, start_sweep
-from envlayer.plugin_errors import plugin_call
+from envlayer.plugin_errors import plugin_call, recording
 from envlayer.result import ExecResult
 from envlayer.task_bindings import EnvKey, TaskBindingConflict, TaskBindings, TaskOverrides
 
@@ -178,10 +178,12 @@ class ManagedEnvironment(Environment):
                 kwargs["cancel"] = cancel
             else:
                 log.debug("backend %r cannot cancel a running command", self.environment.name)
-        with self._manager._activity(self._entry, "exec"):
-            if on_output is not None:
-                return exec_streaming(self.environment, command, on_output, **kwargs)
-            return self.environment.exec(command, **kwargs)
+        if on_output is None:
+            with self._manager._activity(self._entry, "exec"):
+                return self.environment.exec(command, **kwargs)
+        relay, callers = recording(on_output)  # the caller's own exceptions are not the plugin's
+        with self._manager._activity(self._entry, "exec", passthrough=callers):
+            return exec_streaming(self.environment, command, relay, **kwargs)
 
     def read_file(self, path: str) -> bytes:
         """:meth:`Environment.read_file`, tracked."""
@@ -404,7 +406,7 @@ class EnvironmentManager:
     # --- activity, eviction, idle reaping -------------------------------------------
 
     @contextmanager
-    def _activity(self, entry: _Entry, stage: str) -> Iterator[None]:
+    def _activity(self, entry: _Entry, stage: str, passthrough: list[BaseException] | None = None) -> Iterator[None]:
         """Track one call on ``entry`` (in flight, last activity); evict on
         ``BackendUnavailable``; a contract-breaking exception becomes ``PluginError``."""
         with self._lock:
@@ -416,7 +418,7 @@ class EnvironmentManager:
             entry.in_flight += 1
             entry.last_activity = time.monotonic()
         try:
-            with plugin_call(entry.env, stage):
+            with plugin_call(entry.env, stage, passthrough=passthrough if passthrough is not None else ()):
                 yield
         except BackendUnavailable:
             self._evict(entry)
@@ -500,6 +502,13 @@ class EnvironmentManager:
         """Keys of the environments alive now."""
         with self._lock:
             return list(self._entries)
+
+    def activity(self) -> dict[EnvKey, tuple[float, int]]:
+        """For each environment alive now: seconds since its last activity, and the
+        number of calls in flight on it."""
+        now = time.monotonic()
+        with self._lock:
+            return {key: (now - e.last_activity, e.in_flight) for key, e in self._entries.items()}
 
     def orphan_sweep(self, backend: str | None = None) -> OrphanSweep | None:
         """This process's orphan sweep of ``backend`` (default: the configured one) for

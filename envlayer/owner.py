@@ -20,12 +20,15 @@ import socket
 
 
 def _start_time(pid: int) -> str | None:
+    """The kernel start time of ``pid``; None when it does not run: gone, or a zombie
+    (it exited and its parent has not reaped it yet, as after a SIGKILL)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
             raw = fh.read()
     except OSError:
         return None
-    return raw[raw.rfind(b")") + 2 :].split()[19].decode()
+    fields = raw[raw.rfind(b")") + 2 :].split()
+    return None if fields[0] == b"Z" else fields[19].decode()
 
 
 def _host() -> str:

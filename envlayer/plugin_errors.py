@@ -10,7 +10,7 @@ through untouched.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -21,6 +21,23 @@ def backend_name(backend: Any) -> str:
     """The backend name of a class or instance (its ``name``, else its class name)."""
     cls = backend if isinstance(backend, type) else type(backend)
     return getattr(backend, "name", "") or cls.__name__
+
+
+def recording(callback: Callable[[str, bytes], None]) -> tuple[Callable[[str, bytes], None], list[BaseException]]:
+    """``callback`` wrapped so that whatever it raises is recorded in the returned list
+    (and re-raised): pass that list as :func:`plugin_call`'s ``passthrough`` so that the
+    caller's own exception (a broken pipe while printing output) is not blamed on the
+    plugin that called it."""
+    raised: list[BaseException] = []
+
+    def wrapped(stream: str, chunk: bytes) -> None:
+        try:
+            callback(stream, chunk)
+        except BaseException as exc:
+            raised.append(exc)
+            raise
+
+    return wrapped, raised
 
 
 @contextmanager

@@ -79,12 +79,18 @@ class _Drain:
         self.started.set()
 
 
-def default_sigint() -> None:
-    """A ``preexec_fn`` for a child that will be sent SIGINT: puts SIGINT back to its
-    default action. A test run started in the background (``cmd &`` in a non-interactive
-    shell, as CI scripts do) ignores SIGINT; its children inherit that, and a Python child
-    then installs no ``KeyboardInterrupt`` handler, so the SIGINT would be ignored."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+def make_sigint_deliverable() -> None:
+    """Make SIGINT reach the processes this one starts from now on.
+
+    A process started in the background by a non-interactive shell (``cmd &``, ``nohup
+    cmd &``, many CI runners) inherits SIGINT *ignored*, its children too, and Python then
+    leaves it ignored: a test's SIGINT would never reach the CLI and the run would end in
+    a timeout instead of exit 130. If SIGINT is ignored here, this installs Python's
+    default handler (KeyboardInterrupt), so children start with the default action;
+    otherwise it changes nothing.
+    """
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _spawn(
@@ -97,7 +103,6 @@ def _spawn(
         stderr=subprocess.PIPE,
         env=cli_env(env),
         cwd=cwd,
-        preexec_fn=default_sigint,
     )
     flowing = threading.Event()
     return proc, _Drain(proc.stdout, flowing), _Drain(proc.stderr, flowing)
@@ -141,6 +146,7 @@ def cli_interrupt_flood(
     """Start ``envlayer exec OPTIONS -- sh -c FLOOD``, wait until output flows and then
     ``flooding_for`` seconds more, send SIGINT; ``seconds`` counts from the signal. A
     process still running :data:`HANG_SECONDS` after the signal is killed (exit -9)."""
+    make_sigint_deliverable()
     proc, out, err = _spawn(options, ["sh", "-c", flood], env=env, cwd=cwd)
     if not out.started.wait(120):
         proc.kill()

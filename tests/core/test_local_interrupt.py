@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 
 from envlayer.proctree import tree_members
-from envlayer.testing.hostile import default_sigint
 
 CHILD = """
 import sys
@@ -51,7 +50,6 @@ def test_keyboard_interrupt_kills_the_tree(tmp_path: Path) -> None:
         [sys.executable, "-c", CHILD.format(marker=marker, a=SLEEPS[0], b=SLEEPS[1], c=SLEEPS[2])],
         stdout=subprocess.PIPE,
         text=True,
-        preexec_fn=default_sigint,  # a run started with `&` ignores SIGINT, and so would the child
     )
     try:
         assert proc.stdout is not None and proc.stdout.readline() == "ready\n"

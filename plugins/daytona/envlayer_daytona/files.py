@@ -32,9 +32,9 @@ from envlayer.errors import (
     FileTooLarge,
     SandboxFileNotFound,
     SandboxIsADirectory,
-    SandboxPathError,
     SandboxPermissionDenied,
 )
+from envlayer.tar_extract import check_data, extract_data
 from envlayer.transfer import TransferSummary
 from envlayer_daytona.stream import SPOOL
 
@@ -165,10 +165,8 @@ def extract(payload: bytes, dest: str) -> TransferSummary:
     with tarfile.open(fileobj=io.BytesIO(payload), mode="r") as tar:
         members = [m for m in tar.getmembers() if m.isfile() or m.isdir()]
         for member in members:
-            try:
-                tarfile.data_filter(member, root)
-            except tarfile.FilterError as exc:
-                raise SandboxPathError(member.name, dest) from exc
-        tar.extractall(root, members=members, filter="data")
+            check_data(member, root)
+        for member in members:
+            extract_data(tar, member, root)
     files = [m for m in members if m.isfile()]
     return TransferSummary(files=len(files), bytes=sum(m.size for m in files))

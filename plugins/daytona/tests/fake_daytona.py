@@ -332,6 +332,8 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
     def _dispatch(self, method: str) -> None:
+        """Serve one request. The route log entry is written before the answer is sent, so a
+        test that reads the log after its call returned always finds that call in it."""
         url = urlsplit(self.path)
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}
         length = int(self.headers.get("Content-Length") or 0)
@@ -351,15 +353,17 @@ class Handler(BaseHTTPRequestHandler):
         except ApiError as exc:
             status, payload, headers = exc.status, _error_body(exc.status, exc.message, exc.code, url.path), {}
         except Exception as exc:
-            status, payload, headers = 500, _error_body(500, f"{type(exc).__name__}: {exc}", "INTERNAL", url.path), {}
-        # Logged before the answer goes out: a client that has its answer finds the request
-        # in the log (logged after, a test reading the log at once raced the server thread).
+            status, headers = 500, {}
+            payload = _error_body(500, f"{type(exc).__name__}: {exc}", "INTERNAL", url.path)
+        self._log_route(method, route, status, url.path)
+        self._send(status, payload, headers)
+
+    def _log_route(self, method: str, route: str, status: int, path: str) -> None:
         entry = {"method": method, "route": route, "status": status, "known": route != "unknown"}
         if route == "unknown":
-            entry["path"] = url.path
+            entry["path"] = path
         self.route_log.write(json.dumps(entry) + "\n")
         self.route_log.flush()
-        self._send(status, payload, headers)
 
     def _send(self, status: int, payload: Any, headers: dict[str, str]) -> None:
         if isinstance(payload, bytes):

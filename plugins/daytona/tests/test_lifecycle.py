@@ -21,6 +21,7 @@ import pytest
 from daytona_testkit import FAKE_KEY, IMAGE, FakeDaytona, child_code, run_python, start_fake, stop_fake
 
 from envlayer.errors import BackendUnavailable
+from envlayer.testing.racing import race
 
 pytestmark = pytest.mark.docker
 
@@ -132,12 +133,9 @@ def test_sixteen_racing_processes_make_one_sandbox(
 ) -> None:
     task = f"race-{uuid.uuid4().hex[:6]}"
     code = child_code(fake_daytona.url, task, profile) + "print(env.sandbox_id)\nenv.cleanup()\n"
-    procs = [run_python(code, wait=False) for _ in range(16)]
-    ids = []
-    for proc in procs:
-        out, err = proc.communicate(timeout=300)
-        assert proc.returncode == 0, err
-        ids.append(out.strip())
+    prelude = "from daytona import Daytona, DaytonaConfig\nimport envlayer_daytona.backend, envlayer_daytona.options\n"
+    env = {**os.environ, "DAYTONA_API_KEY": FAKE_KEY}
+    ids = [racer.stdout.strip() for racer in race(prelude, code, 16, timeout=300, env=env)]
     assert len(set(ids)) == 1
     assert [s.id for s in _managed(fake_daytona, profile, task)] == ids[:1]
     make_env(task)  # so the test removes it

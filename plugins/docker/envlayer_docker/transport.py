@@ -67,14 +67,18 @@ def raw_socket(attached: Any) -> socket.socket:
     return getattr(attached, "_sock", attached)
 
 
+def _http_response(attached: Any) -> Any:
+    """The ``http.client.HTTPResponse`` that docker-py hijacked the socket from, or None."""
+    return getattr(getattr(getattr(attached, "_response", None), "raw", None), "_fp", None)
+
+
 def buffered_bytes(attached: Any) -> bytes:
     """The stream bytes that came in with the response headers: docker-py parses them
     through a buffered reader, which may have read past them, and hands out the socket
     under it. Those bytes are the start of the stream; reading only the socket loses them.
     Takes them without waiting (``b""`` when there are none); leaves the socket
     non-blocking."""
-    response = getattr(attached, "_response", None)
-    reader = getattr(getattr(getattr(response, "raw", None), "_fp", None), "fp", None)
+    reader = getattr(_http_response(attached), "fp", None)
     if reader is None or not hasattr(reader, "read1"):
         return b""
     raw_socket(attached).setblocking(False)
@@ -171,14 +175,21 @@ class AttachStream:
         return code
 
     def close(self) -> None:
-        """Close the connection (the process sees EOF on stdin; it is not killed)."""
+        """Close the connection (the process sees EOF on stdin; it is not killed). The
+        HTTP response it was hijacked from is closed first, while its reader is still
+        open: closed later by the garbage collector, it would flush a closed file (Python
+        3.13 prints that as an ignored exception with a traceback)."""
         if self._closed:
             return
         self._closed = True
-        for closer in (lambda: self.sock.shutdown(socket.SHUT_RDWR), self.sock.close, self._attached.close):
+        close_response = getattr(_http_response(self._attached), "close", None)
+        closers = [lambda: self.sock.shutdown(socket.SHUT_RDWR), self.sock.close, self._attached.close]
+        if close_response is not None:
+            closers.insert(0, close_response)
+        for closer in closers:
             try:
                 closer()
-            except OSError:
+            except (OSError, ValueError):
                 pass
 
 

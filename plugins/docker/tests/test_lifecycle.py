@@ -18,6 +18,7 @@ from envlayer_docker.backend import DockerEnvironment
 from envlayer_docker.naming import container_name
 
 from envlayer.errors import BackendUnavailable, ConfigError, EnvironmentClosed
+from envlayer.testing.racing import race
 
 pytestmark = pytest.mark.docker
 
@@ -132,32 +133,26 @@ def test_sigkill_mid_session_then_attach(run_python, child_env_code, docker_api,
     assert out.split() == [cid, "marker"]
 
 
-def test_sixteen_racing_processes_end_with_one_container(run_python, child_env_code, docker_api, profile) -> None:
+RACE_PRELUDE = "import docker, envlayer_docker.backend, envlayer_docker.options\n"
+"""What the 16 racers import once before they fork (the SDK and the plugin)."""
+
+
+def test_sixteen_racing_processes_end_with_one_container(child_env_code, docker_api, profile) -> None:
     task = _task()
     code = child_env_code(task, profile) + "print(env.container_id, env.exec('echo ok').stdout_text.strip())\n"
-    procs = [run_python(code, wait=False) for _ in range(16)]
-    outs = []
-    for p in procs:
-        out, err = p.communicate(timeout=120)
-        assert p.returncode == 0, err
-        outs.append(out.split())
+    outs = [racer.stdout.split() for racer in race(RACE_PRELUDE, code, 16, timeout=180)]
     assert {o[1] for o in outs} == {"ok"}
     assert len({o[0] for o in outs}) == 1
     assert len(_containers(docker_api, profile, task)) == 1
 
 
 def test_sixteen_racing_processes_with_new_fingerprint_end_with_one(
-    run_python, child_env_code, make_env, docker_api, profile
+    child_env_code, make_env, docker_api, profile
 ) -> None:
     task = _task()
     old = make_env(task, pids_limit=111).container_id
     code = child_env_code(task, profile, pids_limit=222) + "print(env.container_id)\n"
-    procs = [run_python(code, wait=False) for _ in range(16)]
-    ids = set()
-    for p in procs:
-        out, err = p.communicate(timeout=120)
-        assert p.returncode == 0, err
-        ids.add(out.strip())
+    ids = {racer.stdout.strip() for racer in race(RACE_PRELUDE, code, 16, timeout=180)}
     assert len(ids) == 1 and old not in ids
     found = _containers(docker_api, profile, task)
     assert [c["Id"] for c in found] == list(ids)

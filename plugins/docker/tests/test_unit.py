@@ -86,6 +86,35 @@ def test_owner_label_and_liveness() -> None:
     assert owner_is_dead("garbage") is False
 
 
+def _stat(pid: int) -> list[bytes]:
+    """The fields of /proc/PID/stat after the command name."""
+    with open(f"/proc/{pid}/stat", "rb") as fh:
+        return fh.read().rsplit(b")", 1)[1].split()
+
+
+def test_an_owner_killed_but_not_yet_reaped_is_dead() -> None:
+    """A SIGKILLed owner stays a zombie until its parent reaps it: it runs no more."""
+    import subprocess
+    import time
+
+    from envlayer.owner import owner_is_dead, owner_label
+
+    child = subprocess.Popen(["sh", "-c", "read line"], stdin=subprocess.PIPE)
+    try:
+        start = _stat(child.pid)[19].decode()
+        label = f"{child.pid}-{start}-{(owner_label() or '').split('-', 2)[2]}"
+        assert owner_is_dead(label) is False
+        child.kill()
+        deadline = time.monotonic() + 30
+        while _stat(child.pid)[0] != b"Z":
+            assert time.monotonic() < deadline, "the child never became a zombie"
+            time.sleep(0.01)
+        assert owner_is_dead(label) is True
+    finally:
+        child.kill()
+        child.wait()
+
+
 # --- naming --------------------------------------------------------------------------------
 
 
@@ -379,6 +408,18 @@ def test_fallback_refuses_special_files_and_absolute_links(tmp_path) -> None:
     for member in (fifo, link):
         with pytest.raises(SandboxPathError):
             tar_extract.data_safe(member, str(tmp_path))
+
+
+@pytest.mark.parametrize("use_filter", FILTER_PATHS, ids=["data_filter", "fallback"])
+def test_check_data_judges_without_writing(tmp_path, monkeypatch, use_filter) -> None:
+    monkeypatch.setattr(tar_extract, "HAS_DATA_FILTER", use_filter)
+    escape, absolute = tarfile.TarInfo("../evil"), tarfile.TarInfo("l")
+    absolute.type, absolute.linkname = tarfile.SYMTYPE, "/etc/passwd"
+    for member in (escape, absolute):
+        with pytest.raises(SandboxPathError):
+            tar_extract.check_data(member, str(tmp_path))
+    tar_extract.check_data(tarfile.TarInfo("sub/ok"), str(tmp_path))
+    assert list(tmp_path.iterdir()) == [], "checking writes nothing"
 
 
 # --- import cost ----------------------------------------------------------------------------------

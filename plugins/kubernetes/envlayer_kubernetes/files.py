@@ -22,12 +22,12 @@ import os
 import tarfile
 from collections.abc import Callable
 
+from envlayer.archive import safe_extract
 from envlayer.errors import (
     BackendUnavailable,
     FileTooLarge,
     SandboxFileNotFound,
     SandboxIsADirectory,
-    SandboxPathError,
 )
 from envlayer.transfer import TransferSummary
 
@@ -112,29 +112,12 @@ def download_dir(run: Runner, shell: str, remote: str, local: str, limit: int) -
         raise FileTooLarge(remote, len(out), limit)
     if code != 0:
         raise _failed("packing", remote, code, err)
+    os.makedirs(local, exist_ok=True)
     try:
-        with tarfile.open(fileobj=io.BytesIO(out), mode="r:") as tar:
-            members = [m for m in tar.getmembers() if not (m.isdev() or m.isfifo())]
-            dest = os.path.realpath(local)
-            for member in members:
-                _check_member(member, dest)
-            os.makedirs(local, exist_ok=True)
-            tar.extractall(local, members=members, filter="tar")
+        return safe_extract(out, local, strip_first=False)
     except tarfile.TarError as exc:
         raise _failed("packing", remote, code, str(exc).encode()) from exc
-    return _summary([m for m in members if m.isfile()])
 
 
 def _summary(files: list[tarfile.TarInfo]) -> TransferSummary:
     return TransferSummary(files=len(files), bytes=sum(m.size for m in files))
-
-
-def _check_member(member: tarfile.TarInfo, dest: str) -> None:
-    target = os.path.realpath(os.path.join(dest, member.name))
-    if member.name.startswith("/") or not (target == dest or target.startswith(dest + os.sep)):
-        raise SandboxPathError(member.name, dest)
-    if member.issym() or member.islnk():
-        base = dest if member.islnk() else os.path.dirname(target)
-        link = os.path.realpath(os.path.join(base, member.linkname))
-        if member.linkname.startswith("/") or not (link == dest or link.startswith(dest + os.sep)):
-            raise SandboxPathError(f"{member.name} -> {member.linkname}", dest)

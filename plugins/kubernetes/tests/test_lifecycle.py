@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from envlayer.errors import BackendUnavailable
+from envlayer.testing.racing import race
 
 
 def _task() -> str:
@@ -89,29 +90,15 @@ def test_sigkill_then_attach(make_env: Callable[..., Any], profile: str, run_pyt
 
 
 def test_sixteen_racing_processes_end_on_one_pod(
-    fake_apiserver: Any, profile: str, tmp_path: Any, run_python: Any, child_env_code: Any
+    fake_apiserver: Any, profile: str, control: Any, child_env_code: Any
 ) -> None:
     task = _task()
-    go = tmp_path / "go"
-    code = (
-        "import os, time\n"
-        f"while not os.path.exists({str(go)!r}): time.sleep(0.01)\n"
-        + child_env_code(task, profile)
-        + "print(env._pod.uid, env._pod.created, env.exec('echo ok').stdout.decode().strip())\n"
+    code = child_env_code(task, profile) + (
+        "print(env._pod.uid, env._pod.created, env.exec('echo ok').stdout.decode().strip())\n"
     )
-    children = [run_python(code, wait=False) for _ in range(16)]
-    try:
-        time.sleep(1.0)
-        go.write_text("go")
-        outputs = []
-        for child in children:
-            out, err = child.communicate(timeout=180)
-            assert child.returncode == 0, err
-            outputs.append(out.split())
-    finally:
-        for child in children:
-            if child.poll() is None:
-                child.kill()
+    prelude = "import kubernetes.client, kubernetes.config, kubernetes.stream, envlayer_kubernetes.backend\n"
+    racers = race(prelude, code, 16, timeout=180, env=control.child_environ())
+    outputs = [racer.stdout.split() for racer in racers]
     assert {o[0] for o in outputs} != set() and len({o[0] for o in outputs}) == 1
     assert sum(o[1] == "True" for o in outputs) == 1
     assert all(o[2] == "ok" for o in outputs)

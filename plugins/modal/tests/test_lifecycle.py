@@ -18,6 +18,7 @@ from modal_testenv import APP, IMAGE, QUOTA_TAG, child_code
 
 from envlayer.errors import BackendUnavailable
 from envlayer.sandbox_tags import sanitize
+from envlayer.testing.racing import race
 
 pytestmark = pytest.mark.modal
 
@@ -91,17 +92,8 @@ def test_sixteen_racing_processes_make_one_sandbox(fake_modal: Any, profile: str
     task = f"race-{uuid.uuid4().hex[:6]}"
     code = child_code(task, profile) + "print(env.sandbox_id)\n"
     env = {**os.environ, **fake_modal.env("ak-envlayer-race")}
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
-        )
-        for _ in range(16)
-    ]
-    outs = []
-    for proc in procs:
-        out, err = proc.communicate(timeout=180)
-        assert proc.returncode == 0, err
-        outs.append(out.strip())
+    prelude = "import modal, envlayer_modal.backend, envlayer_modal.options\n"
+    outs = [racer.stdout.strip() for racer in race(prelude, code, 16, timeout=180, env=env)]
     try:
         assert len(set(outs)) == 1
         assert _running(task, profile) == [outs[0]]

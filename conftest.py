@@ -1,0 +1,79 @@
+"""Every test run keeps the session brokers its ``envlayer exec`` calls start to itself.
+
+``envlayer exec`` runs through a per-user broker by default (docs/cli.md, "The session
+broker"). The CLI tests strip the caller's ``ENVLAYER_*`` variables, so the run points
+``XDG_RUNTIME_DIR`` at a private directory instead: brokers started by tests never meet a
+user's broker or another run's. After each test the brokers it started are stopped
+(SIGTERM: their environments are closed by the manager's rules), and killed with
+everything they started if they do not exit; the directory is removed at the end.
+``tests/broker`` sets its own runtime directory per test.
+
+It also makes SIGINT deliverable to the processes tests start, even in a run started in
+the background with SIGINT ignored (see ``pytest_configure``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import tempfile
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from envlayer.broker.control import running_brokers
+from envlayer.testing.hostile import make_sigint_deliverable
+
+STOP_WAIT = 20.0
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Tests that send SIGINT to a child (Ctrl-C mid-command) need it delivered even when
+    this run was started in the background with SIGINT ignored (``make_sigint_deliverable``)."""
+    make_sigint_deliverable()
+
+
+def _signal(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _stop_brokers(directory: str) -> None:
+    """Stop the brokers running in ``directory``'s runtime directory: SIGTERM, then
+    SIGKILL to the process group of one still running after :data:`STOP_WAIT` seconds
+    (pids come from their locked pid files only: a stale pid may be anyone's now)."""
+    runtime = os.path.join(directory, "envlayer")
+    pids = running_brokers(runtime)
+    for pid in pids:
+        _signal(pid, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_WAIT
+    while set(pids) & set(running_brokers(runtime)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for pid in set(pids) & set(running_brokers(runtime)):
+        _signal(-pid, signal.SIGKILL)  # its process group: it runs in its own session
+
+
+@pytest.fixture(scope="session")
+def _broker_runtime_dir() -> Iterator[str]:
+    directory = tempfile.mkdtemp(prefix="envlayer-test-run-", dir="/tmp")
+    old = os.environ.get("XDG_RUNTIME_DIR")
+    os.environ["XDG_RUNTIME_DIR"] = directory
+    try:
+        yield directory
+    finally:
+        _stop_brokers(directory)
+        if old is None:
+            os.environ.pop("XDG_RUNTIME_DIR", None)
+        else:
+            os.environ["XDG_RUNTIME_DIR"] = old
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _stop_test_brokers(_broker_runtime_dir: str) -> Iterator[None]:
+    yield
+    _stop_brokers(_broker_runtime_dir)
