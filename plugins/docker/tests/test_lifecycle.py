@@ -17,6 +17,7 @@ from envlayer_docker import labels
 from envlayer_docker.backend import DockerEnvironment
 from envlayer_docker.naming import container_name
 
+from envlayer.cancel import CancelToken
 from envlayer.errors import BackendUnavailable, ConfigError, EnvironmentClosed
 from envlayer.testing.racing import race
 
@@ -381,14 +382,20 @@ def test_idle_reclaim_removes_only_truly_idle(make_env, docker_api, profile) -> 
     busy = make_env(prof=own, lease_interval=0)
     bg = make_env(prof=own, lease_interval=0)
     bg.exec("sleep 1000 > /dev/null 2>&1 &")
-    holder = threading.Thread(target=lambda: busy.exec("sleep 6", timeout=30))
-    time.sleep(2.2)
+    # busy runs a command for as long as the check takes (cancelled afterwards): it is kept
+    # because its command is alive, whatever its lease's age and however slow the machine
+    stop_busy = CancelToken()
+    holder = threading.Thread(target=lambda: busy.exec("sleep 900", timeout=1000, cancel=stop_busy))
     holder.start()
-    time.sleep(0.5)
-    opts = idle.options.__class__(image=idle.options.image, idle_reclaim_after=2.0)
     try:
+        deadline = time.monotonic() + 60
+        while "sleep 900" not in _top(docker_api, busy.container_id) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(2.2)  # idle's lease (its last command) is now older than idle_reclaim_after
+        opts = idle.options.__class__(image=idle.options.image, idle_reclaim_after=2.0)
         removed = DockerEnvironment.reap_orphans(profile=own, max_age=3600, dry_run=False, options=opts)
     finally:
+        stop_busy.cancel()
         holder.join()
     assert {i.detail["container_id"] for i in removed} == {idle.container_id[:12]}
     assert _status(docker_api, idle.container_id) == "removed"
