@@ -13,7 +13,10 @@ alternate over 5 rounds so that a change in machine load affects every variant a
   and the ``ssh`` command with a ControlMaster (``benchmarks/ssh_exec.py``'s).
 
 The ``envlayer`` script is the virtualenv's ``bin/envlayer``, run directly: ``uv run
-envlayer`` adds uv's own start (tens of ms) to every call. Each backend's broker runs in
+envlayer`` adds uv's own start (tens of ms) to every call. The envlayer package is
+byte-compiled first (``compileall``), as installing a wheel does: ``uv sync`` installs the
+workspace editable without bytecode, and where ``PYTHONDONTWRITEBYTECODE`` is set (as on
+the development machine) every call would otherwise compile the client's modules again. Each backend's broker runs in
 its own directory (one broker per caller context); the run uses a private runtime
 directory and profile, and stops its brokers and removes its containers at the end.
 
@@ -38,6 +41,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from ssh_exec import interleaved_medians, ssh_cli
 from ssh_testserver import SSHServer, requirements_missing
+
+import envlayer
 
 ENVLAYER = os.path.join(os.path.dirname(sys.executable), "envlayer")
 TARGET_MS = 25.0
@@ -119,6 +124,8 @@ def main() -> int:
     parser.add_argument("--no-ssh", action="store_true", help="skip the SSH variants")
     args = parser.parse_args()
 
+    package = os.path.dirname(os.path.abspath(envlayer.__file__))
+    subprocess.run([sys.executable, "-m", "compileall", "-q", package], check=True, stdout=subprocess.DEVNULL)
     profile = f"bench-broker-{uuid.uuid4().hex[:8]}"
     runtime = tempfile.mkdtemp(prefix="elbb-", dir="/tmp")
     root = Path(tempfile.mkdtemp(prefix="envlayer-bench-broker-"))

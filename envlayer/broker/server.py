@@ -376,6 +376,8 @@ class Broker:
         call.running = True
         call.send(protocol.STARTED, str(os.getpid()).encode())
         code = run_exec(args, plan, env, console, release, cancel=call.token)
+        if self._stop.is_set() and call.token.cancelled:
+            console.note(f"the broker (pid {os.getpid()}) was stopped (broker stop or SIGTERM) while the command ran")
         call.send(protocol.EXIT, str(code).encode())
 
     def _environment(

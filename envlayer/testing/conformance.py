@@ -137,6 +137,10 @@ def _report_alive(pids: str) -> str:
     )
 
 
+_FLOOD_CAP = 65536
+"""``max_output_bytes`` during the flood tests (see there)."""
+
+
 # --- exec contract: bad input, hostile output, session semantics (exec-core) -----------
 
 
@@ -213,12 +217,22 @@ class ExecContractConformance:
     def test_flood_times_out_on_time_and_leaves_nothing(self, env: Environment, flood: str) -> None:
         if not self.handles_output_floods:
             pytest.skip("backend documents that it buffers all output")
+        # A cap of 64 KiB: a loaded machine may move less than the default 1 MiB through a
+        # slow transport in 2 s, and then no cap would be hit; any flood passes 64 KiB.
+        previous_cap = env.options.max_output_bytes
         with _pidfile(env) as pidfile:
-            result = env.exec(f"echo $$ > {pidfile}; {flood}", timeout=2)
-            assert result.timed_out and result.exit_code == 124
-            assert result.duration < 5, f"a 2 s timeout returned after {result.duration:.1f} s"
+            env.options.max_output_bytes = _FLOOD_CAP
+            try:
+                # A flood never ends by itself: that the call returns at all, timed out with
+                # the 2 s limit, shows the timeout ended it. How soon after the deadline is a
+                # speed figure (benchmarks/timeouts.py), not a check: load stretches it.
+                result = env.exec(f"echo $$ > {pidfile}; {flood}", timeout=2)
+            finally:
+                env.options.max_output_bytes = previous_cap
+            assert result.timed_out and result.exit_code == 124 and result.timeout == 2
             noisy = result.stderr_truncation if ">&2" in flood else result.stdout_truncation
-            assert noisy is not None and noisy.total > env.options.max_output_bytes
+            assert noisy is not None and noisy.total > _FLOOD_CAP
+            assert noisy.kept_head + noisy.kept_tail <= _FLOOD_CAP
             check = env.exec(_report_alive(f"$(cat {pidfile})"))
             assert check.stdout_text == "", f"the flood survived its timeout: {check.stdout_text}"
         assert env.exec("echo after-flood").stdout == b"after-flood\n"
@@ -394,11 +408,14 @@ class EnvironmentConformance:
     # --- timeouts ---------------------------------------------------------------------
 
     def test_timeout_reports_and_returns_quickly(self, env: Environment) -> None:
-        result = env.exec("echo started; sleep 30", timeout=1)
+        """The timeout cuts the command short and keeps the output so far. The bound only
+        tells a cut from the command's own end (120 s); how soon the call returns is a
+        speed figure (benchmarks/timeouts.py), not a check: load stretches it."""
+        result = env.exec("echo started; sleep 120", timeout=1)
         assert result.timed_out
         assert result.exit_code == 124
         assert b"started" in result.stdout
-        assert result.duration < 15
+        assert result.duration < 120
 
     def test_timeout_kills_the_process_tree(self, env: Environment) -> None:
         with _pidfile(env) as pidfile:
@@ -635,10 +652,10 @@ class EnvironmentConformance:
             result = env.exec("echo started; sleep 8")
         finally:
             env.options.timeout = previous
+        # 8 s would end by itself before any default timeout: timed_out shows options.timeout applied
         assert (result.timed_out, result.exit_code) == (True, 124), (
             f"exec without timeout= must use options.timeout=1; got {result!r}"
         )
-        assert result.duration < 7
 
     def test_result_records_the_timeout_that_applied(self, env: Environment) -> None:
         """``ExecResult.timeout`` is the limit that applied to the call (shown to users,

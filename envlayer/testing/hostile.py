@@ -8,9 +8,13 @@ with a timeout and a real SIGINT during a flood end on time there too::
 
     def test_cli_flood(tmp_path):
         run = cli_flood(["--backend", "mine"], cwd=tmp_path)
-        assert run.returncode == 124 and run.seconds < 5
+        assert run.returncode == 124
 
-Both return a :class:`CliRun`; the flood's output is read and discarded as it comes.
+Both return a :class:`CliRun`; the flood's output is read and discarded as it comes. A
+flood never ends by itself, so the documented exit code (124, or 130 after SIGINT) shows
+the timeout or the signal ended it; a CLI that hangs is killed and returns -9.
+``seconds`` is for reports and benchmarks: asserting a bound on it makes a test fail
+whenever the machine is loaded.
 """
 
 from __future__ import annotations
@@ -49,6 +53,11 @@ def cli_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 _TAIL = 65536
+
+HANG_SECONDS = 120.0
+"""How long past its timeout (or after its SIGINT) a CLI run may take before it counts as
+hung and is killed (exit -9). Far above any real figure (a few tenths of a second idle,
+7 s for a SIGINT over SSH under 20 busy loops on 2 cores): only a hang reaches it."""
 
 
 class _Drain:
@@ -120,10 +129,10 @@ def cli_flood(
     cwd: Path | str | None = None,
 ) -> CliRun:
     """``envlayer exec OPTIONS --timeout T -- sh -c FLOOD``; ``seconds`` from the start.
-    A process still running after ``timeout + 30`` seconds is killed (exit -9)."""
+    A process still running :data:`HANG_SECONDS` after its timeout is killed (exit -9)."""
     start = time.monotonic()
     proc, out, err = _spawn([*options, f"--timeout={timeout}"], ["sh", "-c", flood], env=env, cwd=cwd)
-    return _finish(proc, out, err, start, timeout + 30)
+    return _finish(proc, out, err, start, timeout + HANG_SECONDS)
 
 
 def cli_interrupt_flood(
@@ -136,7 +145,7 @@ def cli_interrupt_flood(
 ) -> CliRun:
     """Start ``envlayer exec OPTIONS -- sh -c FLOOD``, wait until output flows and then
     ``flooding_for`` seconds more, send SIGINT; ``seconds`` counts from the signal. A
-    process still running 30 s after the signal is killed (exit -9)."""
+    process still running :data:`HANG_SECONDS` after the signal is killed (exit -9)."""
     make_sigint_deliverable()
     proc, out, err = _spawn(options, ["sh", "-c", flood], env=env, cwd=cwd)
     if not out.started.wait(120):
@@ -145,4 +154,4 @@ def cli_interrupt_flood(
     time.sleep(flooding_for)
     sent = time.monotonic()
     proc.send_signal(signal.SIGINT)
-    return _finish(proc, out, err, sent, 30)
+    return _finish(proc, out, err, sent, HANG_SECONDS)

@@ -442,3 +442,19 @@ def test_a_client_lost_while_sending_stdin_runs_nothing(brk: BrokerRun) -> None:
     assert probe.stdout == "N\n", probe.stderr
     assert brk.run("exec", "--task", "t", "--", "echo after").stdout == "after\n"  # served after the lost call
     assert not target.exists()
+
+
+def test_stopping_the_broker_interrupts_a_running_command_and_says_why(brk: BrokerRun) -> None:
+    marker = f"elbstop{uuid.uuid4().hex[:8]}"
+    proc = brk.popen("exec", "--task", "t", "--", "sh", "-c", "echo started; sleep 3600; true", marker)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"started\n"
+        stopped = brk.run("broker", "stop")
+        assert stopped.returncode == 0 and "stopped" in stopped.stdout
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 130
+    assert b"envlayer: interrupted; the command was killed" in err and b"was stopped" in err
+    wait_until(lambda: not processes_with(marker), "the command's end")

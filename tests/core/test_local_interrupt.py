@@ -53,7 +53,7 @@ def test_keyboard_interrupt_kills_the_tree(tmp_path: Path) -> None:
     )
     try:
         assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60
         while (not marker.exists() or len(_sleepers()) < 3) and time.monotonic() < deadline:
             time.sleep(0.02)  # the marker is written before `sleep 3143` has started
         assert len(_sleepers()) == 3
@@ -72,7 +72,7 @@ def test_tree_members_finds_group_and_marker(tmp_path: Path) -> None:
     env = dict(os.environ, ENVLAYER_EXEC_ID="probe-123")
     leader = subprocess.Popen(["sh", "-c", "setsid sleep 305 & sleep 306"], env=env, start_new_session=True)
     try:
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 60
         members: list[int] = []
         while len(members) < 3 and time.monotonic() < deadline:
             members = tree_members(leader.pid, "probe-123")

@@ -87,10 +87,12 @@ def start_fake(tmp: Path, *, minute_seconds: float = 60.0, max_cpu: int = 0) -> 
         str(max_cpu),
         "--instance",
         instance,
+        "--parent-pid",
+        str(os.getpid()),
     ]
     log = (tmp / f"fake-{instance}.log").open("wb")
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120  # a loaded machine imports slowly; a crash is seen at once
     while not port_file.exists():
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()

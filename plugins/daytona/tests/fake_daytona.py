@@ -11,7 +11,8 @@ uses, with bodies the SDK's strict pydantic models accept. Each sandbox is a Doc
 request (``buildInfo.dockerfileContent`` ``FROM <image>``, or ``snapshot`` read as an image
 name). Every request is appended to ``--route-log`` as one JSON line
 ``{"method", "route", "status", "known"}``; unknown routes answer 404 and are logged with
-``known: false``. On SIGTERM/SIGINT it removes every container it made and exits.
+``known: false``. On SIGTERM/SIGINT, or when the ``--parent-pid`` process is no longer its
+parent (the test run that started it was killed), it removes every container it made and exits.
 
 What it assumes about the real service is written down in ``fake_daytona.md`` next to it.
 """
@@ -554,6 +555,7 @@ def main() -> None:
     parser.add_argument("--minute-seconds", type=float, default=60.0, help="real seconds in one Daytona minute")
     parser.add_argument("--max-cpu", type=int, default=0, help="total CPU quota of started sandboxes (0: none)")
     parser.add_argument("--instance", default=uuid.uuid4().hex[:12])
+    parser.add_argument("--parent-pid", type=int, default=0, help="exit (removing its containers) when it dies")
     args = parser.parse_args()
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -578,6 +580,15 @@ def main() -> None:
             fake.lifecycle_tick()
 
     threading.Thread(target=tick, daemon=True).start()
+
+    def watch_parent() -> None:
+        while not stopping.wait(1.0):
+            if os.getppid() != args.parent_pid:  # the test run that started us is gone (killed)
+                stop(0, None)
+                return
+
+    if args.parent_pid:
+        threading.Thread(target=watch_parent, daemon=True).start()
     tmp = f"{args.port_file}.tmp"
     with open(tmp, "w") as fh:
         fh.write(str(port))

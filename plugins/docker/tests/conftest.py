@@ -3,6 +3,11 @@
 * Every container made by these tests carries a profile starting with
   ``envlayer-test-<uuid8>`` (unique per test session); a session finalizer force-removes
   every managed container whose profile starts with it, even when tests fail.
+* A run that is killed (SIGKILL) never reaches that finalizer. So each session holds an
+  exclusive ``flock`` on ``$TMPDIR/envlayer-test-runs/<profile>.lock`` while it runs, and
+  at its start removes the containers and volumes of every profile whose lock file is
+  there but no longer locked: the kernel drops a lock when its process dies, so only dead
+  runs' leftovers are swept, never those of a run still going.
 * No daemon or no test image: with ``CI=true`` the tests fail, saying what is missing;
   otherwise they are skipped with a hint (`scripts/provision` starts dockerd and builds
   the image). The image is ``$ENVLAYER_TEST_IMAGE`` (default ``envlayer-test:busybox``).
@@ -10,9 +15,11 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 import uuid
 from collections.abc import Callable, Iterator
@@ -46,26 +53,64 @@ def _docker_problem() -> str | None:
     return None
 
 
-def _remove_test_containers(api: Any) -> list[str]:
+RUNS_DIR = os.path.join(tempfile.gettempdir(), "envlayer-test-runs")
+"""Where each Docker test session keeps its lock file (see the module docstring)."""
+
+
+def _claim(profile: str) -> int:
+    """Lock ``<RUNS_DIR>/<profile>.lock`` for as long as this process lives; returns the fd."""
+    os.makedirs(RUNS_DIR, exist_ok=True)
+    fd = os.open(os.path.join(RUNS_DIR, f"{profile}.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return fd
+
+
+def _remove_profile(api: Any, prefix: str) -> list[str]:
+    """Force-remove the managed containers and volumes whose profile starts with ``prefix``."""
     removed = []
     for summary in api.containers(all=True, filters={"label": "envlayer.managed=1"}):
-        if (summary.get("Labels") or {}).get("envlayer.profile", "").startswith(PROFILE):
+        if (summary.get("Labels") or {}).get("envlayer.profile", "").startswith(prefix):
             try:
                 api.remove_container(summary["Id"], force=True, v=True)
                 removed.append(summary["Id"][:12])
             except Exception:
                 pass
+    volumes = (api.volumes(filters={"label": "envlayer.managed=1"}) or {}).get("Volumes") or []
+    for volume in volumes:
+        if (volume.get("Labels") or {}).get("envlayer.profile", "").startswith(prefix):
+            try:
+                api.remove_volume(volume["Name"], force=True)
+                removed.append(volume["Name"])
+            except Exception:
+                pass
     return removed
 
 
-def _remove_test_volumes(api: Any) -> None:
-    volumes = (api.volumes(filters={"label": "envlayer.managed=1"}) or {}).get("Volumes") or []
-    for volume in volumes:
-        if (volume.get("Labels") or {}).get("envlayer.profile", "").startswith(PROFILE):
-            try:
-                api.remove_volume(volume["Name"], force=True)
-            except Exception:
-                pass
+def sweep_dead_runs(api: Any, runs_dir: str = RUNS_DIR) -> dict[str, list[str]]:
+    """Remove what dead test runs left: for each lock file in ``runs_dir`` that nobody
+    holds, the containers and volumes of its profile, then the file. Returns
+    ``{profile: removed ids and volume names}``."""
+    swept: dict[str, list[str]] = {}
+    for name in sorted(os.listdir(runs_dir)) if os.path.isdir(runs_dir) else []:
+        if not name.endswith(".lock"):
+            continue
+        path = os.path.join(runs_dir, name)
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except FileNotFoundError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue  # a live run holds it
+        try:
+            profile = name[: -len(".lock")]
+            swept[profile] = _remove_profile(api, profile)
+            os.unlink(path)
+        finally:
+            os.close(fd)
+    return swept
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -93,14 +138,17 @@ def docker_api() -> Iterator[Any]:
     import docker
 
     api = docker.APIClient(version="auto", timeout=60, **docker.utils.kwargs_from_env())
+    claim = _claim(PROFILE)
+    sweep_dead_runs(api)
     try:
         yield api
     finally:
         from envlayer_docker import teardown
 
         teardown.wait_all(30)
-        _remove_test_containers(api)
-        _remove_test_volumes(api)
+        _remove_profile(api, PROFILE)
+        os.unlink(os.path.join(RUNS_DIR, f"{PROFILE}.lock"))
+        os.close(claim)
 
 
 @pytest.fixture(scope="session")
@@ -196,3 +244,9 @@ def cli(docker_api: Any) -> CLI:
         return subprocess.run(argv, capture_output=True, text=True, timeout=120, env=environ)
 
     return run
+
+
+@pytest.fixture
+def sweep() -> Callable[..., dict[str, list[str]]]:
+    """:func:`sweep_dead_runs` (``sweep(api, runs_dir)``), for the test of the sweep itself."""
+    return sweep_dead_runs

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -15,6 +17,7 @@ from envlayer_docker import labels
 from envlayer_docker.backend import DockerEnvironment
 from envlayer_docker.naming import container_name
 
+from envlayer.cancel import CancelToken
 from envlayer.errors import BackendUnavailable, ConfigError, EnvironmentClosed
 from envlayer.testing.racing import race
 
@@ -379,14 +382,20 @@ def test_idle_reclaim_removes_only_truly_idle(make_env, docker_api, profile) -> 
     busy = make_env(prof=own, lease_interval=0)
     bg = make_env(prof=own, lease_interval=0)
     bg.exec("sleep 1000 > /dev/null 2>&1 &")
-    holder = threading.Thread(target=lambda: busy.exec("sleep 6", timeout=30))
-    time.sleep(2.2)
+    # busy runs a command for as long as the check takes (cancelled afterwards): it is kept
+    # because its command is alive, whatever its lease's age and however slow the machine
+    stop_busy = CancelToken()
+    holder = threading.Thread(target=lambda: busy.exec("sleep 900", timeout=1000, cancel=stop_busy))
     holder.start()
-    time.sleep(0.5)
-    opts = idle.options.__class__(image=idle.options.image, idle_reclaim_after=2.0)
     try:
+        deadline = time.monotonic() + 60
+        while "sleep 900" not in _top(docker_api, busy.container_id) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(2.2)  # idle's lease (its last command) is now older than idle_reclaim_after
+        opts = idle.options.__class__(image=idle.options.image, idle_reclaim_after=2.0)
         removed = DockerEnvironment.reap_orphans(profile=own, max_age=3600, dry_run=False, options=opts)
     finally:
+        stop_busy.cancel()
         holder.join()
     assert {i.detail["container_id"] for i in removed} == {idle.container_id[:12]}
     assert _status(docker_api, idle.container_id) == "removed"
@@ -792,3 +801,36 @@ def test_cancel_from_another_thread_kills_the_tree_in_the_container(make_env, mo
     assert result.cancelled and result.exit_code == 130 and result.stdout_text == "started\n"
     assert not [p for p in _processes(env) if "sleep 30" in p or "sleep 31" in p]
     assert env.exec("echo usable").stdout_text == "usable\n"
+
+
+# --- leftovers of killed test runs -----------------------------------------------------------
+
+
+def test_sweep_removes_a_dead_runs_leftovers_and_spares_a_live_run(make_env, docker_api, profile, sweep, tmp_path):
+    """The conftest's sweep of killed runs (see its docstring), on real containers and a
+    real lock held by another live process."""
+    dead, live = f"{profile}-deadrun", f"{profile}-liverun"
+    dead_env, live_env = make_env(prof=dead), make_env(prof=live)
+    (tmp_path / f"{dead}.lock").touch()  # its run died: nobody holds the lock
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_LOCK, str(tmp_path / f"{live}.lock")], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
+        swept = sweep(docker_api, str(tmp_path))
+        assert list(swept) == [dead] and dead_env.container_id[:12] in swept[dead]
+        assert _status(docker_api, dead_env.container_id) == "removed"
+        assert _status(docker_api, live_env.container_id) == "running"
+        assert sorted(os.listdir(tmp_path)) == [f"{live}.lock"]
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+_HOLD_LOCK = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("locked", flush=True)
+time.sleep(600)
+"""

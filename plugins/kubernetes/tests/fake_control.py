@@ -133,7 +133,7 @@ def start_fake(workdir: str, *, protocols: str | None = None) -> FakeApiServer:
         argv += ["--protocols", protocols]
     with open(stderr_path, "wb") as err:
         proc = subprocess.Popen(argv, stdout=err, stderr=err, stdin=subprocess.DEVNULL)
-    end = time.monotonic() + 30
+    end = time.monotonic() + 120  # a loaded machine imports slowly; a crash is seen at once
     while not os.path.exists(port_file):
         if proc.poll() is not None or time.monotonic() > end:
             proc.kill()

@@ -234,7 +234,7 @@ class SSHServer:
                 start_new_session=True,
                 user=self.user if self.rootless else None,
             )
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60  # sshd exiting is seen at once; only a slow start waits
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"sshd exited with {self.proc.returncode}: {self.read_log()[-2000:]}")

@@ -161,7 +161,7 @@ def test_agent_auth(sshd: SSHServer, make_env, tmp_path, monkeypatch) -> None:
     sock = str(tmp_path / "agent.sock")
     agent = subprocess.Popen(["ssh-agent", "-D", "-a", sock], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60
         while not os.path.exists(sock) and time.monotonic() < deadline:
             time.sleep(0.02)
         subprocess.run(

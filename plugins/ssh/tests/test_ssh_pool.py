@@ -130,8 +130,6 @@ def test_capacity_is_the_number_of_channels_open_at_the_refusal(scripted) -> Non
 
 def test_a_server_that_refuses_every_channel_is_reported(scripted) -> None:
     target_pool, server = scripted(limit=0, lag=0.0, max_sessions=10)
-    started = time.monotonic()
     with pytest.raises(BackendUnavailable, match="refused to open a session channel"):
         target_pool.open()
     assert server.accepted == 0 and server.refused == pool._REFUSALS_BEFORE_LOWERING
-    assert time.monotonic() - started < 30

@@ -79,7 +79,7 @@ class FakeModal:
             subprocess.run(["docker", "rm", "-f", *leftover], capture_output=True)
 
 
-def start(*, page_size: int = 5, extra_env: Iterable[tuple[str, str]] = (), timeout: float = 20.0) -> FakeModal:
+def start(*, page_size: int = 5, extra_env: Iterable[tuple[str, str]] = (), timeout: float = 120.0) -> FakeModal:
     """Start a fake server; raises RuntimeError when it does not come up in ``timeout``."""
     workdir = tempfile.mkdtemp(prefix="envlayer-fake-modal-")
     port_file = os.path.join(workdir, "port.json")
