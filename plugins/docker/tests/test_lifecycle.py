@@ -13,7 +13,7 @@ import uuid
 from typing import Any
 
 import pytest
-from envlayer_docker import labels
+from envlayer_docker import labels, reaper
 from envlayer_docker.backend import DockerEnvironment
 from envlayer_docker.naming import container_name
 
@@ -323,7 +323,20 @@ def test_opt_out_container_removed_when_process_exits_right_after_cleanup(
 # --- reaper -----------------------------------------------------------------------------------------
 
 
-def test_reaper_spares_running_recent_and_other_profile(make_env, docker_api, profile) -> None:
+class _FrozenClock:
+    """The ``time`` module as seen by the reaper, with ``time()`` stopped at ``at``."""
+
+    def __init__(self, at: float) -> None:
+        self._at = at
+
+    def time(self) -> float:
+        return self._at
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+
+def test_reaper_spares_running_recent_and_other_profile(make_env, docker_api, profile, monkeypatch) -> None:
     other = profile + "-other"
     stale = [make_env() for _ in range(2)]
     stale_other = make_env(prof=other)
@@ -338,6 +351,12 @@ def test_reaper_spares_running_recent_and_other_profile(make_env, docker_api, pr
     time.sleep(2.5)
     recent = make_env()
     docker_api.stop(recent.container_id, timeout=1)
+    # The reaper's clock stops 1 s after `recent` stopped: `recent` is 1 s old and the others
+    # over 3.5 s, however long the daemon takes to answer under load (at load 40 the real
+    # clock passed the 2 s mark before the second sweep and `recent` was removed).
+    recent_stopped = reaper.parse_docker_time(docker_api.inspect_container(recent.container_id)["State"]["FinishedAt"])
+    assert recent_stopped is not None
+    monkeypatch.setattr(reaper, "time", _FrozenClock(recent_stopped + 1.0))
 
     preview = DockerEnvironment.reap_orphans(profile=profile, max_age=2.0, dry_run=True, options=running.options)
     expected = {e.container_id[:12] for e in stale} | {never_started[:12]}
