@@ -155,6 +155,11 @@ class SSHEnvironment(Environment):
                         request, deadline=None if request.timeout is None else started + request.timeout
                     )
                     outcome = self._session.run(request, collector)
+                if self._closed:
+                    # cleanup() closed the shell under this command: its end (often exit 255
+                    # from the closed channel, which the shell protocol cannot tell from the
+                    # command's own `exit`) is not the command's result
+                    raise self._closed_while_running()
                 result = collector.result(
                     request, outcome.exit_code, timed_out=outcome.timed_out, recovered=outcome.recovered
                 )

@@ -4,8 +4,10 @@ capabilities ssh does not have."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
+import uuid
 
 import pytest
 from ssh_testserver import SSHServer
@@ -83,18 +85,30 @@ def test_concurrent_calls_on_one_session_are_serialized(sshd: SSHServer, make_en
 def test_cleanup_while_a_command_runs(sshd: SSHServer, make_env, mode: str) -> None:
     env = make_env(sshd, mode=mode)
     errors: list[BaseException] = []
+    results: list[object] = []
+    marker = f"/tmp/envlayer-cleanup-while-running-{uuid.uuid4().hex}"  # the server is this machine
 
     def run() -> None:
         try:
-            env.exec("sleep 2")
+            results.append(env.exec(f"touch {marker}; sleep 30"))
         except BaseException as exc:  # asserted below
             errors.append(exc)
 
     worker = threading.Thread(target=run)
     worker.start()
-    time.sleep(0.5)
-    env.cleanup()
-    worker.join(30)
-    assert len(errors) == 1 and isinstance(errors[0], EnvironmentClosed), errors
+    try:
+        # Clean up only once the command runs: a fixed sleep raced the start under load (run2,
+        # load 40: the command had not started or not ended within the old 0.5 s / 30 s).
+        deadline = time.monotonic() + 60
+        while not os.path.exists(marker) and worker.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert os.path.exists(marker), f"the command did not start within 60 s; errors: {errors}"
+        env.cleanup()
+        worker.join(60)
+        assert not worker.is_alive(), "cleanup() did not end the running command within 60 s"
+    finally:
+        if os.path.exists(marker):
+            os.unlink(marker)
+    assert len(errors) == 1 and isinstance(errors[0], EnvironmentClosed), (errors, results)
     with pytest.raises(EnvironmentClosed):
         env.exec("true")
