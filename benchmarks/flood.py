@@ -26,6 +26,9 @@ import sys
 import uuid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from bench_sshd import start_optional_sshd  # noqa: E402
 
 CHILD = r"""
 import json, os, resource, sys, time
@@ -107,20 +110,9 @@ def main() -> int:
     size = args.size_mb << 20
     profile = f"envlayer-bench-flood-{uuid.uuid4().hex[:8]}"
     cases = ["local-floor", "local", "docker-floor", "docker-session", "docker-oneshot"]
-    ssh: dict[str, object] = {}
-    server = None
-    if not args.skip_ssh:
-        sys.path.insert(0, os.path.join(HERE, "..", "plugins", "ssh", "tests"))
-        from ssh_testserver import SSHServer, requirements_missing
-
-        missing = requirements_missing()
-        if missing:
-            print(f"ssh cases skipped: {missing}")
-        else:
-            server = SSHServer()
-            server.start()
-            ssh = server.options()
-            cases += ["ssh-floor", "ssh-session", "ssh-oneshot"]
+    server, ssh = start_optional_sshd(args.skip_ssh)
+    if server is not None:
+        cases += ["ssh-floor", "ssh-session", "ssh-oneshot"]
     results: dict[str, list[dict[str, float]]] = {c: [] for c in cases}
     try:
         for _ in range(args.rounds):

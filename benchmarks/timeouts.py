@@ -27,6 +27,10 @@ import uuid
 from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from bench_sshd import start_optional_sshd  # noqa: E402
+
 TIMEOUT = 1.0
 COMMANDS = {"quiet": "sleep 30", "flood": "exec yes", "flood-stderr": "exec cat /dev/zero >&2"}
 
@@ -87,19 +91,8 @@ def main() -> int:
     parser.add_argument("--skip-ssh", action="store_true")
     args = parser.parse_args()
     profile = f"envlayer-bench-timeouts-{uuid.uuid4().hex[:8]}"
-    server = None
-    ssh = None
-    if not args.skip_ssh:
-        sys.path.insert(0, os.path.join(HERE, "..", "plugins", "ssh", "tests"))
-        from ssh_testserver import SSHServer, requirements_missing
-
-        missing = requirements_missing()
-        if missing:
-            print(f"ssh cases skipped: {missing}")
-        else:
-            server = SSHServer()
-            server.start()
-            ssh = server.options()
+    server, ssh_options = start_optional_sshd(args.skip_ssh)
+    ssh = ssh_options or None
     overshoot: dict[tuple[str, str], list[float]] = {}
     envs: dict[str, Any] = {}
     try:
