@@ -4,13 +4,15 @@ process, for the tests and the benchmark.
 ``start()`` picks a free 127.0.0.1 port (the server binds port 0 and reports it), waits
 until it listens and returns a :class:`FakeModal`; ``stop()`` sends SIGTERM to its PID (the
 server then removes every container it made), escalates to SIGKILL after a grace period
-and, if it had to, removes the containers itself by the server's run label.
+and, if it had to, removes the containers itself by the server's run label; then it removes
+the fake's working directory (port file, RPC log, stderr).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -66,7 +68,8 @@ class FakeModal:
         return out.split()
 
     def stop(self, grace: float = 20.0) -> None:
-        """SIGTERM, wait, SIGKILL if needed; then make sure no container of it is left."""
+        """SIGTERM, wait, SIGKILL if needed; then make sure no container of it is left and
+        remove its working directory (read :meth:`calls` before this)."""
         if self.proc.poll() is None:
             os.kill(self.pid, signal.SIGTERM)
             try:
@@ -77,6 +80,7 @@ class FakeModal:
         leftover = self.containers()
         if leftover:
             subprocess.run(["docker", "rm", "-f", *leftover], capture_output=True)
+        shutil.rmtree(self.workdir, ignore_errors=True)
 
 
 def start(*, page_size: int = 5, extra_env: Iterable[tuple[str, str]] = (), timeout: float = 120.0) -> FakeModal:
@@ -109,8 +113,11 @@ def start(*, page_size: int = 5, extra_env: Iterable[tuple[str, str]] = (), time
     while not os.path.exists(port_file):
         if proc.poll() is not None or time.monotonic() > end:
             proc.kill()
+            proc.wait()
             with open(os.path.join(workdir, "server.err"), errors="replace") as fh:
-                raise RuntimeError(f"the fake Modal server did not start: {fh.read()[-2000:]}")
+                err = fh.read()[-2000:]
+            shutil.rmtree(workdir, ignore_errors=True)
+            raise RuntimeError(f"the fake Modal server did not start: {err}")
         time.sleep(0.02)
     with open(port_file) as fh:
         info = json.load(fh)
