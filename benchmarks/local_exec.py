@@ -15,6 +15,7 @@ import subprocess
 import tempfile
 
 from bench_timing import WARMUP, interleaved_medians
+
 from envlayer.backends.local import LocalEnvironment, LocalOptions
 
 
