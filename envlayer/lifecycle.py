@@ -5,9 +5,10 @@ backends that declare nothing; in both cases only methods whose signature accept
 call, see :mod:`envlayer.capabilities`) before forwarding anything. A keyword is never
 passed to a backend that lacks it, and a missing capability is never an error: the
 dispatcher does the nearest correct thing, logs it at DEBUG, and says so in its return
-value (``note``); the one exception is ``user`` (:func:`user_keywords`). Anything but an envlayer error raised by the backend during the call
-becomes a :class:`~envlayer.errors.PluginError` naming the backend and its
-distribution.
+value (``note``). The one exception is ``user`` (:func:`user_keywords`): running a
+command as another user than the one asked for is never correct. Anything but an
+envlayer error raised by the backend during the call becomes a
+:class:`~envlayer.errors.PluginError` naming the backend and its distribution.
 """
 
 from __future__ import annotations
