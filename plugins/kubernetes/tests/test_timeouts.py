@@ -26,12 +26,17 @@ SURVIVORS = (
 """Prints ``alive PID`` for each live pid listed in ``{pids}``, then what reached ``{late}*``."""
 
 
+TIMEOUT = 3
+"""Seconds: ample for the script to record its two pids (the exec's start counts too)."""
+
+
 def _script(scratch: str) -> str:
-    """Records its shell and a background subshell, then times out in ``sleep 300``; what
-    follows (in the shell and in the subshell) must never run."""
+    """Records its shell and a background subshell, says ``ready``, then times out in
+    ``sleep 300``; what follows (in the shell and in the subshell) must never run."""
     record = f"sh -c 'echo $PPID' >> {scratch}.pids"  # the pid of the shell running this part
     return (
         f"{record}; ({record}; sleep 302; echo sub > {scratch}.late-sub) & "
+        f'until [ "$(wc -l < {scratch}.pids)" -ge 2 ]; do sleep 0.05; done; echo ready; '
         f'[ "$ENVLAYER_T_VAR" = per-call ] && [ "$(pwd)" = /tmp ] && sleep 300; echo late > {scratch}.late'
     )
 
@@ -44,9 +49,8 @@ def scratch() -> str:
 
 def _assert_stopped(env: Any, scratch: str, result: Any) -> None:
     assert result.timed_out and result.exit_code == 124, result
+    assert result.stdout == b"ready\n", f"the script did not get to its sleep within {TIMEOUT} s: {result!r}"
     check = env.exec(SURVIVORS.format(pids=f"{scratch}.pids", late=f"{scratch}.late"), timeout=60)
-    listed = env.exec(f"cat {scratch}.pids", timeout=60).stdout_text.split()
-    assert len(listed) >= 2, f"the script did not record its shell and subshell: {listed}"
     assert check.stdout_text == "", f"the script went on after its timeout: {check.stdout_text!r}"
 
 
@@ -65,7 +69,7 @@ def test_oneshot_timeout_stops_the_script_and_its_subshells(
     try:
         env.exec("true").check()  # learn the protocol: v4 then bounds stdin with head -c
         assert env._cluster.protocol == f"{protocol}.channel.k8s.io"
-        result = env.exec(_script(scratch), cwd="/tmp", env={"ENVLAYER_T_VAR": "per-call"}, stdin=b"x", timeout=1)
+        result = env.exec(_script(scratch), cwd="/tmp", env={"ENVLAYER_T_VAR": "per-call"}, stdin=b"x", timeout=TIMEOUT)
         _assert_stopped(env, scratch, result)
     finally:
         env.cleanup(force_remove=True)
@@ -93,7 +97,7 @@ def test_busy_session_overflow_timeout_stops_the_script(make_env: Callable[..., 
     thread.start()
     try:
         assert started.wait(60), "the session's command never started"
-        result = env.exec(_script(scratch), env={"ENVLAYER_T_VAR": "per-call"}, timeout=1)
+        result = env.exec(_script(scratch), env={"ENVLAYER_T_VAR": "per-call"}, timeout=TIMEOUT)
         assert thread.is_alive(), "the session was not busy while the call ran"
         _assert_stopped(env, scratch, result)
     finally:
