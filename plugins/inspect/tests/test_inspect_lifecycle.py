@@ -134,6 +134,7 @@ async def test_a_cancelled_exec_kills_the_command_tree(
     pidfile = f"/tmp/envlayer-inspect-cancel-{uuid.uuid4().hex[:8]}.pids"
     pids_of = ["sh", "-c", f"cat {pidfile} 2>/dev/null"]
     alive_of = ["sh", "-c", f"for p in $(cat {pidfile}); do kill -0 $p 2>/dev/null && echo $p; done"]
+    script = f"sleep 601 & echo $! > {pidfile}; sleep 602 & echo $! >> {pidfile}; echo $$ >> {pidfile}; wait"
     scope = anyio.CancelScope()
 
     async def cancel_once_running() -> None:
@@ -146,13 +147,7 @@ async def test_a_cancelled_exec_kills_the_command_tree(
             async with anyio.create_task_group() as group:
                 group.start_soon(cancel_once_running)
                 with scope:
-                    await sandbox.exec(
-                        [
-                            "sh",
-                            "-c",
-                            f"sleep 601 & echo $! > {pidfile}; sleep 602 & echo $! >> {pidfile}; echo $$ >> {pidfile}; wait",
-                        ]
-                    )
+                    await sandbox.exec(["sh", "-c", script])
                     pytest.fail("the command ran to its end")
         assert scope.cancelled_caught
         assert len((await sandbox.exec(pids_of)).stdout.split()) == 3
