@@ -165,14 +165,33 @@ def _archived_file(api: Any, container: str, path: str) -> bytes | None:
 class Fake:
     """The sandboxes, their containers and the lifecycle timers."""
 
-    def __init__(self, *, instance: str, minute: float, max_cpu: int, base_url: str) -> None:
+    def __init__(self, *, instance: str, minute: float, max_cpu: int, base_url: str, manual_clock: bool) -> None:
         self.api = docker.APIClient(version="auto", timeout=120, **docker.utils.kwargs_from_env())
         self.instance = instance
         self.minute = minute
         self.max_cpu = max_cpu
         self.base_url = base_url
         self.lock = threading.RLock()
+        self.tick_lock = threading.Lock()
         self.sandboxes: dict[str, dict[str, Any]] = {}
+        self.manual_time: float | None = time.time() if manual_clock else None
+
+    def now(self) -> float:
+        """The lifecycle clock (seconds): the wall clock, or with ``--manual-clock`` a clock
+        that moves only through :meth:`advance`."""
+        return time.time() if self.manual_time is None else self.manual_time
+
+    def advance(self, minutes: float) -> float:
+        """Move the manual clock ``minutes`` Daytona minutes forward, then apply the lifecycle
+        rules at the new time before returning (so the caller sees their effect at once)."""
+        if self.manual_time is None:
+            raise ApiError(400, "the fake's clock is the wall clock; start it with --manual-clock")
+        if not minutes >= 0:
+            raise ApiError(400, f"advanceMinutes must be >= 0, got {minutes}")
+        with self.lock:
+            self.manual_time += minutes * self.minute
+        self.lifecycle_tick()
+        return self.manual_time
 
     # --- sandboxes ------------------------------------------------------------------
 
@@ -253,8 +272,8 @@ class Fake:
                 "createdAt": now,
                 "updatedAt": now,
                 "lastActivityAt": now,
-                "created": time.time(),
-                "activity": time.time(),
+                "created": self.now(),
+                "activity": self.now(),
                 "stoppedAt": None,
                 "container": None,
             }
@@ -286,10 +305,10 @@ class Fake:
         if state == "started":
             self.touch(sb)
         if state in ("stopped", "archived"):
-            sb["stoppedAt"] = time.time()
+            sb["stoppedAt"] = self.now()
 
     def touch(self, sb: dict[str, Any]) -> None:
-        sb["activity"] = time.time()
+        sb["activity"] = self.now()
         sb["lastActivityAt"] = _now()
 
     def start(self, sb: dict[str, Any]) -> None:
@@ -321,8 +340,12 @@ class Fake:
 
     def lifecycle_tick(self) -> None:
         """Auto-stop after autoStopInterval minutes without API activity, auto-delete
-        autoDeleteInterval minutes after stopping (0: at once), TTL from creation."""
-        now = time.time()
+        autoDeleteInterval minutes after stopping (0: at once), TTL from creation. Serialized:
+        the timer thread and :meth:`advance` may call it at the same time."""
+        with self.tick_lock:
+            self._lifecycle_tick(self.now())
+
+    def _lifecycle_tick(self, now: float) -> None:
         for sb in list(self.sandboxes.values()):
             try:
                 if sb["ttlMinutes"] and now - sb["created"] > sb["ttlMinutes"] * self.minute:
@@ -531,6 +554,12 @@ class Handler(BaseHTTPRequestHandler):
         self.fake.find(sid)
         return 200, {"url": f"{self.fake.base_url}/toolbox"}, {}
 
+    def clock(self, body: bytes, q: dict[str, str]) -> tuple[int, Any, dict[str, str]]:
+        minutes = json.loads(body or b"{}").get("advanceMinutes", 0)
+        if not isinstance(minutes, (int, float)):
+            raise ApiError(400, f"advanceMinutes must be a number, got {minutes!r}")
+        return 200, {"now": self.fake.advance(float(minutes))}, {}
+
     def socket_io(self, body: bytes, q: dict[str, str]) -> tuple[int, Any, dict[str, str]]:
         raise ApiError(404, "no event websocket in the fake: the SDK falls back to polling")
 
@@ -607,6 +636,7 @@ class Handler(BaseHTTPRequestHandler):
 _ID = r"([^/]+)"
 ROUTES = [
     (re.compile(r"/api/socket\.io/?"), "GET", "socket.io", Handler.socket_io),
+    (re.compile(r"/fake/clock"), "POST", "fake.clock", Handler.clock),
     (re.compile(r"/api/sandbox"), "POST", "create", Handler.create),
     (re.compile(r"/api/sandbox"), "GET", "list", Handler.list),
     (re.compile(rf"/api/sandbox/{_ID}"), "GET", "get", Handler.get),
@@ -634,6 +664,11 @@ def main() -> None:
     parser.add_argument("--port-file", required=True)
     parser.add_argument("--route-log", required=True)
     parser.add_argument("--minute-seconds", type=float, default=60.0, help="real seconds in one Daytona minute")
+    parser.add_argument(
+        "--manual-clock",
+        action="store_true",
+        help="lifecycle time moves only on POST /fake/clock {advanceMinutes} (test-controlled auto-stop)",
+    )
     parser.add_argument("--max-cpu", type=int, default=0, help="total CPU quota of started sandboxes (0: none)")
     parser.add_argument("--instance", default=uuid.uuid4().hex[:12])
     parser.add_argument("--parent-pid", type=int, default=0, help="exit (removing its containers) when it dies")
@@ -643,7 +678,11 @@ def main() -> None:
     server.daemon_threads = True
     port = server.server_address[1]
     fake = Fake(
-        instance=args.instance, minute=args.minute_seconds, max_cpu=args.max_cpu, base_url=f"http://127.0.0.1:{port}"
+        instance=args.instance,
+        minute=args.minute_seconds,
+        max_cpu=args.max_cpu,
+        base_url=f"http://127.0.0.1:{port}",
+        manual_clock=args.manual_clock,
     )
     Handler.fake = fake
     Handler.route_log = open(args.route_log, "a", buffering=1)  # noqa: SIM115 - lives as long as the process
