@@ -20,8 +20,9 @@ Lifecycle (Inspect's hooks onto envlayer's):
   process is alive); with an id, that task's sandbox is removed, running or not.
 
 Calls run on worker threads (``anyio.to_thread``): the event loop never waits on a
-backend. A cancelled ``exec`` (a sample's time limit, Ctrl-C) returns at once; the
-command goes on until its own timeout kills its process tree, or until
+backend. A cancelled ``exec`` (a sample's time limit, Ctrl-C) returns at once and, on
+backends whose ``exec`` takes a cancel token (local, Docker, SSH), kills the command's
+process tree; elsewhere the command goes on until its own timeout kills it, or until
 ``sample_cleanup`` removes the sandbox (on backends with a sandbox per task, which kills
 it at once). ``timeout_retry`` is not honoured: a timed-out command was killed, and
 running it again is the caller's decision.
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import posixpath
+import threading
 import uuid
 from collections.abc import Callable
 from functools import partial
@@ -48,6 +50,7 @@ from inspect_ai.util import (
 from pydantic import BaseModel
 
 from envlayer import lifecycle
+from envlayer.cancel import CancelToken, takes_cancel
 from envlayer.capabilities import Capability, supports
 from envlayer.environment import Environment
 from envlayer.integrations.selection import Selection
@@ -72,10 +75,21 @@ async def _blocking(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     return await anyio.to_thread.run_sync(partial(fn, *args, **kwargs))
 
 
-async def _abandonable(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """Like :func:`_blocking`, but a cancelled await returns at once (the call goes on in
-    its thread until it ends or its own timeout kills it)."""
-    return await anyio.to_thread.run_sync(partial(fn, *args, **kwargs), abandon_on_cancel=True)
+async def _cancellable_exec(environment: Environment, /, *args: Any, **kwargs: Any) -> Any:
+    """``env.exec`` on a worker thread, where a cancelled await (a sample's time limit,
+    Ctrl-C) returns at once and also kills the command's process tree, on backends whose
+    ``exec`` takes a cancel token (local, Docker, SSH). The token is cancelled on a
+    thread of its own, so the event loop never waits for the kill. On other backends the
+    command goes on until it ends, its own timeout kills it, or ``sample_cleanup`` removes
+    the sandbox."""
+    token = CancelToken()
+    if takes_cancel(environment):
+        kwargs["cancel"] = token
+    try:
+        return await anyio.to_thread.run_sync(partial(environment.exec, *args, **kwargs), abandon_on_cancel=True)
+    except anyio.get_cancelled_exc_class():
+        threading.Thread(target=token.cancel, name="envlayer-inspect-cancel", daemon=True).start()
+        raise
 
 
 def _selection(config: SandboxEnvironmentConfigType | None) -> Selection:
@@ -228,17 +242,22 @@ class EnvlayerSandboxEnvironment(SandboxEnvironment):
         timeout_retry: bool = True,
         concurrency: bool = True,
     ) -> ExecResult[str]:
-        await self._check_user(user)
+        as_user = await self._user_keywords(user)
         run_cwd = self._resolve(cwd) if cwd is not None else self.sample_dir
         with unavailable_as_inspect():
-            result = await _abandonable(self.env.exec, list(cmd), cwd=run_cwd, env=env, timeout=timeout, stdin=input)
+            result = await _cancellable_exec(
+                self.env, list(cmd), cwd=run_cwd, env=env, timeout=timeout, stdin=input, **as_user
+            )
         return to_inspect(result, cmd, timeout)
 
-    async def _check_user(self, user: str | None) -> None:
-        """Accept ``user`` when it is the sandbox's own user (by name or uid); others raise
-        ``SandboxUserUnsupportedError``: envlayer has no per-call user yet."""
+    async def _user_keywords(self, user: str | None) -> dict[str, str]:
+        """``exec``'s keywords for Inspect's ``user``: passed on to a backend with
+        ``exec_as_user`` (Docker); on others accepted only when it is the sandbox's own
+        user (by name or uid), else ``SandboxUserUnsupportedError``."""
         if user is None:
-            return
+            return {}
+        if supports(self.env, Capability.EXEC_AS_USER):
+            return {"user": user}
         if self._identity is None:
             with unavailable_as_inspect():
                 probe = await _blocking(self.env.exec, "id -un 2>/dev/null; id -u", timeout=30)
@@ -246,9 +265,10 @@ class EnvlayerSandboxEnvironment(SandboxEnvironment):
         if user not in self._identity:
             raise SandboxUserUnsupportedError(
                 f"the envlayer {self.env.name} sandbox runs every command as "
-                f"{'/'.join(self._identity) or 'its configured user'}; running as {user!r} per call is not "
-                "supported (set the backend's user option instead)"
+                f"{'/'.join(self._identity) or 'its configured user'}; the {self.env.name} backend cannot run "
+                f"a command as {user!r} (set its user option instead, or use the docker backend)"
             )
+        return {}
 
     # --- files ----------------------------------------------------------------------------
 

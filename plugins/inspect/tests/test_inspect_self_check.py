@@ -10,11 +10,6 @@ docs/integrations.md): a check that starts passing fails the run until the list 
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
-import tempfile
 from collections.abc import AsyncIterator, Callable
 
 import pytest
@@ -23,12 +18,22 @@ from envlayer_inspect.sandbox import EnvlayerSandboxEnvironment
 from inspect_ai.util import SandboxEnvironment
 from inspect_ai.util._sandbox.self_check import *  # noqa: F403 - Inspect's checks, collected as they are
 
+from envlayer.testing.unprivileged import pytest_as_nobody
+
 SETUPS = ["local", "docker", "docker-nobody", "ssh"]
 
 ROOT_READS_EVERYTHING = "the sandbox user is root, whose rights cover every file (checked unprivileged elsewhere)"
-KNOWN_FAILURES: dict[str, str] = {
-    "test_exec_as_user": "envlayer runs every command as the backend's configured user; no per-call user yet",
+NO_EXEC_AS_USER = "the backend has no exec_as_user: every command runs as its configured user"
+CAPLESS_ROOT = (
+    "the container's user is uid 65534 and no_new_privileges is on (the default): a command run as root "
+    "gets no capabilities, so adduser cannot write /etc/gshadow"
+)
+SETUP_FAILURES: dict[tuple[str, str], str] = {
+    ("local", "test_exec_as_user"): NO_EXEC_AS_USER,
+    ("ssh", "test_exec_as_user"): NO_EXEC_AS_USER,
+    ("docker-nobody", "test_exec_as_user"): CAPLESS_ROOT,
 }
+"""(setup, check) pairs that cannot pass on that setup, and why."""
 ROOT_ONLY_FAILURES: dict[str, str] = {
     "test_read_file_not_allowed": ROOT_READS_EVERYTHING,
     "test_write_text_file_without_permissions": ROOT_READS_EVERYTHING,
@@ -64,7 +69,8 @@ async def sandbox_env(
 ) -> AsyncIterator[SandboxEnvironment]:
     sandbox, root = shared_sandbox
     check = request.node.originalname
-    reason = KNOWN_FAILURES.get(check) or (ROOT_ONLY_FAILURES.get(check) if root else None)
+    setup = request.node.callspec.params["shared_sandbox"]
+    reason = SETUP_FAILURES.get((setup, check)) or (ROOT_ONLY_FAILURES.get(check) if root else None)
     if reason:
         request.applymarker(pytest.mark.xfail(reason=reason, strict=True))
     yield sandbox
@@ -76,19 +82,7 @@ pytestmark = pytest.mark.anyio
 def test_local_permission_checks_as_unprivileged_user() -> None:
     """The two permission checks xfail for root, so when this suite runs as root they are
     run again here on the local backend in a child pytest as uid 65534."""
-    if os.geteuid() != 0:
-        pytest.skip("not root: the permission checks already ran unprivileged above")
-    setpriv = shutil.which("setpriv")
-    assert setpriv, "setpriv (util-linux) is needed to drop to uid 65534"
     selected = " or ".join(ROOT_ONLY_FAILURES)
-    proc = subprocess.run(
-        [
-            setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "--",
-            sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-            __file__, "-k", f"local and ({selected})", "-rxs",
-        ],
-        capture_output=True, text=True, timeout=180, cwd=tempfile.gettempdir(),
-        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "HOME": tempfile.gettempdir()},
-    )  # fmt: skip
+    proc = pytest_as_nobody(["-p", "no:randomly", __file__, "-k", f"local and ({selected})", "-rxs"])
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"{len(ROOT_ONLY_FAILURES)} passed" in proc.stdout, proc.stdout
