@@ -106,7 +106,15 @@ def start_fake(tmp: Path, *, minute_seconds: float = 60.0, max_cpu: int = 0, man
         *(["--manual-clock"] if manual_clock else []),
     ]
     log = (tmp / f"fake-{instance}.log").open("wb")
-    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    # Its own session: a SIGKILL of the test run's process group leaves it alive to see its
+    # parent gone (--parent-pid) and remove its containers.
+    proc = subprocess.Popen(
+        argv,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 120  # a loaded machine imports slowly; a crash is seen at once
     while not port_file.exists():
         if proc.poll() is not None or time.monotonic() > deadline:
