@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from envlayer.agent_env import COMMAND_DEFAULTS
+from envlayer.cancel import CancelToken
 from envlayer.capabilities import Capability
 from envlayer.environment import Command, Environment, SandboxInfo
 from envlayer.errors import BackendUnavailable, SandboxPathError
@@ -279,9 +280,12 @@ class DaytonaEnvironment(Environment):
         timeout: float | None = None,
         stdin: bytes | str | None = None,
         on_output: Callable[[str, bytes], None] | None = None,
+        cancel: CancelToken | None = None,
     ) -> ExecResult:
         """Run ``command`` in the sandbox; see :class:`~envlayer.environment.Environment`.
 
+        ``cancel.cancel()`` from another thread kills the command's tree and its shell, and
+        the call returns the output so far with ``cancelled=True`` (exit 130).
         ``on_output(stream, chunk)`` receives ``"stdout"``/``"stderr"`` chunks as they arrive
         (uncapped), from the calling thread. Raises :class:`~envlayer.errors.InvalidArgument`
         for bad arguments (nothing ran), :class:`BackendUnavailable` when the API cannot be
@@ -289,7 +293,9 @@ class DaytonaEnvironment(Environment):
         re-run; the next call starts or re-creates the sandbox)."""
         from envlayer.collector import OutputCollector
 
-        request = self.make_request(command, cwd=cwd, env=env, timeout=timeout, stdin=stdin, on_output=on_output)
+        request = self.make_request(
+            command, cwd=cwd, env=env, timeout=timeout, stdin=stdin, on_output=on_output, cancel=cancel
+        )
         self._refresh_activity()
         recovered = ""
         for attempt in (0, 1):
