@@ -514,11 +514,11 @@ class EnvironmentConformance:
         assert result.exit_code != 0 and b"ran" not in result.stdout, result
         assert env.exec("echo fine").stdout == b"fine\n"
 
-    @pytest.mark.parametrize("user", ["", "a b", "root\0", "-r", "x;id"])
-    def test_malformed_user_is_refused(self, env: Environment, user: str) -> None:
+    def test_malformed_user_is_refused(self, env: Environment) -> None:
         self._other_user(env)
-        with pytest.raises(InvalidArgument):
-            env.exec("true", user=user)  # type: ignore[call-arg]
+        for user in ("", "a b", "root\0", "-r", "x;id"):
+            with pytest.raises(InvalidArgument):
+                env.exec("true", user=user)  # type: ignore[call-arg]
 
     def test_next_call_works_after_timeout(self, env: Environment) -> None:
         env.exec("sleep 30", timeout=1)
