@@ -138,3 +138,22 @@ def test_missing_start_dir_is_exit_126() -> None:
     outcome = shell.run(request, collector)
     assert outcome.exit_code == 126 and missing.encode() in collector.buffers["stderr"].getvalue()
     shell.close()
+
+
+def test_background_job_keeps_no_handle_on_the_session_stream(session_env: SessionOverPipes) -> None:
+    """A job whose output goes elsewhere holds none of the session's fds: when the shell
+    is replaced by a program that exits, the stream ends and the call returns that
+    program's status (it used to wait for the job, here until the timeout)."""
+    pid = session_env.exec("sleep 60 >/dev/null 2>&1 & echo $!").stdout_text.strip()
+    try:
+        result = session_env.exec("exec sh -c 'exit 9'", timeout=20)
+        assert (result.exit_code, result.timed_out) == (9, False)
+        assert session_env.exec(f"kill -0 {pid} && echo running").stdout == b"running\n"
+    finally:
+        session_env.exec(f"kill {pid}")
+
+
+def test_commands_cannot_take_over_the_protocol_fds(session_env: SessionOverPipes) -> None:
+    session_env.exec("exec 7>/dev/null 8>/dev/null").check()
+    result = session_env.exec("echo still-framed", timeout=20)
+    assert (result.stdout, result.timed_out, result.recovered) == (b"still-framed\n", False, "")
