@@ -197,7 +197,9 @@ class MarkerScanner:
 
     With ``trailer=True`` (stdout) the marker is followed by the trailer fields and a
     second marker; :attr:`trailer` then holds the bytes between the two. Bytes that
-    might start a marker split across reads are held back until it is clear.
+    might start a marker split across reads are held back until it is clear. Bytes
+    after the end (output of background jobs, which the shell no longer waits for)
+    are kept in :attr:`after`, never dropped.
     """
 
     def __init__(self, marker: bytes, *, trailer: bool) -> None:
@@ -206,11 +208,13 @@ class MarkerScanner:
         self._pending = b""
         self._in_trailer = False
         self.trailer = b""
+        self.after = b""
         self.done = False
 
     def feed(self, data: bytes) -> bytes:
         """Consume ``data``; return the command-output bytes that are now certain."""
         if self.done:
+            self.after += data
             return b""
         buf = self._pending + data if self._pending else data
         if self._in_trailer:
@@ -230,6 +234,7 @@ class MarkerScanner:
             self._scan_trailer(rest)
         else:
             self.done = True
+            self.after = rest
         return out
 
     def _scan_trailer(self, buf: bytes) -> bytes:
@@ -238,6 +243,7 @@ class MarkerScanner:
             self._pending = buf
             return b""
         self.trailer = buf[:idx]
+        self.after = buf[idx + len(self.marker) :]
         self.done = True
         self._pending = b""
         return b""

@@ -157,3 +157,17 @@ def test_commands_cannot_take_over_the_protocol_fds(session_env: SessionOverPipe
     session_env.exec("exec 7>/dev/null 8>/dev/null").check()
     result = session_env.exec("echo still-framed", timeout=20)
     assert (result.stdout, result.timed_out, result.recovered) == (b"still-framed\n", False, "")
+
+
+def test_background_output_comes_whole_in_later_calls(session_env: SessionOverPipes) -> None:
+    """Output a job writes while calls come and go is never dropped (also when it arrives
+    in the same read as a call's end markers) and never mixed into a line of a call."""
+    session_env.exec("(i=0; while [ $i -lt 40 ]; do i=$((i + 1)); echo tick$i; sleep 0.02; done) &").check()
+    ticks: list[str] = []
+    for n in range(3000):
+        lines = session_env.exec(f"sleep 0.01; echo mine{n}").check().stdout_text.splitlines()
+        assert [line for line in lines if not line.startswith("tick")] == [f"mine{n}"], lines
+        ticks += [line for line in lines if line.startswith("tick")]
+        if "tick40" in ticks:
+            break
+    assert ticks == [f"tick{i}" for i in range(1, 41)]
