@@ -22,21 +22,7 @@ import sys
 import time
 import uuid
 
-
-def bare_shell(api, cid: str):
-    """A shell over one attached exec socket, sent ``true; echo <marker>`` and read until
-    the marker (frames not parsed): the floor of a session call."""
-    eid = api.exec_create(cid, ["sh"], stdin=True, stdout=True, stderr=True, tty=False)["Id"]
-    sock = api.exec_start(eid, socket=True)._sock
-    marker = b"__floor_" + uuid.uuid4().hex.encode()
-
-    def call() -> None:
-        sock.sendall(b"true; echo " + marker + b"\n")
-        buf = b""
-        while marker not in buf:
-            buf += sock.recv(65536)
-
-    return call, sock
+from docker_exec import bare_shell
 
 
 def timed(fn, count: int, cpu: list[float] | None = None) -> list[float]:
@@ -60,9 +46,10 @@ def main() -> int:
     args = parser.parse_args()
 
     import docker
-    import envlayer
     from envlayer_docker.backend import DockerEnvironment
     from envlayer_docker.options import DockerOptions
+
+    import envlayer
 
     api = docker.APIClient(version="auto", **docker.utils.kwargs_from_env())
     profile = f"envlayer-bench-{uuid.uuid4().hex[:8]}"
@@ -87,7 +74,8 @@ def main() -> int:
             if (volume.get("Labels") or {}).get("envlayer.profile", "") == profile:
                 api.remove_volume(volume["Name"], force=True)
     s_ms, f_ms = statistics.median(session) * 1000, statistics.median(floor) * 1000
-    print(f"envlayer from {envlayer.__file__.rsplit('/envlayer/', 1)[0]}; {args.rounds} rounds x {args.block} calls each")
+    checkout = envlayer.__file__.rsplit("/envlayer/", 1)[0]
+    print(f"envlayer from {checkout}; {args.rounds} rounds x {args.block} calls each")
     print(f"session `true` median  {s_ms:.3f} ms")
     print(f"bare shell floor       {f_ms:.3f} ms")
     print(f"envlayer overhead      {s_ms - f_ms:.3f} ms per call ({s_ms / f_ms:.2f}x the floor)")
