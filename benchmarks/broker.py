@@ -39,7 +39,8 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plugins", "ssh", "tests"))
 
-from ssh_exec import interleaved_medians, ssh_cli
+from bench_timing import interleaved_medians
+from ssh_exec import ssh_cli
 from ssh_testserver import SSHServer, requirements_missing
 
 import envlayer

@@ -11,30 +11,12 @@ Run: ``uv run --no-sync python benchmarks/local_exec.py [--calls 300]``
 from __future__ import annotations
 
 import argparse
-import statistics
 import subprocess
 import tempfile
-import time
-from collections.abc import Callable
+
+from bench_timing import WARMUP, interleaved_medians
 
 from envlayer.backends.local import LocalEnvironment, LocalOptions
-
-WARMUP = 10
-
-
-def medians(variants: dict[str, Callable[[], object]], calls: int, rounds: int = 5) -> dict[str, float]:
-    for run in variants.values():
-        for _ in range(WARMUP):
-            run()
-    times: dict[str, list[float]] = {label: [] for label in variants}
-    block = max(1, calls // rounds)
-    for _ in range(rounds):
-        for label, run in variants.items():
-            for _ in range(block):
-                start = time.perf_counter()
-                run()
-                times[label].append(time.perf_counter() - start)
-    return {label: statistics.median(samples) * 1000 for label, samples in times.items()}
 
 
 def main() -> int:
@@ -45,7 +27,7 @@ def main() -> int:
     session = LocalEnvironment(LocalOptions(cwd=workdir, exec_mode="session"))
     oneshot = LocalEnvironment(LocalOptions(cwd=workdir, exec_mode="oneshot"))
     try:
-        results = medians(
+        results = interleaved_medians(
             {
                 "subprocess sh -c true": lambda: subprocess.run(["/bin/sh", "-c", "true"], check=True),
                 "envlayer local session": lambda: session.exec("true"),

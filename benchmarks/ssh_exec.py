@@ -21,7 +21,6 @@ import argparse
 import os
 import shutil
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -30,29 +29,10 @@ from collections.abc import Callable
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "plugins", "ssh", "tests"))
 
+from bench_timing import WARMUP, interleaved_medians
 from envlayer_ssh.backend import SSHEnvironment
 from envlayer_ssh.options import SSHOptions
 from ssh_testserver import SSHServer, requirements_missing
-
-WARMUP = 10
-
-
-def interleaved_medians(variants: dict[str, Callable[[], object]], calls: int, rounds: int = 5) -> dict[str, float]:
-    """Median ms per variant. Each variant runs back to back in blocks (as an agent's
-    calls would), and the blocks of all variants alternate over ``rounds`` rounds, so a
-    change in machine load during the run affects every variant alike."""
-    for run in variants.values():
-        for _ in range(WARMUP):
-            run()
-    times: dict[str, list[float]] = {label: [] for label in variants}
-    block = max(1, calls // rounds)
-    for _ in range(rounds):
-        for label, run in variants.items():
-            for _ in range(block):
-                start = time.perf_counter()
-                run()
-                times[label].append(time.perf_counter() - start)
-    return {label: statistics.median(samples) * 1000 for label, samples in times.items()}
 
 
 def paramiko_client(server: SSHServer, nodelay: bool):

@@ -424,6 +424,18 @@ class EnvironmentConformance:
             check = env.exec(_report_alive(f"$(cat {pidfile})"))
             assert check.stdout_text == "", f"processes survived the timeout: {check.stdout_text}"
 
+    def test_timeout_stops_the_rest_of_the_script(self, env: Environment) -> None:
+        """The shell running the command's script dies with it: what follows the command
+        that timed out never runs. A backend that kills only the marked children (the
+        ``sleep``) and not the shell running the script lets that shell carry on at once.
+        The check asks first whether that shell (``$$``) still runs, then whether the rest
+        ran: a shell that was spared is caught either way, with no waiting."""
+        with _pidfile(env) as pidfile, _scratch_file(env) as late:
+            script = f"echo $$ > {pidfile}; sleep 300; echo late > {late}; sleep 301"
+            assert env.exec(script, timeout=1).timed_out
+            check = env.exec(f"{_report_alive(f'$(cat {pidfile})')}; cat {late} 2>/dev/null")
+            assert check.stdout_text == "", f"the script went on after its timeout: {check.stdout_text}"
+
     def test_timeout_kills_setsid_escapee(self, env: Environment) -> None:
         if not self.kills_escaped_processes:
             pytest.skip("backend documents that it cannot reach setsid escapees")

@@ -9,6 +9,9 @@ Lifecycle (details in docs/backends/kubernetes.md):
 * ``cleanup()`` in persist mode (default) leaves the pod running. ``cleanup(force_remove=True)``,
   or any cleanup with ``persist_across_processes = false``, deletes it (grace 0) on a
   background thread that :meth:`wait_for_cleanup` joins (until the API answers 404).
+* Every command gets ``PAGER=cat`` and ``GIT_PAGER=cat`` (the core's command defaults,
+  over ``forward_env``, as with Docker and local) unless ``env`` or the call's ``env`` sets
+  them.
 * Commands run in a persistent shell (``exec_mode = "session"``, the core's protocol over
   one long-lived exec) or one exec each (``"oneshot"``); a call that finds the session
   busy (another thread) runs one-shot. A timeout or an interrupt kills the command's
@@ -31,6 +34,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+from envlayer.agent_env import with_command_defaults
 from envlayer.capabilities import Capability
 from envlayer.environment import Command, Environment, SandboxInfo
 from envlayer.errors import BackendUnavailable, SandboxPathError
@@ -87,7 +91,7 @@ class KubernetesEnvironment(Environment):
             self.capabilities = self.capabilities - {Capability.PERSIST_ACROSS_PROCESSES}
         self._cluster = connect(opts)
         self._base_env = {n: os.environ[n] for n in opts.forward_env if n in os.environ}
-        self._base_env.update(opts.env)
+        self._base_env.update(with_command_defaults(opts.env))
         self._state_lock = threading.RLock()
         self._teardown: threading.Thread | None = None
         self._spec = build_spec(opts, profile=profile, task=task_id, persist=opts.persist_across_processes)

@@ -4,9 +4,18 @@ The exec API has no environment parameter, and an exec's argv is visible in the 
 server's audit log and in ``/proc/*/cmdline``: environment values must not go there. So
 every command's exec reads ONE line from its stdin first, an ``export`` script for the
 environment (:func:`env_line`), evaluates it, and only then runs the command, whose stdin
-is what follows on the stream. Argv: ``$1`` exec id (exported as ``ENVLAYER_EXEC_ID``,
-the kill script's marker), ``$2`` working directory, ``$3`` mode, ``$4`` stdin length,
-``$5...`` the command (a string, or the argv words):
+is what follows on the stream. Argv: ``$1`` the kill script's marker
+``ENVLAYER_EXEC_ID=<exec id>`` (exported, so every program the command starts carries it
+in its environment), ``$2`` working directory, ``$3`` mode, ``$4`` stdin length, ``$5...``
+the command (a string, or the argv words).
+
+The marker stands in the wrapper's own command line as well, because the wrapper is the
+shell that runs the command's script (``eval``): the kill script finds it there (an
+``export`` reaches only the children's environments, never the exporting shell's own),
+and kills it with the command, so nothing after the timed-out part of the script runs.
+The subshells it forks (which exec nothing) share that command line, and the group and
+session it leads (an exec's process is a session leader) are killed with it. The exec id
+is a random token, not a secret. Modes:
 
 * ``s``/``a``: no stdin (the command reads ``/dev/null``);
 * ``S``/``A``: stdin follows and the client closes it (v5);
@@ -25,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from envlayer.proctree import EXEC_ID_VAR
 
 ONESHOT = (
-    f"{EXEC_ID_VAR}=$1; export {EXEC_ID_VAR}; __el_d=$2; __el_m=$3; __el_n=$4; shift 4\n"
+    'export "$1"; __el_d=$2; __el_m=$3; __el_n=$4; shift 4\n'
     "IFS= read -r __el_env || exit 125\n"
     'eval "$__el_env"; unset __el_env\n'
     'cd -- "$__el_d" 2>/dev/null || { printf \'envlayer: working directory does not exist: %s\\n\' "$__el_d" >&2; '
@@ -77,7 +86,8 @@ def oneshot_argv(
     else:
         mode = "H" if shell_string else "B"
     words = [command] if isinstance(command, str) else [str(a) for a in command]
-    return [shell, "-c", ONESHOT, "envlayer", exec_id, cwd, mode, str(stdin or 0), *words]
+    marker = f"{EXEC_ID_VAR}={exec_id}"
+    return [shell, "-c", ONESHOT, "envlayer", marker, cwd, mode, str(stdin or 0), *words]
 
 
 def bounded_stdin_argv(shell: str, argv: list[str], length: int) -> list[str]:

@@ -182,6 +182,22 @@ def test_pod_spec_carries_options_and_never_env_values(
     assert secret not in logged, "an environment value reached the API (argv in the exec URL?)"
 
 
+@pytest.mark.parametrize("mode", ["session", "oneshot"])
+def test_commands_get_the_pager_defaults_unless_env_sets_them(
+    make_env: Callable[..., Any], mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``PAGER=cat`` and ``GIT_PAGER=cat`` reach every command (so ``git log`` never waits
+    for a key), over a forwarded value as on the other backends; the ``env`` option and a
+    call's ``env`` override them."""
+    monkeypatch.setenv("PAGER", "less")
+    show = 'printf "%s %s" "$PAGER" "$GIT_PAGER"'
+    env = make_env(exec_mode=mode, forward_env=["PAGER"])
+    assert env.exec(show).stdout_text == "cat cat"
+    assert env.exec(show, env={"GIT_PAGER": "most"}).stdout_text == "cat most"
+    assert env.exec(show, cwd="/tmp").stdout_text == "cat cat"
+    assert make_env(exec_mode=mode, env={"PAGER": "more"}).exec(show).stdout_text == "more cat"
+
+
 def test_reaper_is_scoped_to_profile_and_namespace(fake_apiserver: Any, make_env: Callable[..., Any]) -> None:
     from envlayer_kubernetes.backend import KubernetesEnvironment
 

@@ -141,6 +141,14 @@ def test_wrapper_reads_env_from_stdin_and_passes_the_rest(closable: bool) -> Non
     assert done.stdout == b"x y'z\"$HOME|line1\nline2\n|back\\slash\\n%s|e1payload\x00\xff"
 
 
+@pytest.mark.skipif(not os.path.exists("/proc/self/cmdline"), reason="needs /proc")
+def test_wrapper_shell_itself_carries_the_kill_marker() -> None:
+    """The kill script finds the shell running the command's script by its command line
+    (its environment predates the export), so a timeout kills it too."""
+    done = _run_wrapper("tr '\\0' '\\n' < /proc/$$/cmdline", {}, None, True)
+    assert b"\nENVLAYER_EXEC_ID=e1\n" in done.stdout, done
+
+
 def test_wrapper_argv_and_exit_codes() -> None:
     assert _run_wrapper(["printf", "%s", "$A; echo no"], {}, None, True).stdout == b"$A; echo no"
     assert _run_wrapper("exit 42", {}, None, True).returncode == 42
