@@ -57,6 +57,9 @@ class Capability(StrEnum):
     PERSIST_ACROSS_PROCESSES = "persist_across_processes"
     """A later process asking for the same task attaches to the same sandbox."""
 
+    EXEC_AS_USER = "exec_as_user"
+    """``exec(..., user=NAME)`` runs that one command as another user of the sandbox."""
+
 
 @dataclass(frozen=True)
 class CallShape:
@@ -97,6 +100,7 @@ CALL_SHAPES: dict[Capability, tuple[CallShape, ...]] = {
         ),
     ),
     Capability.STREAMING: (CallShape("exec", positional=("command",), keywords=(*EXEC_KEYWORDS, "on_output")),),
+    Capability.EXEC_AS_USER: (CallShape("exec", positional=("command",), keywords=(*EXEC_KEYWORDS, "user")),),
     Capability.DIRECTORY_TRANSFER: (
         CallShape("upload_dir", positional=("local", "remote")),
         CallShape("download_dir", positional=("remote", "local")),
@@ -105,6 +109,15 @@ CALL_SHAPES: dict[Capability, tuple[CallShape, ...]] = {
 """Every capability backed by a method, and how the dispatcher calls it. The others
 (``persistent_session``, ``persist_across_processes``) are behaviour, not methods: they
 count only when declared."""
+
+
+MARKER_PARAMETERS: dict[Capability, tuple[str, str]] = {
+    Capability.FORCE_REMOVE: ("cleanup", "force_remove"),
+    Capability.STREAMING: ("exec", "on_output"),
+    Capability.EXEC_AS_USER: ("exec", "user"),
+}
+"""Capabilities that are one parameter of a required method, as (method, parameter): an
+undeclared backend has them only when that parameter is named in the signature."""
 
 
 def _signature(backend: Any, shape: CallShape) -> inspect.Signature | None:
@@ -195,10 +208,8 @@ def defines_method_for(backend: Any, capability: Capability) -> bool:
     """True when ``backend`` has some method (or parameter) meant for ``capability``,
     whether or not its signature fits: what a plugin author evidently tried to provide.
     Used by the conformance kit to catch signatures the dispatcher cannot call."""
-    if capability is Capability.FORCE_REMOVE:
-        return _has_parameter(backend, "cleanup", "force_remove")
-    if capability is Capability.STREAMING:
-        return _has_parameter(backend, "exec", "on_output")
+    if capability in MARKER_PARAMETERS:
+        return _has_parameter(backend, *MARKER_PARAMETERS[capability])
     return any(callable(getattr(backend, s.method, None)) for s in CALL_SHAPES.get(capability, ()))
 
 
@@ -215,10 +226,8 @@ def _has_parameter(backend: Any, method: str, name: str) -> bool:
 def _introspect(backend: Any) -> frozenset[Capability]:
     found = set()
     for capability, shapes in CALL_SHAPES.items():
-        if capability is Capability.STREAMING and not _has_parameter(backend, "exec", "on_output"):
-            continue  # a bare ``**kwargs`` on exec is no promise to stream
-        if capability is Capability.FORCE_REMOVE and not _has_parameter(backend, "cleanup", "force_remove"):
-            continue  # likewise for cleanup
+        if capability in MARKER_PARAMETERS and not _has_parameter(backend, *MARKER_PARAMETERS[capability]):
+            continue  # a bare ``**kwargs`` is no promise to stream, force or switch users
         if all(shape_problem(backend, shape) is None for shape in shapes):
             found.add(capability)
     return frozenset(found)

@@ -408,7 +408,8 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = argparse.Argument
         "  envlayer exec 'make test | tail -3'               # one word: a shell string\n"
         "  envlayer exec --task t1 --timeout 60 -- pytest -x  # -- is accepted before CMD\n"
         "  envlayer exec -e API_TOKEN --env-file .env -- ./deploy   # values from your environment / a file\n"
-        "  envlayer exec --backend docker -o image=python:3.11-slim python -V",
+        "  envlayer exec --backend docker -o image=python:3.11-slim python -V\n"
+        "  envlayer exec --backend docker -u nobody -- id -u         # as another user of the container",
         "exit codes: the command's own; 124 timed out (its process tree was killed); 130 interrupted;\n"
         "125 envlayer failed (unknown backend, bad config, backend unavailable), reason and hint on stderr",
     )
@@ -419,6 +420,12 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = argparse.Argument
     p.add_argument("--task", default="default", help="task id (default: %(default)s)")
     p.add_argument("--timeout", type=float, help="seconds before the command's process tree is killed (exit 124)")
     p.add_argument("--cwd", help="working directory for this command")
+    p.add_argument(
+        "-u",
+        "--user",
+        metavar="NAME[:GROUP]",
+        help="run this command as another user of the sandbox (backends with exec_as_user: docker)",
+    )
     p.add_argument(
         "-e",
         "--env",

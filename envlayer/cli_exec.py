@@ -33,7 +33,7 @@ from envlayer.config import Settings, load_settings
 from envlayer.environment import Command, Environment
 from envlayer.errors import EnvlayerError
 from envlayer.plugin_errors import plugin_call
-from envlayer.request import normalize_timeout
+from envlayer.request import check_user, normalize_timeout
 from envlayer.result import INTERRUPT_EXIT_CODE, ExecResult
 
 ENVLAYER_FAILURE = 125
@@ -133,6 +133,8 @@ class ExecPlan:
     settings: Settings
     exec_kwargs: dict[str, Any]
     """``cwd``, ``env``, ``timeout``, ``stdin`` for ``Environment.exec``."""
+    user: str | None = None
+    """``--user``: passed on only to a backend with ``exec_as_user`` (else exit 125)."""
 
 
 def command_of(words: Sequence[str]) -> Command:
@@ -153,7 +155,8 @@ def plan_exec(args: argparse.Namespace, read_stdin: Callable[[], bytes], setting
     env_vars = exec_env(args.env or [], args.env_file or [])
     stdin = read_stdin() if args.stdin else None
     kwargs = {"cwd": args.cwd, "env": env_vars or None, "timeout": args.timeout, "stdin": stdin}
-    return ExecPlan(command, settings, kwargs)
+    user = None if args.user is None else check_user(args.user)
+    return ExecPlan(command, settings, kwargs, user)
 
 
 def exec_json(result: ExecResult | None, notes: list[str], exc: BaseException | None = None) -> dict[str, Any]:
@@ -219,6 +222,7 @@ def run_exec(
     if cancel is not None:
         kwargs["cancel"] = cancel
     try:
+        kwargs.update(lifecycle.user_keywords(env, plan.user))
         if args.json:
             with plugin_call(env, "exec"):
                 result = env.exec(plan.command, **kwargs)

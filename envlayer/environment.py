@@ -9,7 +9,9 @@ called by envlayer on a backend that lacks them:
 * ``cleanup(force_remove=...)``, ``wait_for_cleanup(timeout) -> bool``;
 * classmethods ``reap_orphans``, ``list_sandboxes``, ``remove_sandbox``;
 * ``exec(..., on_output=...)`` streaming; ``upload_dir`` / ``download_dir`` returning a
-  :class:`~envlayer.transfer.TransferSummary` (see :mod:`envlayer.transfer`).
+  :class:`~envlayer.transfer.TransferSummary` (see :mod:`envlayer.transfer`);
+* ``exec(..., user=...)`` (``exec_as_user``): that one command runs as another user of
+  the sandbox, in a process of its own (see "Running as another user" below).
 
 Call the optional parts through :mod:`envlayer.lifecycle`, which checks first.
 
@@ -61,6 +63,21 @@ Persistent sessions (capability ``persistent_session``; implemented once, in
 * After a timeout or an interrupt (the shell is killed with the command) the next call
   gets a new shell in the last working directory with only the configured variables,
   and its ``recovered`` says so.
+
+Running as another user (capability ``exec_as_user``; Docker has it):
+
+* ``exec(command, user="nobody")`` runs that command as ``user`` (``NAME``, ``UID``,
+  ``NAME:GROUP`` or ``UID:GID``, checked by :func:`envlayer.request.check_user`) in a
+  process of its own, like a one-shot call: the session shell's ``cd``/``export`` state
+  does not apply and nothing it changes persists. It starts in the session's current
+  directory (or ``cwd``) with the environment's configured variables plus ``env``.
+* A user the sandbox does not know fails that call with exit 126 and a message on
+  stderr; nothing is evicted or recreated for it.
+* Timeouts, interrupts and ``cancel`` kill its tree as for any command.
+* Through :mod:`envlayer.lifecycle` (and the manager, the tools, :mod:`envlayer.aio`),
+  ``user=`` on a backend without the capability raises
+  :class:`~envlayer.errors.InvalidArgument` before anything runs: a command is never run
+  as a different user than the one asked for.
 """
 
 from __future__ import annotations
@@ -201,6 +218,7 @@ class Environment(ABC):
         stdin: bytes | str | None = None,
         on_output: OutputCallback | None = None,
         cancel: CancelToken | None = None,
+        user: str | None = None,
     ) -> ExecRequest:
         """The validated :class:`~envlayer.request.ExecRequest` for one ``exec`` call, with
         ``options.timeout`` as the default timeout. Checks that the environment is open.
@@ -218,6 +236,7 @@ class Environment(ABC):
             on_output=on_output,
             default_timeout=self.options.timeout,
             cancel=cancel,
+            user=user,
         )
 
     def resolve_path(self, path: str, cwd: str) -> str:

@@ -5,9 +5,10 @@ backends that declare nothing; in both cases only methods whose signature accept
 call, see :mod:`envlayer.capabilities`) before forwarding anything. A keyword is never
 passed to a backend that lacks it, and a missing capability is never an error: the
 dispatcher does the nearest correct thing, logs it at DEBUG, and says so in its return
-value (``note``). Anything but an envlayer error raised by the backend during the call
-becomes a :class:`~envlayer.errors.PluginError` naming the backend and its
-distribution.
+value (``note``). The one exception is ``user`` (:func:`user_keywords`): running a
+command as another user than the one asked for is never correct. Anything but an
+envlayer error raised by the backend during the call becomes a
+:class:`~envlayer.errors.PluginError` naming the backend and its distribution.
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ from typing import Any
 
 from envlayer.capabilities import Capability, accepts_keyword, defines_method_for, signature_problem, supports
 from envlayer.environment import Command, Environment, SandboxInfo
-from envlayer.errors import BackendUnavailable, EnvlayerError, PluginError
+from envlayer.errors import BackendUnavailable, EnvlayerError, InvalidArgument, PluginError
 from envlayer.options import BaseOptions
 from envlayer.plugin_errors import backend_name, plugin_call, recording
+from envlayer.request import check_user
 from envlayer.result import ExecResult
 
 log = logging.getLogger("envlayer.lifecycle")
@@ -120,6 +122,29 @@ def wait_for_cleanup(env: Environment, timeout: float) -> bool:
         return True
     with plugin_call(env, "wait_for_cleanup"):
         return bool(env.wait_for_cleanup(timeout))  # type: ignore[attr-defined]
+
+
+def user_keywords(environment: Environment, user: str | None) -> dict[str, str]:
+    """The keyword arguments that ask ``environment.exec`` to run as ``user``: none for
+    ``None``, ``{"user": user}`` when the backend has ``exec_as_user``.
+
+    The one exception to "a missing capability is never an error": running a command as
+    another user than the one asked for is never the nearest correct thing.
+
+    Raises :class:`~envlayer.errors.InvalidArgument` (nothing ran) for a backend without
+    the capability, or for a malformed ``user``.
+    """
+    if user is None:
+        return {}
+    check_user(user)
+    if supports(environment, Capability.EXEC_AS_USER):
+        return {"user": user}
+    raise InvalidArgument(
+        "user",
+        f"{_absent(environment, Capability.EXEC_AS_USER)}: it cannot run a command as {user!r}",
+        hint="leave user unset to run as the backend's configured user (its `user` option, where it has one), "
+        "or use a backend that has exec_as_user (docker)",
+    )
 
 
 def exec_streaming(

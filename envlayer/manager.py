@@ -56,7 +56,7 @@ from envlayer.config import Settings, load_settings
 from envlayer.environment import DEFAULT_TASK, Command, Environment
 from envlayer.errors import BackendUnavailable, EnvironmentClosed, EnvlayerError
 from envlayer.factory import backend_class, open_environment
-from envlayer.lifecycle import CleanupOutcome, cleanup, exec_streaming, wait_for_cleanup
+from envlayer.lifecycle import CleanupOutcome, cleanup, exec_streaming, user_keywords, wait_for_cleanup
 from envlayer.orphan_sweeps import OrphanSweep, orphan_sweep, start_sweep
 from envlayer.plugin_errors import plugin_call, recording
 from envlayer.result import ExecResult
@@ -82,7 +82,9 @@ DEFAULT_REAP_INTERVAL = 60.0
 DEFAULT_EXIT_TIMEOUT = 15.0
 """Total seconds :meth:`EnvironmentManager.close` waits for background teardowns."""
 
-_PASSTHROUGH = frozenset({Capability.STREAMING, Capability.PERSISTENT_SESSION, Capability.PERSIST_ACROSS_PROCESSES})
+_PASSTHROUGH = frozenset(
+    {Capability.STREAMING, Capability.PERSISTENT_SESSION, Capability.PERSIST_ACROSS_PROCESSES, Capability.EXEC_AS_USER}
+)
 """Capabilities a managed handle keeps from its environment; the lifecycle ones stay
 with the manager."""
 
@@ -166,13 +168,17 @@ class ManagedEnvironment(Environment):
         stdin: bytes | str | None = None,
         on_output: Callable[[str, bytes], None] | None = None,
         cancel: CancelToken | None = None,
+        user: str | None = None,
     ) -> ExecResult:
         """:meth:`Environment.exec`, tracked. ``on_output`` goes through
         :func:`envlayer.lifecycle.exec_streaming`: chunks as they arrive on a streaming
         backend, once at the end on others. ``cancel`` is passed on when the backend's
         ``exec`` takes it (else the command runs to its end or its timeout, and a DEBUG
-        line says so)."""
+        line says so). ``user`` is passed on to a backend with ``exec_as_user``; on any
+        other it raises :class:`~envlayer.errors.InvalidArgument` before anything runs
+        (:func:`envlayer.lifecycle.user_keywords`)."""
         kwargs: dict[str, Any] = {"cwd": cwd, "env": env, "timeout": timeout, "stdin": stdin}
+        kwargs.update(user_keywords(self.environment, user))
         if cancel is not None:
             if takes_cancel(self.environment):
                 kwargs["cancel"] = cancel

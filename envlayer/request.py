@@ -16,6 +16,9 @@ refuse the same inputs with the same :class:`~envlayer.errors.InvalidArgument`:
 * ``env``: names are shell identifiers (``[A-Za-z_][A-Za-z0-9_]*``), values strings;
   no NUL byte in either.
 * ``stdin``: bytes, or a string (sent as UTF-8).
+* ``user``: ``None`` (the sandbox's configured user), or a user name or numeric uid,
+  optionally followed by ``:group`` (name or gid), as ``docker exec --user`` takes it
+  (:func:`check_user`). Only backends with the ``exec_as_user`` capability take it.
 
 File paths go through :func:`check_path` (done by ``Environment.resolve_path``), file
 payloads through :func:`file_payload` (encoding and the ``max_file_bytes`` check).
@@ -39,6 +42,7 @@ MAX_TIMEOUT = 7 * 24 * 3600.0
 background (``nohup cmd &``) with a short command polling it; ``0`` disables the limit."""
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\$?(:[A-Za-z0-9_][A-Za-z0-9_.-]*)?\Z")
 _NO_LIMIT_HINT = "pass a number of seconds up to one week, or 0 for no limit"
 
 Command = str | Sequence[str]
@@ -130,6 +134,25 @@ def check_env(env: Mapping[str, str] | None, argument: str = "env") -> dict[str,
     return checked
 
 
+def check_user(user: object) -> str:
+    """``user`` as ``exec`` takes it: ``NAME``, ``UID``, ``NAME:GROUP`` or ``UID:GID``
+    (POSIX portable names: letters, digits, ``_``, ``.``, ``-``, not starting with ``.``
+    or ``-``; a trailing ``$`` as Samba machine accounts have).
+
+    Raises :class:`InvalidArgument` for anything else (an empty string, spaces, a NUL
+    byte, a non-string): such a value would reach ``docker exec --user`` or ``su``
+    unchecked."""
+    if not isinstance(user, str):
+        raise InvalidArgument("user", f"must be a user name or uid as a string, got {type(user).__name__}")
+    if not _USER.match(user):
+        raise InvalidArgument(
+            "user",
+            f"{user[:60]!r} is not a user name or uid",
+            hint="pass NAME, UID, NAME:GROUP or UID:GID, e.g. 'nobody' or '1000:1000'",
+        )
+    return user
+
+
 def encode_stdin(stdin: bytes | str | None) -> bytes | None:
     """``stdin`` as bytes (a string as UTF-8); ``None`` stays ``None`` (the command reads EOF)."""
     if stdin is None or isinstance(stdin, bytes):
@@ -167,7 +190,8 @@ class ExecRequest:
     id: the command exports it as ``ENVLAYER_EXEC_ID`` so the kill path finds its whole
     process tree. ``stdin`` is ``None`` (the command reads EOF) or the bytes to feed.
     ``on_output(stream, chunk)`` receives ``"stdout"``/``"stderr"`` chunks as they
-    arrive, uncapped, from the calling thread.
+    arrive, uncapped, from the calling thread. ``user`` is ``None`` (the sandbox's
+    configured user) or the checked user to run this one command as.
     """
 
     command: str | tuple[str, ...]
@@ -182,6 +206,7 @@ class ExecRequest:
     cancel: CancelToken | None = None
     """Cancelled from another thread: the backend kills the command as on a timeout and
     the result says ``cancelled`` (see :mod:`envlayer.cancel`)."""
+    user: str | None = None
 
     @property
     def cancelled(self) -> bool:
@@ -200,6 +225,7 @@ class ExecRequest:
         on_output: OutputCallback | None = None,
         default_timeout: float | None = None,
         cancel: CancelToken | None = None,
+        user: str | None = None,
     ) -> ExecRequest:
         """Validate every argument (see the module docstring) and start the clock.
 
@@ -222,6 +248,7 @@ class ExecRequest:
             start=start,
             deadline=None if limit is None else start + limit,
             cancel=cancel,
+            user=None if user is None else check_user(user),
         )
 
     def remaining(self) -> float | None:

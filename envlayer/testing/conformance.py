@@ -482,6 +482,44 @@ class EnvironmentConformance:
             assert check.stdout_text == "", f"processes survived the cancel: {check.stdout_text}"
         assert env.exec("echo fine").stdout == b"fine\n"
 
+    # --- exec_as_user (only on backends that declare it) ---------------------------------
+
+    @staticmethod
+    def _other_user(env: Environment) -> tuple[str, str]:
+        """(sandbox user's uid, a different uid to run as): 65534 for a root sandbox, else 0.
+        Skips unless the backend has ``exec_as_user``."""
+        if Capability.EXEC_AS_USER not in capabilities_of(env):
+            pytest.skip("backend has no exec_as_user")
+        own = env.exec("id -u").stdout_text.strip()
+        return own, "65534" if own == "0" else "0"
+
+    def test_exec_as_user_runs_that_command_as_that_user(self, env: Environment) -> None:
+        own, other = self._other_user(env)
+        result = env.exec("id -u", user=other)  # type: ignore[call-arg]
+        assert (result.exit_code, result.stdout_text.strip()) == (0, other), result
+        assert env.exec("id -u").stdout_text.strip() == own, "the next call must run as the sandbox user again"
+
+    def test_exec_as_user_timeout_kills_the_process_tree(self, env: Environment) -> None:
+        _, other = self._other_user(env)
+        with _pidfile(env) as pidfile:
+            env.exec(f"touch {pidfile}; chmod 666 {pidfile}").check()
+            script = f"sleep 320 & echo $! > {pidfile}; sleep 321"
+            assert env.exec(script, timeout=1, user=other).timed_out  # type: ignore[call-arg]
+            check = env.exec(_report_alive(f"$(cat {pidfile})"))
+            assert check.stdout_text == "", f"processes survived the timeout: {check.stdout_text}"
+
+    def test_exec_as_unknown_user_fails_only_that_call(self, env: Environment) -> None:
+        self._other_user(env)
+        result = env.exec("echo ran", user="envlayer-no-such-user")  # type: ignore[call-arg]
+        assert result.exit_code != 0 and b"ran" not in result.stdout, result
+        assert env.exec("echo fine").stdout == b"fine\n"
+
+    @pytest.mark.parametrize("user", ["", "a b", "root\0", "-r", "x;id"])
+    def test_malformed_user_is_refused(self, env: Environment, user: str) -> None:
+        self._other_user(env)
+        with pytest.raises(InvalidArgument):
+            env.exec("true", user=user)  # type: ignore[call-arg]
+
     def test_next_call_works_after_timeout(self, env: Environment) -> None:
         env.exec("sleep 30", timeout=1)
         result = env.exec("echo fine")

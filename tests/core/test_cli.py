@@ -70,6 +70,20 @@ def test_exec_unknown_backend_exits_125_listing_installed(workdir: Path) -> None
     assert "install the package that provides it" in out.stderr
 
 
+@pytest.mark.parametrize("broker", ["1", "0"])
+def test_exec_as_another_user_on_local_exits_125_before_running(workdir: Path, broker: str) -> None:
+    out = run("exec", "-u", "nobody", "--", "touch", "ran", cwd=workdir, env={"ENVLAYER_BROKER": broker})
+    assert out.returncode == 125
+    assert "exec_as_user" in out.stderr and "cannot run a command as 'nobody'" in out.stderr
+    assert "hint:" in out.stderr
+    assert not (workdir / "ran").exists()
+
+
+def test_exec_malformed_user_exits_125_naming_it(workdir: Path) -> None:
+    out = run("exec", "--user", "a b", "--", "true", cwd=workdir)
+    assert out.returncode == 125 and "user" in out.stderr and "'a b'" in out.stderr
+
+
 def test_exec_bad_config_names_file_and_key(workdir: Path) -> None:
     (workdir / "envlayer.toml").write_text('[backends.local]\ntimeout = "x"\n')
     out = run("exec", "--", "true", cwd=workdir)

@@ -10,6 +10,7 @@ import pytest
 
 from envlayer import Capability, Environment, SandboxInfo, capabilities_of, lifecycle
 from envlayer.backends.local import LocalEnvironment
+from envlayer.errors import InvalidArgument
 from envlayer.options import BaseOptions
 from envlayer.registry import load_backend
 from envlayer.result import ExecResult
@@ -265,3 +266,45 @@ def test_the_callers_own_callback_error_is_not_blamed_on_the_plugin(tmp_path: An
 
     with pytest.raises(BrokenPipeError, match="reader went away"):
         lifecycle.exec_streaming(env, "echo one; sleep 5", closed_reader)
+
+
+class SwitchesUsers(Recording):
+    """Declares exec_as_user and records the user each call asked for."""
+
+    capabilities = frozenset({Capability.EXEC_AS_USER})
+
+    def exec(self, command: Any, *, user: str | None = None, **kw: Any) -> ExecResult:
+        self.calls.append(("exec", user))
+        return ExecResult(0)
+
+
+def test_user_is_passed_to_a_backend_with_exec_as_user() -> None:
+    env = SwitchesUsers()
+    assert lifecycle.user_keywords(env, "nobody") == {"user": "nobody"}
+    assert lifecycle.user_keywords(env, None) == {}
+
+
+def test_user_on_a_backend_without_exec_as_user_is_refused_before_anything_runs(toy: Any, tmp_path: Any) -> None:
+    """Never the nearest correct thing: running as the configured user instead would be wrong."""
+    local = LocalEnvironment(LocalEnvironment.Options(cwd=str(tmp_path)))
+    try:
+        for env in (toy, local):
+            with pytest.raises(InvalidArgument, match="exec_as_user") as caught:
+                lifecycle.user_keywords(env, "nobody")
+            assert caught.value.hint
+    finally:
+        local.cleanup()
+
+
+def test_malformed_user_is_refused_even_where_the_capability_exists() -> None:
+    with pytest.raises(InvalidArgument, match="user"):
+        lifecycle.user_keywords(SwitchesUsers(), "a b")
+
+
+def test_exec_as_user_needs_user_by_name_when_undeclared() -> None:
+    class Named(Undeclared):
+        def exec(self, command: Any, *, user: str | None = None, **kw: Any) -> ExecResult:
+            return ExecResult(0)
+
+    assert Capability.EXEC_AS_USER in capabilities_of(Named)
+    assert Capability.EXEC_AS_USER not in capabilities_of(Undeclared)  # **kw alone is no promise

@@ -84,3 +84,18 @@ def test_collector_caps_streams_and_mutes_callback() -> None:
     assert seen == [("stdout", b"0123456789abcdef")]
     assert result.exit_code == 124 and result.timed_out and result.stderr == b"late"
     assert result.stdout_truncation is not None and result.stdout_truncation.total == 16
+
+
+@pytest.mark.parametrize("user", ["root", "0", "nobody", "1000:1000", "app:staff", "svc-1.x", "host$"])
+def test_well_formed_users_are_kept(user: str) -> None:
+    assert ExecRequest.build("id", user=user).user == user
+
+
+@pytest.mark.parametrize("user", ["", " ", "a b", "root\0", "-r", ".hidden", "x;id", "a:b:c", "a:", 1000])
+def test_malformed_users_are_refused_naming_the_argument(user: object) -> None:
+    with pytest.raises(InvalidArgument, match="user"):
+        ExecRequest.build("id", user=user)  # type: ignore[arg-type]
+
+
+def test_no_user_means_the_sandbox_user() -> None:
+    assert ExecRequest.build("id").user is None

@@ -61,6 +61,7 @@ ALL_CAPABILITIES = frozenset(
         Capability.PERSISTENT_SESSION,
         Capability.DIRECTORY_TRANSFER,
         Capability.PERSIST_ACROSS_PROCESSES,
+        Capability.EXEC_AS_USER,
     }
 )
 _NUMERIC_USER = re.compile(r"^(\d+)(?::(\d+))?$")
@@ -192,8 +193,11 @@ class DockerEnvironment(Environment):
         stdin: bytes | str | None = None,
         on_output: OutputCallback | None = None,
         cancel: CancelToken | None = None,
+        user: str | None = None,
     ) -> ExecResult:
         """Run ``command`` in the container; see :class:`~envlayer.environment.Environment`.
+        With ``user`` (capability ``exec_as_user``) it runs as that user in an exec of its
+        own (``docker exec --user``), outside the session shell.
 
         ``on_output(stream, chunk)`` receives ``"stdout"``/``"stderr"`` chunks as they
         arrive (uncapped), from the calling thread. Raises :class:`BackendUnavailable`
@@ -202,7 +206,7 @@ class DockerEnvironment(Environment):
         next call re-creates the container), and ``InvalidArgument`` for bad arguments.
         """
         request = self.make_request(
-            command, cwd=cwd, env=env, timeout=timeout, stdin=stdin, on_output=on_output, cancel=cancel
+            command, cwd=cwd, env=env, timeout=timeout, stdin=stdin, on_output=on_output, cancel=cancel, user=user
         )
         result, recovered = self._retrying(lambda: self._run(request))
         return dataclasses.replace(result, recovered="container recreated") if recovered else result
@@ -215,18 +219,22 @@ class DockerEnvironment(Environment):
         return False
 
     def _run(self, request: ExecRequest) -> ExecResult:
-        """The session when it is free, else a one-shot exec."""
+        """The session when it is free (and no other user is asked for), else a one-shot
+        exec, as ``request.user`` when given."""
         from envlayer_docker.runners import run_oneshot
 
         session = self._session
-        if session is not None and session.lock.acquire(blocking=False):
+        if session is not None and request.user is None and session.lock.acquire(blocking=False):
             try:
                 return session.run(request, touch_lease=self._touch_lease())
             finally:
                 session.lock.release()
         base = (session.cwd if session is not None else None) or self.options.workdir
         cwd = posixpath.join(base, request.cwd) if request.cwd else base
-        return run_oneshot(self._target(), request, cwd=cwd, touch_lease=self._touch_lease())
+        target = self._target()
+        if request.user is not None:
+            target = dataclasses.replace(target, user=request.user)
+        return run_oneshot(target, request, cwd=cwd, touch_lease=self._touch_lease())
 
     def _helper(self, argv: list[str], data: bytes | None) -> tuple[int, bytes, bytes]:
         """Internal command for file operations; recovers a vanished container once."""

@@ -228,17 +228,22 @@ class EnvlayerSandboxEnvironment(SandboxEnvironment):
         timeout_retry: bool = True,
         concurrency: bool = True,
     ) -> ExecResult[str]:
-        await self._check_user(user)
+        as_user = await self._user_keywords(user)
         run_cwd = self._resolve(cwd) if cwd is not None else self.sample_dir
         with unavailable_as_inspect():
-            result = await _abandonable(self.env.exec, list(cmd), cwd=run_cwd, env=env, timeout=timeout, stdin=input)
+            result = await _abandonable(
+                self.env.exec, list(cmd), cwd=run_cwd, env=env, timeout=timeout, stdin=input, **as_user
+            )
         return to_inspect(result, cmd, timeout)
 
-    async def _check_user(self, user: str | None) -> None:
-        """Accept ``user`` when it is the sandbox's own user (by name or uid); others raise
-        ``SandboxUserUnsupportedError``: envlayer has no per-call user yet."""
+    async def _user_keywords(self, user: str | None) -> dict[str, str]:
+        """``exec``'s keywords for Inspect's ``user``: passed on to a backend with
+        ``exec_as_user`` (Docker); on others accepted only when it is the sandbox's own
+        user (by name or uid), else ``SandboxUserUnsupportedError``."""
         if user is None:
-            return
+            return {}
+        if supports(self.env, Capability.EXEC_AS_USER):
+            return {"user": user}
         if self._identity is None:
             with unavailable_as_inspect():
                 probe = await _blocking(self.env.exec, "id -un 2>/dev/null; id -u", timeout=30)
@@ -246,9 +251,10 @@ class EnvlayerSandboxEnvironment(SandboxEnvironment):
         if user not in self._identity:
             raise SandboxUserUnsupportedError(
                 f"the envlayer {self.env.name} sandbox runs every command as "
-                f"{'/'.join(self._identity) or 'its configured user'}; running as {user!r} per call is not "
-                "supported (set the backend's user option instead)"
+                f"{'/'.join(self._identity) or 'its configured user'}; the {self.env.name} backend cannot run "
+                f"a command as {user!r} (set its user option instead, or use the docker backend)"
             )
+        return {}
 
     # --- files ----------------------------------------------------------------------------
 

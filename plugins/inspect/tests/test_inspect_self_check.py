@@ -26,9 +26,17 @@ from inspect_ai.util._sandbox.self_check import *  # noqa: F403 - Inspect's chec
 SETUPS = ["local", "docker", "docker-nobody", "ssh"]
 
 ROOT_READS_EVERYTHING = "the sandbox user is root, whose rights cover every file (checked unprivileged elsewhere)"
-KNOWN_FAILURES: dict[str, str] = {
-    "test_exec_as_user": "envlayer runs every command as the backend's configured user; no per-call user yet",
+NO_EXEC_AS_USER = "the backend has no exec_as_user: every command runs as its configured user"
+CAPLESS_ROOT = (
+    "the container's user is uid 65534 and no_new_privileges is on (the default): a command run as root "
+    "gets no capabilities, so adduser cannot write /etc/gshadow"
+)
+SETUP_FAILURES: dict[tuple[str, str], str] = {
+    ("local", "test_exec_as_user"): NO_EXEC_AS_USER,
+    ("ssh", "test_exec_as_user"): NO_EXEC_AS_USER,
+    ("docker-nobody", "test_exec_as_user"): CAPLESS_ROOT,
 }
+"""(setup, check) pairs that cannot pass on that setup, and why."""
 ROOT_ONLY_FAILURES: dict[str, str] = {
     "test_read_file_not_allowed": ROOT_READS_EVERYTHING,
     "test_write_text_file_without_permissions": ROOT_READS_EVERYTHING,
@@ -64,7 +72,8 @@ async def sandbox_env(
 ) -> AsyncIterator[SandboxEnvironment]:
     sandbox, root = shared_sandbox
     check = request.node.originalname
-    reason = KNOWN_FAILURES.get(check) or (ROOT_ONLY_FAILURES.get(check) if root else None)
+    setup = request.node.callspec.params["shared_sandbox"]
+    reason = SETUP_FAILURES.get((setup, check)) or (ROOT_ONLY_FAILURES.get(check) if root else None)
     if reason:
         request.applymarker(pytest.mark.xfail(reason=reason, strict=True))
     yield sandbox
