@@ -1,8 +1,8 @@
 # shellcheck shell=bash
 # Shared helpers for scripts/*. Sourcing it guarantees: ROOT (repo root),
 # STATE_DIR (created; default $ROOT/.state), and small helpers for logging,
-# Docker liveness, apt installs that never start services, and stopping a
-# daemon by PID. It has no side effects beyond creating STATE_DIR.
+# Docker liveness, apt installs that never start services, stopping a
+# daemon by PID, and a uv that runs (ensure_uv). It has no side effects beyond creating STATE_DIR.
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 STATE_DIR="${ENVLAYER_STATE_DIR:-$ROOT/.state}"
@@ -50,4 +50,26 @@ stop_pid() {
     for i in $(seq 1 20); do kill -0 "$pid" 2>/dev/null || return 0; sleep 1; done
     log "$name (pid $pid) still running after 20 s; sending SIGKILL"
     kill -KILL "$pid" 2>/dev/null || true
+}
+
+# ensure_uv: set UV=(...) to a uv that runs. The one on PATH if any; else the one in
+# $ENVLAYER_UV_DIR (default $STATE_DIR/uv), a venv of python3 into which pip installs uv
+# from PyPI the first time. A venv, because Debian's own python3 refuses
+# `pip install` outside one (PEP 668); as root, python3-venv is installed with apt when
+# python3 lacks the venv module (a plain Debian python3 does).
+ensure_uv() {
+    if command -v uv >/dev/null 2>&1 && uv --version >/dev/null 2>&1; then
+        UV=(uv)
+        return 0
+    fi
+    local dir="${ENVLAYER_UV_DIR:-$STATE_DIR/uv}" py
+    if ! "$dir/bin/uv" --version >/dev/null 2>&1; then
+        py="$(command -v python3)" || die "no python3 on PATH: apt-get install python3 (3.11 or newer)"
+        "$py" -c 'import venv, ensurepip' 2>/dev/null || apt_install python3-venv
+        log "uv is not on PATH; installing it into $dir (a venv of $py)"
+        rm -rf "$dir"
+        "$py" -m venv "$dir" || die "$py -m venv $dir failed"
+        "$dir/bin/pip" install --quiet uv || die "pip could not install uv into $dir (is PyPI reachable?)"
+    fi
+    UV=("$dir/bin/uv")
 }

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 
@@ -14,6 +11,7 @@ import pytest
 from envlayer.backends.local import LocalEnvironment, LocalOptions
 from envlayer.registry import load_backend
 from envlayer.testing import EnvironmentConformance, ExecContractConformance
+from envlayer.testing.unprivileged import pytest_as_nobody
 
 
 class TestLocalConformance(EnvironmentConformance, ExecContractConformance):
@@ -49,18 +47,9 @@ class TestToyPluginConformance(EnvironmentConformance, ExecContractConformance):
 def test_local_kit_permission_checks_as_unprivileged_user() -> None:
     """The kit's permission checks skip as root (root's rights cover every file), so when
     this suite runs as root they are run again here, in a child pytest as uid 65534."""
-    if os.geteuid() != 0:
-        pytest.skip("not root: the permission checks already ran unprivileged in TestLocalConformance")
-    setpriv = shutil.which("setpriv")
-    assert setpriv, "setpriv (util-linux) is needed to drop to uid 65534"
-    proc = subprocess.run(
-        [
-            setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "--",
-            sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--import-mode=importlib",
-            f"{__file__}::TestLocalConformance", "-k", "permission_denied", "-rs",
-        ],
-        capture_output=True, text=True, timeout=120, cwd=tempfile.gettempdir(),
-        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "HOME": tempfile.gettempdir()},
-    )  # fmt: skip
+    proc = pytest_as_nobody(
+        ["--import-mode=importlib", f"{__file__}::TestLocalConformance", "-k", "permission_denied", "-rs"],
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "3 passed" in proc.stdout and "skipped" not in proc.stdout, proc.stdout

@@ -20,8 +20,9 @@ Lifecycle (Inspect's hooks onto envlayer's):
   process is alive); with an id, that task's sandbox is removed, running or not.
 
 Calls run on worker threads (``anyio.to_thread``): the event loop never waits on a
-backend. A cancelled ``exec`` (a sample's time limit, Ctrl-C) returns at once; the
-command goes on until its own timeout kills its process tree, or until
+backend. A cancelled ``exec`` (a sample's time limit, Ctrl-C) returns at once and, on
+backends whose ``exec`` takes a cancel token (local, Docker, SSH), kills the command's
+process tree; elsewhere the command goes on until its own timeout kills it, or until
 ``sample_cleanup`` removes the sandbox (on backends with a sandbox per task, which kills
 it at once). ``timeout_retry`` is not honoured: a timed-out command was killed, and
 running it again is the caller's decision.
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import posixpath
+import threading
 import uuid
 from collections.abc import Callable
 from functools import partial
@@ -48,6 +50,7 @@ from inspect_ai.util import (
 from pydantic import BaseModel
 
 from envlayer import lifecycle
+from envlayer.cancel import CancelToken, takes_cancel
 from envlayer.capabilities import Capability, supports
 from envlayer.environment import Environment
 from envlayer.integrations.selection import Selection
@@ -72,10 +75,21 @@ async def _blocking(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     return await anyio.to_thread.run_sync(partial(fn, *args, **kwargs))
 
 
-async def _abandonable(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """Like :func:`_blocking`, but a cancelled await returns at once (the call goes on in
-    its thread until it ends or its own timeout kills it)."""
-    return await anyio.to_thread.run_sync(partial(fn, *args, **kwargs), abandon_on_cancel=True)
+async def _cancellable_exec(environment: Environment, /, *args: Any, **kwargs: Any) -> Any:
+    """``env.exec`` on a worker thread, where a cancelled await (a sample's time limit,
+    Ctrl-C) returns at once and also kills the command's process tree, on backends whose
+    ``exec`` takes a cancel token (local, Docker, SSH). The token is cancelled on a
+    thread of its own, so the event loop never waits for the kill. On other backends the
+    command goes on until it ends, its own timeout kills it, or ``sample_cleanup`` removes
+    the sandbox."""
+    token = CancelToken()
+    if takes_cancel(environment):
+        kwargs["cancel"] = token
+    try:
+        return await anyio.to_thread.run_sync(partial(environment.exec, *args, **kwargs), abandon_on_cancel=True)
+    except anyio.get_cancelled_exc_class():
+        threading.Thread(target=token.cancel, name="envlayer-inspect-cancel", daemon=True).start()
+        raise
 
 
 def _selection(config: SandboxEnvironmentConfigType | None) -> Selection:
@@ -231,8 +245,8 @@ class EnvlayerSandboxEnvironment(SandboxEnvironment):
         as_user = await self._user_keywords(user)
         run_cwd = self._resolve(cwd) if cwd is not None else self.sample_dir
         with unavailable_as_inspect():
-            result = await _abandonable(
-                self.env.exec, list(cmd), cwd=run_cwd, env=env, timeout=timeout, stdin=input, **as_user
+            result = await _cancellable_exec(
+                self.env, list(cmd), cwd=run_cwd, env=env, timeout=timeout, stdin=input, **as_user
             )
         return to_inspect(result, cmd, timeout)
 

@@ -115,6 +115,54 @@ async def test_cancelled_exec_returns_at_once_and_cleanup_kills_it(
     assert task_id not in {info.task for info in left}, "the sandbox (and the command in it) must be gone"
 
 
+@pytest.mark.anyio
+@pytest.mark.parametrize("backend", ["local", pytest.param("docker", marks=pytest.mark.docker)])
+async def test_a_cancelled_exec_kills_the_command_tree(
+    request: pytest.FixtureRequest, backend: str, anyio_backend: str
+) -> None:
+    """A sample's time limit cancels the await once the command runs: the command and
+    its children are killed in the sandbox (through the call's CancelToken), not left to
+    run to their end."""
+    if backend == "docker":
+        options = {"image": request.getfixturevalue("docker_image")}
+        profile = request.getfixturevalue("docker_ready")
+        config = EnvlayerSandboxConfig(backend="docker", profile=profile, options=options)
+    else:
+        config = EnvlayerSandboxConfig(backend="local")
+    envs = await EnvlayerSandboxEnvironment.sample_init("cancel-kill", config, {})
+    sandbox = envs["default"]
+    pidfile = f"/tmp/envlayer-inspect-cancel-{uuid.uuid4().hex[:8]}.pids"
+    pids_of = ["sh", "-c", f"cat {pidfile} 2>/dev/null"]
+    alive_of = ["sh", "-c", f"for p in $(cat {pidfile}); do kill -0 $p 2>/dev/null && echo $p; done"]
+    script = f"sleep 601 & echo $! > {pidfile}; sleep 602 & echo $! >> {pidfile}; echo $$ >> {pidfile}; wait"
+    scope = anyio.CancelScope()
+
+    async def cancel_once_running() -> None:
+        while len((await sandbox.exec(pids_of)).stdout.split()) < 3:
+            await anyio.sleep(0.1)
+        scope.cancel()
+
+    try:
+        with anyio.fail_after(120):
+            async with anyio.create_task_group() as group:
+                group.start_soon(cancel_once_running)
+                with scope:
+                    await sandbox.exec(["sh", "-c", script])
+                    pytest.fail("the command ran to its end")
+        assert scope.cancelled_caught
+        assert len((await sandbox.exec(pids_of)).stdout.split()) == 3
+        alive = "?"
+        for _ in range(100):  # the kill runs on a thread of its own: give it up to ~20 s
+            alive = (await sandbox.exec(alive_of)).stdout.strip()
+            if not alive:
+                break
+            await anyio.sleep(0.2)
+        assert alive == "", f"processes survived the cancel: {alive}"
+    finally:
+        await sandbox.exec(["sh", "-c", f"kill -9 $(cat {pidfile}) 2>/dev/null; rm -f {pidfile}"])
+        await EnvlayerSandboxEnvironment.sample_cleanup("cancel-kill", config, envs, True)
+
+
 def _inspect_cli(*args: str, env: dict[str, str], cwd: Path) -> str:
     inspect = shutil.which("inspect", path=os.path.dirname(sys.executable))
     assert inspect, "the inspect CLI is installed with inspect-ai"

@@ -10,11 +10,6 @@ docs/integrations.md): a check that starts passing fails the run until the list 
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
-import tempfile
 from collections.abc import AsyncIterator, Callable
 
 import pytest
@@ -22,6 +17,8 @@ from envlayer_inspect.config import EnvlayerSandboxConfig
 from envlayer_inspect.sandbox import EnvlayerSandboxEnvironment
 from inspect_ai.util import SandboxEnvironment
 from inspect_ai.util._sandbox.self_check import *  # noqa: F403 - Inspect's checks, collected as they are
+
+from envlayer.testing.unprivileged import pytest_as_nobody
 
 SETUPS = ["local", "docker", "docker-nobody", "ssh"]
 
@@ -85,19 +82,7 @@ pytestmark = pytest.mark.anyio
 def test_local_permission_checks_as_unprivileged_user() -> None:
     """The two permission checks xfail for root, so when this suite runs as root they are
     run again here on the local backend in a child pytest as uid 65534."""
-    if os.geteuid() != 0:
-        pytest.skip("not root: the permission checks already ran unprivileged above")
-    setpriv = shutil.which("setpriv")
-    assert setpriv, "setpriv (util-linux) is needed to drop to uid 65534"
     selected = " or ".join(ROOT_ONLY_FAILURES)
-    proc = subprocess.run(
-        [
-            setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "--",
-            sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-            __file__, "-k", f"local and ({selected})", "-rxs",
-        ],
-        capture_output=True, text=True, timeout=180, cwd=tempfile.gettempdir(),
-        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "HOME": tempfile.gettempdir()},
-    )  # fmt: skip
+    proc = pytest_as_nobody(["-p", "no:randomly", __file__, "-k", f"local and ({selected})", "-rxs"])
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"{len(ROOT_ONLY_FAILURES)} passed" in proc.stdout, proc.stdout
