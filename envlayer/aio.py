@@ -10,7 +10,7 @@ cancels the command too.
 * A call still queued for a worker thread is dropped and never runs.
 * A running ``exec`` (``AsyncEnvironment.exec``, or the ``terminal`` tool through
   ``AsyncToolRegistry.run_tool``) on a backend that takes a
-  :class:`~envlayer.cancel.CancelToken` (local, Docker, SSH) is killed with its whole
+  :class:`~envlayer.cancel.CancelToken` (local, Docker, SSH, Modal, Kubernetes) is killed with its whole
   process tree in the sandbox; the task waits until the command's thread has returned
   (so nothing is left running), then ``CancelledError`` propagates as asyncio requires.
   To get the partial output instead of an exception, pass your own token,

@@ -35,7 +35,7 @@ Contract shared by all backends:
 * Optional: a backend whose ``exec`` takes ``cancel`` (a
   :class:`~envlayer.cancel.CancelToken`) kills the command's tree when the token is
   cancelled from another thread, and returns the output so far with ``cancelled=True``
-  and exit code 130 (local, Docker, SSH do).
+  and exit code 130 (local, Docker, SSH, Modal, Kubernetes do).
 * stdout and stderr are captured separately, capped at ``max_output_bytes`` each.
 * When the sandbox or the connection to it is lost while a command runs, ``exec``
   raises :class:`~envlayer.errors.BackendUnavailable` (or a subclass) saying the command

@@ -19,8 +19,10 @@ What it kills, for the command whose ``ENVLAYER_EXEC_ID`` is ``exec_id``:
   0 = any age). Programs that earlier commands left running carry their own marker and
   are spared.
 
-Sequence: SIGKILL the shell, SIGTERM the rest, up to ``grace`` seconds for them (and the
-shell) to go, then rescan and SIGKILL whatever is left; it prints ``killed <pids>``. A
+Sequence: SIGKILL the shell; SIGSTOP the rest, SIGTERM them, SIGCONT them (``kill``
+signals one pid after the other: without the stop, a script's shell whose child got the
+SIGTERM first could run its next line before its own turn came); up to ``grace`` seconds
+for them (and the shell) to go, then rescan and SIGKILL whatever is left; it prints ``killed <pids>``. A
 SIGKILLed process is not gone at once (it exits when next scheduled, then stays a zombie
 until its parent reaps it): the script returns only once the shell is a zombie or gone,
 so a caller that sees it return never finds the shell still running. Without a readable
@@ -91,7 +93,7 @@ alive() {
 }
 v=$(victims)
 [ "$S" != 0 ] && kill -KILL "$S" 2>/dev/null
-[ -n "$v" ] && kill -TERM $v 2>/dev/null
+[ -n "$v" ] && { kill -STOP $v; kill -TERM $v; kill -CONT $v; } 2>/dev/null
 [ "$S" != 0 ] && w="$v $S" || w="$v"
 n=0
 while [ -n "$(alive "$w")" ] && [ $n -lt $(( GRACE * 10 )) ]; do sleep 0.1; n=$((n + 1)); done

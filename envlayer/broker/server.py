@@ -15,7 +15,7 @@ Guarantees:
   a usage error, ``broker = false``) is handed back before anything runs.
 * **One command per connection, on its own thread.** A ``CANCEL`` frame, or the client
   going away, cancels the command: its process tree in the sandbox is killed (on
-  backends whose ``exec`` takes a cancel token: local, Docker, SSH), never the broker.
+  backends whose ``exec`` takes a cancel token: local, Docker, SSH, Modal, Kubernetes), never the broker.
 * **Lifetime.** One broker per runtime directory and context (a ``flock`` on its pid
   file). It exits after ``broker_idle_timeout`` seconds without a call, on ``envlayer
   broker stop``, SIGTERM or SIGINT: it stops listening, cancels running commands, then

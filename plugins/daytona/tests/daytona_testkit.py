@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import urllib.request
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,9 +69,22 @@ class FakeDaytona:
         thread retries at its own pace whatever the plugin does."""
         return {e["route"] for e in self.entries_since(mark)} - {"socket.io"}
 
+    def advance_clock(self, minutes: float) -> None:
+        """Move a ``manual_clock`` fake's lifecycle clock ``minutes`` Daytona minutes forward;
+        auto-stop, auto-delete and TTL have been applied at the new time when this returns."""
+        request = urllib.request.Request(
+            self.url.removesuffix("/api") + "/fake/clock",
+            data=json.dumps({"advanceMinutes": minutes}).encode(),
+            headers={"Authorization": f"Bearer {FAKE_KEY}", "Content-Type": "application/json"},
+            method="POST",
+        )
+        with urllib.request.urlopen(request, timeout=120) as answer:
+            assert answer.status == 200, answer.read()
 
-def start_fake(tmp: Path, *, minute_seconds: float = 60.0, max_cpu: int = 0) -> FakeDaytona:
-    """Start a fake Daytona API process; the caller stops it with :func:`stop_fake`."""
+
+def start_fake(tmp: Path, *, minute_seconds: float = 60.0, max_cpu: int = 0, manual_clock: bool = False) -> FakeDaytona:
+    """Start a fake Daytona API process; the caller stops it with :func:`stop_fake`. With
+    ``manual_clock`` its lifecycle clock moves only through :meth:`FakeDaytona.advance_clock`."""
     instance = uuid.uuid4().hex[:12]
     port_file, route_log = tmp / f"port-{instance}", tmp / f"routes-{instance}.jsonl"
     route_log.touch()
@@ -89,9 +103,18 @@ def start_fake(tmp: Path, *, minute_seconds: float = 60.0, max_cpu: int = 0) -> 
         instance,
         "--parent-pid",
         str(os.getpid()),
+        *(["--manual-clock"] if manual_clock else []),
     ]
     log = (tmp / f"fake-{instance}.log").open("wb")
-    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    # Its own session: a SIGKILL of the test run's process group leaves it alive to see its
+    # parent gone (--parent-pid) and remove its containers.
+    proc = subprocess.Popen(
+        argv,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 120  # a loaded machine imports slowly; a crash is seen at once
     while not port_file.exists():
         if proc.poll() is not None or time.monotonic() > deadline:

@@ -60,34 +60,138 @@ class ApiError(Exception):
         self.code = code
 
 
+EXEC_SPOOL = "/.fake-daytona-exec"
+"""Where a ``process/execute`` call's output is captured in the sandbox: one directory per
+call, removed by the container's next call (no extra Docker request on the way)."""
+_spent: dict[str, list[str]] = {}
+_spent_lock = threading.Lock()
+_CAPTURE = r"""d=$0; [ -z "$1" ] || rm -rf -- $1; shift; mkdir -p -- "$d" || exit 125
+"$@" >"$d/out" 2>&1 </dev/null; c=$?
+printf '%s\n' "$d"; cat "$d/out"; printf '\n%s %s %s\n' "$d" "$(wc -c < "$d/out")" "$c"
+"""
+
+
 def _exec(api: Any, container: str, argv: list[str], timeout: float | None = None) -> tuple[int | None, bytes]:
-    """Run argv in the container; (exit code, merged output). ``None`` code: killed at timeout."""
-    ex = api.exec_create(container, argv, stdout=True, stderr=True)
+    """Run argv in the container; (exit code, merged stdout and stderr). ``None`` code: killed
+    at ``timeout``.
+
+    The command's output is captured in a file in the container, then sent on the exec's
+    attached stream between a header and a trailer naming the capture directory and the
+    file's size. Docker may hand back an attached stream without the output of a process
+    that exits quickly (seen here under load: ``exit 0`` and no bytes for ``echo started``;
+    docker-py issue 2042, moby issue 27289): when the header, the trailer or any byte is
+    missing, the file is fetched through the archive API instead."""
+    directory = f"{EXEC_SPOOL}/{uuid.uuid4().hex}"
+    with _spent_lock:
+        spent = " ".join(_spent.pop(container, []))
+    ex = api.exec_create(container, ["sh", "-c", _CAPTURE, directory, spent, *argv], stdout=True, stderr=True)
     result: dict[str, bytes] = {}
     worker = threading.Thread(target=lambda: result.setdefault("out", api.exec_start(ex["Id"])), daemon=True)
     worker.start()
     worker.join(timeout)
-    if worker.is_alive():
-        pid = api.exec_inspect(ex["Id"]).get("Pid")
-        if pid:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        worker.join(5)
-        return None, result.get("out", b"")
-    return api.exec_inspect(ex["Id"]).get("ExitCode"), result.get("out", b"")
+    try:
+        if worker.is_alive():
+            _kill_exec(api, ex["Id"])
+            worker.join(5)
+            return None, _captured(api, container, directory, result)
+        framed = _unframe(result.get("out", b""), directory)
+        if framed is not None:
+            return framed
+        print(
+            f"process/execute {ex['Id'][:12]}: the attached stream was incomplete; reading the capture file",
+            file=sys.stderr,
+        )
+        info = api.exec_inspect(ex["Id"])
+        while info.get("Running"):  # the stream can end a moment before the daemon records the exit
+            time.sleep(0.02)
+            info = api.exec_inspect(ex["Id"])
+        return info.get("ExitCode"), _captured(api, container, directory, result)
+    finally:
+        with _spent_lock:
+            _spent.setdefault(container, []).append(directory)
+
+
+def _unframe(stream: bytes, directory: str) -> tuple[int, bytes] | None:
+    """(exit code, output) from a complete framed answer of :data:`_CAPTURE`; None when any
+    part of it did not arrive."""
+    header = f"{directory}\n".encode()
+    trailer = re.search(rb"\n" + re.escape(directory.encode()) + rb" (\d+) (\d+)\n\Z", stream)
+    if not stream.startswith(header) or trailer is None:
+        return None
+    output = stream[len(header) : trailer.start()]
+    if len(output) != int(trailer.group(1)):
+        return None
+    return int(trailer.group(2)), output
+
+
+def _kill_exec(api: Any, exec_id: str) -> None:
+    """SIGKILL an exec's top process: the capturing ``sh`` and the command it runs."""
+    pid = api.exec_inspect(exec_id).get("Pid")
+    if not pid:
+        return
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as fh:
+            children = [int(p) for p in fh.read().split()]
+    except OSError:
+        children = []
+    for victim in (pid, *children):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(victim, signal.SIGKILL)
+
+
+def _captured(api: Any, container: str, directory: str, attached: dict[str, bytes]) -> bytes:
+    """The captured output; what reached the attached stream when nothing was captured
+    (e.g. the capture directory could not be made)."""
+    try:
+        data = _archived_file(api, container, f"{directory}/out")
+    except NotFound:
+        data = None
+    return data if data is not None else attached.get("out", b"")
+
+
+def _archived_file(api: Any, container: str, path: str) -> bytes | None:
+    """The content of file ``path`` in the container (None for a directory), through the
+    archive API. Raises docker's ``NotFound`` when there is no such path."""
+    stream, _ = api.get_archive(container, path)
+    raw = b"".join(stream)
+    with tarfile.open(fileobj=io.BytesIO(raw)) as tar:
+        member = tar.next()
+        if member is None or member.isdir():
+            return None
+        fh = tar.extractfile(member)
+        return fh.read() if fh else b""
 
 
 class Fake:
     """The sandboxes, their containers and the lifecycle timers."""
 
-    def __init__(self, *, instance: str, minute: float, max_cpu: int, base_url: str) -> None:
+    def __init__(self, *, instance: str, minute: float, max_cpu: int, base_url: str, manual_clock: bool) -> None:
         self.api = docker.APIClient(version="auto", timeout=120, **docker.utils.kwargs_from_env())
         self.instance = instance
         self.minute = minute
         self.max_cpu = max_cpu
         self.base_url = base_url
         self.lock = threading.RLock()
+        self.tick_lock = threading.Lock()
         self.sandboxes: dict[str, dict[str, Any]] = {}
+        self.manual_time: float | None = time.time() if manual_clock else None
+
+    def now(self) -> float:
+        """The lifecycle clock (seconds): the wall clock, or with ``--manual-clock`` a clock
+        that moves only through :meth:`advance`."""
+        return time.time() if self.manual_time is None else self.manual_time
+
+    def advance(self, minutes: float) -> float:
+        """Move the manual clock ``minutes`` Daytona minutes forward, then apply the lifecycle
+        rules at the new time before returning (so the caller sees their effect at once)."""
+        if self.manual_time is None:
+            raise ApiError(400, "the fake's clock is the wall clock; start it with --manual-clock")
+        if not minutes >= 0:
+            raise ApiError(400, f"advanceMinutes must be >= 0, got {minutes}")
+        with self.lock:
+            self.manual_time += minutes * self.minute
+        self.lifecycle_tick()
+        return self.manual_time
 
     # --- sandboxes ------------------------------------------------------------------
 
@@ -168,8 +272,8 @@ class Fake:
                 "createdAt": now,
                 "updatedAt": now,
                 "lastActivityAt": now,
-                "created": time.time(),
-                "activity": time.time(),
+                "created": self.now(),
+                "activity": self.now(),
                 "stoppedAt": None,
                 "container": None,
             }
@@ -201,10 +305,10 @@ class Fake:
         if state == "started":
             self.touch(sb)
         if state in ("stopped", "archived"):
-            sb["stoppedAt"] = time.time()
+            sb["stoppedAt"] = self.now()
 
     def touch(self, sb: dict[str, Any]) -> None:
-        sb["activity"] = time.time()
+        sb["activity"] = self.now()
         sb["lastActivityAt"] = _now()
 
     def start(self, sb: dict[str, Any]) -> None:
@@ -236,8 +340,12 @@ class Fake:
 
     def lifecycle_tick(self) -> None:
         """Auto-stop after autoStopInterval minutes without API activity, auto-delete
-        autoDeleteInterval minutes after stopping (0: at once), TTL from creation."""
-        now = time.time()
+        autoDeleteInterval minutes after stopping (0: at once), TTL from creation. Serialized:
+        the timer thread and :meth:`advance` may call it at the same time."""
+        with self.tick_lock:
+            self._lifecycle_tick(self.now())
+
+    def _lifecycle_tick(self, now: float) -> None:
         for sb in list(self.sandboxes.values()):
             try:
                 if sb["ttlMinutes"] and now - sb["created"] > sb["ttlMinutes"] * self.minute:
@@ -296,16 +404,12 @@ class Fake:
 
     def download(self, sb: dict[str, Any], path: str) -> tuple[bytes | None, dict[str, Any] | None]:
         try:
-            stream, _ = self.api.get_archive(sb["container"], path)
-            raw = b"".join(stream)
+            data = _archived_file(self.api, sb["container"], path)
         except NotFound:
             return None, {"message": f"file not found: {path}", "statusCode": 404, "code": "FILE_NOT_FOUND"}
-        with tarfile.open(fileobj=io.BytesIO(raw)) as tar:
-            member = tar.next()
-            if member is None or member.isdir():
-                return None, {"message": f"is a directory: {path}", "statusCode": 400, "code": "IS_DIRECTORY"}
-            fh = tar.extractfile(member)
-            return (fh.read() if fh else b""), None
+        if data is None:
+            return None, {"message": f"is a directory: {path}", "statusCode": 400, "code": "IS_DIRECTORY"}
+        return data, None
 
 
 def _error_body(status: int, message: str, code: str, path: str) -> dict[str, Any]:
@@ -450,6 +554,12 @@ class Handler(BaseHTTPRequestHandler):
         self.fake.find(sid)
         return 200, {"url": f"{self.fake.base_url}/toolbox"}, {}
 
+    def clock(self, body: bytes, q: dict[str, str]) -> tuple[int, Any, dict[str, str]]:
+        minutes = json.loads(body or b"{}").get("advanceMinutes", 0)
+        if not isinstance(minutes, (int, float)):
+            raise ApiError(400, f"advanceMinutes must be a number, got {minutes!r}")
+        return 200, {"now": self.fake.advance(float(minutes))}, {}
+
     def socket_io(self, body: bytes, q: dict[str, str]) -> tuple[int, Any, dict[str, str]]:
         raise ApiError(404, "no event websocket in the fake: the SDK falls back to polling")
 
@@ -526,6 +636,7 @@ class Handler(BaseHTTPRequestHandler):
 _ID = r"([^/]+)"
 ROUTES = [
     (re.compile(r"/api/socket\.io/?"), "GET", "socket.io", Handler.socket_io),
+    (re.compile(r"/fake/clock"), "POST", "fake.clock", Handler.clock),
     (re.compile(r"/api/sandbox"), "POST", "create", Handler.create),
     (re.compile(r"/api/sandbox"), "GET", "list", Handler.list),
     (re.compile(rf"/api/sandbox/{_ID}"), "GET", "get", Handler.get),
@@ -553,6 +664,11 @@ def main() -> None:
     parser.add_argument("--port-file", required=True)
     parser.add_argument("--route-log", required=True)
     parser.add_argument("--minute-seconds", type=float, default=60.0, help="real seconds in one Daytona minute")
+    parser.add_argument(
+        "--manual-clock",
+        action="store_true",
+        help="lifecycle time moves only on POST /fake/clock {advanceMinutes} (test-controlled auto-stop)",
+    )
     parser.add_argument("--max-cpu", type=int, default=0, help="total CPU quota of started sandboxes (0: none)")
     parser.add_argument("--instance", default=uuid.uuid4().hex[:12])
     parser.add_argument("--parent-pid", type=int, default=0, help="exit (removing its containers) when it dies")
@@ -562,7 +678,11 @@ def main() -> None:
     server.daemon_threads = True
     port = server.server_address[1]
     fake = Fake(
-        instance=args.instance, minute=args.minute_seconds, max_cpu=args.max_cpu, base_url=f"http://127.0.0.1:{port}"
+        instance=args.instance,
+        minute=args.minute_seconds,
+        max_cpu=args.max_cpu,
+        base_url=f"http://127.0.0.1:{port}",
+        manual_clock=args.manual_clock,
     )
     Handler.fake = fake
     Handler.route_log = open(args.route_log, "a", buffering=1)  # noqa: SIM115 - lives as long as the process

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -267,42 +268,87 @@ def test_directory_transfer_and_path_confinement(make_env: Callable[..., Any], t
 
 
 @pytest.fixture(scope="module")
-def fast_fake(docker_ready: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeDaytona]:
-    """A fake whose Daytona minute lasts two seconds (long enough for a refresh round trip
-    on a loaded machine, short enough to keep the test quick), and with a 1-CPU quota."""
-    fake = start_fake(tmp_path_factory.mktemp("fast-daytona"), minute_seconds=2.0, max_cpu=1)
+def clock_fake(docker_ready: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeDaytona]:
+    """A fake whose lifecycle clock moves only when the test advances it (auto-stop then
+    depends on what happened between two advances, never on how fast the machine is), and
+    with a 1-CPU quota."""
+    fake = start_fake(tmp_path_factory.mktemp("clock-daytona"), max_cpu=1, manual_clock=True)
     try:
         yield fake
     finally:
         stop_fake(fake)
 
 
-def _fast_env(fake: FakeDaytona, profile: str, **kw: Any) -> Any:
+def _clock_env(fake: FakeDaytona, profile: str, **kw: Any) -> Any:
     from envlayer_daytona.backend import DaytonaEnvironment
     from envlayer_daytona.options import DaytonaOptions
 
     opts = DaytonaOptions(api_url=fake.url, snapshot=IMAGE, cwd="/workspace", timeout=60, **kw)
-    return DaytonaEnvironment(opts, task_id=f"fast-{uuid.uuid4().hex[:6]}", profile=profile)
+    return DaytonaEnvironment(opts, task_id=f"clock-{uuid.uuid4().hex[:6]}", profile=profile)
 
 
-def test_activity_refresh_keeps_a_long_command_alive(fast_fake: FakeDaytona, profile: str) -> None:
-    """auto_stop_interval = 2 "minutes" (4 s here): a 10 s command survives because the
-    environment refreshes activity every 0.5 s; without refreshes the same command is cut
-    by auto-stop and the call says so (NOT re-run), and the next call restarts the sandbox."""
-    env = _fast_env(fast_fake, profile, auto_stop_interval=2, activity_interval=0.5)
+def _wait_for(check: Callable[[], bool], what: str, timeout: float = 120) -> None:
+    """Poll ``check`` until true; fail saying ``what`` did not happen (the bound only turns
+    a hang into a failure: nothing here depends on how long it takes)."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what} did not happen within {timeout}s")
+        time.sleep(0.05)
+
+
+def _start_gated_command(pool: Any, env: Any, gate: str) -> tuple[Any, threading.Event]:
+    """Run, on ``pool``, a command that prints ``started`` and then waits until file ``gate``
+    exists; returns its future and an event set once ``started`` was received."""
+    started = threading.Event()
+
+    def seen(stream: str, chunk: bytes) -> None:
+        if b"started" in chunk:
+            started.set()
+
+    command = f"echo started; while [ ! -e {gate} ]; do sleep 0.1; done; echo done"
+    future = pool.submit(env.exec, command, timeout=600, on_output=seen)
+    _wait_for(lambda: started.is_set() or future.done(), "the command's start")
+    assert started.is_set(), future.result()
+    return future, started
+
+
+def test_activity_refresh_keeps_a_long_command_alive(clock_fake: FakeDaytona, profile: str) -> None:
+    """auto_stop_interval = 3 Daytona minutes on a fake whose clock the test moves: while one
+    command runs, the clock goes 4 minutes forward, one minute at a time, and after each minute
+    the test waits for the environment's next activity refresh (activity_interval 0.5 s): the
+    sandbox is never idle for 3 minutes, the command survives and finishes. Without refreshes
+    (activity_interval 3600 s) the same 4 minutes stop the sandbox under the running command:
+    the call says so (NOT re-run), and the next call restarts the sandbox."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    env = _clock_env(clock_fake, profile, auto_stop_interval=3, activity_interval=0.5)
+    gate = f"/tmp/gate-{uuid.uuid4().hex[:8]}"
     try:
-        mark = fast_fake.mark()
-        result = env.exec("sleep 10; echo done", timeout=30)
-        assert result.stdout == b"done\n" and result.exit_code == 0
-        assert "last-activity" in fast_fake.routes_since(mark)
-        assert str(_sdk(fast_fake).get(env.sandbox_id).state.value) == "started"
+        with ThreadPoolExecutor(1) as pool:
+            running, _ = _start_gated_command(pool, env, gate)
+            for _ in range(4):
+                clock_fake.advance_clock(1)
+                mark = clock_fake.mark()
+                _wait_for(lambda m=mark: "last-activity" in clock_fake.routes_since(m), "an activity refresh")
+                assert str(_sdk(clock_fake).get(env.sandbox_id).state.value) == "started"
+            env.write_file(gate, b"")
+            result = running.result(timeout=600)
+        assert result.stdout == b"started\ndone\n" and result.exit_code == 0 and result.recovered == ""
     finally:
         env.cleanup(force_remove=True)
         env.wait_for_cleanup(30)
-    lazy = _fast_env(fast_fake, profile, auto_stop_interval=2, activity_interval=3600)
+    lazy = _clock_env(clock_fake, profile, auto_stop_interval=3, activity_interval=3600)
     try:
-        with pytest.raises(BackendUnavailable, match="NOT re-run"):
-            lazy.exec("sleep 12; echo done", timeout=30)
+        with ThreadPoolExecutor(1) as pool:
+            running, _ = _start_gated_command(pool, lazy, gate)
+            mark = clock_fake.mark()
+            for _ in range(4):
+                clock_fake.advance_clock(1)
+            assert str(_sdk(clock_fake).get(lazy.sandbox_id).state.value) == "stopped"
+            with pytest.raises(BackendUnavailable, match="NOT re-run"):
+                running.result(timeout=600)
+        assert "last-activity" not in clock_fake.routes_since(mark)
         again = lazy.exec("echo back")
         assert again.stdout == b"back\n" and again.recovered == "sandbox restarted"
     finally:
@@ -310,11 +356,11 @@ def test_activity_refresh_keeps_a_long_command_alive(fast_fake: FakeDaytona, pro
         lazy.wait_for_cleanup(30)
 
 
-def test_quota_is_a_clear_error(fast_fake: FakeDaytona, profile: str) -> None:
-    first = _fast_env(fast_fake, profile, auto_stop_interval=0)
+def test_quota_is_a_clear_error(clock_fake: FakeDaytona, profile: str) -> None:
+    first = _clock_env(clock_fake, profile, auto_stop_interval=0)
     try:
         with pytest.raises(BackendUnavailable) as info:
-            _fast_env(fast_fake, profile, auto_stop_interval=0)
+            _clock_env(clock_fake, profile, auto_stop_interval=0)
         assert "quota" in info.value.message and "envlayer rm" in info.value.hint
     finally:
         first.cleanup(force_remove=True)

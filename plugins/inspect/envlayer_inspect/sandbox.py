@@ -21,7 +21,7 @@ Lifecycle (Inspect's hooks onto envlayer's):
 
 Calls run on worker threads (``anyio.to_thread``): the event loop never waits on a
 backend. A cancelled ``exec`` (a sample's time limit, Ctrl-C) returns at once and, on
-backends whose ``exec`` takes a cancel token (local, Docker, SSH), kills the command's
+backends whose ``exec`` takes a cancel token (local, Docker, SSH, Modal, Kubernetes), kills the command's
 process tree; elsewhere the command goes on until its own timeout kills it, or until
 ``sample_cleanup`` removes the sandbox (on backends with a sandbox per task, which kills
 it at once). ``timeout_retry`` is not honoured: a timed-out command was killed, and
@@ -78,7 +78,7 @@ async def _blocking(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
 async def _cancellable_exec(environment: Environment, /, *args: Any, **kwargs: Any) -> Any:
     """``env.exec`` on a worker thread, where a cancelled await (a sample's time limit,
     Ctrl-C) returns at once and also kills the command's process tree, on backends whose
-    ``exec`` takes a cancel token (local, Docker, SSH). The token is cancelled on a
+    ``exec`` takes a cancel token (local, Docker, SSH, Modal, Kubernetes). The token is cancelled on a
     thread of its own, so the event loop never waits for the kill. On other backends the
     command goes on until it ends, its own timeout kills it, or ``sample_cleanup`` removes
     the sandbox."""

@@ -35,6 +35,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from envlayer.agent_env import with_command_defaults
+from envlayer.cancel import CancelToken
 from envlayer.capabilities import Capability
 from envlayer.environment import Command, Environment, SandboxInfo
 from envlayer.errors import BackendUnavailable, SandboxPathError
@@ -144,14 +145,20 @@ class KubernetesEnvironment(Environment):
         timeout: float | None = None,
         stdin: bytes | str | None = None,
         on_output: OutputCallback | None = None,
+        cancel: CancelToken | None = None,
     ) -> ExecResult:
         """Run ``command`` in the pod; see :class:`~envlayer.environment.Environment`.
+        ``cancel.cancel()`` from another thread kills the command's tree (and, in the
+        session, the shell) and the call returns the output so far with
+        ``cancelled=True`` (exit 130).
 
         ``on_output(stream, chunk)`` receives ``"stdout"``/``"stderr"`` chunks as they arrive
         (uncapped), on the calling thread. Raises :class:`BackendUnavailable` when the API
         cannot be reached, or when the stream broke while the command ran (it is not
         re-run; the next call re-attaches), and ``InvalidArgument`` for bad arguments."""
-        request = self.make_request(command, cwd=cwd, env=env, timeout=timeout, stdin=stdin, on_output=on_output)
+        request = self.make_request(
+            command, cwd=cwd, env=env, timeout=timeout, stdin=stdin, on_output=on_output, cancel=cancel
+        )
         result, recovered = self._retrying(lambda: self._run(request))
         return dataclasses.replace(result, recovered="pod recreated") if recovered else result
 

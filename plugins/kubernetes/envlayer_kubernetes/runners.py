@@ -25,10 +25,11 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from envlayer.cancel import killer_for
 from envlayer.collector import OutputCollector
 from envlayer.errors import BackendUnavailable
 from envlayer.request import ExecRequest
-from envlayer.result import ExecResult
+from envlayer.result import INTERRUPT_EXIT_CODE, ExecResult
 from envlayer.sandbox_kill import kill_script_argv
 from envlayer.shell_script import SESSION_VAR
 from envlayer.shell_session import KILL_GRACE_SECONDS, PersistentShell, status_unknown
@@ -122,19 +123,20 @@ def run_oneshot(target: ExecTarget, request: ExecRequest, *, cwd: str) -> ExecRe
 
     try:
         try:
-            while (chunks := channel.read(request.deadline)) is not None:
-                if not chunks:
-                    drain_while(channel, collector, kill)
-                    return collector.result(request, 124, timed_out=True)
-                for name, chunk in chunks:
-                    collector.write(name, chunk)
+            with killer_for(request.cancel, kill):
+                while (chunks := channel.read(request.deadline)) is not None:
+                    if not chunks:
+                        drain_while(channel, collector, kill)
+                        return collector.result(request, 124, timed_out=True)
+                    for name, chunk in chunks:
+                        collector.write(name, chunk)
         except BaseException:
             drain_while(channel, collector, kill)
             raise
         code = channel.exit_status()
-        if code is None:
+        if code is None and not request.cancelled:
             raise status_unknown(f"the command's exec in pod {target.pod} ({channel.failure_message()})")
-        return collector.result(request, code)
+        return collector.result(request, INTERRUPT_EXIT_CODE if code is None else code)
     finally:
         channel.close()
         writer.join(1.0)

@@ -25,6 +25,7 @@ Importing this module does not import the Modal SDK.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import posixpath
@@ -34,6 +35,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from envlayer.agent_env import with_command_defaults
+from envlayer.cancel import CancelToken, killer_for
 from envlayer.capabilities import Capability
 from envlayer.collector import OutputCollector
 from envlayer.environment import Command, Environment, SandboxInfo
@@ -177,8 +179,12 @@ class ModalEnvironment(Environment):
         timeout: float | None = None,
         stdin: bytes | str | None = None,
         on_output: OutputCallback | None = None,
+        cancel: CancelToken | None = None,
     ) -> ExecResult:
         """Run ``command`` in the sandbox; see :class:`~envlayer.environment.Environment`.
+        ``cancel.cancel()`` from another thread kills the command's tree (and, in the
+        session, the shell) and the call returns the output so far with
+        ``cancelled=True`` (exit 130).
 
         In session mode the command runs in the persistent shell when it is free (another
         thread's command makes this call run one-shot). ``on_output(stream, chunk)``
@@ -187,7 +193,9 @@ class ModalEnvironment(Environment):
         sandbox ended while the command ran (it is not re-run; the next call replaces the
         sandbox); bad arguments raise ``InvalidArgument`` (nothing ran).
         """
-        request = self.make_request(command, cwd=cwd, env=env, timeout=timeout, stdin=stdin, on_output=on_output)
+        request = self.make_request(
+            command, cwd=cwd, env=env, timeout=timeout, stdin=stdin, on_output=on_output, cancel=cancel
+        )
         for attempt in (0, 1):
             seen = self.sandbox_id
             collector = OutputCollector.for_request(request, self.options)
@@ -228,7 +236,9 @@ class ModalEnvironment(Environment):
         argv = oneshot.oneshot_argv(self.options.shell, request.command, cwd=cwd, touch_lease=self._touch_lease())
         proc = Process(self._start_exec(argv, self._command_env(request.env, request.exec_id)))
         oneshot.feed_stdin(proc, request.stdin)
-        outcome = oneshot.run(proc, collector, request.deadline, kill=lambda: self._kill(request.exec_id))
+        kill = functools.partial(self._kill, request.exec_id)
+        with killer_for(request.cancel, kill):
+            outcome = oneshot.run(proc, collector, request.deadline, kill=kill)
         if outcome.timed_out:
             return collector.result(request, TIMEOUT_EXIT_CODE, timed_out=True)
         if outcome.code is None:
