@@ -9,12 +9,23 @@ and on its saved stderr (fd 8) ``M`` alone, where ``M`` is a marker unique to th
 (``__EL<digits>__``). The marker never appears literally in anything the sandbox can
 read: the script holds a random seed and the shell computes ``M`` from it by arithmetic
 when it prints the trailer. The trailer goes to fds 7 and 8, copies of the shell's
-stdout and stderr made at start, so a command that redirects its own fds (``exec 2>&1``,
-``exec >/dev/null``) cannot hide it (they stay open for the command: bash runs an EXIT
-trap with the redirections of the command that exited still in place); the
-reader strips the markers from the streams (also when split across reads) and knows the
-command is over when both are seen, without waiting for EOF (background jobs that keep
-the stream open never block a call).
+stdout and stderr made at start, so a command that redirects the shell's own fds
+(``exec 2>&1``, ``exec >/dev/null``) cannot hide it. The reader strips the markers from
+the streams (also when split across reads) and knows the command is over when both are
+seen, without waiting for EOF (background jobs that keep the stream open never block a
+call).
+
+The command itself runs with fds 7 and 8 closed, so nothing it starts in the background
+holds them: a job whose output goes elsewhere (``server >log 2>&1 &``) keeps no handle
+on the session's stream, and the stream ends as soon as the shell does (a transport that
+waits for every writer to close, as Docker's daemon and sshd do, would otherwise hold
+the end of the shell, and in Docker every other exec's end behind it, for seconds). A
+job that writes to the session's stdout or stderr still holds those, as in a terminal;
+a forked subshell (``( ... ) &``) keeps the shell's hidden copy of the fds until it
+execs or exits. bash runs an EXIT trap with the redirections of the command that exited
+still in place, so the trap writes its trailer to fds 1 and 2 when 7 is closed (a bash
+session that also sent its own stdout elsewhere before ``exit`` loses that trailer: the
+call then reports the status the transport gives and says the shell was restarted).
 
 Everything user-supplied is quoted with :func:`shlex.quote`; per-call variable names
 were checked by :func:`envlayer.request.check_env`.
@@ -94,7 +105,8 @@ def init_script(*, session_id: str, start_dir: str | None) -> bytes:
 
     The EXIT trap runs when a command ends the shell (``exit N``, ``set -e`` and a
     failure, ``set -u`` and an unset variable): it writes ``export -p`` and ``set +o``
-    to ``<state_dir>/state`` and prints the trailer with ``exit`` in the uptime field.
+    to ``<state_dir>/state`` and prints the trailer with ``exit`` in the uptime field
+    (on fds 1 and 2 when 7 is closed: bash runs it with the command's redirections).
     """
     d = '"${TMPDIR:-/tmp}"/' + quote(f".envlayer-session-{session_id}")
     cd = f"cd -- {quote_path(start_dir)} 2>/dev/null || __el_nocwd=1\n" if start_dir else ""
@@ -104,6 +116,7 @@ def init_script(*, session_id: str, start_dir: str | None) -> bytes:
         "__el_exit() {\n"
         "  __el_rc=$?; set +x; trap - EXIT\n"
         '  { export -p; set +o; } 2>/dev/null >| "$__el_dir/state"\n'
+        "  { printf '' >&7; } 2>/dev/null || exec 7>&1 8>&2\n"
         f'  printf \'%s%s %s exit %s%s\' {_MARK} "$__el_rc" "$$" "$PWD" {_MARK} >&7\n'
         f"  printf '%s' {_MARK} >&8\n"
         "}\n"
@@ -142,8 +155,9 @@ def call_script(
     either, it runs in a subshell that applies them: nothing the command changes
     persists, and the session's directory and variables are untouched. stdin is
     ``/dev/null``, or the file ``stdin_path`` (removed afterwards), which the script
-    itself first fills with ``stdin_inline`` when given. ``prelude`` is shell text a
-    backend runs before the command (e.g. refreshing a lease file).
+    itself first fills with ``stdin_inline`` when given. The command runs with the
+    protocol's fds 7 and 8 closed (see the module docstring). ``prelude`` is shell text
+    a backend runs before the command (e.g. refreshing a lease file).
     """
     lines = [f"__el_s={seed}; {EXEC_ID_VAR}={exec_id}; export {EXEC_ID_VAR}; trap __el_exit EXIT"]
     if prelude:
@@ -164,7 +178,7 @@ def call_script(
                 "exit 126; }\n"
             )
         run = f"( {setup}{export_lines(env or {})}{run}\n)"
-    lines.append(f"{run} {redirect}")
+    lines.append(f"{run} {redirect} 7>&- 8>&-")
     lines.append("__el_rc=$?; __el_o=$-; set +x")
     lines.append(f"unset {EXEC_ID_VAR}")
     if stdin_path is not None:
@@ -183,7 +197,9 @@ class MarkerScanner:
 
     With ``trailer=True`` (stdout) the marker is followed by the trailer fields and a
     second marker; :attr:`trailer` then holds the bytes between the two. Bytes that
-    might start a marker split across reads are held back until it is clear.
+    might start a marker split across reads are held back until it is clear. Bytes
+    after the end (output of background jobs, which the shell no longer waits for)
+    are kept in :attr:`after`, never dropped.
     """
 
     def __init__(self, marker: bytes, *, trailer: bool) -> None:
@@ -192,11 +208,13 @@ class MarkerScanner:
         self._pending = b""
         self._in_trailer = False
         self.trailer = b""
+        self.after = b""
         self.done = False
 
     def feed(self, data: bytes) -> bytes:
         """Consume ``data``; return the command-output bytes that are now certain."""
         if self.done:
+            self.after += data
             return b""
         buf = self._pending + data if self._pending else data
         if self._in_trailer:
@@ -216,6 +234,7 @@ class MarkerScanner:
             self._scan_trailer(rest)
         else:
             self.done = True
+            self.after = rest
         return out
 
     def _scan_trailer(self, buf: bytes) -> bytes:
@@ -224,6 +243,7 @@ class MarkerScanner:
             self._pending = buf
             return b""
         self.trailer = buf[:idx]
+        self.after = buf[idx + len(self.marker) :]
         self.done = True
         self._pending = b""
         return b""

@@ -106,10 +106,12 @@ class ShellOutcome:
 @dataclass(frozen=True)
 class Framed:
     """How reading one framed command ended: its ``trailer``; or ``timed_out`` (the
-    deadline passed first); or neither (the stream ended before the trailer)."""
+    deadline passed first); or neither (the stream ended before the trailer).
+    ``after``: what arrived behind the end markers (output of background jobs)."""
 
     trailer: Trailer | None = None
     timed_out: bool = False
+    after: tuple[tuple[str, bytes], ...] = ()
 
 
 def read_framed(
@@ -123,15 +125,17 @@ def read_framed(
     """Read one command's output from ``stream`` into ``collector`` until both end
     markers (see :mod:`envlayer.shell_script`), the stream's end, or ``deadline``.
     ``pending`` chunks (read earlier) are processed first. On the stream's end, bytes held
-    back as a possible marker start are delivered. Exceptions (from the stream or the
-    collector's callback) propagate; the caller kills the command."""
+    back as a possible marker start are delivered. Bytes read behind the markers are
+    returned in ``Framed.after``. Exceptions (from the stream or the collector's
+    callback) propagate; the caller kills the command."""
     scanners = {"stdout": MarkerScanner(marker, trailer=True), "stderr": MarkerScanner(marker, trailer=False)}
     chunks: list[tuple[str, bytes]] | None = pending or []
     while True:
         for name, data in chunks:
             collector.write(name, scanners[name].feed(data))
         if scanners["stdout"].done and scanners["stderr"].done:
-            return Framed(trailer=parse_trailer(scanners["stdout"].trailer))
+            after = tuple((name, scanner.after) for name, scanner in scanners.items() if scanner.after)
+            return Framed(trailer=parse_trailer(scanners["stdout"].trailer), after=after)
         chunks = stream.read(deadline)
         if chunks is None:
             for name, scanner in scanners.items():
@@ -193,6 +197,8 @@ class PersistentShell:
         self.last_used = 0.0
         self._clock: tuple[int, float] | None = None
         self._killed = False
+        self._behind: list[tuple[str, bytes]] = []
+        """Output read behind the last command's end markers: the next call's first output."""
 
     @property
     def alive(self) -> bool:
@@ -281,18 +287,20 @@ class PersistentShell:
 
         A shell found gone before the command was sent (its stream already ended) is
         restarted and the command runs in the new one: it provably had not started.
+        What background jobs wrote since the last call (also what was read behind its
+        end markers) comes first in this call's output: none of it is dropped.
         Raises :class:`BackendUnavailable` (from the stream) when the transport is lost;
         ``KeyboardInterrupt`` and other exceptions from the read (or from the output
         callback) propagate after the command's tree and the shell were killed.
         """
-        pending: list[tuple[str, bytes]] = []
+        pending, self._behind = self._behind, []
         if self.stream is not None:
             early = self.stream.read(time.monotonic())  # output of earlier background jobs, or EOF
             if early is None:
                 self._killed = True
                 self._drop_stream()
             else:
-                pending = early
+                pending += early
         recovered = ""
         if self.stream is None:
             if self._killed:
@@ -355,6 +363,7 @@ class PersistentShell:
             raise
         if framed.trailer is None:
             return self._ended(stream)
+        self._behind = list(framed.after)
         return self._finished(framed.trailer)
 
     def _finished(self, trailer: Trailer) -> ShellOutcome:

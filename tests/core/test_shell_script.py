@@ -17,9 +17,17 @@ def test_marker_scanner_any_split(step: int) -> None:
         out += scanner.feed(stream[i : i + step])
     assert scanner.done
     assert out == b"out_put__EL"
+    assert scanner.after == b"late"
     trailer = parse_trailer(scanner.trailer)
     assert (trailer.exit_code, trailer.pid, trailer.pwd, trailer.uptime_cs) == (3, 42, "/tmp/a b", 1234567)
     assert not trailer.shell_exiting
+
+
+def test_bytes_behind_the_end_are_kept_not_dropped() -> None:
+    scanner = MarkerScanner(b"__ELxyz__", trailer=False)
+    assert scanner.feed(b"out__ELxyz__bg1") == b"out"
+    assert scanner.feed(b"bg2") == b""
+    assert scanner.after == b"bg1bg2"
 
 
 def test_exit_trailer_and_unknown_clock() -> None:

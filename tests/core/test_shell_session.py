@@ -138,3 +138,36 @@ def test_missing_start_dir_is_exit_126() -> None:
     outcome = shell.run(request, collector)
     assert outcome.exit_code == 126 and missing.encode() in collector.buffers["stderr"].getvalue()
     shell.close()
+
+
+def test_background_job_keeps_no_handle_on_the_session_stream(session_env: SessionOverPipes) -> None:
+    """A job whose output goes elsewhere holds none of the session's fds: when the shell
+    is replaced by a program that exits, the stream ends and the call returns that
+    program's status (it used to wait for the job, here until the timeout)."""
+    pid = session_env.exec("sleep 60 >/dev/null 2>&1 & echo $!").stdout_text.strip()
+    try:
+        result = session_env.exec("exec sh -c 'exit 9'", timeout=20)
+        assert (result.exit_code, result.timed_out) == (9, False)
+        assert session_env.exec(f"kill -0 {pid} && echo running").stdout == b"running\n"
+    finally:
+        session_env.exec(f"kill {pid}")
+
+
+def test_commands_cannot_take_over_the_protocol_fds(session_env: SessionOverPipes) -> None:
+    session_env.exec("exec 7>/dev/null 8>/dev/null").check()
+    result = session_env.exec("echo still-framed", timeout=20)
+    assert (result.stdout, result.timed_out, result.recovered) == (b"still-framed\n", False, "")
+
+
+def test_background_output_comes_whole_in_later_calls(session_env: SessionOverPipes) -> None:
+    """Output a job writes while calls come and go is never dropped (also when it arrives
+    in the same read as a call's end markers) and never mixed into a line of a call."""
+    session_env.exec("(i=0; while [ $i -lt 40 ]; do i=$((i + 1)); echo tick$i; sleep 0.02; done) &").check()
+    ticks: list[str] = []
+    for n in range(3000):
+        lines = session_env.exec(f"sleep 0.01; echo mine{n}").check().stdout_text.splitlines()
+        assert [line for line in lines if not line.startswith("tick")] == [f"mine{n}"], lines
+        ticks += [line for line in lines if line.startswith("tick")]
+        if "tick40" in ticks:
+            break
+    assert ticks == [f"tick{i}" for i in range(1, 41)]

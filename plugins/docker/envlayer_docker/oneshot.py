@@ -1,5 +1,6 @@
 """The argv of a one-shot command: one ``docker exec`` per command, under a small
 ``sh`` wrapper that ends the output with the core's trailer (:mod:`envlayer.shell_script`).
+envlayer's own helper commands run under it too.
 
 The wrapper saves the exec's stdout/stderr on fds 7 and 8, goes to the working directory
 (exit 126 with a message when it is missing), runs the command in a subshell (a string

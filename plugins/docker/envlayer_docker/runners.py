@@ -9,6 +9,12 @@ and returns a finished :class:`~envlayer.result.ExecResult`.
 * :func:`run_helper`: envlayer's own short commands (file operations, staging large
   stdin, the kill script): ``(exit code, stdout, stderr)``, uncapped.
 
+Both runners and the helpers end on the wrapper's trailer, never on the exec's end: the
+daemon ends an exec only once every process holding its output let go (up to about 4 s
+later), and handles one container's exec ends one at a time, so a background job that
+still holds an ended exec's output (a session shell closed by a persist-mode cleanup
+or killed by a timeout) would hold every later helper for seconds.
+
 Both runners kill through a second exec while the command's stream keeps being drained
 (:func:`envlayer.streams.drain_while`), so a flood can never hold up its own kill.
 Daemon errors go through :func:`envlayer_docker.errors.translated`; a container found gone
@@ -94,30 +100,30 @@ def _feed(stream: AttachStream, data: bytes) -> threading.Thread:
 def run_helper(
     target: ExecTarget, argv: list[str], data: bytes | None = None, *, timeout: float = _HELPER_TIMEOUT
 ) -> tuple[int, bytes, bytes]:
-    """Run one of envlayer's own commands (no session state, cwd ``/``) to its end.
+    """Run one of envlayer's own commands (no session state, cwd ``/``, stdin ``data``)
+    under the one-shot wrapper, and return once its trailer arrived (see the module
+    docstring). A missing program gives 127, as in a shell.
 
     Raises ``ContainerGone`` (it did not start), :class:`BackendUnavailable` (daemon
-    errors, or still running after ``timeout`` seconds).
+    errors, the container gone while it ran, or still running after ``timeout`` seconds).
     """
-    stream = start_exec(target, argv, env=target.env, workdir="/", stdin=data is not None, doing="running a helper")
+    wrapped, marker = oneshot_argv(target.options.shell, argv, cwd="/", touch_lease=False)
+    stream = start_exec(target, wrapped, env=target.env, workdir="/", stdin=data is not None, doing="running a helper")
     writer = _feed(stream, data) if data is not None else None
-    out: list[bytes] = []
-    err: list[bytes] = []
-    deadline = time.monotonic() + timeout
+    collector = OutputCollector(None, "head")
     try:
-        while (chunks := stream.read(deadline)) is not None:
-            if not chunks:
-                raise BackendUnavailable(
-                    f"an internal command ({argv[0]}) did not finish within {timeout:.0f}s", hint="check the container"
-                )
-            for name, payload in chunks:
-                (out if name == "stdout" else err).append(payload)
-        code = stream.exit_status(_EXIT_STATUS_WAIT)
+        framed = read_framed(stream, marker, collector, time.monotonic() + timeout)
+        if framed.timed_out:
+            raise BackendUnavailable(
+                f"an internal command ({argv[0]}) did not finish within {timeout:.0f}s", hint="check the container"
+            )
+        code = framed.trailer.exit_code if framed.trailer is not None else stream.exit_status(_EXIT_STATUS_WAIT)
     finally:
         stream.close()
         if writer is not None:
             writer.join(1.0)
-    return (255 if code is None else code), b"".join(out), b"".join(err)
+    buffers = collector.buffers
+    return (255 if code is None else code), buffers["stdout"].getvalue(), buffers["stderr"].getvalue()
 
 
 def run_oneshot(target: ExecTarget, request: ExecRequest, *, cwd: str, touch_lease: bool) -> ExecResult:

@@ -39,26 +39,30 @@ class FrameDemux:
         """Add raw bytes; return the payload bytes they complete or continue, per stream.
 
         A frame's payload is passed on as it arrives (a large frame is not held back
-        until complete), so a flood costs one copy per read."""
+        until complete), so a flood costs one copy per read. A header that arrives whole
+        is read in place (the common case: a session call's few small frames)."""
         out: Chunks = []
-        view = memoryview(data)
-        pos = 0
-        while pos < len(view):
+        pos, end = 0, len(data)
+        while pos < end:
             if self._want:
-                take = min(self._want, len(view) - pos)
+                take = min(self._want, end - pos)
                 name = _NAMES.get(self._stream)
                 if name is not None:
-                    out.append((name, bytes(view[pos : pos + take])))
+                    out.append((name, data[pos : pos + take]))
                 self._want -= take
                 pos += take
-                continue
-            need = 8 - len(self._buf)
-            self._buf += view[pos : pos + need]
-            pos += min(need, len(view) - pos)
-            if len(self._buf) == 8:
-                self._stream = self._buf[0]
-                self._want = int.from_bytes(self._buf[4:8], "big")
-                self._buf.clear()
+            elif not self._buf and end - pos >= 8:
+                self._stream = data[pos]
+                self._want = int.from_bytes(data[pos + 4 : pos + 8], "big")
+                pos += 8
+            else:
+                need = 8 - len(self._buf)
+                self._buf += data[pos : pos + need]
+                pos += min(need, end - pos)
+                if len(self._buf) == 8:
+                    self._stream = self._buf[0]
+                    self._want = int.from_bytes(self._buf[4:8], "big")
+                    self._buf.clear()
         return out
 
 

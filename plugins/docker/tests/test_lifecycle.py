@@ -284,6 +284,54 @@ def test_persist_cleanup_leaves_it_running(make_env, docker_api) -> None:
     assert "sleep 1000" in processes
 
 
+def _background_job(env: DockerEnvironment, command: str, mark: str) -> str:
+    """Start ``command &`` in the session; its pid, once it has exec'd (until then it is a
+    copy of the shell, whose hidden fds it still holds)."""
+    started = env.exec(
+        f"{command} & j=$!; until grep -q {mark} /proc/$j/cmdline; do sleep 0.05; done; echo $j", timeout=60
+    )
+    return started.check().stdout_text.strip()
+
+
+def test_background_job_holds_none_of_the_session_streams(make_env) -> None:
+    env = make_env()
+    pid = _background_job(env, "sleep 1001 > /dev/null 2>&1", "1001")
+    listing = env.exec(
+        f"for f in /proc/{pid}/fd/*; do readlink $f; done; echo --; readlink /proc/$$/fd/1; readlink /proc/$$/fd/2"
+    )
+    held, session = listing.check().stdout_text.split("--\n")
+    assert session.split() and not set(held.split()) & set(session.split()), listing.stdout_text
+
+
+def test_background_job_outlives_a_persist_cleanup_and_the_next_calls_work(make_env) -> None:
+    """A job writing to the session's stdout keeps the ended shell's exec open, and the
+    daemon then ends every other exec of the container seconds late: the next calls,
+    including those that run a helper exec (large stdin, a timeout's kill), still give
+    their results, and the job keeps running."""
+    first = make_env()
+    pid = _background_job(first, "sleep 1002", "1002")
+    first.cleanup()
+    again = make_env(task=first.task_id)
+    assert again.exec("wc -c", stdin=b"x" * 100_000).check().stdout_text.split() == ["100000"]
+    assert again.exec("sleep 30", timeout=1).timed_out
+    assert again.exec(f"kill -0 {pid} && echo alive").stdout == b"alive\n"
+
+
+def test_background_output_never_corrupts_a_later_call(make_env) -> None:
+    env = make_env()
+    env.exec("(i=0; while [ $i -lt 40 ]; do i=$((i + 1)); echo tick$i; sleep 0.02; done) &").check()
+    ticks: list[str] = []
+    deadline = time.monotonic() + 60
+    n = 0
+    while "tick40" not in ticks and time.monotonic() < deadline:
+        n += 1
+        result = env.exec(f"sleep 0.01; echo mine{n}")
+        lines = result.check().stdout_text.splitlines()
+        assert [line for line in lines if not line.startswith("tick")] == [f"mine{n}"], lines
+        ticks += [line for line in lines if line.startswith("tick")]
+    assert ticks == [f"tick{i}" for i in range(1, 41)]
+
+
 def test_force_remove_and_wait_for_cleanup(make_env, docker_api) -> None:
     env = make_env()
     env.cleanup(force_remove=True)

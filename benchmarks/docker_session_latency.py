@@ -1,0 +1,75 @@
+"""Docker session exec latency: envlayer's overhead over the bare-shell floor, measured in
+the same run, interleaved.
+
+One container; an envlayer session call (`true`) and a bare shell over one attached exec
+socket (the floor of a session call: write `true; echo M`, read until M) alternate in
+blocks (:func:`bench_timing.interleaved_medians`), so load changes hit both alike. Prints
+the median of each, envlayer's overhead per call (the difference) and the ratio, then the
+client's CPU time per call (``time.process_time`` over a further block of each), which
+other load on the machine inflates far less than wall time.
+
+To compare code versions in one run, point ``PYTHONPATH`` at another checkout (its
+``envlayer`` and ``plugins/docker``) and run this same script right after:
+
+    .venv/bin/python benchmarks/docker_session_latency.py [--image envlayer-test:busybox] [--calls 1200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import uuid
+from collections.abc import Callable
+
+from bench_timing import interleaved_medians
+from docker_exec import bare_shell
+
+
+def cpu_per_call_us(run: Callable[[], object], calls: int) -> float:
+    """Client CPU microseconds per call over ``calls`` calls."""
+    start = time.process_time()
+    for _ in range(calls):
+        run()
+    return (time.process_time() - start) / calls * 1e6
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--image", default="envlayer-test:busybox")
+    parser.add_argument("--calls", type=int, default=1200, help="timed calls per variant")
+    args = parser.parse_args()
+
+    import docker
+    from envlayer_docker.backend import DockerEnvironment
+    from envlayer_docker.options import DockerOptions
+
+    import envlayer
+
+    api = docker.APIClient(version="auto", **docker.utils.kwargs_from_env())
+    profile = f"envlayer-bench-{uuid.uuid4().hex[:8]}"
+    env = DockerEnvironment(DockerOptions(image=args.image, timeout=60), task_id="latency", profile=profile)
+    try:
+        bare, sock = bare_shell(api, env.container_id)
+        variants = {"session": lambda: env.exec("true"), "floor": bare}
+        medians = interleaved_medians(variants, args.calls, rounds=6)
+        cpu = {label: cpu_per_call_us(run, args.calls // 3) for label, run in variants.items()}
+        sock.close()
+    finally:
+        env.cleanup(force_remove=True)
+        env.wait_for_cleanup(30)
+        for volume in (api.volumes(filters={"label": "envlayer.managed=1"}) or {}).get("Volumes") or []:
+            if (volume.get("Labels") or {}).get("envlayer.profile", "") == profile:
+                api.remove_volume(volume["Name"], force=True)
+    session, floor = medians["session"], medians["floor"]
+    checkout = envlayer.__file__.rsplit("/envlayer/", 1)[0]
+    print(f"envlayer from {checkout}; {args.calls} calls per variant")
+    print(f"session `true` median  {session:.3f} ms")
+    print(f"bare shell floor       {floor:.3f} ms")
+    print(f"envlayer overhead      {session - floor:.3f} ms per call ({session / floor:.2f}x the floor)")
+    print(f"client CPU per call    session {cpu['session']:.0f} us, floor {cpu['floor']:.0f} us")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
