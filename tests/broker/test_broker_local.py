@@ -207,8 +207,7 @@ def test_idle_broker_exits_and_the_next_call_starts_one(brk: BrokerRun) -> None:
     assert brk.run("exec", "--task", "t", "--", "true", env=idle).returncode == 0
     [pid] = brk.broker_pids()
     wait_until(lambda: pid not in brk.broker_pids(), "the idle broker's exit")
-    assert brk.sockets() == []
-    assert "idle for 1.0s; exiting" in brk.log()
+    assert os.listdir(brk.runtime) == []  # a broker that exits cleanly leaves no file, log included
     assert brk.run("exec", "--task", "t", "--", "echo again", env=idle).stdout == "again\n"
 
 
