@@ -131,8 +131,8 @@ class DockerOptions(BaseOptions):
         "volume",
         doc="Where the task's working directory (`cwd`) lives so it survives its container (persist mode "
         "only): a named Docker volume per (profile, task), a host directory under `data_dir`, or `none` (the "
-        "container's own layer: lost when the container is replaced). Removed only by `envlayer rm --purge` "
-        "or cleanup(force_remove=True, purge=True).",
+        "container's own layer: lost when the container is replaced). Removed by `envlayer rm --purge`, "
+        "`envlayer exec --rm`, cleanup(force_remove=True, purge=True), and the reaper after `workspace_retention`.",
     )
     persist_home: bool = option(False, doc="Keep `home_dir` durable too, the same way as the workspace.")
     home_dir: str = option("/root", doc="The home directory `persist_home` keeps.")
