@@ -379,8 +379,9 @@ class DockerEnvironment(Environment):
     def reap_orphans(cls, *, profile: str, max_age: float, dry_run: bool, options: DockerOptions) -> list[SandboxInfo]:
         """Remove this profile's stopped managed containers older than ``max_age`` seconds,
         running private containers whose owner process died, and (when
-        ``idle_reclaim_after`` is set, as by default) idle running ones; never durable
-        workspaces; see :func:`envlayer_docker.reaper.sweep`. Returns what was (or would be) removed."""
+        ``idle_reclaim_after`` is set, as by default) idle running ones, and (when
+        ``workspace_retention`` is set, as by default) the durable workspaces of tasks unused
+        that long; see :func:`envlayer_docker.reaper.sweep`. Returns what was (or would be) removed."""
         from envlayer_docker import reaper
 
         api, opts = cls._class_api(options)

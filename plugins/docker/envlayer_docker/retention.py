@@ -45,10 +45,16 @@ IN_USE = float("inf")
 
 def _container_last_use(summary: dict[str, Any], api: Any) -> float | None:
     """When a container was last used: :data:`IN_USE` unless it is stopped; else its
-    finish time (creation time when it never started); None when unknown."""
+    finish time (creation time when it never started); None when unknown; 0 for one
+    removed meanwhile (it does not count: the record its remover left does)."""
+    from docker.errors import NotFound
+
     if summary.get("State") not in STALE_STATES:
         return IN_USE
-    info = api.inspect_container(summary["Id"])
+    try:
+        info = api.inspect_container(summary["Id"])
+    except NotFound:
+        return 0.0
     state = info.get("State") or {}
     if state.get("Status") not in STALE_STATES:
         return IN_USE

@@ -117,3 +117,21 @@ def test_exec_rm_removes_the_container_and_its_workspace(cli, docker_api, profil
         cli("rm", "once", "--force", "--purge", profile=prof)
         environ = {k: v for k, v in os.environ.items() if not k.startswith("ENVLAYER_")}
         subprocess.run([ENVLAYER_SCRIPT, "broker", "stop"], env={**environ, **env}, capture_output=True, timeout=60)
+
+
+def test_a_host_directory_workspace_is_kept_while_running_and_removed_once_unused(make_env, profile, options):
+    prof = f"{profile}-host-{uuid.uuid4().hex[:6]}"
+    env = make_env("h", prof=prof, workspace="host", workspace_retention=float(RETENTION))
+    env.exec("echo x > /workspace/x")
+    [data] = [i for i in DockerEnvironment.list_sandboxes(profile=prof, options=env.options) if i.status == "data"]
+    reap = DockerEnvironment.reap_orphans
+    assert [i for i in reap(profile=prof, max_age=3600, dry_run=False, options=env.options) if i.status == "data"] == []
+    assert os.path.isdir(data.detail["name"])  # its container runs
+    DockerEnvironment.remove_sandbox("h", profile=prof, options=env.options, force=True)
+    with open(os.path.join(data.detail["name"], "envlayer.json")) as fh:
+        assert float(json.load(fh)["last_used"]) > 0  # the removal left its record
+    removed = reap(profile=prof, max_age=3600, dry_run=False, options=env.options)
+    assert [(i.status, i.detail["storage"], int(i.detail["size_bytes"]) > 0) for i in removed] == [
+        ("data", "host", True)
+    ]
+    assert not os.path.exists(data.detail["name"])
