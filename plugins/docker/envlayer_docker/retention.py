@@ -105,13 +105,21 @@ def last_uses(
     return {key: None if None in times else max(times) for key, times in uses.items()}, data  # type: ignore[type-var]
 
 
-def annotate(api: Any, options: DockerOptions, infos: list[SandboxInfo], *, profile: str | None) -> None:
+def annotate(
+    api: Any,
+    options: DockerOptions,
+    infos: list[SandboxInfo],
+    *,
+    profile: str | None,
+    uses: dict[str, float | None] | None = None,
+) -> None:
     """Add ``last_used`` (epoch seconds; ``in use`` or empty when unknown) and
     ``size_bytes`` (empty when the daemon cannot tell) to the ``detail`` of each data row
-    of ``infos`` (``envlayer ls``, ``reap --dry-run``). Never raises: a failure leaves
-    the rows as they are."""
+    of ``infos`` (``envlayer ls``, ``reap --dry-run``); ``uses``: :func:`last_uses` when
+    the caller has it. Never raises: a failure leaves the rows as they are."""
     try:
-        uses, _ = last_uses(api, options, profile=profile)
+        if uses is None:
+            uses, _ = last_uses(api, options, profile=profile)
         sizes = _volume_sizes(api)
     except Exception as exc:
         log.warning("cannot tell the workspaces' last use and size: %r", exc)
@@ -161,7 +169,7 @@ def reap_workspaces(
     uses, data = last_uses(api, options, profile=profile)
     expired = [key for key, use in uses.items() if use is not None and now - use >= retention]
     rows = [i for key in expired for i in data[key] if i.detail["data"] != workspace.RECORD]
-    annotate(api, options, rows, profile=profile)
+    annotate(api, options, rows, profile=profile, uses=uses)
     if dry_run:
         return rows
     removed = []

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
+import tempfile
 import uuid
 from typing import Any
 
@@ -44,7 +46,9 @@ def _reap(cli: Any, prof: str, *args: str) -> list[dict[str, Any]]:
     return [s for outcome in json.loads(done.stdout) for s in outcome["sandboxes"]]
 
 
-def test_reap_removes_the_workspaces_of_unused_tasks_and_keeps_a_running_ones(make_env, docker_api, profile, cli):
+def test_reap_removes_the_workspaces_of_unused_tasks_and_keeps_a_running_ones(
+    make_env, docker_api, profile, cli, options
+):
     prof = f"{profile}-ret-{uuid.uuid4().hex[:6]}"
     stale = [make_env(f"stale-{i}", prof=prof) for i in range(N)]
     for env in stale:
@@ -63,7 +67,8 @@ def test_reap_removes_the_workspaces_of_unused_tasks_and_keeps_a_running_ones(ma
     assert sorted(before.values()) == ["record", "record"] + ["workspace"] * (N + 1)
 
     # a retention of an hour: every task was used within it, nothing goes
-    kept = DockerEnvironment.reap_orphans(profile=prof, max_age=3600, dry_run=False, options=running.options)
+    hour = options(workspace_retention=3600)
+    kept = DockerEnvironment.reap_orphans(profile=prof, max_age=3600, dry_run=False, options=hour)
     assert [i for i in kept if i.status == "data"] == []
 
     preview = _reap(cli, prof, "--dry-run")
@@ -104,19 +109,22 @@ def test_a_zero_retention_keeps_workspaces_forever(options) -> None:
 
 
 @pytest.mark.parametrize("broker", [False, True], ids=["in-process", "broker"])
-def test_exec_rm_removes_the_container_and_its_workspace(cli, docker_api, profile, tmp_path, broker):
+def test_exec_rm_removes_the_container_and_its_workspace(cli, docker_api, profile, broker):
     prof = f"{profile}-rm-{uuid.uuid4().hex[:6]}"
-    env = {"ENVLAYER_RUNTIME_DIR": str(tmp_path / "run")}
+    runtime = tempfile.mkdtemp(prefix="elr-", dir="/tmp")  # short: a socket path has 107 bytes at most
+    env = {"ENVLAYER_RUNTIME_DIR": runtime}
     flags = [] if broker else ["--no-broker"]
     try:
         done = cli("exec", "--task", "once", "--rm", *flags, "echo hi > /workspace/f", profile=prof, env=env)
         assert done.returncode == 0, done.stderr
+        assert "in-process" not in done.stderr
         assert _volumes(docker_api, prof) == {}
         assert docker_api.containers(all=True, filters={"label": [f"envlayer.profile={prof}"]}) == []
     finally:
         cli("rm", "once", "--force", "--purge", profile=prof)
         environ = {k: v for k, v in os.environ.items() if not k.startswith("ENVLAYER_")}
         subprocess.run([ENVLAYER_SCRIPT, "broker", "stop"], env={**environ, **env}, capture_output=True, timeout=60)
+        shutil.rmtree(runtime, ignore_errors=True)
 
 
 def test_a_host_directory_workspace_is_kept_while_running_and_removed_once_unused(make_env, profile, options):
