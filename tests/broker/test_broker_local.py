@@ -323,6 +323,9 @@ def test_another_user_is_refused(brk: BrokerRun, other_user: str) -> None:
     assert "refused a connection from uid" in brk.log()
     os.chmod(brk.runtime, 0o700)
     assert brk.run("exec", "--task", "t", "--", "echo mine").stdout == "mine\n"
+    brk.run("broker", "stop")  # a broker that logged a warning keeps its log, and only that
+    assert [name.rsplit(".", 1)[1] for name in os.listdir(brk.runtime)] == ["log"]
+    assert "refused a connection from uid" in brk.log()
 
 
 def test_the_client_path_imports_no_sdk_and_no_cli(brk: BrokerRun) -> None:
