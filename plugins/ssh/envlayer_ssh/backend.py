@@ -36,7 +36,7 @@ from envlayer.shell_session import PersistentShell
 from envlayer.transfer import TransferSummary
 from envlayer_ssh import oneshot, pool, script, session_dirs
 from envlayer_ssh.channel_io import run_simple
-from envlayer_ssh.files import RemoteFiles
+from envlayer_ssh.files import RemoteFiles, remove_stale
 from envlayer_ssh.options import SSHOptions
 from envlayer_ssh.remote_kill import kill_remote
 from envlayer_ssh.session import shell_session
@@ -55,6 +55,7 @@ def _release(shared: pool.TargetPool, session: PersistentShell | None) -> None:
             session.close()
             if was_live:
                 session_dirs.remove_now(shared, state_dir)
+        remove_stale(shared)
     finally:
         pool.release(shared)
 

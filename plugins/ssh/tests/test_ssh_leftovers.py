@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import threading
 import time
 
 import pytest
 from envlayer_ssh.errors import ConnectionLost
 from envlayer_ssh.session_dirs import SWEEP_LIMIT, claim_script
-from ssh_testserver import SSHServer
+from ssh_testserver import SSHServer, _descendants
+
+from envlayer.errors import BackendUnavailable
 
 pytestmark = pytest.mark.ssh
 
@@ -127,3 +130,50 @@ def test_claim_script_removes_only_dead_sessions_of_the_login_user(sshd: SSHServ
     finally:
         shutil.rmtree(os.path.join(scratch, ".envlayer-session-foreign"), ignore_errors=True)
         env.exec(f"kill $(cat {scratch}/.envlayer-session-live/holder) 2>/dev/null; rm -rf {scratch}")
+
+
+def _temp_files(directory: str) -> list[str]:
+    return sorted(name for name in os.listdir(directory) if name.startswith(".envlayer-"))
+
+
+def _cut_write(server: SSHServer, env, directory: str) -> None:
+    """Start a 64 MiB write into ``directory``; once its temp file exists, stop (SIGSTOP)
+    every process of ``server`` so the rest cannot arrive, then kill the server: the
+    write can only fail, and its temp file cannot be removed then."""
+
+    def freeze_then_kill() -> None:
+        deadline = time.monotonic() + 60
+        while not _temp_files(directory) and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert server.proc is not None
+        for pid in [server.proc.pid, *_descendants(server.proc.pid)]:
+            try:
+                os.kill(pid, signal.SIGSTOP)
+            except ProcessLookupError:
+                pass
+        server.stop()
+
+    killer = threading.Thread(target=freeze_then_kill)
+    killer.start()
+    try:
+        with pytest.raises(BackendUnavailable):
+            env.write_file("big.bin", b"x" * (64 * 1024 * 1024))
+    finally:
+        killer.join()
+
+
+@pytest.mark.parametrize("then", ["write", "cleanup"])
+def test_a_write_cut_by_a_drop_leaves_no_temp_file(own_sshd: SSHServer, make_env, then: str) -> None:
+    """The temp file of a write cut by a drop is removed once the host can be reached
+    again: by the next write, or at ``cleanup()``."""
+    directory = own_sshd.tmpdir
+    env = make_env(own_sshd, mode="oneshot", cwd=directory)
+    _cut_write(own_sshd, env, directory)
+    assert _temp_files(directory), "the drop left the write's temp file"
+    own_sshd.start()
+    if then == "write":
+        env.write_file("small.txt", b"ok")
+        assert _temp_files(directory) == []
+    env.cleanup()
+    assert _temp_files(directory) == []
+    assert not os.path.exists(os.path.join(directory, "big.bin"))
