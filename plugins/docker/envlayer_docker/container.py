@@ -292,10 +292,11 @@ def limit_failure(exc: Any, options: DockerOptions) -> BackendUnavailable | None
     )
 
 
-def _create(api: Any, spec: ContainerSpec, options: DockerOptions) -> str | None:
-    """Create and start a container named ``spec.name``. Returns its id, or ``None`` when
-    the name is already taken (another process won the race). A container that was created
-    but cannot start is removed before the error propagates."""
+def _create(api: Any, spec: ContainerSpec, options: DockerOptions) -> dict[str, Any] | None:
+    """Create and start a container named ``spec.name`` and hand its directories to its
+    user (``user``, else the image's). Returns its inspection, or ``None`` when the name
+    is already taken (another process won the race). A container that was created but
+    cannot start, or whose user the image lacks, is removed before the error propagates."""
     from docker.errors import APIError, ImageNotFound
 
     workspace.ensure(api, spec.data, profile=spec.profile, task=spec.task)
@@ -319,7 +320,9 @@ def _create(api: Any, spec: ContainerSpec, options: DockerOptions) -> str | None
         raise
     try:
         api.start(cid)
-        ownership.hand_over(api, cid, user=spec.user, image=spec.image, directories=spec.owned_dirs)
+        info = api.inspect_container(cid)
+        user = spec.user or (info.get("Config") or {}).get("User") or None
+        ownership.hand_over(api, cid, user=user, image=spec.image, directories=spec.owned_dirs)
     except BaseException as exc:
         with contextlib.suppress(Exception):
             _remove(api, cid)
@@ -329,7 +332,7 @@ def _create(api: Any, spec: ContainerSpec, options: DockerOptions) -> str | None
         if hinted is not None:
             raise hinted from exc
         raise
-    return cid
+    return info
 
 
 def ensure(api: Any, spec: ContainerSpec, options: DockerOptions) -> Attached:
@@ -346,10 +349,10 @@ def ensure(api: Any, spec: ContainerSpec, options: DockerOptions) -> Attached:
         try:
             info = api.inspect_container(spec.name)
         except NotFound:
-            cid = _create(api, spec, options)
-            if cid is None:
+            created = _create(api, spec, options)
+            if created is None:
                 continue  # lost the race: attach to the winner on the next round
-            return _attached(api.inspect_container(cid), created=True)
+            return _attached(created, created=True)
         found = (info.get("Config") or {}).get("Labels") or {}
         if found.get(L.MANAGED) != "1":
             raise BackendUnavailable(

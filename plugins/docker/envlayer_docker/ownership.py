@@ -1,12 +1,12 @@
 """The container's user owns its working directory and durable data from the start.
 
 Docker creates a missing working directory, and the root of a new named volume, owned
-by root. A container whose ``user`` is not root could then not write where every
-command starts. So when envlayer creates a container with a non-root ``user``, it hands
-those directories (:attr:`ContainerSpec.owned_dirs <envlayer_docker.container.ContainerSpec>`:
-the working directory unless the user mounts it, and the durable workspace and home
-volumes) to that user: the directory itself, not what is inside it, so nothing the user
-put there changes hands. A durable volume keeps that owner when its container is
+by root. A container whose user (the ``user`` option, else the image's ``USER``) is not
+root could then not write where every command starts. So when envlayer creates such a
+container, it hands those directories (:attr:`ContainerSpec.owned_dirs
+<envlayer_docker.container.ContainerSpec>`: the working directory unless the user mounts
+it, and the durable workspace and home volumes) to that user: the directory itself, not
+what is inside it, so nothing the user put there changes hands. A durable volume keeps that owner when its container is
 replaced; the next container with the same user finds it so, and a container with
 another user takes the directory over.
 

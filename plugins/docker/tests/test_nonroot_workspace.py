@@ -4,7 +4,9 @@ workspace from the start, and keeps it when the workspace outlives the container
 
 from __future__ import annotations
 
+import io
 import os
+import uuid
 from typing import Any
 
 import pytest
@@ -16,6 +18,7 @@ from envlayer_docker.workspace import DataMount
 from envlayer.errors import ConfigError
 
 NOBODY = "65534:65534"
+IMAGE = os.environ.get("ENVLAYER_TEST_IMAGE", "envlayer-test:busybox")
 
 
 def _owner(env: Any, path: str = ".") -> str:
@@ -48,6 +51,23 @@ def test_unknown_uid_gets_group_zero_as_docker_gives_it(make_env) -> None:
     env = make_env(user="4242")
     assert env.exec("id -u; id -g; touch x").stdout_text.split() == ["4242", "0"]
     assert _owner(env) == "4242:0"
+
+
+def test_the_images_own_user_gets_the_working_directory(make_env, docker_api) -> None:
+    tag = f"envlayer-test-user-{uuid.uuid4().hex[:8]}:latest"
+    dockerfile = f"FROM {IMAGE}\nUSER nobody\n".encode()
+    for _ in docker_api.build(fileobj=io.BytesIO(dockerfile), tag=tag, rm=True, forcerm=True):
+        pass
+    env = None
+    try:
+        env = make_env(image=tag)
+        assert env.exec("id -u; touch x && echo ok").stdout_text.split() == ["65534", "ok"]
+        assert _owner(env) == NOBODY
+    finally:
+        if env is not None:
+            env.cleanup(force_remove=True)
+            env.wait_for_cleanup(30)
+        docker_api.remove_image(tag)
 
 
 def test_workspace_outliving_its_container_stays_the_users(make_env) -> None:
