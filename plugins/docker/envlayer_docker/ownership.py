@@ -35,17 +35,23 @@ _GO_STICKY = 1 << 20
 
 
 def _read_image_file(api: Any, container_id: str, path: str) -> str:
-    """The text of ``path`` in the container ('' when it is missing)."""
+    """The text of ``path`` in the container, following up to 4 symlinks ('' when it is
+    missing or not a regular file)."""
     from docker.errors import NotFound
 
-    try:
-        stream, _ = api.get_archive(container_id, path)
-    except NotFound:
-        return ""
-    with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as archive:
-        member = archive.next()
-        handle = archive.extractfile(member) if member is not None and member.isfile() else None
-        return handle.read().decode("utf-8", "replace") if handle is not None else ""
+    for _ in range(5):
+        try:
+            stream, _ = api.get_archive(container_id, path)
+        except NotFound:
+            return ""
+        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as archive:
+            member = archive.next()
+            if member is not None and member.issym():
+                path = posixpath.normpath(posixpath.join(posixpath.dirname(path), member.linkname))
+                continue
+            handle = archive.extractfile(member) if member is not None and member.isfile() else None
+            return handle.read().decode("utf-8", "replace") if handle is not None else ""
+    return ""
 
 
 def _entries(text: str) -> list[list[str]]:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from envlayer_docker.container import owned_dirs
 from envlayer_docker.options import DockerOptions
-from envlayer_docker.ownership import unknown_user
+from envlayer_docker.ownership import resolve_ids, unknown_user
 from envlayer_docker.workspace import DataMount
 
 from envlayer.errors import ConfigError
@@ -148,3 +148,11 @@ def test_unknown_user_reads_the_daemons_refusal() -> None:
     assert error is not None
     assert error.message.endswith("the image img:1 has no user 'app' (it is not in its /etc/passwd)")
     assert unknown_user(Exception("no space left on device"), "img:1") is None
+
+
+def test_account_files_behind_a_symlink_are_read(make_env) -> None:
+    """An image whose /etc/passwd is a symlink (as some distributions ship it): the
+    named user is found through the link."""
+    base = make_env(persist_across_processes=False, workspace="none", cwd="/")
+    base.exec("mkdir /etc/accounts && mv /etc/passwd /etc/accounts/ && ln -s accounts/passwd /etc/passwd").check()
+    assert resolve_ids(base._api, base._container.id, "nobody", "img") == (65534, 65534)
