@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import os
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from envlayer_docker.ownership import resolve_ids, unknown_user
 from envlayer_docker.workspace import DataMount
 
 from envlayer.errors import ConfigError
+from envlayer.testing import EnvironmentConformance
 
 NOBODY = "65534:65534"
 IMAGE = os.environ.get("ENVLAYER_TEST_IMAGE", "envlayer-test:busybox")
@@ -120,6 +122,23 @@ def test_image_without_the_named_group_is_a_clear_error(make_env) -> None:
     with pytest.raises(ConfigError) as info:
         make_env(user="nobody:envlayer-no-such-group")
     assert "has no group 'envlayer-no-such-group'" in info.value.message
+
+
+class TestUnprivilegedInTheDefaultWorkspace(EnvironmentConformance):
+    """The public conformance kit as uid 65534 in the default working directory (the
+    durable ``/workspace`` volume), with nothing pointed elsewhere."""
+
+    task = f"conformance-nobody-workspace-{uuid.uuid4().hex[:6]}"
+
+    @pytest.fixture
+    def env(self, docker_api: Any, profile: str, options: Any) -> Iterator[Any]:
+        from envlayer_docker.backend import DockerEnvironment
+
+        environment = DockerEnvironment(options(user=NOBODY), task_id=self.task, profile=profile)
+        try:
+            yield environment
+        finally:
+            environment.cleanup()
 
 
 # --- pure parts ---------------------------------------------------------------------------
