@@ -9,13 +9,15 @@ what it leaves there:
   removes it too as it exits, but not before the channel is gone: a check right after
   ``cleanup()``, or a connection closed at once, would otherwise find it there).
 * Each session shell, as it starts (first start, restart, after a reconnect), writes
-  its pid to ``<dir>/holder`` and removes the session directories of the login user whose
-  holder is no longer running, from before it, up to :data:`SWEEP_LIMIT` per start: so a
-  session that died with its connection, or whose ``cleanup()`` could not reach the
-  host, is cleaned up by the next one. Only directories of the login user named
-  ``.envlayer-session-*`` (not symlinks) are removed; a directory whose holder runs is
-  never removed, and one without a holder (from an envlayer before holders, or one being
-  made at that instant) only when untouched for :data:`UNCLAIMED_MINUTES` minutes.
+  its pid to ``<dir>/holder`` and removes, up to :data:`SWEEP_LIMIT` per start, the
+  session directories of the login user whose holder no longer runs: so a session that
+  died with its connection, or whose ``cleanup()`` could not reach the host, is cleaned
+  up by the next one. Only directories of the login user named ``.envlayer-session-*``
+  (not symlinks) are removed, and never one whose holder runs. Two kinds wait until
+  untouched for :data:`IDLE_MINUTES` minutes: a directory holding saved ``state`` (its
+  shell ended, by ``exit N`` or a closed connection, and its session restores that state
+  when it next runs a command: the session may still be alive in its process), and one
+  without a holder (from an envlayer before holders, or one being made at that instant).
 
 Nothing here runs in one-shot mode, which keeps no directory on the host.
 """
@@ -37,8 +39,9 @@ PREFIX = ".envlayer-session-"
 """Name prefix of a session directory (as :func:`envlayer.shell_script.init_script` names it)."""
 SWEEP_LIMIT = 20
 """At most this many dead sessions' directories are removed per shell start."""
-UNCLAIMED_MINUTES = 60
-"""A directory without a holder file is removed only when untouched for this long."""
+IDLE_MINUTES = 60
+"""A directory that holds saved state, or has no holder file, is removed only when
+untouched for this long."""
 _REMOVE_TIMEOUT = 15.0
 
 
@@ -51,11 +54,12 @@ def claim_script(session_id: str) -> bytes:
         f'for __el_d in "$__el_t"/{PREFIX}*; do\n'
         '  [ "$__el_d" != "$__el_me" ] && [ -d "$__el_d" ] && [ ! -h "$__el_d" ] && [ -O "$__el_d" ] || continue\n'
         "  __el_p=; { read -r __el_p <\"$__el_d/holder\"; } 2>/dev/null\n"
-        '  case "$__el_p" in\n'
-        f'    ""|*[!0-9]*) __el_old=$(find "$__el_d" -maxdepth 0 -mmin +{UNCLAIMED_MINUTES} 2>/dev/null)\n'
-        '      [ -n "$__el_old" ] || continue;;\n'
-        '    *) ! kill -0 "$__el_p" 2>/dev/null || continue;;\n'
-        "  esac\n"
+        '  case "$__el_p" in ""|*[!0-9]*) __el_p=;; esac\n'
+        '  [ -n "$__el_p" ] && kill -0 "$__el_p" 2>/dev/null && continue\n'
+        '  if [ -z "$__el_p" ] || [ -e "$__el_d/state" ]; then\n'
+        f'    __el_old=$(find "$__el_d" -maxdepth 0 -mmin +{IDLE_MINUTES} 2>/dev/null)\n'
+        '    [ -n "$__el_old" ] || continue\n'
+        "  fi\n"
         '  rm -rf -- "$__el_d" 2>/dev/null\n'
         f'  __el_n=$((__el_n + 1)); [ "$__el_n" -lt {SWEEP_LIMIT} ] || break\n'
         "done\n"

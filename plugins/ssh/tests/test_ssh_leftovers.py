@@ -83,8 +83,9 @@ def test_a_later_session_removes_what_a_dead_one_left(own_sshd: SSHServer, make_
     left = set(_envlayer_files(own_sshd)) - set(before) - held
     assert len(left) == 1
     pid = dead._session.pid
-    dead._pool.connections[0].transport().close()  # its connection drops; its shell ends with it
+    os.kill(pid, signal.SIGKILL)  # its shell dies (saving no state: nothing waits for it)
     _wait_until_gone(pid)
+    dead._pool.connections[0].transport().close()  # and its connection is gone
     dead.cleanup()  # cannot reach the host any more: its directory stays
     assert left <= set(_envlayer_files(own_sshd))
     later = make_env(own_sshd)
@@ -100,28 +101,34 @@ def test_a_later_session_removes_what_a_dead_one_left(own_sshd: SSHServer, make_
 
 def test_claim_script_removes_only_dead_sessions_of_the_login_user(sshd: SSHServer, make_env) -> None:
     """The shell text every session shell runs at start, run in a scratch TMPDIR: the
-    directories of dead holders go (at most SWEEP_LIMIT per run) and so does an unclaimed
-    one untouched for long; a live holder's, a fresh unclaimed one, a symlink, another
-    user's and other names stay; the shell claims its own."""
+    directories of dead holders go (at most SWEEP_LIMIT per run), and so do an unclaimed
+    one and a dead holder's with saved state once untouched for long; a live holder's, a
+    fresh unclaimed one, a dead holder's with fresh saved state (its session restores it
+    at its next call), a symlink, another user's and other names stay; the shell claims
+    its own."""
     env = make_env(sshd, mode="oneshot")
     scratch = env.exec("mktemp -d").stdout_text.strip()
     dead = [f".envlayer-session-dead{i:02d}" for i in range(SWEEP_LIMIT + 3)]
     try:
         env.exec(
             f"cd {scratch} && mkdir {' '.join(dead)} .envlayer-session-live .envlayer-session-fresh "
-            ".envlayer-session-stale other && for d in .envlayer-session-dead*; do echo 999999999 > $d/holder; done "
+            ".envlayer-session-stale .envlayer-session-waiting .envlayer-session-waited other "
+            "&& for d in .envlayer-session-dead* .envlayer-session-wait*; do echo 999999999 > $d/holder; done "
+            "&& touch .envlayer-session-waiting/state .envlayer-session-waited/state "
             "&& (sleep 300 >/dev/null 2>&1 & echo $! > .envlayer-session-live/holder) "
-            "&& touch -d '2 hours ago' .envlayer-session-stale && ln -s other .envlayer-session-link"
+            "&& touch -d '2 hours ago' .envlayer-session-stale .envlayer-session-waited "
+            "&& ln -s other .envlayer-session-link"
         ).check()
         foreign = os.path.join(scratch, ".envlayer-session-foreign")  # this test runs as root: another user
         os.mkdir(foreign)
         with open(os.path.join(foreign, "holder"), "w") as fh:
             fh.write("999999999\n")
         kept = [".envlayer-session-foreign", ".envlayer-session-fresh", ".envlayer-session-link"]
-        kept += [".envlayer-session-live", ".envlayer-session-mine"]
+        kept += [".envlayer-session-live", ".envlayer-session-mine", ".envlayer-session-waiting"]
         env.exec(claim_script("mine").decode(), env={"TMPDIR": scratch}).check()
         first = env.exec(f"ls -A {scratch}").stdout_text.split()
-        assert sorted(first) == sorted(dead[SWEEP_LIMIT:] + kept + [".envlayer-session-stale", "other"])
+        aged = [".envlayer-session-stale", ".envlayer-session-waited"]
+        assert sorted(first) == sorted(dead[SWEEP_LIMIT:] + kept + aged + ["other"])
         env.exec(claim_script("mine").decode(), env={"TMPDIR": scratch}).check()
         second = env.exec(f"ls -A {scratch}").stdout_text.split()
         assert sorted(second) == sorted(kept + ["other"])
@@ -177,3 +184,12 @@ def test_a_write_cut_by_a_drop_leaves_no_temp_file(own_sshd: SSHServer, make_env
     env.cleanup()
     assert _temp_files(directory) == []
     assert not os.path.exists(os.path.join(directory, "big.bin"))
+
+
+def test_a_session_waiting_to_restore_its_state_is_not_swept(own_sshd: SSHServer, make_env) -> None:
+    """``exit N`` ends a session's shell and saves its state for the next call; a session
+    starting in between must leave that directory alone."""
+    waiting = make_env(own_sshd)
+    assert waiting.exec("export KEPT=1; exit 3").exit_code == 3
+    make_env(own_sshd).exec("true").check()
+    assert waiting.exec('printf %s "${KEPT:-lost}"').stdout == b"1"
