@@ -14,7 +14,6 @@ with a second exec (the core's kill script).
 from __future__ import annotations
 
 import json
-import re
 import select
 import ssl
 import threading
@@ -23,13 +22,13 @@ from typing import Any
 
 from envlayer.errors import BackendUnavailable
 from envlayer_kubernetes import naming
-from envlayer_kubernetes.client import Cluster, unavailable
+from envlayer_kubernetes.client import Cluster, message_of, unavailable
+from envlayer_kubernetes.handshake import HandshakeRefused, open_exec_websocket
 
 STDIN, STDOUT, STDERR, STATUS, CLOSE = 0, 1, 2, 3, 255
 STREAM_NAMES = {STDOUT: "stdout", STDERR: "stderr"}
 V5 = "v5.channel.k8s.io"
 STDIN_CHUNK = 256 * 1024
-_HANDSHAKE = re.compile(r"Handshake status (\d+)")
 
 
 class NotStarted(Exception):
@@ -43,48 +42,42 @@ class ExecChannel:
     thread while another thread reads."""
 
     def __init__(self, ws: Any, cluster: Cluster, pod: str) -> None:
-        self._ws = ws
         self.cluster = cluster
         self.pod = pod
-        self.sock = ws.sock  # websocket.WebSocket
+        self.sock = ws  # websocket.WebSocket
         self.v5 = ws.subprotocol == V5
         self.status: dict[str, Any] | None = None
         self.closed = False
 
     @classmethod
     def open(cls, cluster: Cluster, pod: str, argv: list[str], *, stdin: bool, timeout: float) -> ExecChannel:
-        """Start ``argv`` in the pod's sandbox container. Raises :class:`NotStarted` or
+        """Start ``argv`` in the pod's sandbox container; the handshake is bounded by
+        ``timeout`` and shares nothing mutable with other threads (see
+        :mod:`envlayer_kubernetes.handshake`). Raises :class:`NotStarted` or
         :class:`BackendUnavailable`."""
-        from kubernetes.client.exceptions import ApiException
-        from kubernetes.stream import stream
+        from websocket import WebSocketException, WebSocketTimeoutException
 
+        query = [
+            ("command", argv),
+            ("container", naming.CONTAINER),
+            ("stdin", stdin),
+            ("stdout", True),
+            ("stderr", True),
+            ("tty", False),
+        ]
+        doing = f"starting a command in pod {pod}"
         try:
-            with cluster.stream_lock:
-                ws = stream(
-                    cluster.core.connect_get_namespaced_pod_exec,
-                    pod,
-                    cluster.namespace,
-                    command=argv,
-                    container=naming.CONTAINER,
-                    stdin=stdin,
-                    stdout=True,
-                    stderr=True,
-                    tty=False,
-                    binary=True,
-                    _preload_content=False,
-                    _request_timeout=timeout,
-                )
-        except ApiException as exc:
-            m = _HANDSHAKE.search(str(exc.reason or ""))
-            status = int(m.group(1)) if m else exc.status
-            if status in (400, 404):
-                raise NotStarted(f"{status}: {str(exc.reason)[:300]}") from exc
-            if status:
-                exc.status = status
-            raise unavailable(exc, cluster, f"starting a command in pod {pod}") from exc
-        channel = cls(ws, cluster, pod)
+            ws = open_exec_websocket(cluster.core.api_client, cluster.namespace, pod, query, timeout=timeout)
+        except HandshakeRefused as exc:
+            if exc.status in (400, 404):
+                raise NotStarted(f"{exc.status}: {message_of(exc)}") from exc
+            raise unavailable(exc, cluster, doing) from exc
+        except (WebSocketTimeoutException, TimeoutError) as exc:
+            raise unavailable(exc, cluster, f"{doing} (no answer to the exec handshake in {timeout:.0f} s)") from exc
+        except (WebSocketException, OSError) as exc:
+            raise unavailable(exc, cluster, doing) from exc
         cluster.protocol = ws.subprotocol
-        return channel
+        return cls(ws, cluster, pod)
 
     def write(self, data: bytes) -> None:
         """Write ``data`` to the process's stdin (in frames of at most 256 KiB). Raises
@@ -190,7 +183,7 @@ class ExecChannel:
         """Close the websocket (the process in the pod is NOT killed by this)."""
         self.closed = True
         try:
-            self._ws.close()
+            self.sock.close()
         except Exception:
             pass
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from envlayer.errors import BackendUnavailable
@@ -30,10 +30,6 @@ class Cluster:
     namespace: str
     where: str
     """Human-readable origin, for messages: ``kubeconfig <path> context <name>`` or ``in-cluster``."""
-    stream_lock: threading.Lock = field(default_factory=threading.Lock)
-    """``kubernetes.stream.stream`` swaps ``api_client.call_api`` while it connects: two
-    threads connecting at once on one client would undo each other's swap. Held only
-    during the websocket handshake."""
     protocol: str | None = None
     """The exec subprotocol the server chose last (``v5.channel.k8s.io`` or ``v4...``);
     None until the first exec."""

@@ -583,6 +583,19 @@ def forbidden(request: web.Request) -> web.Response:
     )
 
 
+def wants_upgrade(request: web.Request) -> bool:
+    """The request asks to switch to a websocket (``Upgrade: websocket``).
+
+    Only the ``connect`` subresources (exec, attach, portforward, proxy) of a real API
+    server switch protocols (k8s.io/apiserver ``pkg/endpoints/handlers/rest.go``,
+    ``ConnectResource`` -> ``proxy.UpgradeAwareHandler``); every REST route ignores the
+    header and answers as plain HTTP, so a websocket client that sent a REST call there
+    fails with "Handshake status 200 OK". This fake does the same (aiohttp routes the
+    request to the ordinary handler and never upgrades it) and logs the attempt as
+    ``"upgrade": true`` so tests can assert that no REST call went out as a websocket."""
+    return request.headers.get("Upgrade", "").lower() == "websocket"
+
+
 def build_app(cluster: FakeCluster) -> web.Application:
     routes = [
         ("GET", "/version", cluster.version),
@@ -612,6 +625,7 @@ def build_app(cluster: FakeCluster) -> web.Application:
             "status": response.status,
             "path": request.path,
             "query": request.query_string,
+            "upgrade": wants_upgrade(request),
         }
         cluster.log.write(json.dumps(entry) + "\n")
         return response

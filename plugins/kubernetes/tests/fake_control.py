@@ -258,3 +258,90 @@ def run_scale(server: FakeApiServer, profile: str, *, tasks: int, processes: int
         left=len(left),
         expired=expired,
     )
+
+
+@dataclass
+class ThreadStorm:
+    """What :func:`run_thread_storm` counted: execs done, environments created and
+    removed, and every error (``"<where>: <error>"``)."""
+
+    execs: int
+    lifecycles: int
+    errors: list[str]
+    seconds: float
+
+
+def run_thread_storm(
+    server: FakeApiServer,
+    profile: str,
+    *,
+    exec_threads: int,
+    execs_per_thread: int,
+    lifecycle_threads: int,
+    lifecycles_per_thread: int,
+) -> ThreadStorm:
+    """In THIS process: ``exec_threads`` threads each run ``execs_per_thread`` one-shot
+    execs (``echo``, output checked) in one shared environment while ``lifecycle_threads``
+    threads each create, use and force-remove ``lifecycles_per_thread`` private
+    environments: every REST call of the lifecycle threads (create, status polls, delete)
+    overlaps exec websocket handshakes on the same process's client. Every exception is
+    counted as an error; nothing is left (the shared environment is removed at the end)."""
+    import threading
+
+    from envlayer_kubernetes.backend import KubernetesEnvironment
+    from envlayer_kubernetes.options import KubernetesOptions
+
+    def opts(**kw: Any) -> KubernetesOptions:
+        return KubernetesOptions(
+            image=IMAGE, kubeconfig=server.kubeconfig, timeout=60, startup_timeout=120, exec_mode="oneshot", **kw
+        )
+
+    errors: list[str] = []
+    counts = {"execs": 0, "lifecycles": 0}
+    lock = threading.Lock()
+
+    def failed(where: str, exc: BaseException) -> None:
+        with lock:
+            errors.append(f"{where}: {type(exc).__name__}: {str(exc)[:300]}")
+
+    shared = KubernetesEnvironment(opts(), task_id=f"storm-{uuid.uuid4().hex[:6]}", profile=profile)
+
+    def execs(n: int) -> None:
+        for i in range(execs_per_thread):
+            try:
+                result = shared.exec(["echo", f"{n}-{i}"])
+                assert result.exit_code == 0 and result.stdout == f"{n}-{i}\n".encode(), result
+                with lock:
+                    counts["execs"] += 1
+            except Exception as exc:
+                failed(f"exec {n}-{i}", exc)
+
+    def lifecycles(n: int) -> None:
+        for i in range(lifecycles_per_thread):
+            env = None
+            try:
+                env = KubernetesEnvironment(
+                    opts(persist_across_processes=False), task_id=f"life-{n}-{i}", profile=profile
+                )
+                env.cleanup(force_remove=True)
+                if not env.wait_for_cleanup(60):
+                    raise AssertionError(f"pod {env.pod_name} still there 60 s after cleanup")
+                with lock:
+                    counts["lifecycles"] += 1
+            except Exception as exc:
+                failed(f"lifecycle {n}-{i}", exc)
+                if env is not None:
+                    env.cleanup(force_remove=True)
+
+    start = time.monotonic()
+    threads = [threading.Thread(target=execs, args=(n,)) for n in range(exec_threads)]
+    threads += [threading.Thread(target=lifecycles, args=(n,)) for n in range(lifecycle_threads)]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        shared.cleanup(force_remove=True)
+        shared.wait_for_cleanup(60)
+    return ThreadStorm(counts["execs"], counts["lifecycles"], errors, time.monotonic() - start)
