@@ -46,6 +46,12 @@ from docker.errors import ImageNotFound, NotFound
 from envlayer_docker.transport import buffered_bytes, raw_socket
 
 FAKE_LABEL = "envlayer-fake-apiserver"
+UNSCHEDULABLE_FOR = "fake.envlayer/unschedulable-seconds"
+"""Pod annotation: seconds the pod stays Unschedulable before it is scheduled."""
+_IMAGE_REF = re.compile(
+    r"^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-]+[a-z0-9]+)*)*(:[\w][\w.-]{0,127})?(@sha256:[0-9a-f]{64})?$"
+)
+"""A Docker image reference (distribution/reference's grammar, simplified; the kubelet rejects others)."""
 NODE_NAME = "fake-node"
 NODE_LABELS = {"kubernetes.io/hostname": NODE_NAME, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"}
 V5, V4 = "v5.channel.k8s.io", "v4.channel.k8s.io"
@@ -266,6 +272,15 @@ class FakeCluster:
 
     async def start_pod(self, pod: Pod) -> None:
         c = pod.container()
+        if not await self.schedule(pod):
+            return
+        if not _IMAGE_REF.match(c["image"]):
+            # kubelet pkg/kubelet/images/image_manager.go EnsureImageExists: applyDefaultImageTag fails
+            pod.waiting_reason = "InvalidImageName"
+            pod.waiting_message = f'Failed to apply default image tag "{c["image"]}": couldn\'t parse image reference'
+            pod.waiting_message += f' "{c["image"]}": invalid reference format'
+            pod.resource_version += 1
+            return
         if pod.spec.get("nodeSelector"):
             wrong = {k: v for k, v in pod.spec["nodeSelector"].items() if NODE_LABELS.get(k) != v}
             if wrong:
@@ -275,6 +290,13 @@ class FakeCluster:
         try:
             await self.blocking(self.docker.inspect_image, c["image"])
         except ImageNotFound:
+            if c.get("imagePullPolicy") == "Never":
+                # kubelet image_manager.go: ErrImageNeverPull, message "Container image ... is not present
+                # with pull policy of Never"
+                pod.waiting_reason = "ErrImageNeverPull"
+                pod.waiting_message = f'Container image "{c["image"]}" is not present with pull policy of Never'
+                pod.resource_version += 1
+                return
             pod.waiting_reason = "ErrImagePull"
             pod.waiting_message = f'rpc error: code = NotFound desc = failed to pull image "{c["image"]}": not found'
             pod.resource_version += 1
@@ -316,6 +338,26 @@ class FakeCluster:
         deadline = pod.spec.get("activeDeadlineSeconds")
         if deadline:
             asyncio.get_running_loop().create_task(self.enforce_deadline(pod, float(deadline)))
+
+    async def schedule(self, pod: Pod) -> bool:
+        """Hold the pod Unschedulable for ``fake.envlayer/unschedulable-seconds`` (as while
+        a cluster autoscaler adds a node), then schedule it. While held it has what the
+        scheduler writes (pkg/scheduler/schedule_one.go, ``handleSchedulingFailure``):
+        phase Pending, no nodeName, no containerStatuses, and the condition
+        ``PodScheduled=False, reason=Unschedulable`` with the FailedScheduling message.
+        False when the pod was deleted meanwhile."""
+        held = float((pod.manifest["metadata"].get("annotations") or {}).get(UNSCHEDULABLE_FOR, 0))
+        if not held:
+            return True
+        pod.unschedulable = (
+            "0/1 nodes are available: 1 Insufficient cpu. preemption: 0/1 nodes are available: "
+            "1 No preemption victims found for incoming pod."
+        )
+        pod.resource_version += 1
+        await asyncio.sleep(held)
+        pod.unschedulable = ""
+        pod.resource_version += 1
+        return pod.deleting is None
 
     async def enforce_deadline(self, pod: Pod, seconds: float) -> None:
         await asyncio.sleep(max(pod.created + seconds - time.time(), 0))
