@@ -21,8 +21,9 @@ import time
 from typing import Any
 
 from envlayer.errors import BackendUnavailable
+from envlayer.retry import call_with_retries
 from envlayer_kubernetes import naming
-from envlayer_kubernetes.client import Cluster, message_of, unavailable
+from envlayer_kubernetes.client import Cluster, log, message_of, transient, unavailable
 from envlayer_kubernetes.handshake import HandshakeRefused, open_exec_websocket
 
 STDIN, STDOUT, STDERR, STATUS, CLOSE = 0, 1, 2, 3, 255
@@ -53,8 +54,9 @@ class ExecChannel:
     def open(cls, cluster: Cluster, pod: str, argv: list[str], *, stdin: bool, timeout: float) -> ExecChannel:
         """Start ``argv`` in the pod's sandbox container; the handshake is bounded by
         ``timeout`` and shares nothing mutable with other threads (see
-        :mod:`envlayer_kubernetes.handshake`). Raises :class:`NotStarted` or
-        :class:`BackendUnavailable`."""
+        :mod:`envlayer_kubernetes.handshake`). A handshake the API server answered 429 or
+        502/503/504 is retried (the command provably did not start). Raises
+        :class:`NotStarted` or :class:`BackendUnavailable`."""
         from websocket import WebSocketException, WebSocketTimeoutException
 
         query = [
@@ -67,7 +69,12 @@ class ExecChannel:
         ]
         doing = f"starting a command in pod {pod}"
         try:
-            ws = open_exec_websocket(cluster.core.api_client, cluster.namespace, pod, query, timeout=timeout)
+            ws = call_with_retries(
+                lambda: open_exec_websocket(cluster.core.api_client, cluster.namespace, pod, query, timeout=timeout),
+                transient,
+                doing=doing,
+                logger=log,
+            )
         except HandshakeRefused as exc:
             if exc.status in (400, 404):
                 raise NotStarted(f"{exc.status}: {message_of(exc)}") from exc

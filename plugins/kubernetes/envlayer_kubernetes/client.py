@@ -7,6 +7,7 @@ dropped in a forked child (the urllib3 pool must not be shared across ``fork``).
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Callable
@@ -14,9 +15,11 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from envlayer.errors import BackendUnavailable
+from envlayer.retry import RETRYABLE_STATUSES, Transient, call_with_retries, retry_after_from_headers
 from envlayer_kubernetes.options import KubernetesOptions
 
 T = TypeVar("T")
+log = logging.getLogger("envlayer.kubernetes")
 SA_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 RBAC_HINT = "grant the Role in docs/backends/kubernetes.md (pods: create/get/list/delete, pods/exec: create, get)"
 
@@ -143,6 +146,12 @@ def unavailable(exc: BaseException, cluster: Cluster, doing: str) -> BackendUnav
             f"the Kubernetes API refused {doing} in namespace {cluster.namespace!r} ({status}): {message_of(exc)}",
             hint=RBAC_HINT if status == 403 else "refresh the kubeconfig's credentials",
         )
+    if status in RETRYABLE_STATUSES:
+        return BackendUnavailable(
+            f"the Kubernetes API answered {status} to {doing}, also after retrying: {message_of(exc)}",
+            hint="the API server is throttling this client or overloaded (or a proxy in front of it fails); "
+            "retry later, or ask the cluster admin about API priority and fairness limits",
+        )
     if status:
         return BackendUnavailable(
             f"the Kubernetes API answered {status} to {doing}: {message_of(exc)}",
@@ -154,15 +163,29 @@ def unavailable(exc: BaseException, cluster: Cluster, doing: str) -> BackendUnav
     )
 
 
+def transient(exc: BaseException) -> Transient | None:
+    """A throttle (429, with its ``Retry-After``) or a gateway's or the API server's
+    momentary failure (502/503/504) from an ``ApiException`` or a refused exec handshake;
+    None for anything else."""
+    status = status_of(exc)
+    if status not in RETRYABLE_STATUSES:
+        return None
+    reason = str(getattr(exc, "reason", "") or "")
+    return Transient(f"{status} {reason}".strip(), retry_after_from_headers(getattr(exc, "headers", None)))
+
+
 def call(cluster: Cluster, fn: Callable[[], T], doing: str, *, passthrough: tuple[int, ...] = ()) -> T:
-    """Run one API call. A client exception whose status is in ``passthrough`` is
-    re-raised as is (the caller handles it, e.g. 404/409); any other failure becomes
-    :class:`BackendUnavailable`."""
+    """Run one API call that is safe to repeat (a read, a list, a delete, a create by
+    unique name: a repeated create answers 409, which callers handle). A throttle or a
+    momentary 502/503/504 is retried with backoff (:func:`envlayer.retry.call_with_retries`:
+    bounded, ``Retry-After`` honoured, each retry logged). A client exception whose status
+    is in ``passthrough`` is re-raised as is (the caller handles it, e.g. 404/409); any
+    other failure becomes :class:`BackendUnavailable`."""
     import urllib3
     from kubernetes.client.exceptions import ApiException
 
     try:
-        return fn()
+        return call_with_retries(fn, transient, doing=doing, logger=log)
     except ApiException as exc:
         if exc.status in passthrough:
             raise

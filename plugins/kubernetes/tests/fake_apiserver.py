@@ -46,6 +46,8 @@ from docker.errors import ImageNotFound, NotFound
 from envlayer_docker.transport import buffered_bytes, raw_socket
 
 FAKE_LABEL = "envlayer-fake-apiserver"
+CONTROL_PREFIX = "/_fake/"
+"""Routes under this prefix are the tests' controls of the fake (not logged)."""
 UNSCHEDULABLE_FOR = "fake.envlayer/unschedulable-seconds"
 """Pod annotation: seconds the pod stays Unschedulable before it is scheduled."""
 _IMAGE_REF = re.compile(
@@ -255,6 +257,38 @@ class Pod:
         return {"kind": "Pod", "apiVersion": "v1", "metadata": meta, "spec": spec, "status": status}
 
 
+@dataclass
+class Faults:
+    """Failures the fake injects, set by tests through ``POST /_fake/faults`` (a JSON
+    object of these fields; the route is not logged)."""
+
+    status: int = 0
+    """429 (throttled) or 502/503/504 (gateway, server briefly unavailable)."""
+    count: int = 0
+    """How many of the next matching requests get ``status``."""
+    retry_after: str | None = None
+    """``Retry-After`` header value sent with ``status``."""
+    routes: str = "rest"
+    """Which requests: ``rest`` (every route but exec), ``exec``, or ``all``."""
+
+    def take(self, request: web.Request) -> web.Response | None:
+        """The injected answer for ``request``, or None."""
+        is_exec = request.path.endswith("/exec")
+        if self.count <= 0 or self.routes not in ("all", "exec" if is_exec else "rest"):
+            return None
+        self.count -= 1
+        headers = {"Retry-After": self.retry_after} if self.retry_after else {}
+        # 429 as k8s.io/apiserver pkg/server/filters/maxinflight.go tooManyRequests writes it (also
+        # used by priority-and-fairness): Retry-After and a plain-text body, not a Status object.
+        text = {
+            429: "Too many requests, please try again later.",
+            502: "502 Bad Gateway",
+            503: "503 Service Unavailable",
+            504: "504 Gateway Timeout",
+        }.get(self.status, "injected failure")
+        return web.Response(status=self.status, text=text + "\n", headers=headers)
+
+
 class FakeCluster:
     """Pods in memory, containers in Docker. All state changes happen on the event loop."""
 
@@ -262,6 +296,7 @@ class FakeCluster:
         self.instance = instance
         self.protocols = protocols
         self.pods: dict[tuple[str, str], Pod] = {}
+        self.faults = Faults()
         self.docker = docker.APIClient(version="auto", timeout=120, **docker.utils.kwargs_from_env())
         self.log = open(log_path, "a", buffering=1)  # noqa: SIM115 - lives as long as the server
 
@@ -408,6 +443,11 @@ class FakeCluster:
                 pass
 
     # --- HTTP handlers -------------------------------------------------------------------
+
+    async def set_faults(self, request: web.Request) -> web.Response:
+        """Test control: replace :class:`Faults` with the posted fields."""
+        self.faults = Faults(**(await request.json()))
+        return web.json_response({"ok": True})
 
     async def version(self, request: web.Request) -> web.Response:
         return web.json_response(
@@ -646,14 +686,20 @@ def build_app(cluster: FakeCluster) -> web.Application:
         ("GET", "/api/v1/namespaces/{ns}/pods/{name}", cluster.read),
         ("DELETE", "/api/v1/namespaces/{ns}/pods/{name}", cluster.delete),
         ("GET", "/api/v1/namespaces/{ns}/pods/{name}/exec", cluster.exec),
+        ("POST", CONTROL_PREFIX + "faults", cluster.set_faults),
     ]
 
     @web.middleware
     async def record(request: web.Request, handler: Any) -> web.StreamResponse:
         resource = request.match_info.route.resource
         template = resource.canonical if resource is not None else "UNKNOWN"
-        if resource is None:
-            response: web.StreamResponse = error(
+        if template.startswith(CONTROL_PREFIX):
+            return await handler(request)
+        injected = cluster.faults.take(request) if resource is not None else None
+        if injected is not None:
+            response: web.StreamResponse = injected
+        elif resource is None:
+            response = error(
                 404, "NotFound", f"the server could not find the requested resource ({request.path})"
             )
             print(f"fake-apiserver: UNKNOWN route {request.method} {request.path_qs}", file=sys.stderr, flush=True)

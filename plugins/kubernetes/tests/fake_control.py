@@ -64,6 +64,20 @@ class FakeApiServer:
     def route_set(self) -> set[tuple[str, str]]:
         return {(r["method"], r["route"]) for r in self.routes()}
 
+    def set_faults(self, **faults: Any) -> None:
+        """Make the fake fail its next requests (fields of ``fake_apiserver.Faults``:
+        ``status``, ``count``, ``retry_after``, ``routes``); ``set_faults()`` clears them."""
+        import urllib.request
+
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{self.port}/_fake/faults",
+            data=json.dumps(faults).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        with urllib.request.urlopen(req, timeout=10) as answer:
+            answer.read()
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)

@@ -258,3 +258,53 @@ time.sleep(300)
     left = api.containers(all=True, filters={"label": f"{control.FAKE_LABEL}={instance}"})
     control.remove_containers(instance)
     assert left == []
+
+
+@pytest.fixture
+def faults(fake_apiserver: Any) -> Iterator[Any]:
+    """``faults(**fields)`` makes the session's fake fail its next requests (see
+    ``fake_apiserver.Faults``); cleared after the test whatever happens."""
+    try:
+        yield fake_apiserver.set_faults
+    finally:
+        fake_apiserver.set_faults()
+
+
+def test_throttled_api_calls_are_retried_after_retry_after(
+    fake_apiserver: Any, faults: Any, make_env: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """429 with Retry-After on the create and the status polls: waited for and retried;
+    the environment works and each retry is logged."""
+    caplog.set_level("WARNING", logger="envlayer.kubernetes")
+    before = len(fake_apiserver.routes())
+    faults(status=429, count=3, retry_after="1", routes="rest")
+    env = make_env(exec_mode="oneshot")
+    assert env.exec("echo through").stdout == b"through\n"
+    throttled = [r for r in fake_apiserver.routes()[before:] if r["status"] == 429]
+    assert len(throttled) == 3
+    retries = [r.getMessage() for r in caplog.records if "retrying in 1.0 s" in r.getMessage()]
+    assert len(retries) == 3 and "429" in retries[0]
+
+
+@pytest.mark.parametrize("status", [502, 503, 504])
+def test_exec_handshake_answered_by_a_failing_gateway_is_retried(
+    fake_apiserver: Any, faults: Any, make_env: Any, status: int
+) -> None:
+    """The exec route answering 502/503/504 before the upgrade: the command did not start,
+    so the handshake is retried and the command runs once."""
+    env = make_env(exec_mode="oneshot")
+    env.write_file("count", "")
+    faults(status=status, count=2, routes="exec")
+    assert env.exec("echo x >> count; cat count").stdout == b"x\n"
+
+
+def test_a_throttle_that_does_not_end_fails_with_the_status_named(
+    fake_apiserver: Any, faults: Any, options: Any, profile: str
+) -> None:
+    """Retries are bounded: a cluster that keeps answering 429 gives a clear error."""
+    from envlayer_kubernetes.backend import KubernetesEnvironment
+
+    faults(status=429, count=1000, retry_after="0", routes="rest")
+    with pytest.raises(BackendUnavailable, match="429") as info:
+        KubernetesEnvironment(options(), task_id=f"throttled-{uuid.uuid4().hex[:6]}", profile=profile)
+    assert "throttl" in (info.value.hint or "")
