@@ -270,13 +270,18 @@ class Faults:
     """``Retry-After`` header value sent with ``status``."""
     routes: str = "rest"
     """Which requests: ``rest`` (every route but exec), ``exec``, or ``all``."""
+    stall: float = 0.0
+    """Instead of ``status``: hold each matching request this many seconds before serving
+    it (a stalled handshake: the connection is accepted and nothing is answered)."""
 
-    def take(self, request: web.Request) -> web.Response | None:
-        """The injected answer for ``request``, or None."""
+    def take(self, request: web.Request) -> web.Response | float | None:
+        """The injected answer for ``request``, seconds to stall it, or None."""
         is_exec = request.path.endswith("/exec")
         if self.count <= 0 or self.routes not in ("all", "exec" if is_exec else "rest"):
             return None
         self.count -= 1
+        if self.stall:
+            return float(self.stall)
         headers = {"Retry-After": self.retry_after} if self.retry_after else {}
         # 429 as k8s.io/apiserver pkg/server/filters/maxinflight.go tooManyRequests writes it (also
         # used by priority-and-fairness): Retry-After and a plain-text body, not a Status object.
@@ -696,6 +701,9 @@ def build_app(cluster: FakeCluster) -> web.Application:
         if template.startswith(CONTROL_PREFIX):
             return await handler(request)
         injected = cluster.faults.take(request) if resource is not None else None
+        if isinstance(injected, float):
+            await asyncio.sleep(injected)
+            injected = None
         if injected is not None:
             response: web.StreamResponse = injected
         elif resource is None:

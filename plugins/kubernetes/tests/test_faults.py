@@ -308,3 +308,13 @@ def test_a_throttle_that_does_not_end_fails_with_the_status_named(
     with pytest.raises(BackendUnavailable, match="429") as info:
         KubernetesEnvironment(options(), task_id=f"throttled-{uuid.uuid4().hex[:6]}", profile=profile)
     assert "throttl" in (info.value.hint or "")
+
+
+def test_a_stalled_exec_handshake_is_bounded_by_api_timeout(fake_apiserver: Any, faults: Any, make_env: Any) -> None:
+    """The API server accepts the exec connection and answers nothing: the call fails
+    after ``api_timeout`` with the handshake named (before, it waited for the server)."""
+    env = make_env(exec_mode="oneshot", api_timeout=2)
+    faults(stall=8, count=1, routes="exec")
+    with pytest.raises(BackendUnavailable, match=r"no answer to the exec handshake in 2 s"):
+        env.exec("echo never")
+    assert env.exec("echo after").stdout == b"after\n"
