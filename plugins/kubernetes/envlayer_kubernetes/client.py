@@ -138,9 +138,58 @@ def message_of(exc: BaseException) -> str:
     return str(getattr(exc, "reason", None) or exc)[:500]
 
 
+ADMISSION_REJECTIONS: tuple[tuple[str, str, str], ...] = (
+    (
+        "violates PodSecurity",
+        "the namespace's Pod Security admission",
+        'set security_preset = "restricted" and run_as_user (e.g. 65534), or use a namespace whose '
+        "pod-security.kubernetes.io/enforce level allows the pod",
+    ),
+    (
+        "quota",
+        "the namespace's ResourceQuota",
+        "remove sandboxes you no longer need (`envlayer ls`, `envlayer rm TASK --force`), set requests/limits "
+        "if the quota requires them, or ask for a larger quota (`kubectl describe resourcequota`)",
+    ),
+    (
+        "per Container",
+        "the namespace's LimitRange",
+        "set requests/limits within the LimitRange (`kubectl describe limitrange`)",
+    ),
+    (
+        "denied the request",
+        "an admission webhook or policy",
+        "change the options the policy objects to (its message above), or ask the cluster admin",
+    ),
+)
+"""(text in the API server's message, who rejected the pod, what to do) for 403/422
+answers that are admission or quota rejections, not missing permissions. Texts from
+k8s.io/pod-security-admission (``violates PodSecurity "restricted:latest"``),
+plugin/pkg/admission/resourcequota (``exceeded quota``, ``failed quota``),
+plugin/pkg/admission/limitranger (``maximum cpu usage per Container is``) and
+the admission webhooks (``admission webhook "x" denied the request``)."""
+
+
+def rejection(exc: BaseException, cluster: Cluster, doing: str) -> BackendUnavailable | None:
+    """The error for a 403/422 that an admission controller or a quota gave, or None."""
+    status = status_of(exc)
+    if status not in (403, 422):
+        return None
+    message = message_of(exc)
+    for needle, who, hint in ADMISSION_REJECTIONS:
+        if needle in message:
+            return BackendUnavailable(
+                f"{who} rejected {doing} in namespace {cluster.namespace!r} ({status}): {message}", hint=hint
+            )
+    return None
+
+
 def unavailable(exc: BaseException, cluster: Cluster, doing: str) -> BackendUnavailable:
     """A :class:`BackendUnavailable` for a failed API call, with what to do about it."""
     status = status_of(exc)
+    rejected = rejection(exc, cluster, doing)
+    if rejected is not None:
+        return rejected
     if status in (401, 403):
         return BackendUnavailable(
             f"the Kubernetes API refused {doing} in namespace {cluster.namespace!r} ({status}): {message_of(exc)}",

@@ -43,6 +43,7 @@ FATAL_WAITING = frozenset({"ErrImageNeverPull", "InvalidImageName"})
 QUIET_WAITING = frozenset({"ContainerCreating", "PodInitializing", "Pending"})
 """Waiting reasons of every normal start: noted at INFO only."""
 ENDED = frozenset({"Succeeded", "Failed"})
+WORKSPACE_VOLUME = "envlayer-workspace"
 PROGRESS_EVERY = 5.0
 
 
@@ -90,6 +91,7 @@ def build_spec(opts: KubernetesOptions, *, profile: str, task: str, persist: boo
         "automountServiceAccountToken": opts.automount_service_account_token,
         "enableServiceLinks": False,
     }
+    _apply_security(spec, container, opts)
     if opts.active_deadline:
         spec["activeDeadlineSeconds"] = opts.active_deadline
     if opts.node_selector:
@@ -116,6 +118,29 @@ def build_spec(opts: KubernetesOptions, *, profile: str, task: str, persist: boo
     if opts.pod_annotations:
         metadata["annotations"] = dict(opts.pod_annotations)
     return PodSpec(name, {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}, fingerprint)
+
+
+def _apply_security(spec: dict[str, Any], container: dict[str, Any], opts: KubernetesOptions) -> None:
+    """The security context and the workspace volume of the pod (options
+    ``security_preset``, ``run_as_user``, ``run_as_group``, ``fs_group``,
+    ``workspace_volume``). The ``restricted`` preset is what the Pod Security ``restricted``
+    level checks (k8s.io/pod-security-admission ``policy/check_*.go``). The workspace is an
+    emptyDir at the working directory: the kubelet creates it mode 0777 (group-owned by
+    ``fsGroup``, setgid, when one is set), so a non-root user can write where commands
+    start, where a ``workingDir`` the runtime creates is root-owned 0755."""
+    pod_ctx: dict[str, Any] = {}
+    for key, value in (("runAsUser", opts.run_as_user), ("runAsGroup", opts.run_as_group), ("fsGroup", opts.fs_group)):
+        if value is not None:
+            pod_ctx[key] = value
+    if opts.security_preset == "restricted":
+        pod_ctx["runAsNonRoot"] = True
+        pod_ctx["seccompProfile"] = {"type": "RuntimeDefault"}
+        container["securityContext"] = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+    if pod_ctx:
+        spec["securityContext"] = pod_ctx
+    if opts.has_workspace_volume:
+        spec["volumes"] = [{"name": WORKSPACE_VOLUME, "emptyDir": {}}]
+        container["volumeMounts"] = [{"name": WORKSPACE_VOLUME, "mountPath": opts.workdir}]
 
 
 def read(cluster: Cluster, name: str, opts: KubernetesOptions) -> Any | None:
@@ -263,8 +288,9 @@ def waiting_state(pod: Any) -> Waiting | None:
     for cs in (status.container_statuses if status else None) or []:
         waiting = cs.state.waiting if cs.state else None
         if waiting is not None:
-            reason = waiting.reason or "Waiting"
-            return Waiting(reason, waiting.message or "", final=reason in FATAL_WAITING)
+            reason, message = waiting.reason or "Waiting", waiting.message or ""
+            final = reason in FATAL_WAITING or (reason == "CreateContainerConfigError" and "runAsNonRoot" in message)
+            return Waiting(reason, message, final=final)
     if pod.metadata.deletion_timestamp is not None:
         return Waiting("Terminating", "the pod is being deleted", final=True)
     return Waiting(phase or "Pending", "not scheduled yet")
@@ -311,6 +337,8 @@ def wait_running(cluster: Cluster, name: str, opts: KubernetesOptions, *, create
 def _hint_for(state: Waiting) -> str:
     if state.reason in ("ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName"):
         return "check the image name and that the cluster can pull it (image_pull_secrets, image_pull_policy)"
+    if "runAsNonRoot" in state.message:
+        return "set run_as_user to a non-root uid (e.g. 65534), or use an image whose USER is a numeric non-root uid"
     if state.reason in ("Unschedulable", "SchedulingGated"):
         return (
             "no node fits: relax node_selector/requests, add tolerations or nodes, or raise startup_timeout "

@@ -302,6 +302,7 @@ class FakeCluster:
         self.protocols = protocols
         self.pods: dict[tuple[str, str], Pod] = {}
         self.faults = Faults()
+        self.namespaces: dict[str, dict[str, Any]] = {}
         self.docker = docker.APIClient(version="auto", timeout=120, **docker.utils.kwargs_from_env())
         self.log = open(log_path, "a", buffering=1)  # noqa: SIM115 - lives as long as the server
 
@@ -351,6 +352,12 @@ class FakeCluster:
             await asyncio.sleep(delay)
         env = {e["name"]: e.get("value", "") for e in c.get("env") or []}
         argv = list(c.get("command") or []) + list(c.get("args") or [])
+        user, config_error = await self.process_user(pod)
+        if config_error:
+            pod.waiting_reason, pod.waiting_message = "CreateContainerConfigError", config_error
+            pod.resource_version += 1
+            return
+        fs_group = (pod.spec.get("securityContext") or {}).get("fsGroup")
         try:
             created = await self.blocking(
                 self.docker.create_container,
@@ -358,16 +365,20 @@ class FakeCluster:
                 command=argv or None,
                 environment=env,
                 working_dir=c.get("workingDir") or None,
+                user=user,
                 labels={FAKE_LABEL: self.instance, "envlayer-fake-pod": f"{pod.namespace}.{pod.name}"},
                 # unique per pod object: a pod re-created under the same name must not
                 # collide with its predecessor's container while that is still being removed
                 name=f"fakek8s-{self.instance}-{pod.namespace}-{pod.name}-{pod.uid[:8]}"[:200],
-                host_config=self.docker.create_host_config(network_mode="none"),
+                host_config=self.docker.create_host_config(
+                    network_mode="none", group_add=[str(fs_group)] if fs_group is not None else None
+                ),
             )
             pod.container_id = created["Id"]
             if pod.deleting is not None:
                 return
             await self.blocking(self.docker.start, created["Id"])
+            await self.prepare_empty_dirs(pod, fs_group)
         except Exception as exc:
             pod.waiting_reason = "CreateContainerError"
             pod.waiting_message = str(exc)[:300]
@@ -378,6 +389,54 @@ class FakeCluster:
         deadline = pod.spec.get("activeDeadlineSeconds")
         if deadline:
             asyncio.get_running_loop().create_task(self.enforce_deadline(pod, float(deadline)))
+
+    async def process_user(self, pod: Pod) -> tuple[str | None, str]:
+        """(Docker ``user`` for the container, CreateContainerConfigError message or "").
+        ``runAsUser``/``runAsGroup`` (container over pod) override the image's USER; with
+        ``runAsNonRoot`` a root or non-numeric effective user is refused, in the kubelet's
+        words (pkg/kubelet/kuberuntime/security_context_others.go ``verifyRunAsNonRoot``)."""
+        pod_ctx = pod.spec.get("securityContext") or {}
+        ctx = {**pod_ctx, **(pod.container().get("securityContext") or {})}
+        uid, gid = ctx.get("runAsUser"), ctx.get("runAsGroup")
+        image_user = ""
+        if uid is None:
+            info = await self.blocking(self.docker.inspect_image, pod.container()["image"])
+            image_user = ((info.get("Config") or {}).get("User") or "").split(":")[0]
+        if ctx.get("runAsNonRoot"):
+            where = f'(pod: "{pod.name}_{pod.namespace}({pod.uid})", container: {pod.container()["name"]})'
+            if uid == 0 or (uid is None and image_user in ("", "0", "root")):
+                return None, f"container has runAsNonRoot and image will run as root {where}"
+            if uid is None and not image_user.isdigit():
+                return None, (
+                    f"container has runAsNonRoot and image has non-numeric user ({image_user}), "
+                    f"cannot verify user is non-root {where}"
+                )
+        if uid is None and gid is None:
+            return None, ""
+        # Docker, as the kubelet: no runAsGroup means the primary group of the uid in the
+        # image's /etc/passwd (0 when it has none)
+        user = str(uid if uid is not None else image_user or 0)
+        return (user if gid is None else f"{user}:{gid}"), ""
+
+    async def prepare_empty_dirs(self, pod: Pod, fs_group: int | None) -> None:
+        """Give every emptyDir mount the kubelet's ownership and mode
+        (pkg/volume/emptydir/empty_dir.go ``setupDir``: mode 0777; with ``fsGroup``,
+        pkg/volume/volume_linux.go ``SetVolumeOwnership``: group fsGroup, setgid, group rwx).
+        The fake does this on the container's own file system (as root, before the pod
+        reports Running) rather than mounting a fresh volume: content the image has at
+        that path stays visible, where a real emptyDir hides it."""
+        volumes = {v["name"] for v in pod.spec.get("volumes") or [] if "emptyDir" in v}
+        paths = [m["mountPath"] for m in pod.container().get("volumeMounts") or [] if m.get("name") in volumes]
+        for path in paths:
+            script = 'mkdir -p "$1" && chmod 0777 "$1"'
+            if fs_group is not None:
+                script += ' && chgrp "$2" "$1" && chmod 2777 "$1"'
+            eid = (
+                await self.blocking(
+                    self.docker.exec_create, pod.container_id, ["sh", "-c", script, "sh", path, str(fs_group)], user="0"
+                )
+            )["Id"]
+            await self.blocking(self.docker.exec_start, eid)
 
     async def schedule(self, pod: Pod) -> bool:
         """Hold the pod Unschedulable for ``fake.envlayer/unschedulable-seconds`` (as while
@@ -449,6 +508,32 @@ class FakeCluster:
 
     # --- HTTP handlers -------------------------------------------------------------------
 
+    def admit(self, ns: str, name: str, body: dict[str, Any]) -> str | None:
+        """Why the namespace's validating admission rejects the pod (Pod Security, then
+        the pod-count quota), or None. The API server answers 403 ``Forbidden`` with
+        ``pods "NAME" is forbidden: <this>`` in a Status object."""
+        policy = self.namespaces.get(ns) or {}
+        if policy.get("pod_security") == "restricted":
+            problems = restricted_violations(body.get("spec") or {})
+            if problems:
+                return 'violates PodSecurity "restricted:latest": ' + ", ".join(problems)
+        max_pods = policy.get("max_pods")
+        if max_pods is not None:
+            used = sum(1 for (pod_ns, _), pod in self.pods.items() if pod_ns == ns and pod.deleting is None)
+            if used + 1 > max_pods:
+                # plugin/pkg/admission/resourcequota/controller.go: the "exceeded quota" message
+                return (
+                    f"exceeded quota: pod-count, requested: pods=1, used: pods={used}, limited: pods={max_pods}"
+                )
+        return None
+
+    async def set_namespace(self, request: web.Request) -> web.Response:
+        """Test control: the admission policy of namespace ``ns``: ``{"pod_security":
+        "restricted"}`` (the namespace label ``pod-security.kubernetes.io/enforce``) and/or
+        ``{"max_pods": N}`` (a ResourceQuota on ``pods``); ``{}`` clears it."""
+        self.namespaces[request.match_info["ns"]] = await request.json()
+        return web.json_response({"ok": True})
+
     async def set_faults(self, request: web.Request) -> web.Response:
         """Test control: replace :class:`Faults` with the posted fields."""
         self.faults = Faults(**(await request.json()))
@@ -475,6 +560,9 @@ class FakeCluster:
         containers = (body.get("spec") or {}).get("containers") or []
         if not containers or not containers[0].get("image") or not containers[0].get("name"):
             return error(422, "Invalid", f'Pod "{name}" is invalid: spec.containers: Required value')
+        rejected = self.admit(ns, name, body)
+        if rejected is not None:
+            return error(403, "Forbidden", f'pods "{name}" is forbidden: {rejected}', {"name": name, "kind": "pods"})
         if (ns, name) in self.pods:
             return error(409, "AlreadyExists", f'pods "{name}" already exists', {"name": name, "kind": "pods"})
         pod = Pod(namespace=ns, manifest=body)
@@ -652,6 +740,45 @@ def exit_status(code: int) -> dict[str, Any]:
     }
 
 
+def restricted_violations(spec: dict[str, Any]) -> list[str]:
+    """What the Pod Security ``restricted`` level finds wrong with a pod spec, in the
+    messages of k8s.io/pod-security-admission ``policy/check_allowPrivilegeEscalation.go``,
+    ``check_capabilities_restricted.go``, ``check_runAsNonRoot.go``, ``check_runAsUser.go``,
+    ``check_seccompProfile_restricted.go`` and ``check_restrictedVolumes.go`` (containers
+    named one by one; the fake's pods have one)."""
+    pod_ctx = spec.get("securityContext") or {}
+    problems = []
+    for c in spec.get("containers") or []:
+        ctx, cname = c.get("securityContext") or {}, c.get("name", "")
+        if ctx.get("allowPrivilegeEscalation") is not False:
+            problems.append(
+                f'allowPrivilegeEscalation != false (container "{cname}" must set '
+                "securityContext.allowPrivilegeEscalation=false)"
+            )
+        if "ALL" not in ((ctx.get("capabilities") or {}).get("drop") or []):
+            problems.append(
+                f'unrestricted capabilities (container "{cname}" must set securityContext.capabilities.drop=["ALL"])'
+            )
+        if not (ctx.get("runAsNonRoot", pod_ctx.get("runAsNonRoot")) is True):
+            problems.append(
+                f'runAsNonRoot != true (pod or container "{cname}" must set securityContext.runAsNonRoot=true)'
+            )
+        if ctx.get("runAsUser", pod_ctx.get("runAsUser")) == 0:
+            problems.append(f'runAsUser=0 (pod or container "{cname}" must not set runAsUser=0)')
+        seccomp = (ctx.get("seccompProfile") or pod_ctx.get("seccompProfile") or {}).get("type")
+        if seccomp not in ("RuntimeDefault", "Localhost"):
+            problems.append(
+                f'seccompProfile (pod or container "{cname}" must set securityContext.seccompProfile.type to '
+                '"RuntimeDefault" or "Localhost")'
+            )
+    allowed = {"emptyDir", "configMap", "secret", "projected", "downwardAPI", "persistentVolumeClaim", "ephemeral"}
+    for vol in spec.get("volumes") or []:
+        kinds = set(vol) - {"name"}
+        if kinds - allowed:
+            problems.append(f'restricted volume types (volume "{vol.get("name")}" uses {sorted(kinds)})')
+    return problems
+
+
 FORBIDDEN_TOKEN = "forbidden"
 """A bearer token this server answers 403 to, on every served route (RBAC denial)."""
 
@@ -692,6 +819,7 @@ def build_app(cluster: FakeCluster) -> web.Application:
         ("DELETE", "/api/v1/namespaces/{ns}/pods/{name}", cluster.delete),
         ("GET", "/api/v1/namespaces/{ns}/pods/{name}/exec", cluster.exec),
         ("POST", CONTROL_PREFIX + "faults", cluster.set_faults),
+        ("POST", CONTROL_PREFIX + "namespaces/{ns}", cluster.set_namespace),
     ]
 
     @web.middleware

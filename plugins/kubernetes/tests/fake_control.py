@@ -66,12 +66,21 @@ class FakeApiServer:
 
     def set_faults(self, **faults: Any) -> None:
         """Make the fake fail its next requests (fields of ``fake_apiserver.Faults``:
-        ``status``, ``count``, ``retry_after``, ``routes``); ``set_faults()`` clears them."""
+        ``status``, ``count``, ``retry_after``, ``routes``, ``stall``); ``set_faults()``
+        clears them."""
+        self._control("faults", faults)
+
+    def set_namespace(self, namespace: str, **policy: Any) -> None:
+        """Admission policy of ``namespace``: ``pod_security="restricted"``, ``max_pods=N``;
+        no arguments clear it."""
+        self._control(f"namespaces/{namespace}", policy)
+
+    def _control(self, route: str, body: dict[str, Any]) -> None:
         import urllib.request
 
         req = urllib.request.Request(
-            f"http://127.0.0.1:{self.port}/_fake/faults",
-            data=json.dumps(faults).encode(),
+            f"http://127.0.0.1:{self.port}/_fake/{route}",
+            data=json.dumps(body).encode(),
             headers={"Content-Type": "application/json"},
             method="POST",
         )

@@ -86,6 +86,10 @@ def test_selector_is_scoped_to_managed_profile_and_task() -> None:
         ("forward_env", ["1BAD"]),
         ("image_pull_policy", "Sometimes"),
         ("config_source", "magic"),
+        ("run_as_user", -1),
+        ("fs_group", 2**31),
+        ("security_preset", "baseline-ish"),
+        ("workspace_volume", "hostPath"),
     ],
 )
 def test_bad_options_are_config_errors_naming_the_key(key: str, value: Any) -> None:
@@ -119,7 +123,38 @@ def test_fingerprint_covers_pod_shape_but_not_per_process_settings() -> None:
     assert fp(image="other:1") != base
     assert fp(limits={"memory": "1Gi"}) != base
     assert fp(pod_annotations={"a": "b"}) != base
+    assert fp(run_as_user=1000) != base and fp(security_preset="restricted") != base
     assert fp(timeout=5, env={"SECRET": "v"}, exec_mode="oneshot", namespace="x", startup_timeout=9) == base
+
+
+def test_restricted_preset_and_users_shape_the_pod_as_pod_security_expects() -> None:
+    from envlayer_kubernetes.pods import build_spec
+
+    spec = build_spec(
+        KubernetesOptions(security_preset="restricted", run_as_user=1000, run_as_group=3000, fs_group=2000),
+        profile="p",
+        task="t",
+        persist=True,
+    ).manifest["spec"]
+    assert spec["securityContext"] == {
+        "runAsUser": 1000,
+        "runAsGroup": 3000,
+        "fsGroup": 2000,
+        "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    container = spec["containers"][0]
+    assert container["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+    assert spec["volumes"] == [{"name": "envlayer-workspace", "emptyDir": {}}]
+    assert container["volumeMounts"] == [{"name": "envlayer-workspace", "mountPath": "/workspace"}]
+    plain = build_spec(KubernetesOptions(), profile="p", task="t", persist=True).manifest["spec"]
+    assert "securityContext" not in plain and "volumes" not in plain
+
+
+def test_restricted_preset_refuses_root() -> None:
+    with pytest.raises(ConfigError) as info:
+        build_options(KubernetesOptions, {"security_preset": "restricted", "run_as_user": 0}, sources={})
+    assert info.value.key == "run_as_user"
 
 
 def _run_wrapper(
