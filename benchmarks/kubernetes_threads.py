@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import uuid
 
 from kubernetes_scale import load_control
@@ -30,20 +29,16 @@ def main() -> int:
     parser.add_argument("--lifecycles", type=int, default=4)
     args = parser.parse_args()
     control = load_control()
-    with tempfile.TemporaryDirectory(prefix="envlayer-k8s-bench-") as tmp:
-        server = control.start_fake(tmp)
-        try:
-            storm = control.run_thread_storm(
-                server,
-                f"k8s-bench-{uuid.uuid4().hex[:6]}",
-                exec_threads=args.threads,
-                execs_per_thread=args.execs,
-                lifecycle_threads=args.lifecycle_threads,
-                lifecycles_per_thread=args.lifecycles,
-            )
-            upgrades = [r for r in server.routes() if r.get("upgrade") and not r["route"].endswith("/exec")]
-        finally:
-            server.stop()
+    with control.running_fake() as server:
+        storm = control.run_thread_storm(
+            server,
+            f"k8s-bench-{uuid.uuid4().hex[:6]}",
+            exec_threads=args.threads,
+            execs_per_thread=args.execs,
+            lifecycle_threads=args.lifecycle_threads,
+            lifecycles_per_thread=args.lifecycles,
+        )
+        upgrades = [r for r in server.routes() if r.get("upgrade") and not r["route"].endswith("/exec")]
     print(f"{args.threads} threads x {args.execs} one-shot execs, {args.lifecycle_threads} threads x "
           f"{args.lifecycles} create+remove, one process (fake API server, pods = Docker containers)")
     print(f"  execs ok           : {storm.execs} of {args.threads * args.execs}")

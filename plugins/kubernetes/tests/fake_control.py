@@ -15,9 +15,12 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -166,6 +169,18 @@ def start_fake(workdir: str, *, protocols: str | None = None) -> FakeApiServer:
     kubeconfig = os.path.join(workdir, f"kubeconfig-{instance}")
     write_kubeconfig(kubeconfig, port, NAMESPACE)
     return FakeApiServer(proc, instance, port, kubeconfig, log_path, stderr_path)
+
+
+@contextmanager
+def running_fake(**kw: Any) -> Iterator[FakeApiServer]:
+    """A fake API server in a temporary directory for the block (benchmarks); stopped and
+    its containers removed after, whatever happens. ``kw`` go to :func:`start_fake`."""
+    with tempfile.TemporaryDirectory(prefix="envlayer-k8s-bench-") as tmp:
+        server = start_fake(tmp, **kw)
+        try:
+            yield server
+        finally:
+            server.stop()
 
 
 SCALE_WORKER = """
