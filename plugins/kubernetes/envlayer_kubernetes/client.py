@@ -42,20 +42,26 @@ _CACHE: dict[tuple[Any, ...], tuple[int, Cluster]] = {}
 _CACHE_LOCK = threading.Lock()
 
 
-def _kubeconfig_path(opts: KubernetesOptions) -> str | None:
+def _kubeconfig_paths(opts: KubernetesOptions) -> list[str]:
+    """The kubeconfig files to merge: the ``kubeconfig`` option (one file, even when it
+    does not exist, so the error names it), else every existing file of ``$KUBECONFIG``,
+    else ``~/.kube/config`` if it exists."""
+    from envlayer_kubernetes.kubeconfig import split_paths
+
     if opts.kubeconfig:
-        return os.path.expanduser(opts.kubeconfig)
-    env = os.environ.get("KUBECONFIG", "")
-    for path in env.split(os.pathsep):
-        if path and os.path.exists(path):
-            return path
+        return [os.path.expanduser(opts.kubeconfig)]
+    listed = split_paths(os.environ.get("KUBECONFIG", ""))
+    if listed:
+        return listed
     default = os.path.expanduser("~/.kube/config")
-    return default if os.path.exists(default) else None
+    return [default] if os.path.exists(default) else []
 
 
 def _source(opts: KubernetesOptions) -> tuple[str, str | None]:
-    """(``kubeconfig`` or ``in_cluster``, kubeconfig path) per ``config_source``."""
-    path = _kubeconfig_path(opts)
+    """(``kubeconfig`` or ``in_cluster``, the kubeconfig files joined by ``os.pathsep``)
+    per ``config_source``."""
+    paths = _kubeconfig_paths(opts)
+    path = os.pathsep.join(paths) or None
     if opts.config_source == "in_cluster":
         return "in_cluster", None
     if opts.config_source == "kubeconfig" or path is not None:
@@ -77,6 +83,8 @@ def _build(opts: KubernetesOptions, source: str, path: str | None) -> Cluster:
     from kubernetes import client, config
     from kubernetes.config.config_exception import ConfigException
 
+    from envlayer_kubernetes import kubeconfig
+
     try:
         if source == "in_cluster":
             configuration = client.Configuration()
@@ -85,11 +93,10 @@ def _build(opts: KubernetesOptions, source: str, path: str | None) -> Cluster:
             namespace = opts.namespace or _read(SA_NAMESPACE) or "default"
             where = "in-cluster service account"
         else:
-            api_client = config.new_client_from_config(config_file=path, context=opts.context)
-            contexts, active = config.list_kube_config_contexts(config_file=path)
-            chosen = next((c for c in contexts if c.get("name") == opts.context), active) if opts.context else active
-            namespace = opts.namespace or ((chosen or {}).get("context") or {}).get("namespace") or "default"
-            where = f"kubeconfig {path} context {(chosen or {}).get('name', '?')}"
+            loaded = kubeconfig.load((path or "").split(os.pathsep), opts.context)
+            api_client = loaded.api_client
+            namespace = opts.namespace or (loaded.context.get("context") or {}).get("namespace") or "default"
+            where = f"kubeconfig {path} context {loaded.context.get('name', '?')}"
     except (ConfigException, OSError, ValueError, TypeError, KeyError) as exc:
         raise BackendUnavailable(
             f"cannot load the Kubernetes configuration ({source}{' ' + path if path else ''}): {exc}",

@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import textwrap
 from typing import Any
 
 import pytest
@@ -237,3 +238,57 @@ def test_doctor_reports_a_missing_configuration_with_a_fix(tmp_path: Any) -> Non
     )
     assert "FAIL kubernetes" in out.stdout and "no Kubernetes configuration" in out.stdout, out.stdout + out.stderr
     assert "fix: " in out.stdout and "KUBECONFIG" in out.stdout
+
+
+def _kubeconfig_file(path: Any, text: str) -> str:
+    path.write_text(textwrap.dedent(text))
+    return str(path)
+
+
+def test_kubeconfig_files_are_merged_as_kubectl_merges_them(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """KUBECONFIG=a:b:missing: entries from every file; for a name or current-context set
+    in two files, the first file wins (the client's own merger lets the last
+    current-context win); missing files are skipped."""
+    from envlayer_kubernetes.client import connect
+
+    first = _kubeconfig_file(
+        tmp_path / "a",
+        """\
+        apiVersion: v1
+        kind: Config
+        current-context: work
+        users:
+        - name: me
+          user: {token: from-a}
+        """,
+    )
+    second = _kubeconfig_file(
+        tmp_path / "b",
+        """\
+        apiVersion: v1
+        kind: Config
+        current-context: other
+        clusters:
+        - name: c1
+          cluster: {server: "https://work.example:6443"}
+        - name: c2
+          cluster: {server: "https://other.example:6443"}
+        users:
+        - name: me
+          user: {token: from-b}
+        contexts:
+        - name: work
+          context: {cluster: c1, user: me, namespace: agents}
+        - name: other
+          context: {cluster: c2, user: me}
+        """,
+    )
+    monkeypatch.setenv("KUBECONFIG", os.pathsep.join([first, second, str(tmp_path / "missing")]))
+    cluster = connect(KubernetesOptions())
+    configuration = cluster.core.api_client.configuration
+    assert configuration.host == "https://work.example:6443"
+    assert configuration.api_key["BearerToken"] == "Bearer from-a"
+    assert cluster.namespace == "agents"
+    assert cluster.where == f"kubeconfig {first}{os.pathsep}{second} context work"
+    other = connect(KubernetesOptions(context="other"))
+    assert other.core.api_client.configuration.host == "https://other.example:6443" and other.namespace == "default"
