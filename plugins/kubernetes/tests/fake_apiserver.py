@@ -46,6 +46,7 @@ from docker.errors import ImageNotFound, NotFound
 from envlayer_docker.transport import buffered_bytes, raw_socket
 
 FAKE_LABEL = "envlayer-fake-apiserver"
+MAX_HEADER_BYTES = 1 << 20
 CONTROL_PREFIX = "/_fake/"
 """Routes under this prefix are the tests' controls of the fake (not logged)."""
 UNSCHEDULABLE_FOR = "fake.envlayer/unschedulable-seconds"
@@ -864,7 +865,11 @@ async def serve(args: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
     loop.set_default_executor(ThreadPoolExecutor(max_workers=48, thread_name_prefix="fake-docker"))
     cluster = FakeCluster(args.instance, args.protocols.split(","), args.log)
-    runner = web.AppRunner(build_app(cluster), handle_signals=False, access_log=None)
+    # A request line (the exec's argv is in its query string) and headers of up to 1 MiB, as
+    # the API server's http.Server allows (k8s.io/apiserver pkg/server/secure_serving.go:
+    # MaxHeaderBytes 1 << 20); longer ones are refused (400 here, 431 there).
+    limits = {"max_line_size": MAX_HEADER_BYTES, "max_field_size": MAX_HEADER_BYTES}
+    runner = web.AppRunner(build_app(cluster), handle_signals=False, access_log=None, **limits)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()

@@ -318,3 +318,22 @@ def test_a_stalled_exec_handshake_is_bounded_by_api_timeout(fake_apiserver: Any,
     with pytest.raises(BackendUnavailable, match=r"no answer to the exec handshake in 2 s"):
         env.exec("echo never")
     assert env.exec("echo after").stdout == b"after\n"
+
+
+def test_a_oneshot_command_too_long_for_a_url_runs(make_env: Any) -> None:
+    """A one-shot string command of 300 KB: in the exec URL it would pass the API server's
+    limit and, as one argv word in the pod, the kernel's 128 KiB cap; it goes over stdin
+    instead and runs unchanged."""
+    env = make_env(exec_mode="oneshot")
+    result = env.exec(f"printf %s '{'0123456789' * 30_000}' | wc -c", timeout=120)
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.strip() == b"300000"
+
+
+def test_a_oneshot_argv_of_many_words_runs(make_env: Any) -> None:
+    """An argv of 40,000 words (240 KB in a URL): over stdin, every word intact."""
+    env = make_env(exec_mode="oneshot")
+    words = [f"w{i:04d}" for i in range(40_000)]
+    result = env.exec(["sh", "-c", 'echo "$#" "$1" "${40000}"', "sh", *words], timeout=120)
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == b"40000 w0000 w39999\n"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 import textwrap
@@ -195,6 +196,25 @@ def test_wrapper_argv_and_exit_codes() -> None:
         capture_output=True,
     )
     assert missing.returncode == 126 and b"working directory does not exist" in missing.stderr
+
+
+@pytest.mark.parametrize("form", ["string", "argv"])
+def test_a_command_too_long_for_a_url_runs_from_the_environment_line(form: str) -> None:
+    """Over the URL limit the argv holds only ``eval "$__el_cmd"`` and the command comes
+    on stdin (with the environment), unchanged: quotes, newlines, backslashes; stdin after it."""
+    text = "x'y\"z\\n$HOME " * 2000
+    command: Any = f"printf %s {shlex.quote(text)}; printf '|%s|' \"$A\"; cat" if form == "string" else [
+        "sh", "-c", 'printf %s "$1"; cat', "sh", text
+    ]
+    script = wrapper.command_over_stdin(command)
+    assert script is not None and wrapper.command_over_stdin("echo short") is None
+    argv = wrapper.oneshot_argv("/bin/sh", wrapper.RUN_COMMAND_VAR, exec_id="e1", cwd="/", stdin=4, closable=True)
+    assert len(" ".join(argv)) < 2000
+    line = wrapper.env_line({"A": "a\nb"}, command=script)
+    done = subprocess.run(argv, input=line + b"tail", capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    expected = text + ("|a\nb|" if form == "string" else "") + "tail"
+    assert done.stdout.decode() == expected
 
 
 def test_env_line_refuses_nul() -> None:
