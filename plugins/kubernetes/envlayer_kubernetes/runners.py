@@ -180,6 +180,7 @@ class SessionRunner:
         except OSError:
             channel.close()
             raise
+        channel.start_keepalive()
         return channel
 
     def _aside(self, argv: list[str]) -> None:

@@ -304,6 +304,8 @@ class FakeCluster:
         self.pods: dict[tuple[str, str], Pod] = {}
         self.faults = Faults()
         self.namespaces: dict[str, dict[str, Any]] = {}
+        self.open_bridges: set[web.WebSocketResponse] = set()
+        self.blackholed: set[web.WebSocketResponse] = set()
         self.docker = docker.APIClient(version="auto", timeout=120, **docker.utils.kwargs_from_env())
         self.log = open(log_path, "a", buffering=1)  # noqa: SIM115 - lives as long as the server
 
@@ -646,14 +648,28 @@ class FakeCluster:
             return error(500, "InternalError", f"exec failed: {exc}")
         sock: socket.socket = raw_socket(attached)
         early = buffered_bytes(attached)  # the stream's first bytes, read with the headers
-        ws = web.WebSocketResponse(protocols=[p for p in self.protocols if p in offered], max_msg_size=0)
+        # autoping off: pings are answered in bridge() (as golang.org/x/net/websocket answers
+        # them), so that a blackholed bridge can stop answering
+        ws = web.WebSocketResponse(
+            protocols=[p for p in self.protocols if p in offered], max_msg_size=0, autoping=False
+        )
         await ws.prepare(request)
+        self.open_bridges.add(ws)
         try:
             await self.bridge(ws, sock, eid, want_stdin, pod, early)
         finally:
+            self.open_bridges.discard(ws)
+            self.blackholed.discard(ws)
             sock.close()
             attached.close()
         return ws
+
+    async def blackhole(self, request: web.Request) -> web.Response:
+        """Test control: every exec websocket open now goes silent both ways, as a
+        connection that a load balancer or NAT forgot: TCP stays open, nothing is
+        forwarded, pings are not answered. New exec websockets are not affected."""
+        self.blackholed.update(self.open_bridges)
+        return web.json_response({"blackholed": len(self.open_bridges)})
 
     async def bridge(
         self, ws: web.WebSocketResponse, sock: socket.socket, eid: str, want_stdin: bool, pod: Pod, early: bytes
@@ -667,6 +683,11 @@ class FakeCluster:
 
         async def from_client() -> None:
             async for msg in ws:
+                if ws in self.blackholed:
+                    continue
+                if msg.type == WSMsgType.PING:
+                    await ws.pong(msg.data)
+                    continue
                 if msg.type != WSMsgType.BINARY or not msg.data:
                     continue
                 channel, payload = msg.data[0], msg.data[1:]
@@ -694,10 +715,12 @@ class FakeCluster:
                         break
                     stream, payload = buf[0], bytes(buf[8 : 8 + size])
                     del buf[: 8 + size]
-                    if stream in (1, 2) and payload and not ws.closed:
+                    if stream in (1, 2) and payload and not ws.closed and ws not in self.blackholed:
                         await ws.send_bytes(bytes([stream]) + payload)
         except (ConnectionError, OSError):
             pass
+        while ws in self.blackholed and not ws.closed:
+            await asyncio.sleep(0.2)  # a forgotten connection never delivers the end either
         if not ws.closed:
             code = await self.exec_exit_code(eid, pod)
             if code is not None:
@@ -821,6 +844,7 @@ def build_app(cluster: FakeCluster) -> web.Application:
         ("GET", "/api/v1/namespaces/{ns}/pods/{name}/exec", cluster.exec),
         ("POST", CONTROL_PREFIX + "faults", cluster.set_faults),
         ("POST", CONTROL_PREFIX + "namespaces/{ns}", cluster.set_namespace),
+        ("POST", CONTROL_PREFIX + "blackhole", cluster.blackhole),
     ]
 
     @web.middleware

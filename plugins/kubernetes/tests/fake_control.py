@@ -78,6 +78,11 @@ class FakeApiServer:
         no arguments clear it."""
         self._control(f"namespaces/{namespace}", policy)
 
+    def blackhole_open_execs(self) -> None:
+        """Every exec websocket open now goes silent both ways (a dropped connection that
+        nobody closed); new ones work."""
+        self._control("blackhole", {})
+
     def _control(self, route: str, body: dict[str, Any]) -> None:
         import urllib.request
 

@@ -337,3 +337,44 @@ def test_a_oneshot_argv_of_many_words_runs(make_env: Any) -> None:
     result = env.exec(["sh", "-c", 'echo "$#" "$1" "${40000}"', "sh", *words], timeout=120)
     assert result.exit_code == 0, result.stderr
     assert result.stdout == b"40000 w0000 w39999\n"
+
+
+def test_an_idle_session_connection_dropped_silently_restarts_the_shell(
+    fake_apiserver: Any, make_env: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A load balancer forgot the idle session websocket (TCP open, nothing passes): the
+    next call's ping goes unanswered, so the shell is restarted before the command is sent
+    and the result says so; the command runs once, in the new shell."""
+    from envlayer.shell_session import RESTARTED_AFTER_KILL
+    from envlayer_kubernetes import channel
+
+    monkeypatch.setattr(channel, "PROBE_IDLE", 0.0)  # probe at every call, not only after 15 s idle
+    env = make_env(api_timeout=2)
+    assert env.exec("export KEPT=1; echo first").stdout == b"first\n"
+    fake_apiserver.blackhole_open_execs()
+    result = env.exec("echo second ${KEPT:-reset}", timeout=20)
+    assert (result.exit_code, result.stdout, result.timed_out) == (0, b"second reset\n", False)
+    assert result.recovered == RESTARTED_AFTER_KILL
+
+
+def test_a_session_connection_dropped_mid_command_is_detected_by_its_pings(
+    fake_apiserver: Any, make_env: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Dropped silently while a command runs: the keepalive pings go unanswered, so the
+    call fails as a broken stream (the command may have partly run; never re-run) instead
+    of waiting for its timeout; the next call works in a new shell."""
+    from envlayer_kubernetes import channel
+
+    monkeypatch.setattr(channel, "PING_EVERY", 0.5)
+    env = make_env(api_timeout=2)
+    assert env.exec("true").ok
+    dropped: list[bool] = []
+
+    def drop_once_started(stream: str, chunk: bytes) -> None:
+        if b"started" in chunk and not dropped:
+            dropped.append(True)
+            fake_apiserver.blackhole_open_execs()
+
+    with pytest.raises(BackendUnavailable, match="broke while the command ran"):
+        env.exec("echo started; sleep 40; echo late", timeout=30, on_output=drop_once_started)
+    assert env.exec("echo again").stdout == b"again\n"
