@@ -402,7 +402,7 @@ class FakeCluster:
         ctx = {**pod_ctx, **(pod.container().get("securityContext") or {})}
         uid, gid = ctx.get("runAsUser"), ctx.get("runAsGroup")
         image_user = ""
-        if uid is None:
+        if uid is None and (ctx.get("runAsNonRoot") or gid is not None):
             info = await self.blocking(self.docker.inspect_image, pod.container()["image"])
             image_user = ((info.get("Config") or {}).get("User") or "").split(":")[0]
         if ctx.get("runAsNonRoot"):
