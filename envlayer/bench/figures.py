@@ -8,7 +8,8 @@ from typing import Any
 from envlayer.bench.timing import Spread
 
 ENVLAYER = "envlayer"
-"""The ``method`` of figures measured through envlayer (baselines name their tool)."""
+"""How the ``method`` of a figure measured through envlayer begins (``envlayer``,
+``envlayer streamed``); a baseline's method names its tool."""
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,11 @@ class Figure:
     bytes: int | None = None
     peak_rss_mib: float | None = None
     baseline: str | None = None
+
+    @property
+    def through_envlayer(self) -> bool:
+        """True for a figure measured through envlayer, False for a baseline."""
+        return self.method.split(" ")[0] == ENVLAYER
 
     @property
     def mib_per_s(self) -> float | None:
@@ -50,4 +56,5 @@ class Figure:
         data.update(data.pop("spread"))
         data["mib_per_s"] = self.mib_per_s
         data["ratio"] = self.ratio(figures)
+        data["through_envlayer"] = self.through_envlayer
         return data
