@@ -45,13 +45,17 @@ class ExecBaselines:
 
 
 def shell_call(send: Callable[[bytes], object], recv: Callable[[], bytes]) -> Callable[[], None]:
-    """A call of a bare persistent shell: send ``true; echo MARKER``, read to the marker."""
-    marker = b"__floor_" + uuid.uuid4().hex.encode()
+    """A call of a bare persistent shell: send ``true; echo MARKER-N`` and read up to
+    that call's own marker (N counts the calls, so a call never takes an earlier reply)."""
+    prefix = b"__floor_" + uuid.uuid4().hex.encode() + b"_"
+    count = [0]
 
     def call() -> None:
-        send(b"true; echo " + marker + b"\n")
+        count[0] += 1
+        marker = prefix + str(count[0]).encode() + b"\n"
+        send(b"true; echo " + marker)
         buf = b""
-        while marker not in buf:
+        while not buf.endswith(marker):
             chunk = recv()
             if not chunk:
                 raise EOFError("the bare shell closed its output")
