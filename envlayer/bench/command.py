@@ -92,6 +92,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     """Run the bench; print the figures (a table, or JSON with ``--json``)."""
     targets = targets_of(args)
     machine = machine_info([t.name for t in targets])
+    print(f"envlayer: bench: sandboxes in profile {targets[0].profile}, all removed at the end", file=sys.stderr)
     try:
         figures, problems = run_bench(targets, Plan.of(args.quick))
     except Terminated:

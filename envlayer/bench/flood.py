@@ -7,7 +7,7 @@ transport, :data:`envlayer.bench.baselines.FLOOD_FLOORS`). The child opens the s
 of the given task (which the parent created: it attaches) and leaves it to the parent.
 
 The parent calls :func:`run_flood`; the child is ``python -m envlayer.bench.flood JSON``
-and prints ``{"seconds": ..., "peak_rss_mib": ...}``.
+and prints ``{"seconds": [...], "peak_rss_mib": ...}``.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ CASES = ("streamed", "captured", "floor")
 
 
 def flood_once(target: BackendTarget, task_id: str, case: str, size: int) -> float:
-    """Seconds one flood of ``size`` bytes takes through ``case``, in this process."""
+    """Seconds one flood of ``size`` bytes takes through ``case``, in this process
+    (opening the sandbox is not timed)."""
     from envlayer import lifecycle
     from envlayer.bench.baselines import FLOOD_FLOORS
 
@@ -54,12 +55,13 @@ def flood_once(target: BackendTarget, task_id: str, case: str, size: int) -> flo
     return seconds
 
 
-def run_flood(target: BackendTarget, task_id: str, case: str, size: int) -> dict[str, float]:
-    """Run one flood case in a child interpreter; its seconds and peak RSS in MiB.
-    The child is killed if this process is interrupted (``subprocess.run``).
+def run_flood(target: BackendTarget, task_id: str, case: str, size: int, rounds: int = 1) -> dict[str, Any]:
+    """Run ``rounds`` floods of one case in a child interpreter: ``{"seconds": [...],
+    "peak_rss_mib": ...}``. The child is killed if this process is interrupted
+    (``subprocess.run``).
 
     Raises: RuntimeError with the child's stderr when it failed."""
-    spec = json.dumps({"target": target.to_json(), "task_id": task_id, "case": case, "size": size})
+    spec = json.dumps({"target": target.to_json(), "task_id": task_id, "case": case, "size": size, "rounds": rounds})
     proc = subprocess.run(
         [sys.executable, "-m", "envlayer.bench.flood", spec], capture_output=True, text=True, check=False
     )
@@ -86,7 +88,7 @@ def main(argv: list[str]) -> int:
     """The child: run the flood ``argv[0]`` describes and print its figures."""
     spec: dict[str, Any] = json.loads(argv[0])
     target = BackendTarget.from_json(spec["target"])
-    seconds = flood_once(target, spec["task_id"], spec["case"], spec["size"])
+    seconds = [flood_once(target, spec["task_id"], spec["case"], spec["size"]) for _ in range(spec["rounds"])]
     print(json.dumps({"seconds": seconds, "peak_rss_mib": peak_rss_mib()}))
     return 0
 

@@ -2,7 +2,8 @@
 Ctrl-C and on SIGTERM (see :func:`envlayer.bench.runner.run_bench`).
 
 Every sandbox is opened under unique task ids (``bench-LABEL-HEX``) in the run's own
-profile; scratch directories are made inside the sandboxes with ``mktemp -d``."""
+profile; scratch directories are made inside the sandboxes with ``mktemp -d``, named
+``envlayer-bench.*``."""
 
 from __future__ import annotations
 
@@ -48,10 +49,11 @@ class Ledger:
         return env
 
     def scratch_dir(self, env: Environment) -> str:
-        """A new directory inside ``env``'s sandbox, removed by :meth:`release_all`."""
-        result = env.exec("mktemp -d /tmp/envlayer-bench.XXXXXX")
+        """A new directory inside ``env``'s sandbox (in its ``$TMPDIR``, else /tmp),
+        removed by :meth:`release_all`."""
+        result = env.exec('mktemp -d "${TMPDIR:-/tmp}/envlayer-bench.XXXXXX"')
         path = result.stdout.decode().strip()
-        if result.exit_code != 0 or not path.startswith("/tmp/envlayer-bench."):
+        if result.exit_code != 0 or "/envlayer-bench." not in path:
             raise RuntimeError(f"could not make a scratch directory in the sandbox: {result.stderr!r}")
         self.scratch.append((env, path))
         return path

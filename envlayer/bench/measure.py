@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from envlayer.bench.baselines import FLOOD_FLOORS, SESSION_FLOOR, ExecBaselines
 from envlayer.bench.figures import ENVLAYER, Figure
@@ -30,14 +31,15 @@ class Plan:
     transfer_sizes: tuple[int, ...]
     transfer_runs: int
     flood_bytes: int
-    flood_rounds: int
+    flood_children: int
+    flood_rounds_per_child: int
 
     @classmethod
     def of(cls, quick: bool) -> Plan:
         """The quick plan (seconds on local) or the full one (minutes)."""
         if quick:
-            return cls(2, 20, 6, 2, (1 * MB, 8 * MB), 2, 64 * MIB, 2)
-        return cls(5, 300, 40, 5, (1 * MB, 100 * MB), 5, 1024 * MIB, 3)
+            return cls(2, 20, 6, 2, (1 * MB, 8 * MB), 2, 64 * MIB, 1, 2)
+        return cls(5, 300, 40, 5, (1 * MB, 100 * MB), 5, 1024 * MIB, 3, 1)
 
 
 def size_label(size: int) -> str:
@@ -121,15 +123,16 @@ def measure_transfer(backend: str, env: Environment, scratch: str, plan: Plan) -
 
 def measure_flood(target: BackendTarget, task_id: str, plan: Plan) -> list[Figure]:
     """A flood streamed and captured through envlayer, and the backend's floor when the
-    bench knows one; each case in a fresh child interpreter, the cases interleaved."""
+    bench knows one; each case in fresh child interpreters (``flood_children`` of them,
+    the cases interleaved, each running ``flood_rounds_per_child`` floods)."""
     floor = FLOOD_FLOORS.get(target.name)
     cases = {"streamed": f"{ENVLAYER} streamed", "captured": f"{ENVLAYER} captured"}
     if floor is not None:
         cases["floor"] = floor[0]
-    runs: dict[str, list[dict[str, float]]] = {case: [] for case in cases}
-    for _ in range(plan.flood_rounds):
+    runs: dict[str, list[dict[str, Any]]] = {case: [] for case in cases}
+    for _ in range(plan.flood_children):
         for case in cases:
-            runs[case].append(run_flood(target, task_id, case, plan.flood_bytes))
+            runs[case].append(run_flood(target, task_id, case, plan.flood_bytes, plan.flood_rounds_per_child))
     measure = f"flood {size_label(plan.flood_bytes)}"
     baseline = floor[0] if floor is not None else None
     return [
@@ -138,7 +141,7 @@ def measure_flood(target: BackendTarget, task_id: str, plan: Plan) -> list[Figur
             measure,
             method,
             "s",
-            Spread.of([r["seconds"] for r in runs[case]]),
+            Spread.of([seconds for r in runs[case] for seconds in r["seconds"]]),
             bytes=plan.flood_bytes,
             peak_rss_mib=max(r["peak_rss_mib"] for r in runs[case]),
             baseline=baseline if case != "floor" else None,
