@@ -160,7 +160,8 @@ def docker_flood_floor(env: Environment, size: int) -> int:
     parsed); the bytes read (the payload plus the frame headers)."""
     api = docker_api()
     try:
-        eid = api.exec_create(env.container_id, ["head", "-c", str(size), "/dev/zero"])["Id"]  # type: ignore[attr-defined]
+        cid = env.container_id  # type: ignore[attr-defined]
+        eid = api.exec_create(cid, ["head", "-c", str(size), "/dev/zero"])["Id"]
         sock = api.exec_start(eid, socket=True)._sock
         try:
             return drain(sock.recv)

@@ -39,9 +39,14 @@ def add_bench_parser(sub: Any) -> argparse.ArgumentParser:
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--config", metavar="PATH", help="read only this config file (default: user and ./envlayer.toml)")
     p.add_argument(
-        "--backend", metavar="NAME", action="append", help="a backend to measure (repeatable; default: the configured one)"
+        "--config", metavar="PATH", help="read only this config file (default: user and ./envlayer.toml)"
+    )
+    p.add_argument(
+        "--backend",
+        metavar="NAME",
+        action="append",
+        help="a backend to measure (repeatable; default: the configured one)",
     )
     p.add_argument(
         "-o",
@@ -52,7 +57,9 @@ def add_bench_parser(sub: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("--quick", action="store_true", help="fewer and smaller runs (seconds on local, not minutes)")
     p.add_argument("--json", action="store_true", help="print the run as JSON")
-    p.add_argument("--output", metavar="DIR", help="write bench.json, bench.md and PNG plots into DIR (needs matplotlib)")
+    p.add_argument(
+        "--output", metavar="DIR", help="write bench.json, bench.md and PNG plots into DIR (needs matplotlib)"
+    )
     p.add_argument("--page", metavar="PATH", help="write a Markdown page of the run at PATH (plots from --output)")
     p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="print tracebacks and debug logs")
     p.set_defaults(func=cmd_bench)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from envlayer import lifecycle
@@ -35,6 +35,7 @@ class Ledger:
         self.tasks: list[tuple[BackendTarget, str]] = []
         self.environments: list[Environment] = []
         self.scratch: list[tuple[Environment, str]] = []
+        self.removers: list[Callable[[], None]] = []
 
     def task(self, target: BackendTarget, label: str) -> str:
         """A new unique task id on ``target``, recorded before anything is created."""
@@ -58,6 +59,11 @@ class Ledger:
         self.scratch.append((env, path))
         return path
 
+    def on_release(self, remove: Callable[[], None]) -> None:
+        """Run ``remove`` in :meth:`release_all` (for what a measurement makes outside
+        the sandboxes of recorded tasks, such as the sweep's stale sandboxes)."""
+        self.removers.append(remove)
+
     def release(self, env: Environment) -> None:
         """Remove ``env``'s sandbox now (``force_remove`` and ``purge`` where supported)."""
         if env in self.environments:
@@ -78,6 +84,9 @@ class Ledger:
         for target, task_id in self.tasks:
             problems += _attempt(f"remove the sandbox of {task_id}", lambda t=target, k=task_id: _remove(t, k))
         self.tasks.clear()
+        for remove in self.removers:
+            problems += _attempt("remove the sweep's sandboxes", remove)
+        self.removers.clear()
         return problems
 
 

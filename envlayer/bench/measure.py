@@ -33,13 +33,15 @@ class Plan:
     flood_bytes: int
     flood_children: int
     flood_rounds_per_child: int
+    sweep_count: int
+    sweep_rounds: int
 
     @classmethod
     def of(cls, quick: bool) -> Plan:
         """The quick plan (seconds on local) or the full one (minutes)."""
         if quick:
-            return cls(2, 20, 6, 2, (1 * MB, 8 * MB), 2, 64 * MIB, 1, 2)
-        return cls(5, 300, 40, 5, (1 * MB, 100 * MB), 5, 1024 * MIB, 3, 1)
+            return cls(2, 20, 6, 2, (1 * MB, 8 * MB), 2, 64 * MIB, 1, 2, 5, 1)
+        return cls(5, 300, 40, 5, (1 * MB, 100 * MB), 5, 1024 * MIB, 3, 1, 30, 3)
 
 
 def size_label(size: int) -> str:

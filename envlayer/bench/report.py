@@ -85,8 +85,7 @@ def markdown_page(doc: dict[str, Any], images: str | None) -> str:
     parts = [
         "# Benchmarks",
         "",
-        "Produced by `envlayer bench` (docs/cli.md#bench); run it on your own machine to get your own "
-        "figures. Each figure is the median of repeated runs with its 10th-90th percentile spread; "
+        "Produced by `envlayer bench`; run it on your own machine to get your own figures. Each figure is the median of repeated runs with its 10th-90th percentile spread; "
         "a baseline (the same work without envlayer) is measured in the same run, and the ratio "
         "to it matters more than the absolute figure.",
         "",
@@ -103,6 +102,12 @@ def markdown_page(doc: dict[str, Any], images: str | None) -> str:
     ]
     if images is not None:
         parts += [f"![{kind}]({images}/{name})\n" for kind, name in PLOTS.items()]
+    parts += [
+        "What each measure and baseline is: [docs/cli.md](cli.md#envlayer-bench). The scripts in "
+        "`benchmarks/` measure narrower cases for the project's own work (the session broker, SSH, "
+        "Kubernetes and the cloud backends against their fakes, timeouts); each prints its own figures.",
+        "",
+    ]
     return "\n".join(parts)
 
 

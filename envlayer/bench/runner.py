@@ -13,7 +13,10 @@ from envlayer.bench.baselines import exec_baselines
 from envlayer.bench.figures import Figure
 from envlayer.bench.ledger import Ledger
 from envlayer.bench.measure import Plan, measure_exec, measure_flood, measure_start, measure_transfer
+from envlayer.bench.sweep import SWEEPS
 from envlayer.bench.target import BackendTarget
+from envlayer.capabilities import Capability, supports
+from envlayer.factory import backend_class
 from envlayer.progress import progress
 
 Step = Callable[[str], Any]
@@ -69,6 +72,10 @@ def bench_backend(target: BackendTarget, ledger: Ledger, plan: Plan, step: Step)
         figures += measure_transfer(name, session, ledger.scratch_dir(session), plan)
     with step(f"{name}: flood"):
         figures += measure_flood(target, task_id, plan)
+    sweep = SWEEPS.get(name)
+    if sweep is not None and supports(backend_class(name), Capability.REAP_ORPHANS):
+        with step(f"{name}: sweep over {plan.sweep_count} stale sandboxes"):
+            figures += sweep(target, ledger, plan.sweep_count, plan.sweep_rounds)
     return figures
 
 
