@@ -103,7 +103,8 @@ def markdown_page(doc: dict[str, Any], images: str | None) -> str:
     if images is not None:
         parts += [f"![{kind}]({images}/{name})\n" for kind, name in PLOTS.items()]
     parts += [
-        "What each measure and baseline is: [docs/cli.md](cli.md#envlayer-bench). The scripts in "
+        "What each measure and baseline is: `envlayer bench --help` and the bench section of docs/cli.md. "
+        "The scripts in "
         "`benchmarks/` measure narrower cases for the project's own work (the session broker, SSH, "
         "Kubernetes and the cloud backends against their fakes, timeouts); each prints its own figures.",
         "",
