@@ -1,12 +1,15 @@
 """The same work without envlayer, measured in the same run: what each figure is
-compared to. Docker's baselines import docker-py lazily, inside the functions (the
+compared to. Docker's and SSH's baselines import docker-py and paramiko lazily, inside the functions (the
 core imports no backend SDK at module level).
 
 * local: ``subprocess.run(["/bin/sh", "-c", "true"])`` (one-shot) and a bare shell over
   two pipes (the floor of a session call); a pipe from ``head`` (the flood's floor);
 * Docker: the ``docker exec`` CLI and docker-py ``exec_run`` (one-shot), a bare shell
   over one attached exec socket (the session floor), the raw attach stream of one
-  ``docker exec`` (the flood's floor, frames not parsed).
+  ``docker exec`` (the flood's floor, frames not parsed);
+* SSH: ``ssh`` with a ControlMaster and paramiko ``exec_command`` with its defaults
+  (one-shot), a bare shell over one paramiko channel (the session floor), one channel's
+  raw stream (the flood's floor).
 """
 
 from __future__ import annotations
@@ -123,9 +126,74 @@ def docker_baselines(env: Environment) -> ExecBaselines:
     )
 
 
+def ssh_client(env: Environment) -> Any:
+    """A paramiko client with its defaults (no TCP_NODELAY), connected to the host of
+    ``env``'s options with its host, port, user, key files and password only (not its
+    ssh config, jump host or agent). Host keys are not checked: a timing baseline."""
+    import paramiko
+
+    opts: Any = env.options
+    client = paramiko.SSHClient()
+    client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
+    client.connect(
+        opts.host,
+        port=opts.port or 22,
+        username=opts.user,
+        password=opts.password,
+        key_filename=opts.key_files or None,
+        allow_agent=False,
+        look_for_keys=False,
+    )
+    return client
+
+
+def ssh_cli(env: Environment, control_dir: str) -> list[str]:
+    """``ssh`` to ``env``'s host with a ControlMaster in ``control_dir`` (the first call
+    starts it, the others reuse its connection)."""
+    opts: Any = env.options
+    words = ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null"]
+    words += ["-o", "LogLevel=ERROR", "-o", "ControlMaster=auto", "-o", f"ControlPath={control_dir}/cm"]
+    words += ["-o", "ControlPersist=300", "-p", str(opts.port or 22)]
+    words += [w for key in opts.key_files for w in ("-i", key)]
+    return [*words, f"{opts.user}@{opts.host}" if opts.user else opts.host]
+
+
+def ssh_baselines(env: Environment) -> ExecBaselines:
+    """``ssh`` with a ControlMaster (when installed) and paramiko ``exec_command`` on one
+    connection (one-shot), a bare shell over one paramiko channel (the session floor)."""
+    import tempfile
+
+    client = ssh_client(env)
+    channel = client.get_transport().open_session()
+    channel.exec_command("sh")
+
+    def paramiko_exec() -> None:
+        _, out, _ = client.exec_command("true")
+        out.channel.recv_exit_status()
+
+    spawning: dict[str, Callable[[], object]] = {"paramiko exec_command": paramiko_exec}
+    closers: list[Callable[[], object]] = [channel.close, client.close]
+    if shutil.which("ssh"):
+        control = tempfile.mkdtemp(prefix="envlayer-bench-ssh.")
+        ssh = ssh_cli(env, control)
+        spawning["ssh ControlMaster"] = lambda: subprocess.run([*ssh, "true"], check=True, capture_output=True)
+        closers = [
+            lambda: subprocess.run([*ssh, "-O", "exit"], capture_output=True, check=False),
+            lambda: shutil.rmtree(control, ignore_errors=True),
+            *closers,
+        ]
+    return ExecBaselines(
+        fast={SESSION_FLOOR: shell_call(channel.sendall, lambda: channel.recv(65536))},
+        spawning=spawning,
+        oneshot_baseline="ssh ControlMaster" if "ssh ControlMaster" in spawning else "paramiko exec_command",
+        closers=closers,
+    )
+
+
 EXEC_BASELINES: dict[str, Callable[[Environment], ExecBaselines]] = {
     "local": local_baselines,
     "docker": docker_baselines,
+    "ssh": ssh_baselines,
 }
 """Warm-exec baselines per backend name; a backend not listed has none."""
 
@@ -171,8 +239,20 @@ def docker_flood_floor(env: Environment, size: int) -> int:
         api.close()
 
 
+def ssh_flood_floor(env: Environment, size: int) -> int:
+    """The same command on one paramiko channel (``recv``); the bytes read."""
+    client = ssh_client(env)
+    try:
+        channel = client.get_transport().open_session()
+        channel.exec_command(f"head -c {size} /dev/zero")
+        return drain(channel.recv)
+    finally:
+        client.close()
+
+
 FLOOD_FLOORS: dict[str, tuple[str, Callable[[Environment, int], int]]] = {
     "local": ("pipe", local_flood_floor),
     "docker": ("raw attach stream", docker_flood_floor),
+    "ssh": ("paramiko channel", ssh_flood_floor),
 }
 """The flood's floor per backend name: its method name and the function that reads it."""

@@ -59,10 +59,10 @@ def bench_backend(target: BackendTarget, ledger: Ledger, plan: Plan, step: Step)
     with step(f"{name}: start"):
         figures = measure_start(target, ledger, plan)
     task_id = ledger.task(target, "warm")
-    modes = target.has_option("exec_mode")
+    mode = target.mode_option()
     with step(f"{name}: warm exec"):
-        session = ledger.open(target, task_id, {"exec_mode": "session"} if modes else None)
-        oneshot = ledger.open(target, task_id, {"exec_mode": "oneshot"}) if modes else None
+        session = ledger.open(target, task_id, {mode: "session"} if mode else None)
+        oneshot = ledger.open(target, task_id, {mode: "oneshot"}) if mode else None
         baselines = exec_baselines(name, session)
         try:
             figures += measure_exec(name, session, oneshot, baselines, plan)

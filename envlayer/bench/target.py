@@ -32,6 +32,14 @@ class BackendTarget:
         """True when the backend's options include ``key``."""
         return key in option_fields(backend_class(self.name).Options)
 
+    def mode_option(self) -> str | None:
+        """The option choosing session or one-shot exec (``exec_mode``; SSH's ``mode``),
+        or None when the backend has no such choice."""
+        for key in ("exec_mode", "mode"):
+            if self.has_option(key):
+                return key
+        return None
+
     def open(self, task_id: str, overrides: Mapping[str, Any] | None = None) -> Environment:
         """Open (create or attach to) the sandbox of ``task_id`` in the bench's profile."""
         return open_environment(
