@@ -98,6 +98,10 @@ def command_line(args: argparse.Namespace, targets: list[BackendTarget]) -> list
 def cmd_bench(args: argparse.Namespace) -> int:
     """Run the bench; print the figures (a table, or JSON with ``--json``)."""
     targets = targets_of(args)
+    if args.output:
+        from envlayer.bench.plots import pyplot
+
+        pyplot()  # before the run: a missing extra fails in a second, not after minutes
     machine = machine_info([t.name for t in targets])
     print(f"envlayer: bench: sandboxes in profile {targets[0].profile}, all removed at the end", file=sys.stderr)
     try:

@@ -10,6 +10,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -90,6 +91,16 @@ def test_an_option_no_selected_backend_has_is_a_clear_error(tmp_path: Path) -> N
     assert "no selected backend has option 'image'" in out.stderr and "hint:" in out.stderr
 
 
+def test_plots_without_matplotlib_name_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    from envlayer.bench.plots import pyplot
+    from envlayer.errors import EnvlayerError
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # what an environment without it imports
+    with pytest.raises(EnvlayerError, match="matplotlib") as caught:
+        pyplot()
+    assert "envlayer[bench]" in (caught.value.hint or "")
+
+
 def start_bench(args: list[str], cwd: Path, extra_env: dict[str, str]) -> tuple[subprocess.Popen[bytes], Path]:
     stderr = cwd / "bench.stderr"
     with stderr.open("wb") as err:
@@ -137,16 +148,16 @@ def test_a_signal_mid_run_on_local_removes_the_scratch_directory(
 
 @pytest.fixture
 def docker_api() -> Iterator[Any]:
-    try:
-        import docker
+    """The bench's own docker-py client; the test is skipped (failed on CI) without Docker
+    or the test image."""
+    from envlayer.bench.baselines import docker_api as connect
 
-        api = docker.APIClient(version="auto", timeout=60, **docker.utils.kwargs_from_env())
-        api.ping()
+    try:
+        api = connect()
         api.inspect_image(IMAGE)
     except Exception as exc:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"Docker or the image {IMAGE} is not usable: {exc}", pytrace=False)
-        pytest.skip(f"Docker or the image {IMAGE} is not usable ({type(exc).__name__}); run scripts/provision")
+        reason = f"Docker or the image {IMAGE} is not usable ({type(exc).__name__}: {exc})"
+        (pytest.fail if os.environ.get("CI") == "true" else pytest.skip)(reason)
     yield api
     api.close()
 
