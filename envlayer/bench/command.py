@@ -114,7 +114,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return 130
     doc = document(figures, machine, command_line(args, targets), args.quick)
     if args.output:
-        for path in write_output(doc, Path(args.output)):
+        for path in write_output(doc, Path(args.output), markdown=not args.page):
             print(f"envlayer: wrote {path}", file=sys.stderr)
     if args.page:
         write_page(doc, Path(args.page), Path(args.output) if args.output else None)

@@ -3,8 +3,8 @@ only when plots are asked for.
 
 * ``latency.png``: start and warm exec per backend and method, milliseconds on a log
   scale, bars at the median with the p10-p90 spread;
-* ``throughput.png``: MiB/s of every transfer and flood per backend and method, the
-  floors (baselines) beside envlayer's figures.
+* ``throughput.png``: MiB/s of every transfer and flood per backend and method on a
+  log scale, the floors (baselines) beside envlayer's figures.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def write_plots(doc: dict[str, Any], directory: Path) -> list[Path]:
     written = []
     for kind, figures, value, xlabel, log in (
         ("latency", latency, "median", "milliseconds (log scale), median with p10-p90", True),
-        ("throughput", moved, "mib_per_s", "MiB/s at the median", False),
+        ("throughput", moved, "mib_per_s", "MiB/s at the median (log scale)", True),
     ):
         if figures:
             path = directory / PLOTS[kind]

@@ -112,17 +112,20 @@ def markdown_page(doc: dict[str, Any], images: str | None) -> str:
     return "\n".join(parts)
 
 
-def write_output(doc: dict[str, Any], directory: Path) -> list[Path]:
-    """Write ``bench.json``, ``bench.md`` and the plots into ``directory`` (created).
+def write_output(doc: dict[str, Any], directory: Path, *, markdown: bool = True) -> list[Path]:
+    """Write ``bench.json``, the plots and (with ``markdown``) ``bench.md`` into
+    ``directory`` (created); the paths written.
 
     Raises: EnvlayerError when matplotlib is missing (the ``bench`` extra)."""
     from envlayer.bench.plots import write_plots
 
     directory.mkdir(parents=True, exist_ok=True)
-    written = write_plots(doc, directory)
-    (directory / "bench.json").write_text(json.dumps(doc, indent=2) + "\n")
-    (directory / "bench.md").write_text(markdown_page(doc, "."))
-    return [directory / "bench.json", directory / "bench.md", *written]
+    written = [directory / "bench.json", *write_plots(doc, directory)]
+    written[0].write_text(json.dumps(doc, indent=2) + "\n")
+    if markdown:
+        written.append(directory / "bench.md")
+        written[-1].write_text(markdown_page(doc, "."))
+    return written
 
 
 def write_page(doc: dict[str, Any], page: Path, plots_dir: Path | None) -> Path:
