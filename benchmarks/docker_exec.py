@@ -27,6 +27,8 @@ import sys
 import time
 import uuid
 
+from envlayer.bench.baselines import docker_bare_shell as bare_shell
+
 PROFILE = f"envlayer-bench-{uuid.uuid4().hex[:8]}"
 
 
@@ -39,22 +41,6 @@ def median_ms(fn, runs: int, warmup: int = 5) -> float:
         fn()
         samples.append(time.perf_counter() - start)
     return statistics.median(samples) * 1000
-
-
-def bare_shell(api, cid: str):
-    """The floor of a session call: a shell over one attached exec socket, sent
-    ``true; echo <marker>`` and read until the marker (frames not parsed)."""
-    eid = api.exec_create(cid, ["sh"], stdin=True, stdout=True, stderr=True, tty=False)["Id"]
-    sock = api.exec_start(eid, socket=True)._sock
-    marker = b"__floor_" + uuid.uuid4().hex.encode()
-
-    def call() -> None:
-        sock.sendall(b"true; echo " + marker + b"\n")
-        buf = b""
-        while marker not in buf:
-            buf += sock.recv(65536)
-
-    return call, sock
 
 
 def main() -> int:

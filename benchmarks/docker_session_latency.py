@@ -23,7 +23,8 @@ import uuid
 from collections.abc import Callable
 
 from bench_timing import interleaved_medians
-from docker_exec import bare_shell
+
+from envlayer.bench.baselines import docker_bare_shell as bare_shell
 
 
 def cpu_per_call_us(run: Callable[[], object], calls: int) -> float:

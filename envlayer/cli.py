@@ -1,7 +1,7 @@
 """The ``envlayer`` command line.
 
 Commands: ``backends``, ``exec``, ``ls``, ``reap``, ``rm``, ``doctor``, ``config``,
-``completion``, ``broker``; ``envlayer --version``. The ``envlayer`` script enters through
+``completion``, ``broker``, ``bench``; ``envlayer --version``. The ``envlayer`` script enters through
 :func:`envlayer.broker.client.main`, which hands ``exec`` to the session broker when it
 can and calls :func:`main` otherwise.
 Every command takes ``--config``, ``--backend``, ``--profile``, ``--debug``; those that
@@ -540,6 +540,10 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = argparse.Argument
     )
     p.add_argument("shell", choices=SHELLS)
     p.set_defaults(func=cmd_completion)
+
+    from envlayer.bench.command import add_bench_parser
+
+    add_bench_parser(sub)
     return parser
 
 

@@ -26,6 +26,7 @@ INTERNAL = {
     "envlayer.cli_cells": "the LAST USED and SIZE cells of `envlayer ls` / `reap`, documented in docs/cli.md",
     "envlayer.progress": "the command line's status line on a terminal",
     "envlayer.install_hints": "install and start hints that fit where the user is",
+    "envlayer.bench": "`envlayer bench`, documented in docs/cli.md and docs/benchmarks.md",
 }
 
 

@@ -1,0 +1,258 @@
+"""The same work without envlayer, measured in the same run: what each figure is
+compared to. Docker's and SSH's baselines import docker-py and paramiko lazily, inside the functions (the
+core imports no backend SDK at module level).
+
+* local: ``subprocess.run(["/bin/sh", "-c", "true"])`` (one-shot) and a bare shell over
+  two pipes (the floor of a session call); a pipe from ``head`` (the flood's floor);
+* Docker: the ``docker exec`` CLI and docker-py ``exec_run`` (one-shot), a bare shell
+  over one attached exec socket (the session floor), the raw attach stream of one
+  ``docker exec`` (the flood's floor, frames not parsed);
+* SSH: ``ssh`` with a ControlMaster and paramiko ``exec_command`` with its defaults
+  (one-shot), a bare shell over one paramiko channel (the session floor), one channel's
+  raw stream (the flood's floor).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from envlayer.environment import Environment
+
+SESSION_FLOOR = "bare shell"
+"""The method name of the floor a session call is compared to."""
+
+CHUNK = 1 << 20
+
+
+@dataclass
+class ExecBaselines:
+    """Warm-exec baselines of one backend: ``fast`` ones (a persistent shell, timed with
+    the session) and ``spawning`` ones (a new process per call, timed with one-shot);
+    ``oneshot_baseline`` is the one one-shot is compared to; ``close`` releases them."""
+
+    fast: dict[str, Callable[[], object]] = field(default_factory=dict)
+    spawning: dict[str, Callable[[], object]] = field(default_factory=dict)
+    oneshot_baseline: str | None = None
+    closers: list[Callable[[], object]] = field(default_factory=list)
+
+    def close(self) -> None:
+        """Release every shell and socket the baselines opened."""
+        for close in self.closers:
+            close()
+
+
+def shell_call(send: Callable[[bytes], object], recv: Callable[[], bytes]) -> Callable[[], None]:
+    """A call of a bare persistent shell: send ``true; echo MARKER-N`` and read up to
+    that call's own marker (N counts the calls, so a call never takes an earlier reply)."""
+    prefix = b"__floor_" + uuid.uuid4().hex.encode() + b"_"
+    count = [0]
+
+    def call() -> None:
+        count[0] += 1
+        marker = prefix + str(count[0]).encode() + b"\n"
+        send(b"true; echo " + marker)
+        buf = b""
+        while not buf.endswith(marker):
+            chunk = recv()
+            if not chunk:
+                raise EOFError("the bare shell closed its output")
+            buf += chunk
+
+    return call
+
+
+def local_baselines(env: Environment) -> ExecBaselines:
+    """``subprocess.run`` of ``sh -c true`` and a bare shell over pipes."""
+    shell = subprocess.Popen(["/bin/sh"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert shell.stdin is not None and shell.stdout is not None
+    stdin, stdout = shell.stdin, shell.stdout
+
+    def send(data: bytes) -> None:
+        stdin.write(data)
+        stdin.flush()
+
+    def close() -> None:
+        stdin.close()
+        shell.wait()
+        stdout.close()
+
+    run = "subprocess.run"
+    return ExecBaselines(
+        fast={SESSION_FLOOR: shell_call(send, lambda: os.read(stdout.fileno(), 65536))},
+        spawning={run: lambda: subprocess.run(["/bin/sh", "-c", "true"], check=True)},
+        oneshot_baseline=run,
+        closers=[close],
+    )
+
+
+def docker_api() -> Any:
+    """A low-level docker-py client configured from the environment, as the plugin's."""
+    import docker
+
+    return docker.APIClient(version="auto", **docker.utils.kwargs_from_env())
+
+
+def docker_bare_shell(api: Any, container_id: str) -> tuple[Callable[[], None], Any]:
+    """The floor of a session call: a shell over one attached exec socket, sent
+    ``true; echo <marker>`` and read until the marker (frames not parsed). Returns the
+    call and the socket (close it when done)."""
+    eid = api.exec_create(container_id, ["sh"], stdin=True, stdout=True, stderr=True, tty=False)["Id"]
+    sock = api.exec_start(eid, socket=True)._sock
+    return shell_call(sock.sendall, lambda: sock.recv(65536)), sock
+
+
+def docker_baselines(env: Environment) -> ExecBaselines:
+    """``docker exec`` CLI (when installed), docker-py ``exec_run``, the bare shell."""
+    import docker
+
+    cid = env.container_id  # type: ignore[attr-defined]
+    api = docker_api()
+    call, sock = docker_bare_shell(api, cid)
+    container = docker.DockerClient(version="auto", **docker.utils.kwargs_from_env()).containers.get(cid)
+    spawning: dict[str, Callable[[], object]] = {"docker-py exec_run": lambda: container.exec_run(["true"])}
+    if shutil.which("docker"):
+        spawning["docker exec CLI"] = lambda: subprocess.run(["docker", "exec", cid, "true"], check=True)
+    return ExecBaselines(
+        fast={SESSION_FLOOR: call},
+        spawning=spawning,
+        oneshot_baseline="docker exec CLI" if "docker exec CLI" in spawning else "docker-py exec_run",
+        closers=[sock.close, api.close],
+    )
+
+
+def ssh_client(env: Environment) -> Any:
+    """A paramiko client with its defaults (no TCP_NODELAY), connected to the host of
+    ``env``'s options with its host, port, user, key files and password only (not its
+    ssh config, jump host or agent). Host keys are not checked: a timing baseline."""
+    import paramiko
+
+    opts: Any = env.options
+    client = paramiko.SSHClient()
+    client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
+    client.connect(
+        opts.host,
+        port=opts.port or 22,
+        username=opts.user,
+        password=opts.password,
+        key_filename=opts.key_files or None,
+        allow_agent=False,
+        look_for_keys=False,
+    )
+    return client
+
+
+def ssh_cli(env: Environment, control_dir: str) -> list[str]:
+    """``ssh`` to ``env``'s host with a ControlMaster in ``control_dir`` (the first call
+    starts it, the others reuse its connection)."""
+    opts: Any = env.options
+    words = ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null"]
+    words += ["-o", "LogLevel=ERROR", "-o", "ControlMaster=auto", "-o", f"ControlPath={control_dir}/cm"]
+    words += ["-o", "ControlPersist=300", "-p", str(opts.port or 22)]
+    words += [w for key in opts.key_files for w in ("-i", key)]
+    return [*words, f"{opts.user}@{opts.host}" if opts.user else opts.host]
+
+
+def ssh_baselines(env: Environment) -> ExecBaselines:
+    """``ssh`` with a ControlMaster (when installed) and paramiko ``exec_command`` on one
+    connection (one-shot), a bare shell over one paramiko channel (the session floor)."""
+    import tempfile
+
+    client = ssh_client(env)
+    channel = client.get_transport().open_session()
+    channel.exec_command("sh")
+
+    def paramiko_exec() -> None:
+        _, out, _ = client.exec_command("true")
+        out.channel.recv_exit_status()
+
+    spawning: dict[str, Callable[[], object]] = {"paramiko exec_command": paramiko_exec}
+    closers: list[Callable[[], object]] = [channel.close, client.close]
+    if shutil.which("ssh"):
+        control = tempfile.mkdtemp(prefix="envlayer-bench-ssh.")
+        ssh = ssh_cli(env, control)
+        spawning["ssh ControlMaster"] = lambda: subprocess.run([*ssh, "true"], check=True, capture_output=True)
+        closers = [
+            lambda: subprocess.run([*ssh, "-O", "exit"], capture_output=True, check=False),
+            lambda: shutil.rmtree(control, ignore_errors=True),
+            *closers,
+        ]
+    return ExecBaselines(
+        fast={SESSION_FLOOR: shell_call(channel.sendall, lambda: channel.recv(65536))},
+        spawning=spawning,
+        oneshot_baseline="ssh ControlMaster" if "ssh ControlMaster" in spawning else "paramiko exec_command",
+        closers=closers,
+    )
+
+
+EXEC_BASELINES: dict[str, Callable[[Environment], ExecBaselines]] = {
+    "local": local_baselines,
+    "docker": docker_baselines,
+    "ssh": ssh_baselines,
+}
+"""Warm-exec baselines per backend name; a backend not listed has none."""
+
+
+def exec_baselines(backend: str, env: Environment) -> ExecBaselines:
+    """The warm-exec baselines of ``backend`` against ``env``'s sandbox (none when the
+    bench knows no baseline for it)."""
+    make = EXEC_BASELINES.get(backend)
+    return make(env) if make is not None else ExecBaselines()
+
+
+def drain(read: Callable[[int], bytes]) -> int:
+    """Read to the end with ``read(CHUNK)``, discarding; the byte count."""
+    total = 0
+    while chunk := read(CHUNK):
+        total += len(chunk)
+    return total
+
+
+def local_flood_floor(env: Environment, size: int) -> int:
+    """``head -c SIZE /dev/zero`` read from a pipe with ``os.read``; the bytes read."""
+    proc = subprocess.Popen(["head", "-c", str(size), "/dev/zero"], stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    with proc.stdout as out:
+        total = drain(lambda n: os.read(out.fileno(), n))
+    proc.wait()
+    return total
+
+
+def docker_flood_floor(env: Environment, size: int) -> int:
+    """The same command over one attached ``docker exec`` socket (``recv``, frames not
+    parsed); the bytes read (the payload plus the frame headers)."""
+    api = docker_api()
+    try:
+        cid = env.container_id  # type: ignore[attr-defined]
+        eid = api.exec_create(cid, ["head", "-c", str(size), "/dev/zero"])["Id"]
+        sock = api.exec_start(eid, socket=True)._sock
+        try:
+            return drain(sock.recv)
+        finally:
+            sock.close()
+    finally:
+        api.close()
+
+
+def ssh_flood_floor(env: Environment, size: int) -> int:
+    """The same command on one paramiko channel (``recv``); the bytes read."""
+    client = ssh_client(env)
+    try:
+        channel = client.get_transport().open_session()
+        channel.exec_command(f"head -c {size} /dev/zero")
+        return drain(channel.recv)
+    finally:
+        client.close()
+
+
+FLOOD_FLOORS: dict[str, tuple[str, Callable[[Environment, int], int]]] = {
+    "local": ("pipe", local_flood_floor),
+    "docker": ("raw attach stream", docker_flood_floor),
+    "ssh": ("paramiko channel", ssh_flood_floor),
+}
+"""The flood's floor per backend name: its method name and the function that reads it."""

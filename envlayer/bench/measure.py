@@ -1,0 +1,152 @@
+"""What is measured through envlayer, one function per measurement, each returning its
+figures together with those of its baselines (:mod:`envlayer.bench.baselines`)."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from envlayer.bench.baselines import FLOOD_FLOORS, SESSION_FLOOR, ExecBaselines
+from envlayer.bench.figures import ENVLAYER, Figure
+from envlayer.bench.flood import run_flood
+from envlayer.bench.ledger import Ledger
+from envlayer.bench.target import BackendTarget
+from envlayer.bench.timing import Spread, interleaved_samples
+from envlayer.environment import Environment
+
+MB = 1_000_000
+MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How much a run measures: the full run, or a quick one (``--quick``)."""
+
+    start_runs: int
+    session_calls: int
+    spawning_calls: int
+    rounds: int
+    transfer_sizes: tuple[int, ...]
+    transfer_runs: int
+    flood_bytes: int
+    flood_children: int
+    flood_rounds_per_child: int
+    sweep_count: int
+    sweep_rounds: int
+
+    @classmethod
+    def of(cls, quick: bool) -> Plan:
+        """The quick plan (seconds on local) or the full one (minutes)."""
+        if quick:
+            return cls(2, 20, 6, 2, (1 * MB, 8 * MB), 2, 64 * MIB, 1, 2, 5, 1)
+        return cls(5, 300, 40, 5, (1 * MB, 100 * MB), 5, 1024 * MIB, 3, 1, 30, 3)
+
+
+def size_label(size: int) -> str:
+    """``1 MB``, ``100 MB``, ``64 MiB``, ``1 GiB``: how a size is named in a measure."""
+    for unit, name in ((1 << 30, "GiB"), (MIB, "MiB"), (MB, "MB")):
+        if size % unit == 0:
+            return f"{size // unit} {name}"
+    return f"{size} bytes"
+
+
+def measure_start(target: BackendTarget, ledger: Ledger, plan: Plan) -> list[Figure]:
+    """Create a new sandbox and run its first command (``true``); removed after each run."""
+    samples = []
+    for _ in range(plan.start_runs):
+        task_id = ledger.task(target, "start")
+        began = time.perf_counter()
+        env = ledger.open(target, task_id)
+        env.exec("true")
+        samples.append(time.perf_counter() - began)
+        ledger.release(env)
+    return [Figure(target.name, "start", ENVLAYER, "ms", Spread.of(samples).scaled(1000))]
+
+
+def _exec_figures(
+    backend: str, measure: str, samples: dict[str, list[float]], baseline: str | None
+) -> list[Figure]:
+    return [
+        Figure(
+            backend,
+            measure,
+            method,
+            "ms",
+            Spread.of(times).scaled(1000),
+            baseline=baseline if method == ENVLAYER else None,
+        )
+        for method, times in samples.items()
+    ]
+
+
+def measure_exec(
+    backend: str, session: Environment, oneshot: Environment | None, baselines: ExecBaselines, plan: Plan
+) -> list[Figure]:
+    """Warm ``exec("true")``: the session (interleaved with the persistent-shell floor)
+    and one-shot (interleaved with the baselines that spawn a process per call).
+    Without a one-shot environment, only the session's figures."""
+    fast = {ENVLAYER: lambda: session.exec("true"), **baselines.fast}
+    figures = _exec_figures(
+        backend,
+        "session exec",
+        interleaved_samples(fast, plan.session_calls, plan.rounds),
+        SESSION_FLOOR if baselines.fast else None,
+    )
+    if oneshot is not None:
+        spawning = {ENVLAYER: lambda: oneshot.exec("true"), **baselines.spawning}
+        samples = interleaved_samples(spawning, plan.spawning_calls, plan.rounds, warmup=2)
+        figures += _exec_figures(backend, "one-shot exec", samples, baselines.oneshot_baseline)
+    return figures
+
+
+def measure_transfer(backend: str, env: Environment, scratch: str, plan: Plan) -> list[Figure]:
+    """``write_file`` then ``read_file`` of random bytes of each planned size."""
+    figures = []
+    for size in plan.transfer_sizes:
+        data = os.urandom(size)
+        path = f"{scratch}/payload-{size}.bin"
+        ups, downs = [], []
+        for _ in range(plan.transfer_runs):
+            began = time.perf_counter()
+            env.write_file(path, data)
+            ups.append(time.perf_counter() - began)
+            began = time.perf_counter()
+            back = env.read_file(path)
+            downs.append(time.perf_counter() - began)
+            if len(back) != size:
+                raise RuntimeError(f"read_file returned {len(back)} of the {size} bytes written")
+        label = size_label(size)
+        for measure, samples in ((f"upload {label}", ups), (f"download {label}", downs)):
+            figures.append(Figure(backend, measure, ENVLAYER, "ms", Spread.of(samples).scaled(1000), bytes=size))
+    return figures
+
+
+def measure_flood(target: BackendTarget, task_id: str, plan: Plan) -> list[Figure]:
+    """A flood streamed and captured through envlayer, and the backend's floor when the
+    bench knows one; each case in fresh child interpreters (``flood_children`` of them,
+    the cases interleaved, each running ``flood_rounds_per_child`` floods)."""
+    floor = FLOOD_FLOORS.get(target.name)
+    cases = {"streamed": f"{ENVLAYER} streamed", "captured": f"{ENVLAYER} captured"}
+    if floor is not None:
+        cases["floor"] = floor[0]
+    runs: dict[str, list[dict[str, Any]]] = {case: [] for case in cases}
+    for _ in range(plan.flood_children):
+        for case in cases:
+            runs[case].append(run_flood(target, task_id, case, plan.flood_bytes, plan.flood_rounds_per_child))
+    measure = f"flood {size_label(plan.flood_bytes)}"
+    baseline = floor[0] if floor is not None else None
+    return [
+        Figure(
+            target.name,
+            measure,
+            method,
+            "s",
+            Spread.of([seconds for r in runs[case] for seconds in r["seconds"]]),
+            bytes=plan.flood_bytes,
+            peak_rss_mib=max(r["peak_rss_mib"] for r in runs[case]),
+            baseline=baseline if case != "floor" else None,
+        )
+        for case, method in cases.items()
+    ]

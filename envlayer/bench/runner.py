@@ -1,0 +1,98 @@
+"""The order of a run, and its cleanup: everything the run created is removed when it
+ends, fails, or is stopped by Ctrl-C (SIGINT) or SIGTERM."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from envlayer.bench.baselines import exec_baselines
+from envlayer.bench.figures import Figure
+from envlayer.bench.ledger import Ledger
+from envlayer.bench.measure import Plan, measure_exec, measure_flood, measure_start, measure_transfer
+from envlayer.bench.sweep import SWEEPS
+from envlayer.bench.target import BackendTarget
+from envlayer.capabilities import Capability, supports
+from envlayer.factory import backend_class
+from envlayer.progress import progress
+
+Step = Callable[[str], Any]
+"""``with step("docker: flood"):``, a context manager showing what the run is doing."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C's KeyboardInterrupt so the same cleanup runs."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise Terminated()
+
+
+@contextmanager
+def signals_raise() -> Iterator[None]:
+    """SIGTERM raises :class:`Terminated` in the main thread while the block runs."""
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextmanager
+def signals_ignored() -> Iterator[None]:
+    """SIGINT and SIGTERM are ignored while the block runs (a cleanup in progress
+    finishes even when Ctrl-C is pressed again)."""
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def bench_backend(target: BackendTarget, ledger: Ledger, plan: Plan, step: Step) -> list[Figure]:
+    """Every measurement of one backend (see :mod:`envlayer.bench.measure`)."""
+    name = target.name
+    with step(f"{name}: start"):
+        figures = measure_start(target, ledger, plan)
+    task_id = ledger.task(target, "warm")
+    mode = target.mode_option()
+    with step(f"{name}: warm exec"):
+        session = ledger.open(target, task_id, {mode: "session"} if mode else None)
+        oneshot = ledger.open(target, task_id, {mode: "oneshot"}) if mode else None
+        baselines = exec_baselines(name, session)
+        try:
+            figures += measure_exec(name, session, oneshot, baselines, plan)
+        finally:
+            baselines.close()
+    with step(f"{name}: file transfer"):
+        figures += measure_transfer(name, session, ledger.scratch_dir(session), plan)
+    with step(f"{name}: flood"):
+        figures += measure_flood(target, task_id, plan)
+    sweep = SWEEPS.get(name)
+    if sweep is not None and supports(backend_class(name), Capability.REAP_ORPHANS):
+        with step(f"{name}: sweep over {plan.sweep_count} stale sandboxes"):
+            figures += sweep(target, ledger, plan.sweep_count, plan.sweep_rounds)
+    return figures
+
+
+def run_bench(targets: list[BackendTarget], plan: Plan, step: Step = progress) -> tuple[list[Figure], list[str]]:
+    """Measure every target in turn; the figures and the cleanup problems (empty when
+    everything was removed). The cleanup runs in ``finally`` with SIGINT and SIGTERM
+    ignored; an interrupt (KeyboardInterrupt, :class:`Terminated`) propagates after it."""
+    ledger = Ledger()
+    figures: list[Figure] = []
+    try:
+        with signals_raise():
+            for target in targets:
+                figures += bench_backend(target, ledger, plan, step)
+    finally:
+        with signals_ignored(), step("removing what the run created"):
+            problems = ledger.release_all()
+        for problem in problems:
+            print(f"envlayer: warning: bench cleanup: {problem}", file=sys.stderr)
+    return figures, problems
+

@@ -1,0 +1,68 @@
+"""Repeated timings, and their median with the spread (p10 and p90)."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+WARMUP = 10
+"""Calls of each variant before any is timed (connections, caches, the session shell)."""
+
+
+@dataclass(frozen=True)
+class Spread:
+    """The median of repeated samples with their 10th and 90th percentiles."""
+
+    median: float
+    p10: float
+    p90: float
+    runs: int
+
+    @classmethod
+    def of(cls, samples: list[float]) -> Spread:
+        """The spread of ``samples`` (at least one). With fewer than two samples, the
+        percentiles equal the median."""
+        if not samples:
+            raise ValueError("no samples to summarise")
+        if len(samples) < 2:
+            return cls(samples[0], samples[0], samples[0], 1)
+        deciles = statistics.quantiles(samples, n=10, method="inclusive")
+        return cls(statistics.median(samples), deciles[0], deciles[-1], len(samples))
+
+    def scaled(self, factor: float) -> Spread:
+        """The same spread with every value multiplied by ``factor`` (a unit change)."""
+        return Spread(self.median * factor, self.p10 * factor, self.p90 * factor, self.runs)
+
+
+def seconds_of(run: Callable[[], object]) -> float:
+    """Wall seconds one call of ``run`` takes."""
+    start = time.perf_counter()
+    run()
+    return time.perf_counter() - start
+
+
+def interleaved_samples(
+    variants: dict[str, Callable[[], object]], calls: int, rounds: int = 5, warmup: int = WARMUP
+) -> dict[str, list[float]]:
+    """Seconds of each timed call per variant, after ``warmup`` untimed calls of each.
+
+    Each variant runs back to back in blocks of ``calls // rounds`` (as an agent's calls
+    would), and the blocks of all variants alternate over ``rounds`` rounds, so a change
+    in machine load during the run affects every variant alike."""
+    for run in variants.values():
+        for _ in range(warmup):
+            run()
+    times: dict[str, list[float]] = {label: [] for label in variants}
+    block = max(1, calls // rounds)
+    for _ in range(rounds):
+        for label, run in variants.items():
+            times[label].extend(seconds_of(run) for _ in range(block))
+    return times
+
+
+def interleaved_medians(variants: dict[str, Callable[[], object]], calls: int, rounds: int = 5) -> dict[str, float]:
+    """Median milliseconds per variant of :func:`interleaved_samples`."""
+    samples = interleaved_samples(variants, calls, rounds)
+    return {label: statistics.median(times) * 1000 for label, times in samples.items()}

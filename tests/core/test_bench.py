@@ -1,0 +1,190 @@
+"""``envlayer bench`` through the real command line: the shape of ``--quick --json`` on
+local (every figure present and positive; no timing is asserted), and nothing left
+behind by a run that ends or is stopped by Ctrl-C (temp files; on Docker, the
+containers and volumes of the bench's profile)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cli_run import ENVLAYER, run
+
+from envlayer.testing.hostile import cli_env
+
+IMAGE = os.environ.get("ENVLAYER_TEST_IMAGE", "envlayer-test:busybox")
+WAIT = 120.0
+"""Seconds a test waits for something that must come (never a measured duration)."""
+
+LOCAL_MEASURES = {
+    ("start", "envlayer"),
+    ("session exec", "envlayer"),
+    ("session exec", "bare shell"),
+    ("one-shot exec", "envlayer"),
+    ("one-shot exec", "subprocess.run"),
+    ("upload 1 MB", "envlayer"),
+    ("download 1 MB", "envlayer"),
+    ("upload 8 MB", "envlayer"),
+    ("download 8 MB", "envlayer"),
+    ("flood 64 MiB", "envlayer streamed"),
+    ("flood 64 MiB", "envlayer captured"),
+    ("flood 64 MiB", "pipe"),
+}
+
+
+def wait_until(check: Callable[[], Any], what: str) -> Any:
+    """Poll ``check`` until it returns something true; fail saying ``what`` did not happen."""
+    deadline = time.monotonic() + WAIT
+    while not (value := check()):
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what} did not happen within {WAIT}s")
+        time.sleep(0.05)
+    return value
+
+
+def scratch_dirs(tmp: Path) -> list[Path]:
+    return sorted(tmp.glob("envlayer-bench.*"))
+
+
+def test_quick_json_on_local_has_every_figure_and_leaves_nothing(tmp_path: Path) -> None:
+    sandbox_tmp = tmp_path / "tmp"
+    sandbox_tmp.mkdir()
+    out = run("bench", "--quick", "--json", "--backend", "local", cwd=tmp_path, env={"TMPDIR": str(sandbox_tmp)})
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["schema"] == 1 and doc["quick"] is True and doc["backends"] == ["local"]
+    assert doc["command"] == ["envlayer", "bench", "--backend", "local", "--quick"]
+    machine = doc["machine"]
+    assert machine["cores"] >= 1 and machine["memory_bytes"] > 0 and machine["kernel"] and machine["python"]
+    assert machine["versions"]["envlayer"]
+    figures = {(f["measure"], f["method"]): f for f in doc["figures"]}
+    assert set(figures) == LOCAL_MEASURES
+    for key, f in figures.items():
+        assert f["backend"] == "local" and f["runs"] >= 1, key
+        assert 0 < f["p10"] <= f["median"] <= f["p90"], key
+        if f["through_envlayer"] and f["baseline"] is not None:
+            assert f["ratio"] > 0, key
+        if f["bytes"] is not None:
+            assert f["mib_per_s"] > 0, key
+    assert {k for k, f in figures.items() if f["ratio"] is not None} == {
+        ("session exec", "envlayer"),
+        ("one-shot exec", "envlayer"),
+        ("flood 64 MiB", "envlayer streamed"),
+        ("flood 64 MiB", "envlayer captured"),
+    }
+    assert all(figures[("flood 64 MiB", m)]["peak_rss_mib"] > 0 for m in ("envlayer streamed", "pipe"))
+    assert scratch_dirs(sandbox_tmp) == [], "the run's scratch directory was left behind"
+
+
+def test_an_option_no_selected_backend_has_is_a_clear_error(tmp_path: Path) -> None:
+    out = run("bench", "--quick", "--backend", "local", "-o", "image=x", cwd=tmp_path)
+    assert out.returncode == 1
+    assert "no selected backend has option 'image'" in out.stderr and "hint:" in out.stderr
+
+
+def test_plots_without_matplotlib_name_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    from envlayer.bench.plots import pyplot
+    from envlayer.errors import EnvlayerError
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # what an environment without it imports
+    with pytest.raises(EnvlayerError, match="matplotlib") as caught:
+        pyplot()
+    assert "envlayer[bench]" in (caught.value.hint or "")
+
+
+def start_bench(args: list[str], cwd: Path, extra_env: dict[str, str]) -> tuple[subprocess.Popen[bytes], Path]:
+    stderr = cwd / "bench.stderr"
+    with stderr.open("wb") as err:
+        proc = subprocess.Popen(
+            [ENVLAYER, "bench", "--quick", *args],
+            cwd=cwd,
+            env=cli_env(extra_env),
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+    return proc, stderr
+
+
+def interrupt(proc: subprocess.Popen[bytes], stderr: Path, signum: int = signal.SIGINT) -> str:
+    """SIGINT as Ctrl-C sends it (or ``signum``); the run's stderr once it has exited
+    (killed if it hangs)."""
+    proc.send_signal(signum)
+    try:
+        proc.wait(WAIT)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        pytest.fail("the bench did not exit after SIGINT")
+    return stderr.read_text()
+
+
+@pytest.mark.parametrize(
+    ("signum", "code", "word"), [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")]
+)
+def test_a_signal_mid_run_on_local_removes_the_scratch_directory(
+    tmp_path: Path, signum: int, code: int, word: str
+) -> None:
+    sandbox_tmp = tmp_path / "tmp"
+    sandbox_tmp.mkdir()
+    proc, stderr = start_bench(["--backend", "local"], tmp_path, {"TMPDIR": str(sandbox_tmp)})
+    try:
+        wait_until(lambda: scratch_dirs(sandbox_tmp) or proc.poll() is not None, "a scratch directory")
+        assert proc.poll() is None, stderr.read_text()
+    finally:
+        text = interrupt(proc, stderr, signum)
+    assert proc.returncode == code, text
+    assert f"bench {word}; what it created was removed" in text
+    assert scratch_dirs(sandbox_tmp) == []
+
+
+@pytest.fixture
+def docker_api() -> Iterator[Any]:
+    """The bench's own docker-py client; the test is skipped (failed on CI) without Docker
+    or the test image."""
+    from envlayer.bench.baselines import docker_api as connect
+
+    try:
+        api = connect()
+        api.inspect_image(IMAGE)
+    except Exception as exc:
+        reason = f"Docker or the image {IMAGE} is not usable ({type(exc).__name__}: {exc})"
+        (pytest.fail if os.environ.get("CI") == "true" else pytest.skip)(reason)
+    yield api
+    api.close()
+
+
+def test_ctrl_c_mid_run_on_docker_leaves_no_container_or_volume(tmp_path: Path, docker_api: Any) -> None:
+    proc, stderr = start_bench(["--backend", "docker", "-o", f"image={IMAGE}"], tmp_path, {})
+    profile = ""
+    try:
+        found = wait_until(lambda: re.search(r"profile (envlayer-bench-\w+)", stderr.read_text()), "the profile note")
+        profile = found.group(1)
+        label = {"label": f"envlayer.profile={profile}"}
+        wait_until(lambda: docker_api.containers(all=True, filters=label) or proc.poll() is not None, "a container")
+        assert proc.poll() is None, stderr.read_text()
+    finally:
+        text = interrupt(proc, stderr)
+        leftovers = _remove_profile(docker_api, profile) if profile else ([], [])
+    assert proc.returncode == 130, text
+    assert leftovers == ([], []), "the bench left containers or volumes of its profile"
+
+
+def _remove_profile(api: Any, profile: str) -> tuple[list[str], list[str]]:
+    """Remove (so the test never leaks) and return what the profile still has."""
+    label = {"label": f"envlayer.profile={profile}"}
+    containers = [c["Id"] for c in api.containers(all=True, filters=label)]
+    volumes = [v["Name"] for v in (api.volumes(filters=label) or {}).get("Volumes") or []]
+    for cid in containers:
+        api.remove_container(cid, force=True, v=True)
+    for name in volumes:
+        api.remove_volume(name, force=True)
+    return containers, volumes
