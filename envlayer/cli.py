@@ -56,13 +56,16 @@ from envlayer.errors import (
     PluginError,
 )
 from envlayer.factory import backend_specs, load_configured_backend, open_environment
-from envlayer.options import default_of, masked, option_fields, type_name
+from envlayer.options import BaseOptions, default_of, masked, option_fields, type_name
 from envlayer.plugin_errors import plugin_call
 from envlayer.progress import progress
 from envlayer.registry import backend_names, list_backends, load_backend, shadows_builtin
 
 PLUGIN_FAILURES = (PluginError, BackendLoadError, BackendConflict)
 """Errors that mean a backend plugin is broken: exit code 125 from every command."""
+
+DEFAULT_TIMEOUT: float = default_of(option_fields(BaseOptions)["timeout"][1])
+"""The ``timeout`` option's default: what ``exec`` waits when nothing sets it."""
 
 _debug = False
 """Set by ``--debug``: print tracebacks of the errors the CLI reports."""
@@ -418,7 +421,13 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = argparse.Argument
         "shell string, several are an argv list run without a shell. Put exec's options before CMD."
     )
     p.add_argument("--task", default="default", help="task id (default: %(default)s)")
-    p.add_argument("--timeout", type=float, help="seconds before the command's process tree is killed (exit 124)")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        metavar="SECONDS",
+        help="seconds before the command's process tree is killed (exit 124); 0: no limit "
+        f"(default: the backend's timeout option, {DEFAULT_TIMEOUT:g} s unless configured)",
+    )
     p.add_argument("--cwd", help="working directory for this command")
     p.add_argument(
         "-u",

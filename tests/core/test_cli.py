@@ -150,3 +150,9 @@ def test_exec_whose_reader_goes_away_exits_141_quietly(workdir: Path) -> None:
     assert proc.stderr.read() == b""
     survivors = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout
     assert survivors == "", "the command's tree must be killed"
+
+
+def test_exec_help_states_the_default_timeout() -> None:
+    out = run("exec", "--help")
+    help_text = " ".join(out.stdout.split())
+    assert "default: the backend's timeout option, 180 s" in help_text, out.stdout
