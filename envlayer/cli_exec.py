@@ -175,6 +175,7 @@ def exec_json(result: ExecResult | None, notes: list[str], exc: BaseException | 
         "stdout_truncation": truncation(result.stdout_truncation) if result else None,
         "stderr_truncation": truncation(result.stderr_truncation) if result else None,
         "recovered": result.recovered if result else "",
+        "notice": result.notice if result else "",
         "notes": notes,
         "error": error_object(exc),
     }
@@ -254,6 +255,8 @@ def run_exec(
     if args.json:
         console.json(exec_json(result, notes))
         return result.exit_code
+    if result.notice:  # the command ran somewhere else than asked (a deleted directory)
+        console.note(result.notice)
     if result.stderr and not stderr_forwarded:
         # A message the backend put in the result without streaming it (a command that
         # could not start: 127, a missing working directory: 126) must still be seen.

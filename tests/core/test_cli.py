@@ -156,3 +156,42 @@ def test_exec_help_states_the_default_timeout() -> None:
     out = run("exec", "--help")
     help_text = " ".join(out.stdout.split())
     assert "default: the backend's timeout option, 180 s" in help_text, out.stdout
+
+
+@pytest.mark.parametrize("mode", ["session", "oneshot"])
+@pytest.mark.parametrize("broker", ["1", "0"])
+def test_exec_in_a_configured_cwd_that_does_not_exist_fails_like_cwd(workdir: Path, mode: str, broker: str) -> None:
+    missing = workdir / "nope" / "deeper"
+    env = {"ENVLAYER_BROKER": broker, "ENVLAYER_RUNTIME_DIR": _short_runtime_dir(workdir)}
+    try:
+        out = run("exec", "-o", f"cwd={missing}", "-o", f"exec_mode={mode}", "pwd", cwd=workdir, env=env)
+        assert (out.returncode, out.stdout) == (126, ""), out.stderr
+        assert f"working directory does not exist: {missing}" in out.stderr
+    finally:
+        run("broker", "stop", cwd=workdir, env=env)
+
+
+def test_exec_notice_of_a_deleted_directory_is_on_stderr_and_in_json(workdir: Path) -> None:
+    env = {"ENVLAYER_RUNTIME_DIR": _short_runtime_dir(workdir)}
+    try:
+        assert run("exec", "--task", "t", "mkdir gone && cd gone", cwd=workdir, env=env).returncode == 0
+        (workdir / "gone").rmdir()
+        out = run("exec", "--task", "t", "pwd", cwd=workdir, env=env)
+        assert (out.returncode, out.stdout) == (0, f"{workdir}\n"), out.stderr
+        notice = f"working directory {workdir}/gone no longer exists; the command ran in {workdir}"
+        assert f"envlayer: note: {notice}" in out.stderr
+        assert run("exec", "--task", "t", "mkdir gone && cd gone", cwd=workdir, env=env).returncode == 0
+        (workdir / "gone").rmdir()
+        data = json.loads(run("exec", "--json", "--task", "t", "pwd", cwd=workdir, env=env).stdout)
+        assert data["notice"].startswith(notice) and data["stdout"] == f"{workdir}\n"
+        assert json.loads(run("exec", "--json", "--task", "t", "pwd", cwd=workdir, env=env).stdout)["notice"] == ""
+    finally:
+        run("broker", "stop", cwd=workdir, env=env)
+
+
+def _short_runtime_dir(workdir: Path) -> str:
+    """A private broker runtime directory inside ``workdir`` (removed with it), so the
+    test's brokers are its own and `broker stop` ends them all."""
+    path = workdir / "rt"
+    path.mkdir(mode=0o700, exist_ok=True)
+    return str(path)

@@ -107,6 +107,7 @@ EXEC_KEYS = {
     "stdout_truncation",
     "stderr_truncation",
     "recovered",
+    "notice",
     "notes",
     "error",
 }
