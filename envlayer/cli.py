@@ -37,6 +37,7 @@ from envlayer.capabilities import (
 )
 from envlayer.cli_completion import SHELLS, completion_script
 from envlayer.cli_exec import (
+    BROKEN_PIPE_EXIT_CODE,
     ENVLAYER_FAILURE,
     Console,
     error_object,
@@ -45,6 +46,7 @@ from envlayer.cli_exec import (
     plan_exec,
     release_after_exec,
     run_exec,
+    silence_stdout,
 )
 from envlayer.cli_exec import settings_of as _settings
 from envlayer.config import CORE_KEYS, Settings
@@ -575,7 +577,21 @@ def cmd_completion(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``envlayer`` script; returns the process exit code."""
+    """Entry point of the ``envlayer`` script; returns the process exit code. A reader
+    of stdout that went away (``envlayer config | head -1``) ends any command quietly
+    with 141 (128 + SIGPIPE), as ``exec`` does."""
+    try:
+        try:
+            return _run(argv)
+        finally:
+            sys.stdout.flush()  # a reader gone shows here, not in the interpreter's exit
+    except BrokenPipeError:
+        silence_stdout()
+        return BROKEN_PIPE_EXIT_CODE
+
+
+def _run(argv: Sequence[str] | None) -> int:
+    """Parse ``argv``, run the command, report its failures; the exit code."""
     args = build_parser().parse_args(argv)
     if args.debug:
         _enable_debug()
@@ -591,6 +607,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except EnvlayerError as exc:
         _error(exc)
         return _exit_code_for(exc)
+    except BrokenPipeError:
+        raise
     except Exception as exc:  # a bug: say so in one line, the traceback under --debug
         _error(exc, f"internal error ({type(exc).__name__})")
         if not _debug:

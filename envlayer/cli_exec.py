@@ -47,6 +47,12 @@ as a shell reports it); the command's tree was killed."""
 INTERRUPTED_LINE = "envlayer: interrupted; the command was killed"
 
 
+def silence_stdout() -> None:
+    """Point this process's stdout at /dev/null once its reader went away, so nothing
+    more fails on it (not even the interpreter's flush at exit)."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
 def error_object(exc: BaseException | None) -> dict[str, str] | None:
     """The ``--json`` form of a failure, the same in every command (None: no failure)."""
     if exc is None:
@@ -95,10 +101,7 @@ class Console:
     def of_process(cls, *, debug: bool = False) -> Console:
         """This process's stdout and stderr."""
 
-        def silence() -> None:  # no error at exit's flush
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-
-        return cls(sys.stdout.buffer, sys.stderr.buffer, debug, silence)
+        return cls(sys.stdout.buffer, sys.stderr.buffer, debug, silence_stdout)
 
     def write(self, stream: str, chunk: bytes) -> None:
         """Write ``chunk`` to ``"stdout"`` or ``"stderr"`` at once (flushed)."""
