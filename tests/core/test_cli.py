@@ -195,3 +195,17 @@ def _short_runtime_dir(workdir: Path) -> str:
     path = workdir / "rt"
     path.mkdir(mode=0o700, exist_ok=True)
     return str(path)
+
+
+def test_exec_with_a_bad_setting_in_the_environment_prints_its_error_once(workdir: Path) -> None:
+    env = {"ENVLAYER_ORPHAN_REAPER": "maybe", "ENVLAYER_RUNTIME_DIR": _short_runtime_dir(workdir)}
+    try:
+        out = run("exec", "touch", "ran", cwd=workdir, env=env)
+        assert out.returncode == 125
+        assert out.stderr == (
+            "envlayer: error: $ENVLAYER_ORPHAN_REAPER: orphan_reaper: expected true or false, got a string 'maybe'\n"
+            "  hint: set orphan_reaper to true or false\n"
+        )
+        assert not (workdir / "ran").exists()
+    finally:
+        run("broker", "stop", cwd=workdir, env=env)
