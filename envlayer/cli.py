@@ -284,7 +284,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         except EnvlayerError as exc:
             results.append({"backend": settings.backend, "ok": False, "selected": True, "error": error_object(exc)})
     if settings is not None:
+        reported = {r["backend"] for r in results}
         for name in _selected_backends(args, settings):
+            if name in reported:  # an unknown backend named by --backend: said once above
+                continue
             entry: dict[str, Any] = {"backend": name, "ok": True, "error": None}
             try:
                 cls = load_backend(name)

@@ -78,11 +78,19 @@ def parse_assignments(items: Sequence[str], flag: str) -> dict[str, str]:
     return out
 
 
+FLAG_NAMES = {"backend": "--backend", "profile": "--profile"}
+"""The flags that set core settings, as errors and ``envlayer config`` name them."""
+
+
 def settings_of(args: argparse.Namespace) -> Settings:
     """The configuration for a command's ``--config``, ``--backend``, ``--profile``, ``-o``."""
     texts = parse_assignments(getattr(args, "option", None) or [], "-o")
     return load_settings(
-        config_path=args.config, backend=args.backend, profile=args.profile, option_texts=texts or None
+        config_path=args.config,
+        backend=args.backend,
+        profile=args.profile,
+        option_texts=texts or None,
+        flag_names=FLAG_NAMES,
     )
 
 

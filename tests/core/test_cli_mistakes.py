@@ -1,0 +1,40 @@
+"""Typical mistakes on the `envlayer` command line, each answered once, naming what the
+user wrote and what to do, before anything runs (through the installed script)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from cli_run import run
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    return tmp_path
+
+
+def test_doctor_reports_an_unknown_backend_once(workdir: Path) -> None:
+    out = run("doctor", "--backend", "nosuch", cwd=workdir)
+    assert out.returncode == 1
+    assert out.stdout.count("FAIL nosuch") == 1 and out.stdout.count("fix: ") == 1, out.stdout
+    (entry,) = json.loads(run("doctor", "--backend", "nosuch", "--json", cwd=workdir).stdout)
+    assert entry["error"]["type"] == "BackendNotFound"
+
+
+@pytest.mark.parametrize("command", [["exec", "--no-broker"], ["exec"], ["ls"], ["config"]], ids=" ".join)
+def test_a_bad_flag_value_names_the_flag(workdir: Path, command: list[str]) -> None:
+    args = ["true"] if command[0] == "exec" else []
+    out = run(*command, "--profile", "a b", *args, cwd=workdir)
+    assert out.returncode in (1, 125)
+    assert "--profile: invalid profile name 'a b'" in out.stderr and "argument" not in out.stderr, out.stderr
+    if command != ["ls"]:  # a sweep names the backend it could not load: "nosuch: error: ..."
+        out = run(*command, "--backend", "nosuch", *args, cwd=workdir)
+        assert "--backend: unknown backend 'nosuch'" in out.stderr, out.stderr
+
+
+def test_config_shows_a_flag_as_the_source(workdir: Path) -> None:
+    data = json.loads(run("config", "--json", "--profile", "p1", cwd=workdir).stdout)
+    assert data["settings"]["profile"] == {"value": "p1", "source": "--profile"}
