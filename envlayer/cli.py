@@ -4,8 +4,10 @@ Commands: ``backends``, ``exec``, ``ls``, ``reap``, ``rm``, ``doctor``, ``config
 ``completion``, ``broker``; ``envlayer --version``. The ``envlayer`` script enters through
 :func:`envlayer.broker.client.main`, which hands ``exec`` to the session broker when it
 can and calls :func:`main` otherwise.
-Every command takes ``--config``, ``--backend``, ``--profile``, ``--debug``; those that
-print tables take ``--json``. Exit codes: ``exec`` returns the command's own code (124
+Every command takes ``--debug``; the commands that read the configuration take
+``--config``, ``--backend``, ``--profile``, ``-o``; all but ``completion`` take ``--json``;
+the sweeps (``ls``, ``reap``, ``rm``) take ``-v``. A shared flag a command would ignore is
+a usage error (exit 2), reported with the command's own usage. Exit codes: ``exec`` returns the command's own code (124
 on timeout, 130 on interrupt) and 125 when envlayer itself failed; the other commands
 return 0 on success, 1 on failure, 2 on a usage error. Every command returns 125 when a
 backend plugin is broken (cannot be loaded, or raised something its contract does not
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import math
 import os
 import shlex
 import sys
@@ -352,38 +355,83 @@ def _enable_debug() -> None:
 _COMMON_EPILOG = """exit codes: 0 success, 1 failure (reason and hint on stderr), 2 usage error"""
 
 
-def _sub(sub: Any, name: str, common: argparse.ArgumentParser, help: str, examples: str, exits: str = "") -> Any:
-    """A subcommand whose help ends with examples and its exit codes."""
-    epilog = f"examples:\n{examples}\n\n{exits or _COMMON_EPILOG}"
-    return sub.add_parser(
-        name,
-        parents=[common],
-        help=help,
-        description=help[0].upper() + help[1:] + ".",
-        epilog=epilog,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+def _seconds(text: str) -> float:
+    """A ``SECONDS`` argument: a finite number >= 0 (argparse names the flag on error)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value < math.inf:
+        raise argparse.ArgumentTypeError(f"expected a finite number of seconds >= 0, got {text!r}")
+    return value
 
 
-def build_parser(parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """The CLI's parser; ``parser_class`` (for it and every subcommand) lets the broker
-    parse without printing or exiting."""
-    common = parser_class(add_help=False)
-    common.add_argument(
+def _shared_flags(parser_class: type[argparse.ArgumentParser]) -> dict[str, argparse.ArgumentParser]:
+    """The flags several commands take, in groups (parent parsers): ``settings``
+    (``--config``, ``--backend``, ``--profile``, ``-o``), ``json``, ``verbose``, ``debug``.
+    A command takes only the groups it uses, so a flag it would ignore is refused."""
+    settings = parser_class(add_help=False)
+    settings.add_argument(
         "--config", metavar="PATH", help="read only this config file (default: user and ./envlayer.toml)"
     )
-    common.add_argument("--backend", metavar="NAME", help="backend to use (overrides config and $ENVLAYER_BACKEND)")
-    common.add_argument("--profile", metavar="NAME", help="profile namespace (overrides config and $ENVLAYER_PROFILE)")
-    common.add_argument(
+    settings.add_argument("--backend", metavar="NAME", help="backend to use (overrides config and $ENVLAYER_BACKEND)")
+    settings.add_argument(
+        "--profile", metavar="NAME", help="profile namespace (overrides config and $ENVLAYER_PROFILE)"
+    )
+    settings.add_argument(
         "-o",
         "--option",
         action="append",
         metavar="KEY=VALUE",
         help="backend option override, VALUE read as the option's type (repeatable; see `backends --options`)",
     )
-    common.add_argument("--json", action="store_true", help="print machine-readable JSON")
-    common.add_argument("-v", "--verbose", action="store_true", help="also report backends lacking the capability")
-    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
+    json_flag = parser_class(add_help=False)
+    json_flag.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    verbose = parser_class(add_help=False)
+    verbose.add_argument("-v", "--verbose", action="store_true", help="also report backends lacking the capability")
+    debug = parser_class(add_help=False)
+    debug.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
+    return {"settings": settings, "json": json_flag, "verbose": verbose, "debug": debug}
+
+
+def _sub(
+    sub: Any,
+    name: str,
+    shared: dict[str, argparse.ArgumentParser],
+    help: str,
+    examples: str,
+    exits: str = "",
+    *,
+    flags: Sequence[str] = ("settings", "json"),
+) -> Any:
+    """A subcommand taking the ``flags`` groups of ``shared`` (and ``--debug``), whose
+    help ends with examples and its exit codes."""
+    epilog = f"examples:\n{examples}\n\n{exits or _COMMON_EPILOG}"
+    p = sub.add_parser(
+        name,
+        parents=[shared[group] for group in (*flags, "debug")],
+        help=help,
+        description=help[0].upper() + help[1:] + ".",
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.set_defaults(command_parser=p)
+    return p
+
+
+def parse_arguments(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """``parser.parse_args(argv)``, except that arguments a command does not take are
+    reported with that command's usage (``envlayer exec --foo ls``), not the top level's."""
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        getattr(args, "command_parser", parser).error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
+def build_parser(parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The CLI's parser (parse with :func:`parse_arguments`); ``parser_class`` (for it and
+    every subcommand) lets the broker parse without printing or exiting."""
+    shared = _shared_flags(parser_class)
 
     parser = parser_class(
         prog="envlayer",
@@ -400,9 +448,10 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = argparse.Argument
     p = _sub(
         sub,
         "backends",
-        common,
+        shared,
         "list installed backends, their package and capabilities",
         "  envlayer backends\n  envlayer backends --options      # every option, its type and default",
+        flags=("json",),
     )
     p.add_argument("--options", action="store_true", help="also list every option of each backend")
     p.set_defaults(func=cmd_backends)
@@ -410,7 +459,7 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = argparse.Argument
     p = _sub(
         sub,
         "exec",
-        common,
+        shared,
         "run a command in the sandbox of a task",
         "  envlayer exec ls -la /tmp                         # the rest of the line is the command\n"
         "  envlayer exec 'make test | tail -3'               # one word: a shell string\n"
@@ -469,11 +518,12 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = argparse.Argument
     p = _sub(
         sub,
         "broker",
-        common,
+        shared,
         "show or stop your session brokers (the background processes behind `envlayer exec`)",
         "  envlayer broker status          # pid, uptime, socket, environments held\n"
         "  envlayer broker stop            # stop them (running commands are interrupted)\n"
         "  envlayer broker serve           # run this context's broker in the foreground (debugging)",
+        flags=("json",),
     )
     p.add_argument("action", choices=["status", "stop", "serve"])
     p.set_defaults(func=cmd_broker)
@@ -481,9 +531,10 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = argparse.Argument
     p = _sub(
         sub,
         "ls",
-        common,
+        shared,
         "list managed sandboxes (backends that can list)",
         "  envlayer ls\n  envlayer ls --all-profiles --json",
+        flags=("settings", "json", "verbose"),
     )
     p.add_argument("--all-profiles", action="store_true", help="list every profile, not only the current one")
     p.set_defaults(func=cmd_ls)
@@ -491,15 +542,16 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = argparse.Argument
     p = _sub(
         sub,
         "reap",
-        common,
+        shared,
         "remove sandboxes left by dead processes",
         "  envlayer reap --dry-run         # what would be removed\n  envlayer reap --backend docker --max-age 600",
         "exit codes: 0 success, 1 a backend's sweep failed (the others still ran), 2 usage error",
+        flags=("settings", "json", "verbose"),
     )
     p.add_argument("--dry-run", action="store_true", help="list what would be removed; remove nothing")
     p.add_argument(
         "--max-age",
-        type=float,
+        type=_seconds,
         metavar="SECONDS",
         help="only sandboxes stopped longer than this (default 2 x max(60, lifetime_seconds))",
     )
@@ -508,9 +560,10 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = argparse.Argument
     p = _sub(
         sub,
         "rm",
-        common,
+        shared,
         "remove the sandbox of a task",
         "  envlayer rm build-42\n  envlayer rm build-42 --force --purge   # running, and its durable workspace",
+        flags=("settings", "json", "verbose"),
     )
     p.add_argument("task", metavar="TASK", help="the task id, as `envlayer ls` shows it")
     p.add_argument("--force", action="store_true", help="also remove it while it is running")
@@ -520,7 +573,7 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = argparse.Argument
     p = _sub(
         sub,
         "doctor",
-        common,
+        shared,
         "check whether each backend works here, and how to fix it",
         "  envlayer doctor\n  envlayer doctor --backend docker --json",
         "exit codes: 0 the selected backend works, 1 it (or the configuration) is broken, 2 usage error",
@@ -530,7 +583,7 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = argparse.Argument
     p = _sub(
         sub,
         "config",
-        common,
+        shared,
         "show the effective configuration and where each value came from",
         "  envlayer config\n  envlayer config --backend docker --json   # env values and secret options masked",
     )
@@ -539,9 +592,10 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = argparse.Argument
     p = _sub(
         sub,
         "completion",
-        common,
+        shared,
         "print a shell completion script",
         "  source <(envlayer completion bash)    # in ~/.bashrc\n  source <(envlayer completion zsh)     # in ~/.zshrc",
+        flags=(),
     )
     p.add_argument("shell", choices=SHELLS)
     p.set_defaults(func=cmd_completion)
@@ -595,7 +649,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(argv: Sequence[str] | None) -> int:
     """Parse ``argv``, run the command, report its failures; the exit code."""
-    args = build_parser().parse_args(argv)
+    args = parse_arguments(build_parser(), argv)
     if args.debug:
         _enable_debug()
     elif not logging.getLogger("envlayer").handlers:

@@ -38,3 +38,39 @@ def test_a_bad_flag_value_names_the_flag(workdir: Path, command: list[str]) -> N
 def test_config_shows_a_flag_as_the_source(workdir: Path) -> None:
     data = json.loads(run("config", "--json", "--profile", "p1", cwd=workdir).stdout)
     assert data["settings"]["profile"] == {"value": "p1", "source": "--profile"}
+
+
+def test_an_unknown_exec_option_shows_execs_usage(workdir: Path) -> None:
+    out = run("exec", "--foo", "touch", "ran", cwd=workdir)
+    assert out.returncode == 2
+    assert out.stderr.startswith("usage: envlayer exec ") and "unrecognized arguments: --foo" in out.stderr
+    assert not (workdir / "ran").exists()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["completion", "bash", "--json"],
+        ["completion", "bash", "-v"],
+        ["completion", "bash", "--backend", "local"],
+        ["broker", "status", "-o", "foo=bar"],
+        ["broker", "status", "--profile", "p"],
+        ["backends", "--backend", "local"],
+        ["backends", "-v"],
+        ["doctor", "-v"],
+        ["config", "--verbose"],
+        ["exec", "-v", "true"],
+    ],
+    ids=" ".join,
+)
+def test_a_shared_flag_a_command_ignores_is_refused(workdir: Path, args: list[str]) -> None:
+    out = run(*args, cwd=workdir)
+    assert out.returncode == 2 and out.stdout == "", out.stdout
+    assert out.stderr.startswith(f"usage: envlayer {args[0]} ") and "unrecognized arguments" in out.stderr
+
+
+@pytest.mark.parametrize("value", ["-5", "nan", "inf", "-inf"])
+def test_reap_refuses_a_max_age_that_is_not_a_finite_positive_number(workdir: Path, value: str) -> None:
+    out = run("reap", "--backend", "local", f"--max-age={value}", cwd=workdir)
+    assert out.returncode == 2 and out.stdout == ""
+    assert "usage: envlayer reap " in out.stderr and "--max-age" in out.stderr and value in out.stderr
