@@ -74,3 +74,17 @@ def test_reap_refuses_a_max_age_that_is_not_a_finite_positive_number(workdir: Pa
     out = run("reap", "--backend", "local", f"--max-age={value}", cwd=workdir)
     assert out.returncode == 2 and out.stdout == ""
     assert "usage: envlayer reap " in out.stderr and "--max-age" in out.stderr and value in out.stderr
+
+
+@pytest.mark.parametrize("broker", ["1", "0"])
+def test_exec_rm_on_local_says_nothing_about_force_remove(workdir: Path, broker: str) -> None:
+    """local keeps nothing after cleanup (it declares no persist_across_processes), so
+    its plain cleanup is a complete removal: no note that it "may keep the sandbox"."""
+    runtime = workdir / "rt"
+    runtime.mkdir(mode=0o700)
+    env = {"ENVLAYER_BROKER": broker, "ENVLAYER_RUNTIME_DIR": str(runtime)}
+    try:
+        out = run("exec", "--rm", "echo hi", cwd=workdir, env=env)
+        assert (out.returncode, out.stdout, out.stderr) == (0, "hi\n", "")
+    finally:
+        run("broker", "stop", cwd=workdir, env=env)
