@@ -138,11 +138,6 @@ class LocalEnvironment(Environment):
             command, cwd=cwd, env=env, timeout=timeout, stdin=stdin, on_output=on_output, cancel=cancel
         )
         collector = OutputCollector.for_request(request, self.options)
-        if not self._cwd_existed:
-            self._cwd_existed = os.path.isdir(self.cwd)
-            if not self._cwd_existed:
-                collector.write("stderr", f"working directory does not exist: {self.cwd}\n".encode())
-                return collector.result(request, 126)
         session = self._session
         if session is not None and session.lock.acquire(blocking=False):
             try:
@@ -153,8 +148,14 @@ class LocalEnvironment(Environment):
 
     def _run_oneshot(self, request: ExecRequest, collector: OutputCollector, base: str) -> ExecResult:
         """Run ``request`` as its own process in ``base`` (or the call's ``cwd`` relative to
-        it). A deleted ``base`` falls back to its nearest existing parent, with a notice."""
+        it). A deleted ``base`` falls back to its nearest existing parent, with a notice;
+        the ``cwd`` option's directory only once it was seen to exist (else exit 126)."""
         notice = ""
+        if base == self.cwd and not self._cwd_existed:
+            self._cwd_existed = os.path.isdir(base)
+            if not self._cwd_existed:
+                collector.write("stderr", f"working directory does not exist: {base}\n".encode())
+                return collector.result(request, 126)
         if not os.path.isdir(base):
             fallback = nearest_existing(base)
             notice, base = moved_notice(base, fallback), fallback
