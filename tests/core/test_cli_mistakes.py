@@ -88,3 +88,17 @@ def test_exec_rm_on_local_says_nothing_about_force_remove(workdir: Path, broker:
         assert (out.returncode, out.stdout, out.stderr) == (0, "hi\n", "")
     finally:
         run("broker", "stop", cwd=workdir, env=env)
+
+
+@pytest.mark.parametrize("words", [["nosuchcmd"], ["nosuchcmd", "arg"]], ids=" ".join)
+@pytest.mark.parametrize("broker", ["1", "0"])
+def test_a_missing_command_reads_like_a_plain_shells_message(workdir: Path, broker: str, words: list[str]) -> None:
+    runtime = workdir / "rt"
+    runtime.mkdir(mode=0o700)
+    env = {"ENVLAYER_BROKER": broker, "ENVLAYER_RUNTIME_DIR": str(runtime)}
+    try:
+        out = run("exec", *words, cwd=workdir, env=env)
+        assert out.returncode == 127
+        assert out.stderr.endswith(": 1: nosuchcmd: not found\n") and "eval" not in out.stderr, out.stderr
+    finally:
+        run("broker", "stop", cwd=workdir, env=env)
