@@ -8,13 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from cli_run import ENVLAYER, run
-
-
-@pytest.fixture
-def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
-    return tmp_path
+from cli_run import ENVLAYER, own_brokers, run
 
 
 def test_exec_streams_and_returns_the_exit_code(workdir: Path) -> None:
@@ -162,50 +156,33 @@ def test_exec_help_states_the_default_timeout() -> None:
 @pytest.mark.parametrize("broker", ["1", "0"])
 def test_exec_in_a_configured_cwd_that_does_not_exist_fails_like_cwd(workdir: Path, mode: str, broker: str) -> None:
     missing = workdir / "nope" / "deeper"
-    env = {"ENVLAYER_BROKER": broker, "ENVLAYER_RUNTIME_DIR": _short_runtime_dir(workdir)}
-    try:
+    with own_brokers(workdir, ENVLAYER_BROKER=broker) as env:
         out = run("exec", "-o", f"cwd={missing}", "-o", f"exec_mode={mode}", "pwd", cwd=workdir, env=env)
-        assert (out.returncode, out.stdout) == (126, ""), out.stderr
-        assert f"working directory does not exist: {missing}" in out.stderr
-    finally:
-        run("broker", "stop", cwd=workdir, env=env)
+    assert (out.returncode, out.stdout) == (126, ""), out.stderr
+    assert f"working directory does not exist: {missing}" in out.stderr
 
 
 def test_exec_notice_of_a_deleted_directory_is_on_stderr_and_in_json(workdir: Path) -> None:
-    env = {"ENVLAYER_RUNTIME_DIR": _short_runtime_dir(workdir)}
-    try:
+    notice = f"working directory {workdir}/gone no longer exists; the command ran in {workdir}"
+    with own_brokers(workdir) as env:
         assert run("exec", "--task", "t", "mkdir gone && cd gone", cwd=workdir, env=env).returncode == 0
         (workdir / "gone").rmdir()
         out = run("exec", "--task", "t", "pwd", cwd=workdir, env=env)
         assert (out.returncode, out.stdout) == (0, f"{workdir}\n"), out.stderr
-        notice = f"working directory {workdir}/gone no longer exists; the command ran in {workdir}"
         assert f"envlayer: note: {notice}" in out.stderr
         assert run("exec", "--task", "t", "mkdir gone && cd gone", cwd=workdir, env=env).returncode == 0
         (workdir / "gone").rmdir()
         data = json.loads(run("exec", "--json", "--task", "t", "pwd", cwd=workdir, env=env).stdout)
         assert data["notice"].startswith(notice) and data["stdout"] == f"{workdir}\n"
         assert json.loads(run("exec", "--json", "--task", "t", "pwd", cwd=workdir, env=env).stdout)["notice"] == ""
-    finally:
-        run("broker", "stop", cwd=workdir, env=env)
-
-
-def _short_runtime_dir(workdir: Path) -> str:
-    """A private broker runtime directory inside ``workdir`` (removed with it), so the
-    test's brokers are its own and `broker stop` ends them all."""
-    path = workdir / "rt"
-    path.mkdir(mode=0o700, exist_ok=True)
-    return str(path)
 
 
 def test_exec_with_a_bad_setting_in_the_environment_prints_its_error_once(workdir: Path) -> None:
-    env = {"ENVLAYER_ORPHAN_REAPER": "maybe", "ENVLAYER_RUNTIME_DIR": _short_runtime_dir(workdir)}
-    try:
+    with own_brokers(workdir, ENVLAYER_ORPHAN_REAPER="maybe") as env:
         out = run("exec", "touch", "ran", cwd=workdir, env=env)
-        assert out.returncode == 125
-        assert out.stderr == (
-            "envlayer: error: $ENVLAYER_ORPHAN_REAPER: orphan_reaper: expected true or false, got a string 'maybe'\n"
-            "  hint: set orphan_reaper to true or false\n"
-        )
-        assert not (workdir / "ran").exists()
-    finally:
-        run("broker", "stop", cwd=workdir, env=env)
+    assert out.returncode == 125
+    assert out.stderr == (
+        "envlayer: error: $ENVLAYER_ORPHAN_REAPER: orphan_reaper: expected true or false, got a string 'maybe'\n"
+        "  hint: set orphan_reaper to true or false\n"
+    )
+    assert not (workdir / "ran").exists()

@@ -7,13 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_run import run
-
-
-@pytest.fixture
-def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
-    return tmp_path
+from cli_run import own_brokers, run
 
 
 def test_doctor_reports_an_unknown_backend_once(workdir: Path) -> None:
@@ -80,25 +74,15 @@ def test_reap_refuses_a_max_age_that_is_not_a_finite_positive_number(workdir: Pa
 def test_exec_rm_on_local_says_nothing_about_force_remove(workdir: Path, broker: str) -> None:
     """local keeps nothing after cleanup (it declares no persist_across_processes), so
     its plain cleanup is a complete removal: no note that it "may keep the sandbox"."""
-    runtime = workdir / "rt"
-    runtime.mkdir(mode=0o700)
-    env = {"ENVLAYER_BROKER": broker, "ENVLAYER_RUNTIME_DIR": str(runtime)}
-    try:
+    with own_brokers(workdir, ENVLAYER_BROKER=broker) as env:
         out = run("exec", "--rm", "echo hi", cwd=workdir, env=env)
-        assert (out.returncode, out.stdout, out.stderr) == (0, "hi\n", "")
-    finally:
-        run("broker", "stop", cwd=workdir, env=env)
+    assert (out.returncode, out.stdout, out.stderr) == (0, "hi\n", "")
 
 
 @pytest.mark.parametrize("words", [["nosuchcmd"], ["nosuchcmd", "arg"]], ids=" ".join)
 @pytest.mark.parametrize("broker", ["1", "0"])
 def test_a_missing_command_reads_like_a_plain_shells_message(workdir: Path, broker: str, words: list[str]) -> None:
-    runtime = workdir / "rt"
-    runtime.mkdir(mode=0o700)
-    env = {"ENVLAYER_BROKER": broker, "ENVLAYER_RUNTIME_DIR": str(runtime)}
-    try:
+    with own_brokers(workdir, ENVLAYER_BROKER=broker) as env:
         out = run("exec", *words, cwd=workdir, env=env)
-        assert out.returncode == 127
-        assert out.stderr.endswith(": 1: nosuchcmd: not found\n") and "eval" not in out.stderr, out.stderr
-    finally:
-        run("broker", "stop", cwd=workdir, env=env)
+    assert out.returncode == 127
+    assert out.stderr.endswith(": 1: nosuchcmd: not found\n") and "eval" not in out.stderr, out.stderr
