@@ -39,6 +39,7 @@ from envlayer.capabilities import (
     signature_problem,
 )
 from envlayer.cli_completion import SHELLS, completion_script
+from envlayer.cli_cells import last_used_cell, size_cell
 from envlayer.cli_exec import (
     BROKEN_PIPE_EXIT_CODE,
     ENVLAYER_FAILURE,
@@ -229,14 +230,18 @@ def _report(outcomes: list[lifecycle.SweepOutcome], args: argparse.Namespace, ve
     if args.json:
         _print_json([_outcome_json(o) for o in outcomes])
     else:
-        rows = []
-        for o in outcomes:
-            for s in o.sandboxes:
-                rows.append(
-                    [s.backend, s.id[:12], s.detail.get("name", ""), _task_cell(s.task), s.profile, s.status, s.created]
-                )
+        sandboxes = [s for o in outcomes for s in o.sandboxes]
+        headers = ["BACKEND", "ID", "NAME", "TASK", "PROFILE", "STATUS", "CREATED"]
+        rows = [
+            [s.backend, s.id[:12], s.detail.get("name", ""), _task_cell(s.task), s.profile, s.status, s.created]
+            for s in sandboxes
+        ]
+        if any("last_used" in s.detail or "size_bytes" in s.detail for s in sandboxes):
+            headers += ["LAST USED", "SIZE"]
+            for row, s in zip(rows, sandboxes, strict=True):
+                row += [last_used_cell(s.detail.get("last_used")), size_cell(s.detail.get("size_bytes"))]
         if rows:
-            print(_table(rows, ["BACKEND", "ID", "NAME", "TASK", "PROFILE", "STATUS", "CREATED"]))
+            print(_table(rows, headers))
         else:
             print(f"nothing {verb}")
         for o in outcomes:
@@ -501,7 +506,11 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = argparse.Argument
         "--env-file", action="append", metavar="FILE", help="NAME=VALUE (or NAME) lines, # comments (repeatable)"
     )
     p.add_argument("-i", "--stdin", action="store_true", help="forward this process's stdin to the command")
-    p.add_argument("--rm", action="store_true", help="remove the sandbox afterwards, even in persist mode")
+    p.add_argument(
+        "--rm",
+        action="store_true",
+        help="remove the sandbox and its durable workspace afterwards, even in persist mode (like docker run --rm)",
+    )
     p.add_argument(
         "--fresh",
         action="store_true",

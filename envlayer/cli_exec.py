@@ -280,13 +280,14 @@ def run_exec(
     return result.exit_code
 
 
-def release_after_exec(env: Environment, force_remove: bool, console: Console) -> tuple[list[str], bool]:
-    """Clean ``env`` up after an in-process ``exec`` (``--rm``: force_remove) and wait for
-    its teardown. Returns the fallback notes and whether cleanup succeeded (a failure
-    is reported on ``console``)."""
+def release_after_exec(env: Environment, remove: bool, console: Console) -> tuple[list[str], bool]:
+    """Clean ``env`` up after an in-process ``exec`` and wait for its teardown; ``remove``
+    (``--rm``, as ``docker run --rm``): the sandbox goes with its durable data (``purge``).
+    Returns the fallback notes and whether cleanup succeeded (a failure is reported on
+    ``console``)."""
     notes = []
     try:
-        cleaned = lifecycle.cleanup(env, force_remove=force_remove)
+        cleaned = lifecycle.cleanup(env, purge=remove)
         if cleaned.note:
             notes.append(cleaned.note)
         if not lifecycle.wait_for_cleanup(env, 30.0):

@@ -365,10 +365,13 @@ class EnvironmentManager:
             )
         return entry.handle
 
-    def release(self, task_id: str = DEFAULT_TASK, *, force_remove: bool = False) -> CleanupOutcome | None:
+    def release(
+        self, task_id: str = DEFAULT_TASK, *, force_remove: bool = False, purge: bool = False
+    ) -> CleanupOutcome | None:
         """Release ``task_id``'s environment (resolved exactly like :meth:`get`) through
         :func:`envlayer.lifecycle.cleanup`. ``force_remove`` also removes a persist-mode
-        sandbox where the backend supports it. Calls still running on it will fail.
+        sandbox where the backend supports it; ``purge`` (implies ``force_remove``) also
+        deletes the task's durable data (Docker workspace). Calls still running on it will fail.
         Returns ``None`` when the task has no live environment.
 
         Raises: whatever the backend's cleanup raises.
@@ -378,7 +381,7 @@ class EnvironmentManager:
             entry = self._entries.get(key)
         if entry is None:
             return None
-        return self._release_entry(entry, force_remove=force_remove)
+        return self._release_entry(entry, force_remove=force_remove, purge=purge)
 
     def _detach_locked(self, entry: _Entry) -> bool:
         """Remove ``entry`` from the cache; False if it was already released."""
@@ -389,11 +392,11 @@ class EnvironmentManager:
             del self._entries[entry.key]
         return True
 
-    def _release_entry(self, entry: _Entry, *, force_remove: bool) -> CleanupOutcome | None:
+    def _release_entry(self, entry: _Entry, *, force_remove: bool, purge: bool = False) -> CleanupOutcome | None:
         with self._lock:
             if not self._detach_locked(entry):
                 return None
-        outcome = cleanup(entry.env, force_remove=force_remove)
+        outcome = cleanup(entry.env, force_remove=force_remove, purge=purge)
         self._note_teardown(entry.env)
         return outcome
 

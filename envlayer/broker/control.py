@@ -1,8 +1,8 @@
 """``envlayer broker status`` and ``envlayer broker stop``: ask every broker of this user
 (every socket in the runtime directory) what it holds, or to exit.
 
-A socket nobody listens on (a broker killed with SIGKILL) is skipped: the next broker of
-that context removes it.
+A socket nobody listens on (a broker killed with SIGKILL) is skipped: the next broker to
+start removes it (see :mod:`envlayer.broker.leftovers`).
 """
 
 from __future__ import annotations

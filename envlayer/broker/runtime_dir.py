@@ -97,9 +97,30 @@ def context_digest(cwd: str, environ: Mapping[str, str]) -> str:
 
 
 def broker_path(directory: str, digest: str, suffix: str) -> str:
-    """``<directory>/broker-<digest>.<suffix>`` (``sock``, ``pid``, ``lock``, ``log``).
+    """``<directory>/broker-<digest>.<suffix>`` (``sock``, ``pid``, ``lock``, ``log``; who
+    removes each is in :mod:`envlayer.broker.leftovers`).
     Raises ``ValueError`` when a socket path would be too long for Linux."""
     path = os.path.join(directory, f"broker-{digest}.{suffix}")
     if suffix == "sock" and len(os.fsencode(path)) > MAX_SOCKET_PATH:
         raise ValueError(f"the socket path {path} is longer than {MAX_SOCKET_PATH} bytes")
     return path
+
+
+def still_linked(fd: int, path: str) -> bool:
+    """True when ``path`` still names the file open as ``fd``. A lock file is removed by
+    its holder before it lets go, so a lock taken on a file that ``path`` no longer names
+    protects nothing: take it again on the file that is there now."""
+    try:
+        here, there = os.fstat(fd), os.stat(path)
+    except OSError:
+        return False
+    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
+
+
+def unlink_held(fd: int, path: str) -> None:
+    """Remove ``path`` when it still names ``fd``'s file (whose lock the caller holds)."""
+    if still_linked(fd, path):
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass

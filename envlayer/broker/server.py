@@ -20,8 +20,9 @@ Guarantees:
   file). It exits after ``broker_idle_timeout`` seconds without a call, on ``envlayer
   broker stop``, SIGTERM or SIGINT: it stops listening, cancels running commands, then
   closes its environments by the manager's rules (plain cleanup: persist-mode sandboxes
-  stay). Killed with SIGKILL, it leaves what any killed process leaves (see
-  ``docs/lifecycle.md``); the next call starts a new broker.
+  stay), and removes its files (:mod:`envlayer.broker.leftovers`). Killed with SIGKILL,
+  it leaves what any killed process leaves (see ``docs/lifecycle.md``); the next call
+  starts a new broker, and the next broker to start removes the dead one's files.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from envlayer.broker import protocol, runtime_dir
+from envlayer.broker import leftovers, protocol, runtime_dir
 from envlayer.broker.sessions import Sessions
 from envlayer.cancel import CancelToken
 from envlayer.cli_exec import (
@@ -215,23 +216,29 @@ class Broker:
         self._threads: set[threading.Thread] = set()
         self._last_activity = time.monotonic()
         self._listener: socket.socket | None = None
+        self.failures = leftovers.FailureCount()
+        logging.getLogger("envlayer").addHandler(self.failures)
 
     # --- lifetime ----------------------------------------------------------------
 
     def _claim(self) -> int | None:
         """The pid file, locked for this broker's life; None when another broker still
         holds it after :data:`CLAIM_WAIT` seconds (one that is exiting lets go)."""
-        fd = os.open(runtime_dir.broker_path(self.directory, self.digest, "pid"), os.O_RDWR | os.O_CREAT, 0o600)
+        path = runtime_dir.broker_path(self.directory, self.digest, "pid")
         deadline = time.monotonic() + CLAIM_WAIT
         while True:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
             except BlockingIOError:
+                os.close(fd)
                 if time.monotonic() > deadline:
-                    os.close(fd)
                     return None
                 time.sleep(0.05)
+                continue
+            if runtime_dir.still_linked(fd, path):
+                break
+            os.close(fd)  # removed by the broker that held it: take the current file
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         return fd
@@ -261,29 +268,39 @@ class Broker:
         pid_fd = self._claim()
         if pid_fd is None:
             log.info("another broker serves %s; exiting", self.socket_path)
+            leftovers.remove_own_log(self.directory, self.digest)
             return 0
-        self._listener = listener = self._listen()
-        inode = os.stat(self.socket_path).st_ino
-        log.info("broker %d listening on %s (idle timeout %ss)", os.getpid(), self.socket_path, self.idle_timeout)
+        clean, inode = False, 0
         try:
-            while not self._stop.is_set():
-                try:
-                    conn, _ = listener.accept()
-                except TimeoutError:
-                    if self._idle():
-                        log.info("idle for %ss; exiting", self.idle_timeout)
-                        break
-                    continue
-                conn.settimeout(None)
-                thread = threading.Thread(target=self._handle, args=(conn,), name="envlayer-broker-call", daemon=True)
-                with self._lock:
-                    self._threads.add(thread)
-                    self._last_activity = time.monotonic()
-                thread.start()
+            self._listener = listener = self._listen()
+            inode = os.stat(self.socket_path).st_ino
+            log.info("broker %d listening on %s (idle timeout %ss)", os.getpid(), self.socket_path, self.idle_timeout)
+            leftovers.sweep(self.directory, self.digest)
+            self._accept(listener)
+            clean = True
         finally:
-            self._shutdown(listener, inode)
-            os.close(pid_fd)
+            if self._listener is not None:
+                self._shutdown(self._listener, inode)
+            keep = not clean or self.failures.count > 0
+            leftovers.remove_own(self.directory, self.digest, pid_fd, keep_log=keep)
         return 0
+
+    def _accept(self, listener: socket.socket) -> None:
+        """Start a thread for every connection until stopped or idle."""
+        while not self._stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                if self._idle():
+                    log.info("idle for %ss; exiting", self.idle_timeout)
+                    break
+                continue
+            conn.settimeout(None)
+            thread = threading.Thread(target=self._handle, args=(conn,), name="envlayer-broker-call", daemon=True)
+            with self._lock:
+                self._threads.add(thread)
+                self._last_activity = time.monotonic()
+            thread.start()
 
     def _idle(self) -> bool:
         with self._lock:

@@ -88,11 +88,12 @@ class Sessions:
         return self._manager(settings).get(task)
 
     def remove(self, settings: Settings, task: str) -> list[str]:
-        """Release ``task``'s environment with ``force_remove`` (``exec --rm``) and wait
-        for its teardown; returns the fallback notes. Raises what cleanup raises."""
+        """Release ``task``'s environment with ``purge`` (``exec --rm``: the sandbox and its
+        durable data) and wait for its teardown; returns the fallback notes. Raises what
+        cleanup raises."""
         manager = self._manager(settings)
         handle = manager.get(task)
-        outcome = manager.release(task, force_remove=True)
+        outcome = manager.release(task, purge=True)
         notes = [outcome.note] if outcome is not None and outcome.note else []
         if not wait_for_cleanup(handle.environment, TEARDOWN_WAIT):
             notes.append("the sandbox's teardown was still running after 30s; it continues in the background")

@@ -6,8 +6,9 @@ caller may have started it meanwhile), checks that the configuration allows a br
 (``broker = false`` / ``ENVLAYER_BROKER=0``, or a configuration that cannot be read:
 no broker, no note), then starts
 ``python -m envlayer.broker serve`` detached (its own session, stdin from
-``/dev/null``, stdout and stderr to ``broker-<digest>.log``), with this process's
+``/dev/null``, stdout and stderr to a new ``broker-<digest>.log``), with this process's
 directory and environment, and waits for its socket up to :data:`START_TIMEOUT` seconds.
+It removes the lock file before letting go of it (see :func:`_lock`).
 Any failure returns None after one ``envlayer: note:`` line (the caller runs in-process).
 """
 
@@ -53,17 +54,22 @@ def _config_allows_broker(argv: Sequence[str]) -> bool:
 
 
 def _lock(path: str) -> int | None:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    """The start lock, held (its holder removes the file before letting go: a lock won
+    on a removed file is taken again on the current one); None after :data:`LOCK_TIMEOUT`."""
     deadline = time.monotonic() + LOCK_TIMEOUT
     while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return fd
         except BlockingIOError:
+            os.close(fd)
             if time.monotonic() > deadline:
-                os.close(fd)
                 return None
             time.sleep(POLL * 4)
+            continue
+        if runtime_dir.still_linked(fd, path):
+            return fd
+        os.close(fd)
 
 
 def _last_line(path: str) -> str:
@@ -78,7 +84,11 @@ def _last_line(path: str) -> str:
 def launch(directory: str, digest: str) -> subprocess.Popen[bytes]:
     """Start the broker of ``digest`` detached (see the module docstring)."""
     log_path = runtime_dir.broker_path(directory, digest, "log")
-    log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        os.unlink(log_path)  # a new file: a broker still exiting removes only its own log
+    except FileNotFoundError:
+        pass
+    log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     try:
         return subprocess.Popen(
             [sys.executable, "-m", "envlayer.broker", "serve", "--runtime-dir", directory, "--digest", digest],
@@ -96,7 +106,8 @@ def start_and_connect(directory: str, digest: str, argv: Sequence[str]) -> _sock
     """A connection to a broker started for this context (see the module docstring),
     or None when the command must run in-process."""
     sock_path = runtime_dir.broker_path(directory, digest, "sock")
-    lock_fd = _lock(runtime_dir.broker_path(directory, digest, "lock"))
+    lock_path = runtime_dir.broker_path(directory, digest, "lock")
+    lock_fd = _lock(lock_path)
     if lock_fd is None:
         note(f"another call has been starting the broker for over {LOCK_TIMEOUT:.0f}s; running in-process")
         return None
@@ -136,4 +147,5 @@ def start_and_connect(directory: str, digest: str, argv: Sequence[str]) -> _sock
         note(f"the broker {state}; running in-process")
         return None
     finally:
+        runtime_dir.unlink_held(lock_fd, lock_path)
         os.close(lock_fd)

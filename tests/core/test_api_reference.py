@@ -23,6 +23,7 @@ INTERNAL = {
     "envlayer.cli_exec": "exec's planning and reporting, shared by the command line and the broker",
     "envlayer.broker": "the session broker behind `envlayer exec`, documented in docs/cli.md",
     "envlayer.cli_completion": "the shell completion script of the command line",
+    "envlayer.cli_cells": "the LAST USED and SIZE cells of `envlayer ls` / `reap`, documented in docs/cli.md",
     "envlayer.progress": "the command line's status line on a terminal",
     "envlayer.install_hints": "install and start hints that fit where the user is",
 }

@@ -324,13 +324,18 @@ class DockerEnvironment(Environment):
                 self._session.close()
             remove = force_remove or purge or not self.options.persist_across_processes
             if remove and self._teardown is None and self._container is not None:
-                data = self._purge_data if purge and self._spec.data else None
+                data = (self._purge_data if purge else self._note_data_use) if self._spec.data else None
                 self._teardown = teardown.schedule(self._api, self._container.id, self.options.stop_timeout, then=data)
 
     def _purge_data(self) -> None:
         from envlayer_docker import workspace
 
         workspace.remove(self._api, self.options, profile=self.profile, task=self.task_id)
+
+    def _note_data_use(self) -> None:
+        from envlayer_docker.retention import note_last_use
+
+        note_last_use(self._api, self.options, profile=self.profile, task=self.task_id, when=time.time())
 
     def wait_for_cleanup(self, timeout: float) -> bool:
         """Block up to ``timeout`` seconds for this environment's teardown; True when done
@@ -374,8 +379,9 @@ class DockerEnvironment(Environment):
     def reap_orphans(cls, *, profile: str, max_age: float, dry_run: bool, options: DockerOptions) -> list[SandboxInfo]:
         """Remove this profile's stopped managed containers older than ``max_age`` seconds,
         running private containers whose owner process died, and (when
-        ``idle_reclaim_after`` is set, as by default) idle running ones; never durable
-        workspaces; see :func:`envlayer_docker.reaper.sweep`. Returns what was (or would be) removed."""
+        ``idle_reclaim_after`` is set, as by default) idle running ones, and (when
+        ``workspace_retention`` is set, as by default) the durable workspaces of tasks unused
+        that long; see :func:`envlayer_docker.reaper.sweep`. Returns what was (or would be) removed."""
         from envlayer_docker import reaper
 
         api, opts = cls._class_api(options)
@@ -385,11 +391,13 @@ class DockerEnvironment(Environment):
     def list_sandboxes(cls, *, profile: str | None, options: DockerOptions) -> list[SandboxInfo]:
         """Every managed container (of ``profile``, or of all profiles when None), then
         every durable workspace (status ``data``)."""
-        from envlayer_docker import reaper, workspace
+        from envlayer_docker import reaper, retention, workspace
 
         api, opts = cls._class_api(options)
         containers = [reaper.info_from(s) for s in reaper.list_managed(api, profile=profile)]
-        return containers + workspace.list_data(api, opts, profile=profile)
+        data = workspace.list_data(api, opts, profile=profile)
+        retention.annotate(api, opts, data, profile=profile)
+        return containers + data
 
     @classmethod
     def remove_sandbox(
@@ -401,7 +409,7 @@ class DockerEnvironment(Environment):
         from envlayer_docker import reaper, workspace
 
         api, opts = cls._class_api(options)
-        removed = reaper.remove_task(api, profile=profile, task=task_id, force=force)
+        removed = reaper.remove_task(api, profile=profile, task=task_id, force=force, options=None if purge else opts)
         if purge:
             removed += workspace.remove(api, opts, profile=profile, task=task_id)
         return removed

@@ -20,6 +20,10 @@ PROFILE = "envlayer.profile"
 FINGERPRINT = "envlayer.fingerprint"
 PERSIST = "envlayer.persist"
 OWNER = "envlayer.owner"
+DATA = "envlayer.data"
+"""On a durable volume: ``workspace``, ``home``, or ``record`` (a last-use record)."""
+LAST_USED = "envlayer.last_used"
+"""On a last-use record: when the task's data was last used (epoch seconds)."""
 RESERVED_PREFIX = "envlayer."
 
 __all__ = ["filters", "fingerprint", "managed_labels", "sanitize"]

@@ -24,6 +24,8 @@ _SIZE = re.compile(r"^[0-9]+[bkmgBKMG]?$")
 DEFAULT_SHM_SIZE = "1g"
 DEFAULT_IDLE_RECLAIM_AFTER = 6 * 3600.0
 """Running persist-mode containers idle this long (seconds) are reclaimed by the reaper."""
+DEFAULT_WORKSPACE_RETENTION = 14 * 86400.0
+"""Durable workspaces of tasks unused this long (seconds) are removed by the reaper."""
 
 SHELL_CAPABILITIES = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "SETUID", "SETGID"]
 """What a root shell needs to behave normally once every other capability is dropped."""
@@ -129,8 +131,8 @@ class DockerOptions(BaseOptions):
         "volume",
         doc="Where the task's working directory (`cwd`) lives so it survives its container (persist mode "
         "only): a named Docker volume per (profile, task), a host directory under `data_dir`, or `none` (the "
-        "container's own layer: lost when the container is replaced). Removed only by `envlayer rm --purge` "
-        "or cleanup(force_remove=True, purge=True).",
+        "container's own layer: lost when the container is replaced). Removed by `envlayer rm --purge`, "
+        "`envlayer exec --rm`, cleanup(force_remove=True, purge=True), and the reaper after `workspace_retention`.",
     )
     persist_home: bool = option(False, doc="Keep `home_dir` durable too, the same way as the workspace.")
     home_dir: str = option("/root", doc="The home directory `persist_home` keeps.")
@@ -168,6 +170,13 @@ class DockerOptions(BaseOptions):
         "this many seconds and where no command-started process is alive (their workspace is kept). Default "
         "6 hours; 0 or unset: never. Per-process setting.",
     )
+    workspace_retention: float | None = option(
+        DEFAULT_WORKSPACE_RETENTION,
+        doc="reap_orphans also removes the durable workspace (and home) of a task of the profile unused for this "
+        "many seconds: no container of the task running, none finished, and none removed by envlayer within it "
+        "(its stopped containers go with it). Default 14 days; 0 or unset: keep workspaces forever. "
+        "Per-process setting.",
+    )
     max_transfer_bytes: int = option(
         1_073_741_824, doc="Largest directory archive upload_dir/download_dir will move, in bytes. Per-process setting."
     )
@@ -185,10 +194,7 @@ class DockerOptions(BaseOptions):
                 raise OptionError(key, "must be >= 0")
         if self.api_timeout <= 0:
             raise OptionError("api_timeout", "must be > 0")
-        if self.idle_reclaim_after is not None and self.idle_reclaim_after < 0:
-            raise OptionError("idle_reclaim_after", "must be >= 0 (0 or unset disables it)")
-        if self.idle_reclaim_after == 0:
-            self.idle_reclaim_after = None
+        self._check_reaper_periods()
         if self.shm_size == "0":
             self.shm_size = None
         if self.workspace != "none" and self.workdir == "/":
@@ -229,6 +235,15 @@ class DockerOptions(BaseOptions):
                     "extra_create_kwargs",
                     f"{key!r} is not allowed; allowed: {', '.join(sorted(EXTRA_CREATE_KWARGS))}",
                 )
+
+    def _check_reaper_periods(self) -> None:
+        """``idle_reclaim_after`` and ``workspace_retention``: >= 0, and 0 means None (off)."""
+        for key, off in (("idle_reclaim_after", "disables it"), ("workspace_retention", "keeps workspaces forever")):
+            value = getattr(self, key)
+            if value is not None and value < 0:
+                raise OptionError(key, f"must be >= 0 (0 or unset {off})")
+            if value == 0:
+                setattr(self, key, None)
 
     @property
     def workdir(self) -> str:

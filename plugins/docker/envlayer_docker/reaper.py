@@ -10,7 +10,10 @@ Inspections and removals run on a small thread pool.
 Dead owners (:func:`reap_dead_owners`): RUNNING private containers (made with
 ``persist_across_processes = false``) whose owning process on this host is gone.
 
-Idle reclaim (:func:`reclaim_idle`, opt-in): RUNNING managed containers of the profile
+Workspace retention (durable data of tasks unused for ``workspace_retention``) is
+:mod:`envlayer_docker.retention`; the removals here leave it a last-use record.
+
+Idle reclaim (:func:`reclaim_idle`, on by default): RUNNING managed containers of the profile
 whose last-used lease (the mtime of ``/tmp/.envlayer-lease``, refreshed by commands at
 most every ``lease_interval`` seconds; the container's start time when there is none)
 is older than ``idle_reclaim_after``, and in which no process started by a command is
@@ -113,9 +116,13 @@ def _parallel(fn: Callable[[Any], SandboxInfo | None], items: list[Any]) -> list
         return [r for r in pool.map(fn, items) if r is not None]
 
 
-def reap(api: Any, *, profile: str, max_age: float, dry_run: bool, now: float | None = None) -> list[SandboxInfo]:
+def reap(
+    api: Any, *, profile: str, max_age: float, dry_run: bool, now: float | None = None, options: Any = None
+) -> list[SandboxInfo]:
     """Remove this profile's stale stopped containers (module rules). Returns what was
-    removed (or, with ``dry_run``, what would be). Raises only when listing fails."""
+    removed (or, with ``dry_run``, what would be). With ``options``, a removed container's
+    durable data gets a last-use record (its finish time; see :mod:`envlayer_docker.retention`).
+    Raises only when listing fails."""
     from docker.errors import APIError, NotFound
 
     now = time.time() if now is None else now
@@ -132,6 +139,7 @@ def reap(api: Any, *, profile: str, max_age: float, dry_run: bool, now: float | 
                 return None
             result = info_from(summary, status)
             if not dry_run:
+                _note_use(api, options, summary, ref)
                 api.remove_container(summary["Id"], v=True)
             return result
         except NotFound:
@@ -165,12 +173,26 @@ def reap_dead_owners(api: Any, *, profile: str, dry_run: bool) -> list[SandboxIn
     return _parallel(one, running)
 
 
-def _remove_running(api: Any, summary: dict[str, Any], dry_run: bool, who: str) -> SandboxInfo | None:
-    """Force-remove one running container already judged reclaimable (unless ``dry_run``);
-    a failure is logged and the container skipped, so the sweep goes on."""
+def _note_use(api: Any, options: Any, summary: dict[str, Any], when: float) -> None:
+    """Before removing a persist-mode container whose data stays: record the data's last use."""
+    labels = summary.get("Labels") or {}
+    if options is None or labels.get(L.PERSIST) != "1":
+        return
+    from envlayer_docker.retention import note_last_use
+
+    note_last_use(api, options, profile=labels.get(L.PROFILE, ""), task=L.task_id_of(labels), when=when)
+
+
+def _remove_running(
+    api: Any, summary: dict[str, Any], dry_run: bool, who: str, options: Any = None
+) -> SandboxInfo | None:
+    """Force-remove one running container already judged reclaimable (unless ``dry_run``;
+    with ``options``, its data's last use is recorded first); a failure is logged and the
+    container skipped, so the sweep goes on."""
     try:
         result = info_from(summary, "running")
         if not dry_run:
+            _note_use(api, options, summary, time.time())
             api.remove_container(summary["Id"], force=True, v=True)
         return result
     except Exception as exc:
@@ -182,9 +204,10 @@ IDLE_CHECK = idle_check_script(LEASE_PATH, SESSION_VAR)
 
 
 def reclaim_idle(
-    api: Any, *, profile: str, idle_after: float, dry_run: bool, shell: str = "/bin/sh"
+    api: Any, *, profile: str, idle_after: float, dry_run: bool, shell: str = "/bin/sh", options: Any = None
 ) -> list[SandboxInfo]:
-    """Remove running managed containers of ``profile`` that are idle (module rules)."""
+    """Remove running managed containers of ``profile`` that are idle (module rules); with
+    ``options``, their data's last use is recorded (now)."""
     running = list_managed(api, profile=profile, states=("running",))
 
     def one(summary: dict[str, Any]) -> SandboxInfo | None:
@@ -199,7 +222,7 @@ def reclaim_idle(
             return None
         if not parse_idle_check(out, started, idle_after):
             return None
-        return _remove_running(api, summary, dry_run, "idle reclaim")
+        return _remove_running(api, summary, dry_run, "idle reclaim", options)
 
     return _parallel(one, running)
 
@@ -209,26 +232,40 @@ def reclaim_idle(
 
 def sweep(api: Any, options: Any, *, profile: str, max_age: float, dry_run: bool) -> list[SandboxInfo]:
     """``reap_orphans``: this profile's stopped managed containers older than ``max_age``
-    seconds, running private containers whose owner process died, and (with
-    ``idle_reclaim_after``) idle running ones. Returns what was (or would be) removed."""
-    removed = reap(api, profile=profile, max_age=max_age, dry_run=dry_run)
+    seconds, running private containers whose owner process died, (with
+    ``idle_reclaim_after``) idle running ones, and (with ``workspace_retention``) the durable
+    data of tasks unused that long. Returns what was (or would be) removed."""
+    removed = reap(api, profile=profile, max_age=max_age, dry_run=dry_run, options=options)
     removed += reap_dead_owners(api, profile=profile, dry_run=dry_run)
     if options.idle_reclaim_after is not None:
         removed += reclaim_idle(
-            api, profile=profile, idle_after=options.idle_reclaim_after, dry_run=dry_run, shell=options.shell
+            api,
+            profile=profile,
+            idle_after=options.idle_reclaim_after,
+            dry_run=dry_run,
+            shell=options.shell,
+            options=options,
+        )
+    if options.workspace_retention is not None:
+        from envlayer_docker.retention import reap_workspaces
+
+        removed += reap_workspaces(
+            api, options, profile=profile, retention=options.workspace_retention, dry_run=dry_run
         )
     return removed
 
 
-def remove_task(api: Any, *, profile: str, task: str, force: bool) -> list[SandboxInfo]:
+def remove_task(api: Any, *, profile: str, task: str, force: bool, options: Any = None) -> list[SandboxInfo]:
     """``remove_sandbox``: the containers of (profile, task); running ones only with
-    ``force``. One that cannot be removed is logged and skipped. Returns what was removed."""
+    ``force``; with ``options``, the data's last use is recorded (now) first. One that
+    cannot be removed is logged and skipped. Returns what was removed."""
     from docker.errors import APIError, NotFound
 
     removed = []
     for summary in list_managed(api, profile=profile, task=task):
         if summary.get("State") == "running" and not force:
             continue
+        _note_use(api, options, summary, time.time())
         try:
             api.remove_container(summary["Id"], force=force, v=True)
         except NotFound:

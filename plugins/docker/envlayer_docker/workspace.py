@@ -14,9 +14,11 @@ A persist-mode container keeps its working directory (``workspace``) and, with
 * ``workspace = "none"``: nothing durable (the container's layer only).
 
 Recreating the container (fingerprint change, ``envlayer rm`` without ``--purge``, the
-reaper, idle reclaim) keeps the data. It is removed only by :func:`remove` (``envlayer rm
---purge``, ``cleanup(force_remove=True, purge=True)``); the orphan reaper never removes
-data. Private containers (``persist_across_processes = false``) get no durable data.
+reaper, idle reclaim) keeps the data. It is removed by :func:`remove` (``envlayer rm
+--purge``, ``envlayer exec --rm``, ``cleanup(force_remove=True, purge=True)``) and, once
+the task has been unused for ``workspace_retention``, by the reaper (see
+:mod:`envlayer_docker.retention`). Private containers (``persist_across_processes =
+false``) get no durable data.
 A path the user already mounts (``volumes``, ``mount_cwd``, ``tmpfs``) is left to them.
 """
 
@@ -38,8 +40,9 @@ from envlayer_docker.options import DockerOptions
 
 log = logging.getLogger("envlayer.docker.workspace")
 
-DATA_LABEL = "envlayer.data"
-"""Label on a durable volume: ``workspace`` or ``home``."""
+DATA_LABEL = L.DATA
+"""Label on a durable volume: ``workspace`` or ``home`` (``record``: see :mod:`envlayer_docker.retention`)."""
+RECORD = "record"
 META_FILE = "envlayer.json"
 Kind = Literal["workspace", "home"]
 
@@ -123,7 +126,12 @@ def _volume_info(volume: dict[str, Any]) -> SandboxInfo:
         profile=labels.get(L.PROFILE, ""),
         status="data",
         created=str(volume.get("CreatedAt", "")),
-        detail={"name": volume["Name"], "data": labels.get(DATA_LABEL, ""), "storage": "volume"},
+        detail={
+            "name": volume["Name"],
+            "data": labels.get(DATA_LABEL, ""),
+            "storage": "volume",
+            "last_used": labels.get(L.LAST_USED, ""),
+        },
     )
 
 
@@ -154,7 +162,7 @@ def _host_info(path: str, meta: dict[str, str]) -> SandboxInfo:
         profile=L.sanitize(meta.get("profile", "")),
         status="data",
         created=meta.get("created", ""),
-        detail={"name": path, "data": kinds, "storage": "host"},
+        detail={"name": path, "data": kinds, "storage": "host", "last_used": meta.get("last_used", "")},
     )
 
 
@@ -162,23 +170,29 @@ def _matches(info: SandboxInfo, profile: str | None, task: str | None) -> bool:
     return (profile is None or info.profile == L.sanitize(profile)) and (task is None or info.task == L.sanitize(task))
 
 
-def list_data(api: Any, options: DockerOptions, *, profile: str | None, task: str | None = None) -> list[SandboxInfo]:
+def list_data(
+    api: Any, options: DockerOptions, *, profile: str | None, task: str | None = None, records: bool = False
+) -> list[SandboxInfo]:
     """Durable data of ``profile`` (None: every profile), optionally of one task: every
-    labelled volume on the daemon, and the host directories under ``data_dir``."""
+    labelled volume on the daemon, and the host directories under ``data_dir``. Last-use
+    records (``detail["data"] == "record"``) only with ``records``."""
     volumes = (api.volumes(filters={"label": [f"{DATA_LABEL}", *L.filters(profile=profile, task=task)]}) or {}).get(
         "Volumes"
     ) or []
+    infos = [_volume_info(v) for v in volumes]
     hosts = [_host_info(path, meta) for path, meta in _host_entries(options)]
-    return [_volume_info(v) for v in volumes] + [h for h in hosts if _matches(h, profile, task)]
+    infos += [h for h in hosts if _matches(h, profile, task)]
+    return [i for i in infos if records or i.detail["data"] != RECORD]
 
 
 def remove(api: Any, options: DockerOptions, *, profile: str, task: str) -> list[SandboxInfo]:
-    """Delete the durable data of (profile, task). A volume still used by a container is
-    refused by the daemon: it is logged and kept. Returns what was removed."""
+    """Delete the durable data of (profile, task), with its last-use records. A volume
+    still used by a container is refused by the daemon: it is logged and kept. Returns
+    what was removed (records not listed)."""
     from docker.errors import APIError, NotFound
 
     removed = []
-    for info in list_data(api, options, profile=profile, task=task):
+    for info in list_data(api, options, profile=profile, task=task, records=True):
         try:
             if info.detail["storage"] == "volume":
                 api.remove_volume(info.id)
@@ -189,5 +203,6 @@ def remove(api: Any, options: DockerOptions, *, profile: str, task: str) -> list
         except (APIError, OSError) as exc:
             log.warning("could not remove data %s: %s", info.id, getattr(exc, "explanation", None) or exc)
             continue
-        removed.append(info)
+        if info.detail["data"] != RECORD:
+            removed.append(info)
     return removed

@@ -1,0 +1,49 @@
+"""Table cells of ``envlayer ls`` / ``reap`` for a sandbox's optional details: how long
+ago its data was last used, and its size. Pure functions of the ``detail`` strings a
+backend reports (see :class:`envlayer.environment.SandboxInfo`)."""
+
+from __future__ import annotations
+
+import time
+
+_UNITS = (("d", 86400), ("h", 3600), ("m", 60), ("s", 1))
+_SIZES = ("B", "KiB", "MiB", "GiB", "TiB")
+
+
+def last_used_cell(value: str | None, now: float | None = None) -> str:
+    """``detail["last_used"]`` (epoch seconds, ``in use``, or empty when unknown) as
+    ``3d 4h ago`` / ``in use`` / ``?``; empty when the row has none."""
+    if value is None:
+        return ""
+    if value == "in use":
+        return value
+    try:
+        seconds = max(0.0, (time.time() if now is None else now) - float(value))
+    except ValueError:
+        return "?"
+    if seconds < 1:
+        return "just now"
+    first = next(i for i, (_, size) in enumerate(_UNITS) if seconds >= size)
+    unit, size = _UNITS[first]
+    text = f"{int(seconds // size)}{unit}"
+    if first + 1 < len(_UNITS):
+        next_unit, next_size = _UNITS[first + 1]
+        rest = int(seconds % size // next_size)
+        text += f" {rest}{next_unit}" if rest else ""
+    return f"{text} ago"
+
+
+def size_cell(value: str | None) -> str:
+    """``detail["size_bytes"]`` (a byte count, or empty when the backend cannot tell) as
+    ``12.3 MiB`` / ``?``; empty when the row has none."""
+    if value is None:
+        return ""
+    try:
+        size = float(int(value))
+    except ValueError:
+        return "?"
+    for unit in _SIZES:
+        if size < 1024 or unit == _SIZES[-1]:
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return "?"

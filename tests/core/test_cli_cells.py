@@ -1,0 +1,35 @@
+"""The LAST USED and SIZE cells of `envlayer ls` / `reap`."""
+
+from __future__ import annotations
+
+import pytest
+
+from envlayer.cli_cells import last_used_cell, size_cell
+
+NOW = 1_000_000.0
+
+
+@pytest.mark.parametrize(
+    ("value", "cell"),
+    [
+        (None, ""),
+        ("in use", "in use"),
+        ("", "?"),
+        ("soon", "?"),
+        (str(NOW - 0.2), "just now"),
+        (str(NOW + 5), "just now"),
+        (str(NOW - 65), "1m 5s ago"),
+        (str(NOW - 7200), "2h ago"),
+        (str(NOW - 3 * 86400 - 7200 - 5), "3d 2h ago"),
+    ],
+)
+def test_last_used_cell(value: str | None, cell: str) -> None:
+    assert last_used_cell(value, now=NOW) == cell
+
+
+@pytest.mark.parametrize(
+    ("value", "cell"),
+    [(None, ""), ("", "?"), ("-1x", "?"), ("0", "0 B"), ("1023", "1023 B"), ("1536", "1.5 KiB"), (str(5 << 30), "5.0 GiB")],
+)
+def test_size_cell(value: str | None, cell: str) -> None:
+    assert size_cell(value) == cell
