@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import sys
-import tempfile
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -75,18 +74,9 @@ def main() -> int:
     parser.add_argument("--deadline", type=int, default=30)
     args = parser.parse_args()
     control = load_control()
-    with tempfile.TemporaryDirectory(prefix="envlayer-k8s-bench-") as tmp:
-        server = control.start_fake(tmp)
-        try:
-            run = control.run_scale(
-                server,
-                f"k8s-bench-{uuid.uuid4().hex[:6]}",
-                tasks=args.tasks,
-                processes=args.processes,
-                deadline=args.deadline,
-            )
-        finally:
-            server.stop()
+    with control.running_fake() as server:
+        profile = f"k8s-bench-{uuid.uuid4().hex[:6]}"
+        run = control.run_scale(server, profile, tasks=args.tasks, processes=args.processes, deadline=args.deadline)
     base_make, base_remove = docker_baseline(control.IMAGE, args.tasks, args.processes)
     print(f"{run.tasks} tasks from {run.processes} processes (fake API server, pods = Docker containers)")
     per_task = run.create_and_use / run.tasks * 1000

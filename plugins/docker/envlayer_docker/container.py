@@ -11,6 +11,8 @@ Rules (see docs/backends/docker.md, "Reuse"):
 * Opt-out mode: a private, uniquely named container per environment, handled by the same
   rules (so a stopped private container is restarted, not duplicated).
 * A create that fails after the container exists (start failed) removes what it made.
+* A created container's working directory and durable volumes are handed to its
+  ``user`` before any command runs (:mod:`envlayer_docker.ownership`).
 * A name held by a container envlayer did not label is never touched.
 * The image is never pulled unless ``pull`` is set; a missing image fails at once.
 """
@@ -26,7 +28,7 @@ from typing import Any
 from envlayer.errors import BackendUnavailable, ConfigError
 from envlayer.owner import owner_label
 from envlayer_docker import labels as L
-from envlayer_docker import workspace
+from envlayer_docker import ownership, workspace
 from envlayer_docker.naming import container_name, private_name
 from envlayer_docker.options import DockerOptions, parse_volume
 
@@ -50,6 +52,8 @@ class ContainerSpec:
     data: list[workspace.DataMount] = field(default_factory=list)
     profile: str = ""
     task: str = ""
+    owned_dirs: list[str] = field(default_factory=list)
+    """Directories handed to ``user`` when the container is created (see :mod:`envlayer_docker.ownership`)."""
 
 
 @dataclass
@@ -103,6 +107,19 @@ def _mount(source: str, target: str, *, read_only: bool = False) -> dict[str, An
     return Mount(target, source, type=kind, read_only=read_only)
 
 
+def owned_dirs(options: DockerOptions, data: list[workspace.DataMount], *, user_mounts: set[str]) -> list[str]:
+    """The directories the container's user must own: the durable volumes, and the
+    working directory unless the user mounts something at or above it (their bind mounts
+    and tmpfs are theirs to arrange; a ``workspace = "host"`` directory lives on the host).
+    Pure."""
+    owned = [d.target for d in data if d.storage == "volume"]
+    workdir = options.workdir
+    under_user_mount = any(workdir == m or workdir.startswith(m.rstrip("/") + "/") for m in user_mounts)
+    if workdir != "/" and workdir not in {d.target for d in data} and not under_user_mount:
+        owned.insert(0, workdir)
+    return owned
+
+
 def build_spec(api: Any, options: DockerOptions, *, profile: str, task: str, persist: bool) -> ContainerSpec:
     """Translate ``options`` into create arguments and the fingerprint.
 
@@ -120,6 +137,7 @@ def build_spec(api: Any, options: DockerOptions, *, profile: str, task: str, per
         mounts.append(_mount(host_cwd, "/workspace"))
         targets.add("/workspace")
     data = workspace.plan(options, profile=profile, task=task, persist=persist, taken=targets | set(options.tmpfs))
+    owned = owned_dirs(options, data, user_mounts=targets | set(options.tmpfs))
     mounts += [_mount(d.source, d.target) for d in data]
     keep_entrypoint, init_entrypoint = entrypoint_kept(api, options)
     caps = list(options.cap_add)
@@ -191,6 +209,7 @@ def build_spec(api: Any, options: DockerOptions, *, profile: str, task: str, per
         data=data,
         profile=profile,
         task=task,
+        owned_dirs=owned,
     )
 
 
@@ -273,10 +292,11 @@ def limit_failure(exc: Any, options: DockerOptions) -> BackendUnavailable | None
     )
 
 
-def _create(api: Any, spec: ContainerSpec, options: DockerOptions) -> str | None:
-    """Create and start a container named ``spec.name``. Returns its id, or ``None`` when
-    the name is already taken (another process won the race). A container that was created
-    but cannot start is removed before the error propagates."""
+def _create(api: Any, spec: ContainerSpec, options: DockerOptions) -> dict[str, Any] | None:
+    """Create and start a container named ``spec.name`` and hand its directories to its
+    user (``user``, else the image's). Returns its inspection, or ``None`` when the name
+    is already taken (another process won the race). A container that was created but
+    cannot start, or whose user the image lacks, is removed before the error propagates."""
     from docker.errors import APIError, ImageNotFound
 
     workspace.ensure(api, spec.data, profile=spec.profile, task=spec.task)
@@ -300,14 +320,19 @@ def _create(api: Any, spec: ContainerSpec, options: DockerOptions) -> str | None
         raise
     try:
         api.start(cid)
+        info = api.inspect_container(cid)
+        user = spec.user or (info.get("Config") or {}).get("User") or None
+        ownership.hand_over(api, cid, user=user, image=spec.image, directories=spec.owned_dirs)
     except BaseException as exc:
         with contextlib.suppress(Exception):
             _remove(api, cid)
-        hinted = limit_failure(exc, options) if isinstance(exc, APIError) else None
+        hinted = None
+        if isinstance(exc, APIError):
+            hinted = limit_failure(exc, options) or ownership.unknown_user(exc, spec.image)
         if hinted is not None:
             raise hinted from exc
         raise
-    return cid
+    return info
 
 
 def ensure(api: Any, spec: ContainerSpec, options: DockerOptions) -> Attached:
@@ -324,10 +349,10 @@ def ensure(api: Any, spec: ContainerSpec, options: DockerOptions) -> Attached:
         try:
             info = api.inspect_container(spec.name)
         except NotFound:
-            cid = _create(api, spec, options)
-            if cid is None:
+            created = _create(api, spec, options)
+            if created is None:
                 continue  # lost the race: attach to the winner on the next round
-            return _attached(api.inspect_container(cid), created=True)
+            return _attached(created, created=True)
         found = (info.get("Config") or {}).get("Labels") or {}
         if found.get(L.MANAGED) != "1":
             raise BackendUnavailable(

@@ -90,7 +90,7 @@ def sandbox_config(request: pytest.FixtureRequest) -> Callable[[str], EnvlayerSa
             profile = request.getfixturevalue("docker_ready")
             options: dict[str, Any] = {"image": IMAGE}
             if name == "docker-nobody":
-                options.update(user="65534:65534", cwd="/tmp")
+                options.update(user="65534:65534")
             return EnvlayerSandboxConfig(backend="docker", profile=profile, options=options)
         if name == "ssh":
             server = request.getfixturevalue("ssh_server")

@@ -1,6 +1,7 @@
 """Inspect AI's own sandbox conformance suite (``inspect_ai.util._sandbox.self_check``,
 imported unmodified from the installed package) against the ``envlayer`` sandbox on the
-local, Docker (as root and as uid 65534) and SSH backends.
+local, Docker (as root and as uid 65534, the latter in its default working directory
+``/workspace``, which the backend gives to that user) and SSH backends.
 
 Each backend setup shares one sample sandbox per module (made and removed through the
 adapter's real ``sample_init`` / ``sample_cleanup``), as Inspect's own runner does. The

@@ -14,7 +14,6 @@ with a second exec (the core's kill script).
 from __future__ import annotations
 
 import json
-import re
 import select
 import ssl
 import threading
@@ -22,14 +21,18 @@ import time
 from typing import Any
 
 from envlayer.errors import BackendUnavailable
+from envlayer.retry import call_with_retries
 from envlayer_kubernetes import naming
-from envlayer_kubernetes.client import Cluster, unavailable
+from envlayer_kubernetes.client import Cluster, log, message_of, transient, unavailable
+from envlayer_kubernetes.handshake import HandshakeRefused, open_exec_websocket
+from envlayer_kubernetes.keepalive import ANSWER_WITHIN, PING_EVERY, Keepalive
 
 STDIN, STDOUT, STDERR, STATUS, CLOSE = 0, 1, 2, 3, 255
 STREAM_NAMES = {STDOUT: "stdout", STDERR: "stderr"}
 V5 = "v5.channel.k8s.io"
 STDIN_CHUNK = 256 * 1024
-_HANDSHAKE = re.compile(r"Handshake status (\d+)")
+PROBE_IDLE = 15.0
+"""Seconds without a frame after which a session channel is pinged before it is used."""
 
 
 class NotStarted(Exception):
@@ -42,49 +45,62 @@ class ExecChannel:
     ``exit_status``, ``close``). One reader at a time; :meth:`write` may run on a writer
     thread while another thread reads."""
 
-    def __init__(self, ws: Any, cluster: Cluster, pod: str) -> None:
-        self._ws = ws
+    def __init__(self, ws: Any, cluster: Cluster, pod: str, *, timeout: float = ANSWER_WITHIN) -> None:
         self.cluster = cluster
         self.pod = pod
-        self.sock = ws.sock  # websocket.WebSocket
+        self.sock = ws  # websocket.WebSocket
         self.v5 = ws.subprotocol == V5
         self.status: dict[str, Any] | None = None
         self.closed = False
+        self.lost = False
+        """The connection was found dead (a ping went unanswered), not closed by the server."""
+        self.answer_within = min(timeout, ANSWER_WITHIN)
+        self.keepalive: Keepalive | None = None
+        self.last_heard = time.monotonic()
+        self._early: list[tuple[str, bytes]] = []
+
+    def start_keepalive(self) -> None:
+        """Ping the server every :data:`PING_EVERY` seconds while the channel is open (for
+        long-lived channels: the session shell's). From then on :meth:`read` also detects a
+        connection that was dropped silently: see :mod:`envlayer_kubernetes.keepalive`."""
+        self.keepalive = Keepalive(self.sock.ping, every=PING_EVERY, answer_within=self.answer_within)
+        self.keepalive.start()
 
     @classmethod
     def open(cls, cluster: Cluster, pod: str, argv: list[str], *, stdin: bool, timeout: float) -> ExecChannel:
-        """Start ``argv`` in the pod's sandbox container. Raises :class:`NotStarted` or
-        :class:`BackendUnavailable`."""
-        from kubernetes.client.exceptions import ApiException
-        from kubernetes.stream import stream
+        """Start ``argv`` in the pod's sandbox container; the handshake is bounded by
+        ``timeout`` and shares nothing mutable with other threads (see
+        :mod:`envlayer_kubernetes.handshake`). A handshake the API server answered 429 or
+        502/503/504 is retried (the command provably did not start). Raises
+        :class:`NotStarted` or :class:`BackendUnavailable`."""
+        from websocket import WebSocketException, WebSocketTimeoutException
 
+        query = [
+            ("command", argv),
+            ("container", naming.CONTAINER),
+            ("stdin", stdin),
+            ("stdout", True),
+            ("stderr", True),
+            ("tty", False),
+        ]
+        doing = f"starting a command in pod {pod}"
         try:
-            with cluster.stream_lock:
-                ws = stream(
-                    cluster.core.connect_get_namespaced_pod_exec,
-                    pod,
-                    cluster.namespace,
-                    command=argv,
-                    container=naming.CONTAINER,
-                    stdin=stdin,
-                    stdout=True,
-                    stderr=True,
-                    tty=False,
-                    binary=True,
-                    _preload_content=False,
-                    _request_timeout=timeout,
-                )
-        except ApiException as exc:
-            m = _HANDSHAKE.search(str(exc.reason or ""))
-            status = int(m.group(1)) if m else exc.status
-            if status in (400, 404):
-                raise NotStarted(f"{status}: {str(exc.reason)[:300]}") from exc
-            if status:
-                exc.status = status
-            raise unavailable(exc, cluster, f"starting a command in pod {pod}") from exc
-        channel = cls(ws, cluster, pod)
+            ws = call_with_retries(
+                lambda: open_exec_websocket(cluster.core.api_client, cluster.namespace, pod, query, timeout=timeout),
+                transient,
+                doing=doing,
+                logger=log,
+            )
+        except HandshakeRefused as exc:
+            if exc.status in (400, 404):
+                raise NotStarted(f"{exc.status}: {message_of(exc)}") from exc
+            raise unavailable(exc, cluster, doing) from exc
+        except (WebSocketTimeoutException, TimeoutError) as exc:
+            raise unavailable(exc, cluster, f"{doing} (no answer to the exec handshake in {timeout:.0f} s)") from exc
+        except (WebSocketException, OSError) as exc:
+            raise unavailable(exc, cluster, doing) from exc
         cluster.protocol = ws.subprotocol
-        return channel
+        return cls(ws, cluster, pod, timeout=timeout)
 
     def write(self, data: bytes) -> None:
         """Write ``data`` to the process's stdin (in frames of at most 256 KiB). Raises
@@ -122,10 +138,21 @@ class ExecChannel:
         limit): the ``("stdout" | "stderr", bytes)`` chunks available as soon as there are
         any, ``[]`` when the deadline passed first, None once the server closed the stream
         (every byte received was returned before; :attr:`status` then holds the status
-        message, if one came). Never raises for a broken transport."""
-        from websocket import ABNF, WebSocketException
+        message, if one came). Never raises for a broken transport.
 
-        chunks: list[tuple[str, bytes]] = []
+        With keepalive on (:meth:`start_keepalive`): a poll (``deadline`` already passed,
+        as before a session command is sent) after :data:`PROBE_IDLE` seconds without a
+        frame first pings and waits for the pong (up to ``answer_within``); a connection
+        that does not answer, or whose keepalive ping goes unanswered while reading, is
+        taken as closed (:attr:`lost`) and None returned: never a read that waits for the
+        deadline on a dead connection."""
+        chunks, self._early = self._early, []
+        idle = time.monotonic() - self.last_heard
+        polling = deadline is not None and deadline <= time.monotonic()
+        if self.keepalive is not None and not chunks and polling and idle >= PROBE_IDLE and not self._probe():
+            self._lose()
+        chunks += self._early
+        self._early = []
         while not self.closed:
             if chunks:
                 wait: float | None = 0.0
@@ -133,30 +160,68 @@ class ExecChannel:
                 wait = None if deadline is None else deadline - time.monotonic()
                 if wait is not None and wait <= 0:
                     return chunks
-            if not self._readable(wait):
-                if chunks:
-                    return chunks
-                continue
-            try:
-                opcode, frame = self.sock.recv_data_frame(True)
-            except (WebSocketException, OSError):
-                self.closed = True
-                break
-            if opcode == ABNF.OPCODE_CLOSE:
-                self.closed = True
-                break
-            if opcode not in (ABNF.OPCODE_BINARY, ABNF.OPCODE_TEXT) or not frame.data:
-                continue
-            data = frame.data if isinstance(frame.data, bytes) else frame.data.encode()
-            channel, payload = data[0], data[1:]
-            if channel in STREAM_NAMES and payload:
-                chunks.append((STREAM_NAMES[channel], payload))
-            elif channel == STATUS and payload:
-                try:
-                    self.status = json.loads(payload)
-                except ValueError:
-                    self.status = {"status": "Failure", "message": payload.decode(errors="replace")}
+            if self.keepalive is not None:
+                wait = self.keepalive.answer_within if wait is None else min(wait, self.keepalive.answer_within)
+            if self._readable(wait):
+                self._receive(chunks)
+            elif chunks:
+                return chunks
+            elif self.keepalive is not None and self.keepalive.overdue():
+                self._lose()
         return chunks or None
+
+    def _receive(self, chunks: list[tuple[str, bytes]]) -> None:
+        """Read one frame: output appended to ``chunks``, the status kept, a pong given
+        to the keepalive; a close or a broken transport sets :attr:`closed`."""
+        from websocket import ABNF, WebSocketException
+
+        try:
+            opcode, frame = self.sock.recv_data_frame(True)
+        except (WebSocketException, OSError):
+            self.closed = True
+            return
+        self.last_heard = time.monotonic()
+        if opcode == ABNF.OPCODE_CLOSE:
+            self.closed = True
+            return
+        if opcode == ABNF.OPCODE_PONG and self.keepalive is not None:
+            self.keepalive.heard_pong(bytes(frame.data or b""))
+        if opcode not in (ABNF.OPCODE_BINARY, ABNF.OPCODE_TEXT) or not frame.data:
+            return
+        data = frame.data if isinstance(frame.data, bytes) else frame.data.encode()
+        channel, payload = data[0], data[1:]
+        if channel in STREAM_NAMES and payload:
+            chunks.append((STREAM_NAMES[channel], payload))
+        elif channel == STATUS and payload:
+            try:
+                self.status = json.loads(payload)
+            except ValueError:
+                self.status = {"status": "Failure", "message": payload.decode(errors="replace")}
+
+    def _probe(self) -> bool:
+        """Ping now and wait up to ``answer_within`` for the pong; output that arrives
+        meanwhile is kept for the next read. True when answered (or the server closed the
+        stream: the read reports that)."""
+        assert self.keepalive is not None
+        if not self.keepalive.ping():
+            return False
+        end = time.monotonic() + self.keepalive.answer_within
+        while self.keepalive.waiting and not self.closed:
+            remaining = end - time.monotonic()
+            if remaining <= 0:
+                return False
+            if self._readable(remaining):
+                self._receive(self._early)
+        return True
+
+    def _lose(self) -> None:
+        log.warning(
+            "the exec websocket to pod %s stopped answering pings (a proxy or load balancer dropped it); "
+            "closing it",
+            self.pod,
+        )
+        self.lost = True
+        self.close()
 
     def exit_status(self, wait: float = 0.0) -> int | None:
         """After :meth:`read` returned None: the exit code from the status channel; None
@@ -189,8 +254,10 @@ class ExecChannel:
     def close(self) -> None:
         """Close the websocket (the process in the pod is NOT killed by this)."""
         self.closed = True
+        if self.keepalive is not None:
+            self.keepalive.stop()
         try:
-            self._ws.close()
+            self.sock.close()
         except Exception:
             pass
 

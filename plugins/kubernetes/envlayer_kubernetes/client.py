@@ -7,16 +7,19 @@ dropped in a forked child (the urllib3 pool must not be shared across ``fork``).
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from envlayer.errors import BackendUnavailable
+from envlayer.retry import RETRYABLE_STATUSES, Transient, call_with_retries, retry_after_from_headers
 from envlayer_kubernetes.options import KubernetesOptions
 
 T = TypeVar("T")
+log = logging.getLogger("envlayer.kubernetes")
 SA_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 RBAC_HINT = "grant the Role in docs/backends/kubernetes.md (pods: create/get/list/delete, pods/exec: create, get)"
 
@@ -30,10 +33,6 @@ class Cluster:
     namespace: str
     where: str
     """Human-readable origin, for messages: ``kubeconfig <path> context <name>`` or ``in-cluster``."""
-    stream_lock: threading.Lock = field(default_factory=threading.Lock)
-    """``kubernetes.stream.stream`` swaps ``api_client.call_api`` while it connects: two
-    threads connecting at once on one client would undo each other's swap. Held only
-    during the websocket handshake."""
     protocol: str | None = None
     """The exec subprotocol the server chose last (``v5.channel.k8s.io`` or ``v4...``);
     None until the first exec."""
@@ -43,20 +42,26 @@ _CACHE: dict[tuple[Any, ...], tuple[int, Cluster]] = {}
 _CACHE_LOCK = threading.Lock()
 
 
-def _kubeconfig_path(opts: KubernetesOptions) -> str | None:
+def _kubeconfig_paths(opts: KubernetesOptions) -> list[str]:
+    """The kubeconfig files to merge: the ``kubeconfig`` option (one file, even when it
+    does not exist, so the error names it), else every existing file of ``$KUBECONFIG``,
+    else ``~/.kube/config`` if it exists."""
+    from envlayer_kubernetes.kubeconfig import split_paths
+
     if opts.kubeconfig:
-        return os.path.expanduser(opts.kubeconfig)
-    env = os.environ.get("KUBECONFIG", "")
-    for path in env.split(os.pathsep):
-        if path and os.path.exists(path):
-            return path
+        return [os.path.expanduser(opts.kubeconfig)]
+    listed = split_paths(os.environ.get("KUBECONFIG", ""))
+    if listed:
+        return listed
     default = os.path.expanduser("~/.kube/config")
-    return default if os.path.exists(default) else None
+    return [default] if os.path.exists(default) else []
 
 
 def _source(opts: KubernetesOptions) -> tuple[str, str | None]:
-    """(``kubeconfig`` or ``in_cluster``, kubeconfig path) per ``config_source``."""
-    path = _kubeconfig_path(opts)
+    """(``kubeconfig`` or ``in_cluster``, the kubeconfig files joined by ``os.pathsep``)
+    per ``config_source``."""
+    paths = _kubeconfig_paths(opts)
+    path = os.pathsep.join(paths) or None
     if opts.config_source == "in_cluster":
         return "in_cluster", None
     if opts.config_source == "kubeconfig" or path is not None:
@@ -78,6 +83,8 @@ def _build(opts: KubernetesOptions, source: str, path: str | None) -> Cluster:
     from kubernetes import client, config
     from kubernetes.config.config_exception import ConfigException
 
+    from envlayer_kubernetes import kubeconfig
+
     try:
         if source == "in_cluster":
             configuration = client.Configuration()
@@ -86,11 +93,10 @@ def _build(opts: KubernetesOptions, source: str, path: str | None) -> Cluster:
             namespace = opts.namespace or _read(SA_NAMESPACE) or "default"
             where = "in-cluster service account"
         else:
-            api_client = config.new_client_from_config(config_file=path, context=opts.context)
-            contexts, active = config.list_kube_config_contexts(config_file=path)
-            chosen = next((c for c in contexts if c.get("name") == opts.context), active) if opts.context else active
-            namespace = opts.namespace or ((chosen or {}).get("context") or {}).get("namespace") or "default"
-            where = f"kubeconfig {path} context {(chosen or {}).get('name', '?')}"
+            loaded = kubeconfig.load((path or "").split(os.pathsep), opts.context)
+            api_client = loaded.api_client
+            namespace = opts.namespace or (loaded.context.get("context") or {}).get("namespace") or "default"
+            where = f"kubeconfig {path} context {loaded.context.get('name', '?')}"
     except (ConfigException, OSError, ValueError, TypeError, KeyError) as exc:
         raise BackendUnavailable(
             f"cannot load the Kubernetes configuration ({source}{' ' + path if path else ''}): {exc}",
@@ -139,13 +145,68 @@ def message_of(exc: BaseException) -> str:
     return str(getattr(exc, "reason", None) or exc)[:500]
 
 
+ADMISSION_REJECTIONS: tuple[tuple[str, str, str], ...] = (
+    (
+        "violates PodSecurity",
+        "the namespace's Pod Security admission",
+        'set security_preset = "restricted" and run_as_user (e.g. 65534), or use a namespace whose '
+        "pod-security.kubernetes.io/enforce level allows the pod",
+    ),
+    (
+        "quota",
+        "the namespace's ResourceQuota",
+        "remove sandboxes you no longer need (`envlayer ls`, `envlayer rm TASK --force`), set requests/limits "
+        "if the quota requires them, or ask for a larger quota (`kubectl describe resourcequota`)",
+    ),
+    (
+        "per Container",
+        "the namespace's LimitRange",
+        "set requests/limits within the LimitRange (`kubectl describe limitrange`)",
+    ),
+    (
+        "denied the request",
+        "an admission webhook or policy",
+        "change the options the policy objects to (its message above), or ask the cluster admin",
+    ),
+)
+"""(text in the API server's message, who rejected the pod, what to do) for 403/422
+answers that are admission or quota rejections, not missing permissions. Texts from
+k8s.io/pod-security-admission (``violates PodSecurity "restricted:latest"``),
+plugin/pkg/admission/resourcequota (``exceeded quota``, ``failed quota``),
+plugin/pkg/admission/limitranger (``maximum cpu usage per Container is``) and
+the admission webhooks (``admission webhook "x" denied the request``)."""
+
+
+def rejection(exc: BaseException, cluster: Cluster, doing: str) -> BackendUnavailable | None:
+    """The error for a 403/422 that an admission controller or a quota gave, or None."""
+    status = status_of(exc)
+    if status not in (403, 422):
+        return None
+    message = message_of(exc)
+    for needle, who, hint in ADMISSION_REJECTIONS:
+        if needle in message:
+            return BackendUnavailable(
+                f"{who} rejected {doing} in namespace {cluster.namespace!r} ({status}): {message}", hint=hint
+            )
+    return None
+
+
 def unavailable(exc: BaseException, cluster: Cluster, doing: str) -> BackendUnavailable:
     """A :class:`BackendUnavailable` for a failed API call, with what to do about it."""
     status = status_of(exc)
+    rejected = rejection(exc, cluster, doing)
+    if rejected is not None:
+        return rejected
     if status in (401, 403):
         return BackendUnavailable(
             f"the Kubernetes API refused {doing} in namespace {cluster.namespace!r} ({status}): {message_of(exc)}",
             hint=RBAC_HINT if status == 403 else "refresh the kubeconfig's credentials",
+        )
+    if status in RETRYABLE_STATUSES:
+        return BackendUnavailable(
+            f"the Kubernetes API answered {status} to {doing}, also after retrying: {message_of(exc)}",
+            hint="the API server is throttling this client or overloaded (or a proxy in front of it fails); "
+            "retry later, or ask the cluster admin about API priority and fairness limits",
         )
     if status:
         return BackendUnavailable(
@@ -158,15 +219,29 @@ def unavailable(exc: BaseException, cluster: Cluster, doing: str) -> BackendUnav
     )
 
 
+def transient(exc: BaseException) -> Transient | None:
+    """A throttle (429, with its ``Retry-After``) or a gateway's or the API server's
+    momentary failure (502/503/504) from an ``ApiException`` or a refused exec handshake;
+    None for anything else."""
+    status = status_of(exc)
+    if status not in RETRYABLE_STATUSES:
+        return None
+    reason = str(getattr(exc, "reason", "") or "")
+    return Transient(f"{status} {reason}".strip(), retry_after_from_headers(getattr(exc, "headers", None)))
+
+
 def call(cluster: Cluster, fn: Callable[[], T], doing: str, *, passthrough: tuple[int, ...] = ()) -> T:
-    """Run one API call. A client exception whose status is in ``passthrough`` is
-    re-raised as is (the caller handles it, e.g. 404/409); any other failure becomes
-    :class:`BackendUnavailable`."""
+    """Run one API call that is safe to repeat (a read, a list, a delete, a create by
+    unique name: a repeated create answers 409, which callers handle). A throttle or a
+    momentary 502/503/504 is retried with backoff (:func:`envlayer.retry.call_with_retries`:
+    bounded, ``Retry-After`` honoured, each retry logged). A client exception whose status
+    is in ``passthrough`` is re-raised as is (the caller handles it, e.g. 404/409); any
+    other failure becomes :class:`BackendUnavailable`."""
     import urllib3
     from kubernetes.client.exceptions import ApiException
 
     try:
-        return fn()
+        return call_with_retries(fn, transient, doing=doing, logger=log)
     except ApiException as exc:
         if exc.status in passthrough:
             raise

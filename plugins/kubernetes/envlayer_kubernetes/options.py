@@ -75,6 +75,23 @@ class KubernetesOptions(BaseOptions):
         doc="activeDeadlineSeconds: the cluster stops the pod this many seconds after it started, whatever "
         "happens to the client (a server-side backstop against leaks). 0 = none.",
     )
+    security_preset: Literal["none", "restricted"] = option(
+        "none",
+        doc="`restricted`: the pod meets the Pod Security `restricted` level (runAsNonRoot, seccomp "
+        "RuntimeDefault, allowPrivilegeEscalation false, all capabilities dropped); set run_as_user too unless "
+        "the image's USER is a numeric non-root uid or the platform assigns one (OpenShift).",
+    )
+    run_as_user: int | None = option(None, doc="uid the sandbox's processes run as (securityContext.runAsUser).")
+    run_as_group: int | None = option(None, doc="Primary gid of the sandbox's processes (runAsGroup).")
+    fs_group: int | None = option(
+        None, doc="Supplementary gid that owns the workspace volume, group-writable (securityContext.fsGroup)."
+    )
+    workspace_volume: Literal["auto", "emptyDir", "none"] = option(
+        "auto",
+        doc="`emptyDir`: an emptyDir volume at the working directory, writable by any user (group-owned by "
+        "fs_group when set); `auto`: that when run_as_user, run_as_group, fs_group or security_preset is set; "
+        "`none`: the working directory is the image's (created root-owned by the runtime when missing).",
+    )
     pod_labels: dict[str, str] = option(doc="Extra pod labels (keys under `envlayer/` are reserved).", factory=dict)
     pod_annotations: dict[str, str] = option(doc="Extra pod annotations.", factory=dict)
     persist_across_processes: bool = option(
@@ -147,6 +164,12 @@ class KubernetesOptions(BaseOptions):
         for name in self.image_pull_secrets:
             if not DNS_SUBDOMAIN.match(name):
                 raise OptionError("image_pull_secrets", f"{name!r} is not a valid Secret name")
+        for key in ("run_as_user", "run_as_group", "fs_group"):
+            value = getattr(self, key)
+            if value is not None and not 0 <= value <= 2147483647:
+                raise OptionError(key, f"{value} is not a uid/gid (0 to 2147483647)")
+        if self.security_preset == "restricted" and self.run_as_user == 0:
+            raise OptionError("run_as_user", 'must not be 0 with security_preset = "restricted" (runAsNonRoot)')
         if self.active_deadline < 0:
             raise OptionError("active_deadline", "must be >= 0 (0 = no deadline)")
         if self.startup_timeout <= 0:
@@ -159,6 +182,14 @@ class KubernetesOptions(BaseOptions):
             for name in getattr(self, key):
                 if not ENV_NAME.match(name):
                     raise OptionError(key, f"{name!r} is not a valid variable name")
+
+    @property
+    def has_workspace_volume(self) -> bool:
+        """Whether the pod mounts an emptyDir at the working directory (``workspace_volume``)."""
+        if self.workspace_volume != "auto":
+            return self.workspace_volume == "emptyDir"
+        chosen = (self.run_as_user, self.run_as_group, self.fs_group)
+        return self.security_preset != "none" or any(v is not None for v in chosen)
 
     @property
     def workdir(self) -> str:

@@ -12,10 +12,14 @@ pod is read and, by its labels and phase:
 * another fingerprint: ``recreate`` deletes and creates again; ``error`` raises;
 * otherwise attached, and waited for while Pending.
 
-A Pending pod is polled (0.1 s, backing off to 1 s) with progress logged at INFO every
-5 s; ``ImagePullBackOff``/``ErrImageNeverPull``/``InvalidImageName``/
-``CreateContainerConfigError`` and ``Unschedulable`` fail at once with the cluster's message,
-and a pod this process created is then deleted so nothing is left behind.
+A Pending pod is polled (0.05 s, backing off to 1 s) up to ``startup_timeout``. On
+clusters with an autoscaler ``Unschedulable`` is the normal state before a node is added,
+and ``ContainerCreating``, ``ErrImagePull``/``ImagePullBackOff`` (the kubelet retries) and
+``CreateContainerConfigError`` (a Secret not there yet) can recover: they are waited for,
+with a WARNING naming each new reason and INFO progress every 5 s. Only what cannot recover
+fails at once (``InvalidImageName``, ``ErrImageNeverPull``, a pod that ended). On failure
+or timeout the error names the last reason and the cluster's message, and a pod this
+process created is deleted so nothing is left behind.
 """
 
 from __future__ import annotations
@@ -34,10 +38,12 @@ from envlayer_kubernetes.options import KubernetesOptions
 log = logging.getLogger("envlayer.kubernetes")
 KEEPALIVE = "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"
 """PID 1 of the sandbox container: sleeps, reaps orphans, exits on SIGTERM."""
-FATAL_WAITING = frozenset(
-    {"ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName", "CreateContainerConfigError", "CreateContainerError"}
-)
+FATAL_WAITING = frozenset({"ErrImageNeverPull", "InvalidImageName"})
+"""Container waiting reasons that never recover without someone changing the pod."""
+QUIET_WAITING = frozenset({"ContainerCreating", "PodInitializing", "Pending"})
+"""Waiting reasons of every normal start: noted at INFO only."""
 ENDED = frozenset({"Succeeded", "Failed"})
+WORKSPACE_VOLUME = "envlayer-workspace"
 PROGRESS_EVERY = 5.0
 
 
@@ -85,6 +91,7 @@ def build_spec(opts: KubernetesOptions, *, profile: str, task: str, persist: boo
         "automountServiceAccountToken": opts.automount_service_account_token,
         "enableServiceLinks": False,
     }
+    _apply_security(spec, container, opts)
     if opts.active_deadline:
         spec["activeDeadlineSeconds"] = opts.active_deadline
     if opts.node_selector:
@@ -111,6 +118,29 @@ def build_spec(opts: KubernetesOptions, *, profile: str, task: str, persist: boo
     if opts.pod_annotations:
         metadata["annotations"] = dict(opts.pod_annotations)
     return PodSpec(name, {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}, fingerprint)
+
+
+def _apply_security(spec: dict[str, Any], container: dict[str, Any], opts: KubernetesOptions) -> None:
+    """The security context and the workspace volume of the pod (options
+    ``security_preset``, ``run_as_user``, ``run_as_group``, ``fs_group``,
+    ``workspace_volume``). The ``restricted`` preset is what the Pod Security ``restricted``
+    level checks (k8s.io/pod-security-admission ``policy/check_*.go``). The workspace is an
+    emptyDir at the working directory: the kubelet creates it mode 0777 (group-owned by
+    ``fsGroup``, setgid, when one is set), so a non-root user can write where commands
+    start, where a ``workingDir`` the runtime creates is root-owned 0755."""
+    pod_ctx: dict[str, Any] = {}
+    for key, value in (("runAsUser", opts.run_as_user), ("runAsGroup", opts.run_as_group), ("fsGroup", opts.fs_group)):
+        if value is not None:
+            pod_ctx[key] = value
+    if opts.security_preset == "restricted":
+        pod_ctx["runAsNonRoot"] = True
+        pod_ctx["seccompProfile"] = {"type": "RuntimeDefault"}
+        container["securityContext"] = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+    if pod_ctx:
+        spec["securityContext"] = pod_ctx
+    if opts.has_workspace_volume:
+        spec["volumes"] = [{"name": WORKSPACE_VOLUME, "emptyDir": {}}]
+        container["volumeMounts"] = [{"name": WORKSPACE_VOLUME, "mountPath": opts.workdir}]
 
 
 def read(cluster: Cluster, name: str, opts: KubernetesOptions) -> Any | None:
@@ -228,68 +258,94 @@ def _usable(cluster: Cluster, spec: PodSpec, opts: KubernetesOptions, pod: Any) 
     return False
 
 
-def pending_problem(pod: Any) -> str | None:
-    """Why a Pending pod will not start without someone acting, or None."""
+@dataclass(frozen=True)
+class Waiting:
+    """Why a pod is not Running yet: the reason the cluster gives (``Unschedulable``,
+    ``ContainerCreating``, ``ImagePullBackOff``, ...), its message, and whether it can
+    never recover by itself (``final``)."""
+
+    reason: str
+    message: str
+    final: bool = False
+
+    def __str__(self) -> str:
+        return f"{self.reason}: {self.message}" if self.message else self.reason
+
+
+def waiting_state(pod: Any) -> Waiting | None:
+    """Why ``pod`` is not Running, or None once it runs. Final: a pod that ended, and the
+    container waiting reasons in :data:`FATAL_WAITING`; everything else may recover (an
+    autoscaler adds a node, a pull succeeds on retry, a Secret appears) and is waited for."""
     status = pod.status
+    phase = status.phase if status else None
+    if phase == "Running" and pod.metadata.deletion_timestamp is None:
+        return None
+    if phase in ENDED:
+        return Waiting(phase, f"{status.reason or ''} {status.message or ''}".strip(), final=True)
     for cond in (status.conditions if status else None) or []:
-        if cond.type == "PodScheduled" and cond.status == "False" and cond.reason == "Unschedulable":
-            return f"Unschedulable: {cond.message or 'no node fits'}"
+        if cond.type == "PodScheduled" and cond.status == "False":
+            return Waiting(cond.reason or "Unschedulable", cond.message or "no node fits")
     for cs in (status.container_statuses if status else None) or []:
         waiting = cs.state.waiting if cs.state else None
-        if waiting is not None and waiting.reason in FATAL_WAITING:
-            return f"{waiting.reason}: {waiting.message or ''}".rstrip(": ")
-    return None
-
-
-def _pending_detail(pod: Any) -> str:
-    for cs in (pod.status.container_statuses if pod.status else None) or []:
-        if cs.state and cs.state.waiting is not None:
-            return cs.state.waiting.reason or "waiting"
-    return "not scheduled yet"
+        if waiting is not None:
+            reason, message = waiting.reason or "Waiting", waiting.message or ""
+            final = reason in FATAL_WAITING or (reason == "CreateContainerConfigError" and "runAsNonRoot" in message)
+            return Waiting(reason, message, final=final)
+    if pod.metadata.deletion_timestamp is not None:
+        return Waiting("Terminating", "the pod is being deleted", final=True)
+    return Waiting(phase or "Pending", "not scheduled yet")
 
 
 def wait_running(cluster: Cluster, name: str, opts: KubernetesOptions, *, created: bool) -> Any:
-    """Poll the pod until it is Running; return it. A pod this process ``created`` is
-    deleted when it cannot start. Raises :class:`BackendUnavailable` (module rules)."""
+    """Poll the pod until it is Running; return it. Recoverable states are waited for up
+    to ``startup_timeout`` with a progress note naming the current reason (WARNING when
+    the reason changes, INFO every :data:`PROGRESS_EVERY` s); a final state fails at once.
+    A pod this process ``created`` is deleted when it cannot start. Raises
+    :class:`BackendUnavailable` naming the last reason and its message."""
     start = time.monotonic()
     next_progress = start + PROGRESS_EVERY
     pause = 0.05
+    noted: str | None = None
     while True:
         pod = read(cluster, name, opts)
         if pod is None:
             raise BackendUnavailable(
                 f"pod {name} was deleted while starting", hint="another process or the reaper removed it; retry"
             )
-        phase = pod.status.phase if pod.status else None
-        if phase == "Running" and pod.metadata.deletion_timestamp is None:
+        state = waiting_state(pod)
+        if state is None:
             return pod
-        problem = pending_problem(pod) if phase == "Pending" else None
-        if phase in ENDED:
-            problem = f"{phase}: {pod.status.reason or ''} {pod.status.message or ''}".strip()
         waited = time.monotonic() - start
-        if problem is None and waited >= opts.startup_timeout:
-            problem = f"still Pending ({_pending_detail(pod)}) after {opts.startup_timeout:.0f} s"
-        if problem is not None:
+        if state.final or waited >= opts.startup_timeout:
             if created:
                 delete(cluster, name, opts)
+            problem = str(state) if state.final else f"still {state} after {opts.startup_timeout:.0f} s"
             raise BackendUnavailable(
                 f"pod {name} in namespace {cluster.namespace!r} cannot start: {problem}",
-                hint=_hint_for(problem),
+                hint=_hint_for(state),
             )
-        if time.monotonic() >= next_progress:
-            log.info("waiting for pod %s: %s (%s) for %.0f s", name, phase, _pending_detail(pod), waited)
+        if state.reason not in QUIET_WAITING and state.reason != noted:
+            log.warning("pod %s is %s; waiting up to %.0f s (startup_timeout)", name, state, opts.startup_timeout)
+            noted = state.reason
+        elif time.monotonic() >= next_progress:
+            log.info("waiting for pod %s: %s, for %.0f s", name, state, waited)
             next_progress += PROGRESS_EVERY
         time.sleep(pause)
         pause = min(pause * 1.5, 1.0)
 
 
-def _hint_for(problem: str) -> str:
-    if problem.startswith(("ImagePull", "ErrImage", "InvalidImage")):
+def _hint_for(state: Waiting) -> str:
+    if state.reason in ("ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName"):
         return "check the image name and that the cluster can pull it (image_pull_secrets, image_pull_policy)"
-    if problem.startswith("Unschedulable"):
-        return "no node fits: relax node_selector/requests, add tolerations, or add nodes"
-    if problem.startswith("still Pending"):
-        return "raise startup_timeout, or look at `kubectl describe pod` for what it waits for"
+    if "runAsNonRoot" in state.message:
+        return "set run_as_user to a non-root uid (e.g. 65534), or use an image whose USER is a numeric non-root uid"
+    if state.reason in ("Unschedulable", "SchedulingGated"):
+        return (
+            "no node fits: relax node_selector/requests, add tolerations or nodes, or raise startup_timeout "
+            "if an autoscaler is adding one"
+        )
+    if not state.final:
+        return "raise startup_timeout, or look at `kubectl describe pod` and the cluster's events"
     return "look at `kubectl describe pod` and the cluster's events"
 
 

@@ -7,7 +7,8 @@ exec websocket (:class:`~envlayer_kubernetes.channel.ExecChannel`, a core byte s
   stdin run in other execs (:func:`run_helper`).
 * :func:`run_oneshot`: one exec per command (``exec_mode = "oneshot"``, and calls that
   find the session busy), under the wrapper of :mod:`envlayer_kubernetes.wrapper`; the
-  exit code comes from the status channel.
+  exit code comes from the status channel. A command too long for the exec's URL travels
+  on stdin (:func:`~envlayer_kubernetes.wrapper.command_over_stdin`).
 * :func:`run_helper`: envlayer's own short commands (files, the kill script):
   ``(exit code, stdout, stderr)``, uncapped.
 
@@ -37,7 +38,14 @@ from envlayer.streams import drain_while
 from envlayer_kubernetes.channel import V5, ExecChannel, start_writer
 from envlayer_kubernetes.client import Cluster
 from envlayer_kubernetes.options import KubernetesOptions
-from envlayer_kubernetes.wrapper import SESSION_START, bounded_stdin_argv, env_line, oneshot_argv
+from envlayer_kubernetes.wrapper import (
+    RUN_COMMAND_VAR,
+    SESSION_START,
+    bounded_stdin_argv,
+    command_over_stdin,
+    env_line,
+    oneshot_argv,
+)
 
 HELPER_TIMEOUT = 300.0
 KILL_TIMEOUT = 15.0
@@ -105,16 +113,17 @@ def run_oneshot(target: ExecTarget, request: ExecRequest, *, cwd: str) -> ExecRe
     options = target.options
     data = request.stdin
     closable = target.cluster.protocol == V5
+    script = command_over_stdin(request.command)
     argv = oneshot_argv(
         options.shell,
-        request.command,
+        request.command if script is None else RUN_COMMAND_VAR,
         exec_id=request.exec_id,
         cwd=cwd,
         stdin=None if data is None else len(data),
         closable=closable,
     )
     channel = target.open(argv, stdin=True)
-    prologue = env_line({**target.env, **request.env})
+    prologue = env_line({**target.env, **request.env}, command=script)
     writer = start_writer(channel, prologue + (data or b""), close=data is None or closable)
     collector = OutputCollector.for_request(request, options)
 
@@ -171,6 +180,7 @@ class SessionRunner:
         except OSError:
             channel.close()
             raise
+        channel.start_keepalive()
         return channel
 
     def _aside(self, argv: list[str]) -> None:

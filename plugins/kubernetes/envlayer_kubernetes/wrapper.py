@@ -29,6 +29,7 @@ stdin. The wrapper's exit status is the command's; 126 for a missing working dir
 from __future__ import annotations
 
 import shlex
+from urllib.parse import quote
 from collections.abc import Mapping, Sequence
 
 from envlayer.proctree import EXEC_ID_VAR
@@ -50,27 +51,52 @@ ONESHOT = (
 )
 
 
+URL_COMMAND_LIMIT = 8192
+"""Encoded bytes of command words above which a one-shot command goes over stdin: the
+exec's argv is in its URL, which proxies and load balancers in front of an API server cap
+(nginx 8 KiB by default; the API server itself, Go's 1 MiB of request headers), and one
+argv word in the pod is capped at 128 KiB by the kernel (``MAX_ARG_STRLEN``)."""
+COMMAND_VAR = "__el_cmd"
+RUN_COMMAND_VAR = 'eval "$__el_cmd"'
+"""The one-shot command word that runs the script :func:`command_over_stdin` sent."""
+
 SESSION_START = 'IFS= read -r __el_env || exit 125; eval "$__el_env"; unset __el_env; exec "$0"'
 """``sh -c`` program of a session shell's exec (``$0`` the shell): reads the environment
 line, then replaces itself with a fresh shell that reads the session protocol from the
 rest of stdin and inherits the exported variables."""
 
 
-def env_line(env: Mapping[str, str]) -> bytes:
-    """One line of ``sh`` that exports ``env``. Values with newlines are rebuilt by
-    ``printf %b`` from escapes, so the line never contains a raw newline. Raises
-    ``ValueError`` for a NUL byte in a value (no environment can hold one)."""
-    parts = []
-    for name in sorted(env):
-        value = env[name]
-        if "\0" in value:
-            raise ValueError(f"environment variable {name} contains a NUL byte")
-        if "\n" in value or "\r" in value:
-            escaped = value.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
-            parts.append(f"{name}=$(printf '%bx' {shlex.quote(escaped)}); {name}=${{{name}%x}}; export {name};")
-        else:
-            parts.append(f"{name}={shlex.quote(value)}; export {name};")
+def _assignment(name: str, value: str) -> str:
+    """``sh`` that sets shell variable ``name`` to ``value`` on one line: values with
+    newlines are rebuilt by ``printf %b`` from escapes. Raises ``ValueError`` for a NUL
+    byte (no shell variable can hold one)."""
+    if "\0" in value:
+        raise ValueError(f"{name} contains a NUL byte")
+    if "\n" in value or "\r" in value:
+        escaped = value.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+        return f"{name}=$(printf '%bx' {shlex.quote(escaped)}); {name}=${{{name}%x}};"
+    return f"{name}={shlex.quote(value)};"
+
+
+def env_line(env: Mapping[str, str], *, command: str | None = None) -> bytes:
+    """One line of ``sh`` that exports ``env`` (and, with ``command``, sets the unexported
+    ``__el_cmd`` to it: see :func:`command_over_stdin`); the line never contains a raw
+    newline. Raises ``ValueError`` for a NUL byte in a value."""
+    parts = [f"{_assignment(name, env[name])} export {name};" for name in sorted(env)]
+    if command is not None:
+        parts.append(_assignment(COMMAND_VAR, command))
     return (" ".join(parts) + "\n").encode("utf-8", "surrogateescape")
+
+
+def command_over_stdin(command: str | Sequence[str]) -> str | None:
+    """The command as one ``sh`` script when its argv would make the exec URL longer than
+    :data:`URL_COMMAND_LIMIT` (the argv is in the query string), else None. The script
+    then travels in the environment line (``__el_cmd``) and the argv holds only
+    :data:`RUN_COMMAND_VAR`; an argv command is quoted word by word, so it runs unchanged."""
+    words = [command] if isinstance(command, str) else [str(a) for a in command]
+    if sum(len(quote(w, safe="")) + len("&command=") for w in words) <= URL_COMMAND_LIMIT:
+        return None
+    return command if isinstance(command, str) else shlex.join(words)
 
 
 def oneshot_argv(

@@ -46,6 +46,15 @@ from docker.errors import ImageNotFound, NotFound
 from envlayer_docker.transport import buffered_bytes, raw_socket
 
 FAKE_LABEL = "envlayer-fake-apiserver"
+MAX_HEADER_BYTES = 1 << 20
+CONTROL_PREFIX = "/_fake/"
+"""Routes under this prefix are the tests' controls of the fake (not logged)."""
+UNSCHEDULABLE_FOR = "fake.envlayer/unschedulable-seconds"
+"""Pod annotation: seconds the pod stays Unschedulable before it is scheduled."""
+_IMAGE_REF = re.compile(
+    r"^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-]+[a-z0-9]+)*)*(:[\w][\w.-]{0,127})?(@sha256:[0-9a-f]{64})?$"
+)
+"""A Docker image reference (distribution/reference's grammar, simplified; the kubelet rejects others)."""
 NODE_NAME = "fake-node"
 NODE_LABELS = {"kubernetes.io/hostname": NODE_NAME, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"}
 V5, V4 = "v5.channel.k8s.io", "v4.channel.k8s.io"
@@ -249,6 +258,43 @@ class Pod:
         return {"kind": "Pod", "apiVersion": "v1", "metadata": meta, "spec": spec, "status": status}
 
 
+@dataclass
+class Faults:
+    """Failures the fake injects, set by tests through ``POST /_fake/faults`` (a JSON
+    object of these fields; the route is not logged)."""
+
+    status: int = 0
+    """429 (throttled) or 502/503/504 (gateway, server briefly unavailable)."""
+    count: int = 0
+    """How many of the next matching requests get ``status``."""
+    retry_after: str | None = None
+    """``Retry-After`` header value sent with ``status``."""
+    routes: str = "rest"
+    """Which requests: ``rest`` (every route but exec), ``exec``, or ``all``."""
+    stall: float = 0.0
+    """Instead of ``status``: hold each matching request this many seconds before serving
+    it (a stalled handshake: the connection is accepted and nothing is answered)."""
+
+    def take(self, request: web.Request) -> web.Response | float | None:
+        """The injected answer for ``request``, seconds to stall it, or None."""
+        is_exec = request.path.endswith("/exec")
+        if self.count <= 0 or self.routes not in ("all", "exec" if is_exec else "rest"):
+            return None
+        self.count -= 1
+        if self.stall:
+            return float(self.stall)
+        headers = {"Retry-After": self.retry_after} if self.retry_after else {}
+        # 429 as k8s.io/apiserver pkg/server/filters/maxinflight.go tooManyRequests writes it (also
+        # used by priority-and-fairness): Retry-After and a plain-text body, not a Status object.
+        text = {
+            429: "Too many requests, please try again later.",
+            502: "502 Bad Gateway",
+            503: "503 Service Unavailable",
+            504: "504 Gateway Timeout",
+        }.get(self.status, "injected failure")
+        return web.Response(status=self.status, text=text + "\n", headers=headers)
+
+
 class FakeCluster:
     """Pods in memory, containers in Docker. All state changes happen on the event loop."""
 
@@ -256,6 +302,10 @@ class FakeCluster:
         self.instance = instance
         self.protocols = protocols
         self.pods: dict[tuple[str, str], Pod] = {}
+        self.faults = Faults()
+        self.namespaces: dict[str, dict[str, Any]] = {}
+        self.open_bridges: set[web.WebSocketResponse] = set()
+        self.blackholed: set[web.WebSocketResponse] = set()
         self.docker = docker.APIClient(version="auto", timeout=120, **docker.utils.kwargs_from_env())
         self.log = open(log_path, "a", buffering=1)  # noqa: SIM115 - lives as long as the server
 
@@ -266,6 +316,15 @@ class FakeCluster:
 
     async def start_pod(self, pod: Pod) -> None:
         c = pod.container()
+        if not await self.schedule(pod):
+            return
+        if not _IMAGE_REF.match(c["image"]):
+            # kubelet pkg/kubelet/images/image_manager.go EnsureImageExists: applyDefaultImageTag fails
+            pod.waiting_reason = "InvalidImageName"
+            pod.waiting_message = f'Failed to apply default image tag "{c["image"]}": couldn\'t parse image reference'
+            pod.waiting_message += f' "{c["image"]}": invalid reference format'
+            pod.resource_version += 1
+            return
         if pod.spec.get("nodeSelector"):
             wrong = {k: v for k, v in pod.spec["nodeSelector"].items() if NODE_LABELS.get(k) != v}
             if wrong:
@@ -275,6 +334,13 @@ class FakeCluster:
         try:
             await self.blocking(self.docker.inspect_image, c["image"])
         except ImageNotFound:
+            if c.get("imagePullPolicy") == "Never":
+                # kubelet image_manager.go: ErrImageNeverPull, message "Container image ... is not present
+                # with pull policy of Never"
+                pod.waiting_reason = "ErrImageNeverPull"
+                pod.waiting_message = f'Container image "{c["image"]}" is not present with pull policy of Never'
+                pod.resource_version += 1
+                return
             pod.waiting_reason = "ErrImagePull"
             pod.waiting_message = f'rpc error: code = NotFound desc = failed to pull image "{c["image"]}": not found'
             pod.resource_version += 1
@@ -289,6 +355,12 @@ class FakeCluster:
             await asyncio.sleep(delay)
         env = {e["name"]: e.get("value", "") for e in c.get("env") or []}
         argv = list(c.get("command") or []) + list(c.get("args") or [])
+        user, config_error = await self.process_user(pod)
+        if config_error:
+            pod.waiting_reason, pod.waiting_message = "CreateContainerConfigError", config_error
+            pod.resource_version += 1
+            return
+        fs_group = (pod.spec.get("securityContext") or {}).get("fsGroup")
         try:
             created = await self.blocking(
                 self.docker.create_container,
@@ -296,16 +368,20 @@ class FakeCluster:
                 command=argv or None,
                 environment=env,
                 working_dir=c.get("workingDir") or None,
+                user=user,
                 labels={FAKE_LABEL: self.instance, "envlayer-fake-pod": f"{pod.namespace}.{pod.name}"},
                 # unique per pod object: a pod re-created under the same name must not
                 # collide with its predecessor's container while that is still being removed
                 name=f"fakek8s-{self.instance}-{pod.namespace}-{pod.name}-{pod.uid[:8]}"[:200],
-                host_config=self.docker.create_host_config(network_mode="none"),
+                host_config=self.docker.create_host_config(
+                    network_mode="none", group_add=[str(fs_group)] if fs_group is not None else None
+                ),
             )
             pod.container_id = created["Id"]
             if pod.deleting is not None:
                 return
             await self.blocking(self.docker.start, created["Id"])
+            await self.prepare_empty_dirs(pod, fs_group)
         except Exception as exc:
             pod.waiting_reason = "CreateContainerError"
             pod.waiting_message = str(exc)[:300]
@@ -316,6 +392,74 @@ class FakeCluster:
         deadline = pod.spec.get("activeDeadlineSeconds")
         if deadline:
             asyncio.get_running_loop().create_task(self.enforce_deadline(pod, float(deadline)))
+
+    async def process_user(self, pod: Pod) -> tuple[str | None, str]:
+        """(Docker ``user`` for the container, CreateContainerConfigError message or "").
+        ``runAsUser``/``runAsGroup`` (container over pod) override the image's USER; with
+        ``runAsNonRoot`` a root or non-numeric effective user is refused, in the kubelet's
+        words (pkg/kubelet/kuberuntime/security_context_others.go ``verifyRunAsNonRoot``)."""
+        pod_ctx = pod.spec.get("securityContext") or {}
+        ctx = {**pod_ctx, **(pod.container().get("securityContext") or {})}
+        uid, gid = ctx.get("runAsUser"), ctx.get("runAsGroup")
+        image_user = ""
+        if uid is None and (ctx.get("runAsNonRoot") or gid is not None):
+            info = await self.blocking(self.docker.inspect_image, pod.container()["image"])
+            image_user = ((info.get("Config") or {}).get("User") or "").split(":")[0]
+        if ctx.get("runAsNonRoot"):
+            where = f'(pod: "{pod.name}_{pod.namespace}({pod.uid})", container: {pod.container()["name"]})'
+            if uid == 0 or (uid is None and image_user in ("", "0", "root")):
+                return None, f"container has runAsNonRoot and image will run as root {where}"
+            if uid is None and not image_user.isdigit():
+                return None, (
+                    f"container has runAsNonRoot and image has non-numeric user ({image_user}), "
+                    f"cannot verify user is non-root {where}"
+                )
+        if uid is None and gid is None:
+            return None, ""
+        # Docker, as the kubelet: no runAsGroup means the primary group of the uid in the
+        # image's /etc/passwd (0 when it has none)
+        user = str(uid if uid is not None else image_user or 0)
+        return (user if gid is None else f"{user}:{gid}"), ""
+
+    async def prepare_empty_dirs(self, pod: Pod, fs_group: int | None) -> None:
+        """Give every emptyDir mount the kubelet's ownership and mode
+        (pkg/volume/emptydir/empty_dir.go ``setupDir``: mode 0777; with ``fsGroup``,
+        pkg/volume/volume_linux.go ``SetVolumeOwnership``: group fsGroup, setgid, group rwx).
+        The fake does this on the container's own file system (as root, before the pod
+        reports Running) rather than mounting a fresh volume: content the image has at
+        that path stays visible, where a real emptyDir hides it."""
+        volumes = {v["name"] for v in pod.spec.get("volumes") or [] if "emptyDir" in v}
+        paths = [m["mountPath"] for m in pod.container().get("volumeMounts") or [] if m.get("name") in volumes]
+        for path in paths:
+            script = 'mkdir -p "$1" && chmod 0777 "$1"'
+            if fs_group is not None:
+                script += ' && chgrp "$2" "$1" && chmod 2777 "$1"'
+            eid = (
+                await self.blocking(
+                    self.docker.exec_create, pod.container_id, ["sh", "-c", script, "sh", path, str(fs_group)], user="0"
+                )
+            )["Id"]
+            await self.blocking(self.docker.exec_start, eid)
+
+    async def schedule(self, pod: Pod) -> bool:
+        """Hold the pod Unschedulable for ``fake.envlayer/unschedulable-seconds`` (as while
+        a cluster autoscaler adds a node), then schedule it. While held it has what the
+        scheduler writes (pkg/scheduler/schedule_one.go, ``handleSchedulingFailure``):
+        phase Pending, no nodeName, no containerStatuses, and the condition
+        ``PodScheduled=False, reason=Unschedulable`` with the FailedScheduling message.
+        False when the pod was deleted meanwhile."""
+        held = float((pod.manifest["metadata"].get("annotations") or {}).get(UNSCHEDULABLE_FOR, 0))
+        if not held:
+            return True
+        pod.unschedulable = (
+            "0/1 nodes are available: 1 Insufficient cpu. preemption: 0/1 nodes are available: "
+            "1 No preemption victims found for incoming pod."
+        )
+        pod.resource_version += 1
+        await asyncio.sleep(held)
+        pod.unschedulable = ""
+        pod.resource_version += 1
+        return pod.deleting is None
 
     async def enforce_deadline(self, pod: Pod, seconds: float) -> None:
         await asyncio.sleep(max(pod.created + seconds - time.time(), 0))
@@ -367,6 +511,37 @@ class FakeCluster:
 
     # --- HTTP handlers -------------------------------------------------------------------
 
+    def admit(self, ns: str, name: str, body: dict[str, Any]) -> str | None:
+        """Why the namespace's validating admission rejects the pod (Pod Security, then
+        the pod-count quota), or None. The API server answers 403 ``Forbidden`` with
+        ``pods "NAME" is forbidden: <this>`` in a Status object."""
+        policy = self.namespaces.get(ns) or {}
+        if policy.get("pod_security") == "restricted":
+            problems = restricted_violations(body.get("spec") or {})
+            if problems:
+                return 'violates PodSecurity "restricted:latest": ' + ", ".join(problems)
+        max_pods = policy.get("max_pods")
+        if max_pods is not None:
+            used = sum(1 for (pod_ns, _), pod in self.pods.items() if pod_ns == ns and pod.deleting is None)
+            if used + 1 > max_pods:
+                # plugin/pkg/admission/resourcequota/controller.go: the "exceeded quota" message
+                return (
+                    f"exceeded quota: pod-count, requested: pods=1, used: pods={used}, limited: pods={max_pods}"
+                )
+        return None
+
+    async def set_namespace(self, request: web.Request) -> web.Response:
+        """Test control: the admission policy of namespace ``ns``: ``{"pod_security":
+        "restricted"}`` (the namespace label ``pod-security.kubernetes.io/enforce``) and/or
+        ``{"max_pods": N}`` (a ResourceQuota on ``pods``); ``{}`` clears it."""
+        self.namespaces[request.match_info["ns"]] = await request.json()
+        return web.json_response({"ok": True})
+
+    async def set_faults(self, request: web.Request) -> web.Response:
+        """Test control: replace :class:`Faults` with the posted fields."""
+        self.faults = Faults(**(await request.json()))
+        return web.json_response({"ok": True})
+
     async def version(self, request: web.Request) -> web.Response:
         return web.json_response(
             {"major": "1", "minor": "31", "gitVersion": "v1.31.0-envlayer-fake", "platform": "linux/amd64"}
@@ -388,6 +563,9 @@ class FakeCluster:
         containers = (body.get("spec") or {}).get("containers") or []
         if not containers or not containers[0].get("image") or not containers[0].get("name"):
             return error(422, "Invalid", f'Pod "{name}" is invalid: spec.containers: Required value')
+        rejected = self.admit(ns, name, body)
+        if rejected is not None:
+            return error(403, "Forbidden", f'pods "{name}" is forbidden: {rejected}', {"name": name, "kind": "pods"})
         if (ns, name) in self.pods:
             return error(409, "AlreadyExists", f'pods "{name}" already exists', {"name": name, "kind": "pods"})
         pod = Pod(namespace=ns, manifest=body)
@@ -470,14 +648,28 @@ class FakeCluster:
             return error(500, "InternalError", f"exec failed: {exc}")
         sock: socket.socket = raw_socket(attached)
         early = buffered_bytes(attached)  # the stream's first bytes, read with the headers
-        ws = web.WebSocketResponse(protocols=[p for p in self.protocols if p in offered], max_msg_size=0)
+        # autoping off: pings are answered in bridge() (as golang.org/x/net/websocket answers
+        # them), so that a blackholed bridge can stop answering
+        ws = web.WebSocketResponse(
+            protocols=[p for p in self.protocols if p in offered], max_msg_size=0, autoping=False
+        )
         await ws.prepare(request)
+        self.open_bridges.add(ws)
         try:
             await self.bridge(ws, sock, eid, want_stdin, pod, early)
         finally:
+            self.open_bridges.discard(ws)
+            self.blackholed.discard(ws)
             sock.close()
             attached.close()
         return ws
+
+    async def blackhole(self, request: web.Request) -> web.Response:
+        """Test control: every exec websocket open now goes silent both ways, as a
+        connection that a load balancer or NAT forgot: TCP stays open, nothing is
+        forwarded, pings are not answered. New exec websockets are not affected."""
+        self.blackholed.update(self.open_bridges)
+        return web.json_response({"blackholed": len(self.open_bridges)})
 
     async def bridge(
         self, ws: web.WebSocketResponse, sock: socket.socket, eid: str, want_stdin: bool, pod: Pod, early: bytes
@@ -491,6 +683,11 @@ class FakeCluster:
 
         async def from_client() -> None:
             async for msg in ws:
+                if ws in self.blackholed:
+                    continue
+                if msg.type == WSMsgType.PING:
+                    await ws.pong(msg.data)
+                    continue
                 if msg.type != WSMsgType.BINARY or not msg.data:
                     continue
                 channel, payload = msg.data[0], msg.data[1:]
@@ -518,10 +715,12 @@ class FakeCluster:
                         break
                     stream, payload = buf[0], bytes(buf[8 : 8 + size])
                     del buf[: 8 + size]
-                    if stream in (1, 2) and payload and not ws.closed:
+                    if stream in (1, 2) and payload and not ws.closed and ws not in self.blackholed:
                         await ws.send_bytes(bytes([stream]) + payload)
         except (ConnectionError, OSError):
             pass
+        while ws in self.blackholed and not ws.closed:
+            await asyncio.sleep(0.2)  # a forgotten connection never delivers the end either
         if not ws.closed:
             code = await self.exec_exit_code(eid, pod)
             if code is not None:
@@ -565,6 +764,45 @@ def exit_status(code: int) -> dict[str, Any]:
     }
 
 
+def restricted_violations(spec: dict[str, Any]) -> list[str]:
+    """What the Pod Security ``restricted`` level finds wrong with a pod spec, in the
+    messages of k8s.io/pod-security-admission ``policy/check_allowPrivilegeEscalation.go``,
+    ``check_capabilities_restricted.go``, ``check_runAsNonRoot.go``, ``check_runAsUser.go``,
+    ``check_seccompProfile_restricted.go`` and ``check_restrictedVolumes.go`` (containers
+    named one by one; the fake's pods have one)."""
+    pod_ctx = spec.get("securityContext") or {}
+    problems = []
+    for c in spec.get("containers") or []:
+        ctx, cname = c.get("securityContext") or {}, c.get("name", "")
+        if ctx.get("allowPrivilegeEscalation") is not False:
+            problems.append(
+                f'allowPrivilegeEscalation != false (container "{cname}" must set '
+                "securityContext.allowPrivilegeEscalation=false)"
+            )
+        if "ALL" not in ((ctx.get("capabilities") or {}).get("drop") or []):
+            problems.append(
+                f'unrestricted capabilities (container "{cname}" must set securityContext.capabilities.drop=["ALL"])'
+            )
+        if not (ctx.get("runAsNonRoot", pod_ctx.get("runAsNonRoot")) is True):
+            problems.append(
+                f'runAsNonRoot != true (pod or container "{cname}" must set securityContext.runAsNonRoot=true)'
+            )
+        if ctx.get("runAsUser", pod_ctx.get("runAsUser")) == 0:
+            problems.append(f'runAsUser=0 (pod or container "{cname}" must not set runAsUser=0)')
+        seccomp = (ctx.get("seccompProfile") or pod_ctx.get("seccompProfile") or {}).get("type")
+        if seccomp not in ("RuntimeDefault", "Localhost"):
+            problems.append(
+                f'seccompProfile (pod or container "{cname}" must set securityContext.seccompProfile.type to '
+                '"RuntimeDefault" or "Localhost")'
+            )
+    allowed = {"emptyDir", "configMap", "secret", "projected", "downwardAPI", "persistentVolumeClaim", "ephemeral"}
+    for vol in spec.get("volumes") or []:
+        kinds = set(vol) - {"name"}
+        if kinds - allowed:
+            problems.append(f'restricted volume types (volume "{vol.get("name")}" uses {sorted(kinds)})')
+    return problems
+
+
 FORBIDDEN_TOKEN = "forbidden"
 """A bearer token this server answers 403 to, on every served route (RBAC denial)."""
 
@@ -583,6 +821,19 @@ def forbidden(request: web.Request) -> web.Response:
     )
 
 
+def wants_upgrade(request: web.Request) -> bool:
+    """The request asks to switch to a websocket (``Upgrade: websocket``).
+
+    Only the ``connect`` subresources (exec, attach, portforward, proxy) of a real API
+    server switch protocols (k8s.io/apiserver ``pkg/endpoints/handlers/rest.go``,
+    ``ConnectResource`` -> ``proxy.UpgradeAwareHandler``); every REST route ignores the
+    header and answers as plain HTTP, so a websocket client that sent a REST call there
+    fails with "Handshake status 200 OK". This fake does the same (aiohttp routes the
+    request to the ordinary handler and never upgrades it) and logs the attempt as
+    ``"upgrade": true`` so tests can assert that no REST call went out as a websocket."""
+    return request.headers.get("Upgrade", "").lower() == "websocket"
+
+
 def build_app(cluster: FakeCluster) -> web.Application:
     routes = [
         ("GET", "/version", cluster.version),
@@ -591,14 +842,25 @@ def build_app(cluster: FakeCluster) -> web.Application:
         ("GET", "/api/v1/namespaces/{ns}/pods/{name}", cluster.read),
         ("DELETE", "/api/v1/namespaces/{ns}/pods/{name}", cluster.delete),
         ("GET", "/api/v1/namespaces/{ns}/pods/{name}/exec", cluster.exec),
+        ("POST", CONTROL_PREFIX + "faults", cluster.set_faults),
+        ("POST", CONTROL_PREFIX + "namespaces/{ns}", cluster.set_namespace),
+        ("POST", CONTROL_PREFIX + "blackhole", cluster.blackhole),
     ]
 
     @web.middleware
     async def record(request: web.Request, handler: Any) -> web.StreamResponse:
         resource = request.match_info.route.resource
         template = resource.canonical if resource is not None else "UNKNOWN"
-        if resource is None:
-            response: web.StreamResponse = error(
+        if template.startswith(CONTROL_PREFIX):
+            return await handler(request)
+        injected = cluster.faults.take(request) if resource is not None else None
+        if isinstance(injected, float):
+            await asyncio.sleep(injected)
+            injected = None
+        if injected is not None:
+            response: web.StreamResponse = injected
+        elif resource is None:
+            response = error(
                 404, "NotFound", f"the server could not find the requested resource ({request.path})"
             )
             print(f"fake-apiserver: UNKNOWN route {request.method} {request.path_qs}", file=sys.stderr, flush=True)
@@ -612,6 +874,7 @@ def build_app(cluster: FakeCluster) -> web.Application:
             "status": response.status,
             "path": request.path,
             "query": request.query_string,
+            "upgrade": wants_upgrade(request),
         }
         cluster.log.write(json.dumps(entry) + "\n")
         return response
@@ -626,7 +889,11 @@ async def serve(args: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
     loop.set_default_executor(ThreadPoolExecutor(max_workers=48, thread_name_prefix="fake-docker"))
     cluster = FakeCluster(args.instance, args.protocols.split(","), args.log)
-    runner = web.AppRunner(build_app(cluster), handle_signals=False, access_log=None)
+    # A request line (the exec's argv is in its query string) and headers of up to 1 MiB, as
+    # the API server's http.Server allows (k8s.io/apiserver pkg/server/secure_serving.go:
+    # MaxHeaderBytes 1 << 20); longer ones are refused (400 here, 431 there).
+    limits = {"max_line_size": MAX_HEADER_BYTES, "max_field_size": MAX_HEADER_BYTES}
+    runner = web.AppRunner(build_app(cluster), handle_signals=False, access_log=None, **limits)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()

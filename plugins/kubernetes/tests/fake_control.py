@@ -15,9 +15,12 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,6 +66,34 @@ class FakeApiServer:
 
     def route_set(self) -> set[tuple[str, str]]:
         return {(r["method"], r["route"]) for r in self.routes()}
+
+    def set_faults(self, **faults: Any) -> None:
+        """Make the fake fail its next requests (fields of ``fake_apiserver.Faults``:
+        ``status``, ``count``, ``retry_after``, ``routes``, ``stall``); ``set_faults()``
+        clears them."""
+        self._control("faults", faults)
+
+    def set_namespace(self, namespace: str, **policy: Any) -> None:
+        """Admission policy of ``namespace``: ``pod_security="restricted"``, ``max_pods=N``;
+        no arguments clear it."""
+        self._control(f"namespaces/{namespace}", policy)
+
+    def blackhole_open_execs(self) -> None:
+        """Every exec websocket open now goes silent both ways (a dropped connection that
+        nobody closed); new ones work."""
+        self._control("blackhole", {})
+
+    def _control(self, route: str, body: dict[str, Any]) -> None:
+        import urllib.request
+
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{self.port}/_fake/{route}",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        with urllib.request.urlopen(req, timeout=10) as answer:
+            answer.read()
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -143,6 +174,18 @@ def start_fake(workdir: str, *, protocols: str | None = None) -> FakeApiServer:
     kubeconfig = os.path.join(workdir, f"kubeconfig-{instance}")
     write_kubeconfig(kubeconfig, port, NAMESPACE)
     return FakeApiServer(proc, instance, port, kubeconfig, log_path, stderr_path)
+
+
+@contextmanager
+def running_fake(**kw: Any) -> Iterator[FakeApiServer]:
+    """A fake API server in a temporary directory for the block (benchmarks); stopped and
+    its containers removed after, whatever happens. ``kw`` go to :func:`start_fake`."""
+    with tempfile.TemporaryDirectory(prefix="envlayer-k8s-bench-") as tmp:
+        server = start_fake(tmp, **kw)
+        try:
+            yield server
+        finally:
+            server.stop()
 
 
 SCALE_WORKER = """
@@ -258,3 +301,90 @@ def run_scale(server: FakeApiServer, profile: str, *, tasks: int, processes: int
         left=len(left),
         expired=expired,
     )
+
+
+@dataclass
+class ThreadStorm:
+    """What :func:`run_thread_storm` counted: execs done, environments created and
+    removed, and every error (``"<where>: <error>"``)."""
+
+    execs: int
+    lifecycles: int
+    errors: list[str]
+    seconds: float
+
+
+def run_thread_storm(
+    server: FakeApiServer,
+    profile: str,
+    *,
+    exec_threads: int,
+    execs_per_thread: int,
+    lifecycle_threads: int,
+    lifecycles_per_thread: int,
+) -> ThreadStorm:
+    """In THIS process: ``exec_threads`` threads each run ``execs_per_thread`` one-shot
+    execs (``echo``, output checked) in one shared environment while ``lifecycle_threads``
+    threads each create, use and force-remove ``lifecycles_per_thread`` private
+    environments: every REST call of the lifecycle threads (create, status polls, delete)
+    overlaps exec websocket handshakes on the same process's client. Every exception is
+    counted as an error; nothing is left (the shared environment is removed at the end)."""
+    import threading
+
+    from envlayer_kubernetes.backend import KubernetesEnvironment
+    from envlayer_kubernetes.options import KubernetesOptions
+
+    def opts(**kw: Any) -> KubernetesOptions:
+        return KubernetesOptions(
+            image=IMAGE, kubeconfig=server.kubeconfig, timeout=60, startup_timeout=120, exec_mode="oneshot", **kw
+        )
+
+    errors: list[str] = []
+    counts = {"execs": 0, "lifecycles": 0}
+    lock = threading.Lock()
+
+    def failed(where: str, exc: BaseException) -> None:
+        with lock:
+            errors.append(f"{where}: {type(exc).__name__}: {str(exc)[:300]}")
+
+    shared = KubernetesEnvironment(opts(), task_id=f"storm-{uuid.uuid4().hex[:6]}", profile=profile)
+
+    def execs(n: int) -> None:
+        for i in range(execs_per_thread):
+            try:
+                result = shared.exec(["echo", f"{n}-{i}"])
+                assert result.exit_code == 0 and result.stdout == f"{n}-{i}\n".encode(), result
+                with lock:
+                    counts["execs"] += 1
+            except Exception as exc:
+                failed(f"exec {n}-{i}", exc)
+
+    def lifecycles(n: int) -> None:
+        for i in range(lifecycles_per_thread):
+            env = None
+            try:
+                env = KubernetesEnvironment(
+                    opts(persist_across_processes=False), task_id=f"life-{n}-{i}", profile=profile
+                )
+                env.cleanup(force_remove=True)
+                if not env.wait_for_cleanup(60):
+                    raise AssertionError(f"pod {env.pod_name} still there 60 s after cleanup")
+                with lock:
+                    counts["lifecycles"] += 1
+            except Exception as exc:
+                failed(f"lifecycle {n}-{i}", exc)
+                if env is not None:
+                    env.cleanup(force_remove=True)
+
+    start = time.monotonic()
+    threads = [threading.Thread(target=execs, args=(n,)) for n in range(exec_threads)]
+    threads += [threading.Thread(target=lifecycles, args=(n,)) for n in range(lifecycle_threads)]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        shared.cleanup(force_remove=True)
+        shared.wait_for_cleanup(60)
+    return ThreadStorm(counts["execs"], counts["lifecycles"], errors, time.monotonic() - start)

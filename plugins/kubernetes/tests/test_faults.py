@@ -258,3 +258,123 @@ time.sleep(300)
     left = api.containers(all=True, filters={"label": f"{control.FAKE_LABEL}={instance}"})
     control.remove_containers(instance)
     assert left == []
+
+
+@pytest.fixture
+def faults(fake_apiserver: Any) -> Iterator[Any]:
+    """``faults(**fields)`` makes the session's fake fail its next requests (see
+    ``fake_apiserver.Faults``); cleared after the test whatever happens."""
+    try:
+        yield fake_apiserver.set_faults
+    finally:
+        fake_apiserver.set_faults()
+
+
+def test_throttled_api_calls_are_retried_after_retry_after(
+    fake_apiserver: Any, faults: Any, make_env: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """429 with Retry-After on the create and the status polls: waited for and retried;
+    the environment works and each retry is logged."""
+    caplog.set_level("WARNING", logger="envlayer.kubernetes")
+    before = len(fake_apiserver.routes())
+    faults(status=429, count=3, retry_after="1", routes="rest")
+    env = make_env(exec_mode="oneshot")
+    assert env.exec("echo through").stdout == b"through\n"
+    throttled = [r for r in fake_apiserver.routes()[before:] if r["status"] == 429]
+    assert len(throttled) == 3
+    retries = [r.getMessage() for r in caplog.records if "retrying in 1.0 s" in r.getMessage()]
+    assert len(retries) == 3 and "429" in retries[0]
+
+
+@pytest.mark.parametrize("status", [502, 503, 504])
+def test_exec_handshake_answered_by_a_failing_gateway_is_retried(
+    fake_apiserver: Any, faults: Any, make_env: Any, status: int
+) -> None:
+    """The exec route answering 502/503/504 before the upgrade: the command did not start,
+    so the handshake is retried and the command runs once."""
+    env = make_env(exec_mode="oneshot")
+    env.write_file("count", "")
+    faults(status=status, count=2, routes="exec")
+    assert env.exec("echo x >> count; cat count").stdout == b"x\n"
+
+
+def test_a_throttle_that_does_not_end_fails_with_the_status_named(
+    fake_apiserver: Any, faults: Any, options: Any, profile: str
+) -> None:
+    """Retries are bounded: a cluster that keeps answering 429 gives a clear error."""
+    from envlayer_kubernetes.backend import KubernetesEnvironment
+
+    faults(status=429, count=1000, retry_after="0", routes="rest")
+    with pytest.raises(BackendUnavailable, match="429") as info:
+        KubernetesEnvironment(options(), task_id=f"throttled-{uuid.uuid4().hex[:6]}", profile=profile)
+    assert "throttl" in (info.value.hint or "")
+
+
+def test_a_stalled_exec_handshake_is_bounded_by_api_timeout(fake_apiserver: Any, faults: Any, make_env: Any) -> None:
+    """The API server accepts the exec connection and answers nothing: the call fails
+    after ``api_timeout`` with the handshake named (before, it waited for the server)."""
+    env = make_env(exec_mode="oneshot", api_timeout=2)
+    faults(stall=8, count=1, routes="exec")
+    with pytest.raises(BackendUnavailable, match=r"no answer to the exec handshake in 2 s"):
+        env.exec("echo never")
+    assert env.exec("echo after").stdout == b"after\n"
+
+
+def test_a_oneshot_command_too_long_for_a_url_runs(make_env: Any) -> None:
+    """A one-shot string command of 300 KB: in the exec URL it would pass the API server's
+    limit and, as one argv word in the pod, the kernel's 128 KiB cap; it goes over stdin
+    instead and runs unchanged."""
+    env = make_env(exec_mode="oneshot")
+    result = env.exec(f"printf %s '{'0123456789' * 30_000}' | wc -c", timeout=120)
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.strip() == b"300000"
+
+
+def test_a_oneshot_argv_of_many_words_runs(make_env: Any) -> None:
+    """An argv of 40,000 words (240 KB in a URL): over stdin, every word intact."""
+    env = make_env(exec_mode="oneshot")
+    words = [f"w{i:04d}" for i in range(40_000)]
+    result = env.exec(["sh", "-c", 'echo "$#" "$1" "${40000}"', "sh", *words], timeout=120)
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == b"40000 w0000 w39999\n"
+
+
+def test_an_idle_session_connection_dropped_silently_restarts_the_shell(
+    fake_apiserver: Any, make_env: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A load balancer forgot the idle session websocket (TCP open, nothing passes): the
+    next call's ping goes unanswered, so the shell is restarted before the command is sent
+    and the result says so; the command runs once, in the new shell."""
+    from envlayer.shell_session import RESTARTED_AFTER_KILL
+    from envlayer_kubernetes import channel
+
+    monkeypatch.setattr(channel, "PROBE_IDLE", 0.0)  # probe at every call, not only after 15 s idle
+    env = make_env(api_timeout=2)
+    assert env.exec("export KEPT=1; echo first").stdout == b"first\n"
+    fake_apiserver.blackhole_open_execs()
+    result = env.exec("echo second ${KEPT:-reset}", timeout=20)
+    assert (result.exit_code, result.stdout, result.timed_out) == (0, b"second reset\n", False)
+    assert result.recovered == RESTARTED_AFTER_KILL
+
+
+def test_a_session_connection_dropped_mid_command_is_detected_by_its_pings(
+    fake_apiserver: Any, make_env: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Dropped silently while a command runs: the keepalive pings go unanswered, so the
+    call fails as a broken stream (the command may have partly run; never re-run) instead
+    of waiting for its timeout; the next call works in a new shell."""
+    from envlayer_kubernetes import channel
+
+    monkeypatch.setattr(channel, "PING_EVERY", 0.5)
+    env = make_env(api_timeout=2)
+    assert env.exec("true").ok
+    dropped: list[bool] = []
+
+    def drop_once_started(stream: str, chunk: bytes) -> None:
+        if b"started" in chunk and not dropped:
+            dropped.append(True)
+            fake_apiserver.blackhole_open_execs()
+
+    with pytest.raises(BackendUnavailable, match="broke while the command ran"):
+        env.exec("echo started; sleep 40; echo late", timeout=30, on_output=drop_once_started)
+    assert env.exec("echo again").stdout == b"again\n"

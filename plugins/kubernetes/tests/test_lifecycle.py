@@ -38,6 +38,16 @@ def _pods(fake_apiserver: Any, selector: str, namespace: str = NAMESPACE) -> lis
     return list(_core(fake_apiserver).list_namespaced_pod(namespace, label_selector=selector).items)
 
 
+def _pods_gone(fake_apiserver: Any, selector: str, timeout: float = 30) -> bool:
+    """Poll until the API lists no pod for ``selector``; False if some remain after ``timeout``."""
+    end = time.monotonic() + timeout
+    while _pods(fake_apiserver, selector):
+        if time.monotonic() >= end:
+            return False
+        time.sleep(0.1)
+    return True
+
+
 def _wait_phase(core: Any, name: str, phase: str, namespace: str = NAMESPACE, timeout: float = 60) -> None:
     end = time.monotonic() + timeout
     while core.read_namespaced_pod(name, namespace).status.phase != phase:
@@ -309,7 +319,45 @@ def test_vanished_pod_is_recreated_before_the_command_runs(fake_apiserver: Any, 
     assert result.recovered == "pod recreated"
 
 
-def test_image_pull_backoff_fails_clearly_and_leaves_nothing(
+def test_image_pull_backoff_is_waited_for_then_fails_clearly_and_leaves_nothing(
+    fake_apiserver: Any, options: Callable[..., Any], profile: str
+) -> None:
+    """ImagePullBackOff can recover (the kubelet retries): waited for up to
+    startup_timeout, then the error names the last reason, and the pod is deleted."""
+    from envlayer_kubernetes.backend import KubernetesEnvironment
+    from envlayer_kubernetes.naming import selector
+
+    task = _task()
+    with pytest.raises(BackendUnavailable) as info:
+        KubernetesEnvironment(
+            options(image="envlayer-test:no-such-image", startup_timeout=2), task_id=task, profile=profile
+        )
+    assert "still ImagePullBackOff" in str(info.value) and "image_pull_secrets" in str(info.value)
+    assert _pods_gone(fake_apiserver, selector(profile=profile, task=task))
+
+
+@pytest.mark.parametrize(
+    ("image", "policy", "reason"),
+    [("Not A Valid Ref!", "IfNotPresent", "InvalidImageName"), ("envlayer-test:absent", "Never", "ErrImageNeverPull")],
+)
+def test_image_errors_that_cannot_recover_fail_at_once(
+    fake_apiserver: Any, options: Callable[..., Any], profile: str, image: str, policy: str, reason: str
+) -> None:
+    """InvalidImageName and ErrImageNeverPull never recover: the error comes without
+    waiting for startup_timeout (which is far away) and the pod is deleted."""
+    from envlayer_kubernetes.backend import KubernetesEnvironment
+    from envlayer_kubernetes.naming import selector
+
+    task = _task()
+    with pytest.raises(BackendUnavailable) as info:
+        KubernetesEnvironment(
+            options(image=image, image_pull_policy=policy, startup_timeout=3600), task_id=task, profile=profile
+        )
+    assert f"cannot start: {reason}" in str(info.value) and "still" not in str(info.value)
+    assert _pods_gone(fake_apiserver, selector(profile=profile, task=task))
+
+
+def test_unschedulable_for_good_fails_clearly_at_startup_timeout(
     fake_apiserver: Any, options: Callable[..., Any], profile: str
 ) -> None:
     from envlayer_kubernetes.backend import KubernetesEnvironment
@@ -317,18 +365,21 @@ def test_image_pull_backoff_fails_clearly_and_leaves_nothing(
 
     task = _task()
     with pytest.raises(BackendUnavailable) as info:
-        KubernetesEnvironment(options(image="envlayer-test:no-such-image"), task_id=task, profile=profile)
-    assert "ImagePullBackOff" in str(info.value) and "image_pull_secrets" in str(info.value)
-    time.sleep(0.3)
-    assert _pods(fake_apiserver, selector(profile=profile, task=task)) == []
+        KubernetesEnvironment(options(node_selector={"gpu": "a100"}, startup_timeout=2), task_id=task, profile=profile)
+    assert "still Unschedulable: 0/1 nodes are available" in str(info.value) and "node_selector" in str(info.value)
+    assert _pods_gone(fake_apiserver, selector(profile=profile, task=task))
 
 
-def test_unschedulable_fails_clearly(fake_apiserver: Any, options: Callable[..., Any], profile: str) -> None:
-    from envlayer_kubernetes.backend import KubernetesEnvironment
-
-    with pytest.raises(BackendUnavailable) as info:
-        KubernetesEnvironment(options(node_selector={"gpu": "a100"}), task_id=_task(), profile=profile)
-    assert "Unschedulable" in str(info.value) and "node_selector" in str(info.value)
+def test_pod_held_unschedulable_until_a_node_comes_is_waited_for(
+    make_env: Callable[..., Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """As while a cluster autoscaler adds a node: the pod is Unschedulable for a while,
+    then scheduled; the environment waits (saying why) and works."""
+    caplog.set_level("INFO", logger="envlayer.kubernetes")
+    env = make_env(pod_annotations={"fake.envlayer/unschedulable-seconds": "3"})
+    assert env.exec("echo scheduled").stdout == b"scheduled\n"
+    notes = [r for r in caplog.records if r.levelname == "WARNING" and "Unschedulable" in r.getMessage()]
+    assert notes and "startup_timeout" in notes[0].getMessage()
 
 
 def test_pending_pod_is_waited_for_with_progress(
@@ -340,7 +391,7 @@ def test_pending_pod_is_waited_for_with_progress(
     caplog.set_level("INFO", logger="envlayer.kubernetes")
     env = make_env(pod_annotations={"fake.envlayer/pending-seconds": "2"})
     assert env.exec("echo up").stdout == b"up\n"
-    assert any("waiting for pod" in r.getMessage() and "Pending" in r.getMessage() for r in caplog.records)
+    assert any("waiting for pod" in r.getMessage() and "ContainerCreating" in r.getMessage() for r in caplog.records)
 
 
 def test_startup_timeout_deletes_the_pod_it_created(
@@ -349,10 +400,9 @@ def test_startup_timeout_deletes_the_pod_it_created(
     from envlayer_kubernetes.naming import selector
 
     task = _task()
-    with pytest.raises(BackendUnavailable, match="still Pending"):
+    with pytest.raises(BackendUnavailable, match="still ContainerCreating"):
         make_env(task, startup_timeout=1, pod_annotations={"fake.envlayer/pending-seconds": "30"})
-    time.sleep(0.3)
-    assert _pods(fake_apiserver, selector(profile=profile, task=task)) == []
+    assert _pods_gone(fake_apiserver, selector(profile=profile, task=task))
 
 
 def test_list_and_remove(make_env: Callable[..., Any]) -> None:

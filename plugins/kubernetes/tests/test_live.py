@@ -96,7 +96,80 @@ def test_live_image_pull_failure_is_clear() -> None:
 
     with pytest.raises(BackendUnavailable, match=r"ImagePullBackOff|ErrImagePull|still Pending"):
         KubernetesEnvironment(
-            _options(image="envlayer.invalid/no-such-image:0", startup_timeout=120),
+            _options(image="envlayer.invalid/no-such-image:0", startup_timeout=30),
             task_id=f"live-{uuid.uuid4().hex[:6]}",
             profile=LIVE_PROFILE,
         )
+
+
+def test_live_restricted_preset_writes_as_non_root_where_commands_start() -> None:
+    """The preset passes Pod Security ``restricted`` (where enforced) and the workspace
+    emptyDir is writable by uid 65534 (the kubelet's emptyDir mode, not the fake's)."""
+    from envlayer_kubernetes.backend import KubernetesEnvironment
+
+    env = KubernetesEnvironment(
+        _options(security_preset="restricted", run_as_user=65534, fs_group=65534),
+        task_id=f"live-nr-{uuid.uuid4().hex[:6]}",
+        profile=LIVE_PROFILE,
+    )
+    try:
+        assert env.exec("touch x && id -u && stat -c %g .").stdout == b"65534\n65534\n"
+    finally:
+        env.cleanup(force_remove=True)
+
+
+def test_live_session_ping_is_answered_and_long_oneshot_commands_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real API server answers the session websocket's pings (no needless restart),
+    and a one-shot command too long for a URL runs over stdin."""
+    from envlayer_kubernetes import channel
+    from envlayer_kubernetes.backend import KubernetesEnvironment
+
+    monkeypatch.setattr(channel, "PROBE_IDLE", 0.0)
+    task = f"live-ka-{uuid.uuid4().hex[:6]}"
+    env = KubernetesEnvironment(_options(), task_id=task, profile=LIVE_PROFILE)
+    oneshot = KubernetesEnvironment(_options(exec_mode="oneshot"), task_id=task, profile=LIVE_PROFILE)
+    try:
+        assert env.exec("export K=1").ok
+        second = env.exec("echo $K")
+        assert second.stdout == b"1\n" and second.recovered == ""
+        assert oneshot.exec(f"printf %s '{'x' * 200_000}' | wc -c").stdout.strip() == b"200000"
+    finally:
+        env.cleanup(force_remove=True)
+        oneshot.cleanup()
+
+
+def test_live_execs_in_threads_with_creates_and_deletes() -> None:
+    """Exec handshakes in some threads never turn other threads' REST calls into websockets."""
+    import threading
+
+    from envlayer_kubernetes.backend import KubernetesEnvironment
+
+    shared = KubernetesEnvironment(_options(exec_mode="oneshot"), task_id=f"live-th-{uuid.uuid4().hex[:6]}",
+                                   profile=LIVE_PROFILE)
+    errors: list[BaseException] = []
+
+    def execs() -> None:
+        for _ in range(5):
+            try:
+                assert shared.exec("echo ok").stdout == b"ok\n"
+            except BaseException as exc:  # noqa: BLE001 - counted and asserted below
+                errors.append(exc)
+
+    def lifecycle() -> None:
+        try:
+            env = KubernetesEnvironment(_options(persist_across_processes=False), task_id="live-life",
+                                        profile=LIVE_PROFILE)
+            env.cleanup(force_remove=True)
+            env.wait_for_cleanup(120)
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=execs) for _ in range(4)] + [threading.Thread(target=lifecycle)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        shared.cleanup(force_remove=True)
+    assert errors == []

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
+import textwrap
 from typing import Any
 
 import pytest
@@ -86,6 +88,10 @@ def test_selector_is_scoped_to_managed_profile_and_task() -> None:
         ("forward_env", ["1BAD"]),
         ("image_pull_policy", "Sometimes"),
         ("config_source", "magic"),
+        ("run_as_user", -1),
+        ("fs_group", 2**31),
+        ("security_preset", "baseline-ish"),
+        ("workspace_volume", "hostPath"),
     ],
 )
 def test_bad_options_are_config_errors_naming_the_key(key: str, value: Any) -> None:
@@ -119,7 +125,38 @@ def test_fingerprint_covers_pod_shape_but_not_per_process_settings() -> None:
     assert fp(image="other:1") != base
     assert fp(limits={"memory": "1Gi"}) != base
     assert fp(pod_annotations={"a": "b"}) != base
+    assert fp(run_as_user=1000) != base and fp(security_preset="restricted") != base
     assert fp(timeout=5, env={"SECRET": "v"}, exec_mode="oneshot", namespace="x", startup_timeout=9) == base
+
+
+def test_restricted_preset_and_users_shape_the_pod_as_pod_security_expects() -> None:
+    from envlayer_kubernetes.pods import build_spec
+
+    spec = build_spec(
+        KubernetesOptions(security_preset="restricted", run_as_user=1000, run_as_group=3000, fs_group=2000),
+        profile="p",
+        task="t",
+        persist=True,
+    ).manifest["spec"]
+    assert spec["securityContext"] == {
+        "runAsUser": 1000,
+        "runAsGroup": 3000,
+        "fsGroup": 2000,
+        "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    container = spec["containers"][0]
+    assert container["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+    assert spec["volumes"] == [{"name": "envlayer-workspace", "emptyDir": {}}]
+    assert container["volumeMounts"] == [{"name": "envlayer-workspace", "mountPath": "/workspace"}]
+    plain = build_spec(KubernetesOptions(), profile="p", task="t", persist=True).manifest["spec"]
+    assert "securityContext" not in plain and "volumes" not in plain
+
+
+def test_restricted_preset_refuses_root() -> None:
+    with pytest.raises(ConfigError) as info:
+        build_options(KubernetesOptions, {"security_preset": "restricted", "run_as_user": 0}, sources={})
+    assert info.value.key == "run_as_user"
 
 
 def _run_wrapper(
@@ -159,6 +196,25 @@ def test_wrapper_argv_and_exit_codes() -> None:
         capture_output=True,
     )
     assert missing.returncode == 126 and b"working directory does not exist" in missing.stderr
+
+
+@pytest.mark.parametrize("form", ["string", "argv"])
+def test_a_command_too_long_for_a_url_runs_from_the_environment_line(form: str) -> None:
+    """Over the URL limit the argv holds only ``eval "$__el_cmd"`` and the command comes
+    on stdin (with the environment), unchanged: quotes, newlines, backslashes; stdin after it."""
+    text = "x'y\"z\\n$HOME " * 2000
+    command: Any = f"printf %s {shlex.quote(text)}; printf '|%s|' \"$A\"; cat" if form == "string" else [
+        "sh", "-c", 'printf %s "$1"; cat', "sh", text
+    ]
+    script = wrapper.command_over_stdin(command)
+    assert script is not None and wrapper.command_over_stdin("echo short") is None
+    argv = wrapper.oneshot_argv("/bin/sh", wrapper.RUN_COMMAND_VAR, exec_id="e1", cwd="/", stdin=4, closable=True)
+    assert len(" ".join(argv)) < 2000
+    line = wrapper.env_line({"A": "a\nb"}, command=script)
+    done = subprocess.run(argv, input=line + b"tail", capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    expected = text + ("|a\nb|" if form == "string" else "") + "tail"
+    assert done.stdout.decode() == expected
 
 
 def test_env_line_refuses_nul() -> None:
@@ -202,3 +258,57 @@ def test_doctor_reports_a_missing_configuration_with_a_fix(tmp_path: Any) -> Non
     )
     assert "FAIL kubernetes" in out.stdout and "no Kubernetes configuration" in out.stdout, out.stdout + out.stderr
     assert "fix: " in out.stdout and "KUBECONFIG" in out.stdout
+
+
+def _kubeconfig_file(path: Any, text: str) -> str:
+    path.write_text(textwrap.dedent(text))
+    return str(path)
+
+
+def test_kubeconfig_files_are_merged_as_kubectl_merges_them(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """KUBECONFIG=a:b:missing: entries from every file; for a name or current-context set
+    in two files, the first file wins (the client's own merger lets the last
+    current-context win); missing files are skipped."""
+    from envlayer_kubernetes.client import connect
+
+    first = _kubeconfig_file(
+        tmp_path / "a",
+        """\
+        apiVersion: v1
+        kind: Config
+        current-context: work
+        users:
+        - name: me
+          user: {token: from-a}
+        """,
+    )
+    second = _kubeconfig_file(
+        tmp_path / "b",
+        """\
+        apiVersion: v1
+        kind: Config
+        current-context: other
+        clusters:
+        - name: c1
+          cluster: {server: "https://work.example:6443"}
+        - name: c2
+          cluster: {server: "https://other.example:6443"}
+        users:
+        - name: me
+          user: {token: from-b}
+        contexts:
+        - name: work
+          context: {cluster: c1, user: me, namespace: agents}
+        - name: other
+          context: {cluster: c2, user: me}
+        """,
+    )
+    monkeypatch.setenv("KUBECONFIG", os.pathsep.join([first, second, str(tmp_path / "missing")]))
+    cluster = connect(KubernetesOptions())
+    configuration = cluster.core.api_client.configuration
+    assert configuration.host == "https://work.example:6443"
+    assert configuration.api_key["BearerToken"] == "Bearer from-a"
+    assert cluster.namespace == "agents"
+    assert cluster.where == f"kubeconfig {first}{os.pathsep}{second} context work"
+    other = connect(KubernetesOptions(context="other"))
+    assert other.core.api_client.configuration.host == "https://other.example:6443" and other.namespace == "default"

@@ -34,9 +34,9 @@ from envlayer.result import ExecResult
 from envlayer.shell_script import command_text
 from envlayer.shell_session import PersistentShell
 from envlayer.transfer import TransferSummary
-from envlayer_ssh import oneshot, pool, script
+from envlayer_ssh import oneshot, pool, script, session_dirs
 from envlayer_ssh.channel_io import run_simple
-from envlayer_ssh.files import RemoteFiles
+from envlayer_ssh.files import RemoteFiles, remove_stale
 from envlayer_ssh.options import SSHOptions
 from envlayer_ssh.remote_kill import kill_remote
 from envlayer_ssh.session import shell_session
@@ -46,11 +46,16 @@ log = logging.getLogger("envlayer.ssh")
 
 
 def _release(shared: pool.TargetPool, session: PersistentShell | None) -> None:
-    """Finalizer: end this environment's shell and drop its pool reference (runs once,
-    from ``cleanup()`` or when the environment is garbage-collected)."""
+    """Finalizer: end this environment's shell, remove its private directory, and drop
+    its pool reference (runs once, from ``cleanup()`` or when the environment is
+    garbage-collected)."""
     try:
         if session is not None:
+            was_live, state_dir = session.alive, session.state_dir
             session.close()
+            if was_live:
+                session_dirs.remove_now(shared, state_dir)
+        remove_stale(shared)
     finally:
         pool.release(shared)
 

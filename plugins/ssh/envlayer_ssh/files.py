@@ -28,6 +28,7 @@ import functools
 import logging
 import os
 import posixpath
+import shlex
 import stat
 import uuid
 from collections.abc import Callable, Iterator
@@ -45,6 +46,7 @@ from envlayer.errors import (
 )
 from envlayer.transfer import TransferSummary
 from envlayer_ssh import tar_upload
+from envlayer_ssh.channel_io import run_simple
 
 if TYPE_CHECKING:
     import paramiko
@@ -213,8 +215,9 @@ class RemoteFiles:
                 try:
                     sftp.remove(tmp)
                 except Exception:
-                    pass
+                    self.pool.stale_files.add(tmp)  # the connection is gone: removed once it is back
                 raise
+        remove_stale(self.pool)
 
     @_transport_errors
     def write_private(self, path: str, data: bytes) -> None:
@@ -340,3 +343,32 @@ class RemoteFiles:
                 yield parts, attrs
             else:
                 log.debug("ssh: download_dir skips %s (symlink or special file)", posixpath.join(top, *parts))
+
+
+_STALE_TIMEOUT = 15.0
+
+
+def remove_stale(pool: TargetPool) -> None:
+    """Remove the temp files of writes a dropped connection cut (``pool.stale_files``),
+    over a helper channel (reconnecting if needed). Called after each write and at
+    ``cleanup()``; nothing to do, and no round trip, when there are none. A failure is
+    logged at WARNING with the paths (they stay on the host), never raised."""
+    if not pool.stale_files:
+        return
+    with pool.sftp_lock:
+        paths = sorted(pool.stale_files)
+        if not paths:
+            return
+        try:
+            code, _, err = run_simple(pool, shlex.join(["rm", "-f", "--", *paths]), timeout=_STALE_TIMEOUT)
+        except Exception as exc:
+            code, err = -1, str(exc).encode()
+        if code == 0:
+            pool.stale_files.difference_update(paths)
+            return
+    log.warning(
+        "ssh: could not remove the temp files of writes cut by a dropped connection on %s: %s (%s)",
+        pool.target.describe(),
+        " ".join(paths),
+        err.decode(errors="replace").strip(),
+    )

@@ -169,6 +169,9 @@ class TargetPool:
         self.refs = 0
         self.reconnects = 0
         self.connections: list[Connection] = []
+        self.stale_files: set[str] = set()
+        """Temp files of writes cut by a drop, not removable then
+        (see :func:`envlayer_ssh.files.remove_stale`)."""
         self._cond = threading.Condition()
         self._closed = False
         self._jump: TargetPool | None = None

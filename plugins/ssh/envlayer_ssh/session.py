@@ -3,7 +3,8 @@
 over one long-lived channel running the configured shell.
 
 The channel runs ``exec <shell>`` with no pty (nothing is echoed); the environment's
-configured variables are exported first. Helpers (the kill script, removing the
+configured variables are exported first, then the shell claims its private directory
+and removes dead sessions' ones (:mod:`envlayer_ssh.session_dirs`). Helpers (the kill script, removing the
 session's private directory) run on a second channel; stdin over 64 KiB is uploaded over
 SFTP into the session's private directory (mode 0700) rather than travelling as
 ``printf`` escapes.
@@ -20,6 +21,7 @@ from envlayer.errors import BackendUnavailable
 from envlayer.shell_script import export_lines
 from envlayer.shell_session import PersistentShell
 from envlayer_ssh.channel_io import run_simple
+from envlayer_ssh.session_dirs import claim_script
 from envlayer_ssh.stream import ChannelStream
 
 if TYPE_CHECKING:
@@ -51,12 +53,11 @@ def shell_session(
                 hint="check the shell option and the server's log",
             ) from exc
         stream = ChannelStream(lease)
-        if env:
-            try:
-                stream.write(export_lines(env).encode())
-            except OSError as exc:
-                stream.close()
-                raise BackendUnavailable(f"the shell on {pool.target.describe()} closed at start: {exc}") from exc
+        try:
+            stream.write(export_lines(env).encode() + claim_script(session.session_id))
+        except OSError as exc:
+            stream.close()
+            raise BackendUnavailable(f"the shell on {pool.target.describe()} closed at start: {exc}") from exc
         return stream
 
     def run_aside(argv: list[str]) -> None:
@@ -66,4 +67,5 @@ def shell_session(
         else:
             log.debug("ssh: %s", out.decode(errors="replace").strip())
 
-    return PersistentShell(open_stream, run_aside=run_aside, shell=shell, start_dir=cwd, upload=upload)
+    session = PersistentShell(open_stream, run_aside=run_aside, shell=shell, start_dir=cwd, upload=upload)
+    return session
