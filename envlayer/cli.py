@@ -4,8 +4,10 @@ Commands: ``backends``, ``exec``, ``ls``, ``reap``, ``rm``, ``doctor``, ``config
 ``completion``, ``broker``, ``bench``; ``envlayer --version``. The ``envlayer`` script enters through
 :func:`envlayer.broker.client.main`, which hands ``exec`` to the session broker when it
 can and calls :func:`main` otherwise.
-Every command takes ``--config``, ``--backend``, ``--profile``, ``--debug``; those that
-print tables take ``--json``. Exit codes: ``exec`` returns the command's own code (124
+Every command takes ``--debug``; the commands that read the configuration take
+``--config``, ``--backend``, ``--profile``, ``-o``; all but ``completion`` take ``--json``;
+the sweeps (``ls``, ``reap``, ``rm``) take ``-v``. A shared flag a command would ignore is
+a usage error (exit 2), reported with the command's own usage. Exit codes: ``exec`` returns the command's own code (124
 on timeout, 130 on interrupt) and 125 when envlayer itself failed; the other commands
 return 0 on success, 1 on failure, 2 on a usage error. Every command returns 125 when a
 backend plugin is broken (cannot be loaded, or raised something its contract does not
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import math
 import os
 import shlex
 import sys
@@ -38,6 +41,7 @@ from envlayer.capabilities import (
 from envlayer.cli_completion import SHELLS, completion_script
 from envlayer.cli_cells import last_used_cell, size_cell
 from envlayer.cli_exec import (
+    BROKEN_PIPE_EXIT_CODE,
     ENVLAYER_FAILURE,
     Console,
     error_object,
@@ -46,6 +50,7 @@ from envlayer.cli_exec import (
     plan_exec,
     release_after_exec,
     run_exec,
+    silence_stdout,
 )
 from envlayer.cli_exec import settings_of as _settings
 from envlayer.config import CORE_KEYS, Settings
@@ -57,13 +62,16 @@ from envlayer.errors import (
     PluginError,
 )
 from envlayer.factory import backend_specs, load_configured_backend, open_environment
-from envlayer.options import default_of, masked, option_fields, type_name
+from envlayer.options import BaseOptions, default_of, masked, option_fields, type_name
 from envlayer.plugin_errors import plugin_call
 from envlayer.progress import progress
 from envlayer.registry import backend_names, list_backends, load_backend, shadows_builtin
 
 PLUGIN_FAILURES = (PluginError, BackendLoadError, BackendConflict)
 """Errors that mean a backend plugin is broken: exit code 125 from every command."""
+
+DEFAULT_TIMEOUT: float = default_of(option_fields(BaseOptions)["timeout"][1])
+"""The ``timeout`` option's default: what ``exec`` waits when nothing sets it."""
 
 _debug = False
 """Set by ``--debug``: print tracebacks of the errors the CLI reports."""
@@ -284,7 +292,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         except EnvlayerError as exc:
             results.append({"backend": settings.backend, "ok": False, "selected": True, "error": error_object(exc)})
     if settings is not None:
+        reported = {r["backend"] for r in results}
         for name in _selected_backends(args, settings):
+            if name in reported:  # an unknown backend named by --backend: said once above
+                continue
             entry: dict[str, Any] = {"backend": name, "ok": True, "error": None}
             try:
                 cls = load_backend(name)
@@ -349,38 +360,83 @@ def _enable_debug() -> None:
 _COMMON_EPILOG = """exit codes: 0 success, 1 failure (reason and hint on stderr), 2 usage error"""
 
 
-def _sub(sub: Any, name: str, common: argparse.ArgumentParser, help: str, examples: str, exits: str = "") -> Any:
-    """A subcommand whose help ends with examples and its exit codes."""
-    epilog = f"examples:\n{examples}\n\n{exits or _COMMON_EPILOG}"
-    return sub.add_parser(
-        name,
-        parents=[common],
-        help=help,
-        description=help[0].upper() + help[1:] + ".",
-        epilog=epilog,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+def _seconds(text: str) -> float:
+    """A ``SECONDS`` argument: a finite number >= 0 (argparse names the flag on error)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value < math.inf:
+        raise argparse.ArgumentTypeError(f"expected a finite number of seconds >= 0, got {text!r}")
+    return value
 
 
-def build_parser(parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """The CLI's parser; ``parser_class`` (for it and every subcommand) lets the broker
-    parse without printing or exiting."""
-    common = parser_class(add_help=False)
-    common.add_argument(
+def _shared_flags(parser_class: type[argparse.ArgumentParser]) -> dict[str, argparse.ArgumentParser]:
+    """The flags several commands take, in groups (parent parsers): ``settings``
+    (``--config``, ``--backend``, ``--profile``, ``-o``), ``json``, ``verbose``, ``debug``.
+    A command takes only the groups it uses, so a flag it would ignore is refused."""
+    settings = parser_class(add_help=False)
+    settings.add_argument(
         "--config", metavar="PATH", help="read only this config file (default: user and ./envlayer.toml)"
     )
-    common.add_argument("--backend", metavar="NAME", help="backend to use (overrides config and $ENVLAYER_BACKEND)")
-    common.add_argument("--profile", metavar="NAME", help="profile namespace (overrides config and $ENVLAYER_PROFILE)")
-    common.add_argument(
+    settings.add_argument("--backend", metavar="NAME", help="backend to use (overrides config and $ENVLAYER_BACKEND)")
+    settings.add_argument(
+        "--profile", metavar="NAME", help="profile namespace (overrides config and $ENVLAYER_PROFILE)"
+    )
+    settings.add_argument(
         "-o",
         "--option",
         action="append",
         metavar="KEY=VALUE",
         help="backend option override, VALUE read as the option's type (repeatable; see `backends --options`)",
     )
-    common.add_argument("--json", action="store_true", help="print machine-readable JSON")
-    common.add_argument("-v", "--verbose", action="store_true", help="also report backends lacking the capability")
-    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
+    json_flag = parser_class(add_help=False)
+    json_flag.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    verbose = parser_class(add_help=False)
+    verbose.add_argument("-v", "--verbose", action="store_true", help="also report backends lacking the capability")
+    debug = parser_class(add_help=False)
+    debug.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
+    return {"settings": settings, "json": json_flag, "verbose": verbose, "debug": debug}
+
+
+def _sub(
+    sub: Any,
+    name: str,
+    shared: dict[str, argparse.ArgumentParser],
+    help: str,
+    examples: str,
+    exits: str = "",
+    *,
+    flags: Sequence[str] = ("settings", "json"),
+) -> Any:
+    """A subcommand taking the ``flags`` groups of ``shared`` (and ``--debug``), whose
+    help ends with examples and its exit codes."""
+    epilog = f"examples:\n{examples}\n\n{exits or _COMMON_EPILOG}"
+    p = sub.add_parser(
+        name,
+        parents=[shared[group] for group in (*flags, "debug")],
+        help=help,
+        description=help[0].upper() + help[1:] + ".",
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.set_defaults(command_parser=p)
+    return p
+
+
+def parse_arguments(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """``parser.parse_args(argv)``, except that arguments a command does not take are
+    reported with that command's usage (``envlayer exec --foo ls``), not the top level's."""
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        getattr(args, "command_parser", parser).error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
+def build_parser(parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The CLI's parser (parse with :func:`parse_arguments`); ``parser_class`` (for it and
+    every subcommand) lets the broker parse without printing or exiting."""
+    shared = _shared_flags(parser_class)
 
     parser = parser_class(
         prog="envlayer",
@@ -397,9 +453,10 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = argparse.Argument
     p = _sub(
         sub,
         "backends",
-        common,
+        shared,
         "list installed backends, their package and capabilities",
         "  envlayer backends\n  envlayer backends --options      # every option, its type and default",
+        flags=("json",),
     )
     p.add_argument("--options", action="store_true", help="also list every option of each backend")
     p.set_defaults(func=cmd_backends)
@@ -407,7 +464,7 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = argparse.Argument
     p = _sub(
         sub,
         "exec",
-        common,
+        shared,
         "run a command in the sandbox of a task",
         "  envlayer exec ls -la /tmp                         # the rest of the line is the command\n"
         "  envlayer exec 'make test | tail -3'               # one word: a shell string\n"
@@ -423,7 +480,13 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = argparse.Argument
         "shell string, several are an argv list run without a shell. Put exec's options before CMD."
     )
     p.add_argument("--task", default="default", help="task id (default: %(default)s)")
-    p.add_argument("--timeout", type=float, help="seconds before the command's process tree is killed (exit 124)")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        metavar="SECONDS",
+        help="seconds before the command's process tree is killed (exit 124); 0: no limit "
+        f"(default: the backend's timeout option, {DEFAULT_TIMEOUT:g} s unless configured)",
+    )
     p.add_argument("--cwd", help="working directory for this command")
     p.add_argument(
         "-u",
@@ -464,11 +527,12 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = argparse.Argument
     p = _sub(
         sub,
         "broker",
-        common,
+        shared,
         "show or stop your session brokers (the background processes behind `envlayer exec`)",
         "  envlayer broker status          # pid, uptime, socket, environments held\n"
         "  envlayer broker stop            # stop them (running commands are interrupted)\n"
         "  envlayer broker serve           # run this context's broker in the foreground (debugging)",
+        flags=("json",),
     )
     p.add_argument("action", choices=["status", "stop", "serve"])
     p.set_defaults(func=cmd_broker)
@@ -476,9 +540,10 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = argparse.Argument
     p = _sub(
         sub,
         "ls",
-        common,
+        shared,
         "list managed sandboxes (backends that can list)",
         "  envlayer ls\n  envlayer ls --all-profiles --json",
+        flags=("settings", "json", "verbose"),
     )
     p.add_argument("--all-profiles", action="store_true", help="list every profile, not only the current one")
     p.set_defaults(func=cmd_ls)
@@ -486,15 +551,16 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = argparse.Argument
     p = _sub(
         sub,
         "reap",
-        common,
+        shared,
         "remove sandboxes left by dead processes",
         "  envlayer reap --dry-run         # what would be removed\n  envlayer reap --backend docker --max-age 600",
         "exit codes: 0 success, 1 a backend's sweep failed (the others still ran), 2 usage error",
+        flags=("settings", "json", "verbose"),
     )
     p.add_argument("--dry-run", action="store_true", help="list what would be removed; remove nothing")
     p.add_argument(
         "--max-age",
-        type=float,
+        type=_seconds,
         metavar="SECONDS",
         help="only sandboxes stopped longer than this (default 2 x max(60, lifetime_seconds))",
     )
@@ -503,9 +569,10 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = argparse.Argument
     p = _sub(
         sub,
         "rm",
-        common,
+        shared,
         "remove the sandbox of a task",
         "  envlayer rm build-42\n  envlayer rm build-42 --force --purge   # running, and its durable workspace",
+        flags=("settings", "json", "verbose"),
     )
     p.add_argument("task", metavar="TASK", help="the task id, as `envlayer ls` shows it")
     p.add_argument("--force", action="store_true", help="also remove it while it is running")
@@ -515,7 +582,7 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = argparse.Argument
     p = _sub(
         sub,
         "doctor",
-        common,
+        shared,
         "check whether each backend works here, and how to fix it",
         "  envlayer doctor\n  envlayer doctor --backend docker --json",
         "exit codes: 0 the selected backend works, 1 it (or the configuration) is broken, 2 usage error",
@@ -525,7 +592,7 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = argparse.Argument
     p = _sub(
         sub,
         "config",
-        common,
+        shared,
         "show the effective configuration and where each value came from",
         "  envlayer config\n  envlayer config --backend docker --json   # env values and secret options masked",
     )
@@ -534,9 +601,10 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = argparse.Argument
     p = _sub(
         sub,
         "completion",
-        common,
+        shared,
         "print a shell completion script",
         "  source <(envlayer completion bash)    # in ~/.bashrc\n  source <(envlayer completion zsh)     # in ~/.zshrc",
+        flags=(),
     )
     p.add_argument("shell", choices=SHELLS)
     p.set_defaults(func=cmd_completion)
@@ -579,8 +647,22 @@ def cmd_completion(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``envlayer`` script; returns the process exit code."""
-    args = build_parser().parse_args(argv)
+    """Entry point of the ``envlayer`` script; returns the process exit code. A reader
+    of stdout that went away (``envlayer config | head -1``) ends any command quietly
+    with 141 (128 + SIGPIPE), as ``exec`` does."""
+    try:
+        try:
+            return _run(argv)
+        finally:
+            sys.stdout.flush()  # a reader gone shows here, not in the interpreter's exit
+    except BrokenPipeError:
+        silence_stdout()
+        return BROKEN_PIPE_EXIT_CODE
+
+
+def _run(argv: Sequence[str] | None) -> int:
+    """Parse ``argv``, run the command, report its failures; the exit code."""
+    args = parse_arguments(build_parser(), argv)
     if args.debug:
         _enable_debug()
     elif not logging.getLogger("envlayer").handlers:
@@ -595,6 +677,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except EnvlayerError as exc:
         _error(exc)
         return _exit_code_for(exc)
+    except BrokenPipeError:
+        raise
     except Exception as exc:  # a bug: say so in one line, the traceback under --debug
         _error(exc, f"internal error ({type(exc).__name__})")
         if not _debug:

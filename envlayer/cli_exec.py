@@ -47,6 +47,12 @@ as a shell reports it); the command's tree was killed."""
 INTERRUPTED_LINE = "envlayer: interrupted; the command was killed"
 
 
+def silence_stdout() -> None:
+    """Point this process's stdout at /dev/null once its reader went away, so nothing
+    more fails on it (not even the interpreter's flush at exit)."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
 def error_object(exc: BaseException | None) -> dict[str, str] | None:
     """The ``--json`` form of a failure, the same in every command (None: no failure)."""
     if exc is None:
@@ -72,11 +78,19 @@ def parse_assignments(items: Sequence[str], flag: str) -> dict[str, str]:
     return out
 
 
+FLAG_NAMES = {"backend": "--backend", "profile": "--profile"}
+"""The flags that set core settings, as errors and ``envlayer config`` name them."""
+
+
 def settings_of(args: argparse.Namespace) -> Settings:
     """The configuration for a command's ``--config``, ``--backend``, ``--profile``, ``-o``."""
     texts = parse_assignments(getattr(args, "option", None) or [], "-o")
     return load_settings(
-        config_path=args.config, backend=args.backend, profile=args.profile, option_texts=texts or None
+        config_path=args.config,
+        backend=args.backend,
+        profile=args.profile,
+        option_texts=texts or None,
+        flag_names=FLAG_NAMES,
     )
 
 
@@ -95,10 +109,7 @@ class Console:
     def of_process(cls, *, debug: bool = False) -> Console:
         """This process's stdout and stderr."""
 
-        def silence() -> None:  # no error at exit's flush
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-
-        return cls(sys.stdout.buffer, sys.stderr.buffer, debug, silence)
+        return cls(sys.stdout.buffer, sys.stderr.buffer, debug, silence_stdout)
 
     def write(self, stream: str, chunk: bytes) -> None:
         """Write ``chunk`` to ``"stdout"`` or ``"stderr"`` at once (flushed)."""
@@ -175,6 +186,7 @@ def exec_json(result: ExecResult | None, notes: list[str], exc: BaseException | 
         "stdout_truncation": truncation(result.stdout_truncation) if result else None,
         "stderr_truncation": truncation(result.stderr_truncation) if result else None,
         "recovered": result.recovered if result else "",
+        "notice": result.notice if result else "",
         "notes": notes,
         "error": error_object(exc),
     }
@@ -254,6 +266,8 @@ def run_exec(
     if args.json:
         console.json(exec_json(result, notes))
         return result.exit_code
+    if result.notice:  # the command ran somewhere else than asked (a deleted directory)
+        console.note(result.notice)
     if result.stderr and not stderr_forwarded:
         # A message the backend put in the result without streaming it (a command that
         # could not start: 127, a missing working directory: 126) must still be seen.

@@ -165,7 +165,11 @@ def _read_toml(path: Path) -> dict[str, Any]:
 
 
 def _check_core(key: str, value: Any, source: str) -> Any:
+    """``value`` of core setting ``key`` from ``source``, checked (and parsed from text
+    for a variable). Raises :class:`ConfigError`; a command-line flag (``--profile``)
+    names the key itself, so its error says only the flag."""
     tp = CORE_KEYS[key][0]
+    named = None if source.startswith("--") else key
     if isinstance(value, str) and source.startswith("$"):
         value = parse_text(tp, value)
     ok, value = coerce(tp, value)
@@ -173,20 +177,20 @@ def _check_core(key: str, value: Any, source: str) -> Any:
         raise ConfigError(
             f"expected {describe(tp)}, got {shown(tp, value)}",
             source=source,
-            key=key,
+            key=named,
             hint=f"set {key} to {describe(tp)}",
         )
     if key == "profile" and not PROFILE_PATTERN.match(value):
         raise ConfigError(
             f"invalid profile name {value!r}",
             source=source,
-            key=key,
+            key=named,
             hint="use 1-63 characters from A-Z a-z 0-9 _ . - starting with a letter or digit",
         )
     if key == "broker_idle_timeout" and not 0 < value < float("inf"):
-        raise ConfigError("must be a finite number > 0", source=source, key=key, hint="use seconds such as 300")
+        raise ConfigError("must be a finite number > 0", source=source, key=named, hint="use seconds such as 300")
     if key == "lifetime_seconds" and value <= 0:
-        raise ConfigError("must be > 0", source=source, key=key, hint="use a number of seconds such as 300")
+        raise ConfigError("must be > 0", source=source, key=named, hint="use a number of seconds such as 300")
     return value
 
 
@@ -236,6 +240,7 @@ def load_settings(
     orphan_reaper: bool | None = None,
     backend_options: Mapping[str, Any] | None = None,
     option_texts: Mapping[str, str] | None = None,
+    flag_names: Mapping[str, str] | None = None,
 ) -> Settings:
     """Merge every source into :class:`Settings` (see the module docstring).
 
@@ -243,6 +248,9 @@ def load_settings(
     ``backend_options`` applies to the selected backend; ``option_texts`` too, as text
     (``-o KEY=VALUE``) parsed by each option's declared type (``-o cwd=2024`` is a
     string, ``-o memory_mb=2048`` an integer); a key in both takes the text.
+    ``flag_names`` says how the caller's user wrote a keyword argument (the CLI:
+    ``{"profile": "--profile"}``): errors and :meth:`Settings.source_of` name it so
+    (default ``argument``).
 
     Raises:
         ConfigError: a file that cannot be read or parsed, an unknown top-level key,
@@ -274,8 +282,9 @@ def load_settings(
     }
     for key, value in flags.items():
         if value is not None:
-            setattr(settings, key, _check_core(key, value, "argument"))
-            settings.sources[key] = "argument"
+            source = (flag_names or {}).get(key, "argument")
+            setattr(settings, key, _check_core(key, value, source))
+            settings.sources[key] = source
     if backend_options or option_texts:
         settings.argument_options[settings.backend] = {**(backend_options or {}), **(option_texts or {})}
         settings.argument_texts[settings.backend] = set(option_texts or {})

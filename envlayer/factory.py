@@ -37,14 +37,15 @@ def load_configured_backend(
 ) -> type[Environment]:
     """The class of the backend ``settings`` selects (see :func:`backend_class`). An
     unknown name raises :class:`BackendNotFound` naming where it was set: the file and key
-    (``/path/envlayer.toml: backend``) or the variable (``$ENVLAYER_BACKEND``)."""
+    (``/path/envlayer.toml: backend``), the variable (``$ENVLAYER_BACKEND``) or the flag
+    (``--backend``)."""
     try:
         return backend_class(settings.backend, backends)
     except BackendNotFound as exc:
         source = settings.source_of("backend")
         if source in ("default", "argument"):
             raise
-        where = source if source.startswith("$") else f"{source}: backend"
+        where = source if source.startswith(("$", "--")) else f"{source}: backend"
         raise BackendNotFound(exc.name, exc.installed, exc.package, source=where) from None
 
 

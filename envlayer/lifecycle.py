@@ -18,7 +18,14 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from envlayer.capabilities import Capability, accepts_keyword, defines_method_for, signature_problem, supports
+from envlayer.capabilities import (
+    Capability,
+    accepts_keyword,
+    declared_capabilities,
+    defines_method_for,
+    signature_problem,
+    supports,
+)
 from envlayer.environment import Command, Environment, SandboxInfo
 from envlayer.errors import BackendUnavailable, EnvlayerError, InvalidArgument, PluginError
 from envlayer.options import BaseOptions
@@ -87,7 +94,9 @@ def cleanup(env: Environment, *, force_remove: bool = False, purge: bool = False
     """Clean ``env`` up, forwarding ``force_remove`` only to backends that support it.
 
     Without the capability, ``force_remove=True`` degrades to plain ``cleanup()``: that
-    backend has no persist mode to override, so its cleanup is already its strongest.
+    backend has no persist mode to override, so its cleanup is already its strongest. The
+    outcome's note says it may have kept the sandbox, unless the backend declares that
+    nothing outlives its cleanup (no ``persist_across_processes``: local, SSH).
     ``purge`` (which implies ``force_remove``) also deletes the task's durable data, on
     backends whose ``cleanup`` takes it (Docker).
 
@@ -106,8 +115,17 @@ def cleanup(env: Environment, *, force_remove: bool = False, purge: bool = False
     if force_remove:
         note = f"{_absent(env, Capability.FORCE_REMOVE)}; ran plain cleanup(), which may keep the sandbox"
         log.debug(note)
-        return CleanupOutcome(name, forced=False, note=note)
+        if not _keeps_nothing(env):
+            return CleanupOutcome(name, forced=False, note=note)
     return CleanupOutcome(name, forced=False)
+
+
+def _keeps_nothing(env: Environment) -> bool:
+    """True when ``env``'s plain cleanup leaves nothing a later process could find: it
+    declares its capabilities, without ``persist_across_processes`` (local, SSH). A
+    backend that declares nothing may keep anything."""
+    declared = declared_capabilities(env)
+    return declared is not None and Capability.PERSIST_ACROSS_PROCESSES not in declared
 
 
 def wait_for_cleanup(env: Environment, timeout: float) -> bool:

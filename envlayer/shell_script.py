@@ -113,6 +113,7 @@ def init_script(*, session_id: str, start_dir: str | None) -> bytes:
     return (
         "exec 7>&1 8>&2\n"
         f"__el_s=0; __el_rc=0; __el_nocwd=0; __el_up=-; __el_dir={d}\n"
+        "case ${BASH_VERSION-} in '') __el_fn=1 ;; *) __el_fn= ;; esac\n"
         "__el_exit() {\n"
         "  __el_rc=$?; set +x; trap - EXIT\n"
         '  { export -p; set +o; } 2>/dev/null >| "$__el_dir/state"\n'
@@ -137,6 +138,17 @@ def handshake_command() -> str:
     )
 
 
+_RUN = (
+    'if [ -n "$__el_fn" ]; then unset -f __el_cmd; command eval "__el_cmd() { $__el_c\n}" && __el_cmd; '
+    'else command eval "$__el_c"; fi'
+)
+"""Runs the command text in ``$__el_c`` in the shell itself. dash and BusyBox name the
+builtin running a command in their errors (``sh: 1: eval: foo: not found``), so there
+the text becomes the body of a function defined by ``eval`` and called after it (``sh:
+1: foo: not found``, as a plain shell says); bash, which does not, and which names a
+function's origin instead, evaluates the text directly."""
+
+
 def call_script(
     command: str | Sequence[str],
     *,
@@ -150,8 +162,9 @@ def call_script(
 ) -> bytes:
     """The text that runs one command in the session shell.
 
-    Without ``cwd``/``env`` the command runs in the shell itself (``command eval``: a
-    syntax error stays inside it), so ``cd``, ``export`` and ``set`` persist. With
+    Without ``cwd``/``env`` the command runs in the shell itself (through ``command
+    eval``, see :data:`_RUN`: a syntax error stays inside it), so ``cd``, ``export`` and
+    ``set`` persist. With
     either, it runs in a subshell that applies them: nothing the command changes
     persists, and the session's directory and variables are untouched. stdin is
     ``/dev/null``, or the file ``stdin_path`` (removed afterwards), which the script
@@ -168,7 +181,7 @@ def call_script(
             # a subshell, so the private umask never leaks into the user's session
             lines.append(f"(umask 077; printf {printf_format(stdin_inline)} >| {quote(stdin_path)})")
         redirect = f"<{quote(stdin_path)}"
-    run = f"command eval {quote(command_text(command))}"
+    run = f"__el_c={quote(command_text(command))}; {_RUN}"
     if cwd is not None or env:
         setup = ""
         if cwd is not None:

@@ -5,7 +5,8 @@ session shell. With ``exec_mode = "session"`` (default) commands run one after a
 one persistent shell (:mod:`envlayer.backends.local_session`): ``cd``/``export`` persist;
 a call that finds the session busy (another thread) runs as its own process, in the
 session's directory. A deleted working directory falls back to its nearest existing
-parent, and the result's ``notice`` says so.
+parent, and the result's ``notice`` says so; a ``cwd`` option naming a directory that
+never existed fails every command with exit 126, as a per-call ``cwd`` does.
 Commands inherit this process's environment without credential variables
 (``env_blocklist``, see :mod:`envlayer.agent_env`) unless forwarded (``forward_env``).
 Every command runs in its own session and process group; a timeout or an interrupt
@@ -92,6 +93,8 @@ class LocalEnvironment(Environment):
     ) -> None:
         super().__init__(options, task_id=task_id, profile=profile)
         self.cwd = os.path.abspath(os.path.expanduser(self.options.cwd or os.getcwd()))
+        self._cwd_existed = os.path.isdir(self.cwd)
+        """Whether :attr:`cwd` was ever seen to exist: only then does its loss fall back."""
         self._session: LocalSession | None = None
         if self.options.exec_mode == "session":
             self._session = LocalSession(self.options.shell, self.cwd, self._base_environment)
@@ -145,8 +148,14 @@ class LocalEnvironment(Environment):
 
     def _run_oneshot(self, request: ExecRequest, collector: OutputCollector, base: str) -> ExecResult:
         """Run ``request`` as its own process in ``base`` (or the call's ``cwd`` relative to
-        it). A deleted ``base`` falls back to its nearest existing parent, with a notice."""
+        it). A deleted ``base`` falls back to its nearest existing parent, with a notice;
+        the ``cwd`` option's directory only once it was seen to exist (else exit 126)."""
         notice = ""
+        if base == self.cwd and not self._cwd_existed:
+            self._cwd_existed = os.path.isdir(base)
+            if not self._cwd_existed:
+                collector.write("stderr", f"working directory does not exist: {base}\n".encode())
+                return collector.result(request, 126)
         if not os.path.isdir(base):
             fallback = nearest_existing(base)
             notice, base = moved_notice(base, fallback), fallback

@@ -6,7 +6,9 @@ exactly the semantics of the Docker and SSH sessions (see that module). Locally 
 sandbox is this machine, so :func:`nearest_existing` can check the shell's directory
 before each call: when it was deleted, the call runs in its nearest existing ancestor
 and the result's ``notice`` says so (a shell left in a deleted directory would fail
-every later command that touches a file).
+every later command that touches a file). A start directory the shell never reached
+(the ``cwd`` option naming a directory that does not exist) is exit 126, as a per-call
+``cwd`` is.
 """
 
 from __future__ import annotations
@@ -79,15 +81,14 @@ class LocalSession:
         docstring for a deleted working directory."""
         notice = ""
         prelude = ""
-        current = self.shell.cwd or self.shell.start_dir
+        current = self.shell.cwd
         if current and not os.path.isdir(current):
             fallback = nearest_existing(current)
             notice = moved_notice(current, fallback)
             if self.shell.alive:
                 prelude = f"cd -- {quote_path(fallback)}"
             else:
-                self.shell.cwd = fallback if self.shell.cwd else None
-                self.shell.start_dir = fallback
+                self.shell.cwd = fallback
         outcome = self.shell.run(request, collector, prelude=prelude)
         result = collector.result(request, outcome.exit_code, timed_out=outcome.timed_out, recovered=outcome.recovered)
         return result.with_notice(notice) if notice else result

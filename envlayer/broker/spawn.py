@@ -3,7 +3,8 @@
 :func:`start_and_connect` takes ``broker-<digest>.lock`` (``flock``) so that concurrent
 first calls start a single broker: under the lock it tries to connect again (another
 caller may have started it meanwhile), checks that the configuration allows a broker
-(``broker = false`` / ``ENVLAYER_BROKER=0``: no broker, no note), then starts
+(``broker = false`` / ``ENVLAYER_BROKER=0``, or a configuration that cannot be read:
+no broker, no note), then starts
 ``python -m envlayer.broker serve`` detached (its own session, stdin from
 ``/dev/null``, stdout and stderr to a new ``broker-<digest>.log``), with this process's
 directory and environment, and waits for its socket up to :data:`START_TIMEOUT` seconds.
@@ -32,8 +33,9 @@ POLL = 0.005
 
 
 def _config_allows_broker(argv: Sequence[str]) -> bool:
-    """The ``broker`` setting for this call (``--config`` honoured); a configuration that
-    cannot be read allows it (the broker then reports the error as in-process would)."""
+    """The ``broker`` setting for this call (``--config`` honoured). A configuration that
+    cannot be read means no broker (a broker could not start on it either): the call
+    runs in-process, which reports the error once, as without a broker."""
     from envlayer.config import load_settings
     from envlayer.errors import EnvlayerError
 
@@ -48,7 +50,7 @@ def _config_allows_broker(argv: Sequence[str]) -> bool:
     try:
         return load_settings(config_path=path).broker
     except EnvlayerError:
-        return True
+        return False
 
 
 def _lock(path: str) -> int | None:

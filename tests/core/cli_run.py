@@ -6,6 +6,8 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 ENVLAYER = shutil.which("envlayer", path=os.path.dirname(sys.executable)) or "envlayer"
@@ -20,3 +22,16 @@ def run(
     return subprocess.run(
         [ENVLAYER, *args], input=stdin, capture_output=True, text=True, timeout=60, cwd=cwd, env=full_env
     )
+
+
+@contextmanager
+def own_brokers(workdir: Path, **env: str) -> Iterator[dict[str, str]]:
+    """``env`` plus a private broker runtime directory inside ``workdir``, for
+    :func:`run`'s ``env``: the calls' brokers are their own, and all are stopped at the end."""
+    runtime = workdir / "rt"
+    runtime.mkdir(mode=0o700, exist_ok=True)
+    full = {**env, "ENVLAYER_RUNTIME_DIR": str(runtime)}
+    try:
+        yield full
+    finally:
+        run("broker", "stop", cwd=workdir, env=full)

@@ -17,6 +17,14 @@ PluginMaker = Callable[..., Path]
 
 
 @pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A temporary working directory for the CLI, with no user config file (its own
+    ``XDG_CONFIG_HOME``)."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    return tmp_path
+
+
+@pytest.fixture
 def make_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[PluginMaker]:
     """Create an installed-looking distribution (``*.dist-info`` with entry points and a
     module) in a temp dir placed first on ``sys.path``. Removed after the test."""

@@ -8,13 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from cli_run import ENVLAYER, run
-
-
-@pytest.fixture
-def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
-    return tmp_path
+from cli_run import ENVLAYER, own_brokers, run
 
 
 def test_exec_streams_and_returns_the_exit_code(workdir: Path) -> None:
@@ -150,3 +144,45 @@ def test_exec_whose_reader_goes_away_exits_141_quietly(workdir: Path) -> None:
     assert proc.stderr.read() == b""
     survivors = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout
     assert survivors == "", "the command's tree must be killed"
+
+
+def test_exec_help_states_the_default_timeout() -> None:
+    out = run("exec", "--help")
+    help_text = " ".join(out.stdout.split())
+    assert "default: the backend's timeout option, 180 s" in help_text, out.stdout
+
+
+@pytest.mark.parametrize("mode", ["session", "oneshot"])
+@pytest.mark.parametrize("broker", ["1", "0"])
+def test_exec_in_a_configured_cwd_that_does_not_exist_fails_like_cwd(workdir: Path, mode: str, broker: str) -> None:
+    missing = workdir / "nope" / "deeper"
+    with own_brokers(workdir, ENVLAYER_BROKER=broker) as env:
+        out = run("exec", "-o", f"cwd={missing}", "-o", f"exec_mode={mode}", "pwd", cwd=workdir, env=env)
+    assert (out.returncode, out.stdout) == (126, ""), out.stderr
+    assert f"working directory does not exist: {missing}" in out.stderr
+
+
+def test_exec_notice_of_a_deleted_directory_is_on_stderr_and_in_json(workdir: Path) -> None:
+    notice = f"working directory {workdir}/gone no longer exists; the command ran in {workdir}"
+    with own_brokers(workdir) as env:
+        assert run("exec", "--task", "t", "mkdir gone && cd gone", cwd=workdir, env=env).returncode == 0
+        (workdir / "gone").rmdir()
+        out = run("exec", "--task", "t", "pwd", cwd=workdir, env=env)
+        assert (out.returncode, out.stdout) == (0, f"{workdir}\n"), out.stderr
+        assert f"envlayer: note: {notice}" in out.stderr
+        assert run("exec", "--task", "t", "mkdir gone && cd gone", cwd=workdir, env=env).returncode == 0
+        (workdir / "gone").rmdir()
+        data = json.loads(run("exec", "--json", "--task", "t", "pwd", cwd=workdir, env=env).stdout)
+        assert data["notice"].startswith(notice) and data["stdout"] == f"{workdir}\n"
+        assert json.loads(run("exec", "--json", "--task", "t", "pwd", cwd=workdir, env=env).stdout)["notice"] == ""
+
+
+def test_exec_with_a_bad_setting_in_the_environment_prints_its_error_once(workdir: Path) -> None:
+    with own_brokers(workdir, ENVLAYER_ORPHAN_REAPER="maybe") as env:
+        out = run("exec", "touch", "ran", cwd=workdir, env=env)
+    assert out.returncode == 125
+    assert out.stderr == (
+        "envlayer: error: $ENVLAYER_ORPHAN_REAPER: orphan_reaper: expected true or false, got a string 'maybe'\n"
+        "  hint: set orphan_reaper to true or false\n"
+    )
+    assert not (workdir / "ran").exists()

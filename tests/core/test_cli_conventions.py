@@ -21,12 +21,6 @@ from envlayer.factory import open_environment
 from envlayer.progress import progress
 
 
-@pytest.fixture
-def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
-    return tmp_path
-
-
 # --- the command line ----------------------------------------------------------------------
 
 
@@ -107,6 +101,7 @@ EXEC_KEYS = {
     "stdout_truncation",
     "stderr_truncation",
     "recovered",
+    "notice",
     "notes",
     "error",
 }

@@ -52,9 +52,9 @@ def test_marker_text_is_never_in_the_script() -> None:
 def test_per_call_env_and_cwd_run_in_a_quoted_subshell() -> None:
     text = call_script("echo hi", seed=1, exec_id="abc", env={"SECRET": "s3cr'et"}, cwd="/x y").decode()
     assert "export SECRET='s3cr'\"'\"'et'" in text and "cd -- '/x y'" in text
-    assert "( cd -- '/x y'" in text and "command eval 'echo hi'" in text
+    assert "( cd -- '/x y'" in text and "__el_c='echo hi'; " in text
 
 
 def test_argv_is_quoted_word_by_word() -> None:
     text = call_script(["printf", "%s", "$HOME; x"], seed=1, exec_id="e").decode()
-    assert "command eval '" in text and "'\"'\"'$HOME; x'\"'\"'" in text
+    assert "__el_c='" in text and "'\"'\"'$HOME; x'\"'\"'" in text
