@@ -11,7 +11,8 @@ everything they started if they do not exit; the directory is removed at the end
 It also makes SIGINT deliverable to the processes tests start, even in a run started in
 the background with SIGINT ignored (see ``pytest_configure``), and ends every run that ran
 tests with a table of the slowest test files (see ``pytest_terminal_summary``), so the next
-slowdown is seen where it starts.
+slowdown is seen where it starts. Under pytest-xdist the backends' tests are handed out
+first (see ``pytest_collection_modifyitems``).
 """
 
 from __future__ import annotations
@@ -40,6 +41,19 @@ def pytest_configure(config: pytest.Config) -> None:
     """Tests that send SIGINT to a child (Ctrl-C mid-command) need it delivered even when
     this run was started in the background with SIGINT ignored (``make_sigint_deliverable``)."""
     make_sigint_deliverable()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In a pytest-xdist worker, put the tests under ``plugins/`` first (stable otherwise).
+
+    xdist hands out work units (a class, or a module's functions: ``--dist loadscope
+    --no-loadscope-reorder``) in collection order. The backends' units are the long ones (a
+    conformance class or lifecycle module on a fake or in containers: minutes each), the
+    core's mostly short; a long unit handed out last would run alone at the end of the run.
+    Serial runs keep the collection order."""
+    if not hasattr(config, "workerinput"):
+        return
+    items.sort(key=lambda item: not item.nodeid.startswith("plugins/"))
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
