@@ -334,6 +334,9 @@ def test_cancel_from_another_thread_kills_the_remote_tree(sshd: SSHServer, make_
     from envlayer.testing.cancelling import exec_cancelled_after_output
 
     env = make_env(sshd, mode=mode)
-    result = exec_cancelled_after_output(env, "echo started; sleep 311 & sleep 312", timeout=120)
+    # Durations no other test uses: the loopback sandbox is this machine, where other tests
+    # (other pytest-xdist workers, other runs) have their own sleeps, e.g. the kit's 310-313.
+    first = 5000 + os.getpid() % 50_000 * 2
+    result = exec_cancelled_after_output(env, f"echo started; sleep {first} & sleep {first + 1}", timeout=120)
     assert result.cancelled and result.exit_code == 130 and result.stdout_text == "started\n"
-    assert env.exec("pgrep -f 'sleep 31[12]' || echo none").stdout_text == "none\n"
+    assert env.exec(f"pgrep -xf 'sleep ({first}|{first + 1})' || echo none").stdout_text == "none\n"
