@@ -41,7 +41,8 @@ MAX_TIMEOUT = 7 * 24 * 3600.0
 """The largest timeout accepted, in seconds (one week). Longer work belongs in the
 background (``nohup cmd &``) with a short command polling it; ``0`` disables the limit."""
 
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+"""A valid environment variable name (a shell identifier)."""
 _USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\$?(:[A-Za-z0-9_][A-Za-z0-9_.-]*)?\Z")
 _NO_LIMIT_HINT = "pass a number of seconds up to one week, or 0 for no limit"
 
@@ -120,7 +121,7 @@ def check_env(env: Mapping[str, str] | None, argument: str = "env") -> dict[str,
         raise InvalidArgument(argument, f"must be a mapping of names to strings, got {type(env).__name__}")
     checked: dict[str, str] = {}
     for name, value in env.items():
-        if not isinstance(name, str) or not _ENV_NAME.match(name):
+        if not isinstance(name, str) or not ENV_NAME.match(name):
             raise InvalidArgument(
                 argument,
                 f"{name!r} is not a valid environment variable name",
