@@ -83,7 +83,7 @@ def test_concurrent_calls_on_one_session_are_serialized(sshd: SSHServer, make_en
 
 @pytest.mark.parametrize("mode", ["session", "oneshot"])
 def test_cleanup_while_a_command_runs(sshd: SSHServer, make_env, mode: str) -> None:
-    env = make_env(sshd, mode=mode)
+    env = make_env(sshd, exec_mode=mode)
     errors: list[BaseException] = []
     results: list[object] = []
     marker = f"/tmp/envlayer-cleanup-while-running-{uuid.uuid4().hex}"  # the server is this machine
