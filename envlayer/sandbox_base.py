@@ -37,6 +37,7 @@ opt-in, and the dispatcher checks every backend's signatures the same way.
 from __future__ import annotations
 
 import dataclasses
+import posixpath
 import time
 from abc import abstractmethod
 from collections.abc import Callable, Mapping
@@ -54,6 +55,22 @@ from envlayer.result import ExecResult
 from envlayer.shell_session import PersistentShell
 
 T = TypeVar("T")
+
+MANAGED_SANDBOX_CAPABILITIES = frozenset(
+    {
+        Capability.FORCE_REMOVE,
+        Capability.WAIT_FOR_CLEANUP,
+        Capability.REAP_ORPHANS,
+        Capability.LIST_SANDBOXES,
+        Capability.REMOVE_SANDBOX,
+        Capability.STREAMING,
+        Capability.PERSISTENT_SESSION,
+        Capability.DIRECTORY_TRANSFER,
+        Capability.PERSIST_ACROSS_PROCESSES,
+    }
+)
+"""What a sandbox that envlayer creates, finds by (profile, task), sweeps and removes has
+(Docker, Kubernetes, Modal and Daytona declare it; Docker adds ``exec_as_user``)."""
 
 
 def narrowed_capabilities(declared: frozenset[Capability], options: BaseOptions) -> frozenset[Capability]:
@@ -79,6 +96,9 @@ class SandboxEnvironment(Environment):
         self, options: BaseOptions | None = None, *, task_id: str = "default", profile: str = "default"
     ) -> None:
         super().__init__(options, task_id=task_id, profile=profile)
+        wanted = type(self).Options
+        if not isinstance(self.options, wanted):
+            raise TypeError(f"{type(self).__name__} needs {wanted.__name__}, got {type(self.options).__name__}")
         declared = type(self).capabilities
         if declared is not None:
             self.capabilities = narrowed_capabilities(frozenset(declared), self.options)
@@ -156,6 +176,12 @@ class SandboxEnvironment(Environment):
         """Run ``request`` as a command of its own (as ``request.user`` when set: only
         for a backend that declares ``exec_as_user``), killing its process tree on a
         timeout, an interrupt or ``request.cancel``."""
+
+    @staticmethod
+    def call_directory(request: ExecRequest, base: str) -> str:
+        """Where a one-shot call runs: ``base`` (the session's current directory, or the
+        working directory), or the call's ``cwd`` taken relative to it."""
+        return posixpath.join(base, request.cwd) if request.cwd else base
 
     def run_shell(self, shell: PersistentShell, request: ExecRequest, *, prelude: str = "") -> ExecResult:
         """Run ``request`` in a core persistent ``shell`` and return its result."""

@@ -31,32 +31,19 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from envlayer.agent_env import COMMAND_DEFAULTS
-from envlayer.capabilities import Capability
 from envlayer.environment import SandboxInfo
 from envlayer.errors import BackendUnavailable, SandboxPathError
 from envlayer.options import BaseOptions
 from envlayer.request import ExecRequest, file_payload
 from envlayer.result import ExecResult
-from envlayer.sandbox_base import SandboxEnvironment
+from envlayer.sandbox_base import MANAGED_SANDBOX_CAPABILITIES, SandboxEnvironment
 from envlayer.transfer import TransferSummary
 from envlayer_daytona.options import DaytonaOptions
 
 log = logging.getLogger("envlayer.daytona")
 T = TypeVar("T")
 
-ALL_CAPABILITIES = frozenset(
-    {
-        Capability.FORCE_REMOVE,
-        Capability.WAIT_FOR_CLEANUP,
-        Capability.REAP_ORPHANS,
-        Capability.LIST_SANDBOXES,
-        Capability.REMOVE_SANDBOX,
-        Capability.STREAMING,
-        Capability.PERSISTENT_SESSION,
-        Capability.DIRECTORY_TRANSFER,
-        Capability.PERSIST_ACROSS_PROCESSES,
-    }
-)
+ALL_CAPABILITIES = MANAGED_SANDBOX_CAPABILITIES
 _TEARDOWNS: list[threading.Thread] = []
 
 
@@ -90,8 +77,6 @@ class DaytonaEnvironment(SandboxEnvironment):
         self, options: BaseOptions | None = None, *, task_id: str = "default", profile: str = "default"
     ) -> None:
         super().__init__(options, task_id=task_id, profile=profile)
-        if not isinstance(self.options, DaytonaOptions):
-            raise TypeError(f"DaytonaEnvironment needs DaytonaOptions, got {type(self.options).__name__}")
         from envlayer_daytona.client import get_client
         from envlayer_daytona.sandbox import build_spec
 

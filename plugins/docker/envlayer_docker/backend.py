@@ -38,7 +38,7 @@ from envlayer.errors import BackendUnavailable
 from envlayer.options import BaseOptions
 from envlayer.request import ExecRequest, check_path, file_payload
 from envlayer.result import ExecResult
-from envlayer.sandbox_base import SandboxEnvironment
+from envlayer.sandbox_base import MANAGED_SANDBOX_CAPABILITIES, SandboxEnvironment
 from envlayer.sandbox_paths import check_real_path
 from envlayer.transfer import TransferSummary
 from envlayer_docker import teardown
@@ -48,20 +48,7 @@ from envlayer_docker.options import DockerOptions
 log = logging.getLogger("envlayer.docker")
 T = TypeVar("T")
 
-ALL_CAPABILITIES = frozenset(
-    {
-        Capability.FORCE_REMOVE,
-        Capability.WAIT_FOR_CLEANUP,
-        Capability.REAP_ORPHANS,
-        Capability.LIST_SANDBOXES,
-        Capability.REMOVE_SANDBOX,
-        Capability.STREAMING,
-        Capability.PERSISTENT_SESSION,
-        Capability.DIRECTORY_TRANSFER,
-        Capability.PERSIST_ACROSS_PROCESSES,
-        Capability.EXEC_AS_USER,
-    }
-)
+ALL_CAPABILITIES = MANAGED_SANDBOX_CAPABILITIES | {Capability.EXEC_AS_USER}
 _NUMERIC_USER = re.compile(r"^(\d+)(?::(\d+))?$")
 
 
@@ -77,8 +64,6 @@ class DockerEnvironment(SandboxEnvironment):
         self, options: BaseOptions | None = None, *, task_id: str = "default", profile: str = "default"
     ) -> None:
         super().__init__(options, task_id=task_id, profile=profile)
-        if not isinstance(self.options, DockerOptions):
-            raise TypeError(f"DockerEnvironment needs DockerOptions, got {type(self.options).__name__}")
         from envlayer_docker.client import get_client
         from envlayer_docker.container import build_spec
 
@@ -210,9 +195,8 @@ class DockerEnvironment(SandboxEnvironment):
         (``docker exec --user``)."""
         from envlayer_docker.runners import run_oneshot
 
-        session = self._session
-        base = (session.cwd if session is not None else None) or self.options.workdir
-        cwd = posixpath.join(base, request.cwd) if request.cwd else base
+        session_cwd = self._session.cwd if self._session is not None else None
+        cwd = self.call_directory(request, session_cwd or self.options.workdir)
         target = self._target()
         if request.user is not None:
             target = dataclasses.replace(target, user=request.user)

@@ -33,32 +33,19 @@ import time
 from typing import Any
 
 from envlayer.agent_env import with_command_defaults
-from envlayer.capabilities import Capability
 from envlayer.environment import SandboxInfo
 from envlayer.errors import BackendUnavailable, SandboxPathError
 from envlayer.options import BaseOptions
 from envlayer.request import ExecRequest, check_path, file_payload
 from envlayer.result import ExecResult
-from envlayer.sandbox_base import SandboxEnvironment
+from envlayer.sandbox_base import MANAGED_SANDBOX_CAPABILITIES, SandboxEnvironment
 from envlayer.transfer import TransferSummary
 from envlayer_kubernetes.options import KubernetesOptions
 
 log = logging.getLogger("envlayer.kubernetes")
 EXIT_WAIT = 15.0
 
-ALL_CAPABILITIES = frozenset(
-    {
-        Capability.FORCE_REMOVE,
-        Capability.WAIT_FOR_CLEANUP,
-        Capability.REAP_ORPHANS,
-        Capability.LIST_SANDBOXES,
-        Capability.REMOVE_SANDBOX,
-        Capability.STREAMING,
-        Capability.PERSISTENT_SESSION,
-        Capability.DIRECTORY_TRANSFER,
-        Capability.PERSIST_ACROSS_PROCESSES,
-    }
-)
+ALL_CAPABILITIES = MANAGED_SANDBOX_CAPABILITIES
 
 _TEARDOWNS: set[threading.Thread] = set()
 _TEARDOWN_LOCK = threading.Lock()
@@ -76,8 +63,6 @@ class KubernetesEnvironment(SandboxEnvironment):
         self, options: BaseOptions | None = None, *, task_id: str = "default", profile: str = "default"
     ) -> None:
         super().__init__(options, task_id=task_id, profile=profile)
-        if not isinstance(self.options, KubernetesOptions):
-            raise TypeError(f"KubernetesEnvironment needs KubernetesOptions, got {type(self.options).__name__}")
         from envlayer_kubernetes.client import connect
         from envlayer_kubernetes.pods import build_spec
 
@@ -156,10 +141,8 @@ class KubernetesEnvironment(SandboxEnvironment):
         """An exec of its own, in the session's directory."""
         from envlayer_kubernetes.runners import run_oneshot
 
-        session = self._session
-        base = (session.cwd if session is not None else None) or self.options.workdir
-        cwd = posixpath.join(base, request.cwd) if request.cwd else base
-        return run_oneshot(self._target, request, cwd=cwd)
+        session_cwd = self._session.cwd if self._session is not None else None
+        return run_oneshot(self._target, request, cwd=self.call_directory(request, session_cwd or self.options.workdir))
 
     def _helper(self, argv: list[str], data: bytes | None) -> tuple[int, bytes, bytes]:
         """One of envlayer's own commands (files); recovers a vanished pod once."""

@@ -35,7 +35,6 @@ from typing import Any, TypeVar
 
 from envlayer.agent_env import with_command_defaults
 from envlayer.cancel import killer_for
-from envlayer.capabilities import Capability
 from envlayer.collector import OutputCollector
 from envlayer.environment import SandboxInfo
 from envlayer.errors import BackendUnavailable
@@ -43,7 +42,7 @@ from envlayer.options import BaseOptions
 from envlayer.proctree import EXEC_ID_VAR
 from envlayer.request import ExecRequest, check_path, file_payload
 from envlayer.result import TIMEOUT_EXIT_CODE, ExecResult
-from envlayer.sandbox_base import SandboxEnvironment
+from envlayer.sandbox_base import MANAGED_SANDBOX_CAPABILITIES, SandboxEnvironment
 from envlayer.sandbox_paths import check_real_path
 from envlayer.transfer import TransferSummary
 from envlayer_modal import teardown
@@ -53,19 +52,7 @@ from envlayer_modal.reaper import LEASE_PATH
 log = logging.getLogger("envlayer.modal")
 T = TypeVar("T")
 
-ALL_CAPABILITIES = frozenset(
-    {
-        Capability.FORCE_REMOVE,
-        Capability.WAIT_FOR_CLEANUP,
-        Capability.REAP_ORPHANS,
-        Capability.LIST_SANDBOXES,
-        Capability.REMOVE_SANDBOX,
-        Capability.STREAMING,
-        Capability.PERSISTENT_SESSION,
-        Capability.DIRECTORY_TRANSFER,
-        Capability.PERSIST_ACROSS_PROCESSES,
-    }
-)
+ALL_CAPABILITIES = MANAGED_SANDBOX_CAPABILITIES
 LEASE_INTERVAL = 30.0
 _HELPER_TIMEOUT = 300.0
 
@@ -87,8 +74,6 @@ class ModalEnvironment(SandboxEnvironment):
         self, options: BaseOptions | None = None, *, task_id: str = "default", profile: str = "default"
     ) -> None:
         super().__init__(options, task_id=task_id, profile=profile)
-        if not isinstance(self.options, ModalOptions):
-            raise TypeError(f"ModalEnvironment needs ModalOptions, got {type(self.options).__name__}")
         from envlayer_modal.client import connect
 
         self._conn = connect(self.options)
@@ -194,7 +179,7 @@ class ModalEnvironment(SandboxEnvironment):
         from envlayer_modal.process import Process
 
         collector = OutputCollector.for_request(request, self.options)
-        cwd = posixpath.join(self.options.workdir, request.cwd) if request.cwd else self.options.workdir
+        cwd = self.call_directory(request, self.options.workdir)
         argv = oneshot.oneshot_argv(self.options.shell, request.command, cwd=cwd, touch_lease=self._touch_lease())
         proc = Process(self._start_exec(argv, self._command_env(request.env, request.exec_id)))
         oneshot.feed_stdin(proc, request.stdin)
