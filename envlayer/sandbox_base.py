@@ -11,12 +11,12 @@ The base owns:
   (:class:`~envlayer.errors.InvalidArgument`, nothing runs);
 * the session-or-one-shot choice: a call runs in the session shell when its lock is
   free, else as a one-shot command (or, with ``wait_for_busy_session``, it waits for the
-  shell); a call with ``user`` always runs one-shot. Once a call holds the shell, its
-  timeout counts from then;
+  shell, and its timeout counts from when it gets it); a call with ``user`` always runs
+  one-shot;
 * retry-once-after-recovery (:meth:`with_recovery`): when the backend says the sandbox
   was gone and the command provably did not start, the backend recovers the sandbox and
-  the call runs once more, with ``ExecResult.recovered`` saying what was done. A command
-  that may have started is never run again;
+  the call runs once more (with its whole timeout), with ``ExecResult.recovered`` saying
+  what was done. A command that may have started is never run again;
 * narrowing ``capabilities`` from the options: ``exec_mode = "oneshot"`` drops
   ``persistent_session``, ``persist_across_processes = false`` drops
   ``persist_across_processes``.
@@ -83,6 +83,13 @@ def narrowed_capabilities(declared: frozenset[Capability], options: BaseOptions)
     return declared
 
 
+def _restarted(request: ExecRequest) -> ExecRequest:
+    """``request`` with its deadline counted from now."""
+    if request.timeout is None:
+        return request
+    return dataclasses.replace(request, deadline=time.monotonic() + request.timeout)
+
+
 class SandboxEnvironment(Environment):
     """Base of a sandbox backend; see the module docstring for what it owns and what a
     subclass implements. Subclasses declare ``capabilities`` (a frozenset; the base is
@@ -146,16 +153,22 @@ class SandboxEnvironment(Environment):
     def run_request(self, request: ExecRequest) -> ExecResult:
         """Run a validated request: in the session or one-shot, recovering a gone sandbox
         once. A backend may extend it (to note a reconnect, say), calling this."""
-        result, recovered = self.with_recovery(lambda: self._run_once(request))
+        attempts = 0
+
+        def attempt() -> ExecResult:
+            nonlocal attempts
+            attempts += 1  # a retry after a recovery gets the whole timeout again
+            return self._run_once(request if attempts == 1 else _restarted(request))
+
+        result, recovered = self.with_recovery(attempt)
         return dataclasses.replace(result, recovered=recovered) if recovered else result
 
     def _run_once(self, request: ExecRequest) -> ExecResult:
         lock = self.session_lock() if request.user is None else None
         if lock is not None and lock.acquire(blocking=self.wait_for_busy_session):
             try:
-                if request.timeout is not None:  # the timeout counts from when the call holds the shell
-                    request = dataclasses.replace(request, deadline=time.monotonic() + request.timeout)
-                return self.run_in_session(request)
+                # a call that waited for the shell: its timeout counts from when it got it
+                return self.run_in_session(_restarted(request) if self.wait_for_busy_session else request)
             finally:
                 lock.release()
         return self.run_oneshot(request)
