@@ -98,6 +98,8 @@ class SandboxEnvironment(Environment):
     capabilities: frozenset[Capability] | None = frozenset()
     wait_for_busy_session: ClassVar[bool] = False
     """True: a call that finds the session shell busy waits for it instead of running one-shot."""
+    recovery_hint: ClassVar[str] = "check the sandbox's platform; something keeps removing or stopping it"
+    """What to do when the sandbox is gone again right after a recovery (see :meth:`gone_again`)."""
 
     def __init__(
         self, options: BaseOptions | None = None, *, task_id: str = "default", profile: str = "default"
@@ -222,10 +224,11 @@ class SandboxEnvironment(Environment):
         raise NotImplementedError(f"{type(self).__name__} reports a gone sandbox but cannot recover it")
 
     def gone_again(self, exc: Exception) -> BackendUnavailable:
-        """The error when the sandbox is gone again right after :meth:`recover`."""
+        """The error when the sandbox is gone again right after :meth:`recover`; its hint
+        is :attr:`recovery_hint`."""
         return BackendUnavailable(
             f"the {self.name} sandbox for task {self.task_id!r} is gone again right after being recovered: {exc}",
-            hint="check the sandbox's platform; something keeps removing or stopping it",
+            hint=self.recovery_hint,
         )
 
     def with_recovery(

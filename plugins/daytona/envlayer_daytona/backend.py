@@ -72,6 +72,7 @@ class DaytonaEnvironment(SandboxEnvironment):
     Options = DaytonaOptions
     capabilities = ALL_CAPABILITIES
     options: DaytonaOptions
+    recovery_hint = "check the sandbox in the Daytona dashboard; something keeps stopping it"
 
     def __init__(
         self, options: BaseOptions | None = None, *, task_id: str = "default", profile: str = "default"
@@ -215,12 +216,6 @@ class DaytonaEnvironment(SandboxEnvironment):
 
     def sandbox_identity(self) -> str:
         return str(self._sandbox.id)
-
-    def gone_again(self, exc: Exception) -> BackendUnavailable:
-        return BackendUnavailable(
-            f"the sandbox for task {self.task_id!r} is not running right after being started: {exc}",
-            hint="check the sandbox in the Daytona dashboard; something keeps stopping it",
-        )
 
     def recover(self, seen: str) -> str:
         """The sandbox ``seen`` was found not running: start it, or re-create it when it

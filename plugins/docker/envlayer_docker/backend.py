@@ -59,6 +59,7 @@ class DockerEnvironment(SandboxEnvironment):
     Options = DockerOptions
     capabilities = ALL_CAPABILITIES
     options: DockerOptions
+    recovery_hint = "check the daemon (`docker ps -a`, its log); something keeps removing the container"
 
     def __init__(
         self, options: BaseOptions | None = None, *, task_id: str = "default", profile: str = "default"
@@ -149,12 +150,6 @@ class DockerEnvironment(SandboxEnvironment):
                 self._session.shell.abandon()
             self._attach()
         return "container recreated"
-
-    def gone_again(self, exc: Exception) -> BackendUnavailable:
-        return BackendUnavailable(
-            f"the container for task {self.task_id!r} is gone again right after being recreated: {exc}",
-            hint="check the daemon (`docker ps -a`, its log); something keeps removing the container",
-        )
 
     def with_recovery(self, operation: Callable[[], T], **kwargs: Any) -> tuple[T, str]:
         try:

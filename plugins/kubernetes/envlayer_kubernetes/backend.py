@@ -58,6 +58,7 @@ class KubernetesEnvironment(SandboxEnvironment):
     Options = KubernetesOptions
     capabilities = ALL_CAPABILITIES
     options: KubernetesOptions
+    recovery_hint = "check the cluster's events; something keeps deleting the pod"
 
     def __init__(
         self, options: BaseOptions | None = None, *, task_id: str = "default", profile: str = "default"
@@ -121,12 +122,6 @@ class KubernetesEnvironment(SandboxEnvironment):
                 log.warning("pod %s for task %r vanished or stopped; attaching again", self.pod_name, self.task_id)
                 self._attach()
         return "pod recreated"
-
-    def gone_again(self, exc: Exception) -> BackendUnavailable:
-        return BackendUnavailable(
-            f"pod {self.pod_name} is gone again right after being recreated: {exc}",
-            hint="check the cluster's events; something keeps deleting the pod",
-        )
 
     # --- exec: the base owns the contract and the session-or-one-shot choice ----------------
 

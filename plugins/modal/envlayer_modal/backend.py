@@ -69,6 +69,7 @@ class ModalEnvironment(SandboxEnvironment):
     Options = ModalOptions
     capabilities = ALL_CAPABILITIES
     options: ModalOptions
+    recovery_hint = "check the Modal dashboard; something keeps terminating it"
 
     def __init__(
         self, options: BaseOptions | None = None, *, task_id: str = "default", profile: str = "default"
@@ -128,12 +129,6 @@ class ModalEnvironment(SandboxEnvironment):
                 log.warning("sandbox %s for task %r is gone; attaching again", self.sandbox_id, self.task_id)
                 self._attach()
         return "sandbox recreated"
-
-    def gone_again(self, exc: Exception) -> BackendUnavailable:
-        return BackendUnavailable(
-            f"the sandbox for task {self.task_id!r} is gone again right after being recreated: {exc}",
-            hint="check the Modal dashboard; something keeps terminating it",
-        )
 
     def _start_exec(self, argv: list[str], env: Mapping[str, str]) -> Any:
         """``Sandbox.exec`` with ``text=False``. A refusal meaning "the sandbox is gone"
