@@ -27,36 +27,23 @@ import os
 import posixpath
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from envlayer.agent_env import COMMAND_DEFAULTS
-from envlayer.cancel import CancelToken
-from envlayer.capabilities import Capability
-from envlayer.environment import Command, Environment, SandboxInfo
+from envlayer.environment import SandboxInfo
 from envlayer.errors import BackendUnavailable, SandboxPathError
 from envlayer.options import BaseOptions
 from envlayer.request import ExecRequest, file_payload
 from envlayer.result import ExecResult
+from envlayer.sandbox_base import MANAGED_SANDBOX_CAPABILITIES, SandboxEnvironment
 from envlayer.transfer import TransferSummary
 from envlayer_daytona.options import DaytonaOptions
 
 log = logging.getLogger("envlayer.daytona")
 T = TypeVar("T")
 
-ALL_CAPABILITIES = frozenset(
-    {
-        Capability.FORCE_REMOVE,
-        Capability.WAIT_FOR_CLEANUP,
-        Capability.REAP_ORPHANS,
-        Capability.LIST_SANDBOXES,
-        Capability.REMOVE_SANDBOX,
-        Capability.STREAMING,
-        Capability.PERSISTENT_SESSION,
-        Capability.DIRECTORY_TRANSFER,
-        Capability.PERSIST_ACROSS_PROCESSES,
-    }
-)
+ALL_CAPABILITIES = MANAGED_SANDBOX_CAPABILITIES
 _TEARDOWNS: list[threading.Thread] = []
 
 
@@ -78,30 +65,24 @@ class _NotStarted(BackendUnavailable):
         super().__init__(message, hint="the next call starts the sandbox again")
 
 
-class DaytonaEnvironment(Environment):
+class DaytonaEnvironment(SandboxEnvironment):
     """Commands and files in a Daytona sandbox; see the module docstring."""
 
     name = "daytona"
     Options = DaytonaOptions
     capabilities = ALL_CAPABILITIES
     options: DaytonaOptions
+    recovery_hint = "check the sandbox in the Daytona dashboard; something keeps stopping it"
 
     def __init__(
         self, options: BaseOptions | None = None, *, task_id: str = "default", profile: str = "default"
     ) -> None:
         super().__init__(options, task_id=task_id, profile=profile)
-        if not isinstance(self.options, DaytonaOptions):
-            raise TypeError(f"DaytonaEnvironment needs DaytonaOptions, got {type(self.options).__name__}")
         from envlayer_daytona.client import get_client
         from envlayer_daytona.sandbox import build_spec
 
-        opts = self.options
-        if opts.exec_mode == "oneshot":
-            self.capabilities = ALL_CAPABILITIES - {Capability.PERSISTENT_SESSION}
-        if not opts.persist_across_processes:
-            self.capabilities = self.capabilities - {Capability.PERSIST_ACROSS_PROCESSES}
-        self._client = get_client(opts)
-        self._spec = build_spec(opts, profile=profile, task=task_id)
+        self._client = get_client(self.options)
+        self._spec = build_spec(self.options, profile=profile, task=task_id)
         self._state_lock = threading.RLock()
         self._session_lock = threading.Lock()
         self._last_refresh = time.monotonic()
@@ -227,14 +208,23 @@ class DaytonaEnvironment(Environment):
 
         return self._guard(lambda: state_of(self._sandbox), "checking the sandbox's state")
 
-    def _recover(self, seen_id: str) -> str:
-        """The sandbox ``seen_id`` was found not running: start it, or re-create it when it
+    # --- recovery (the base retries once, see envlayer.sandbox_base) ---------------------
+
+    def is_gone(self, exc: Exception) -> bool:
+        """The command could not be sent because the sandbox is not running."""
+        return isinstance(exc, _NotStarted)
+
+    def sandbox_identity(self) -> str:
+        return str(self._sandbox.id)
+
+    def recover(self, seen: str) -> str:
+        """The sandbox ``seen`` was found not running: start it, or re-create it when it
         is gone. Returns what was done (``"sandbox restarted"`` / ``"sandbox recreated"``)."""
         from envlayer_daytona.sandbox import BROKEN, RESTARTABLE, start
 
         with self._state_lock:
             self._drop_session()
-            if self._sandbox.id != seen_id:
+            if self._sandbox.id != seen:
                 return "sandbox recreated"
             state = self._sandbox_state()
             if state in RESTARTABLE or state == "stopping":
@@ -269,70 +259,30 @@ class DaytonaEnvironment(Environment):
         except BackendUnavailable:
             return False
 
-    # --- exec ---------------------------------------------------------------------------
+    # --- exec: the base owns the contract and the session-or-one-shot choice ----------------
 
-    def exec(
-        self,
-        command: Command,
-        *,
-        cwd: str | None = None,
-        env: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-        stdin: bytes | str | None = None,
-        on_output: Callable[[str, bytes], None] | None = None,
-        cancel: CancelToken | None = None,
-    ) -> ExecResult:
-        """Run ``command`` in the sandbox; see :class:`~envlayer.environment.Environment`.
-
-        ``cancel.cancel()`` from another thread kills the command's tree and its shell, and
-        the call returns the output so far with ``cancelled=True`` (exit 130).
-        ``on_output(stream, chunk)`` receives ``"stdout"``/``"stderr"`` chunks as they arrive
-        (uncapped), from the calling thread. Raises :class:`~envlayer.errors.InvalidArgument`
-        for bad arguments (nothing ran), :class:`BackendUnavailable` when the API cannot be
-        reached, or when the sandbox stopped or vanished while the command ran (it is not
-        re-run; the next call starts or re-creates the sandbox)."""
-        from envlayer.collector import OutputCollector
-
-        request = self.make_request(
-            command, cwd=cwd, env=env, timeout=timeout, stdin=stdin, on_output=on_output, cancel=cancel
-        )
+    def run_request(self, request: ExecRequest) -> ExecResult:
         self._refresh_activity()
-        recovered = ""
-        for attempt in (0, 1):
-            seen = self._sandbox.id
-            collector = OutputCollector.for_request(request, self.options)
-            try:
-                outcome = self._run(request, collector)
-            except _NotStarted as exc:
-                if attempt:
-                    raise BackendUnavailable(
-                        f"the sandbox for task {self.task_id!r} is not running right after being started: {exc}",
-                        hint="check the sandbox in the Daytona dashboard; something keeps stopping it",
-                    ) from exc
-                recovered = self._recover(seen)
-                continue
-            return collector.result(
-                request, outcome.exit_code, timed_out=outcome.timed_out, recovered=recovered or outcome.recovered
-            )
-        raise AssertionError("unreachable")
+        return super().run_request(request)
 
-    def _run(self, request: ExecRequest, collector: Any) -> Any:
-        """Run in the environment's session shell, or (one-shot mode, or the session busy in
-        another thread) in a shell of its own, closed afterwards."""
+    def session_lock(self) -> threading.Lock | None:
+        return self._session_lock if self.options.exec_mode == "session" else None
+
+    def run_in_session(self, request: ExecRequest) -> ExecResult:
         from envlayer_daytona.stream import ShellGoneBeforeSend
 
-        if self.options.exec_mode == "session" and self._session_lock.acquire(blocking=False):
-            try:
-                try:
-                    return self._shell.run(request, collector)
-                except ShellGoneBeforeSend:
-                    self._shell.abandon()  # ended from outside between calls; the command did not run
-                    return self._shell.run(request, collector)
-            finally:
-                self._session_lock.release()
+        try:
+            return self.run_shell(self._shell, request)
+        except ShellGoneBeforeSend:
+            self._shell.abandon()  # ended from outside between calls; the command did not run
+            return self.run_shell(self._shell, request)
+
+    def run_oneshot(self, request: ExecRequest) -> ExecResult:
+        """A shell of its own (one-shot mode, or the session busy in another thread), in
+        the session's directory, closed afterwards."""
         shell = self._new_shell(self._shell.cwd or self._workdir)
         try:
-            return shell.run(request, collector)
+            return self.run_shell(shell, request)
         finally:
             shell.close()
 
@@ -371,15 +321,13 @@ class DaytonaEnvironment(Environment):
 
         from envlayer_daytona.client import translate
 
-        for attempt in (0, 1):
-            seen = self._sandbox.id
-            try:
-                return fn()
-            except DaytonaError as exc:
-                if attempt or not self._not_running():
-                    raise translate(exc, doing, self.options) from exc
-                self._recover(seen)
-        raise AssertionError("unreachable")
+        def gone(exc: Exception) -> bool:
+            return isinstance(exc, DaytonaError) and self._not_running()
+
+        try:
+            return self.with_recovery(fn, gone=gone, again=lambda exc: translate(exc, doing, self.options))[0]
+        except DaytonaError as exc:
+            raise translate(exc, doing, self.options) from exc
 
     def read_file(self, path: str) -> bytes:
         """Read a file from the sandbox; see :class:`~envlayer.environment.Environment`."""

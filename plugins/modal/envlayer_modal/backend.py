@@ -24,7 +24,6 @@ Importing this module does not import the Modal SDK.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
 import os
@@ -35,16 +34,15 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from envlayer.agent_env import with_command_defaults
-from envlayer.cancel import CancelToken, killer_for
-from envlayer.capabilities import Capability
+from envlayer.cancel import killer_for
 from envlayer.collector import OutputCollector
-from envlayer.environment import Command, Environment, SandboxInfo
+from envlayer.environment import SandboxInfo
 from envlayer.errors import BackendUnavailable
 from envlayer.options import BaseOptions
-from envlayer.output import OutputCallback
 from envlayer.proctree import EXEC_ID_VAR
 from envlayer.request import ExecRequest, check_path, file_payload
 from envlayer.result import TIMEOUT_EXIT_CODE, ExecResult
+from envlayer.sandbox_base import MANAGED_SANDBOX_CAPABILITIES, SandboxEnvironment
 from envlayer.sandbox_paths import check_real_path
 from envlayer.transfer import TransferSummary
 from envlayer_modal import teardown
@@ -54,19 +52,7 @@ from envlayer_modal.reaper import LEASE_PATH
 log = logging.getLogger("envlayer.modal")
 T = TypeVar("T")
 
-ALL_CAPABILITIES = frozenset(
-    {
-        Capability.FORCE_REMOVE,
-        Capability.WAIT_FOR_CLEANUP,
-        Capability.REAP_ORPHANS,
-        Capability.LIST_SANDBOXES,
-        Capability.REMOVE_SANDBOX,
-        Capability.STREAMING,
-        Capability.PERSISTENT_SESSION,
-        Capability.DIRECTORY_TRANSFER,
-        Capability.PERSIST_ACROSS_PROCESSES,
-    }
-)
+ALL_CAPABILITIES = MANAGED_SANDBOX_CAPABILITIES
 LEASE_INTERVAL = 30.0
 _HELPER_TIMEOUT = 300.0
 
@@ -76,28 +62,22 @@ class _NotStarted(Exception):
     did not run, so replacing the sandbox and running it is safe."""
 
 
-class ModalEnvironment(Environment):
+class ModalEnvironment(SandboxEnvironment):
     """Commands and files in a Modal sandbox; see the module docstring."""
 
     name = "modal"
     Options = ModalOptions
     capabilities = ALL_CAPABILITIES
     options: ModalOptions
+    recovery_hint = "check the Modal dashboard; something keeps terminating it"
 
     def __init__(
         self, options: BaseOptions | None = None, *, task_id: str = "default", profile: str = "default"
     ) -> None:
         super().__init__(options, task_id=task_id, profile=profile)
-        if not isinstance(self.options, ModalOptions):
-            raise TypeError(f"ModalEnvironment needs ModalOptions, got {type(self.options).__name__}")
         from envlayer_modal.client import connect
 
-        opts = self.options
-        if opts.exec_mode == "oneshot":
-            self.capabilities = ALL_CAPABILITIES - {Capability.PERSISTENT_SESSION}
-        if not opts.persist_across_processes:
-            self.capabilities = self.capabilities - {Capability.PERSIST_ACROSS_PROCESSES}
-        self._conn = connect(opts)
+        self._conn = connect(self.options)
         self._state_lock = threading.RLock()
         self._last_lease = 0.0
         self._teardown: threading.Thread | None = None
@@ -132,14 +112,23 @@ class ModalEnvironment(Environment):
         """The name of the sandbox in use (unique in the App)."""
         return str(self._attached.name)
 
-    def _recover(self, seen_id: str) -> None:
-        """The sandbox ``seen_id`` is gone: attach again (which creates
-        a new one). When another thread already did so, there is nothing to do."""
+    # --- recovery (the base retries once, see envlayer.sandbox_base) ---------------------
+
+    def is_gone(self, exc: Exception) -> bool:
+        """Modal refused to start the exec because the sandbox is gone."""
+        return isinstance(exc, _NotStarted)
+
+    def sandbox_identity(self) -> str:
+        return self.sandbox_id
+
+    def recover(self, seen: str) -> str:
+        """The sandbox ``seen`` is gone: attach again (which creates a new one), unless
+        another thread already did."""
         with self._state_lock:
-            if self._attached is not None and self._attached.id != seen_id:
-                return
-            log.warning("sandbox %s for task %r is gone; attaching again", self.sandbox_id, self.task_id)
-            self._attach()
+            if self._attached is None or self._attached.id == seen:
+                log.warning("sandbox %s for task %r is gone; attaching again", self.sandbox_id, self.task_id)
+                self._attach()
+        return "sandbox recreated"
 
     def _start_exec(self, argv: list[str], env: Mapping[str, str]) -> Any:
         """``Sandbox.exec`` with ``text=False``. A refusal meaning "the sandbox is gone"
@@ -168,71 +157,24 @@ class ModalEnvironment(Environment):
             return True
         return False
 
-    # --- exec -------------------------------------------------------------------------------
+    # --- exec: the base owns the contract and the session-or-one-shot choice ----------------
 
-    def exec(
-        self,
-        command: Command,
-        *,
-        cwd: str | None = None,
-        env: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-        stdin: bytes | str | None = None,
-        on_output: OutputCallback | None = None,
-        cancel: CancelToken | None = None,
-    ) -> ExecResult:
-        """Run ``command`` in the sandbox; see :class:`~envlayer.environment.Environment`.
-        ``cancel.cancel()`` from another thread kills the command's tree (and, in the
-        session, the shell) and the call returns the output so far with
-        ``cancelled=True`` (exit 130).
+    def session_lock(self) -> threading.Lock | None:
+        return self._session_lock if self._session is not None else None
 
-        In session mode the command runs in the persistent shell when it is free (another
-        thread's command makes this call run one-shot). ``on_output(stream, chunk)``
-        receives ``"stdout"``/``"stderr"`` chunks as they arrive (uncapped), on the calling
-        thread. Raises :class:`BackendUnavailable` when Modal cannot be reached, or when the
-        sandbox ended while the command ran (it is not re-run; the next call replaces the
-        sandbox); bad arguments raise ``InvalidArgument`` (nothing ran).
-        """
-        request = self.make_request(
-            command, cwd=cwd, env=env, timeout=timeout, stdin=stdin, on_output=on_output, cancel=cancel
-        )
-        for attempt in (0, 1):
-            seen = self.sandbox_id
-            collector = OutputCollector.for_request(request, self.options)
-            try:
-                result = self._run(request, collector)
-                return dataclasses.replace(result, recovered="sandbox recreated") if attempt else result
-            except _NotStarted as exc:
-                if attempt:
-                    raise BackendUnavailable(
-                        f"the sandbox for task {self.task_id!r} is gone again right after being recreated: {exc}",
-                        hint="check the Modal dashboard; something keeps terminating it",
-                    ) from exc
-                self._recover(seen)
-        raise AssertionError("unreachable")
-
-    def _run(self, request: ExecRequest, collector: OutputCollector) -> ExecResult:
+    def run_in_session(self, request: ExecRequest) -> ExecResult:
         session = self._session
-        if session is not None and self._session_lock.acquire(blocking=False):
-            try:
-                started = time.monotonic()
-                request = dataclasses.replace(
-                    request, deadline=None if request.timeout is None else started + request.timeout
-                )
-                prelude = f": > {LEASE_PATH} 2>/dev/null" if self._touch_lease() else ""
-                outcome = session.run(request, collector, prelude=prelude)
-            finally:
-                self._session_lock.release()
-            return collector.result(
-                request, outcome.exit_code, timed_out=outcome.timed_out, recovered=outcome.recovered
-            )
-        return self._run_oneshot(request, collector)
+        if session is None:  # replaced by a recovery in another thread a moment ago
+            return self.run_oneshot(request)
+        prelude = f": > {LEASE_PATH} 2>/dev/null" if self._touch_lease() else ""
+        return self.run_shell(session, request, prelude=prelude)
 
-    def _run_oneshot(self, request: ExecRequest, collector: OutputCollector) -> ExecResult:
+    def run_oneshot(self, request: ExecRequest) -> ExecResult:
         from envlayer_modal import oneshot
         from envlayer_modal.process import Process
 
-        cwd = posixpath.join(self.options.workdir, request.cwd) if request.cwd else self.options.workdir
+        collector = OutputCollector.for_request(request, self.options)
+        cwd = self.call_directory(request, self.options.workdir)
         argv = oneshot.oneshot_argv(self.options.shell, request.command, cwd=cwd, touch_lease=self._touch_lease())
         proc = Process(self._start_exec(argv, self._command_env(request.env, request.exec_id)))
         oneshot.feed_stdin(proc, request.stdin)
@@ -276,25 +218,22 @@ class ModalEnvironment(Environment):
         from envlayer_modal import oneshot
         from envlayer_modal.process import Process
 
-        for attempt in (0, 1):
-            seen = self.sandbox_id
-            try:
-                proc = Process(self._start_exec(argv, self._command_env(None, None)))
-            except _NotStarted as exc:
-                if not recover:
-                    return 255, b"", str(exc).encode()
-                if attempt:
-                    raise BackendUnavailable(
-                        "the sandbox keeps disappearing", hint="check the Modal dashboard"
-                    ) from None
-                self._recover(seen)
-                continue
-            oneshot.feed_stdin(proc, data)
-            collector = OutputCollector(limit, "head")
-            outcome = oneshot.collect(proc, collector, time.monotonic() + _HELPER_TIMEOUT)
-            code = 255 if outcome.code is None or outcome.timed_out else outcome.code
-            return code, collector.buffers["stdout"].getvalue(), collector.buffers["stderr"].getvalue()
-        raise AssertionError("unreachable")
+        def start() -> Any:
+            return Process(self._start_exec(argv, self._command_env(None, None)))
+
+        try:
+            proc = self.with_recovery(start, again=self._keeps_disappearing)[0] if recover else start()
+        except _NotStarted as exc:
+            return 255, b"", str(exc).encode()
+        oneshot.feed_stdin(proc, data)
+        collector = OutputCollector(limit, "head")
+        outcome = oneshot.collect(proc, collector, time.monotonic() + _HELPER_TIMEOUT)
+        code = 255 if outcome.code is None or outcome.timed_out else outcome.code
+        return code, collector.buffers["stdout"].getvalue(), collector.buffers["stderr"].getvalue()
+
+    @staticmethod
+    def _keeps_disappearing(exc: Exception) -> BackendUnavailable:
+        return BackendUnavailable(f"the sandbox keeps disappearing: {exc}", hint="check the Modal dashboard")
 
     def _new_session(self) -> Any:
         """A (not yet started) persistent shell in the current sandbox, or None in one-shot mode."""
@@ -334,17 +273,19 @@ class ModalEnvironment(Environment):
         from envlayer_modal.client import translate
 
         exc_mod = self._conn.modal.exception
-        for attempt in (0, 1):
-            seen = self.sandbox_id
+
+        def gone(exc: Exception) -> bool:
+            return isinstance(exc, exc_mod.NotFoundError | exc_mod.ConflictError)
+
+        def attempt() -> T:
             try:
                 return fn(self._attached.sandbox)
-            except (exc_mod.NotFoundError, exc_mod.ConflictError) as exc:
-                if attempt:
-                    raise translate(exc, doing) from exc
-                self._recover(seen)
             except exc_mod.Error as exc:
+                if gone(exc):
+                    raise
                 raise translate(exc, doing) from exc
-        raise AssertionError("unreachable")
+
+        return self.with_recovery(attempt, gone=gone, again=lambda exc: translate(exc, doing))[0]
 
     def read_file(self, path: str) -> bytes:
         """Read a file from the sandbox; see :class:`~envlayer.environment.Environment`."""
