@@ -21,7 +21,6 @@ Importing this module does not import the Daytona SDK.
 
 from __future__ import annotations
 
-import atexit
 import logging
 import os
 import posixpath
@@ -57,18 +56,6 @@ ALL_CAPABILITIES = frozenset(
         Capability.PERSIST_ACROSS_PROCESSES,
     }
 )
-_TEARDOWNS: list[threading.Thread] = []
-
-
-def _join_teardowns(timeout: float) -> bool:
-    end = time.monotonic() + timeout
-    for thread in list(_TEARDOWNS):
-        thread.join(max(0.0, end - time.monotonic()))
-    return not any(t.is_alive() for t in _TEARDOWNS)
-
-
-atexit.register(_join_teardowns, 15.0)
-
 
 class _NotStarted(BackendUnavailable):
     """The command could not be sent because the sandbox is not running: it did not run, so
@@ -105,7 +92,7 @@ class DaytonaEnvironment(Environment):
         self._state_lock = threading.RLock()
         self._session_lock = threading.Lock()
         self._last_refresh = time.monotonic()
-        self._teardown: threading.Thread | None = None
+        self._teardown: Any = None
         self._sandbox: Any = None
         self._attach()
         self._workdir = self._guard(self._prepare_workdir, "preparing the working directory")
@@ -434,11 +421,15 @@ class DaytonaEnvironment(Environment):
                 pass
             remove = force_remove or not self.options.persist_across_processes
             if remove and self._teardown is None and self._sandbox is not None:
-                self._teardown = threading.Thread(
-                    target=self._delete_quietly, args=(self._sandbox,), name="envlayer-daytona-teardown", daemon=True
+                from envlayer_daytona import background
+                from envlayer_daytona.sandbox import removal_bound
+
+                sandbox = self._sandbox
+                self._teardown = background.start(
+                    lambda: self._delete_quietly(sandbox),
+                    name="envlayer-daytona-teardown",
+                    bound=removal_bound(self.options),
                 )
-                _TEARDOWNS.append(self._teardown)
-                self._teardown.start()
 
     def _delete_quietly(self, sandbox: Any) -> None:
         from envlayer_daytona.sandbox import remove
@@ -451,16 +442,16 @@ class DaytonaEnvironment(Environment):
     def wait_for_cleanup(self, timeout: float) -> bool:
         """Block up to ``timeout`` seconds for this environment's teardown; True when done
         (or when there was nothing to tear down)."""
-        thread = self._teardown
-        if thread is None:
-            return True
-        thread.join(max(timeout, 0))
-        return not thread.is_alive()
+        job = self._teardown
+        return job is None or job.join(time.monotonic() + max(timeout, 0))
 
     @classmethod
     def wait_for_all_cleanups(cls, timeout: float) -> bool:
-        """Join every teardown started in this process (also run at exit, up to 15 s)."""
-        return _join_teardowns(timeout)
+        """Join every teardown started in this process (also done at exit, each up to its
+        own bound: see :mod:`envlayer_daytona.background`)."""
+        from envlayer_daytona import background
+
+        return background.join_all(timeout)
 
     @classmethod
     def _class_client(cls, options: BaseOptions | None) -> tuple[Any, DaytonaOptions]:

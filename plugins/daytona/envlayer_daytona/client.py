@@ -10,13 +10,16 @@ comes only from where the SDK reads it (``DAYTONA_API_KEY``, or ``DAYTONA_JWT_TO
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import threading
 from typing import Any
 
 from envlayer.errors import BackendUnavailable
+from envlayer_daytona import background  # noqa: F401 - registers the exit hook that calls close_all
 from envlayer_daytona.options import DaytonaOptions
 
+log = logging.getLogger("envlayer.daytona")
 _CLIENTS: dict[tuple[str | None, str | None, str], Any] = {}
 _LOCK = threading.Lock()
 if hasattr(os, "register_at_fork"):  # a forked child must not share pooled connections
@@ -54,6 +57,31 @@ def get_client(options: DaytonaOptions) -> Any:
                 raise translate(exc, "connecting to Daytona", options) from exc
             _CLIENTS[key] = client
     return client
+
+
+def close_all() -> None:
+    """Stop the event threads of every client made here (called once, at interpreter exit,
+    by :mod:`envlayer_daytona.background`). Never raises.
+
+    The 0.226 sync client has no ``close()``, yet it starts a Socket.IO connection
+    (``internal/event_dispatcher.py`` ``SyncEventDispatcher.ensure_connected``) and a shared
+    ``daytona-subscription-expiry`` thread (``internal/event_subscription_manager.py``
+    ``SyncEventSubscriptionManager``), both daemon threads that would still be alive at
+    shutdown. ``shutdown()`` and ``disconnect()`` are what those classes offer to end them."""
+    with _LOCK:
+        clients = list(_CLIENTS.values())
+        _CLIENTS.clear()
+    for client in clients:
+        for part, method in (("_subscription_manager", "shutdown"), ("_event_dispatcher", "disconnect")):
+            target = getattr(client, part, None)
+            try:
+                if target is not None:
+                    getattr(target, method)()
+            except Exception as exc:
+                log.debug("closing the Daytona client's %s: %s", part, exc)
+        worker = getattr(getattr(client, "_subscription_manager", None), "_worker", None)
+        if isinstance(worker, threading.Thread):
+            worker.join(1.0)
 
 
 def _transport_failure(exc: BaseException) -> bool:

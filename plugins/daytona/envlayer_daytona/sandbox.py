@@ -184,6 +184,11 @@ def start(sandbox: Any, options: DaytonaOptions) -> None:
                 raise
 
 
+def removal_bound(options: DaytonaOptions) -> float:
+    """Seconds :func:`remove` can take at most."""
+    return options.create_timeout + 5
+
+
 def remove(sandbox: Any, options: DaytonaOptions) -> None:
     """Delete ``sandbox`` and wait until Daytona says it is gone; a sandbox that is already
     gone is fine."""
