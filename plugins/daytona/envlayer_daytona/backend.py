@@ -232,8 +232,12 @@ class DaytonaEnvironment(Environment):
                 log.warning("sandbox %s for task %r is %s; re-creating it", self.sandbox_name, self.task_id, state)
                 self._attach()
                 return "sandbox recreated"
+            from envlayer_daytona.client import retrying
+
             self._guard(
-                lambda: self._sandbox.wait_for_sandbox_start(timeout=self.options.create_timeout),
+                lambda: retrying(
+                    lambda: self._sandbox.wait_for_sandbox_start(timeout=self.options.create_timeout), "waiting"
+                ),
                 "waiting for the sandbox to start",
             )
             return "sandbox restarted"
@@ -245,8 +249,10 @@ class DaytonaEnvironment(Environment):
         if now - self._last_refresh < self.options.activity_interval:
             return
         self._last_refresh = now
+        from envlayer_daytona.client import retrying
+
         try:
-            self._sandbox.refresh_activity()
+            retrying(self._sandbox.refresh_activity, "refreshing the sandbox's activity")
         except Exception as exc:
             log.warning("could not refresh the activity of sandbox %s: %s", self.sandbox_name, exc)
 

@@ -13,13 +13,16 @@ import hashlib
 import logging
 import os
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from envlayer.errors import BackendUnavailable
+from envlayer.retry import RETRYABLE_STATUSES, Transient, call_with_retries, retry_after_from_headers
 from envlayer_daytona import background  # noqa: F401 - registers the exit hook that calls close_all
 from envlayer_daytona.options import DaytonaOptions
 
 log = logging.getLogger("envlayer.daytona")
+T = TypeVar("T")
 _CLIENTS: dict[tuple[str | None, str | None, str], Any] = {}
 _LOCK = threading.Lock()
 if hasattr(os, "register_at_fork"):  # a forked child must not share pooled connections
@@ -84,6 +87,25 @@ def close_all() -> None:
             worker.join(1.0)
 
 
+def classify(exc: BaseException) -> Transient | None:
+    """:class:`~envlayer.retry.Transient` for an SDK error worth retrying: HTTP 429, 502, 503
+    or 504 from Daytona, with the server's ``Retry-After``. The SDK keeps both on every error
+    it translates from a response (``daytona/common/errors.py`` ``DaytonaError.status_code``
+    and ``.headers``; 429 is ``DaytonaRateLimitError``). Anything else: None."""
+    from daytona.common.errors import DaytonaError
+
+    if not isinstance(exc, DaytonaError) or exc.status_code not in RETRYABLE_STATUSES:
+        return None
+    return Transient(f"HTTP {exc.status_code} ({exc.message[:120]})", retry_after_from_headers(exc.headers))
+
+
+def retrying(fn: Callable[[], T], doing: str) -> T:
+    """``fn()``, retried with backoff while Daytona throttles or is briefly unavailable
+    (:func:`classify`). Only for calls that are safe to repeat: reads, a create by unique
+    name, start, stop, delete, activity refreshes; never a command's exec."""
+    return call_with_retries(fn, classify, doing=doing, logger=log)
+
+
 def _transport_failure(exc: BaseException) -> bool:
     """True when ``exc`` was caused by the connection itself (refused, reset, DNS, TLS)."""
     import urllib3.exceptions
@@ -126,6 +148,12 @@ def translate(exc: BaseException, doing: str, options: DaytonaOptions) -> Backen
             hint="check the network and api_url / DAYTONA_API_URL",
         )
     lowered = text.lower()
+    if status in RETRYABLE_STATUSES:
+        return BackendUnavailable(
+            f"Daytona answered HTTP {status} while {doing}, also after retrying with backoff: {text}",
+            hint="Daytona is throttling this organization or is briefly unavailable; retry in a minute, "
+            "and run fewer sandbox operations in parallel",
+        )
     if isinstance(exc, DaytonaForbiddenError) or status == 403:
         if "quota" in lowered or "limit" in lowered or "exceeded" in lowered:
             return BackendUnavailable(

@@ -21,7 +21,7 @@ from typing import Any
 
 from envlayer.errors import BackendUnavailable
 from envlayer_daytona import identity
-from envlayer_daytona.client import translate
+from envlayer_daytona.client import retrying, translate
 from envlayer_daytona.options import DaytonaOptions
 
 log = logging.getLogger("envlayer.daytona")
@@ -98,13 +98,17 @@ def ensure(client: Any, options: DaytonaOptions, spec: Spec) -> Attached:
 
     for _ in range(_ATTEMPTS):
         try:
-            return Attached(client.create(create_params(options, spec), timeout=options.create_timeout), created=True)
+            created = retrying(
+                lambda: client.create(create_params(options, spec), timeout=options.create_timeout),
+                f"creating sandbox {spec.name}",
+            )
+            return Attached(created, created=True)
         except DaytonaConflictError:
             pass
         except DaytonaError as exc:
             raise translate(exc, f"creating sandbox {spec.name}", options) from exc
         try:
-            found = client.get(spec.name)
+            found = retrying(lambda: client.get(spec.name), f"looking up sandbox {spec.name}")
         except DaytonaNotFoundError:
             continue  # deleted between our create and get: try again
         except DaytonaError as exc:
@@ -150,7 +154,7 @@ def _adopt(found: Any, options: DaytonaOptions, spec: Spec) -> Attached | None:
         if state in RESTARTABLE or state == "stopping":
             start(found, options)
             return Attached(found, started=True)
-        found.wait_for_sandbox_start(timeout=options.create_timeout)
+        retrying(lambda: found.wait_for_sandbox_start(timeout=options.create_timeout), "waiting for the sandbox")
         return Attached(found)
     except DaytonaError as exc:
         raise translate(exc, f"starting sandbox {spec.name}", options) from exc
@@ -171,13 +175,13 @@ def start(sandbox: Any, options: DaytonaOptions) -> None:
         if state == "started":
             return
         if state == "stopping":
-            sandbox.wait_for_sandbox_stop(timeout=options.create_timeout)
+            retrying(lambda: sandbox.wait_for_sandbox_stop(timeout=options.create_timeout), "waiting for a stop")
             state = state_of(sandbox)
         if state not in RESTARTABLE:
-            sandbox.wait_for_sandbox_start(timeout=options.create_timeout)
+            retrying(lambda: sandbox.wait_for_sandbox_start(timeout=options.create_timeout), "waiting for a start")
             return
         try:
-            sandbox.start(timeout=options.create_timeout)
+            retrying(lambda: sandbox.start(timeout=options.create_timeout), "starting the sandbox")
             return
         except DaytonaError:
             if attempt:
@@ -195,7 +199,7 @@ def remove(sandbox: Any, options: DaytonaOptions) -> None:
     from daytona.common.errors import DaytonaNotFoundError
 
     try:
-        sandbox.delete(timeout=options.create_timeout, wait=True)
+        retrying(lambda: sandbox.delete(timeout=options.create_timeout, wait=True), f"deleting sandbox {sandbox.name}")
     except DaytonaNotFoundError:
         pass
 
@@ -205,7 +209,7 @@ def state_of(sandbox: Any) -> str:
     from daytona.common.errors import DaytonaNotFoundError
 
     try:
-        sandbox.refresh_data()
+        retrying(sandbox.refresh_data, "reading the sandbox's state")
     except DaytonaNotFoundError:
         return "destroyed"
     return _state(sandbox)

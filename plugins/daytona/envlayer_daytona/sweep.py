@@ -17,6 +17,7 @@ from typing import Any
 
 from envlayer.environment import SandboxInfo
 from envlayer_daytona import identity
+from envlayer_daytona.client import retrying
 
 log = logging.getLogger("envlayer.daytona.reaper")
 STALE_STATES = ("stopped", "archived", "error", "build_failed")
@@ -51,7 +52,8 @@ def list_managed(client: Any, *, profile: str | None, task: str | None = None) -
     """SDK sandboxes labelled as managed (of ``profile``/``task``; every profile when None)."""
     from daytona import ListSandboxesQuery
 
-    return list(client.list(ListSandboxesQuery(labels=identity.selector(profile=profile, task=task))))
+    query = ListSandboxesQuery(labels=identity.selector(profile=profile, task=task))
+    return retrying(lambda: list(client.list(query)), "listing sandboxes")
 
 
 def last_seen(sandbox: Any) -> float | None:
@@ -83,7 +85,7 @@ def _delete_each(sandboxes: list[Any], *, timeout: float, dry_run: bool = False)
     for sandbox in sandboxes:
         if not dry_run:
             try:
-                sandbox.delete(timeout=timeout)
+                retrying(lambda s=sandbox: s.delete(timeout=timeout), f"deleting sandbox {sandbox.name}")
             except Exception as exc:
                 log.warning("could not delete sandbox %s: %s", sandbox.name, exc)
                 continue

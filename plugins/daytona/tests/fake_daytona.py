@@ -35,6 +35,7 @@ import threading
 import time
 import uuid
 from datetime import UTC, datetime
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -51,13 +52,50 @@ def _now() -> str:
 
 
 class ApiError(Exception):
-    """An HTTP error answer in Daytona's envelope."""
+    """An HTTP error answer in Daytona's envelope (``headers`` are sent with it)."""
 
-    def __init__(self, status: int, message: str, code: str = "") -> None:
+    def __init__(self, status: int, message: str, code: str = "", headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.code = code
+        self.headers = headers or {}
+
+
+TRANSIENT_MESSAGES = {
+    # @nestjs/throttler's ThrottlerException default message (the API's rate-limit guards,
+    # apps/api/src/common/guards/authenticated-rate-limit.guard.ts, throw it; the
+    # Retry-After header is set by apps/api/src/common/utils/rate-limit-headers.util.ts).
+    429: "ThrottlerException: Too Many Requests",
+    502: "Bad Gateway",
+    503: "Service Unavailable",
+    504: "Gateway Timeout",
+}
+
+
+class Faults:
+    """Answers queued by a test for the next requests of a route (``POST /fake/faults``):
+    throttling (429 with ``Retry-After``) and a gateway or service that is briefly down
+    (502/503/504), in the API's error envelope."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.queued: dict[str, list[ApiError]] = {}
+
+    def add(self, route: str, count: int, status: int, retry_after: float | None) -> None:
+        if status not in TRANSIENT_MESSAGES or count < 0:
+            raise ApiError(400, f"faults: status must be one of {sorted(TRANSIENT_MESSAGES)}, count >= 0")
+        headers = {} if retry_after is None else {"Retry-After": f"{retry_after:g}"}
+        with self.lock:
+            self.queued.setdefault(route, []).extend(
+                ApiError(status, TRANSIENT_MESSAGES[status], headers=headers) for _ in range(count)
+            )
+
+    def take(self, route: str) -> ApiError | None:
+        """The queued answer for this request of ``route``, if any."""
+        with self.lock:
+            queue = self.queued.get(route)
+            return queue.pop(0) if queue else None
 
 
 EXEC_SPOOL = "/.fake-daytona-exec"
@@ -413,11 +451,14 @@ class Fake:
 
 
 def _error_body(status: int, message: str, code: str, path: str) -> dict[str, Any]:
+    """The API's error envelope: ``error`` is the status's reason phrase, as the server's
+    ``AllExceptionsFilter`` writes it (apps/api/src/filters/all-exceptions.filter.ts:
+    ``STATUS_CODES[statusCode]``); ``code`` and ``source`` are what the SDK reads when present."""
     return {
         "statusCode": status,
         "message": message,
         "code": code or "ERROR",
-        "error": message,
+        "error": HTTPStatus(status).phrase,
         "path": path,
         "timestamp": _now(),
         "source": "DAYTONA_API",
@@ -430,6 +471,7 @@ class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True
     fake: Fake
+    faults: Faults
     route_log: Any
 
     def log_message(self, format: str, *args: Any) -> None:
@@ -450,12 +492,15 @@ class Handler(BaseHTTPRequestHandler):
                     route = name
                     if name != "socket.io" and self.headers.get("Authorization") != f"Bearer {API_KEY}":
                         raise ApiError(401, "Invalid credentials", "UNAUTHORIZED")
+                    fault = None if name.startswith("fake.") else self.faults.take(name)
+                    if fault is not None:
+                        raise fault
                     status, payload, headers = handler(self, body, query, *m.groups())
                     break
             else:
                 raise ApiError(404, f"Cannot {method} {url.path}", "NOT_FOUND")
         except ApiError as exc:
-            status, payload, headers = exc.status, _error_body(exc.status, exc.message, exc.code, url.path), {}
+            status, payload, headers = exc.status, _error_body(exc.status, exc.message, exc.code, url.path), exc.headers
         except Exception as exc:
             status, headers = 500, {}
             payload = _error_body(500, f"{type(exc).__name__}: {exc}", "INTERNAL", url.path)
@@ -560,6 +605,12 @@ class Handler(BaseHTTPRequestHandler):
             raise ApiError(400, f"advanceMinutes must be a number, got {minutes!r}")
         return 200, {"now": self.fake.advance(float(minutes))}, {}
 
+    def add_faults(self, body: bytes, q: dict[str, str]) -> tuple[int, Any, dict[str, str]]:
+        spec = json.loads(body or b"{}")
+        retry_after = spec.get("retryAfter")
+        self.faults.add(str(spec.get("route")), int(spec.get("count", 1)), int(spec.get("status", 429)), retry_after)
+        return 200, {"queued": spec}, {}
+
     def socket_io(self, body: bytes, q: dict[str, str]) -> tuple[int, Any, dict[str, str]]:
         raise ApiError(404, "no event websocket in the fake: the SDK falls back to polling")
 
@@ -637,6 +688,7 @@ _ID = r"([^/]+)"
 ROUTES = [
     (re.compile(r"/api/socket\.io/?"), "GET", "socket.io", Handler.socket_io),
     (re.compile(r"/fake/clock"), "POST", "fake.clock", Handler.clock),
+    (re.compile(r"/fake/faults"), "POST", "fake.faults", Handler.add_faults),
     (re.compile(r"/api/sandbox"), "POST", "create", Handler.create),
     (re.compile(r"/api/sandbox"), "GET", "list", Handler.list),
     (re.compile(rf"/api/sandbox/{_ID}"), "GET", "get", Handler.get),
@@ -685,6 +737,7 @@ def main() -> None:
         manual_clock=args.manual_clock,
     )
     Handler.fake = fake
+    Handler.faults = Faults()
     Handler.route_log = open(args.route_log, "a", buffering=1)  # noqa: SIM115 - lives as long as the process
     stopping = threading.Event()
 
