@@ -518,5 +518,5 @@ class DaytonaEnvironment(Environment):
         return cls._sweep(
             options,
             "removing sandboxes",
-            lambda c, o: sweep.remove(c, profile=profile, task=task_id, force=force, timeout=o.request_timeout),
+            lambda c, o: sweep.remove(c, profile=profile, task=task_id, force=force, options=o),
         )

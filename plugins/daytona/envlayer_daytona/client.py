@@ -154,6 +154,11 @@ def translate(exc: BaseException, doing: str, options: DaytonaOptions) -> Backen
             hint="Daytona is throttling this organization or is briefly unavailable; retry in a minute, "
             "and run fewer sandbox operations in parallel",
         )
+    if status == 409 and "state change" in lowered:
+        return BackendUnavailable(
+            f"the sandbox's state change did not end in time while {doing}: {text}",
+            hint="Daytona is still starting, stopping or moving it; retry in a minute, or raise create_timeout",
+        )
     if isinstance(exc, DaytonaForbiddenError) or status == 403:
         if "quota" in lowered or "limit" in lowered or "exceeded" in lowered:
             return BackendUnavailable(

@@ -16,15 +16,19 @@ Every SDK failure becomes :class:`~envlayer.errors.BackendUnavailable` with a hi
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from envlayer.errors import BackendUnavailable
+from envlayer.retry import DEFAULT_POLICY
 from envlayer_daytona import identity
 from envlayer_daytona.client import retrying, translate
 from envlayer_daytona.options import DaytonaOptions
 
 log = logging.getLogger("envlayer.daytona")
+T = TypeVar("T")
 
 RESTARTABLE = ("stopped", "archived")
 BROKEN = ("error", "build_failed", "destroyed", "destroying")
@@ -165,41 +169,77 @@ def _state(sandbox: Any) -> str:
     return str(getattr(state, "value", state) or "")
 
 
-def start(sandbox: Any, options: DaytonaOptions) -> None:
-    """Bring a stopped, stopping or archived sandbox to ``started`` (waiting for a stop in
-    progress first); a concurrent start by another process is fine."""
-    from daytona.common.errors import DaytonaError
+TRANSITION_POLL = 0.5
+"""Seconds between looks at a sandbox whose state change is under way."""
+TRANSITIONAL = frozenset({"creating", "starting", "stopping", "destroying", "restoring", "archiving"})
 
-    for attempt in (0, 1):
+
+def settled(sandbox: Any) -> bool:
+    """No state change is under way, as far as the last fetched DTO says: the state is not
+    a transition and it is the ``desiredState`` (when Daytona gives one)."""
+    state = _state(sandbox)
+    desired = getattr(sandbox, "desired_state", None)
+    desired = str(getattr(desired, "value", desired) or "")
+    return state not in TRANSITIONAL and (not desired or desired == state or state in ("error", "build_failed"))
+
+
+def wait_for_transition(sandbox: Any, deadline: float) -> str:
+    """Poll (every :data:`TRANSITION_POLL` s) until the sandbox's state change ends, it is
+    gone, or monotonic ``deadline`` passes; returns the last state seen."""
+    while True:
+        time.sleep(max(0.0, min(TRANSITION_POLL, deadline - time.monotonic())))
         state = state_of(sandbox)
-        if state == "started":
-            return
-        if state == "stopping":
-            retrying(lambda: sandbox.wait_for_sandbox_stop(timeout=options.create_timeout), "waiting for a stop")
-            state = state_of(sandbox)
-        if state not in RESTARTABLE:
-            retrying(lambda: sandbox.wait_for_sandbox_start(timeout=options.create_timeout), "waiting for a start")
-            return
+        if state == "destroyed" or settled(sandbox) or time.monotonic() >= deadline:
+            return state
+
+
+def after_transition(fn: Callable[[], T], sandbox: Any, options: DaytonaOptions, doing: str) -> T:
+    """``fn()`` (a start, stop or delete: safe to repeat), again each time Daytona answers
+    409 "Sandbox state change in progress" (the API refuses them while the sandbox is
+    stopping, starting...: apps/api/src/sandbox/services/sandbox.service.ts ``start``,
+    ``stop``, ``destroy``) once the change has ended, for up to ``create_timeout`` seconds;
+    then the last 409 is raised. Throttling is retried too (:func:`retrying`)."""
+    from daytona.common.errors import DaytonaConflictError
+
+    deadline = time.monotonic() + options.create_timeout
+    while True:
         try:
-            retrying(lambda: sandbox.start(timeout=options.create_timeout), "starting the sandbox")
-            return
-        except DaytonaError:
-            if attempt:
+            return retrying(fn, doing)
+        except DaytonaConflictError as exc:
+            if time.monotonic() >= deadline:
                 raise
+            log.info("%s: %s; waiting for the state change to end", doing, exc.message)
+            wait_for_transition(sandbox, deadline)
+
+
+def start(sandbox: Any, options: DaytonaOptions) -> None:
+    """Bring a stopped, stopping, archived or paused sandbox to ``started`` (a start resumes
+    a paused one); a state change under way, such as another process's start, is waited for."""
+    if state_of(sandbox) != "started":
+        after_transition(
+            lambda: sandbox.start(timeout=options.create_timeout), sandbox, options, f"starting sandbox {sandbox.name}"
+        )
 
 
 def removal_bound(options: DaytonaOptions) -> float:
-    """Seconds :func:`remove` can take at most."""
-    return options.create_timeout + 5
+    """Seconds :func:`remove` can take at most: the wait for a state change, the delete and
+    its wait, and the retries' backoff."""
+    return 2 * options.create_timeout + DEFAULT_POLICY.budget + 5
 
 
 def remove(sandbox: Any, options: DaytonaOptions) -> None:
-    """Delete ``sandbox`` and wait until Daytona says it is gone; a sandbox that is already
-    gone is fine."""
+    """Delete ``sandbox`` and wait until Daytona says it is gone (a state change under way is
+    waited for first: :func:`after_transition`); a sandbox that is already gone is fine.
+    Raises the SDK's error when it could not be deleted."""
     from daytona.common.errors import DaytonaNotFoundError
 
     try:
-        retrying(lambda: sandbox.delete(timeout=options.create_timeout, wait=True), f"deleting sandbox {sandbox.name}")
+        after_transition(
+            lambda: sandbox.delete(timeout=options.create_timeout, wait=True),
+            sandbox,
+            options,
+            f"deleting sandbox {sandbox.name}",
+        )
     except DaytonaNotFoundError:
         pass
 

@@ -84,6 +84,23 @@ class FakeDaytona:
         auto-stop, auto-delete and TTL have been applied at the new time when this returns."""
         self._post("/fake/clock", {"advanceMinutes": minutes})
 
+    def hold(
+        self,
+        sandbox: str,
+        state: str,
+        *,
+        then: str | None = None,
+        seconds: float | None = None,
+        refusals: int = 0,
+        **extra: Any,
+    ) -> None:
+        """Put ``sandbox`` (id or name) in ``state`` now; with ``then``, a state change to
+        ``then`` is under way (the API answers 409 to start, stop and delete) until
+        ``seconds`` have passed or ``refusals`` requests were refused, whichever is first
+        (neither: until the next hold). ``extra`` sets ``recoverable`` / ``errorReason``."""
+        body = {"sandbox": sandbox, "state": state, "then": then, "seconds": seconds, "refusals": refusals, **extra}
+        self._post("/fake/hold", body)
+
     def fail_next(self, route: str, count: int, status: int = 429, retry_after: float | None = None) -> None:
         """Answer the next ``count`` requests of ``route`` (a route-log name: ``create``,
         ``get``, ``list``, ``delete``...) with ``status`` (429, 502, 503 or 504), with a

@@ -62,6 +62,12 @@ class ApiError(Exception):
         self.headers = headers or {}
 
 
+STATE_CHANGE_IN_PROGRESS = "Sandbox state change in progress"
+"""The 409 the API answers while a state change is under way
+(apps/api/src/exceptions/state-change-in-progress.exception.ts)."""
+DESIRED_STATES = ("destroyed", "started", "stopped", "resized", "archived", "paused")
+"""The API's SandboxDesiredState values (daytona_api_client/models/sandbox_desired_state.py)."""
+
 TRANSIENT_MESSAGES = {
     # @nestjs/throttler's ThrottlerException default message (the API's rate-limit guards,
     # apps/api/src/common/guards/authenticated-rate-limit.guard.ts, throw it; the
@@ -259,6 +265,9 @@ class Fake:
             "memory": sb["memory"],
             "disk": sb["disk"],
             "state": sb["state"],
+            "desiredState": self.desired(sb) if self.desired(sb) in DESIRED_STATES else None,
+            "recoverable": sb.get("recoverable", False),
+            "errorReason": sb.get("errorReason"),
             "snapshot": sb["snapshot"],
             "autoStopInterval": sb["autoStopInterval"],
             "autoArchiveInterval": 10080,
@@ -349,13 +358,120 @@ class Fake:
         sb["activity"] = self.now()
         sb["lastActivityAt"] = _now()
 
-    def start(self, sb: dict[str, Any]) -> None:
-        if sb["state"] == "started":
+    # --- state changes as the API rules them (apps/api/src/sandbox/services/sandbox.service.ts) ---
+
+    def desired(self, sb: dict[str, Any]) -> str:
+        """The sandbox's ``desiredState``: what a state change in progress is heading to,
+        else the state itself (the server's getDesiredStateForState)."""
+        state = sb["state"]
+        settled = state if state in (*DESIRED_STATES, "error", "build_failed") else "started"
+        return sb.get("desiredState") or settled
+
+    def transitioning(self, sb: dict[str, Any]) -> bool:
+        """A state change is in progress: ``pending``, or the state is not the desired one."""
+        return bool(sb.get("pending")) or sb["state"] != self.desired(sb)
+
+    def check_start(self, sb: dict[str, Any]) -> bool:
+        """``SandboxService.start``'s checks; False when it is already started."""
+        if sb["state"] == "started" and self.desired(sb) == "started":
+            return False
+        if sb["state"] in ("error", "build_failed"):
+            raise ApiError(400, "Sandbox is in an errored state")
+        if self.transitioning(sb):
+            raise self.refuse(sb)
+        if sb["state"] not in ("stopped", "archived", "archiving", "paused"):
+            raise ApiError(400, "Sandbox is not in valid state")
+        return True
+
+    def check_stop(self, sb: dict[str, Any]) -> None:
+        """``SandboxService.stop``'s checks."""
+        if sb["state"] in ("error", "build_failed"):
+            raise ApiError(400, "Sandbox is in an errored state")
+        if self.transitioning(sb):
+            raise self.refuse(sb)
+        if sb["state"] not in ("started", "paused"):
+            raise ApiError(400, "Sandbox is not started")
+
+    def check_destroy(self, sb: dict[str, Any]) -> None:
+        """``SandboxService.destroy``: refused while pending, except a pending build."""
+        if self.transitioning(sb) and sb["state"] != "pending_build":
+            raise self.refuse(sb)
+
+    def recover(self, sb: dict[str, Any]) -> None:
+        """``SandboxService.recover`` (in place): only a recoverable sandbox in ``error``."""
+        if not sb.get("recoverable"):
+            raise ApiError(400, "Sandbox is not in a recoverable state")
+        if sb["state"] != "error":
+            raise ApiError(400, "Sandbox must be in error state to recover")
+        sb.update(recoverable=False, errorReason=None, desiredState=None)
+        self.settle(sb, "started")
+
+    def hold(self, sb: dict[str, Any], spec: dict[str, Any]) -> None:
+        """Test switch (``POST /fake/hold``): put the sandbox in ``state`` now (with
+        ``recoverable``/``errorReason`` for ``error``); with ``then``, a state change to it is
+        under way until ``seconds`` have passed or the API has refused ``refusals`` requests
+        because of it (409), whichever comes first; then the sandbox reaches ``then`` (its
+        container started, stopped, paused or removed accordingly). A later hold replaces it."""
+        state, then = spec["state"], spec.get("then")
+        with self.lock:
+            generation = sb.get("holdGeneration", 0) + 1
+            sb.update(
+                recoverable=bool(spec.get("recoverable")),
+                errorReason=spec.get("errorReason"),
+                desiredState=then if then in DESIRED_STATES else None,
+                pending=then is not None,
+                holdGeneration=generation,
+                holdThen=then,
+                holdRefusals=int(spec.get("refusals") or 0),
+            )
+            self._state(sb, state)
+        if then is not None and spec.get("seconds") is not None:
+            self._settle_later(sb, generation, float(spec["seconds"]))
+
+    def _settle_later(self, sb: dict[str, Any], generation: int, seconds: float) -> None:
+        def finish() -> None:
+            with self.lock:
+                if sb.get("holdGeneration") != generation or not sb.get("pending"):
+                    return  # replaced by a later hold, or already ended
+                sb.update(pending=False, desiredState=None)
+            self.settle(sb, sb["holdThen"])
+
+        timer = threading.Timer(seconds, finish)
+        timer.daemon = True
+        timer.start()
+
+    def refuse(self, sb: dict[str, Any]) -> ApiError:
+        """The 409 for a request refused during a state change (counted for ``refusals``)."""
+        with self.lock:
+            left = sb.get("holdRefusals", 0)
+            if left:
+                sb["holdRefusals"] = left - 1
+                if left == 1:
+                    self._settle_later(sb, sb["holdGeneration"], 0)
+        return ApiError(409, STATE_CHANGE_IN_PROGRESS)
+
+    def settle(self, sb: dict[str, Any], state: str) -> None:
+        """Bring the sandbox's container to ``state`` and record it."""
+        container = sb["container"]
+        if state == "destroyed":
+            self.delete(sb)
             return
-        if sb["state"] not in ("stopped", "archived"):
-            raise ApiError(400, f"Sandbox is in state {sb['state']} and cannot be started")
-        self.api.start(sb["container"])
-        self._state(sb, "started")
+        if state == "started":
+            status = self.api.inspect_container(container)["State"]
+            if status.get("Paused"):
+                self.api.unpause(container)
+            elif not status.get("Running"):
+                self.api.start(container)
+        elif state in ("stopped", "archived"):
+            self.api.stop(container, timeout=1)
+        elif state == "paused":
+            self.api.pause(container)
+        with self.lock:
+            self._state(sb, state)
+
+    def start(self, sb: dict[str, Any]) -> None:
+        if self.check_start(sb):
+            self.settle(sb, "started")
 
     def stop(self, sb: dict[str, Any], state: str = "stopped") -> None:
         if sb["state"] == "started":
@@ -562,6 +678,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def delete(self, body: bytes, q: dict[str, str], sid: str) -> tuple[int, Any, dict[str, str]]:
         sb = self.fake.find(sid)
+        self.fake.check_destroy(sb)
         self.fake.delete(sb)
         return 200, self.fake.dto(sb), {}
 
@@ -572,7 +689,19 @@ class Handler(BaseHTTPRequestHandler):
 
     def stop(self, body: bytes, q: dict[str, str], sid: str) -> tuple[int, Any, dict[str, str]]:
         sb = self.fake.find(sid)
+        self.fake.check_stop(sb)
         self.fake.stop(sb)
+        return 200, self.fake.dto(sb), {}
+
+    def recover(self, body: bytes, q: dict[str, str], sid: str) -> tuple[int, Any, dict[str, str]]:
+        sb = self.fake.find(sid)
+        self.fake.recover(sb)
+        return 200, self.fake.dto(sb), {}
+
+    def hold(self, body: bytes, q: dict[str, str]) -> tuple[int, Any, dict[str, str]]:
+        spec = json.loads(body or b"{}")
+        sb = self.fake.find(str(spec.get("sandbox")))
+        self.fake.hold(sb, spec)
         return 200, self.fake.dto(sb), {}
 
     def archive(self, body: bytes, q: dict[str, str], sid: str) -> tuple[int, Any, dict[str, str]]:
@@ -689,6 +818,7 @@ ROUTES = [
     (re.compile(r"/api/socket\.io/?"), "GET", "socket.io", Handler.socket_io),
     (re.compile(r"/fake/clock"), "POST", "fake.clock", Handler.clock),
     (re.compile(r"/fake/faults"), "POST", "fake.faults", Handler.add_faults),
+    (re.compile(r"/fake/hold"), "POST", "fake.hold", Handler.hold),
     (re.compile(r"/api/sandbox"), "POST", "create", Handler.create),
     (re.compile(r"/api/sandbox"), "GET", "list", Handler.list),
     (re.compile(rf"/api/sandbox/{_ID}"), "GET", "get", Handler.get),
@@ -696,6 +826,7 @@ ROUTES = [
     (re.compile(rf"/api/sandbox/{_ID}/start"), "POST", "start", Handler.start),
     (re.compile(rf"/api/sandbox/{_ID}/stop"), "POST", "stop", Handler.stop),
     (re.compile(rf"/api/sandbox/{_ID}/archive"), "POST", "archive", Handler.archive),
+    (re.compile(rf"/api/sandbox/{_ID}/recover"), "POST", "recover", Handler.recover),
     (re.compile(rf"/api/sandbox/{_ID}/labels"), "PUT", "labels", Handler.labels),
     (re.compile(rf"/api/sandbox/{_ID}/autostop/(\d+)"), "POST", "autostop", Handler.autostop),
     (re.compile(rf"/api/sandbox/{_ID}/last-activity"), "POST", "last-activity", Handler.activity),

@@ -108,3 +108,65 @@ def test_a_throttle_that_does_not_end_fails_clearly(fake_daytona: FakeDaytona, o
         DaytonaEnvironment.list_sandboxes(profile=profile, options=options())
     assert "HTTP 503" in str(caught.value) and "retry" in caught.value.hint
     assert _statuses(fake_daytona, mark, "list") == [503] * DEFAULT_POLICY.attempts
+
+
+def _rm(fake: FakeDaytona, profile: str, task: str, *options: str) -> subprocess.CompletedProcess[str]:
+    """``envlayer rm TASK --force`` against the fake, as a user runs it."""
+    argv = [sys.executable, "-m", "envlayer.cli", "rm", task, "--force", "--backend", "daytona", "--profile", profile]
+    env = {**os.environ, "ENVLAYER_DAYTONA_API_URL": fake.url, "DAYTONA_API_KEY": FAKE_KEY}
+    for option in options:
+        argv += ["-o", option]
+    return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=180)
+
+
+def test_rm_waits_out_a_state_change_and_removes(fake_daytona: FakeDaytona, make_env: Any, profile: str) -> None:
+    """While a sandbox is stopping, Daytona answers delete with 409 "Sandbox state change in
+    progress": `envlayer rm --force` waits for the stop to end, deletes it, and says so."""
+    task = f"rm409-{uuid.uuid4().hex[:8]}"
+    env = make_env(task)
+    env.cleanup()
+    fake_daytona.hold(env.sandbox_name, "stopping", then="stopped", refusals=1)
+    mark = fake_daytona.mark()
+    proc = _rm(fake_daytona, profile, task)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert task in proc.stdout and "nothing removed" not in proc.stdout
+    deletes = _statuses(fake_daytona, mark, "delete")
+    assert deletes[0] == 409 and deletes[-1] == 200
+    assert _managed_names(fake_daytona, profile, task) == []
+
+
+def test_rm_that_cannot_remove_says_so_and_fails(fake_daytona: FakeDaytona, make_env: Any, profile: str) -> None:
+    """A state change that outlasts `create_timeout`: rm exits non-zero naming the sandbox
+    and why, never "nothing removed" with exit 0; the sandbox is still listed."""
+    task = f"rm409-{uuid.uuid4().hex[:8]}"
+    env = make_env(task)
+    env.cleanup()
+    fake_daytona.hold(env.sandbox_name, "stopping", then="stopped")  # until the next hold
+    try:
+        proc = _rm(fake_daytona, profile, task, "create_timeout=2")
+        assert proc.returncode != 0, proc.stdout + proc.stderr
+        assert env.sandbox_name in proc.stdout + proc.stderr and "state change" in proc.stdout + proc.stderr
+        assert _managed_names(fake_daytona, profile, task) == [env.sandbox_name]
+    finally:
+        fake_daytona.hold(env.sandbox_name, "stopped")  # the stop ends: the test's cleanup can delete it
+
+
+def test_start_waits_out_a_state_change(fake_daytona: FakeDaytona, make_env: Any) -> None:
+    """A sandbox another process is stopping: attaching waits for the stop, then starts it."""
+    task = f"st409-{uuid.uuid4().hex[:8]}"
+    first = make_env(task)
+    first.cleanup()
+    fake_daytona.hold(first.sandbox_name, "stopping", then="stopped", seconds=1.5, refusals=1)
+    mark = fake_daytona.mark()
+    second = make_env(task)
+    assert second.exec("echo up").stdout == b"up\n"
+    assert _statuses(fake_daytona, mark, "start")[-1] == 200
+
+
+def _managed_names(fake: FakeDaytona, profile: str, task: str) -> list[str]:
+    from daytona import Daytona, DaytonaConfig
+
+    from envlayer_daytona.sweep import list_managed
+
+    client = Daytona(DaytonaConfig(api_key=FAKE_KEY, api_url=fake.url))
+    return [s.name for s in list_managed(client, profile=profile, task=task)]
