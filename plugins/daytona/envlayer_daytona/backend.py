@@ -108,6 +108,9 @@ class DaytonaEnvironment(Environment):
         with self._state_lock:
             self._sandbox = attached.sandbox
         what = "created" if attached.created else "started" if attached.started else "attached to"
+        what = "recovered" if attached.recovered else what
+        if attached.lost:
+            log.warning("task %r: %s", self.task_id, attached.lost)
         log.debug("%s sandbox %s for task %r", what, self._spec.name, self.task_id)
         return what
 
@@ -215,32 +218,18 @@ class DaytonaEnvironment(Environment):
         return self._guard(lambda: state_of(self._sandbox), "checking the sandbox's state")
 
     def _recover(self, seen_id: str) -> str:
-        """The sandbox ``seen_id`` was found not running: start it, or re-create it when it
-        is gone. Returns what was done (``"sandbox restarted"`` / ``"sandbox recreated"``)."""
-        from envlayer_daytona.sandbox import BROKEN, RESTARTABLE, start
+        """The sandbox ``seen_id`` was found not running: bring it back as
+        :func:`envlayer_daytona.sandbox.revive` decides (wait, start, resume, recover, or
+        replace it, saying that its data is lost). Returns what was done (for ``recovered``)."""
+        from envlayer_daytona.sandbox import revive
 
         with self._state_lock:
             self._drop_session()
             if self._sandbox.id != seen_id:
                 return "sandbox recreated"
-            state = self._sandbox_state()
-            if state in RESTARTABLE or state == "stopping":
-                log.warning("sandbox %s for task %r is %s; starting it", self.sandbox_name, self.task_id, state)
-                self._guard(lambda: start(self._sandbox, self.options), "starting the sandbox")
-                return "sandbox restarted"
-            if state in BROKEN:
-                log.warning("sandbox %s for task %r is %s; re-creating it", self.sandbox_name, self.task_id, state)
-                self._attach()
-                return "sandbox recreated"
-            from envlayer_daytona.client import retrying
-
-            self._guard(
-                lambda: retrying(
-                    lambda: self._sandbox.wait_for_sandbox_start(timeout=self.options.create_timeout), "waiting"
-                ),
-                "waiting for the sandbox to start",
-            )
-            return "sandbox restarted"
+            self._sandbox, done = revive(self._client, self.options, self._spec, self._sandbox)
+            log.warning("task %r: %s", self.task_id, done)
+            return done
 
     def _refresh_activity(self) -> None:
         """Tell Daytona the sandbox is in use, at most every ``activity_interval`` seconds, so

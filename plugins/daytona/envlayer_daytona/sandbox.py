@@ -1,4 +1,4 @@
-"""Create, attach to or restart the sandbox of (profile, task).
+"""Create, attach to, start, resume or recover the sandbox of (profile, task).
 
 :func:`ensure` is the whole decision, made from Daytona's answers:
 
@@ -6,9 +6,10 @@
   so among racing processes one wins and the others get 409 (``DaytonaConflictError``);
 * on 409: ``get(name)``; a sandbox envlayer did not label is never touched; a different
   fingerprint is deleted and re-created (``on_fingerprint_mismatch = "recreate"``) or raises;
-  ``stopped``/``archived`` is started; ``starting``/``creating``/... is waited for; ``error``,
-  ``build_failed`` or ``destroyed`` is deleted and created again.
+  otherwise :func:`bring_up` acts on its state as :data:`STATE_ACTIONS` says: every state
+  the SDK lists is there on purpose (wait, start, resume, recover, recreate or fail).
 
+:func:`revive` is what the backend calls when a command finds the sandbox not running.
 Every SDK failure becomes :class:`~envlayer.errors.BackendUnavailable` with a hint
 (:func:`envlayer_daytona.client.translate`).
 """
@@ -30,9 +31,42 @@ from envlayer_daytona.options import DaytonaOptions
 log = logging.getLogger("envlayer.daytona")
 T = TypeVar("T")
 
-RESTARTABLE = ("stopped", "archived")
-BROKEN = ("error", "build_failed", "destroyed", "destroying")
 _ATTEMPTS = 4
+
+READY, WAIT, START, RECOVER, RECREATE, FAIL = "ready", "wait", "start", "recover", "recreate", "fail"
+STATE_ACTIONS: dict[str, str] = {
+    "started": READY,
+    # A change Daytona finishes on its own: wait for it (up to create_timeout), then act on
+    # the state it reaches.
+    "creating": WAIT,
+    "restoring": WAIT,
+    "starting": WAIT,
+    "stopping": WAIT,
+    "destroying": WAIT,
+    "pending_build": WAIT,
+    "building_snapshot": WAIT,
+    "pulling_snapshot": WAIT,
+    "resizing": WAIT,
+    "snapshotting": WAIT,
+    "forking": WAIT,
+    "pausing": WAIT,
+    "resuming": WAIT,
+    # At rest and not running: start it. The API's start also takes an archiving sandbox
+    # and resumes a paused one (apps/api/src/sandbox/services/sandbox.service.ts ``start``).
+    "stopped": START,
+    "archived": START,
+    "archiving": START,
+    "paused": START,
+    # ``recover()`` when Daytona says the error is recoverable, else recreate (data lost).
+    "error": RECOVER,
+    "build_failed": RECREATE,
+    "destroyed": RECREATE,
+    # The runner lost track of it, or a state newer than this SDK: nothing safe to do.
+    "unknown": FAIL,
+    "unknown_default_open_api": FAIL,
+}
+"""What envlayer does with a sandbox in each state of the SDK's ``SandboxState``
+(daytona_api_client/models/sandbox_state.py, SDK 0.226); a state missing here is FAIL."""
 
 
 @dataclass(frozen=True)
@@ -92,6 +126,9 @@ class Attached:
     sandbox: Any
     created: bool = False
     started: bool = False
+    recovered: bool = False
+    lost: str = ""
+    """Why an earlier sandbox of this task was replaced (its data is gone), or ""."""
 
 
 def ensure(client: Any, options: DaytonaOptions, spec: Spec) -> Attached:
@@ -100,13 +137,14 @@ def ensure(client: Any, options: DaytonaOptions, spec: Spec) -> Attached:
     Raises :class:`BackendUnavailable` for every failure, with a hint."""
     from daytona.common.errors import DaytonaConflictError, DaytonaError, DaytonaNotFoundError
 
+    lost = ""
     for _ in range(_ATTEMPTS):
         try:
             created = retrying(
                 lambda: client.create(create_params(options, spec), timeout=options.create_timeout),
                 f"creating sandbox {spec.name}",
             )
-            return Attached(created, created=True)
+            return Attached(created, created=True, lost=lost)
         except DaytonaConflictError:
             pass
         except DaytonaError as exc:
@@ -118,16 +156,18 @@ def ensure(client: Any, options: DaytonaOptions, spec: Spec) -> Attached:
         except DaytonaError as exc:
             raise translate(exc, f"looking up sandbox {spec.name}", options) from exc
         attached = _adopt(found, options, spec)
-        if attached is not None:
+        if isinstance(attached, Attached):
             return attached
+        lost = attached or lost
     raise BackendUnavailable(
         f"could not create or attach to sandbox {spec.name} after {_ATTEMPTS} attempts",
         hint="something keeps deleting or replacing it; check `envlayer ls` and other processes using this task",
     )
 
 
-def _adopt(found: Any, options: DaytonaOptions, spec: Spec) -> Attached | None:
-    """Attach to an existing sandbox of the same name; None after deleting it (try again)."""
+def _adopt(found: Any, options: DaytonaOptions, spec: Spec) -> Attached | str:
+    """Attach to an existing sandbox of the same name, or delete it and return why (try
+    again): "" for another fingerprint, the data-loss notice for a broken one."""
     from daytona.common.errors import DaytonaError
 
     labels = found.labels or {}
@@ -136,7 +176,6 @@ def _adopt(found: Any, options: DaytonaOptions, spec: Spec) -> Attached | None:
             f"a sandbox named {spec.name} exists that envlayer did not create for task {spec.task!r}",
             hint="delete or rename it in Daytona; envlayer never touches sandboxes it did not label",
         )
-    state = _state(found)
     if labels.get(identity.FINGERPRINT) != spec.fingerprint:
         if options.on_fingerprint_mismatch == "error":
             raise BackendUnavailable(
@@ -147,21 +186,99 @@ def _adopt(found: Any, options: DaytonaOptions, spec: Spec) -> Attached | None:
             )
         log.info("sandbox %s has another fingerprint; deleting and re-creating it", spec.name)
         remove(found, options)
-        return None
+        return ""
     try:
-        if state in BROKEN:
-            log.warning("sandbox %s is %s; deleting and re-creating it", spec.name, state)
+        done = bring_up(found, options)
+        if done == RECREATE:
+            notice = lost_notice(found)
+            log.warning("%s; deleting and re-creating it", notice)
             remove(found, options)
-            return None
-        if state == "started":
-            return Attached(found)
-        if state in RESTARTABLE or state == "stopping":
-            start(found, options)
-            return Attached(found, started=True)
-        retrying(lambda: found.wait_for_sandbox_start(timeout=options.create_timeout), "waiting for the sandbox")
-        return Attached(found)
+            return notice
     except DaytonaError as exc:
         raise translate(exc, f"starting sandbox {spec.name}", options) from exc
+    return Attached(found, started=done == START, recovered=done == RECOVER)
+
+
+def action_for(sandbox: Any) -> str:
+    """The :data:`STATE_ACTIONS` entry for the sandbox's last fetched state (an ``error``
+    Daytona does not call recoverable is RECREATE)."""
+    action = STATE_ACTIONS.get(_state(sandbox), FAIL)
+    if action == RECOVER and not getattr(sandbox, "recoverable", False):
+        return RECREATE
+    return action
+
+
+def bring_up(sandbox: Any, options: DaytonaOptions) -> str:
+    """Act on the sandbox's state (:data:`STATE_ACTIONS`) until it is ``started``. Returns
+    READY (it was running), START (started or resumed), RECOVER (recovered) or RECREATE
+    (the caller deletes it and creates a new one). Raises :class:`BackendUnavailable` for a
+    FAIL state or a change that outlasts ``create_timeout``, and SDK errors as they are."""
+    deadline = time.monotonic() + options.create_timeout
+    done = READY
+    while True:
+        state, action = _state(sandbox), action_for(sandbox)
+        if action in (READY, RECREATE):
+            return RECREATE if action == RECREATE else done
+        if action == FAIL:
+            raise BackendUnavailable(
+                f"sandbox {sandbox.name} is in state {state!r}, which envlayer cannot act on",
+                hint="check it in the Daytona dashboard; remove it with `envlayer rm TASK --force` to start afresh",
+            )
+        if action == WAIT:
+            if time.monotonic() >= deadline:
+                raise BackendUnavailable(
+                    f"sandbox {sandbox.name} is still {state!r} after {options.create_timeout:g} s",
+                    hint="Daytona is slow to finish this change; retry later or raise create_timeout",
+                )
+            wait_for_transition(sandbox, deadline)
+            continue
+        name = sandbox.name
+        if action == START:
+            after_transition(lambda: sandbox.start(timeout=options.create_timeout), sandbox, options, f"starting {name}")
+        else:
+            log.warning("sandbox %s is in a recoverable error (%s); recovering it", name, sandbox.error_reason)
+            after_transition(lambda: sandbox.recover(timeout=options.create_timeout), sandbox, options, f"recovering {name}")
+        done = action
+        state_of(sandbox)
+
+
+def lost_notice(sandbox: Any) -> str:
+    """What the user is told when a broken sandbox is replaced: its data is gone."""
+    reason = getattr(sandbox, "error_reason", None)
+    because = f" ({reason})" if reason else ""
+    return (
+        f"sandbox {sandbox.name} was in state {_state(sandbox)!r}{because} and could not be recovered; "
+        "it was replaced by a new one and its files and processes are lost"
+    )
+
+
+_REVIVED = {READY: "sandbox restarted", START: "sandbox restarted", RECOVER: "sandbox recovered from an error"}
+
+
+def revive(client: Any, options: DaytonaOptions, spec: Spec, sandbox: Any) -> tuple[Any, str]:
+    """Bring back a sandbox a command found not running: wait, start, resume or recover it,
+    or replace it when it is gone or broken. Returns (the sandbox now in use, what was done,
+    for the result's ``recovered``). Raises :class:`BackendUnavailable` (with a hint)."""
+    from daytona.common.errors import DaytonaError
+
+    try:
+        state_of(sandbox)
+        done = bring_up(sandbox, options)
+    except DaytonaError as exc:
+        raise translate(exc, f"bringing sandbox {spec.name} back", options) from exc
+    if done != RECREATE:
+        return sandbox, _REVIVED[done]
+    notice = lost_notice(sandbox) if _state(sandbox) != "destroyed" else ""
+    if notice:
+        log.warning("%s; deleting and re-creating it", notice)
+        remove(sandbox, options)
+    attached = ensure(client, options, spec)
+    return attached.sandbox, f"sandbox recreated: {notice or attached.lost or 'the old one was deleted'}"
+
+
+def not_running(sandbox: Any) -> bool:
+    """True when Daytona says the sandbox is not ``started`` (or is gone)."""
+    return state_of(sandbox) != "started"
 
 
 def _state(sandbox: Any) -> str:
@@ -171,7 +288,6 @@ def _state(sandbox: Any) -> str:
 
 TRANSITION_POLL = 0.5
 """Seconds between looks at a sandbox whose state change is under way."""
-TRANSITIONAL = frozenset({"creating", "starting", "stopping", "destroying", "restoring", "archiving"})
 
 
 def settled(sandbox: Any) -> bool:
@@ -180,7 +296,7 @@ def settled(sandbox: Any) -> bool:
     state = _state(sandbox)
     desired = getattr(sandbox, "desired_state", None)
     desired = str(getattr(desired, "value", desired) or "")
-    return state not in TRANSITIONAL and (not desired or desired == state or state in ("error", "build_failed"))
+    return STATE_ACTIONS.get(state) != WAIT and (not desired or desired == state or state in ("error", "build_failed"))
 
 
 def wait_for_transition(sandbox: Any, deadline: float) -> str:
@@ -210,15 +326,6 @@ def after_transition(fn: Callable[[], T], sandbox: Any, options: DaytonaOptions,
                 raise
             log.info("%s: %s; waiting for the state change to end", doing, exc.message)
             wait_for_transition(sandbox, deadline)
-
-
-def start(sandbox: Any, options: DaytonaOptions) -> None:
-    """Bring a stopped, stopping, archived or paused sandbox to ``started`` (a start resumes
-    a paused one); a state change under way, such as another process's start, is waited for."""
-    if state_of(sandbox) != "started":
-        after_transition(
-            lambda: sandbox.start(timeout=options.create_timeout), sandbox, options, f"starting sandbox {sandbox.name}"
-        )
 
 
 def removal_bound(options: DaytonaOptions) -> float:

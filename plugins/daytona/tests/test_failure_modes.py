@@ -170,3 +170,56 @@ def _managed_names(fake: FakeDaytona, profile: str, task: str) -> list[str]:
 
     client = Daytona(DaytonaConfig(api_key=FAKE_KEY, api_url=fake.url))
     return [s.name for s in list_managed(client, profile=profile, task=task)]
+
+
+def test_a_recoverable_error_is_recovered_not_replaced(fake_daytona: FakeDaytona, make_env: Any) -> None:
+    """A sandbox in `error` with `recoverable: true` keeps its files: attaching to it, and a
+    command on an environment that holds it, call `recover` and never `delete`."""
+    task = f"rec-{uuid.uuid4().hex[:8]}"
+    env = make_env(task)
+    env.write_file("work.txt", "the agent's work")
+    first_id = env.sandbox_id
+    env.cleanup()
+    fake_daytona.hold(env.sandbox_name, "error", recoverable=True, errorReason="disk quota exceeded")
+    mark = fake_daytona.mark()
+    again = make_env(task)
+    assert again.sandbox_id == first_id and again.read_file("work.txt") == b"the agent's work"
+    fake_daytona.hold(env.sandbox_name, "error", recoverable=True, errorReason="disk quota exceeded")
+    result = again.exec("cat work.txt")
+    assert result.stdout == b"the agent's work" and "recovered" in result.recovered
+    routes = fake_daytona.routes_since(mark)
+    assert _statuses(fake_daytona, mark, "recover") == [200, 200] and "delete" not in routes
+
+
+def test_an_unrecoverable_error_is_replaced_with_a_notice(fake_daytona: FakeDaytona, make_env: Any) -> None:
+    """A sandbox in `error` that Daytona does not call recoverable is replaced, and the
+    result says its data is lost."""
+    task = f"err-{uuid.uuid4().hex[:8]}"
+    env = make_env(task)
+    env.write_file("work.txt", "gone")
+    first_id = env.sandbox_id
+    fake_daytona.hold(env.sandbox_name, "error", recoverable=False, errorReason="runner lost")
+    result = env.exec("ls work.txt 2>/dev/null; echo done")
+    assert result.stdout == b"done\n" and env.sandbox_id != first_id
+    assert "recreated" in result.recovered and "lost" in result.recovered and "runner lost" in result.recovered
+
+
+def test_paused_and_pausing_sandboxes_are_resumed(fake_daytona: FakeDaytona, make_env: Any) -> None:
+    """`pausing` is waited for, then the paused sandbox is started (the API's start resumes
+    it) with its files; an `unknown` state fails naming the state."""
+    from envlayer.errors import BackendUnavailable
+
+    task = f"pause-{uuid.uuid4().hex[:8]}"
+    env = make_env(task)
+    env.write_file("work.txt", "kept")
+    env.cleanup()
+    fake_daytona.hold(env.sandbox_name, "pausing", then="paused", seconds=1)
+    again = make_env(task)
+    assert again.read_file("work.txt") == b"kept" and again.sandbox_id == env.sandbox_id
+    again.cleanup()
+    fake_daytona.hold(env.sandbox_name, "unknown")
+    try:
+        with pytest.raises(BackendUnavailable, match="'unknown'"):
+            make_env(task)
+    finally:
+        fake_daytona.hold(env.sandbox_name, "started")

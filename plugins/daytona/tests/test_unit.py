@@ -158,3 +158,14 @@ def test_cli_help_and_backends_import_no_sdk() -> None:
     out = subprocess.run([sys.executable, "-c", "import json\n" + code], capture_output=True, text=True, check=True)
     imported, listing = json.loads(out.stdout)
     assert not imported and "daytona" in listing
+
+
+def test_every_sdk_state_has_an_action() -> None:
+    """Each state of the SDK's SandboxState enum is handled on purpose in one table."""
+    from daytona_api_client.models.sandbox_state import SandboxState
+
+    from envlayer_daytona.sandbox import STATE_ACTIONS
+
+    missing = [state.value for state in SandboxState if state.value not in STATE_ACTIONS]
+    assert missing == [], f"add these states to envlayer_daytona.sandbox.STATE_ACTIONS: {missing}"
+    assert set(STATE_ACTIONS) == {state.value for state in SandboxState}, "a state the SDK does not list"
