@@ -125,7 +125,7 @@ class DaytonaEnvironment(Environment):
         script = 'mkdir -p -- "$1" && cd -- "$1" && pwd'
         command = f"sh -c {shlex.quote(script)} envlayer {shlex.quote(cwd)}" if cwd else "pwd"
         for attempt in range(6):
-            answer = self._sandbox.process.exec(command)
+            answer = self._sandbox.process.exec(command, timeout=int(self.options.request_timeout))
             lines = (answer.result or "").splitlines()
             if answer.exit_code == 0 and lines and lines[-1].startswith("/"):
                 return lines[-1]
@@ -338,7 +338,8 @@ class DaytonaEnvironment(Environment):
             root_abs = posixpath.normpath(posixpath.join(self._workdir, root))
             check = 'readlink -f -- "$1"; readlink -f -- "$2" || readlink -f -- "${2%/*}"'
             argv = ["sh", "-c", check, "envlayer-real", root_abs, full]
-            answer = self._files_call(lambda: self._sandbox.process.exec(" ".join(shlex.quote(a) for a in argv)))
+            line = " ".join(shlex.quote(a) for a in argv)
+            answer = self._files_call(lambda: self._sandbox.process.exec(line, timeout=int(self.options.request_timeout)))
             lines = (answer.result or "").splitlines()
             if len(lines) >= 2:
                 real_root, real = lines[0], lines[1]

@@ -62,6 +62,14 @@ class ApiError(Exception):
         self.headers = headers or {}
 
 
+UNSAFE_DISPLAY = re.compile(
+    r"<[a-zA-Z/][^>]*>?|https?://|ftps?://|sftp://|ssh://|wss?://|file://|ldaps?://|javascript:|data:|mailto:|tel:"
+    r"|www\.|[\x00-\x08\x0B\x0C\x0E-\x1F\x7F]",
+    re.I,
+)
+"""What the API's IsSafeDisplayString refuses in a sandbox name (CreateSandboxDto.name;
+apps/api/src/common/validators/is-safe-string.validator.ts): HTML tags, URLs, control
+characters."""
 STATE_CHANGE_IN_PROGRESS = "Sandbox state change in progress"
 """The 409 the API answers while a state change is under way
 (apps/api/src/exceptions/state-change-in-progress.exception.ts)."""
@@ -293,6 +301,8 @@ class Fake:
             raise ApiError(404 if body.get("snapshot") else 400, f"{what} {image} not found", "NOT_FOUND") from None
         cpu = int(body.get("cpu") or 1)
         name = body.get("name") or uuid.uuid4().hex
+        if UNSAFE_DISPLAY.search(name):
+            raise ApiError(400, "name must not contain HTML tags, URLs, or control characters", "BAD_REQUEST")
         with self.lock:
             if any(s["name"] == name for s in self.sandboxes.values()):
                 raise ApiError(409, f"Sandbox with name {name} already exists", "CONFLICT")

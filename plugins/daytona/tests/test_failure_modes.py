@@ -223,3 +223,10 @@ def test_paused_and_pausing_sandboxes_are_resumed(fake_daytona: FakeDaytona, mak
             make_env(task)
     finally:
         fake_daytona.hold(env.sandbox_name, "started")
+
+
+def test_a_task_id_that_looks_like_a_url_makes_an_accepted_name(make_env: Any) -> None:
+    """The API refuses sandbox names with `www.` or a URL scheme (IsSafeDisplayString):
+    such a task id still gets its sandbox."""
+    env = make_env(f"www.example.com/job-{uuid.uuid4().hex[:6]}")
+    assert env.exec("echo ok").stdout == b"ok\n" and "www." not in env.sandbox_name.lower()
