@@ -67,6 +67,8 @@ STATE_ACTIONS: dict[str, str] = {
 }
 """What envlayer does with a sandbox in each state of the SDK's ``SandboxState``
 (daytona_api_client/models/sandbox_state.py, SDK 0.226); a state missing here is FAIL."""
+BUILDING = ("pending_build", "building_snapshot", "pulling_snapshot")
+"""States in which Daytona prepares the sandbox's image (said in the progress note)."""
 
 
 @dataclass(frozen=True)
@@ -135,18 +137,16 @@ def ensure(client: Any, options: DaytonaOptions, spec: Spec) -> Attached:
     """Create, attach to or start the sandbox of ``spec`` (module docstring).
 
     Raises :class:`BackendUnavailable` for every failure, with a hint."""
-    from daytona.common.errors import DaytonaConflictError, DaytonaError, DaytonaNotFoundError
+    from daytona.common.errors import DaytonaConflictError, DaytonaError, DaytonaNotFoundError, DaytonaTimeoutError
 
     lost = ""
     for _ in range(_ATTEMPTS):
         try:
-            created = retrying(
-                lambda: client.create(create_params(options, spec), timeout=options.create_timeout),
-                f"creating sandbox {spec.name}",
-            )
-            return Attached(created, created=True, lost=lost)
+            return Attached(_create(client, options, spec), created=True, lost=lost)
         except DaytonaConflictError:
             pass
+        except DaytonaTimeoutError as exc:
+            raise _create_timed_out(client, options, spec, exc) from exc
         except DaytonaError as exc:
             raise translate(exc, f"creating sandbox {spec.name}", options) from exc
         try:
@@ -163,6 +163,47 @@ def ensure(client: Any, options: DaytonaOptions, spec: Spec) -> Attached:
         f"could not create or attach to sandbox {spec.name} after {_ATTEMPTS} attempts",
         hint="something keeps deleting or replacing it; check `envlayer ls` and other processes using this task",
     )
+
+
+def _create(client: Any, options: DaytonaOptions, spec: Spec) -> Any:
+    """``client.create`` for ``spec``, waiting up to ``create_timeout`` for it to start.
+    From an image, Daytona builds a snapshot first (minutes for a large image): say so."""
+    if options.image is not None:
+        log.warning(
+            "creating sandbox %s from image %s: Daytona builds a snapshot of it first, which can take "
+            "minutes; waiting up to %g s",
+            spec.name,
+            options.image,
+            options.create_timeout,
+        )
+    return retrying(
+        lambda: client.create(create_params(options, spec), timeout=options.create_timeout),
+        f"creating sandbox {spec.name}",
+    )
+
+
+def _create_timed_out(client: Any, options: DaytonaOptions, spec: Spec, exc: Any) -> BackendUnavailable:
+    """The error for a create that did not start within ``create_timeout`` (the SDK's
+    ``DaytonaTimeoutError`` names the sandbox it made: ``sandbox_id``, daytona/_sync/daytona.py
+    ``Daytona.create``). A private sandbox is deleted (nobody else would use it); a
+    persist-mode one is left to finish: the next call for the task attaches to it."""
+    sandbox_id = getattr(exc, "sandbox_id", None)
+    building = " (Daytona was still building the image's snapshot)" if options.image is not None else ""
+    what = f"sandbox {spec.name} did not start within create_timeout = {options.create_timeout:g} s{building}"
+    hint = "raise create_timeout, or build a snapshot once (`daytona snapshot create`) and set `snapshot`"
+    if sandbox_id is None:
+        return BackendUnavailable(what, hint=hint)
+    if options.persist_across_processes:
+        return BackendUnavailable(
+            f"{what}; it keeps starting, and the next call for this task attaches to it and waits", hint=hint
+        )
+    try:
+        remove(retrying(lambda: client.get(sandbox_id), f"looking up sandbox {sandbox_id}"), options)
+    except Exception as cleanup_exc:
+        return BackendUnavailable(
+            f"{what}; deleting it failed too ({cleanup_exc})", hint=f"remove it with `envlayer reap`; {hint}"
+        )
+    return BackendUnavailable(f"{what}; it was deleted", hint=hint)
 
 
 def _adopt(found: Any, options: DaytonaOptions, spec: Spec) -> Attached | str:
@@ -225,6 +266,8 @@ def bring_up(sandbox: Any, options: DaytonaOptions) -> str:
                 hint="check it in the Daytona dashboard; remove it with `envlayer rm TASK --force` to start afresh",
             )
         if action == WAIT:
+            if state in BUILDING:
+                log.warning("sandbox %s is building its image (%s); waiting for it", sandbox.name, state)
             if time.monotonic() >= deadline:
                 raise BackendUnavailable(
                     f"sandbox {sandbox.name} is still {state!r} after {options.create_timeout:g} s",

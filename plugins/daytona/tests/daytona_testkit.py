@@ -101,6 +101,10 @@ class FakeDaytona:
         body = {"sandbox": sandbox, "state": state, "then": then, "seconds": seconds, "refusals": refusals, **extra}
         self._post("/fake/hold", body)
 
+    def build_next(self, seconds: float, count: int = 1) -> None:
+        """The next ``count`` creates from an image stay ``pending_build`` for ``seconds``."""
+        self._post("/fake/build", {"seconds": seconds, "count": count})
+
     def fail_next(self, route: str, count: int, status: int = 429, retry_after: float | None = None) -> None:
         """Answer the next ``count`` requests of ``route`` (a route-log name: ``create``,
         ``get``, ``list``, ``delete``...) with ``status`` (429, 502, 503 or 504), with a

@@ -227,6 +227,7 @@ class Fake:
         self.tick_lock = threading.Lock()
         self.sandboxes: dict[str, dict[str, Any]] = {}
         self.manual_time: float | None = time.time() if manual_clock else None
+        self.builds: list[float] = []
 
     def now(self) -> float:
         """The lifecycle clock (seconds): the wall clock, or with ``--manual-clock`` a clock
@@ -288,9 +289,9 @@ class Fake:
 
     def create(self, body: dict[str, Any]) -> dict[str, Any]:
         image = body.get("snapshot")
-        build = body.get("buildInfo") or {}
-        if build.get("dockerfileContent"):
-            m = re.match(r"\s*FROM\s+(\S+)", build["dockerfileContent"])
+        build_info = body.get("buildInfo") or {}
+        if build_info.get("dockerfileContent"):
+            m = re.match(r"\s*FROM\s+(\S+)", build_info["dockerfileContent"])
             image = m.group(1) if m else None
         if not image:
             raise ApiError(400, "a snapshot or an image is required (the fake has no default snapshot)")
@@ -345,7 +346,9 @@ class Fake:
                 host_config=self.api.create_host_config(init=True),
             )
             sb["container"] = container["Id"]
-            self.api.start(container["Id"])
+            build = self.take_build() if build_info else None
+            if build is None:
+                self.api.start(container["Id"])
         except APIError as exc:
             with self.lock:
                 self.sandboxes.pop(sid, None)
@@ -353,8 +356,24 @@ class Fake:
                 with contextlib.suppress(Exception):
                     self.api.remove_container(sb["container"], force=True)
             raise ApiError(500, f"could not start the sandbox: {exc.explanation or exc}") from exc
+        if build is not None:
+            # An image create answers at once in pending_build while the snapshot is built
+            # (the SDK's Daytona._create waits from there: daytona/_sync/daytona.py); the
+            # API lets a pending build be destroyed (SandboxService.destroy).
+            self.hold(sb, {"state": "pending_build", "then": "started", "seconds": build})
+            return sb
         self._state(sb, "started")
         return sb
+
+    def add_builds(self, seconds: float, count: int) -> None:
+        """Test switch (``POST /fake/build``): the next ``count`` creates from an image stay
+        in ``pending_build`` for ``seconds`` before they start."""
+        with self.lock:
+            self.builds.extend([seconds] * count)
+
+    def take_build(self) -> float | None:
+        with self.lock:
+            return self.builds.pop(0) if self.builds else None
 
     def _state(self, sb: dict[str, Any], state: str) -> None:
         sb["state"] = state
@@ -441,8 +460,8 @@ class Fake:
     def _settle_later(self, sb: dict[str, Any], generation: int, seconds: float) -> None:
         def finish() -> None:
             with self.lock:
-                if sb.get("holdGeneration") != generation or not sb.get("pending"):
-                    return  # replaced by a later hold, or already ended
+                if sb.get("holdGeneration") != generation or not sb.get("pending") or sb["state"] == "destroyed":
+                    return  # replaced by a later hold, ended, or the sandbox was deleted
                 sb.update(pending=False, desiredState=None)
             self.settle(sb, sb["holdThen"])
 
@@ -750,6 +769,11 @@ class Handler(BaseHTTPRequestHandler):
         self.faults.add(str(spec.get("route")), int(spec.get("count", 1)), int(spec.get("status", 429)), retry_after)
         return 200, {"queued": spec}, {}
 
+    def add_builds(self, body: bytes, q: dict[str, str]) -> tuple[int, Any, dict[str, str]]:
+        spec = json.loads(body or b"{}")
+        self.fake.add_builds(float(spec["seconds"]), int(spec.get("count", 1)))
+        return 200, {"queued": spec}, {}
+
     def socket_io(self, body: bytes, q: dict[str, str]) -> tuple[int, Any, dict[str, str]]:
         raise ApiError(404, "no event websocket in the fake: the SDK falls back to polling")
 
@@ -829,6 +853,7 @@ ROUTES = [
     (re.compile(r"/fake/clock"), "POST", "fake.clock", Handler.clock),
     (re.compile(r"/fake/faults"), "POST", "fake.faults", Handler.add_faults),
     (re.compile(r"/fake/hold"), "POST", "fake.hold", Handler.hold),
+    (re.compile(r"/fake/build"), "POST", "fake.build", Handler.add_builds),
     (re.compile(r"/api/sandbox"), "POST", "create", Handler.create),
     (re.compile(r"/api/sandbox"), "GET", "list", Handler.list),
     (re.compile(rf"/api/sandbox/{_ID}"), "GET", "get", Handler.get),

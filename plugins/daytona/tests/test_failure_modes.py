@@ -12,7 +12,7 @@ import textwrap
 import uuid
 
 import pytest
-from daytona_testkit import FAKE_KEY, FakeDaytona, child_code
+from daytona_testkit import FAKE_KEY, IMAGE, FakeDaytona, child_code
 
 pytestmark = pytest.mark.docker
 
@@ -163,13 +163,16 @@ def test_start_waits_out_a_state_change(fake_daytona: FakeDaytona, make_env: Any
     assert _statuses(fake_daytona, mark, "start")[-1] == 200
 
 
-def _managed_names(fake: FakeDaytona, profile: str, task: str) -> list[str]:
+def _client(fake: FakeDaytona) -> Any:
     from daytona import Daytona, DaytonaConfig
 
+    return Daytona(DaytonaConfig(api_key=FAKE_KEY, api_url=fake.url))
+
+
+def _managed_names(fake: FakeDaytona, profile: str, task: str) -> list[str]:
     from envlayer_daytona.sweep import list_managed
 
-    client = Daytona(DaytonaConfig(api_key=FAKE_KEY, api_url=fake.url))
-    return [s.name for s in list_managed(client, profile=profile, task=task)]
+    return [s.name for s in list_managed(_client(fake), profile=profile, task=task)]
 
 
 def test_a_recoverable_error_is_recovered_not_replaced(fake_daytona: FakeDaytona, make_env: Any) -> None:
@@ -230,3 +233,32 @@ def test_a_task_id_that_looks_like_a_url_makes_an_accepted_name(make_env: Any) -
     such a task id still gets its sandbox."""
     env = make_env(f"www.example.com/job-{uuid.uuid4().hex[:6]}")
     assert env.exec("echo ok").stdout == b"ok\n" and "www." not in env.sandbox_name.lower()
+
+
+def test_an_image_build_that_outlasts_create_timeout(
+    fake_daytona: FakeDaytona, make_env: Any, profile: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """From an image, Daytona builds a snapshot first (the sandbox is `pending_build`): a
+    private environment that gives up deletes what it created; in persist mode the sandbox
+    keeps building and the next call attaches to it and waits; both say it was building."""
+    from envlayer.errors import BackendUnavailable
+    from envlayer_daytona.sweep import list_managed
+
+    image = {"snapshot": None, "image": IMAGE}
+    task = f"build-{uuid.uuid4().hex[:8]}"
+    fake_daytona.build_next(60)
+    with caplog.at_level("WARNING", logger="envlayer.daytona"):
+        with pytest.raises(BackendUnavailable, match="building") as private:
+            make_env(task, persist_across_processes=False, create_timeout=2, **image)
+    assert "it was deleted" in str(private.value) and "builds a snapshot" in caplog.text
+    client = _client(fake_daytona)
+    assert list_managed(client, profile=profile, task=task) == []
+    fake_daytona.build_next(4)
+    with pytest.raises(BackendUnavailable, match="next call for this task attaches"):
+        make_env(task, create_timeout=2, **image)
+    [building] = list_managed(client, profile=profile, task=task)
+    assert building.state == "pending_build"
+    mark = fake_daytona.mark()
+    env = make_env(task, create_timeout=60, **image)
+    assert env.sandbox_id == building.id and env.exec("echo built").stdout == b"built\n"
+    assert _statuses(fake_daytona, mark, "create") == [409]
