@@ -121,6 +121,23 @@ def _transport_failure(exc: BaseException) -> bool:
     return False
 
 
+def _busy(status: int | None, text: str, doing: str) -> BackendUnavailable | None:
+    """The error for a service that stayed busy: throttling or an outage that outlasted the
+    retries, or a state change that outlasted the wait for it; None for anything else."""
+    if status in RETRYABLE_STATUSES:
+        return BackendUnavailable(
+            f"Daytona answered HTTP {status} while {doing}, also after retrying with backoff: {text}",
+            hint="Daytona is throttling this organization or is briefly unavailable; retry in a minute, "
+            "and run fewer sandbox operations in parallel",
+        )
+    if status == 409 and "state change" in text.lower():
+        return BackendUnavailable(
+            f"the sandbox's state change did not end in time while {doing}: {text}",
+            hint="Daytona is still starting, stopping or moving it; retry in a minute, or raise create_timeout",
+        )
+    return None
+
+
 def translate(exc: BaseException, doing: str, options: DaytonaOptions) -> BackendUnavailable:
     """The :class:`BackendUnavailable` for an SDK failure while ``doing`` something: what went
     wrong, and in the hint what to set or do about it."""
@@ -148,17 +165,9 @@ def translate(exc: BaseException, doing: str, options: DaytonaOptions) -> Backen
             hint="check the network and api_url / DAYTONA_API_URL",
         )
     lowered = text.lower()
-    if status in RETRYABLE_STATUSES:
-        return BackendUnavailable(
-            f"Daytona answered HTTP {status} while {doing}, also after retrying with backoff: {text}",
-            hint="Daytona is throttling this organization or is briefly unavailable; retry in a minute, "
-            "and run fewer sandbox operations in parallel",
-        )
-    if status == 409 and "state change" in lowered:
-        return BackendUnavailable(
-            f"the sandbox's state change did not end in time while {doing}: {text}",
-            hint="Daytona is still starting, stopping or moving it; retry in a minute, or raise create_timeout",
-        )
+    busy = _busy(status, text, doing)
+    if busy is not None:
+        return busy
     if isinstance(exc, DaytonaForbiddenError) or status == 403:
         if "quota" in lowered or "limit" in lowered or "exceeded" in lowered:
             return BackendUnavailable(

@@ -336,26 +336,8 @@ class Fake:
                 "container": None,
             }
             self.sandboxes[sid] = sb
-        try:
-            container = self.api.create_container(
-                image,
-                command=KEEP_ALIVE,
-                name=f"fake-daytona-{sid}",
-                labels={"envlayer-fake-daytona": self.instance},
-                environment=sb["env"],
-                host_config=self.api.create_host_config(init=True),
-            )
-            sb["container"] = container["Id"]
-            build = self.take_build() if build_info else None
-            if build is None:
-                self.api.start(container["Id"])
-        except APIError as exc:
-            with self.lock:
-                self.sandboxes.pop(sid, None)
-            if sb["container"]:
-                with contextlib.suppress(Exception):
-                    self.api.remove_container(sb["container"], force=True)
-            raise ApiError(500, f"could not start the sandbox: {exc.explanation or exc}") from exc
+        build = self.take_build() if build_info else None
+        self._make_container(sb, image, start=build is None)
         if build is not None:
             # An image create answers at once in pending_build while the snapshot is built
             # (the SDK's Daytona._create waits from there: daytona/_sync/daytona.py); the
@@ -364,6 +346,29 @@ class Fake:
             return sb
         self._state(sb, "started")
         return sb
+
+    def _make_container(self, sb: dict[str, Any], image: str, *, start: bool) -> None:
+        """Create (and, with ``start``, start) the sandbox's container; on failure forget the
+        sandbox and answer 500."""
+        try:
+            container = self.api.create_container(
+                image,
+                command=KEEP_ALIVE,
+                name=f"fake-daytona-{sb['id']}",
+                labels={"envlayer-fake-daytona": self.instance},
+                environment=sb["env"],
+                host_config=self.api.create_host_config(init=True),
+            )
+            sb["container"] = container["Id"]
+            if start:
+                self.api.start(container["Id"])
+        except APIError as exc:
+            with self.lock:
+                self.sandboxes.pop(sb["id"], None)
+            if sb["container"]:
+                with contextlib.suppress(Exception):
+                    self.api.remove_container(sb["container"], force=True)
+            raise ApiError(500, f"could not start the sandbox: {exc.explanation or exc}") from exc
 
     def add_builds(self, seconds: float, count: int) -> None:
         """Test switch (``POST /fake/build``): the next ``count`` creates from an image stay
