@@ -212,11 +212,6 @@ class DaytonaEnvironment(Environment):
             )
         return translate(exc, "talking to the session shell", self.options)
 
-    def _sandbox_state(self) -> str:
-        from envlayer_daytona.sandbox import state_of
-
-        return self._guard(lambda: state_of(self._sandbox), "checking the sandbox's state")
-
     def _recover(self, seen_id: str) -> str:
         """The sandbox ``seen_id`` was found not running: bring it back as
         :func:`envlayer_daytona.sandbox.revive` decides (wait, start, resume, recover, or
@@ -246,8 +241,11 @@ class DaytonaEnvironment(Environment):
             log.warning("could not refresh the activity of sandbox %s: %s", self.sandbox_name, exc)
 
     def _not_running(self) -> bool:
+        """True when Daytona says the sandbox is not running; False when it cannot be asked."""
+        from envlayer_daytona.sandbox import not_running
+
         try:
-            return self._sandbox_state() != "started"
+            return self._guard(lambda: not_running(self._sandbox), "checking the sandbox's state")
         except BackendUnavailable:
             return False
 

@@ -64,27 +64,34 @@ def get_client(options: DaytonaOptions) -> Any:
 
 def close_all() -> None:
     """Stop the event threads of every client made here (called once, at interpreter exit,
-    by :mod:`envlayer_daytona.background`). Never raises.
+    by :mod:`envlayer_daytona.background`), and wait a moment for each to end. Never raises.
 
     The 0.226 sync client has no ``close()``, yet it starts a Socket.IO connection
-    (``internal/event_dispatcher.py`` ``SyncEventDispatcher.ensure_connected``) and a shared
+    (``internal/event_dispatcher.py`` ``SyncEventDispatcher.ensure_connected``), a shared
     ``daytona-subscription-expiry`` thread (``internal/event_subscription_manager.py``
-    ``SyncEventSubscriptionManager``), both daemon threads that would still be alive at
-    shutdown. ``shutdown()`` and ``disconnect()`` are what those classes offer to end them."""
+    ``SyncEventSubscriptionManager``), and on each last unsubscribe a 30 s
+    ``_disconnect_timer``: daemon threads that would still be alive at shutdown.
+    ``shutdown()`` and ``disconnect()`` are what those classes offer to end them."""
     with _LOCK:
         clients = list(_CLIENTS.values())
         _CLIENTS.clear()
     for client in clients:
-        for part, method in (("_subscription_manager", "shutdown"), ("_event_dispatcher", "disconnect")):
-            target = getattr(client, part, None)
-            try:
-                if target is not None:
-                    getattr(target, method)()
-            except Exception as exc:
-                log.debug("closing the Daytona client's %s: %s", part, exc)
-        worker = getattr(getattr(client, "_subscription_manager", None), "_worker", None)
-        if isinstance(worker, threading.Thread):
-            worker.join(1.0)
+        manager = getattr(client, "_subscription_manager", None)
+        dispatcher = getattr(client, "_event_dispatcher", None)
+        _quietly(getattr(manager, "shutdown", None))  # unsubscribing all may start the disconnect timer
+        threads = [getattr(manager, "_worker", None), getattr(dispatcher, "_disconnect_timer", None)]
+        _quietly(getattr(dispatcher, "disconnect", None))  # cancels that timer, ends the connection
+        for thread in threads:
+            if isinstance(thread, threading.Thread):
+                thread.join(1.0)
+
+
+def _quietly(method: Callable[[], Any] | None) -> None:
+    try:
+        if method is not None:
+            method()
+    except Exception as exc:
+        log.debug("closing the Daytona client: %s", exc)
 
 
 def classify(exc: BaseException) -> Transient | None:

@@ -31,14 +31,29 @@ def _remove_task(fake: FakeDaytona, profile: str, task: str) -> None:
     DaytonaEnvironment.remove_sandbox(task, profile=profile, options=DaytonaOptions(api_url=fake.url), force=True)
 
 
+_REPORT_THREADS_AT_EXIT = textwrap.dedent(
+    """\
+    import atexit, sys, threading
+
+    def _report_threads():  # registered first, so it runs after every exit hook of the backend
+        alive = sorted(t.name for t in threading.enumerate() if t is not threading.main_thread())
+        if alive:
+            print("threads alive at exit:", alive, file=sys.stderr)
+
+    atexit.register(_report_threads)
+    """
+)
+
+
 @pytest.mark.parametrize("ending", list(_ENDINGS))
 def test_a_script_exits_with_its_own_status(fake_daytona: FakeDaytona, profile: str, ending: str) -> None:
     """A script that opens an environment, runs one command and ends it (or not) exits 0
     with nothing on stderr: no thread of the backend or the SDK is caught mid-call by the
-    interpreter's shutdown (that aborted the process with SIGABRT, exit 134)."""
+    interpreter's shutdown (that aborted the process with SIGABRT, exit 134), and none is
+    left alive once the exit hooks ran (the script reports any on stderr)."""
     task = f"exit-{uuid.uuid4().hex[:8]}"
     opts = {"persist_across_processes": ending != "private"}
-    code = child_code(fake_daytona.url, task, profile, **opts) + textwrap.dedent(
+    code = _REPORT_THREADS_AT_EXIT + child_code(fake_daytona.url, task, profile, **opts) + textwrap.dedent(
         """\
         result = env.exec("echo hello")
         print(result.stdout.decode(), end="")
