@@ -316,7 +316,8 @@ def revive(client: Any, options: DaytonaOptions, spec: Spec, sandbox: Any) -> tu
         log.warning("%s; deleting and re-creating it", notice)
         remove(sandbox, options)
     attached = ensure(client, options, spec)
-    return attached.sandbox, f"sandbox recreated: {notice or attached.lost or 'the old one was deleted'}"
+    why = notice or attached.lost
+    return attached.sandbox, f"sandbox recreated: {why}" if why else "sandbox recreated"
 
 
 def not_running(sandbox: Any) -> bool:
