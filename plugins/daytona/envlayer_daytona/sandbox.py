@@ -229,7 +229,7 @@ def _adopt(found: Any, options: DaytonaOptions, spec: Spec) -> Attached | str:
         remove(found, options)
         return ""
     try:
-        done = bring_up(found, options)
+        done = bring_up(found, options, _state(found))
         if done == RECREATE:
             notice = lost_notice(found)
             log.warning("%s; deleting and re-creating it", notice)
@@ -240,24 +240,25 @@ def _adopt(found: Any, options: DaytonaOptions, spec: Spec) -> Attached | str:
     return Attached(found, started=done == START, recovered=done == RECOVER)
 
 
-def action_for(sandbox: Any) -> str:
-    """The :data:`STATE_ACTIONS` entry for the sandbox's last fetched state (an ``error``
-    Daytona does not call recoverable is RECREATE)."""
-    action = STATE_ACTIONS.get(_state(sandbox), FAIL)
+def action_for(sandbox: Any, state: str) -> str:
+    """The :data:`STATE_ACTIONS` entry for ``state`` (an ``error`` Daytona does not call
+    recoverable is RECREATE)."""
+    action = STATE_ACTIONS.get(state, FAIL)
     if action == RECOVER and not getattr(sandbox, "recoverable", False):
         return RECREATE
     return action
 
 
-def bring_up(sandbox: Any, options: DaytonaOptions) -> str:
-    """Act on the sandbox's state (:data:`STATE_ACTIONS`) until it is ``started``. Returns
+def bring_up(sandbox: Any, options: DaytonaOptions, state: str) -> str:
+    """Act on the sandbox's ``state`` (as last fetched; ``destroyed`` once it is gone) as
+    :data:`STATE_ACTIONS` says, until it is ``started``. Returns
     READY (it was running), START (started or resumed), RECOVER (recovered) or RECREATE
     (the caller deletes it and creates a new one). Raises :class:`BackendUnavailable` for a
     FAIL state or a change that outlasts ``create_timeout``, and SDK errors as they are."""
     deadline = time.monotonic() + options.create_timeout
     done = READY
     while True:
-        state, action = _state(sandbox), action_for(sandbox)
+        action = action_for(sandbox, state)
         if action in (READY, RECREATE):
             return RECREATE if action == RECREATE else done
         if action == FAIL:
@@ -273,7 +274,7 @@ def bring_up(sandbox: Any, options: DaytonaOptions) -> str:
                     f"sandbox {sandbox.name} is still {state!r} after {options.create_timeout:g} s",
                     hint="Daytona is slow to finish this change; retry later or raise create_timeout",
                 )
-            wait_for_transition(sandbox, deadline)
+            state = wait_for_transition(sandbox, deadline)
             continue
         name = sandbox.name
         if action == START:
@@ -282,7 +283,7 @@ def bring_up(sandbox: Any, options: DaytonaOptions) -> str:
             log.warning("sandbox %s is in a recoverable error (%s); recovering it", name, sandbox.error_reason)
             after_transition(lambda: sandbox.recover(timeout=options.create_timeout), sandbox, options, f"recovering {name}")
         done = action
-        state_of(sandbox)
+        state = state_of(sandbox)
 
 
 def lost_notice(sandbox: Any) -> str:
@@ -305,13 +306,13 @@ def revive(client: Any, options: DaytonaOptions, spec: Spec, sandbox: Any) -> tu
     from daytona.common.errors import DaytonaError
 
     try:
-        state_of(sandbox)
-        done = bring_up(sandbox, options)
+        state = state_of(sandbox)
+        done = bring_up(sandbox, options, state)
     except DaytonaError as exc:
         raise translate(exc, f"bringing sandbox {spec.name} back", options) from exc
     if done != RECREATE:
         return sandbox, _REVIVED[done]
-    notice = lost_notice(sandbox) if _state(sandbox) != "destroyed" else ""
+    notice = lost_notice(sandbox) if _state(sandbox) in ("error", "build_failed") and state != "destroyed" else ""
     if notice:
         log.warning("%s; deleting and re-creating it", notice)
         remove(sandbox, options)
