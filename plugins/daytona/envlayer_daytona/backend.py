@@ -12,9 +12,10 @@ Lifecycle (details in docs/backends/daytona.md):
   to Daytona's auto-stop. ``cleanup(force_remove=True)``, or any cleanup with
   ``persist_across_processes = false``, deletes the sandbox on a background thread that
   :meth:`wait_for_cleanup` joins.
-* A sandbox found stopped or archived (auto-stop, another process) when a command is sent
-  is started again, and one found deleted is re-created, at most once per call and only
-  when the command provably did not run; a command is never run twice.
+* A sandbox found not running when a command is sent (auto-stop, another process, an
+  error) is brought back as :func:`envlayer_daytona.sandbox.revive` decides: started,
+  resumed, recovered, or re-created (saying its data is lost), at most once per call and
+  only when the command provably did not run; a command is never run twice.
 
 Importing this module does not import the Daytona SDK.
 """
@@ -38,6 +39,7 @@ from envlayer.options import BaseOptions
 from envlayer.request import ExecRequest, file_payload
 from envlayer.result import ExecResult
 from envlayer.transfer import TransferSummary
+from envlayer_daytona.background import Job
 from envlayer_daytona.options import DaytonaOptions
 
 log = logging.getLogger("envlayer.daytona")
@@ -92,7 +94,7 @@ class DaytonaEnvironment(Environment):
         self._state_lock = threading.RLock()
         self._session_lock = threading.Lock()
         self._last_refresh = time.monotonic()
-        self._teardown: Any = None
+        self._teardown: Job | None = None
         self._sandbox: Any = None
         self._attach()
         self._workdir = self._guard(self._prepare_workdir, "preparing the working directory")
