@@ -12,16 +12,16 @@ Lifecycle (details in docs/backends/daytona.md):
   to Daytona's auto-stop. ``cleanup(force_remove=True)``, or any cleanup with
   ``persist_across_processes = false``, deletes the sandbox on a background thread that
   :meth:`wait_for_cleanup` joins.
-* A sandbox found stopped or archived (auto-stop, another process) when a command is sent
-  is started again, and one found deleted is re-created, at most once per call and only
-  when the command provably did not run; a command is never run twice.
+* A sandbox found not running when a command is sent (auto-stop, another process, an
+  error) is brought back as :func:`envlayer_daytona.sandbox.revive` decides: started,
+  resumed, recovered, or re-created (saying its data is lost), at most once per call and
+  only when the command provably did not run; a command is never run twice.
 
 Importing this module does not import the Daytona SDK.
 """
 
 from __future__ import annotations
 
-import atexit
 import logging
 import os
 import posixpath
@@ -38,23 +38,13 @@ from envlayer.request import ExecRequest, file_payload
 from envlayer.result import ExecResult
 from envlayer.sandbox_base import MANAGED_SANDBOX_CAPABILITIES, SandboxEnvironment
 from envlayer.transfer import TransferSummary
+from envlayer_daytona.background import Job
 from envlayer_daytona.options import DaytonaOptions
 
 log = logging.getLogger("envlayer.daytona")
 T = TypeVar("T")
 
 ALL_CAPABILITIES = MANAGED_SANDBOX_CAPABILITIES
-_TEARDOWNS: list[threading.Thread] = []
-
-
-def _join_teardowns(timeout: float) -> bool:
-    end = time.monotonic() + timeout
-    for thread in list(_TEARDOWNS):
-        thread.join(max(0.0, end - time.monotonic()))
-    return not any(t.is_alive() for t in _TEARDOWNS)
-
-
-atexit.register(_join_teardowns, 15.0)
 
 
 class _NotStarted(BackendUnavailable):
@@ -86,7 +76,7 @@ class DaytonaEnvironment(SandboxEnvironment):
         self._state_lock = threading.RLock()
         self._session_lock = threading.Lock()
         self._last_refresh = time.monotonic()
-        self._teardown: threading.Thread | None = None
+        self._teardown: Job | None = None
         self._sandbox: Any = None
         self._attach()
         self._workdir = self._guard(self._prepare_workdir, "preparing the working directory")
@@ -102,6 +92,9 @@ class DaytonaEnvironment(SandboxEnvironment):
         with self._state_lock:
             self._sandbox = attached.sandbox
         what = "created" if attached.created else "started" if attached.started else "attached to"
+        what = "recovered" if attached.recovered else what
+        if attached.lost:
+            log.warning("task %r: %s", self.task_id, attached.lost)
         log.debug("%s sandbox %s for task %r", what, self._spec.name, self.task_id)
         return what
 
@@ -116,7 +109,7 @@ class DaytonaEnvironment(SandboxEnvironment):
         script = 'mkdir -p -- "$1" && cd -- "$1" && pwd'
         command = f"sh -c {shlex.quote(script)} envlayer {shlex.quote(cwd)}" if cwd else "pwd"
         for attempt in range(6):
-            answer = self._sandbox.process.exec(command)
+            answer = self._sandbox.process.exec(command, timeout=int(self.options.request_timeout))
             lines = (answer.result or "").splitlines()
             if answer.exit_code == 0 and lines and lines[-1].startswith("/"):
                 return lines[-1]
@@ -203,11 +196,6 @@ class DaytonaEnvironment(SandboxEnvironment):
             )
         return translate(exc, "talking to the session shell", self.options)
 
-    def _sandbox_state(self) -> str:
-        from envlayer_daytona.sandbox import state_of
-
-        return self._guard(lambda: state_of(self._sandbox), "checking the sandbox's state")
-
     # --- recovery (the base retries once, see envlayer.sandbox_base) ---------------------
 
     def is_gone(self, exc: Exception) -> bool:
@@ -218,28 +206,18 @@ class DaytonaEnvironment(SandboxEnvironment):
         return str(self._sandbox.id)
 
     def recover(self, seen: str) -> str:
-        """The sandbox ``seen`` was found not running: start it, or re-create it when it
-        is gone. Returns what was done (``"sandbox restarted"`` / ``"sandbox recreated"``)."""
-        from envlayer_daytona.sandbox import BROKEN, RESTARTABLE, start
+        """The sandbox ``seen`` was found not running: bring it back as
+        :func:`envlayer_daytona.sandbox.revive` decides (wait, start, resume, recover, or
+        replace it, saying that its data is lost). Returns what was done (for ``recovered``)."""
+        from envlayer_daytona.sandbox import revive
 
         with self._state_lock:
             self._drop_session()
             if self._sandbox.id != seen:
                 return "sandbox recreated"
-            state = self._sandbox_state()
-            if state in RESTARTABLE or state == "stopping":
-                log.warning("sandbox %s for task %r is %s; starting it", self.sandbox_name, self.task_id, state)
-                self._guard(lambda: start(self._sandbox, self.options), "starting the sandbox")
-                return "sandbox restarted"
-            if state in BROKEN:
-                log.warning("sandbox %s for task %r is %s; re-creating it", self.sandbox_name, self.task_id, state)
-                self._attach()
-                return "sandbox recreated"
-            self._guard(
-                lambda: self._sandbox.wait_for_sandbox_start(timeout=self.options.create_timeout),
-                "waiting for the sandbox to start",
-            )
-            return "sandbox restarted"
+            self._sandbox, done = revive(self._client, self.options, self._spec, self._sandbox)
+            log.warning("task %r: %s", self.task_id, done)
+            return done
 
     def _refresh_activity(self) -> None:
         """Tell Daytona the sandbox is in use, at most every ``activity_interval`` seconds, so
@@ -248,14 +226,19 @@ class DaytonaEnvironment(SandboxEnvironment):
         if now - self._last_refresh < self.options.activity_interval:
             return
         self._last_refresh = now
+        from envlayer_daytona.client import retrying
+
         try:
-            self._sandbox.refresh_activity()
+            retrying(self._sandbox.refresh_activity, "refreshing the sandbox's activity")
         except Exception as exc:
             log.warning("could not refresh the activity of sandbox %s: %s", self.sandbox_name, exc)
 
     def _not_running(self) -> bool:
+        """True when Daytona says the sandbox is not running; False when it cannot be asked."""
+        from envlayer_daytona.sandbox import not_running
+
         try:
-            return self._sandbox_state() != "started"
+            return self._guard(lambda: not_running(self._sandbox), "checking the sandbox's state")
         except BackendUnavailable:
             return False
 
@@ -306,7 +289,8 @@ class DaytonaEnvironment(SandboxEnvironment):
             root_abs = posixpath.normpath(posixpath.join(self._workdir, root))
             check = 'readlink -f -- "$1"; readlink -f -- "$2" || readlink -f -- "${2%/*}"'
             argv = ["sh", "-c", check, "envlayer-real", root_abs, full]
-            answer = self._files_call(lambda: self._sandbox.process.exec(" ".join(shlex.quote(a) for a in argv)))
+            line = " ".join(shlex.quote(a) for a in argv)
+            answer = self._files_call(lambda: self._sandbox.process.exec(line, timeout=int(self.options.request_timeout)))
             lines = (answer.result or "").splitlines()
             if len(lines) >= 2:
                 real_root, real = lines[0], lines[1]
@@ -382,11 +366,15 @@ class DaytonaEnvironment(SandboxEnvironment):
                 pass
             remove = force_remove or not self.options.persist_across_processes
             if remove and self._teardown is None and self._sandbox is not None:
-                self._teardown = threading.Thread(
-                    target=self._delete_quietly, args=(self._sandbox,), name="envlayer-daytona-teardown", daemon=True
+                from envlayer_daytona import background
+                from envlayer_daytona.sandbox import removal_bound
+
+                sandbox = self._sandbox
+                self._teardown = background.start(
+                    lambda: self._delete_quietly(sandbox),
+                    name="envlayer-daytona-teardown",
+                    bound=removal_bound(self.options),
                 )
-                _TEARDOWNS.append(self._teardown)
-                self._teardown.start()
 
     def _delete_quietly(self, sandbox: Any) -> None:
         from envlayer_daytona.sandbox import remove
@@ -399,16 +387,16 @@ class DaytonaEnvironment(SandboxEnvironment):
     def wait_for_cleanup(self, timeout: float) -> bool:
         """Block up to ``timeout`` seconds for this environment's teardown; True when done
         (or when there was nothing to tear down)."""
-        thread = self._teardown
-        if thread is None:
-            return True
-        thread.join(max(timeout, 0))
-        return not thread.is_alive()
+        job = self._teardown
+        return job is None or job.join(time.monotonic() + max(timeout, 0))
 
     @classmethod
     def wait_for_all_cleanups(cls, timeout: float) -> bool:
-        """Join every teardown started in this process (also run at exit, up to 15 s)."""
-        return _join_teardowns(timeout)
+        """Join every teardown started in this process (also done at exit, each up to its
+        own bound: see :mod:`envlayer_daytona.background`)."""
+        from envlayer_daytona import background
+
+        return background.join_all(timeout)
 
     @classmethod
     def _class_client(cls, options: BaseOptions | None) -> tuple[Any, DaytonaOptions]:
@@ -469,5 +457,5 @@ class DaytonaEnvironment(SandboxEnvironment):
         return cls._sweep(
             options,
             "removing sandboxes",
-            lambda c, o: sweep.remove(c, profile=profile, task=task_id, force=force, timeout=o.request_timeout),
+            lambda c, o: sweep.remove(c, profile=profile, task=task_id, force=force, options=o),
         )
