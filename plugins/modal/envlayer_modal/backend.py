@@ -50,6 +50,7 @@ from envlayer.transfer import TransferSummary
 from envlayer_modal import teardown
 from envlayer_modal.options import ModalOptions
 from envlayer_modal.reaper import LEASE_PATH
+from envlayer_modal.sandbox import NotStarted
 
 log = logging.getLogger("envlayer.modal")
 T = TypeVar("T")
@@ -69,11 +70,6 @@ ALL_CAPABILITIES = frozenset(
 )
 LEASE_INTERVAL = 30.0
 _HELPER_TIMEOUT = 300.0
-
-
-class _NotStarted(Exception):
-    """Modal refused to start an exec because the sandbox is gone: the command provably
-    did not run, so replacing the sandbox and running it is safe."""
 
 
 class ModalEnvironment(Environment):
@@ -102,6 +98,7 @@ class ModalEnvironment(Environment):
         self._last_lease = 0.0
         self._teardown: threading.Thread | None = None
         self._attached: Any = None
+        self._notice = ""
         self._session: Any = None
         self._session_lock = threading.Lock()
         self._attach()
@@ -114,13 +111,16 @@ class ModalEnvironment(Environment):
         attached = ensure(
             self._conn, profile=self.profile, task=self.task_id, persist=self.options.persist_across_processes
         )
+        self._use(attached)
+        log.debug(
+            "%s sandbox %s for task %r", "created" if attached.created else "attached to", attached.id, self.task_id
+        )
+
+    def _use(self, attached: Any) -> None:
         with self._state_lock:
             self._attached = attached
             self._drop_session()
             self._session = self._new_session()
-        log.debug(
-            "%s sandbox %s for task %r", "created" if attached.created else "attached to", attached.id, self.task_id
-        )
 
     @property
     def sandbox_id(self) -> str:
@@ -132,26 +132,41 @@ class ModalEnvironment(Environment):
         """The name of the sandbox in use (unique in the App)."""
         return str(self._attached.name)
 
-    def _recover(self, seen_id: str) -> None:
-        """The sandbox ``seen_id`` is gone: attach again (which creates
-        a new one). When another thread already did so, there is nothing to do."""
+    def _recover(self, gone: NotStarted) -> str:
+        """The sandbox ``gone.sandbox_id`` has ended: replace it (persist mode) or raise
+        (a private environment), see :func:`envlayer_modal.sandbox.recover`. Returns the
+        notice for ``ExecResult.recovered``; when another thread already replaced it,
+        that thread's notice."""
+        from envlayer_modal import sandbox
+
         with self._state_lock:
-            if self._attached is not None and self._attached.id != seen_id:
-                return
-            log.warning("sandbox %s for task %r is gone; attaching again", self.sandbox_id, self.task_id)
-            self._attach()
+            if self._attached is not None and self._attached.id != gone.sandbox_id:
+                return self._notice
+            attached, self._notice = sandbox.recover(
+                self._conn,
+                self._attached,
+                gone.code,
+                profile=self.profile,
+                task=self.task_id,
+                persist=self.options.persist_across_processes,
+            )
+            self._use(attached)
+            return self._notice
 
     def _start_exec(self, argv: list[str], env: Mapping[str, str]) -> Any:
-        """``Sandbox.exec`` with ``text=False``. A refusal meaning "the sandbox is gone"
-        becomes :class:`_NotStarted`; every other failure :class:`BackendUnavailable`."""
+        """``Sandbox.exec`` with ``text=False``. A failure after which the control plane
+        reports the sandbox ended becomes :class:`NotStarted`; every other failure
+        :class:`BackendUnavailable`."""
         from envlayer_modal.client import translate
+        from envlayer_modal.sandbox import ended_error
 
-        exc_mod = self._conn.modal.exception
+        attached = self._attached
         try:
-            return self._attached.sandbox.exec(*argv, env=dict(env), text=False)
-        except (exc_mod.NotFoundError, exc_mod.ConflictError, exc_mod.SandboxTerminatedError) as exc:
-            raise _NotStarted(str(exc)) from exc
+            return attached.sandbox.exec(*argv, env=dict(env), text=False)
         except Exception as exc:
+            ended = ended_error(exc, self._conn, attached)
+            if ended is not None:
+                raise ended from exc
             raise translate(exc, "starting a command") from exc
 
     def _command_env(self, extra: Mapping[str, str] | None, exec_id: str | None) -> dict[str, str]:
@@ -196,19 +211,19 @@ class ModalEnvironment(Environment):
         request = self.make_request(
             command, cwd=cwd, env=env, timeout=timeout, stdin=stdin, on_output=on_output, cancel=cancel
         )
+        notice = ""
         for attempt in (0, 1):
-            seen = self.sandbox_id
             collector = OutputCollector.for_request(request, self.options)
             try:
                 result = self._run(request, collector)
-                return dataclasses.replace(result, recovered="sandbox recreated") if attempt else result
-            except _NotStarted as exc:
+                return dataclasses.replace(result, recovered=notice) if attempt else result
+            except NotStarted as exc:
                 if attempt:
                     raise BackendUnavailable(
                         f"the sandbox for task {self.task_id!r} is gone again right after being recreated: {exc}",
                         hint="check the Modal dashboard; something keeps terminating it",
                     ) from exc
-                self._recover(seen)
+                notice = self._recover(exc)
         raise AssertionError("unreachable")
 
     def _run(self, request: ExecRequest, collector: OutputCollector) -> ExecResult:
@@ -277,17 +292,16 @@ class ModalEnvironment(Environment):
         from envlayer_modal.process import Process
 
         for attempt in (0, 1):
-            seen = self.sandbox_id
             try:
                 proc = Process(self._start_exec(argv, self._command_env(None, None)))
-            except _NotStarted as exc:
+            except NotStarted as exc:
                 if not recover:
                     return 255, b"", str(exc).encode()
                 if attempt:
                     raise BackendUnavailable(
                         "the sandbox keeps disappearing", hint="check the Modal dashboard"
                     ) from None
-                self._recover(seen)
+                self._recover(exc)
                 continue
             oneshot.feed_stdin(proc, data)
             collector = OutputCollector(limit, "head")
@@ -299,10 +313,12 @@ class ModalEnvironment(Environment):
     def _new_session(self) -> Any:
         """A (not yet started) persistent shell in the current sandbox, or None in one-shot mode."""
         from envlayer_modal import files
+        from envlayer_modal.sandbox import ended_error
         from envlayer_modal.session import shell_session
 
         if self.options.exec_mode != "session":
             return None
+        attached = self._attached
         return shell_session(
             self._start_exec,
             lambda argv, data: self._helper(argv, data, recover=False),
@@ -311,6 +327,7 @@ class ModalEnvironment(Environment):
             cwd=self.options.workdir,
             idle_exit=self.options.session_idle_exit,
             upload=lambda path, data: self._files_call(lambda sb: files.write(sb, path, data), f"staging {path}"),
+            ended=lambda exc: ended_error(exc, self._conn, attached),
         )
 
     def _drop_session(self) -> None:
@@ -331,19 +348,20 @@ class ModalEnvironment(Environment):
         return full
 
     def _files_call(self, fn: Callable[[Any], T], doing: str) -> T:
+        """``fn(sandbox)``; a sandbox found ended (asked of the control plane) is replaced
+        once (persist mode) and ``fn`` runs again: a file call is idempotent."""
         from envlayer_modal.client import translate
+        from envlayer_modal.sandbox import ended_error
 
-        exc_mod = self._conn.modal.exception
         for attempt in (0, 1):
-            seen = self.sandbox_id
+            attached = self._attached
             try:
-                return fn(self._attached.sandbox)
-            except (exc_mod.NotFoundError, exc_mod.ConflictError) as exc:
-                if attempt:
+                return fn(attached.sandbox)
+            except self._conn.modal.exception.Error as exc:
+                ended = None if attempt else ended_error(exc, self._conn, attached)
+                if ended is None:
                     raise translate(exc, doing) from exc
-                self._recover(seen)
-            except exc_mod.Error as exc:
-                raise translate(exc, doing) from exc
+                self._recover(ended)
         raise AssertionError("unreachable")
 
     def read_file(self, path: str) -> bytes:

@@ -12,10 +12,23 @@ Rules (see docs/backends/modal.md, "Lifecycle"):
   process so the reaper can end it when that process dies without cleanup.
 * Every tag is passed to ``Sandbox.create`` (see :mod:`envlayer_modal.tags`).
 * A name held by a sandbox without envlayer's tags is never touched.
+
+"Is it gone" (:func:`sandbox_ended`) is asked of the control plane, never read from one
+error code: after an exec or file error of the kinds the SDK's own filesystem helpers treat
+as "sandbox unavailable" (``modal/_utils/sandbox_fs_utils.py``,
+``_EXEC_SANDBOX_UNAVAILABLE_ERROR_TYPES``: NotFound, ServiceError, ConnectionError; plus
+FAILED_PRECONDITION, ``SandboxTerminatedError`` and the bare ``SandboxFilesystemError`` those
+helpers raise for an exec failure they do not expect), ``sb.poll()`` (``SandboxWaitV2`` with
+timeout 0) says whether the sandbox has ended. The command router's answer for an ended
+sandbox depends on whether its worker is still there (NOT_FOUND) or not (UNAVAILABLE,
+retried by the client for about 10 s and then raised as ``ServiceError``): see the comment
+in ``exec_wait`` of ``modal/sandbox/_task_command_router_client.py``. :func:`recover`
+then replaces it (persist mode) or raises (a private environment).
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +43,29 @@ SETTLE_TIMEOUT = 120.0
 """How long racing processes may take to settle on one sandbox (a winner's sandbox can be
 named before it is ready: its tags are not readable yet)."""
 _SETTLE = 0.2
+RECREATED = "sandbox recreated"
+"""``ExecResult.recovered`` of the call that replaced an ended sandbox."""
+log = logging.getLogger("envlayer.modal")
+
+
+class NotStarted(Exception):
+    """The sandbox had ended when a command was to start (the exec or the write of its
+    script was refused and the control plane reports the sandbox ended): the command did
+    not run, so replacing the sandbox and running it there runs it once."""
+
+    def __init__(self, sandbox_id: str, code: int) -> None:
+        super().__init__(f"sandbox {sandbox_id} has ended (exit code {code})")
+        self.sandbox_id = sandbox_id
+        self.code = code
+
+
+def ended_error(error: BaseException, conn: Connection, attached: Attached) -> NotStarted | None:
+    """After the SDK error ``error`` on ``attached``: :class:`NotStarted` when it may mean
+    "gone" (:func:`maybe_gone`) and the control plane confirms the sandbox ended, else None."""
+    if not maybe_gone(conn, error):
+        return None
+    code = sandbox_ended(attached.sandbox)
+    return None if code is None else NotStarted(attached.id, code)
 
 
 @dataclass
@@ -156,3 +192,60 @@ def terminate_quietly(sb: Any) -> bool:
         return True
     except Exception:
         return False
+
+
+def maybe_gone(conn: Connection, exc: BaseException) -> bool:
+    """Whether ``exc`` is an SDK error that can mean "the sandbox is gone" (module
+    docstring); only :func:`sandbox_ended` decides."""
+    E = conn.modal.exception
+    kinds = (E.NotFoundError, E.ConflictError, E.SandboxTerminatedError, E.ServiceError, E.ConnectionError)
+    # The filesystem helpers turn an exec failure they do not expect (FAILED_PRECONDITION
+    # among them) into a bare SandboxFilesystemError ("An unexpected error occurred"):
+    # ``translate_exec_unexpected_error`` in ``modal/_utils/sandbox_fs_utils.py``.
+    return isinstance(exc, kinds) or type(exc) is E.SandboxFilesystemError
+
+
+def sandbox_ended(sb: Any) -> int | None:
+    """The exit code of ``sb`` when the control plane reports it ended (``sb.poll()``:
+    ``SandboxWaitV2`` with timeout 0; a sandbox id it no longer knows counts as ended,
+    code -1); None while it runs or when the control plane cannot be asked. Never raises."""
+    from modal.exception import NotFoundError
+
+    try:
+        return sb.poll()  # type: ignore[no-any-return]
+    except NotFoundError:
+        return -1
+    except Exception:
+        return None
+
+
+def detach_quietly(sb: Any) -> None:
+    """Release this process's connection to ``sb`` (its command-router channel and the
+    SDK's retry loops still waiting on it). Never raises."""
+    try:
+        sb.detach()
+    except Exception:
+        pass
+
+
+def recover(
+    conn: Connection, gone: Attached, code: int, *, profile: str, task: str, persist: bool
+) -> tuple[Attached, str]:
+    """Replace the ended sandbox ``gone`` (exit ``code``): persist mode attaches again,
+    which creates a new sandbox under the same name, with a WARNING saying what was lost;
+    returns it and what was done (``"sandbox recreated"``, for ``ExecResult.recovered``).
+    A private environment raises :class:`BackendUnavailable`: its sandbox was its whole
+    state, and a new one would be another environment."""
+    detach_quietly(gone.sandbox)
+    if not persist:
+        raise BackendUnavailable(
+            f"the private sandbox {gone.id} of task {task!r} has ended (exit code {code}); "
+            "it is not recreated (persist_across_processes = false)",
+            hint="create a new environment; its files and processes are gone",
+        )
+    fresh = ensure(conn, profile=profile, task=task, persist=True)
+    log.warning(
+        "sandbox %s of task %r had ended (exit code %s); replaced by %s: files and processes of the old one are gone",
+        gone.id, task, code, fresh.id,
+    )
+    return fresh, RECREATED
