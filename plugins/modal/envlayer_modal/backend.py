@@ -472,16 +472,15 @@ class ModalEnvironment(Environment):
         without ``force`` only those in which no command is running are terminated."""
         from envlayer.idle_check import parse_idle_check
         from envlayer_modal import reaper
+        from envlayer_modal.sandbox import terminate_quietly
 
         conn = cls._class_conn(options)
         removed = []
         for sb, tags in reaper.list_managed(conn, profile=profile, task=task_id):
             if not force and not parse_idle_check(reaper.idle_output(sb, conn.options.shell), 0.0, 0.0):
                 continue
-            try:
-                sb.terminate()
-            except Exception as exc:
-                log.warning("could not terminate %s: %r", sb.object_id, exc)
+            if not terminate_quietly(sb):
+                log.warning("could not terminate %s", sb.object_id)
                 continue
             removed.append(reaper.info_from(sb, tags, "terminated"))
         return removed

@@ -28,7 +28,7 @@ from envlayer.idle_check import idle_check_script, parse_idle_check
 from envlayer.owner import owner_is_dead
 from envlayer.shell_script import SESSION_VAR
 from envlayer_modal import tags as T
-from envlayer_modal.client import Connection
+from envlayer_modal.client import Connection, control
 
 log = logging.getLogger("envlayer.modal.reaper")
 LEASE_PATH = "/tmp/.envlayer-lease"
@@ -41,12 +41,16 @@ IDLE_CHECK = idle_check_script(LEASE_PATH, SESSION_VAR)
 def list_managed(conn: Connection, *, profile: str | None, task: str | None = None) -> list[tuple[Any, dict[str, str]]]:
     """(sandbox, tags) of the running envlayer sandboxes in the App (of ``profile`` /
     ``task`` when given). A sandbox that ends while being listed is left out."""
+    listed = control(
+        lambda: list(
+            conn.modal.Sandbox.list(app_id=conn.app_id, tags=T.selector(profile=profile, task=task), client=conn.client)
+        ),
+        "listing sandboxes",
+    )
     found = []
-    for sb in conn.modal.Sandbox.list(
-        app_id=conn.app_id, tags=T.selector(profile=profile, task=task), client=conn.client
-    ):
+    for sb in listed:
         try:
-            found.append((sb, sb.get_tags()))
+            found.append((sb, control(sb.get_tags, f"reading the tags of {sb.object_id}")))
         except conn.modal.exception.NotFoundError:
             continue
     return found
@@ -91,7 +95,7 @@ def reap(conn: Connection, *, profile: str, max_age: float, dry_run: bool) -> li
                 return None
             info = info_from(sb, tags, "terminated" if not dry_run else "running")
             if not dry_run:
-                sb.terminate()
+                control(sb.terminate, f"terminating {sb.object_id}")
             return info
         except Exception as exc:
             log.warning("reaper: skipping %s: %r", getattr(sb, "object_id", "?"), exc)

@@ -36,7 +36,7 @@ from typing import Any
 from envlayer.errors import BackendUnavailable
 from envlayer.owner import owner_label
 from envlayer_modal import tags as T
-from envlayer_modal.client import Connection, translate
+from envlayer_modal.client import Connection, control, translate
 from envlayer_modal.naming import private_name, sandbox_name
 
 SETTLE_TIMEOUT = 120.0
@@ -87,7 +87,8 @@ def image_for(conn: Connection) -> Any:
 
 
 def _create(conn: Connection, name: str, tags: dict[str, str]) -> Any:
-    """``Sandbox.create`` with every option; raises the SDK's ``AlreadyExistsError`` as is."""
+    """``Sandbox.create`` with every option (retried when throttled: the name makes it
+    idempotent); raises the SDK's ``AlreadyExistsError`` as is."""
     opts = conn.options
     kwargs: dict[str, Any] = {
         "app": conn.app,
@@ -110,14 +111,17 @@ def _create(conn: Connection, name: str, tags: dict[str, str]) -> Any:
         kwargs["secrets"] = [
             conn.modal.Secret.from_name(n, environment_name=opts.environment_name) for n in opts.secrets
         ]
-    return conn.modal.Sandbox.create(**kwargs)
+    return control(lambda: conn.modal.Sandbox.create(**kwargs), f"creating sandbox {name}")
 
 
 def _lookup(conn: Connection, name: str) -> Any | None:
     """The running sandbox called ``name`` in the App, or None."""
     try:
-        return conn.modal.Sandbox.from_name(
-            conn.options.app_name, name, environment_name=conn.options.environment_name, client=conn.client
+        return control(
+            lambda: conn.modal.Sandbox.from_name(
+                conn.options.app_name, name, environment_name=conn.options.environment_name, client=conn.client
+            ),
+            f"looking up sandbox {name}",
         )
     except conn.modal.exception.NotFoundError:
         return None
@@ -137,7 +141,12 @@ def ensure(conn: Connection, *, profile: str, task: str, persist: bool) -> Attac
         name = private_name(profile, task)
         tags = T.create_tags(profile=profile, task=task, options=conn.options, persist=False, owner=owner_label())
         try:
-            sb = _create(conn, name, tags)
+            try:
+                sb = _create(conn, name, tags)
+            except exc_mod.AlreadyExistsError:
+                sb = _lookup(conn, name)  # a retried create whose first attempt went through
+                if sb is None:
+                    raise
         except Exception as exc:
             raise translate(exc, f"creating sandbox {name}") from exc
         return Attached(sb, sb.object_id, name, created=True)
@@ -154,8 +163,8 @@ def ensure(conn: Connection, *, profile: str, task: str, persist: bool) -> Attac
                     time.sleep(_SETTLE)
                     continue  # lost the race: attach to the winner on the next round
                 return Attached(sb, sb.object_id, name, created=True)
-            found = sb.get_tags()
-            if sb.poll() is not None:
+            found = control(sb.get_tags, f"reading the tags of {name}")
+            if control(sb.poll, f"polling {name}") is not None:
                 time.sleep(_SETTLE)  # terminated; its name is released shortly
                 continue
         except exc_mod.NotFoundError:
@@ -188,7 +197,7 @@ def ensure(conn: Connection, *, profile: str, task: str, persist: bool) -> Attac
 def terminate_quietly(sb: Any) -> bool:
     """Terminate ``sb``; True when the call went through. Never raises."""
     try:
-        sb.terminate()
+        control(sb.terminate, f"terminating {sb.object_id}")
         return True
     except Exception:
         return False
@@ -212,7 +221,7 @@ def sandbox_ended(sb: Any) -> int | None:
     from modal.exception import NotFoundError
 
     try:
-        return sb.poll()  # type: ignore[no-any-return]
+        return control(sb.poll, f"polling {sb.object_id}")  # type: ignore[no-any-return]
     except NotFoundError:
         return -1
     except Exception:

@@ -16,8 +16,10 @@ log = logging.getLogger("envlayer.modal.teardown")
 
 
 def _terminate(sandbox: Any, sandbox_id: str) -> None:
+    from envlayer_modal.client import control
+
     try:
-        sandbox.terminate()
+        control(sandbox.terminate, f"terminating sandbox {sandbox_id}")
     except Exception as exc:
         log.warning("terminating sandbox %s failed: %r", sandbox_id, exc)
 
