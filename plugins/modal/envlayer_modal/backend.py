@@ -247,8 +247,7 @@ class ModalEnvironment(Environment):
         from envlayer_modal import oneshot
         from envlayer_modal.process import Process
 
-        cwd = posixpath.join(self.options.workdir, request.cwd) if request.cwd else self.options.workdir
-        argv = oneshot.oneshot_argv(self.options.shell, request.command, cwd=cwd, touch_lease=self._touch_lease())
+        argv = self._oneshot_argv(request)
         proc = Process(self._start_exec(argv, self._command_env(request.env, request.exec_id)))
         oneshot.feed_stdin(proc, request.stdin)
         kill = functools.partial(self._kill, request.exec_id)
@@ -260,6 +259,21 @@ class ModalEnvironment(Environment):
             self._check_still_running("the command's exec ended without an exit status")
             return collector.result(request, 255)
         return collector.result(request, outcome.code)
+
+    def _oneshot_argv(self, request: ExecRequest) -> list[str]:
+        """The exec argv of a one-shot command; one over the SDK's 64 KiB argument limit is
+        staged in a file first (see :mod:`envlayer_modal.oneshot`)."""
+        from envlayer_modal import files, oneshot
+
+        shell, lease = self.options.shell, self._touch_lease()
+        cwd = posixpath.join(self.options.workdir, request.cwd) if request.cwd else self.options.workdir
+        argv = oneshot.oneshot_argv(shell, request.command, cwd=cwd, touch_lease=lease)
+        if not oneshot.too_long(argv):
+            return argv
+        path = f"/tmp/.envlayer-cmd-{request.exec_id}"
+        script = oneshot.script_of(request.command)
+        self._files_call(lambda sb: files.write(sb, path, script), "staging a long command")
+        return oneshot.script_argv(shell, path, cwd=cwd, touch_lease=lease)
 
     def _check_still_running(self, what: str) -> None:
         """After an exec vanished: if the sandbox is gone, the command may or may not have

@@ -131,6 +131,22 @@ def test_oneshot_wrapper_runs_argv_and_strings_in_cwd(tmp_path) -> None:
     assert proc.returncode == 126 and b"working directory does not exist" in proc.stderr
 
 
+def test_a_staged_long_command_keeps_argv_quoting_stdin_and_cwd_and_removes_its_file(tmp_path) -> None:
+    from envlayer_modal.oneshot import script_argv, script_of, too_long
+
+    command = ["printf", "%s|", "a b", "it's", "$HOME", "x" * 70_000]
+    assert too_long(oneshot_argv("/bin/sh", command, cwd="/", touch_lease=False))
+    staged = tmp_path / "cmd"
+    staged.write_bytes(script_of(command))
+    argv = script_argv("/bin/sh", str(staged), cwd=str(tmp_path), touch_lease=False)
+    assert not too_long(argv)
+    out = subprocess.run(argv, capture_output=True, timeout=30).stdout
+    assert out == b"a b|it's|$HOME|" + b"x" * 70_000 + b"|" and not staged.exists()
+    staged.write_bytes(script_of("pwd; cat; exit 4"))
+    proc = subprocess.run(argv, capture_output=True, input=b"in", timeout=30)
+    assert (proc.stdout, proc.returncode) == (f"{tmp_path}\nin".encode(), 4)
+
+
 def test_sdk_errors_map_to_backend_unavailable_with_hints() -> None:
     from modal import exception as E
 
