@@ -99,6 +99,7 @@ class ModalEnvironment(Environment):
         self._teardown: threading.Thread | None = None
         self._attached: Any = None
         self._notice = ""
+        self._detached = False
         self._session: Any = None
         self._session_lock = threading.Lock()
         self._attach()
@@ -422,20 +423,36 @@ class ModalEnvironment(Environment):
     # --- lifecycle -------------------------------------------------------------------------------
 
     def cleanup(self, *, force_remove: bool = False) -> None:
-        """Release this handle. Persist mode: the sandbox keeps running (until
+        """Release this handle (also this process's connection to the sandbox,
+        ``Sandbox.detach``). Persist mode: the sandbox keeps running (until
         ``idle_timeout``). With ``force_remove`` or ``persist_across_processes = false``:
         terminate it in the background (see :meth:`wait_for_cleanup`). Idempotent;
         ``cleanup(force_remove=True)`` after a plain ``cleanup()`` still terminates it.
         Never raises."""
+        from envlayer_modal.sandbox import detach_quietly
+
         with self._state_lock:
             self._closed = True
             try:
                 self._drop_session()
             except Exception:
                 pass
+            attached, detached = self._attached, self._detached
             remove = force_remove or not self.options.persist_across_processes
-            if remove and self._teardown is None and self._attached is not None:
-                self._teardown = teardown.schedule(self._attached.sandbox, self._attached.id)
+            if attached is None or (self._teardown is not None) or (detached and not remove):
+                return
+            if remove:
+                conn = self._conn
+
+                def handle() -> Any:
+                    if detached:  # released by an earlier plain cleanup(): look it up again
+                        return conn.modal.Sandbox.from_id(attached.id, client=conn.client)
+                    return attached.sandbox
+
+                self._teardown = teardown.schedule(handle, attached.id)
+            else:
+                detach_quietly(attached.sandbox)  # the sandbox runs on; this process lets go of it
+            self._detached = True
 
     def wait_for_cleanup(self, timeout: float) -> bool:
         """Block up to ``timeout`` seconds for this environment's termination; True when

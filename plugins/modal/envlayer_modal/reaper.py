@@ -13,12 +13,20 @@ Reaper (:func:`reap`), only ever for sandboxes tagged with THIS profile:
   when there is none) AND no process started by a command is alive in it. Both are read
   by one exec inside the sandbox just before the decision; anything unexpected means
   "keep it". So a sandbox running a command, and every other profile's sandbox, is spared.
+
+Modal counts that exec as activity, so it restarts the sandbox's ``idle_timeout``. The SDK
+gives no last-activity time for a sandbox (``Sandbox.list`` objects carry neither it nor
+the idle timeout), so the probe is skipped where the tags already decide
+(:func:`needs_probe`): a sandbox younger than ``max_age`` cannot have been unused that long,
+and one whose own idle timeout is at most ``max_age`` is left to Modal, which ends it once
+it is idle that long.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
@@ -81,6 +89,16 @@ def idle_output(sb: Any, shell: str) -> bytes:
     return out if proc.wait() == 0 else b""
 
 
+def needs_probe(tags: Mapping[str, str], max_age: float, *, now: float | None = None) -> bool:
+    """Whether the reaper must look inside a sandbox with these tags (module docstring);
+    unknown or malformed tags mean "probe"."""
+    created = T.created_at(tags)
+    if created is not None and (time.time() if now is None else now) - created < max_age:
+        return False
+    idle = T.idle_timeout(tags)
+    return not (idle is not None and 0 < idle <= max_age)
+
+
 def reap(conn: Connection, *, profile: str, max_age: float, dry_run: bool) -> list[SandboxInfo]:
     """Terminate this profile's orphaned sandboxes (module rules). Returns what was (or,
     with ``dry_run``, would be) terminated. Raises only when listing fails."""
@@ -91,6 +109,8 @@ def reap(conn: Connection, *, profile: str, max_age: float, dry_run: bool) -> li
         try:
             owner = tags.get(T.OWNER)
             orphan = tags.get(T.PERSIST) == "0" and bool(owner) and owner_is_dead(owner or "")
+            if not orphan and not needs_probe(tags, max_age):
+                return None
             if not orphan and not parse_idle_check(idle_output(sb, shell), T.created_at(tags), max_age):
                 return None
             info = info_from(sb, tags, "terminated" if not dry_run else "running")

@@ -22,6 +22,9 @@ FINGERPRINT = "envlayer.fingerprint"
 PERSIST = "envlayer.persist"
 OWNER = "envlayer.owner"
 CREATED_AT = "envlayer.created-at"
+IDLE_TIMEOUT = "envlayer.idle-timeout"
+"""The sandbox's ``idle_timeout`` in seconds (0: none), for the reaper: the SDK's
+``Sandbox.list`` objects do not expose it."""
 
 
 def fingerprint_inputs(options: ModalOptions) -> dict[str, Any]:
@@ -63,6 +66,7 @@ def create_tags(
             FINGERPRINT: sandbox_fingerprint(options),
             PERSIST: "1" if persist else "0",
             CREATED_AT: str(int(time.time() if now is None else now)),
+            IDLE_TIMEOUT: str(options.idle_timeout or 0),
         }
     )
     return tags
@@ -80,7 +84,16 @@ def selector(*, profile: str | None, task: str | None = None) -> dict[str, str]:
 
 def created_at(tags: Mapping[str, str]) -> float | None:
     """Epoch seconds from the created-at tag; None when missing or malformed."""
+    return _number(tags, CREATED_AT)
+
+
+def idle_timeout(tags: Mapping[str, str]) -> float | None:
+    """The sandbox's idle timeout from its tag (0: none); None when missing or malformed."""
+    return _number(tags, IDLE_TIMEOUT)
+
+
+def _number(tags: Mapping[str, str], key: str) -> float | None:
     try:
-        return float(tags[CREATED_AT])
+        return float(tags[key])
     except (KeyError, ValueError):
         return None

@@ -49,6 +49,7 @@ def test_create_tags_carry_identity_and_never_let_user_tags_override() -> None:
         T.FINGERPRINT: T.sandbox_fingerprint(opts),
         T.PERSIST: "0",
         T.CREATED_AT: "1000",
+        T.IDLE_TIMEOUT: "900",
     }
     assert T.selector(profile="team/alpha", task="t 1") == {
         T.MANAGED: "1",

@@ -540,11 +540,15 @@ def fs_tools_argv(op_json: str) -> list[str]:
         "WriteFile": fail + '[ -d "$p" ] && fail IsDirectory "Is a directory"; d=${p%/*}; '
         '[ -z "$d" ] || mkdir -p -- "$d" 2>/dev/null || fail NotDirectory "Not a directory"; '
         'cat > "$p" 2>/dev/null || fail PermissionDenied "Permission denied"',
+        # A symlink is described, not followed, with its target as written (``symlink_target``:
+        # ``FileInfo`` in ``modal/types.py``, parsed in ``modal/sandbox/_filesystem.py``, ``stat``).
         "Stat": fail + '[ -e "$p" ] || [ -L "$p" ] || fail NotFound "No such file or directory"; '
-        'if [ -L "$p" ]; then t=symlink; elif [ -d "$p" ]; then t=directory; else t=file; fi; '
+        'l=null; if [ -L "$p" ]; then t=symlink; l="\\"$(readlink -- "$p")\\""; '
+        'elif [ -d "$p" ]; then t=directory; else t=file; fi; '
         'set -- $(stat -c "%s %f %U %G %Y %A" -- "$p"); '
         'printf \'{"name":"%s","path":"%s","type":"%s","size":%s,"mode":%d,"permissions":"%s",'
-        '"owner":"%s","group":"%s","modified_time":%s}\' "${p##*/}" "$p" "$t" "$1" "0x$2" "$6" "$3" "$4" "$5"',
+        '"owner":"%s","group":"%s","modified_time":%s,"symlink_target":%s}\' '
+        '"${p##*/}" "$p" "$t" "$1" "0x$2" "$6" "$3" "$4" "$5" "$l"',
         "MakeDirectory": fail
         + '[ -e "$p" ] && fail PathAlreadyExists "File exists"; '
         + ('mkdir -p -- "$p"' if args.get("parents") else 'mkdir -- "$p"')
