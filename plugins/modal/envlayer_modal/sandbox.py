@@ -7,7 +7,8 @@ Rules (see docs/backends/modal.md, "Lifecycle"):
   atomic step: ``AlreadyExistsError`` means another process won, and the next round attaches
   to its sandbox. A sandbox found terminated is replaced (its name is free again). One
   found with a different fingerprint tag -> ``recreate`` (terminate it, create ours) or
-  ``error``, per ``on_fingerprint_mismatch``.
+  ``error``, per ``on_fingerprint_mismatch``; never ``recreate`` for a sandbox another user
+  or host created (:func:`refuse_mismatch`).
 * Opt-out mode: a private, uniquely named sandbox per environment, tagged with its owner
   process so the reaper can end it when that process dies without cleanup.
 * Every tag is passed to ``Sandbox.create`` (see :mod:`envlayer_modal.tags`).
@@ -178,12 +179,7 @@ def ensure(conn: Connection, *, profile: str, task: str, persist: bool) -> Attac
                 hint=f"terminate it (`modal sandbox terminate {sb.object_id}`) or set another app_name",
             )
         if found.get(T.FINGERPRINT) != fingerprint:
-            if conn.options.on_fingerprint_mismatch == "error":
-                raise BackendUnavailable(
-                    f"sandbox {name} was created with different options "
-                    f"(fingerprint {found.get(T.FINGERPRINT)}, now {fingerprint})",
-                    hint='remove it (`envlayer rm`), or set on_fingerprint_mismatch = "recreate"',
-                )
+            refuse_mismatch(conn, name, sb.object_id, found, fingerprint)
             terminate_quietly(sb)
             time.sleep(_SETTLE)
             continue
@@ -192,6 +188,25 @@ def ensure(conn: Connection, *, profile: str, task: str, persist: bool) -> Attac
         f"could not settle on one sandbox named {name} within {SETTLE_TIMEOUT:.0f} s",
         hint="another process may be recreating it with different options; make their options agree",
     )
+
+
+def refuse_mismatch(conn: Connection, name: str, sandbox_id: str, found: dict[str, str], fingerprint: str) -> None:
+    """Raise :class:`BackendUnavailable` unless the running sandbox ``name``, made with
+    other options, may be replaced: ``on_fingerprint_mismatch = "recreate"`` AND this user
+    on this host created it (tag ``envlayer.creator``; names are shared by the whole Modal
+    workspace, so another user's or machine's sandbox is never terminated)."""
+    theirs = found.get(T.FINGERPRINT)
+    differs = f"sandbox {name} was created with different options (fingerprint {theirs}, now {fingerprint})"
+    if conn.options.on_fingerprint_mismatch == "error":
+        raise BackendUnavailable(differs, hint='remove it (`envlayer rm`), or set on_fingerprint_mismatch = "recreate"')
+    creator, me = found.get(T.CREATOR), T.creator_label()
+    if creator != me:
+        raise BackendUnavailable(
+            f"{differs} by {creator or 'an unknown user (no envlayer.creator tag)'}, not by {me}: "
+            "it is not terminated, since sandbox names are shared by everyone in the Modal workspace",
+            hint="use the same options as its creator, another profile or app_name, or, if it is yours, "
+            f"remove it (`envlayer rm TASK --force`, `modal sandbox terminate {sandbox_id}`)",
+        )
 
 
 def terminate_quietly(sb: Any) -> bool:

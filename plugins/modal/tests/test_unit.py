@@ -50,6 +50,7 @@ def test_create_tags_carry_identity_and_never_let_user_tags_override() -> None:
         T.PERSIST: "0",
         T.CREATED_AT: "1000",
         T.IDLE_TIMEOUT: "900",
+        T.CREATOR: T.creator_label(),
     }
     assert T.selector(profile="team/alpha", task="t 1") == {
         T.MANAGED: "1",
@@ -171,3 +172,11 @@ def test_probe_reports_an_unreachable_api_at_once() -> None:
     with pytest.raises(BackendUnavailable) as info:
         probe([f"http://127.0.0.1:{port}"], timeout=2)
     assert "MODAL_SERVER_URL" in info.value.hint
+
+
+def test_the_creator_label_names_the_login_and_the_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOGNAME", "alice")
+    alice = T.creator_label()
+    monkeypatch.setenv("LOGNAME", "bob")
+    bob = T.creator_label()
+    assert alice.startswith("alice_") and bob.startswith("bob_") and alice.split("_", 1)[1][:8] == bob.split("_", 1)[1][:8]
