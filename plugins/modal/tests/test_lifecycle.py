@@ -15,21 +15,13 @@ from typing import Any
 
 import pytest
 from modal_testenv import APP, IMAGE, QUOTA_TAG, child_code
+from modal_testenv import running as _running
 
 from envlayer.errors import BackendUnavailable
 from envlayer.sandbox_tags import sanitize
 from envlayer.testing.racing import race
 
 pytestmark = pytest.mark.modal
-
-
-def _running(task: str, profile: str) -> list[str]:
-    """Ids of the running envlayer sandboxes of (profile, task), listed with the SDK."""
-    import modal
-
-    app = modal.App.lookup(APP, create_if_missing=True)
-    want = {"envlayer.managed": "1", "envlayer.profile": sanitize(profile), "envlayer.task": sanitize(task)}
-    return [sb.object_id for sb in modal.Sandbox.list(app_id=app.app_id, tags=want)]
 
 
 def _wait_until(predicate: Any, timeout: float = 15.0) -> bool:
