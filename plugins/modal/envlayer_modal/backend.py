@@ -15,9 +15,11 @@ Lifecycle (details in docs/backends/modal.md):
   one long-lived exec, :mod:`envlayer_modal.session`) or one ``Sandbox.exec`` each
   (``"oneshot"``). A timeout or an interrupt kills the command's process tree inside the
   sandbox, which stays usable.
-* A sandbox found terminated when a command starts (the exec was refused, so the command
-  provably did not run) is replaced once and the command runs there, with
-  ``ExecResult.recovered`` saying so; a command is never run twice.
+* A sandbox found ended when a command starts (the exec, or the write of the command to
+  the session shell, failed, and the control plane reports the sandbox ended, whatever the
+  error code: :func:`envlayer_modal.sandbox.ended_error`) is replaced once in persist mode
+  and the command runs there, with ``ExecResult.recovered`` saying so; a private
+  environment raises :class:`BackendUnavailable`. A command is never run twice.
 
 Importing this module does not import the Modal SDK.
 """
