@@ -157,15 +157,17 @@ class ModalEnvironment(Environment):
             return self._notice
 
     def _start_exec(self, argv: list[str], env: Mapping[str, str]) -> Any:
-        """``Sandbox.exec`` with ``text=False``. A failure after which the control plane
-        reports the sandbox ended becomes :class:`NotStarted`; every other failure
-        :class:`BackendUnavailable`."""
-        from envlayer_modal.client import translate
+        """``Sandbox.exec`` with ``text=False``, retried while throttled (refused before it
+        ran). A failure after which the control plane reports the sandbox ended becomes
+        :class:`NotStarted`; every other failure :class:`BackendUnavailable`."""
+        from envlayer_modal.client import control, throttled, translate
         from envlayer_modal.sandbox import ended_error
 
         attached = self._attached
         try:
-            return attached.sandbox.exec(*argv, env=dict(env), text=False)
+            return control(
+                lambda: attached.sandbox.exec(*argv, env=dict(env), text=False), "starting a command", throttled
+            )
         except Exception as exc:
             ended = ended_error(exc, self._conn, attached)
             if ended is not None:

@@ -22,8 +22,9 @@ and RESOURCE_EXHAUSTED only when the server attaches a retry policy
 ``ServiceError``, ``InternalError``, ``ConnectionError``) is retried once more with backoff by
 :func:`envlayer.retry.call_with_retries`, bounded by :data:`CONTROL_POLICY` and logged, for
 calls that are safe to repeat (lookups, listing, tags, polls, terminate, a create by unique
-name). So a call never fails on the first throttle, and a quota that stays exhausted still
-fails within about 10 s.
+name). Starting a command is retried only when throttled (:func:`throttled`): the router
+refused it before running anything, so it still runs once. So a call never fails on the
+first throttle, and a quota that stays exhausted still fails within about 10 s.
 """
 
 from __future__ import annotations
@@ -139,10 +140,20 @@ def transient(exc: BaseException) -> Transient | None:
     return None
 
 
-def control(fn: Callable[[], T], doing: str) -> T:
-    """``fn()``, an idempotent control-plane call, retried while :func:`transient` says so
-    (module docstring); the last error is raised unchanged."""
-    return call_with_retries(fn, transient, doing=f"modal: {doing}", policy=CONTROL_POLICY, logger=log)
+def throttled(exc: BaseException) -> Transient | None:
+    """Only a throttle (``RESOURCE_EXHAUSTED``): a refusal before any work was done."""
+    from modal import exception as E
+
+    return transient(exc) if isinstance(exc, E.ResourceExhaustedError) else None
+
+
+def control(
+    fn: Callable[[], T], doing: str, classify: Callable[[BaseException], Transient | None] = transient
+) -> T:
+    """``fn()``, an idempotent control-plane call, retried while ``classify`` (by default
+    :func:`transient`) says so (module docstring); the last error is raised unchanged.
+    Starting a command, which is not idempotent, passes :func:`throttled`."""
+    return call_with_retries(fn, classify, doing=f"modal: {doing}", policy=CONTROL_POLICY, logger=log)
 
 
 def translate(exc: BaseException, doing: str) -> Exception:

@@ -49,3 +49,15 @@ def test_listing_and_reaping_outlast_a_throttle(make_env: Any, faults: Any, prof
     assert env.sandbox_id in [i.id for i in listed]
     removed = ModalEnvironment.remove_sandbox(env.task_id, profile=profile, options=options(), force=True)
     assert [i.id for i in removed] == [env.sandbox_id]
+
+
+@pytest.mark.parametrize("exec_mode", ["oneshot", "session"])
+def test_a_command_start_outlasts_a_throttled_router(make_env: Any, faults: Any, caplog: Any, exec_mode: str) -> None:
+    """RESOURCE_EXHAUSTED refuses the start before anything runs, so the start is retried;
+    the command still runs exactly once."""
+    caplog.set_level(logging.WARNING, logger="envlayer.modal")
+    env = make_env(exec_mode=exec_mode)
+    faults(fail_next={"TaskExecStart": ["RESOURCE_EXHAUSTED", 2]})
+    result = env.exec("echo once >> /tmp/count; cat /tmp/count")
+    assert result.stdout == b"once\n", result
+    assert len(_retries(caplog)) == 2
