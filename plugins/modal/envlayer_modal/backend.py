@@ -15,9 +15,11 @@ Lifecycle (details in docs/backends/modal.md):
   one long-lived exec, :mod:`envlayer_modal.session`) or one ``Sandbox.exec`` each
   (``"oneshot"``). A timeout or an interrupt kills the command's process tree inside the
   sandbox, which stays usable.
-* A sandbox found terminated when a command starts (the exec was refused, so the command
-  provably did not run) is replaced once and the command runs there, with
-  ``ExecResult.recovered`` saying so; a command is never run twice.
+* A sandbox found ended when a command starts (the exec, or the write of the command to
+  the session shell, failed, and the control plane reports the sandbox ended, whatever the
+  error code: :func:`envlayer_modal.sandbox.ended_error`) is replaced once in persist mode
+  and the command runs there, with ``ExecResult.recovered`` saying so; a private
+  environment raises :class:`BackendUnavailable`. A command is never run twice.
 
 Importing this module does not import the Modal SDK.
 """
@@ -48,6 +50,7 @@ from envlayer.transfer import TransferSummary
 from envlayer_modal import teardown
 from envlayer_modal.options import ModalOptions
 from envlayer_modal.reaper import LEASE_PATH
+from envlayer_modal.sandbox import NotStarted
 
 log = logging.getLogger("envlayer.modal")
 T = TypeVar("T")
@@ -55,11 +58,6 @@ T = TypeVar("T")
 ALL_CAPABILITIES = MANAGED_SANDBOX_CAPABILITIES
 LEASE_INTERVAL = 30.0
 _HELPER_TIMEOUT = 300.0
-
-
-class _NotStarted(Exception):
-    """Modal refused to start an exec because the sandbox is gone: the command provably
-    did not run, so replacing the sandbox and running it is safe."""
 
 
 class ModalEnvironment(SandboxEnvironment):
@@ -82,6 +80,8 @@ class ModalEnvironment(SandboxEnvironment):
         self._last_lease = 0.0
         self._teardown: threading.Thread | None = None
         self._attached: Any = None
+        self._notice = ""
+        self._detached = False
         self._session: Any = None
         self._session_lock = threading.Lock()
         self._attach()
@@ -94,13 +94,16 @@ class ModalEnvironment(SandboxEnvironment):
         attached = ensure(
             self._conn, profile=self.profile, task=self.task_id, persist=self.options.persist_across_processes
         )
+        self._use(attached)
+        log.debug(
+            "%s sandbox %s for task %r", "created" if attached.created else "attached to", attached.id, self.task_id
+        )
+
+    def _use(self, attached: Any) -> None:
         with self._state_lock:
             self._attached = attached
             self._drop_session()
             self._session = self._new_session()
-        log.debug(
-            "%s sandbox %s for task %r", "created" if attached.created else "attached to", attached.id, self.task_id
-        )
 
     @property
     def sandbox_id(self) -> str:
@@ -115,32 +118,49 @@ class ModalEnvironment(SandboxEnvironment):
     # --- recovery (the base retries once, see envlayer.sandbox_base) ---------------------
 
     def is_gone(self, exc: Exception) -> bool:
-        """Modal refused to start the exec because the sandbox is gone."""
-        return isinstance(exc, _NotStarted)
+        """The control plane reports the sandbox ended and the command was not started."""
+        return isinstance(exc, NotStarted)
 
     def sandbox_identity(self) -> str:
         return self.sandbox_id
 
     def recover(self, seen: str) -> str:
-        """The sandbox ``seen`` is gone: attach again (which creates a new one), unless
-        another thread already did."""
+        """The sandbox ``seen`` has ended: replace it (persist mode) or raise (a private
+        environment), see :func:`envlayer_modal.sandbox.recover`. Returns the notice for
+        ``ExecResult.recovered``; when another thread already replaced it, that thread's notice."""
+        from envlayer_modal import sandbox
+
         with self._state_lock:
-            if self._attached is None or self._attached.id == seen:
-                log.warning("sandbox %s for task %r is gone; attaching again", self.sandbox_id, self.task_id)
-                self._attach()
-        return "sandbox recreated"
+            if self._attached is not None and self._attached.id != seen:
+                return self._notice
+            code = sandbox.sandbox_ended(self._attached.sandbox)
+            attached, self._notice = sandbox.recover(
+                self._conn,
+                self._attached,
+                -1 if code is None else code,
+                profile=self.profile,
+                task=self.task_id,
+                persist=self.options.persist_across_processes,
+            )
+            self._use(attached)
+            return self._notice
 
     def _start_exec(self, argv: list[str], env: Mapping[str, str]) -> Any:
-        """``Sandbox.exec`` with ``text=False``. A refusal meaning "the sandbox is gone"
-        becomes :class:`_NotStarted`; every other failure :class:`BackendUnavailable`."""
-        from envlayer_modal.client import translate
+        """``Sandbox.exec`` with ``text=False``, retried while throttled (refused before it
+        ran). A failure after which the control plane reports the sandbox ended becomes
+        :class:`NotStarted`; every other failure :class:`BackendUnavailable`."""
+        from envlayer_modal.client import control, throttled, translate
+        from envlayer_modal.sandbox import ended_error
 
-        exc_mod = self._conn.modal.exception
+        attached = self._attached
         try:
-            return self._attached.sandbox.exec(*argv, env=dict(env), text=False)
-        except (exc_mod.NotFoundError, exc_mod.ConflictError, exc_mod.SandboxTerminatedError) as exc:
-            raise _NotStarted(str(exc)) from exc
+            return control(
+                lambda: attached.sandbox.exec(*argv, env=dict(env), text=False), "starting a command", throttled
+            )
         except Exception as exc:
+            ended = ended_error(exc, self._conn, attached)
+            if ended is not None:
+                raise ended from exc
             raise translate(exc, "starting a command") from exc
 
     def _command_env(self, extra: Mapping[str, str] | None, exec_id: str | None) -> dict[str, str]:
@@ -174,8 +194,7 @@ class ModalEnvironment(SandboxEnvironment):
         from envlayer_modal.process import Process
 
         collector = OutputCollector.for_request(request, self.options)
-        cwd = self.call_directory(request, self.options.workdir)
-        argv = oneshot.oneshot_argv(self.options.shell, request.command, cwd=cwd, touch_lease=self._touch_lease())
+        argv = self._oneshot_argv(request)
         proc = Process(self._start_exec(argv, self._command_env(request.env, request.exec_id)))
         oneshot.feed_stdin(proc, request.stdin)
         kill = functools.partial(self._kill, request.exec_id)
@@ -187,6 +206,21 @@ class ModalEnvironment(SandboxEnvironment):
             self._check_still_running("the command's exec ended without an exit status")
             return collector.result(request, 255)
         return collector.result(request, outcome.code)
+
+    def _oneshot_argv(self, request: ExecRequest) -> list[str]:
+        """The exec argv of a one-shot command; one over the SDK's 64 KiB argument limit is
+        staged in a file first (see :mod:`envlayer_modal.oneshot`)."""
+        from envlayer_modal import files, oneshot
+
+        shell, lease = self.options.shell, self._touch_lease()
+        cwd = self.call_directory(request, self.options.workdir)
+        argv = oneshot.oneshot_argv(shell, request.command, cwd=cwd, touch_lease=lease)
+        if not oneshot.too_long(argv):
+            return argv
+        path = f"/tmp/.envlayer-cmd-{request.exec_id}"
+        script = oneshot.script_of(request.command)
+        self._files_call(lambda sb: files.write(sb, path, script), "staging a long command")
+        return oneshot.script_argv(shell, path, cwd=cwd, touch_lease=lease)
 
     def _check_still_running(self, what: str) -> None:
         """After an exec vanished: if the sandbox is gone, the command may or may not have
@@ -223,7 +257,7 @@ class ModalEnvironment(SandboxEnvironment):
 
         try:
             proc = self.with_recovery(start, again=self._keeps_disappearing)[0] if recover else start()
-        except _NotStarted as exc:
+        except NotStarted as exc:
             return 255, b"", str(exc).encode()
         oneshot.feed_stdin(proc, data)
         collector = OutputCollector(limit, "head")
@@ -238,10 +272,12 @@ class ModalEnvironment(SandboxEnvironment):
     def _new_session(self) -> Any:
         """A (not yet started) persistent shell in the current sandbox, or None in one-shot mode."""
         from envlayer_modal import files
+        from envlayer_modal.sandbox import ended_error
         from envlayer_modal.session import shell_session
 
         if self.options.exec_mode != "session":
             return None
+        attached = self._attached
         return shell_session(
             self._start_exec,
             lambda argv, data: self._helper(argv, data, recover=False),
@@ -250,6 +286,7 @@ class ModalEnvironment(SandboxEnvironment):
             cwd=self.options.workdir,
             idle_exit=self.options.session_idle_exit,
             upload=lambda path, data: self._files_call(lambda sb: files.write(sb, path, data), f"staging {path}"),
+            ended=lambda exc: ended_error(exc, self._conn, attached),
         )
 
     def _drop_session(self) -> None:
@@ -270,22 +307,22 @@ class ModalEnvironment(SandboxEnvironment):
         return full
 
     def _files_call(self, fn: Callable[[Any], T], doing: str) -> T:
+        """``fn(sandbox)``; a sandbox found ended (asked of the control plane) is replaced
+        once (persist mode) and ``fn`` runs again: a file call is idempotent."""
         from envlayer_modal.client import translate
-
-        exc_mod = self._conn.modal.exception
-
-        def gone(exc: Exception) -> bool:
-            return isinstance(exc, exc_mod.NotFoundError | exc_mod.ConflictError)
+        from envlayer_modal.sandbox import ended_error
 
         def attempt() -> T:
+            attached = self._attached
             try:
-                return fn(self._attached.sandbox)
-            except exc_mod.Error as exc:
-                if gone(exc):
-                    raise
-                raise translate(exc, doing) from exc
+                return fn(attached.sandbox)
+            except self._conn.modal.exception.Error as exc:
+                ended = ended_error(exc, self._conn, attached)
+                if ended is None:
+                    raise translate(exc, doing) from exc
+                raise ended from exc
 
-        return self.with_recovery(attempt, gone=gone, again=lambda exc: translate(exc, doing))[0]
+        return self.with_recovery(attempt, again=lambda exc: translate(exc.__cause__ or exc, doing))[0]
 
     def read_file(self, path: str) -> bytes:
         """Read a file from the sandbox; see :class:`~envlayer.environment.Environment`."""
@@ -331,20 +368,36 @@ class ModalEnvironment(SandboxEnvironment):
     # --- lifecycle -------------------------------------------------------------------------------
 
     def cleanup(self, *, force_remove: bool = False) -> None:
-        """Release this handle. Persist mode: the sandbox keeps running (until
+        """Release this handle (also this process's connection to the sandbox,
+        ``Sandbox.detach``). Persist mode: the sandbox keeps running (until
         ``idle_timeout``). With ``force_remove`` or ``persist_across_processes = false``:
         terminate it in the background (see :meth:`wait_for_cleanup`). Idempotent;
         ``cleanup(force_remove=True)`` after a plain ``cleanup()`` still terminates it.
         Never raises."""
+        from envlayer_modal.sandbox import detach_quietly
+
         with self._state_lock:
             self._closed = True
             try:
                 self._drop_session()
             except Exception:
                 pass
+            attached, detached = self._attached, self._detached
             remove = force_remove or not self.options.persist_across_processes
-            if remove and self._teardown is None and self._attached is not None:
-                self._teardown = teardown.schedule(self._attached.sandbox, self._attached.id)
+            if attached is None or (self._teardown is not None) or (detached and not remove):
+                return
+            if remove:
+                conn = self._conn
+
+                def handle() -> Any:
+                    if detached:  # released by an earlier plain cleanup(): look it up again
+                        return conn.modal.Sandbox.from_id(attached.id, client=conn.client)
+                    return attached.sandbox
+
+                self._teardown = teardown.schedule(handle, attached.id)
+            else:
+                detach_quietly(attached.sandbox)  # the sandbox runs on; this process lets go of it
+            self._detached = True
 
     def wait_for_cleanup(self, timeout: float) -> bool:
         """Block up to ``timeout`` seconds for this environment's termination; True when
@@ -395,16 +448,15 @@ class ModalEnvironment(SandboxEnvironment):
         without ``force`` only those in which no command is running are terminated."""
         from envlayer.idle_check import parse_idle_check
         from envlayer_modal import reaper
+        from envlayer_modal.sandbox import terminate_quietly
 
         conn = cls._class_conn(options)
         removed = []
         for sb, tags in reaper.list_managed(conn, profile=profile, task=task_id):
             if not force and not parse_idle_check(reaper.idle_output(sb, conn.options.shell), 0.0, 0.0):
                 continue
-            try:
-                sb.terminate()
-            except Exception as exc:
-                log.warning("could not terminate %s: %r", sb.object_id, exc)
+            if not terminate_quietly(sb):
+                log.warning("could not terminate %s", sb.object_id)
                 continue
             removed.append(reaper.info_from(sb, tags, "terminated"))
         return removed

@@ -125,3 +125,13 @@ def run_python(fake_modal: launcher.FakeModal) -> Callable[..., Any]:
         return proc.stdout
 
     return run
+
+
+@pytest.fixture
+def faults(fake_modal: launcher.FakeModal) -> Iterator[Callable[..., None]]:
+    """``faults(**modes)`` switches failure modes of the fake on (see ``server.Faults``);
+    every one is switched off again at the end of the test."""
+    try:
+        yield fake_modal.set_faults
+    finally:
+        fake_modal.set_faults()
