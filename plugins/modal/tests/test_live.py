@@ -18,6 +18,7 @@ import pytest
 from modal_testenv import LIVE_CREDENTIALS, LIVE_ENV
 
 pytestmark = [
+    pytest.mark.live,
     pytest.mark.modal,
     pytest.mark.skipif(
         not LIVE_CREDENTIALS, reason="live Modal tests need MODAL_TOKEN_ID and MODAL_TOKEN_SECRET (they cost money)"
