@@ -44,14 +44,17 @@ NAME = "envlayer.snapshot.name"
 SOURCE_TASK = "envlayer.snapshot.source_task"
 CREATED = "envlayer.snapshot.created"
 SNAPSHOT_OWNER = "envlayer.snapshot.owner"
+SNAPSHOT_ID = "envlayer.snapshot.id"
+"""The snapshot's reference, on its image and intermediate images (kept after removal)."""
 FROM_SNAPSHOT = "envlayer.from_snapshot"
 """On a fork's container: the snapshot it was made from."""
 _SOURCE = "/envlayer-snapshot-source"
 _COPY_TIMEOUT = 3600
 
 
-def _labels(*, profile: str, task: str, name: str, created: str) -> dict[str, str]:
+def _labels(*, ref: str, profile: str, task: str, name: str, created: str) -> dict[str, str]:
     return {
+        SNAPSHOT_ID: ref,
         L.MANAGED: "1",
         L.PROFILE: L.sanitize(profile),
         L.OWNER: "",  # never inherit a private parent's owner: a fork sets its own
@@ -93,8 +96,8 @@ def create(
         )
     created = datetime.now().astimezone().isoformat(timespec="seconds")
     label = name or task
-    labels = _labels(profile=profile, task=task, name=label, created=created)
     tag = f"{slug(label, 40)}-{secrets.token_hex(4)}"
+    labels = _labels(ref=f"{REPOSITORY}:{tag}", profile=profile, task=task, name=label, created=created)
     image = api.commit(container_id, conf={"Labels": labels})["Id"]
     try:
         if data:
