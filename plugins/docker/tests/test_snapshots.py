@@ -147,3 +147,41 @@ def test_a_removed_snapshot_cannot_start_a_fork(parent: Any) -> None:
     with pytest.raises(InvalidArgument, match="no longer exists"):
         open_environment("docker", task_id=f"{parent.task_id}-late", profile=parent.profile,
                          options=parent.options, from_snapshot=snap)
+
+
+def test_cli_snapshot_fork_ls_rm(cli: Any, docker_api: Any, make_env: Any, profile: str) -> None:
+    import json
+
+    from envlayer_docker.backend import DockerEnvironment
+
+    parent = make_env(task=f"snap-cli-{uuid.uuid4().hex[:6]}")
+    parent.write_file("w.txt", "from-cli")
+    forks = [f"{parent.task_id}-a", f"{parent.task_id}-b"]
+    snapshot = json.loads(cli("snapshot", parent.task_id, "--name", "cli", "--json", profile=profile).stdout)
+    try:
+        assert (snapshot["source_task"], snapshot["name"]) == (parent.task_id, "cli")
+        listed = json.loads(cli("snapshots", "ls", "--json", profile=profile).stdout)
+        assert snapshot["id"] in [s["id"] for o in listed for s in o["sandboxes"]]
+        made = cli("fork", parent.task_id, *forks, "--json", profile=profile)
+        assert made.returncode == 0, made.stderr
+        assert [f["task"] for f in json.loads(made.stdout)] == forks
+        for task in forks:  # persist mode: a later process attaches to the fork
+            env = DockerEnvironment(parent.options, task_id=task, profile=profile)
+            assert env.read_file("w.txt") == b"from-cli"
+            env.cleanup()
+        removed = cli("snapshots", "rm", snapshot["id"], profile=profile)
+        assert removed.returncode == 0 and snapshot["id"][:12] in removed.stdout
+    finally:
+        for task in forks:
+            DockerEnvironment.remove_sandbox(task, profile=profile, options=parent.options, force=True, purge=True)
+        lifecycle.remove_snapshot([(DockerEnvironment, parent.options)], snapshot["id"])
+    assert docker_leftovers(docker_api, profile, Snapshot(**snapshot), forks) == []
+
+
+def test_cli_snapshot_of_a_task_without_a_sandbox_creates_nothing(cli: Any, docker_api: Any, profile: str) -> None:
+    task = f"snap-none-{uuid.uuid4().hex[:6]}"
+    done = cli("snapshot", task, profile=profile)
+    assert done.returncode == 1 and "has no docker sandbox" in done.stderr
+    from envlayer_docker import labels as L
+
+    assert docker_api.containers(all=True, filters={"label": L.filters(profile=profile, task=task)}) == []
