@@ -347,6 +347,8 @@ def open_forks(
     from envlayer.snapshot import check_fork_tasks, create_forks
 
     tasks = check_fork_tasks(task_ids, env.task_id)
+    if not supports(env, Capability.SNAPSHOT):
+        raise snapshot_refused(env, "fork")
     cls = type(env)
     snap = snapshot if snapshot is not None else take_snapshot(env)
 
@@ -364,18 +366,18 @@ def open_forks(
 def list_snapshots(backends: Sequence[BackendSpec], *, profile: str | None) -> list[SweepOutcome]:
     """The snapshots on every backend that has ``snapshot`` (``profile=None``: all), as
     listing rows (status ``snapshot``)."""
-    return _sweep(
-        backends,
-        Capability.SNAPSHOT,
-        lambda cls, opts: [s.info() for s in cls.list_snapshots(profile=profile, options=opts)],  # type: ignore[attr-defined]
-    )
+
+    def call(cls: type[Environment], opts: BaseOptions) -> list[SandboxInfo]:
+        return [s.info() for s in cls.list_snapshots(profile=profile, options=opts)]  # type: ignore[attr-defined]
+
+    return _sweep(backends, Capability.SNAPSHOT, call)
 
 
 def remove_snapshot(backends: Sequence[BackendSpec], snapshot_id: str) -> list[SweepOutcome]:
     """Remove snapshot ``snapshot_id`` from every backend that has it (environments
     already started from it keep working). Each outcome lists what was removed."""
-    return _sweep(
-        backends,
-        Capability.SNAPSHOT,
-        lambda cls, opts: [s.info() for s in cls.remove_snapshot(snapshot_id, options=opts)],  # type: ignore[attr-defined]
-    )
+
+    def call(cls: type[Environment], opts: BaseOptions) -> list[SandboxInfo]:
+        return [s.info() for s in cls.remove_snapshot(snapshot_id, options=opts)]  # type: ignore[attr-defined]
+
+    return _sweep(backends, Capability.SNAPSHOT, call)

@@ -25,8 +25,8 @@ def test_local_has_no_snapshot_and_says_which_backends_have_it() -> None:
         having = lifecycle.backends_with(Capability.SNAPSHOT)
         assert "docker" in having and "local" not in having
         assert ", ".join(having) in e.value.hint
-        with pytest.raises(InvalidArgument, match="has no snapshot"):
-            env.fork(["a"])
+        with pytest.raises(InvalidArgument, match="has no snapshot: it cannot fork"):
+            env.fork(["a"], snapshot=SNAP)
     finally:
         env.cleanup()
 

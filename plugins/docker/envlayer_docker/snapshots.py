@@ -82,7 +82,13 @@ def from_image(info: dict[str, Any]) -> Snapshot:
 
 
 def create(
-    api: Any, options: DockerOptions, container_id: str, data: list[DataMount], *, profile: str, task: str,
+    api: Any,
+    options: DockerOptions,
+    container_id: str,
+    data: list[DataMount],
+    *,
+    profile: str,
+    task: str,
     name: str | None,
 ) -> Snapshot:
     """Snapshot ``container_id`` and its durable ``data`` (see the module docstring).
@@ -127,8 +133,9 @@ def _copy_data(api: Any, options: DockerOptions, stage: str, data: list[DataMoun
         output = api.exec_start(exec_id)
         code = api.exec_inspect(exec_id).get("ExitCode")
         if code != 0:
+            said = output[-500:].decode(errors="replace")
             raise BackendUnavailable(
-                f"copying the workspace into the snapshot failed (exit {code}): {output[-500:].decode(errors='replace')}",
+                f"copying the workspace into the snapshot failed (exit {code}): {said}",
                 hint="the image needs `cp` and `mkdir` in its shell's PATH; check free disk space",
             )
         kept = {k: v for k, v in (api.inspect_image(stage).get("Config") or {}).items() if k in ("Entrypoint", "Cmd")}

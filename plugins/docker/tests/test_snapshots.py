@@ -145,8 +145,9 @@ def test_a_removed_snapshot_cannot_start_a_fork(parent: Any) -> None:
     snap = parent.snapshot()
     lifecycle.remove_snapshot([(type(parent), parent.options)], snap.id)
     with pytest.raises(InvalidArgument, match="no longer exists"):
-        open_environment("docker", task_id=f"{parent.task_id}-late", profile=parent.profile,
-                         options=parent.options, from_snapshot=snap)
+        open_environment(
+            "docker", task_id=f"{parent.task_id}-late", profile=parent.profile, options=parent.options, from_snapshot=snap
+        )
 
 
 def test_cli_snapshot_fork_ls_rm(cli: Any, docker_api: Any, make_env: Any, profile: str) -> None:
