@@ -96,6 +96,8 @@ class SnapshotConformance:
             assert forks[0].exec(f"cat {FILE}").stdout == b"kept"
             forks[0].write_file(FILE, "changed")
             assert forks[0].read_file(FILE) == b"changed"
+            tasks = [forks[0].task_id]
+        assert self.leftovers(env, snapshot, tasks) == []  # its storage went with its last fork
 
     def test_fork_without_a_snapshot_removes_the_one_it_took(self, env: Environment) -> None:
         spec = [(type(env), env.options)]

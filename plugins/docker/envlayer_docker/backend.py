@@ -346,9 +346,9 @@ class DockerEnvironment(SandboxEnvironment):
                 self._session.close()
             remove = force_remove or purge or not self.options.persist_across_processes
             if remove and self._teardown is None and self._container is not None:
+                self._purge = purge  # before the worker starts: it reads it
                 then = self._after_removal if purge or self.from_snapshot is not None else None
                 self._teardown = teardown.schedule(self._api, self._container.id, self.options.stop_timeout, then=then)
-                self._purge = purge
 
     def _after_removal(self) -> None:
         """After the container is gone: its durable data with ``purge``, and the images of
