@@ -60,6 +60,11 @@ class Capability(StrEnum):
     EXEC_AS_USER = "exec_as_user"
     """``exec(..., user=NAME)`` runs that one command as another user of the sandbox."""
 
+    SNAPSHOT = "snapshot"
+    """``create_snapshot(name=...) -> Snapshot``, a constructor that takes
+    ``from_snapshot=``, and classmethods ``list_snapshots(*, profile, options)`` and
+    ``remove_snapshot(snapshot_id, *, options)`` (see :mod:`envlayer.snapshot`)."""
+
 
 @dataclass(frozen=True)
 class CallShape:
@@ -104,6 +109,12 @@ CALL_SHAPES: dict[Capability, tuple[CallShape, ...]] = {
     Capability.DIRECTORY_TRANSFER: (
         CallShape("upload_dir", positional=("local", "remote")),
         CallShape("download_dir", positional=("remote", "local")),
+    ),
+    Capability.SNAPSHOT: (
+        CallShape("create_snapshot", keywords=("name",)),
+        CallShape("__init__", positional=("options",), keywords=("task_id", "profile", "from_snapshot")),
+        CallShape("list_snapshots", keywords=("profile", "options"), classmethod=True),
+        CallShape("remove_snapshot", positional=("snapshot_id",), keywords=("options",), classmethod=True),
     ),
 }
 """Every capability backed by a method, and how the dispatcher calls it. The others
@@ -210,7 +221,12 @@ def defines_method_for(backend: Any, capability: Capability) -> bool:
     Used by the conformance kit to catch signatures the dispatcher cannot call."""
     if capability in MARKER_PARAMETERS:
         return _has_parameter(backend, *MARKER_PARAMETERS[capability])
-    return any(callable(getattr(backend, s.method, None)) for s in CALL_SHAPES.get(capability, ()))
+    shapes = CALL_SHAPES.get(capability, ())
+    return any(callable(getattr(backend, s.method, None)) for s in shapes if s.method not in _ALWAYS_DEFINED)
+
+
+_ALWAYS_DEFINED = frozenset({"__init__"})
+"""Methods every class has: their presence says nothing about what a plugin tried to provide."""
 
 
 def _has_parameter(backend: Any, method: str, name: str) -> bool:

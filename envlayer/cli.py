@@ -579,6 +579,10 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = argparse.Argument
     p.add_argument("--purge", action="store_true", help="also delete the task's durable data (Docker workspace)")
     p.set_defaults(func=cmd_rm)
 
+    from envlayer.cli_snapshot import add_parsers as add_snapshot_parsers
+
+    add_snapshot_parsers(sub, common, _sub)
+
     p = _sub(
         sub,
         "doctor",

@@ -14,10 +14,12 @@ from typing import Any
 from envlayer.config import Settings, load_settings
 from envlayer.environment import Environment
 from envlayer.errors import BackendNotFound, EnvlayerError
-from envlayer.lifecycle import BackendSpec
+from envlayer.capabilities import Capability, supports
+from envlayer.lifecycle import BackendSpec, snapshot_refused
 from envlayer.options import BaseOptions
 from envlayer.plugin_errors import plugin_call
 from envlayer.registry import backend_names, load_backend
+from envlayer.snapshot import Snapshot
 
 
 def backend_class(name: str, backends: Mapping[str, type[Environment]] | None = None) -> type[Environment]:
@@ -57,8 +59,12 @@ def open_environment(
     options: BaseOptions | Mapping[str, Any] | None = None,
     settings: Settings | None = None,
     backends: Mapping[str, type[Environment]] | None = None,
+    from_snapshot: Snapshot | None = None,
 ) -> Environment:
     """Create the environment for ``task_id`` on the configured (or given) backend.
+
+    ``from_snapshot`` starts it from that :class:`~envlayer.snapshot.Snapshot` (the
+    backend defaults to the snapshot's; the task must not have a sandbox yet).
 
     ``options`` is either a ready options object or a mapping of overrides applied on
     top of the configured options. ``settings`` defaults to :func:`load_settings`.
@@ -69,14 +75,23 @@ def open_environment(
         ConfigError: its options are invalid (naming the file or variable and key).
         BackendUnavailable: its infrastructure cannot be reached.
         PluginError: its constructor raised anything but an envlayer error (a plugin bug).
+        InvalidArgument: ``from_snapshot`` on a backend without snapshots (naming those
+            that have them), or a snapshot of another backend.
     """
+    if from_snapshot is not None and backend is None:
+        backend = from_snapshot.backend
     if settings is None:
         settings = load_settings(backend=backend, profile=profile)
     name = backend or settings.backend
     cls = backend_class(name, backends) if backend else load_configured_backend(settings, backends)
     opts = options if isinstance(options, BaseOptions) else settings.options_for(name, cls.Options, overrides=options)
+    extra: dict[str, Any] = {}
+    if from_snapshot is not None:
+        if not supports(cls, Capability.SNAPSHOT):
+            raise snapshot_refused(cls, "start from a snapshot")
+        extra["from_snapshot"] = from_snapshot
     with plugin_call(cls, "constructor"):
-        return cls(opts, task_id=task_id, profile=profile or settings.profile)
+        return cls(opts, task_id=task_id, profile=profile or settings.profile, **extra)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envlayer.capabilities import (
     Capability,
@@ -32,6 +32,9 @@ from envlayer.options import BaseOptions
 from envlayer.plugin_errors import backend_name, plugin_call, recording
 from envlayer.request import check_user
 from envlayer.result import ExecResult
+
+if TYPE_CHECKING:
+    from envlayer.snapshot import Snapshot
 
 log = logging.getLogger("envlayer.lifecycle")
 
@@ -302,3 +305,97 @@ def remove_sandbox(
         return remove(task_id, profile=profile, options=opts, force=force, **extra)  # type: ignore[no-any-return]
 
     return _sweep(backends, Capability.REMOVE_SANDBOX, call)
+
+
+# --- snapshots (capability ``snapshot``, see envlayer.snapshot) ---------------------------
+
+
+def backends_with(capability: Capability) -> list[str]:
+    """The installed backends whose class has ``capability`` (a backend that cannot be
+    loaded is left out)."""
+    from envlayer.registry import backend_names, load_backend
+
+    names = []
+    for name in backend_names():
+        try:
+            if supports(load_backend(name), capability):
+                names.append(name)
+        except EnvlayerError:
+            continue
+    return names
+
+
+def snapshot_refused(backend: Any, doing: str) -> InvalidArgument:
+    """The error for ``doing`` (e.g. "take a snapshot") on a backend without ``snapshot``:
+    names the installed backends that have it."""
+    having = backends_with(Capability.SNAPSHOT)
+    return InvalidArgument(
+        "backend",
+        f"{_absent(backend, Capability.SNAPSHOT)}: it cannot {doing}",
+        hint=f"use a backend that has snapshot ({', '.join(having) or 'none is installed'}); docs/snapshots.md "
+        "lists what each backend carries",
+    )
+
+
+def take_snapshot(env: Environment, name: str | None = None) -> Snapshot:
+    """``env``'s sandbox as a :class:`~envlayer.snapshot.Snapshot` named ``name``.
+
+    Raises :class:`InvalidArgument` for a bad name or a backend without ``snapshot``
+    (naming those that have it); :class:`~envlayer.errors.EnvironmentClosed` after
+    cleanup; the backend's errors as they are (others as :class:`PluginError`)."""
+    from envlayer.snapshot import check_snapshot_name
+
+    check_snapshot_name(name)
+    if not supports(env, Capability.SNAPSHOT):
+        raise snapshot_refused(env, "take a snapshot")
+    env._ensure_open()
+    with plugin_call(env, "create_snapshot"):
+        return env.create_snapshot(name=name)  # type: ignore[attr-defined,no-any-return]
+
+
+def open_forks(
+    env: Environment, task_ids: Sequence[str], *, snapshot: Snapshot | None = None
+) -> list[Environment]:
+    """New environments for ``task_ids`` (same backend, options and profile as ``env``),
+    each started from ``snapshot``, or from a snapshot of ``env`` taken now and removed
+    once the forks exist (they keep working; the backend frees its storage when the last
+    fork is removed). Created concurrently; on a failure the forks already made are
+    removed and the error raised. Raises like :func:`take_snapshot`, and
+    :class:`InvalidArgument` for bad task ids."""
+    from envlayer.snapshot import check_fork_tasks, create_forks
+
+    tasks = check_fork_tasks(task_ids, env.task_id)
+    if not supports(env, Capability.SNAPSHOT):
+        raise snapshot_refused(env, "fork")
+    cls = type(env)
+    snap = snapshot if snapshot is not None else take_snapshot(env)
+
+    def make(task: str) -> Environment:
+        with plugin_call(cls, "constructor"):
+            return cls(env.options, task_id=task, profile=env.profile, from_snapshot=snap)  # type: ignore[call-arg]
+
+    try:
+        return create_forks(make, tasks)
+    finally:
+        if snapshot is None:
+            remove_snapshot([(cls, env.options)], snap.id)
+
+
+def list_snapshots(backends: Sequence[BackendSpec], *, profile: str | None) -> list[SweepOutcome]:
+    """The snapshots on every backend that has ``snapshot`` (``profile=None``: all), as
+    listing rows (status ``snapshot``)."""
+
+    def call(cls: type[Environment], opts: BaseOptions) -> list[SandboxInfo]:
+        return [s.info() for s in cls.list_snapshots(profile=profile, options=opts)]  # type: ignore[attr-defined]
+
+    return _sweep(backends, Capability.SNAPSHOT, call)
+
+
+def remove_snapshot(backends: Sequence[BackendSpec], snapshot_id: str) -> list[SweepOutcome]:
+    """Remove snapshot ``snapshot_id`` from every backend that has it (environments
+    already started from it keep working). Each outcome lists what was removed."""
+
+    def call(cls: type[Environment], opts: BaseOptions) -> list[SandboxInfo]:
+        return [s.info() for s in cls.remove_snapshot(snapshot_id, options=opts)]  # type: ignore[attr-defined]
+
+    return _sweep(backends, Capability.SNAPSHOT, call)

@@ -40,7 +40,7 @@ import dataclasses
 import posixpath
 import time
 from abc import abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
 from envlayer.cancel import CancelToken
@@ -53,6 +53,7 @@ from envlayer.output import OutputCallback
 from envlayer.request import Command, ExecRequest
 from envlayer.result import ExecResult
 from envlayer.shell_session import PersistentShell
+from envlayer.snapshot import Snapshot
 
 T = TypeVar("T")
 
@@ -83,6 +84,23 @@ def narrowed_capabilities(declared: frozenset[Capability], options: BaseOptions)
     return declared
 
 
+def check_snapshot_source(env: Environment, snapshot: Snapshot) -> None:
+    """Raise :class:`~envlayer.errors.InvalidArgument` unless ``env``'s backend has
+    ``snapshot`` and ``snapshot`` was made by that backend."""
+    from envlayer.errors import InvalidArgument
+    from envlayer.lifecycle import snapshot_refused
+
+    if Capability.SNAPSHOT not in (declared_capabilities(env) or ()):
+        raise snapshot_refused(env, "start from a snapshot")
+    if not isinstance(snapshot, Snapshot) or snapshot.backend != env.name:
+        made_by = snapshot.backend if isinstance(snapshot, Snapshot) else type(snapshot).__name__
+        raise InvalidArgument(
+            "from_snapshot",
+            f"a {env.name} environment cannot start from a snapshot of {made_by!r}",
+            hint=f"pass a Snapshot made by the {env.name} backend (env.snapshot() or list_snapshots)",
+        )
+
+
 def _restarted(request: ExecRequest) -> ExecRequest:
     """``request`` with its deadline counted from now."""
     if request.timeout is None:
@@ -102,9 +120,21 @@ class SandboxEnvironment(Environment):
     """What to do when the sandbox is gone again right after a recovery (see :meth:`gone_again`)."""
 
     def __init__(
-        self, options: BaseOptions | None = None, *, task_id: str = "default", profile: str = "default"
+        self,
+        options: BaseOptions | None = None,
+        *,
+        task_id: str = "default",
+        profile: str = "default",
+        from_snapshot: Snapshot | None = None,
     ) -> None:
+        """``from_snapshot``: start the sandbox from that snapshot (capability
+        ``snapshot`` only; :class:`~envlayer.errors.InvalidArgument` otherwise, or when
+        the snapshot belongs to another backend). The backend reads
+        :attr:`from_snapshot` when it creates the sandbox."""
         super().__init__(options, task_id=task_id, profile=profile)
+        self.from_snapshot = from_snapshot
+        if from_snapshot is not None:
+            check_snapshot_source(self, from_snapshot)
         wanted = type(self).Options
         if not isinstance(self.options, wanted):
             raise TypeError(f"{type(self).__name__} needs {wanted.__name__}, got {type(self.options).__name__}")
@@ -174,6 +204,26 @@ class SandboxEnvironment(Environment):
             finally:
                 lock.release()
         return self.run_oneshot(request)
+
+    # --- snapshots (capability ``snapshot``; see envlayer.snapshot) ------------------------
+
+    def snapshot(self, name: str | None = None) -> Snapshot:
+        """The sandbox's filesystem (and workspace) now, as a managed snapshot named
+        ``name`` (default: the backend picks one); running processes are not carried.
+        The backend implements it in ``create_snapshot(name=...)``. Raises
+        :class:`~envlayer.errors.InvalidArgument` for a bad name or a backend without
+        ``snapshot`` (naming those that have it)."""
+        from envlayer.lifecycle import take_snapshot
+
+        return take_snapshot(self, name)
+
+    def fork(self, task_ids: Sequence[str], *, snapshot: Snapshot | None = None) -> list[Environment]:
+        """One new environment per task id, started from ``snapshot`` or from a snapshot
+        taken now (then removed once the forks exist), created concurrently; see
+        :func:`envlayer.lifecycle.open_forks`. The caller cleans the forks up."""
+        from envlayer.lifecycle import open_forks
+
+        return open_forks(self, task_ids, snapshot=snapshot)
 
     # --- transport: what a backend implements -------------------------------------------
 

@@ -20,6 +20,7 @@ INTERNAL = {
     "envlayer.backends": "built-in backends, loaded by name through envlayer.registry",
     "envlayer.coercion": "the one coercion engine behind envlayer.config and envlayer.options",
     "envlayer.cli_env": "exec's -e / --env-file parsing, documented in docs/cli.md",
+    "envlayer.cli_snapshot": "snapshot, fork and snapshots ls|rm of the command line, documented in docs/cli.md",
     "envlayer.cli_exec": "exec's planning and reporting, shared by the command line and the broker",
     "envlayer.broker": "the session broker behind `envlayer exec`, documented in docs/cli.md",
     "envlayer.cli_completion": "the shell completion script of the command line",

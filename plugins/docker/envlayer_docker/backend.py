@@ -40,6 +40,7 @@ from envlayer.request import ExecRequest, check_path, file_payload
 from envlayer.result import ExecResult
 from envlayer.sandbox_base import MANAGED_SANDBOX_CAPABILITIES, SandboxEnvironment
 from envlayer.sandbox_paths import check_real_path
+from envlayer.snapshot import Snapshot
 from envlayer.transfer import TransferSummary
 from envlayer_docker import teardown
 from envlayer_docker.errors import ContainerGone, translated
@@ -48,7 +49,7 @@ from envlayer_docker.options import DockerOptions
 log = logging.getLogger("envlayer.docker")
 T = TypeVar("T")
 
-ALL_CAPABILITIES = MANAGED_SANDBOX_CAPABILITIES | {Capability.EXEC_AS_USER}
+ALL_CAPABILITIES = MANAGED_SANDBOX_CAPABILITIES | {Capability.EXEC_AS_USER, Capability.SNAPSHOT}
 _NUMERIC_USER = re.compile(r"^(\d+)(?::(\d+))?$")
 
 
@@ -62,9 +63,14 @@ class DockerEnvironment(SandboxEnvironment):
     recovery_hint = "check the daemon (`docker ps -a`, its log); something keeps removing the container"
 
     def __init__(
-        self, options: BaseOptions | None = None, *, task_id: str = "default", profile: str = "default"
+        self,
+        options: BaseOptions | None = None,
+        *,
+        task_id: str = "default",
+        profile: str = "default",
+        from_snapshot: Snapshot | None = None,
     ) -> None:
-        super().__init__(options, task_id=task_id, profile=profile)
+        super().__init__(options, task_id=task_id, profile=profile, from_snapshot=from_snapshot)
         from envlayer_docker.client import get_client
         from envlayer_docker.container import build_spec
 
@@ -73,6 +79,7 @@ class DockerEnvironment(SandboxEnvironment):
         self._state_lock = threading.RLock()
         self._last_lease = 0.0
         self._teardown: threading.Thread | None = None
+        self._purge = False
         self._owner: tuple[int, int] | None = None
         self._exec_env = self._build_exec_env()
         self._container: Any = None
@@ -81,7 +88,10 @@ class DockerEnvironment(SandboxEnvironment):
             self._spec = build_spec(
                 self._api, opts, profile=profile, task=task_id, persist=opts.persist_across_processes
             )
-        self._attach()
+        if from_snapshot is None:
+            self._attach()
+        else:
+            self._attach_fork(from_snapshot)
         from envlayer_docker.runners import SessionRunner
 
         self._session = SessionRunner(self._target) if opts.exec_mode == "session" else None
@@ -116,6 +126,19 @@ class DockerEnvironment(SandboxEnvironment):
         log.debug(
             "%s container %s for task %r", "created" if attached.created else "attached to", attached.name, self.task_id
         )
+
+    def _attach_fork(self, snapshot: Snapshot) -> None:
+        """Create the container from ``snapshot`` (see :func:`envlayer_docker.snapshots.fork_spec`).
+        A later recovery recreates it from the configured image (the workspace volume is kept)."""
+        from envlayer_docker.snapshots import fork_spec
+
+        base = self._spec
+        with translated("checking the snapshot and the task", self.options):
+            self._spec = fork_spec(self._api, base, snapshot)
+        try:
+            self._attach()
+        finally:
+            self._spec = base
 
     @property
     def container_id(self) -> str:
@@ -270,6 +293,44 @@ class DockerEnvironment(SandboxEnvironment):
         limit = self.options.max_transfer_bytes
         return self._files_call(lambda f: f.download_dir(full, dest, limit), f"downloading {full}")
 
+    # --- snapshots (envlayer_docker.snapshots) -------------------------------------------------
+
+    def create_snapshot(self, *, name: str | None = None) -> Snapshot:
+        """Commit the container and copy its workspace into one labelled image; see
+        :mod:`envlayer_docker.snapshots`. Background processes are not carried."""
+        from envlayer_docker import snapshots
+
+        self._ensure_open()
+        with translated("taking a snapshot", self.options):
+            return snapshots.create(
+                self._api,
+                self.options,
+                self.container_id,
+                self._spec.data,
+                profile=self.profile,
+                task=self.task_id,
+                name=name,
+            )
+
+    @classmethod
+    def list_snapshots(cls, *, profile: str | None, options: DockerOptions) -> list[Snapshot]:
+        """The snapshots of ``profile`` (None: all), newest first."""
+        from envlayer_docker import snapshots
+
+        api, opts = cls._class_api(options)
+        with translated("listing snapshots", opts):
+            return snapshots.list_all(api, profile=profile)
+
+    @classmethod
+    def remove_snapshot(cls, snapshot_id: str, *, options: DockerOptions) -> list[Snapshot]:
+        """Remove snapshot ``snapshot_id``; forks made from it keep working. Returns what
+        was removed ([] when there is no such snapshot)."""
+        from envlayer_docker import snapshots
+
+        api, opts = cls._class_api(options)
+        with translated("removing a snapshot", opts):
+            return snapshots.remove(api, snapshot_id)
+
     # --- lifecycle ----------------------------------------------------------------------------
 
     def cleanup(self, *, force_remove: bool = False, purge: bool = False) -> None:
@@ -285,13 +346,23 @@ class DockerEnvironment(SandboxEnvironment):
                 self._session.close()
             remove = force_remove or purge or not self.options.persist_across_processes
             if remove and self._teardown is None and self._container is not None:
-                data = (self._purge_data if purge else self._note_data_use) if self._spec.data else None
-                self._teardown = teardown.schedule(self._api, self._container.id, self.options.stop_timeout, then=data)
+                self._purge = purge  # before the worker starts: it reads it
+                then = self._after_removal if self._spec.data or self.from_snapshot is not None else None
+                self._teardown = teardown.schedule(self._api, self._container.id, self.options.stop_timeout, then=then)
 
-    def _purge_data(self) -> None:
-        from envlayer_docker import workspace
+    def _after_removal(self) -> None:
+        """After the container is gone: its durable data removed (``purge``) or its last use
+        recorded for the retention rule, and the images of removed snapshots a fork was the
+        last user of."""
+        from envlayer_docker import snapshots, workspace
 
-        workspace.remove(self._api, self.options, profile=self.profile, task=self.task_id)
+        if self._spec.data:
+            if self._purge:
+                workspace.remove(self._api, self.options, profile=self.profile, task=self.task_id)
+            else:
+                self._note_data_use()
+        if self.from_snapshot is not None:
+            snapshots.prune_unused(self._api)
 
     def _note_data_use(self) -> None:
         from envlayer_docker.retention import note_last_use
@@ -345,8 +416,13 @@ class DockerEnvironment(SandboxEnvironment):
         that long; see :func:`envlayer_docker.reaper.sweep`. Returns what was (or would be) removed."""
         from envlayer_docker import reaper
 
+        from envlayer_docker.snapshots import prune_unused
+
         api, opts = cls._class_api(options)
-        return reaper.sweep(api, opts, profile=profile, max_age=max_age, dry_run=dry_run)
+        removed = reaper.sweep(api, opts, profile=profile, max_age=max_age, dry_run=dry_run)
+        if not dry_run:
+            prune_unused(api)
+        return removed
 
     @classmethod
     def list_sandboxes(cls, *, profile: str | None, options: DockerOptions) -> list[SandboxInfo]:
@@ -370,7 +446,10 @@ class DockerEnvironment(SandboxEnvironment):
         from envlayer_docker import reaper, workspace
 
         api, opts = cls._class_api(options)
+        from envlayer_docker.snapshots import prune_unused
+
         removed = reaper.remove_task(api, profile=profile, task=task_id, force=force, options=None if purge else opts)
+        prune_unused(api)
         if purge:
             removed += workspace.remove(api, opts, profile=profile, task=task_id)
         return removed

@@ -66,7 +66,8 @@ def _claim(profile: str) -> int:
 
 
 def _remove_profile(api: Any, prefix: str) -> list[str]:
-    """Force-remove the managed containers and volumes whose profile starts with ``prefix``."""
+    """Force-remove the managed containers, volumes and snapshot images whose profile
+    starts with ``prefix`` (images after the containers that may use them)."""
     removed = []
     for summary in api.containers(all=True, filters={"label": "envlayer.managed=1"}):
         if (summary.get("Labels") or {}).get("envlayer.profile", "").startswith(prefix):
@@ -81,6 +82,13 @@ def _remove_profile(api: Any, prefix: str) -> list[str]:
             try:
                 api.remove_volume(volume["Name"], force=True)
                 removed.append(volume["Name"])
+            except Exception:
+                pass
+    for image in api.images(all=True, filters={"label": "envlayer.snapshot=1"}) or []:
+        if (image.get("Labels") or {}).get("envlayer.profile", "").startswith(prefix):
+            try:
+                api.remove_image(image["Id"], force=True)
+                removed.append(image["Id"][:19])
             except Exception:
                 pass
     return removed

@@ -1,0 +1,229 @@
+"""Docker snapshots: a container (and its durable workspace) as one labelled image.
+
+``create``: ``docker commit`` the container into a staging image; when the task keeps a
+workspace (or home) volume apart from the container, a helper container made from that
+image, with each volume mounted read-only, copies it (``cp -a``, as root, in an exec of
+the helper so the image's configured user is kept) to its path in the helper's own
+filesystem, and the helper is committed in turn. The result is tagged
+``envlayer-snapshot:<name or task>-<8 hex>`` and labelled like the containers
+(``envlayer.managed``, ``envlayer.profile``, the source task) plus
+:data:`SNAPSHOT` and the snapshot's name, creation time and owner. Running processes and
+tmpfs mounts are not carried.
+
+A fork's container is created from that image (:func:`fork_spec`): the files are in its
+filesystem, and a new (empty) named workspace volume is filled from the image's copy by
+Docker on first mount. Removing a snapshot untags it; an image still used by a fork stays
+until its last fork is removed, then :func:`prune_unused` deletes it (fork teardown,
+``envlayer rm``, the reaper).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import secrets
+from datetime import datetime
+from typing import Any
+
+from envlayer.errors import BackendUnavailable, InvalidArgument
+from envlayer.owner import owner_label
+from envlayer.sandbox_tags import slug
+from envlayer.snapshot import Snapshot
+from envlayer_docker import labels as L
+from envlayer_docker.container import KEEPALIVE, ContainerSpec
+from envlayer_docker.options import DockerOptions
+from envlayer_docker.workspace import DataMount
+
+log = logging.getLogger("envlayer.docker.snapshots")
+
+REPOSITORY = "envlayer-snapshot"
+SNAPSHOT = "envlayer.snapshot"
+"""``1`` on a snapshot image (and inherited by the containers made from it)."""
+NAME = "envlayer.snapshot.name"
+SOURCE_TASK = "envlayer.snapshot.source_task"
+CREATED = "envlayer.snapshot.created"
+SNAPSHOT_OWNER = "envlayer.snapshot.owner"
+SNAPSHOT_ID = "envlayer.snapshot.id"
+"""The snapshot's reference, on its image and intermediate images (kept after removal)."""
+FROM_SNAPSHOT = "envlayer.from_snapshot"
+"""On a fork's container: the snapshot it was made from."""
+_SOURCE = "/envlayer-snapshot-source"
+_COPY_TIMEOUT = 3600
+
+
+def _labels(*, ref: str, profile: str, task: str, name: str, created: str) -> dict[str, str]:
+    return {
+        SNAPSHOT_ID: ref,
+        L.MANAGED: "1",
+        L.PROFILE: L.sanitize(profile),
+        L.OWNER: "",  # never inherit a private parent's owner: a fork sets its own
+        SNAPSHOT: "1",
+        NAME: name,
+        SOURCE_TASK: task,
+        CREATED: created,
+        SNAPSHOT_OWNER: owner_label() or "",
+    }
+
+
+def from_image(info: dict[str, Any]) -> Snapshot:
+    """The :class:`Snapshot` of an image summary or inspect answer."""
+    labels = info.get("Labels") or (info.get("Config") or {}).get("Labels") or {}
+    tags = [t for t in info.get("RepoTags") or [] if t.startswith(f"{REPOSITORY}:")]
+    return Snapshot(
+        backend="docker",
+        id=tags[0] if tags else info["Id"],
+        name=labels.get(NAME, ""),
+        profile=labels.get(L.PROFILE, ""),
+        source_task=labels.get(SOURCE_TASK, ""),
+        created=labels.get(CREATED, ""),
+        owner=labels.get(SNAPSHOT_OWNER, ""),
+    )
+
+
+def create(
+    api: Any,
+    options: DockerOptions,
+    container_id: str,
+    data: list[DataMount],
+    *,
+    profile: str,
+    task: str,
+    name: str | None,
+) -> Snapshot:
+    """Snapshot ``container_id`` and its durable ``data`` (see the module docstring).
+    Removes its intermediate objects, also on failure. Raises
+    :class:`BackendUnavailable` when the copy fails (naming its output)."""
+    if any(d.storage == "host" for d in data):
+        raise InvalidArgument(
+            "workspace",
+            'snapshots of a task with workspace = "host" are not available yet',
+            hint='use workspace = "volume" (the default) or "none" for tasks you snapshot',
+        )
+    created = datetime.now().astimezone().isoformat(timespec="seconds")
+    label = name or task
+    tag = f"{slug(label, 40)}-{secrets.token_hex(4)}"
+    labels = _labels(ref=f"{REPOSITORY}:{tag}", profile=profile, task=task, name=label, created=created)
+    image = api.commit(container_id, conf={"Labels": labels})["Id"]
+    try:
+        if data:
+            image = _copy_data(api, options, image, data, labels)
+        api.tag(image, REPOSITORY, tag)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            api.remove_image(image, force=True)
+        raise
+    return from_image(api.inspect_image(f"{REPOSITORY}:{tag}"))
+
+
+def _copy_data(api: Any, options: DockerOptions, stage: str, data: list[DataMount], labels: dict[str, str]) -> str:
+    """A commit of a helper made from ``stage`` holding a copy of each of ``data`` at its
+    target path; ``stage`` is kept as the new image's parent."""
+    from docker.types import Mount
+
+    mounts = [Mount(f"{_SOURCE}/{d.kind}", d.source, type="volume", read_only=True) for d in data]
+    script = " && ".join(f"mkdir -p '{d.target}' && cp -a '{_SOURCE}/{d.kind}/.' '{d.target}/'" for d in data)
+    host_config = api.create_host_config(mounts=mounts, network_mode="none")
+    helper = api.create_container(
+        stage, entrypoint=KEEPALIVE[:1], command=KEEPALIVE[1:], labels=labels, host_config=host_config, detach=True
+    )["Id"]
+    try:
+        api.start(helper)
+        exec_id = api.exec_create(helper, [options.shell, "-c", script], user="0")["Id"]
+        output = api.exec_start(exec_id)
+        code = api.exec_inspect(exec_id).get("ExitCode")
+        if code != 0:
+            said = output[-500:].decode(errors="replace")
+            raise BackendUnavailable(
+                f"copying the workspace into the snapshot failed (exit {code}): {said}",
+                hint="the image needs `cp` and `mkdir` in its shell's PATH; check free disk space",
+            )
+        kept = {k: v for k, v in (api.inspect_image(stage).get("Config") or {}).items() if k in ("Entrypoint", "Cmd")}
+        return str(api.commit(helper, conf={"Labels": labels, **kept})["Id"])
+    finally:
+        with contextlib.suppress(Exception):
+            api.remove_container(helper, force=True, v=True)
+
+
+def fork_spec(api: Any, spec: ContainerSpec, snapshot: Snapshot) -> ContainerSpec:
+    """``spec`` made from ``snapshot``'s image, refusing a task that already has a
+    container or workspace (its data would not come from the snapshot). The fingerprint
+    stays that of the options, so later processes attach to the fork."""
+    from docker.errors import ImageNotFound, NotFound
+
+    if any(d.storage == "host" for d in spec.data):
+        raise InvalidArgument(
+            "workspace",
+            'environments with workspace = "host" cannot start from a snapshot yet',
+            hint='use workspace = "volume" (the default) or "none"',
+        )
+    try:
+        api.inspect_image(snapshot.id)
+    except (ImageNotFound, NotFound):
+        raise InvalidArgument(
+            "from_snapshot", f"snapshot {snapshot.id} no longer exists", hint="list them with `envlayer snapshots ls`"
+        ) from None
+    taken = _existing(api, spec)
+    if taken:
+        raise InvalidArgument(
+            "task_id",
+            f"task {spec.task!r} already has {taken}; a fork needs a new task",
+            hint=f"pick a new task id, or remove it first (`envlayer rm --purge {spec.task}`)",
+        )
+    labels = {**spec.labels, FROM_SNAPSHOT: snapshot.id}
+    return dataclasses.replace(spec, image=snapshot.id, labels=labels)
+
+
+def _existing(api: Any, spec: ContainerSpec) -> str:
+    """What of (profile, task) already exists: "a container", "a workspace volume" or ""."""
+    from docker.errors import NotFound
+
+    with contextlib.suppress(NotFound):
+        api.inspect_container(spec.name)
+        return f"a container ({spec.name})"
+    for mount in spec.data:
+        with contextlib.suppress(NotFound):
+            api.inspect_volume(mount.source)
+            return f"a {mount.kind} volume ({mount.source})"
+    return ""
+
+
+def list_all(api: Any, *, profile: str | None) -> list[Snapshot]:
+    """The tagged snapshot images of ``profile`` (None: every profile), newest first."""
+    terms = [f"{SNAPSHOT}=1", *([f"{L.PROFILE}={L.sanitize(profile)}"] if profile is not None else [])]
+    images = api.images(filters={"label": terms, "dangling": False}) or []
+    found = [from_image(i) for i in images if any(t.startswith(f"{REPOSITORY}:") for t in i.get("RepoTags") or [])]
+    return sorted(found, key=lambda s: s.created, reverse=True)
+
+
+def remove(api: Any, snapshot_id: str) -> list[Snapshot]:
+    """Remove snapshot ``snapshot_id`` (its ``envlayer-snapshot:`` tag); [] when it is
+    not one. Forks made from it keep running: their image is deleted with the last of
+    them (:func:`prune_unused`)."""
+    from docker.errors import ImageNotFound, NotFound
+
+    if not snapshot_id.startswith(f"{REPOSITORY}:"):
+        return []
+    try:
+        snapshot = from_image(api.inspect_image(snapshot_id))
+    except (ImageNotFound, NotFound):
+        return []
+    api.remove_image(snapshot_id, force=True)
+    prune_unused(api)
+    return [snapshot]
+
+
+def prune_unused(api: Any) -> None:
+    """Delete removed snapshots' images that no container uses any more. Never raises."""
+    from docker.errors import APIError
+
+    try:
+        images = api.images(filters={"label": [f"{SNAPSHOT}=1"], "dangling": True}) or []
+    except Exception as exc:
+        log.debug("listing removed snapshots: %r", exc)
+        return
+    for image in images:
+        try:
+            api.remove_image(image["Id"])
+        except APIError as exc:  # still used by a fork, or being removed
+            log.debug("keeping %s: %s", image["Id"][:19], exc.explanation or exc)

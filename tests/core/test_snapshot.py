@@ -1,0 +1,67 @@
+"""The ``snapshot`` capability in the core: refusals on a backend without it (local),
+bad names and task ids, and a snapshot of another backend. Docker's snapshots and the
+conformance checks run in plugins/docker/tests/test_snapshots.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from envlayer import lifecycle
+from envlayer.backends.local import LocalEnvironment
+from envlayer.capabilities import Capability, supports
+from envlayer.errors import InvalidArgument
+from envlayer.factory import open_environment
+from envlayer.snapshot import Snapshot, check_fork_tasks, check_snapshot_name
+
+SNAP = Snapshot("docker", "envlayer-snapshot:x-1", "x", "default", "t", "2026-01-01T00:00:00+00:00")
+
+
+def test_local_has_no_snapshot_and_says_which_backends_have_it() -> None:
+    env = LocalEnvironment()
+    try:
+        assert not supports(env, Capability.SNAPSHOT)
+        with pytest.raises(InvalidArgument, match="backend 'local' has no snapshot: it cannot take a snapshot") as e:
+            env.snapshot()
+        having = lifecycle.backends_with(Capability.SNAPSHOT)
+        assert "docker" in having and "local" not in having
+        assert ", ".join(having) in e.value.hint
+        with pytest.raises(InvalidArgument, match="has no snapshot: it cannot fork"):
+            env.fork(["a"], snapshot=SNAP)
+    finally:
+        env.cleanup()
+
+
+def test_open_environment_from_a_snapshot_on_local_is_refused() -> None:
+    with pytest.raises(InvalidArgument, match="it cannot start from a snapshot"):
+        open_environment("local", task_id="t2", from_snapshot=SNAP)
+
+
+def test_a_snapshot_of_another_backend_is_refused() -> None:
+    from envlayer_docker.backend import DockerEnvironment
+
+    env = DockerEnvironment.__new__(DockerEnvironment)
+    env.name = "docker"
+    from envlayer.sandbox_base import check_snapshot_source
+
+    with pytest.raises(InvalidArgument, match="cannot start from a snapshot of 'modal'"):
+        check_snapshot_source(env, Snapshot("modal", "im-1", "x", "default", "t", ""))
+
+
+@pytest.mark.parametrize("name", ["", "-x", "a b", "x" * 65, "é"])
+def test_bad_snapshot_names_are_refused(name: str) -> None:
+    with pytest.raises(InvalidArgument, match="not a valid snapshot name"):
+        check_snapshot_name(name)
+
+
+@pytest.mark.parametrize(
+    ("tasks", "message"),
+    [([], "non-empty list"), ("ab", "non-empty list"), (["a", "a"], "distinct"), (["src"], "differ from the source")],
+)
+def test_bad_fork_task_ids_are_refused(tasks: list[str], message: str) -> None:
+    with pytest.raises(InvalidArgument, match=message):
+        check_fork_tasks(tasks, "src")
+
+
+def test_snapshot_lists_as_a_row() -> None:
+    info = SNAP.info()
+    assert (info.status, info.task, info.id, info.detail["name"]) == ("snapshot", "t", SNAP.id, "x")
