@@ -55,7 +55,7 @@ def _examples() -> list[pytest.param]:
             reason = marker.group(1) if marker else UNMARKED_PAGES.get(name)
             if docker and not reason:
                 reason = _docker_missing(docker.group(1))
-            marks = [pytest.mark.skip(reason=reason)] if reason else []
+            marks = [pytest.mark.skip(reason=f"{name}:{line}: {reason}")] if reason else []
             params.append(pytest.param(match.group(1), bool(docker), id=f"{name}:{line}", marks=marks))
     return params
 
