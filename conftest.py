@@ -9,7 +9,10 @@ everything they started if they do not exit; the directory is removed at the end
 ``tests/broker`` sets its own runtime directory per test.
 
 It also makes SIGINT deliverable to the processes tests start, even in a run started in
-the background with SIGINT ignored (see ``pytest_configure``).
+the background with SIGINT ignored (see ``pytest_configure``), and ends every run that ran
+tests with a table of the slowest test files (see ``pytest_terminal_summary``), so the next
+slowdown is seen where it starts. Under pytest-xdist the backends' tests are handed out
+first (see ``pytest_collection_modifyitems``).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import shutil
 import signal
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Iterator
 
 import pytest
@@ -27,12 +31,51 @@ from envlayer.broker.control import running_brokers
 from envlayer.testing.hostile import make_sigint_deliverable
 
 STOP_WAIT = 20.0
+SLOWEST_FILES = 12
+
+_file_seconds: Counter[str] = Counter()  # test file -> its tests' setup + call + teardown seconds
+_file_tests: Counter[str] = Counter()  # test file -> tests run (setup reports)
 
 
 def pytest_configure(config: pytest.Config) -> None:
     """Tests that send SIGINT to a child (Ctrl-C mid-command) need it delivered even when
     this run was started in the background with SIGINT ignored (``make_sigint_deliverable``)."""
     make_sigint_deliverable()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In a pytest-xdist worker, put the tests under ``plugins/`` first (stable otherwise).
+
+    xdist hands out work units (a class, or a module's functions: ``--dist loadscope
+    --no-loadscope-reorder``) in collection order. The backends' units are the long ones (a
+    conformance class or lifecycle module on a fake or in containers: minutes each), the
+    core's mostly short; a long unit handed out last would run alone at the end of the run.
+    Serial runs keep the collection order."""
+    if not hasattr(config, "workerinput"):
+        return
+    items.sort(key=lambda item: not item.nodeid.startswith("plugins/"))
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Add each phase's duration to its test file (under pytest-xdist this runs in the
+    controller too, for the reports the workers send)."""
+    path = report.nodeid.split("::", 1)[0]
+    _file_seconds[path] += report.duration
+    if report.when == "setup":
+        _file_tests[path] += 1
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The :data:`SLOWEST_FILES` test files that took longest, summed over their tests'
+    phases (under pytest-xdist the sum is the time the workers spent on the file)."""
+    total = sum(_file_seconds.values())
+    if not total or hasattr(terminalreporter.config, "workerinput"):
+        return
+    terminalreporter.write_sep("=", f"slowest {SLOWEST_FILES} test files (of {total:.0f} s summed over all tests)")
+    for path, seconds in _file_seconds.most_common(SLOWEST_FILES):
+        terminalreporter.write_line(
+            f"{seconds:8.1f} s {100 * seconds / total:5.1f} % {_file_tests[path]:5d} tests  {path}"
+        )
 
 
 def _signal(pid: int, signum: int) -> None:

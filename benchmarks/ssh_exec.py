@@ -105,8 +105,8 @@ def ssh_cli(server: SSHServer, workdir: str):
 
 def measure(server: SSHServer, calls: int, workdir: str) -> dict[str, float]:
     """Median ms per variant against one running server."""
-    session = SSHEnvironment(SSHOptions(**server.options(mode="session")))
-    oneshot = SSHEnvironment(SSHOptions(**server.options(mode="oneshot")))
+    session = SSHEnvironment(SSHOptions(**server.options(exec_mode="session")))
+    oneshot = SSHEnvironment(SSHOptions(**server.options(exec_mode="oneshot")))
     default_client, default_run = paramiko_client(server, nodelay=False)
     nodelay_client, nodelay_run = paramiko_client(server, nodelay=True)
     master = None

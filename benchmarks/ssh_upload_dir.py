@@ -49,7 +49,7 @@ def main() -> int:
     try:
         build_tree(local, args.files, args.dirs)
         server.start()
-        env = SSHEnvironment(SSHOptions(**server.options(mode="oneshot")))
+        env = SSHEnvironment(SSHOptions(**server.options(exec_mode="oneshot")))
         times: dict[str, list[float]] = {"tar stream": [], "sftp file by file": []}
         try:
             for r in range(args.rounds):

@@ -86,14 +86,12 @@ import posixpath
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Unpack
 
-from envlayer.cancel import CancelToken
 from envlayer.capabilities import Capability
 from envlayer.errors import EnvironmentClosed, SandboxPathError
 from envlayer.options import BaseOptions
-from envlayer.output import OutputCallback
-from envlayer.request import Command, ExecRequest, check_path
+from envlayer.request import Command, ExecArguments, ExecRequest, check_path
 from envlayer.result import ExecResult
 
 DEFAULT_TASK = "default"
@@ -208,36 +206,17 @@ class Environment(ABC):
                 hint="create a new environment",
             )
 
-    def make_request(
-        self,
-        command: Command,
-        *,
-        cwd: str | None = None,
-        env: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-        stdin: bytes | str | None = None,
-        on_output: OutputCallback | None = None,
-        cancel: CancelToken | None = None,
-        user: str | None = None,
-    ) -> ExecRequest:
-        """The validated :class:`~envlayer.request.ExecRequest` for one ``exec`` call, with
-        ``options.timeout`` as the default timeout. Checks that the environment is open.
+    def make_request(self, command: Command, **arguments: Unpack[ExecArguments]) -> ExecRequest:
+        """The validated :class:`~envlayer.request.ExecRequest` for one ``exec`` call
+        (``arguments`` are ``exec``'s keywords: ``cwd``, ``env``, ``timeout``, ``stdin``,
+        ``on_output``, ``cancel``, ``user``), with ``options.timeout`` as the default
+        timeout. Checks that the environment is open.
 
         Raises :class:`~envlayer.errors.InvalidArgument` (nothing ran) and
         :class:`~envlayer.errors.EnvironmentClosed`.
         """
         self._ensure_open()
-        return ExecRequest.build(
-            command,
-            cwd=cwd,
-            env=env,
-            timeout=timeout,
-            stdin=stdin,
-            on_output=on_output,
-            default_timeout=self.options.timeout,
-            cancel=cancel,
-            user=user,
-        )
+        return ExecRequest.build(command, default_timeout=self.options.timeout, **arguments)
 
     def resolve_path(self, path: str, cwd: str) -> str:
         """Normalize ``path`` (relative to ``cwd``) and enforce ``options.file_root``.

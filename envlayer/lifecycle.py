@@ -157,7 +157,13 @@ def user_keywords(environment: Environment, user: str | None) -> dict[str, str]:
     check_user(user)
     if supports(environment, Capability.EXEC_AS_USER):
         return {"user": user}
-    raise InvalidArgument(
+    raise user_refused(environment, user)
+
+
+def user_refused(environment: Environment, user: str) -> InvalidArgument:
+    """The error for ``exec(..., user=user)`` on a backend without ``exec_as_user``
+    (raised here and by :class:`~envlayer.sandbox_base.SandboxEnvironment`)."""
+    return InvalidArgument(
         "user",
         f"{_absent(environment, Capability.EXEC_AS_USER)}: it cannot run a command as {user!r}",
         hint="leave user unset to run as the backend's configured user (its `user` option, where it has one), "

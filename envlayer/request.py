@@ -32,6 +32,7 @@ import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypedDict, Unpack
 
 from envlayer.cancel import CancelToken
 from envlayer.errors import FileTooLarge, InvalidArgument
@@ -41,7 +42,8 @@ MAX_TIMEOUT = 7 * 24 * 3600.0
 """The largest timeout accepted, in seconds (one week). Longer work belongs in the
 background (``nohup cmd &``) with a short command polling it; ``0`` disables the limit."""
 
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+"""A valid environment variable name (a shell identifier)."""
 _USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\$?(:[A-Za-z0-9_][A-Za-z0-9_.-]*)?\Z")
 _NO_LIMIT_HINT = "pass a number of seconds up to one week, or 0 for no limit"
 
@@ -120,7 +122,7 @@ def check_env(env: Mapping[str, str] | None, argument: str = "env") -> dict[str,
         raise InvalidArgument(argument, f"must be a mapping of names to strings, got {type(env).__name__}")
     checked: dict[str, str] = {}
     for name, value in env.items():
-        if not isinstance(name, str) or not _ENV_NAME.match(name):
+        if not isinstance(name, str) or not ENV_NAME.match(name):
             raise InvalidArgument(
                 argument,
                 f"{name!r} is not a valid environment variable name",
@@ -180,6 +182,21 @@ def new_exec_id() -> str:
     return os.urandom(16).hex()
 
 
+class ExecArguments(TypedDict, total=False):
+    """The keyword arguments of ``exec`` after ``command``, as
+    :meth:`ExecRequest.build` and :meth:`~envlayer.environment.Environment.make_request`
+    take them (a new ``exec`` keyword is added here and to
+    :meth:`envlayer.sandbox_base.SandboxEnvironment.exec`)."""
+
+    cwd: str | None
+    env: Mapping[str, str] | None
+    timeout: float | None
+    stdin: bytes | str | None
+    on_output: OutputCallback | None
+    cancel: CancelToken | None
+    user: str | None
+
+
 @dataclass(frozen=True, slots=True)
 class ExecRequest:
     """One validated call to ``exec``.
@@ -215,23 +232,20 @@ class ExecRequest:
 
     @classmethod
     def build(
-        cls,
-        command: Command,
-        *,
-        cwd: str | None = None,
-        env: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-        stdin: bytes | str | None = None,
-        on_output: OutputCallback | None = None,
-        default_timeout: float | None = None,
-        cancel: CancelToken | None = None,
-        user: str | None = None,
+        cls, command: Command, *, default_timeout: float | None = None, **arguments: Unpack[ExecArguments]
     ) -> ExecRequest:
-        """Validate every argument (see the module docstring) and start the clock.
+        """Validate ``command`` and the ``exec`` keyword ``arguments`` (see the module
+        docstring and :class:`ExecArguments`) and start the clock; ``default_timeout``
+        applies when ``timeout`` is None.
 
         Raises :class:`InvalidArgument` for bad input; nothing has run then.
         """
-        limit = normalize_timeout(timeout, default=default_timeout)
+        unknown = set(arguments) - set(ExecArguments.__annotations__)
+        if unknown:
+            raise TypeError(f"unexpected exec arguments: {', '.join(sorted(unknown))}")
+        cwd, user = arguments.get("cwd"), arguments.get("user")
+        on_output, cancel = arguments.get("on_output"), arguments.get("cancel")
+        limit = normalize_timeout(arguments.get("timeout"), default=default_timeout)
         if on_output is not None and not callable(on_output):
             raise InvalidArgument("on_output", "must be a callable (stream, chunk) -> None")
         if cancel is not None and not isinstance(cancel, CancelToken):
@@ -240,9 +254,9 @@ class ExecRequest:
         return cls(
             command=check_command(command),
             cwd=None if cwd is None else check_text(cwd, "cwd"),
-            env=check_env(env),
+            env=check_env(arguments.get("env")),
             timeout=limit,
-            stdin=encode_stdin(stdin),
+            stdin=encode_stdin(arguments.get("stdin")),
             on_output=on_output,
             exec_id=new_exec_id(),
             start=start,

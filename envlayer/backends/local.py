@@ -23,17 +23,15 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Literal
 
 from envlayer.agent_env import CREDENTIAL_PATTERNS, inherited_environment, with_command_defaults
 from envlayer.backends.local_session import LocalSession, moved_notice, nearest_existing
-from envlayer.cancel import CancelToken, killer_for
+from envlayer.cancel import killer_for
 from envlayer.capabilities import Capability
 from envlayer.collector import OutputCollector
-from envlayer.environment import Command, Environment
 from envlayer.errors import (
     FileTooLarge,
     SandboxFileNotFound,
@@ -42,10 +40,11 @@ from envlayer.errors import (
     SandboxPermissionDenied,
 )
 from envlayer.options import BaseOptions, option
-from envlayer.output import OutputCallback
 from envlayer.proctree import EXEC_ID_VAR, kill_tree
 from envlayer.request import ExecRequest, file_payload
 from envlayer.result import ExecResult
+from envlayer.sandbox_base import SandboxEnvironment
+from envlayer.sandbox_options import SandboxOptions
 
 _READ_CHUNK = 65536
 _DRAIN_GRACE = 0.1
@@ -54,7 +53,7 @@ still holds open before returning (so ``cmd &`` never hangs the call)."""
 
 
 @dataclass(kw_only=True)
-class LocalOptions(BaseOptions):
+class LocalOptions(SandboxOptions):
     """Options of the local backend."""
 
     shell: str = option("/bin/sh", doc="Shell that runs string commands as `shell -c COMMAND`.")
@@ -73,14 +72,9 @@ class LocalOptions(BaseOptions):
         doc="Names of variables inherited even when `env_blocklist` matches them (explicit opt-in).",
         factory=list,
     )
-    exec_mode: Literal["session", "oneshot"] = option(
-        "session",
-        doc="`session`: commands share one persistent shell (cd, export, shell options and functions persist); "
-        "`oneshot`: every command runs in a fresh process, nothing persists.",
-    )
 
 
-class LocalEnvironment(Environment):
+class LocalEnvironment(SandboxEnvironment):
     """Runs commands on the local machine. See the module docstring for the lifecycle."""
 
     name = "local"
@@ -99,8 +93,6 @@ class LocalEnvironment(Environment):
         if self.options.exec_mode == "session":
             self._session = LocalSession(self.options.shell, self.cwd, self._base_environment)
             weakref.finalize(self, self._session.close)
-        else:
-            self.capabilities = frozenset({Capability.STREAMING})
 
     def _base_environment(self) -> dict[str, str]:
         """What every command starts with: this process's environment without credential
@@ -113,38 +105,18 @@ class LocalEnvironment(Environment):
         )
         return {**inherited, **with_command_defaults(opts.env)}
 
-    # --- exec -----------------------------------------------------------------
+    # --- exec: the base runs the session-or-one-shot choice --------------------------
 
-    def exec(
-        self,
-        command: Command,
-        *,
-        cwd: str | None = None,
-        env: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-        stdin: bytes | str | None = None,
-        on_output: OutputCallback | None = None,
-        cancel: CancelToken | None = None,
-    ) -> ExecResult:
-        """Run ``command`` locally; see :class:`~envlayer.environment.Environment`.
-        ``cancel.cancel()`` from another thread kills the command's tree and the call
-        returns the output so far with ``cancelled=True`` (exit 130).
+    def session_lock(self) -> threading.Lock | None:
+        return self._session.lock if self._session is not None else None
 
-        ``on_output(stream, chunk)`` is called from the calling thread with
-        ``"stdout"``/``"stderr"`` chunks as they arrive (uncapped). Raises
-        :class:`~envlayer.errors.InvalidArgument` for bad arguments (nothing ran).
-        """
-        request = self.make_request(
-            command, cwd=cwd, env=env, timeout=timeout, stdin=stdin, on_output=on_output, cancel=cancel
-        )
-        collector = OutputCollector.for_request(request, self.options)
-        session = self._session
-        if session is not None and session.lock.acquire(blocking=False):
-            try:
-                return session.run(request, collector)
-            finally:
-                session.lock.release()
-        return self._run_oneshot(request, collector, (session.cwd if session else None) or self.cwd)
+    def run_in_session(self, request: ExecRequest) -> ExecResult:
+        assert self._session is not None
+        return self._session.run(request, OutputCollector.for_request(request, self.options))
+
+    def run_oneshot(self, request: ExecRequest) -> ExecResult:
+        base = (self._session.cwd if self._session else None) or self.cwd
+        return self._run_oneshot(request, OutputCollector.for_request(request, self.options), base)
 
     def _run_oneshot(self, request: ExecRequest, collector: OutputCollector, base: str) -> ExecResult:
         """Run ``request`` as its own process in ``base`` (or the call's ``cwd`` relative to

@@ -46,6 +46,7 @@ from envlayer import lifecycle
 from envlayer.capabilities import (
     CALL_SHAPES,
     Capability,
+    accepts_keyword,
     capabilities_of,
     declared_capabilities,
     defines_method_for,
@@ -519,6 +520,18 @@ class EnvironmentConformance:
         for user in ("", "a b", "root\0", "-r", "x;id"):
             with pytest.raises(InvalidArgument):
                 env.exec("true", user=user)  # type: ignore[call-arg]
+
+    def test_user_is_refused_without_exec_as_user(self, env: Environment) -> None:
+        """An ``exec`` that takes ``user`` (as every backend built on
+        :class:`~envlayer.sandbox_base.SandboxEnvironment` does) but lacks the
+        ``exec_as_user`` capability raises ``InvalidArgument``, and nothing runs: a
+        command never runs as another user than the one asked for."""
+        if Capability.EXEC_AS_USER in capabilities_of(env) or not accepts_keyword(env, "exec", "user"):
+            pytest.skip("backend has exec_as_user, or its exec takes no user")
+        with _scratch_file(env) as path:
+            with pytest.raises(InvalidArgument):
+                env.exec(f"echo ran > {path}", user="nobody")  # type: ignore[call-arg]
+            assert env.exec(f"test -e {path}").exit_code != 0, "the refused command ran"
 
     def test_next_call_works_after_timeout(self, env: Environment) -> None:
         env.exec("sleep 30", timeout=1)

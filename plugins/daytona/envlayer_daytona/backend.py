@@ -12,62 +12,39 @@ Lifecycle (details in docs/backends/daytona.md):
   to Daytona's auto-stop. ``cleanup(force_remove=True)``, or any cleanup with
   ``persist_across_processes = false``, deletes the sandbox on a background thread that
   :meth:`wait_for_cleanup` joins.
-* A sandbox found stopped or archived (auto-stop, another process) when a command is sent
-  is started again, and one found deleted is re-created, at most once per call and only
-  when the command provably did not run; a command is never run twice.
+* A sandbox found not running when a command is sent (auto-stop, another process, an
+  error) is brought back as :func:`envlayer_daytona.sandbox.revive` decides: started,
+  resumed, recovered, or re-created (saying its data is lost), at most once per call and
+  only when the command provably did not run; a command is never run twice.
 
 Importing this module does not import the Daytona SDK.
 """
 
 from __future__ import annotations
 
-import atexit
 import logging
 import os
 import posixpath
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from envlayer.agent_env import COMMAND_DEFAULTS
-from envlayer.cancel import CancelToken
-from envlayer.capabilities import Capability
-from envlayer.environment import Command, Environment, SandboxInfo
+from envlayer.environment import SandboxInfo
 from envlayer.errors import BackendUnavailable, SandboxPathError
 from envlayer.options import BaseOptions
 from envlayer.request import ExecRequest, file_payload
 from envlayer.result import ExecResult
+from envlayer.sandbox_base import MANAGED_SANDBOX_CAPABILITIES, SandboxEnvironment
 from envlayer.transfer import TransferSummary
+from envlayer_daytona.background import Job
 from envlayer_daytona.options import DaytonaOptions
 
 log = logging.getLogger("envlayer.daytona")
 T = TypeVar("T")
 
-ALL_CAPABILITIES = frozenset(
-    {
-        Capability.FORCE_REMOVE,
-        Capability.WAIT_FOR_CLEANUP,
-        Capability.REAP_ORPHANS,
-        Capability.LIST_SANDBOXES,
-        Capability.REMOVE_SANDBOX,
-        Capability.STREAMING,
-        Capability.PERSISTENT_SESSION,
-        Capability.DIRECTORY_TRANSFER,
-        Capability.PERSIST_ACROSS_PROCESSES,
-    }
-)
-_TEARDOWNS: list[threading.Thread] = []
-
-
-def _join_teardowns(timeout: float) -> bool:
-    end = time.monotonic() + timeout
-    for thread in list(_TEARDOWNS):
-        thread.join(max(0.0, end - time.monotonic()))
-    return not any(t.is_alive() for t in _TEARDOWNS)
-
-
-atexit.register(_join_teardowns, 15.0)
+ALL_CAPABILITIES = MANAGED_SANDBOX_CAPABILITIES
 
 
 class _NotStarted(BackendUnavailable):
@@ -78,34 +55,28 @@ class _NotStarted(BackendUnavailable):
         super().__init__(message, hint="the next call starts the sandbox again")
 
 
-class DaytonaEnvironment(Environment):
+class DaytonaEnvironment(SandboxEnvironment):
     """Commands and files in a Daytona sandbox; see the module docstring."""
 
     name = "daytona"
     Options = DaytonaOptions
     capabilities = ALL_CAPABILITIES
     options: DaytonaOptions
+    recovery_hint = "check the sandbox in the Daytona dashboard; something keeps stopping it"
 
     def __init__(
         self, options: BaseOptions | None = None, *, task_id: str = "default", profile: str = "default"
     ) -> None:
         super().__init__(options, task_id=task_id, profile=profile)
-        if not isinstance(self.options, DaytonaOptions):
-            raise TypeError(f"DaytonaEnvironment needs DaytonaOptions, got {type(self.options).__name__}")
         from envlayer_daytona.client import get_client
         from envlayer_daytona.sandbox import build_spec
 
-        opts = self.options
-        if opts.exec_mode == "oneshot":
-            self.capabilities = ALL_CAPABILITIES - {Capability.PERSISTENT_SESSION}
-        if not opts.persist_across_processes:
-            self.capabilities = self.capabilities - {Capability.PERSIST_ACROSS_PROCESSES}
-        self._client = get_client(opts)
-        self._spec = build_spec(opts, profile=profile, task=task_id)
+        self._client = get_client(self.options)
+        self._spec = build_spec(self.options, profile=profile, task=task_id)
         self._state_lock = threading.RLock()
         self._session_lock = threading.Lock()
         self._last_refresh = time.monotonic()
-        self._teardown: threading.Thread | None = None
+        self._teardown: Job | None = None
         self._sandbox: Any = None
         self._attach()
         self._workdir = self._guard(self._prepare_workdir, "preparing the working directory")
@@ -121,6 +92,9 @@ class DaytonaEnvironment(Environment):
         with self._state_lock:
             self._sandbox = attached.sandbox
         what = "created" if attached.created else "started" if attached.started else "attached to"
+        what = "recovered" if attached.recovered else what
+        if attached.lost:
+            log.warning("task %r: %s", self.task_id, attached.lost)
         log.debug("%s sandbox %s for task %r", what, self._spec.name, self.task_id)
         return what
 
@@ -135,7 +109,7 @@ class DaytonaEnvironment(Environment):
         script = 'mkdir -p -- "$1" && cd -- "$1" && pwd'
         command = f"sh -c {shlex.quote(script)} envlayer {shlex.quote(cwd)}" if cwd else "pwd"
         for attempt in range(6):
-            answer = self._sandbox.process.exec(command)
+            answer = self._sandbox.process.exec(command, timeout=int(self.options.request_timeout))
             lines = (answer.result or "").splitlines()
             if answer.exit_code == 0 and lines and lines[-1].startswith("/"):
                 return lines[-1]
@@ -222,34 +196,28 @@ class DaytonaEnvironment(Environment):
             )
         return translate(exc, "talking to the session shell", self.options)
 
-    def _sandbox_state(self) -> str:
-        from envlayer_daytona.sandbox import state_of
+    # --- recovery (the base retries once, see envlayer.sandbox_base) ---------------------
 
-        return self._guard(lambda: state_of(self._sandbox), "checking the sandbox's state")
+    def is_gone(self, exc: Exception) -> bool:
+        """The command could not be sent because the sandbox is not running."""
+        return isinstance(exc, _NotStarted)
 
-    def _recover(self, seen_id: str) -> str:
-        """The sandbox ``seen_id`` was found not running: start it, or re-create it when it
-        is gone. Returns what was done (``"sandbox restarted"`` / ``"sandbox recreated"``)."""
-        from envlayer_daytona.sandbox import BROKEN, RESTARTABLE, start
+    def sandbox_identity(self) -> str:
+        return str(self._sandbox.id)
+
+    def recover(self, seen: str) -> str:
+        """The sandbox ``seen`` was found not running: bring it back as
+        :func:`envlayer_daytona.sandbox.revive` decides (wait, start, resume, recover, or
+        replace it, saying that its data is lost). Returns what was done (for ``recovered``)."""
+        from envlayer_daytona.sandbox import revive
 
         with self._state_lock:
             self._drop_session()
-            if self._sandbox.id != seen_id:
+            if self._sandbox.id != seen:
                 return "sandbox recreated"
-            state = self._sandbox_state()
-            if state in RESTARTABLE or state == "stopping":
-                log.warning("sandbox %s for task %r is %s; starting it", self.sandbox_name, self.task_id, state)
-                self._guard(lambda: start(self._sandbox, self.options), "starting the sandbox")
-                return "sandbox restarted"
-            if state in BROKEN:
-                log.warning("sandbox %s for task %r is %s; re-creating it", self.sandbox_name, self.task_id, state)
-                self._attach()
-                return "sandbox recreated"
-            self._guard(
-                lambda: self._sandbox.wait_for_sandbox_start(timeout=self.options.create_timeout),
-                "waiting for the sandbox to start",
-            )
-            return "sandbox restarted"
+            self._sandbox, done = revive(self._client, self.options, self._spec, self._sandbox)
+            log.warning("task %r: %s", self.task_id, done)
+            return done
 
     def _refresh_activity(self) -> None:
         """Tell Daytona the sandbox is in use, at most every ``activity_interval`` seconds, so
@@ -258,81 +226,46 @@ class DaytonaEnvironment(Environment):
         if now - self._last_refresh < self.options.activity_interval:
             return
         self._last_refresh = now
+        from envlayer_daytona.client import retrying
+
         try:
-            self._sandbox.refresh_activity()
+            retrying(self._sandbox.refresh_activity, "refreshing the sandbox's activity")
         except Exception as exc:
             log.warning("could not refresh the activity of sandbox %s: %s", self.sandbox_name, exc)
 
     def _not_running(self) -> bool:
+        """True when Daytona says the sandbox is not running; False when it cannot be asked."""
+        from envlayer_daytona.sandbox import not_running
+
         try:
-            return self._sandbox_state() != "started"
+            return self._guard(lambda: not_running(self._sandbox), "checking the sandbox's state")
         except BackendUnavailable:
             return False
 
-    # --- exec ---------------------------------------------------------------------------
+    # --- exec: the base owns the contract and the session-or-one-shot choice ----------------
 
-    def exec(
-        self,
-        command: Command,
-        *,
-        cwd: str | None = None,
-        env: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-        stdin: bytes | str | None = None,
-        on_output: Callable[[str, bytes], None] | None = None,
-        cancel: CancelToken | None = None,
-    ) -> ExecResult:
-        """Run ``command`` in the sandbox; see :class:`~envlayer.environment.Environment`.
-
-        ``cancel.cancel()`` from another thread kills the command's tree and its shell, and
-        the call returns the output so far with ``cancelled=True`` (exit 130).
-        ``on_output(stream, chunk)`` receives ``"stdout"``/``"stderr"`` chunks as they arrive
-        (uncapped), from the calling thread. Raises :class:`~envlayer.errors.InvalidArgument`
-        for bad arguments (nothing ran), :class:`BackendUnavailable` when the API cannot be
-        reached, or when the sandbox stopped or vanished while the command ran (it is not
-        re-run; the next call starts or re-creates the sandbox)."""
-        from envlayer.collector import OutputCollector
-
-        request = self.make_request(
-            command, cwd=cwd, env=env, timeout=timeout, stdin=stdin, on_output=on_output, cancel=cancel
-        )
+    def run_request(self, request: ExecRequest) -> ExecResult:
         self._refresh_activity()
-        recovered = ""
-        for attempt in (0, 1):
-            seen = self._sandbox.id
-            collector = OutputCollector.for_request(request, self.options)
-            try:
-                outcome = self._run(request, collector)
-            except _NotStarted as exc:
-                if attempt:
-                    raise BackendUnavailable(
-                        f"the sandbox for task {self.task_id!r} is not running right after being started: {exc}",
-                        hint="check the sandbox in the Daytona dashboard; something keeps stopping it",
-                    ) from exc
-                recovered = self._recover(seen)
-                continue
-            return collector.result(
-                request, outcome.exit_code, timed_out=outcome.timed_out, recovered=recovered or outcome.recovered
-            )
-        raise AssertionError("unreachable")
+        return super().run_request(request)
 
-    def _run(self, request: ExecRequest, collector: Any) -> Any:
-        """Run in the environment's session shell, or (one-shot mode, or the session busy in
-        another thread) in a shell of its own, closed afterwards."""
+    def session_lock(self) -> threading.Lock | None:
+        return self._session_lock if self.options.exec_mode == "session" else None
+
+    def run_in_session(self, request: ExecRequest) -> ExecResult:
         from envlayer_daytona.stream import ShellGoneBeforeSend
 
-        if self.options.exec_mode == "session" and self._session_lock.acquire(blocking=False):
-            try:
-                try:
-                    return self._shell.run(request, collector)
-                except ShellGoneBeforeSend:
-                    self._shell.abandon()  # ended from outside between calls; the command did not run
-                    return self._shell.run(request, collector)
-            finally:
-                self._session_lock.release()
+        try:
+            return self.run_shell(self._shell, request)
+        except ShellGoneBeforeSend:
+            self._shell.abandon()  # ended from outside between calls; the command did not run
+            return self.run_shell(self._shell, request)
+
+    def run_oneshot(self, request: ExecRequest) -> ExecResult:
+        """A shell of its own (one-shot mode, or the session busy in another thread), in
+        the session's directory, closed afterwards."""
         shell = self._new_shell(self._shell.cwd or self._workdir)
         try:
-            return shell.run(request, collector)
+            return self.run_shell(shell, request)
         finally:
             shell.close()
 
@@ -356,7 +289,8 @@ class DaytonaEnvironment(Environment):
             root_abs = posixpath.normpath(posixpath.join(self._workdir, root))
             check = 'readlink -f -- "$1"; readlink -f -- "$2" || readlink -f -- "${2%/*}"'
             argv = ["sh", "-c", check, "envlayer-real", root_abs, full]
-            answer = self._files_call(lambda: self._sandbox.process.exec(" ".join(shlex.quote(a) for a in argv)))
+            line = " ".join(shlex.quote(a) for a in argv)
+            answer = self._files_call(lambda: self._sandbox.process.exec(line, timeout=int(self.options.request_timeout)))
             lines = (answer.result or "").splitlines()
             if len(lines) >= 2:
                 real_root, real = lines[0], lines[1]
@@ -371,15 +305,13 @@ class DaytonaEnvironment(Environment):
 
         from envlayer_daytona.client import translate
 
-        for attempt in (0, 1):
-            seen = self._sandbox.id
-            try:
-                return fn()
-            except DaytonaError as exc:
-                if attempt or not self._not_running():
-                    raise translate(exc, doing, self.options) from exc
-                self._recover(seen)
-        raise AssertionError("unreachable")
+        def gone(exc: Exception) -> bool:
+            return isinstance(exc, DaytonaError) and self._not_running()
+
+        try:
+            return self.with_recovery(fn, gone=gone, again=lambda exc: translate(exc, doing, self.options))[0]
+        except DaytonaError as exc:
+            raise translate(exc, doing, self.options) from exc
 
     def read_file(self, path: str) -> bytes:
         """Read a file from the sandbox; see :class:`~envlayer.environment.Environment`."""
@@ -434,11 +366,15 @@ class DaytonaEnvironment(Environment):
                 pass
             remove = force_remove or not self.options.persist_across_processes
             if remove and self._teardown is None and self._sandbox is not None:
-                self._teardown = threading.Thread(
-                    target=self._delete_quietly, args=(self._sandbox,), name="envlayer-daytona-teardown", daemon=True
+                from envlayer_daytona import background
+                from envlayer_daytona.sandbox import removal_bound
+
+                sandbox = self._sandbox
+                self._teardown = background.start(
+                    lambda: self._delete_quietly(sandbox),
+                    name="envlayer-daytona-teardown",
+                    bound=removal_bound(self.options),
                 )
-                _TEARDOWNS.append(self._teardown)
-                self._teardown.start()
 
     def _delete_quietly(self, sandbox: Any) -> None:
         from envlayer_daytona.sandbox import remove
@@ -451,16 +387,16 @@ class DaytonaEnvironment(Environment):
     def wait_for_cleanup(self, timeout: float) -> bool:
         """Block up to ``timeout`` seconds for this environment's teardown; True when done
         (or when there was nothing to tear down)."""
-        thread = self._teardown
-        if thread is None:
-            return True
-        thread.join(max(timeout, 0))
-        return not thread.is_alive()
+        job = self._teardown
+        return job is None or job.join(time.monotonic() + max(timeout, 0))
 
     @classmethod
     def wait_for_all_cleanups(cls, timeout: float) -> bool:
-        """Join every teardown started in this process (also run at exit, up to 15 s)."""
-        return _join_teardowns(timeout)
+        """Join every teardown started in this process (also done at exit, each up to its
+        own bound: see :mod:`envlayer_daytona.background`)."""
+        from envlayer_daytona import background
+
+        return background.join_all(timeout)
 
     @classmethod
     def _class_client(cls, options: BaseOptions | None) -> tuple[Any, DaytonaOptions]:
@@ -521,5 +457,5 @@ class DaytonaEnvironment(Environment):
         return cls._sweep(
             options,
             "removing sandboxes",
-            lambda c, o: sweep.remove(c, profile=profile, task=task_id, force=force, timeout=o.request_timeout),
+            lambda c, o: sweep.remove(c, profile=profile, task=task_id, force=force, options=o),
         )

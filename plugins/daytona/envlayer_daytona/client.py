@@ -10,13 +10,19 @@ comes only from where the SDK reads it (``DAYTONA_API_KEY``, or ``DAYTONA_JWT_TO
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from envlayer.errors import BackendUnavailable
+from envlayer.retry import RETRYABLE_STATUSES, Transient, call_with_retries, retry_after_from_headers
+from envlayer_daytona import background  # noqa: F401 - registers the exit hook that calls close_all
 from envlayer_daytona.options import DaytonaOptions
 
+log = logging.getLogger("envlayer.daytona")
+T = TypeVar("T")
 _CLIENTS: dict[tuple[str | None, str | None, str], Any] = {}
 _LOCK = threading.Lock()
 if hasattr(os, "register_at_fork"):  # a forked child must not share pooled connections
@@ -56,6 +62,57 @@ def get_client(options: DaytonaOptions) -> Any:
     return client
 
 
+def close_all() -> None:
+    """Stop the event threads of every client made here (called once, at interpreter exit,
+    by :mod:`envlayer_daytona.background`), and wait a moment for each to end. Never raises.
+
+    The 0.226 sync client has no ``close()``, yet it starts a Socket.IO connection
+    (``internal/event_dispatcher.py`` ``SyncEventDispatcher.ensure_connected``), a shared
+    ``daytona-subscription-expiry`` thread (``internal/event_subscription_manager.py``
+    ``SyncEventSubscriptionManager``), and on each last unsubscribe a 30 s
+    ``_disconnect_timer``: daemon threads that would still be alive at shutdown.
+    ``shutdown()`` and ``disconnect()`` are what those classes offer to end them."""
+    with _LOCK:
+        clients = list(_CLIENTS.values())
+        _CLIENTS.clear()
+    for client in clients:
+        manager = getattr(client, "_subscription_manager", None)
+        dispatcher = getattr(client, "_event_dispatcher", None)
+        _quietly(getattr(manager, "shutdown", None))  # unsubscribing all may start the disconnect timer
+        threads = [getattr(manager, "_worker", None), getattr(dispatcher, "_disconnect_timer", None)]
+        _quietly(getattr(dispatcher, "disconnect", None))  # cancels that timer, ends the connection
+        for thread in threads:
+            if isinstance(thread, threading.Thread):
+                thread.join(1.0)
+
+
+def _quietly(method: Callable[[], Any] | None) -> None:
+    try:
+        if method is not None:
+            method()
+    except Exception as exc:
+        log.debug("closing the Daytona client: %s", exc)
+
+
+def classify(exc: BaseException) -> Transient | None:
+    """:class:`~envlayer.retry.Transient` for an SDK error worth retrying: HTTP 429, 502, 503
+    or 504 from Daytona, with the server's ``Retry-After``. The SDK keeps both on every error
+    it translates from a response (``daytona/common/errors.py`` ``DaytonaError.status_code``
+    and ``.headers``; 429 is ``DaytonaRateLimitError``). Anything else: None."""
+    from daytona.common.errors import DaytonaError
+
+    if not isinstance(exc, DaytonaError) or exc.status_code not in RETRYABLE_STATUSES:
+        return None
+    return Transient(f"HTTP {exc.status_code} ({exc.message[:120]})", retry_after_from_headers(exc.headers))
+
+
+def retrying(fn: Callable[[], T], doing: str) -> T:
+    """``fn()``, retried with backoff while Daytona throttles or is briefly unavailable
+    (:func:`classify`). Only for calls that are safe to repeat: reads, a create by unique
+    name, start, stop, delete, activity refreshes; never a command's exec."""
+    return call_with_retries(fn, classify, doing=doing, logger=log)
+
+
 def _transport_failure(exc: BaseException) -> bool:
     """True when ``exc`` was caused by the connection itself (refused, reset, DNS, TLS)."""
     import urllib3.exceptions
@@ -69,6 +126,23 @@ def _transport_failure(exc: BaseException) -> bool:
         seen.add(id(current))
         current = current.__cause__ or current.__context__
     return False
+
+
+def _busy(status: int | None, text: str, doing: str) -> BackendUnavailable | None:
+    """The error for a service that stayed busy: throttling or an outage that outlasted the
+    retries, or a state change that outlasted the wait for it; None for anything else."""
+    if status in RETRYABLE_STATUSES:
+        return BackendUnavailable(
+            f"Daytona answered HTTP {status} while {doing}, also after retrying with backoff: {text}",
+            hint="Daytona is throttling this organization or is briefly unavailable; retry in a minute, "
+            "and run fewer sandbox operations in parallel",
+        )
+    if status == 409 and "state change" in text.lower():
+        return BackendUnavailable(
+            f"the sandbox's state change did not end in time while {doing}: {text}",
+            hint="Daytona is still starting, stopping or moving it; retry in a minute, or raise create_timeout",
+        )
+    return None
 
 
 def translate(exc: BaseException, doing: str, options: DaytonaOptions) -> BackendUnavailable:
@@ -98,6 +172,9 @@ def translate(exc: BaseException, doing: str, options: DaytonaOptions) -> Backen
             hint="check the network and api_url / DAYTONA_API_URL",
         )
     lowered = text.lower()
+    busy = _busy(status, text, doing)
+    if busy is not None:
+        return busy
     if isinstance(exc, DaytonaForbiddenError) or status == 403:
         if "quota" in lowered or "limit" in lowered or "exceeded" in lowered:
             return BackendUnavailable(

@@ -39,6 +39,11 @@ from envlayer.transfer import TransferSummary
 from envlayer_daytona.stream import SPOOL
 
 
+PACK_TIMEOUT = 900
+"""Seconds a tar of a transfer (up to ``max_transfer_bytes``) may take in the sandbox."""
+REMOVE_TIMEOUT = 60
+"""Seconds the removal of a staged archive may take."""
+
 def _info(sandbox: Any, path: str) -> Any | None:
     """The toolbox's FileInfo for ``path``, or None when it does not exist."""
     from daytona.common.errors import DaytonaNotFoundError
@@ -98,7 +103,7 @@ def write(sandbox: Any, path: str, data: bytes) -> None:
 
 
 def _run(sandbox: Any, argv: list[str], what: str) -> str:
-    answer = sandbox.process.exec(" ".join(shlex.quote(a) for a in argv))
+    answer = sandbox.process.exec(" ".join(shlex.quote(a) for a in argv), timeout=PACK_TIMEOUT)
     if answer.exit_code != 0:
         raise OSError(f"{what} failed in the sandbox (exit {answer.exit_code}): {(answer.result or '')[:300]}")
     return answer.result or ""
@@ -140,7 +145,8 @@ def download_dir(sandbox: Any, remote: str, local: str | os.PathLike[str], limit
     directory ``local``. Raises :class:`SandboxFileNotFound` when ``remote`` does not exist."""
     staged = f"{SPOOL}/{uuid.uuid4().hex}.tar"
     script = '[ -d "$1" ] || { echo "no such directory" >&2; exit 20; }; mkdir -p "${2%/*}"; tar -c -f "$2" -C "$1" .'
-    answer = sandbox.process.exec(" ".join(shlex.quote(a) for a in ["sh", "-c", script, "pack", remote, staged]))
+    argv = ["sh", "-c", script, "pack", remote, staged]
+    answer = sandbox.process.exec(" ".join(shlex.quote(a) for a in argv), timeout=PACK_TIMEOUT)
     try:
         if answer.exit_code == 20:
             raise SandboxFileNotFound(remote)
@@ -151,7 +157,7 @@ def download_dir(sandbox: Any, remote: str, local: str | os.PathLike[str], limit
             raise FileTooLarge(remote, info.size, limit)
         payload = sandbox.fs.download_file(staged)
     finally:
-        sandbox.process.exec(f"rm -f -- {shlex.quote(staged)}")
+        sandbox.process.exec(f"rm -f -- {shlex.quote(staged)}", timeout=REMOVE_TIMEOUT)
     return extract(payload, os.fspath(local))
 
 

@@ -3,7 +3,8 @@
 * The name is the atomic "one sandbox per (profile, task)" lock: Daytona refuses a second
   sandbox with the same name (HTTP 409), so racing processes end with one winner and the
   losers attach to it. ``envlayer-<profile>-<task>-<16 hex of sha256(profile, task)>``:
-  readable, and different pairs never share a name.
+  readable, and different pairs never share a name. Only ``[A-Za-z0-9_.-]`` is kept and
+  ``www.`` is broken, so no task id makes a name the API refuses as unsafe to display.
 * Labels are set in the create request (never afterwards, so a crash cannot leave an
   unlabelled sandbox). Daytona label values are arbitrary strings, matched exactly by the
   list filter, so task and profile are stored as they are.
@@ -30,8 +31,16 @@ PREFIX = "envlayer"
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
+_URLISH = re.compile(r"www\.", re.I)
+"""The part of the API's ``IsSafeDisplayString`` check on sandbox names that survives
+:data:`_UNSAFE` (apps/api/src/common/validators/is-safe-string.validator.ts: no URL schemes,
+which need ``:``, no ``www.``, no HTML tags or control characters, which need ``<`` or
+control bytes): a name matching it is refused with 400."""
+
+
 def _slug(value: str, limit: int) -> str:
-    return _UNSAFE.sub("_", value)[:limit].strip("._-") or "x"
+    slug = _UNSAFE.sub("_", value)[:limit].strip("._-") or "x"
+    return _URLISH.sub(lambda m: m.group(0)[:3] + "_", slug)
 
 
 def sandbox_name(profile: str, task: str) -> str:

@@ -14,16 +14,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Literal
+from envlayer.options import OptionError, option
+from envlayer.sandbox_options import ManagedSandboxOptions
 
-from envlayer.options import BaseOptions, OptionError, option
-
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 RESERVED_LABEL_PREFIX = "envlayer."
 
 
 @dataclass(kw_only=True)
-class DaytonaOptions(BaseOptions):
+class DaytonaOptions(ManagedSandboxOptions):
     """Options of the Daytona backend. ``cwd`` defaults to the sandbox's working directory."""
 
     api_url: str | None = option(
@@ -60,21 +58,6 @@ class DaytonaOptions(BaseOptions):
         "never in persist mode, 0 for private sandboxes (persist_across_processes = false).",
     )
     ttl_minutes: int = option(0, doc="Hard wall-clock lifetime of the sandbox in minutes (0: none).")
-    persist_across_processes: bool = option(
-        True,
-        doc="Share one sandbox per (profile, task) across processes; cleanup() leaves it to auto-stop. "
-        "False: a private sandbox per environment, deleted by cleanup(). Per-process setting.",
-    )
-    on_fingerprint_mismatch: Literal["recreate", "error"] = option(
-        "recreate",
-        doc="What to do when the (profile, task) sandbox was made from different inputs: `recreate` deletes it "
-        "and creates a new one; `error` raises. Per-process setting.",
-    )
-    exec_mode: Literal["session", "oneshot"] = option(
-        "session",
-        doc="`session`: commands share one persistent shell in the sandbox (cd, export and set persist); "
-        "`oneshot`: every command runs in a fresh shell. Per-process setting.",
-    )
     activity_interval: float = option(
         60.0,
         doc="How often (seconds) a running command refreshes the sandbox's activity so auto-stop never "
@@ -84,10 +67,6 @@ class DaytonaOptions(BaseOptions):
         120.0, doc="Seconds to wait for a sandbox to be created or started. Per-process setting."
     )
     request_timeout: float = option(60.0, doc="Timeout of one API request, in seconds. Per-process setting.")
-    max_transfer_bytes: int = option(
-        1_073_741_824,
-        doc="Largest directory archive upload_dir/download_dir will move, in bytes. Per-process setting.",
-    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -99,8 +78,6 @@ class DaytonaOptions(BaseOptions):
                 raise OptionError(key, "must not be empty (leave it unset instead)")
         if self.api_url is not None and not re.match(r"^https?://", self.api_url):
             raise OptionError("api_url", "must start with http:// or https://")
-        if self.cwd is not None and not self.cwd.startswith("/"):
-            raise OptionError("cwd", "must be an absolute path inside the sandbox")
         for key in ("cpu", "memory_gib", "disk_gib", "gpu"):
             value = getattr(self, key)
             if value is not None:
@@ -116,11 +93,6 @@ class DaytonaOptions(BaseOptions):
         for key in ("activity_interval", "create_timeout", "request_timeout"):
             if not getattr(self, key) > 0:
                 raise OptionError(key, "must be > 0 seconds")
-        if self.max_transfer_bytes < 0:
-            raise OptionError("max_transfer_bytes", "must be >= 0")
-        for name in self.env:
-            if not ENV_NAME.match(name):
-                raise OptionError("env", f"{name!r} is not a valid variable name")
         for key in self.labels:
             if not key or key.startswith(RESERVED_LABEL_PREFIX):
                 raise OptionError("labels", f"{key!r}: keys starting with `envlayer.` are reserved")

@@ -24,7 +24,6 @@ output caps (:class:`~envlayer.collector.OutputCollector`) do the rest.
 from __future__ import annotations
 
 import shlex
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -33,6 +32,7 @@ from typing import Any
 from envlayer.errors import BackendUnavailable
 from envlayer.shell_script import SESSION_VAR, printf_format
 from envlayer.streams import Chunks
+from envlayer_daytona import background
 
 SPOOL = "/tmp/.envlayer-daytona"
 MAX_CHUNK = 256 * 1024
@@ -52,6 +52,11 @@ echo started
 """
 
 _WRITE = 'if [ -e "$1/status" ] || [ ! -p "$1/in" ]; then echo @notsent; exit 3; fi; '
+CLOSE_TIMEOUT = 10
+"""Seconds the call that ends a shell may take (it only signals and backgrounds a removal)."""
+SDK_HTTP_MARGIN = 5
+"""The SDK's ``process.exec`` gives its HTTP request the command's timeout plus 5 s
+(``daytona/_sync/process.py`` ``Process.exec``: ``http_timeout(timeout + 5)``)."""
 WRITE_POLL_WAIT = 0.5
 """How long the poll that follows a write (in the same API call) waits in the sandbox for
 the first output: a short command is then written and answered in one round trip."""
@@ -232,21 +237,23 @@ class DaytonaStream:
         return self._status
 
     def close(self) -> None:
-        """Stop the FIFO's holder (the shell sees EOF) and remove the spool directory, on a
-        daemon thread (after a flood the output files can be large, and the caller should
-        not wait for their removal). Idempotent; never raises."""
+        """Stop the FIFO's holder (the shell sees EOF) and remove the spool directory
+        (in the background in the sandbox: after a flood the output files can be large), in
+        one call of at most :data:`CLOSE_TIMEOUT` seconds on a background job of
+        :mod:`envlayer_daytona.background` (the process waits for it at exit). Idempotent;
+        never raises."""
         if self._closed:
             return
         self._closed = True
-        script = 'kill "$(cat "$1/holder")" 2>/dev/null; rm -rf -- "$1"'
+        script = 'kill "$(cat "$1/holder")" 2>/dev/null; (rm -rf -- "$1" &) </dev/null >/dev/null 2>&1'
 
         def remove() -> None:
             try:
-                self._exec(_sh(script, self.directory), 0)
+                self.sandbox.process.exec(_sh(script, self.directory), timeout=CLOSE_TIMEOUT)
             except Exception:
-                pass
+                pass  # the sandbox stopped or is unreachable: nothing is left to end
 
-        threading.Thread(target=remove, name="envlayer-daytona-stream-close", daemon=True).start()
+        background.start(remove, name="envlayer-daytona-stream-close", bound=CLOSE_TIMEOUT + SDK_HTTP_MARGIN)
 
 
 def open_stream(

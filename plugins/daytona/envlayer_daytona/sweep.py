@@ -16,7 +16,10 @@ import time
 from typing import Any
 
 from envlayer.environment import SandboxInfo
+from envlayer.errors import BackendUnavailable
 from envlayer_daytona import identity
+from envlayer_daytona.client import retrying
+from envlayer_daytona.options import DaytonaOptions
 
 log = logging.getLogger("envlayer.daytona.reaper")
 STALE_STATES = ("stopped", "archived", "error", "build_failed")
@@ -51,7 +54,8 @@ def list_managed(client: Any, *, profile: str | None, task: str | None = None) -
     """SDK sandboxes labelled as managed (of ``profile``/``task``; every profile when None)."""
     from daytona import ListSandboxesQuery
 
-    return list(client.list(ListSandboxesQuery(labels=identity.selector(profile=profile, task=task))))
+    query = ListSandboxesQuery(labels=identity.selector(profile=profile, task=task))
+    return retrying(lambda: list(client.list(query)), "listing sandboxes")
 
 
 def last_seen(sandbox: Any) -> float | None:
@@ -83,7 +87,7 @@ def _delete_each(sandboxes: list[Any], *, timeout: float, dry_run: bool = False)
     for sandbox in sandboxes:
         if not dry_run:
             try:
-                sandbox.delete(timeout=timeout)
+                retrying(lambda s=sandbox: s.delete(timeout=timeout), f"deleting sandbox {sandbox.name}")
             except Exception as exc:
                 log.warning("could not delete sandbox %s: %s", sandbox.name, exc)
                 continue
@@ -101,7 +105,30 @@ def reap(client: Any, *, profile: str, max_age: float, dry_run: bool, timeout: f
     return _delete_each(stale, timeout=timeout, dry_run=dry_run)
 
 
-def remove(client: Any, *, profile: str, task: str, force: bool, timeout: float) -> list[SandboxInfo]:
-    """Delete (profile, task)'s sandboxes: stopped ones, and running ones too with ``force``."""
-    found = [s for s in list_managed(client, profile=profile, task=task) if force or _state(s) != "started"]
-    return _delete_each(found, timeout=timeout)
+def remove(client: Any, *, profile: str, task: str, force: bool, options: DaytonaOptions) -> list[SandboxInfo]:
+    """Delete (profile, task)'s sandboxes: stopped ones, and running ones too with ``force``,
+    each waited for until Daytona says it is gone (a state change under way, 409, is waited
+    out: :func:`envlayer_daytona.sandbox.remove`). Returns what was removed; raises
+    :class:`BackendUnavailable` naming every sandbox that is still there."""
+    from envlayer_daytona.client import translate
+    from envlayer_daytona.sandbox import remove as remove_one
+
+    removed, failed, hint = [], [], ""
+    for sandbox in list_managed(client, profile=profile, task=task):
+        if not force and _state(sandbox) == "started":
+            continue
+        try:
+            remove_one(sandbox, options)
+        except Exception as exc:
+            error = translate(exc, "deleting it", options)
+            failed.append(f"{sandbox.name} ({_state(sandbox)}): {error.message}")
+            hint = error.hint
+            continue
+        removed.append(info_from(sandbox))
+    if failed:
+        done = f"; removed {', '.join(i.detail['name'] for i in removed)}" if removed else ""
+        raise BackendUnavailable(
+            f"could not remove {len(failed)} sandbox(es) of task {task!r}, still there: {'; '.join(failed)}{done}",
+            hint=f"{hint}; if it persists, delete it in the Daytona dashboard",
+        )
+    return removed

@@ -3,7 +3,10 @@
 * ``fake_daytona`` (session scope) starts ``fake_daytona.py`` as a separate process on a free
   127.0.0.1 port, with Docker containers as sandboxes, and stops it by PID at the end (it
   removes every container it made; containers carrying its instance label are removed here
-  too, as a backstop). The API key is put where the SDK reads it (``DAYTONA_API_KEY``).
+  too, as a backstop). The API key is put where the SDK reads it (``DAYTONA_API_KEY``), for
+  the tests of this directory that use the fake and only while they run: under
+  pytest-xdist a worker runs other directories' tests in the same process after these
+  (``envlayer ls`` there must not find a Daytona key).
 * No Docker daemon or test image: with ``CI=true`` the tests fail, saying what is missing;
   otherwise they are skipped with a hint.
 * Every sandbox carries a profile starting with ``envlayer-dt-<uuid8>`` (unique per test
@@ -40,8 +43,6 @@ def docker_ready() -> None:
 @pytest.fixture(scope="session")
 def fake_daytona(docker_ready: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeDaytona]:
     """The session's fake Daytona API (real minutes: auto-stop never fires during tests)."""
-    previous = os.environ.get("DAYTONA_API_KEY")
-    os.environ["DAYTONA_API_KEY"] = FAKE_KEY
     fake = start_fake(tmp_path_factory.mktemp("fake-daytona"))
     try:
         yield fake
@@ -50,10 +51,13 @@ def fake_daytona(docker_ready: None, tmp_path_factory: pytest.TempPathFactory) -
 
         DaytonaEnvironment.wait_for_all_cleanups(30)
         stop_fake(fake)
-        if previous is None:
-            os.environ.pop("DAYTONA_API_KEY", None)
-        else:
-            os.environ["DAYTONA_API_KEY"] = previous
+
+
+@pytest.fixture(autouse=True)
+def _fake_api_key(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``DAYTONA_API_KEY`` is the fake's key while a test that uses the fake runs."""
+    if "fake_daytona" in request.fixturenames:
+        monkeypatch.setenv("DAYTONA_API_KEY", FAKE_KEY)
 
 
 @pytest.fixture(scope="session")

@@ -69,17 +69,47 @@ class FakeDaytona:
         thread retries at its own pace whatever the plugin does."""
         return {e["route"] for e in self.entries_since(mark)} - {"socket.io"}
 
-    def advance_clock(self, minutes: float) -> None:
-        """Move a ``manual_clock`` fake's lifecycle clock ``minutes`` Daytona minutes forward;
-        auto-stop, auto-delete and TTL have been applied at the new time when this returns."""
+    def _post(self, route: str, body: dict[str, Any]) -> None:
         request = urllib.request.Request(
-            self.url.removesuffix("/api") + "/fake/clock",
-            data=json.dumps({"advanceMinutes": minutes}).encode(),
+            self.url.removesuffix("/api") + route,
+            data=json.dumps(body).encode(),
             headers={"Authorization": f"Bearer {FAKE_KEY}", "Content-Type": "application/json"},
             method="POST",
         )
         with urllib.request.urlopen(request, timeout=120) as answer:
             assert answer.status == 200, answer.read()
+
+    def advance_clock(self, minutes: float) -> None:
+        """Move a ``manual_clock`` fake's lifecycle clock ``minutes`` Daytona minutes forward;
+        auto-stop, auto-delete and TTL have been applied at the new time when this returns."""
+        self._post("/fake/clock", {"advanceMinutes": minutes})
+
+    def hold(
+        self,
+        sandbox: str,
+        state: str,
+        *,
+        then: str | None = None,
+        seconds: float | None = None,
+        refusals: int = 0,
+        **extra: Any,
+    ) -> None:
+        """Put ``sandbox`` (id or name) in ``state`` now; with ``then``, a state change to
+        ``then`` is under way (the API answers 409 to start, stop and delete) until
+        ``seconds`` have passed or ``refusals`` requests were refused, whichever is first
+        (neither: until the next hold). ``extra`` sets ``recoverable`` / ``errorReason``."""
+        body = {"sandbox": sandbox, "state": state, "then": then, "seconds": seconds, "refusals": refusals, **extra}
+        self._post("/fake/hold", body)
+
+    def build_next(self, seconds: float, count: int = 1) -> None:
+        """The next ``count`` creates from an image stay ``pending_build`` for ``seconds``."""
+        self._post("/fake/build", {"seconds": seconds, "count": count})
+
+    def fail_next(self, route: str, count: int, status: int = 429, retry_after: float | None = None) -> None:
+        """Answer the next ``count`` requests of ``route`` (a route-log name: ``create``,
+        ``get``, ``list``, ``delete``...) with ``status`` (429, 502, 503 or 504), with a
+        ``Retry-After`` header when ``retry_after`` is given."""
+        self._post("/fake/faults", {"route": route, "count": count, "status": status, "retryAfter": retry_after})
 
 
 def start_fake(tmp: Path, *, minute_seconds: float = 60.0, max_cpu: int = 0, manual_clock: bool = False) -> FakeDaytona:

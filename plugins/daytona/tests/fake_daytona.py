@@ -35,6 +35,7 @@ import threading
 import time
 import uuid
 from datetime import UTC, datetime
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -51,13 +52,64 @@ def _now() -> str:
 
 
 class ApiError(Exception):
-    """An HTTP error answer in Daytona's envelope."""
+    """An HTTP error answer in Daytona's envelope (``headers`` are sent with it)."""
 
-    def __init__(self, status: int, message: str, code: str = "") -> None:
+    def __init__(self, status: int, message: str, code: str = "", headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.code = code
+        self.headers = headers or {}
+
+
+UNSAFE_DISPLAY = re.compile(
+    r"<[a-zA-Z/][^>]*>?|https?://|ftps?://|sftp://|ssh://|wss?://|file://|ldaps?://|javascript:|data:|mailto:|tel:"
+    r"|www\.|[\x00-\x08\x0B\x0C\x0E-\x1F\x7F]",
+    re.I,
+)
+"""What the API's IsSafeDisplayString refuses in a sandbox name (CreateSandboxDto.name;
+apps/api/src/common/validators/is-safe-string.validator.ts): HTML tags, URLs, control
+characters."""
+STATE_CHANGE_IN_PROGRESS = "Sandbox state change in progress"
+"""The 409 the API answers while a state change is under way
+(apps/api/src/exceptions/state-change-in-progress.exception.ts)."""
+DESIRED_STATES = ("destroyed", "started", "stopped", "resized", "archived", "paused")
+"""The API's SandboxDesiredState values (daytona_api_client/models/sandbox_desired_state.py)."""
+
+TRANSIENT_MESSAGES = {
+    # @nestjs/throttler's ThrottlerException default message (the API's rate-limit guards,
+    # apps/api/src/common/guards/authenticated-rate-limit.guard.ts, throw it; the
+    # Retry-After header is set by apps/api/src/common/utils/rate-limit-headers.util.ts).
+    429: "ThrottlerException: Too Many Requests",
+    502: "Bad Gateway",
+    503: "Service Unavailable",
+    504: "Gateway Timeout",
+}
+
+
+class Faults:
+    """Answers queued by a test for the next requests of a route (``POST /fake/faults``):
+    throttling (429 with ``Retry-After``) and a gateway or service that is briefly down
+    (502/503/504), in the API's error envelope."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.queued: dict[str, list[ApiError]] = {}
+
+    def add(self, route: str, count: int, status: int, retry_after: float | None) -> None:
+        if status not in TRANSIENT_MESSAGES or count < 0:
+            raise ApiError(400, f"faults: status must be one of {sorted(TRANSIENT_MESSAGES)}, count >= 0")
+        headers = {} if retry_after is None else {"Retry-After": f"{retry_after:g}"}
+        with self.lock:
+            self.queued.setdefault(route, []).extend(
+                ApiError(status, TRANSIENT_MESSAGES[status], headers=headers) for _ in range(count)
+            )
+
+    def take(self, route: str) -> ApiError | None:
+        """The queued answer for this request of ``route``, if any."""
+        with self.lock:
+            queue = self.queued.get(route)
+            return queue.pop(0) if queue else None
 
 
 EXEC_SPOOL = "/.fake-daytona-exec"
@@ -175,6 +227,7 @@ class Fake:
         self.tick_lock = threading.Lock()
         self.sandboxes: dict[str, dict[str, Any]] = {}
         self.manual_time: float | None = time.time() if manual_clock else None
+        self.builds: list[float] = []
 
     def now(self) -> float:
         """The lifecycle clock (seconds): the wall clock, or with ``--manual-clock`` a clock
@@ -221,6 +274,9 @@ class Fake:
             "memory": sb["memory"],
             "disk": sb["disk"],
             "state": sb["state"],
+            "desiredState": self.desired(sb) if self.desired(sb) in DESIRED_STATES else None,
+            "recoverable": sb.get("recoverable", False),
+            "errorReason": sb.get("errorReason"),
             "snapshot": sb["snapshot"],
             "autoStopInterval": sb["autoStopInterval"],
             "autoArchiveInterval": 10080,
@@ -233,9 +289,9 @@ class Fake:
 
     def create(self, body: dict[str, Any]) -> dict[str, Any]:
         image = body.get("snapshot")
-        build = body.get("buildInfo") or {}
-        if build.get("dockerfileContent"):
-            m = re.match(r"\s*FROM\s+(\S+)", build["dockerfileContent"])
+        build_info = body.get("buildInfo") or {}
+        if build_info.get("dockerfileContent"):
+            m = re.match(r"\s*FROM\s+(\S+)", build_info["dockerfileContent"])
             image = m.group(1) if m else None
         if not image:
             raise ApiError(400, "a snapshot or an image is required (the fake has no default snapshot)")
@@ -246,6 +302,8 @@ class Fake:
             raise ApiError(404 if body.get("snapshot") else 400, f"{what} {image} not found", "NOT_FOUND") from None
         cpu = int(body.get("cpu") or 1)
         name = body.get("name") or uuid.uuid4().hex
+        if UNSAFE_DISPLAY.search(name):
+            raise ApiError(400, "name must not contain HTML tags, URLs, or control characters", "BAD_REQUEST")
         with self.lock:
             if any(s["name"] == name for s in self.sandboxes.values()):
                 raise ApiError(409, f"Sandbox with name {name} already exists", "CONFLICT")
@@ -278,26 +336,49 @@ class Fake:
                 "container": None,
             }
             self.sandboxes[sid] = sb
+        build = self.take_build() if build_info else None
+        self._make_container(sb, image, start=build is None)
+        if build is not None:
+            # An image create answers at once in pending_build while the snapshot is built
+            # (the SDK's Daytona._create waits from there: daytona/_sync/daytona.py); the
+            # API lets a pending build be destroyed (SandboxService.destroy).
+            self.hold(sb, {"state": "pending_build", "then": "started", "seconds": build})
+            return sb
+        self._state(sb, "started")
+        return sb
+
+    def _make_container(self, sb: dict[str, Any], image: str, *, start: bool) -> None:
+        """Create (and, with ``start``, start) the sandbox's container; on failure forget the
+        sandbox and answer 500."""
         try:
             container = self.api.create_container(
                 image,
                 command=KEEP_ALIVE,
-                name=f"fake-daytona-{sid}",
+                name=f"fake-daytona-{sb['id']}",
                 labels={"envlayer-fake-daytona": self.instance},
                 environment=sb["env"],
                 host_config=self.api.create_host_config(init=True),
             )
             sb["container"] = container["Id"]
-            self.api.start(container["Id"])
+            if start:
+                self.api.start(container["Id"])
         except APIError as exc:
             with self.lock:
-                self.sandboxes.pop(sid, None)
+                self.sandboxes.pop(sb["id"], None)
             if sb["container"]:
                 with contextlib.suppress(Exception):
                     self.api.remove_container(sb["container"], force=True)
             raise ApiError(500, f"could not start the sandbox: {exc.explanation or exc}") from exc
-        self._state(sb, "started")
-        return sb
+
+    def add_builds(self, seconds: float, count: int) -> None:
+        """Test switch (``POST /fake/build``): the next ``count`` creates from an image stay
+        in ``pending_build`` for ``seconds`` before they start."""
+        with self.lock:
+            self.builds.extend([seconds] * count)
+
+    def take_build(self) -> float | None:
+        with self.lock:
+            return self.builds.pop(0) if self.builds else None
 
     def _state(self, sb: dict[str, Any], state: str) -> None:
         sb["state"] = state
@@ -311,13 +392,120 @@ class Fake:
         sb["activity"] = self.now()
         sb["lastActivityAt"] = _now()
 
-    def start(self, sb: dict[str, Any]) -> None:
-        if sb["state"] == "started":
+    # --- state changes as the API rules them (apps/api/src/sandbox/services/sandbox.service.ts) ---
+
+    def desired(self, sb: dict[str, Any]) -> str:
+        """The sandbox's ``desiredState``: what a state change in progress is heading to,
+        else the state itself (the server's getDesiredStateForState)."""
+        state = sb["state"]
+        settled = state if state in (*DESIRED_STATES, "error", "build_failed") else "started"
+        return sb.get("desiredState") or settled
+
+    def transitioning(self, sb: dict[str, Any]) -> bool:
+        """A state change is in progress: ``pending``, or the state is not the desired one."""
+        return bool(sb.get("pending")) or sb["state"] != self.desired(sb)
+
+    def check_start(self, sb: dict[str, Any]) -> bool:
+        """``SandboxService.start``'s checks; False when it is already started."""
+        if sb["state"] == "started" and self.desired(sb) == "started":
+            return False
+        if sb["state"] in ("error", "build_failed"):
+            raise ApiError(400, "Sandbox is in an errored state")
+        if self.transitioning(sb):
+            raise self.refuse(sb)
+        if sb["state"] not in ("stopped", "archived", "archiving", "paused"):
+            raise ApiError(400, "Sandbox is not in valid state")
+        return True
+
+    def check_stop(self, sb: dict[str, Any]) -> None:
+        """``SandboxService.stop``'s checks."""
+        if sb["state"] in ("error", "build_failed"):
+            raise ApiError(400, "Sandbox is in an errored state")
+        if self.transitioning(sb):
+            raise self.refuse(sb)
+        if sb["state"] not in ("started", "paused"):
+            raise ApiError(400, "Sandbox is not started")
+
+    def check_destroy(self, sb: dict[str, Any]) -> None:
+        """``SandboxService.destroy``: refused while pending, except a pending build."""
+        if self.transitioning(sb) and sb["state"] != "pending_build":
+            raise self.refuse(sb)
+
+    def recover(self, sb: dict[str, Any]) -> None:
+        """``SandboxService.recover`` (in place): only a recoverable sandbox in ``error``."""
+        if not sb.get("recoverable"):
+            raise ApiError(400, "Sandbox is not in a recoverable state")
+        if sb["state"] != "error":
+            raise ApiError(400, "Sandbox must be in error state to recover")
+        sb.update(recoverable=False, errorReason=None, desiredState=None)
+        self.settle(sb, "started")
+
+    def hold(self, sb: dict[str, Any], spec: dict[str, Any]) -> None:
+        """Test switch (``POST /fake/hold``): put the sandbox in ``state`` now (with
+        ``recoverable``/``errorReason`` for ``error``); with ``then``, a state change to it is
+        under way until ``seconds`` have passed or the API has refused ``refusals`` requests
+        because of it (409), whichever comes first; then the sandbox reaches ``then`` (its
+        container started, stopped, paused or removed accordingly). A later hold replaces it."""
+        state, then = spec["state"], spec.get("then")
+        with self.lock:
+            generation = sb.get("holdGeneration", 0) + 1
+            sb.update(
+                recoverable=bool(spec.get("recoverable")),
+                errorReason=spec.get("errorReason"),
+                desiredState=then if then in DESIRED_STATES else None,
+                pending=then is not None,
+                holdGeneration=generation,
+                holdThen=then,
+                holdRefusals=int(spec.get("refusals") or 0),
+            )
+            self._state(sb, state)
+        if then is not None and spec.get("seconds") is not None:
+            self._settle_later(sb, generation, float(spec["seconds"]))
+
+    def _settle_later(self, sb: dict[str, Any], generation: int, seconds: float) -> None:
+        def finish() -> None:
+            with self.lock:
+                if sb.get("holdGeneration") != generation or not sb.get("pending") or sb["state"] == "destroyed":
+                    return  # replaced by a later hold, ended, or the sandbox was deleted
+                sb.update(pending=False, desiredState=None)
+            self.settle(sb, sb["holdThen"])
+
+        timer = threading.Timer(seconds, finish)
+        timer.daemon = True
+        timer.start()
+
+    def refuse(self, sb: dict[str, Any]) -> ApiError:
+        """The 409 for a request refused during a state change (counted for ``refusals``)."""
+        with self.lock:
+            left = sb.get("holdRefusals", 0)
+            if left:
+                sb["holdRefusals"] = left - 1
+                if left == 1:
+                    self._settle_later(sb, sb["holdGeneration"], 0)
+        return ApiError(409, STATE_CHANGE_IN_PROGRESS)
+
+    def settle(self, sb: dict[str, Any], state: str) -> None:
+        """Bring the sandbox's container to ``state`` and record it."""
+        container = sb["container"]
+        if state == "destroyed":
+            self.delete(sb)
             return
-        if sb["state"] not in ("stopped", "archived"):
-            raise ApiError(400, f"Sandbox is in state {sb['state']} and cannot be started")
-        self.api.start(sb["container"])
-        self._state(sb, "started")
+        if state == "started":
+            status = self.api.inspect_container(container)["State"]
+            if status.get("Paused"):
+                self.api.unpause(container)
+            elif not status.get("Running"):
+                self.api.start(container)
+        elif state in ("stopped", "archived"):
+            self.api.stop(container, timeout=1)
+        elif state == "paused":
+            self.api.pause(container)
+        with self.lock:
+            self._state(sb, state)
+
+    def start(self, sb: dict[str, Any]) -> None:
+        if self.check_start(sb):
+            self.settle(sb, "started")
 
     def stop(self, sb: dict[str, Any], state: str = "stopped") -> None:
         if sb["state"] == "started":
@@ -413,11 +601,14 @@ class Fake:
 
 
 def _error_body(status: int, message: str, code: str, path: str) -> dict[str, Any]:
+    """The API's error envelope: ``error`` is the status's reason phrase, as the server's
+    ``AllExceptionsFilter`` writes it (apps/api/src/filters/all-exceptions.filter.ts:
+    ``STATUS_CODES[statusCode]``); ``code`` and ``source`` are what the SDK reads when present."""
     return {
         "statusCode": status,
         "message": message,
         "code": code or "ERROR",
-        "error": message,
+        "error": HTTPStatus(status).phrase,
         "path": path,
         "timestamp": _now(),
         "source": "DAYTONA_API",
@@ -430,6 +621,7 @@ class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True
     fake: Fake
+    faults: Faults
     route_log: Any
 
     def log_message(self, format: str, *args: Any) -> None:
@@ -450,12 +642,15 @@ class Handler(BaseHTTPRequestHandler):
                     route = name
                     if name != "socket.io" and self.headers.get("Authorization") != f"Bearer {API_KEY}":
                         raise ApiError(401, "Invalid credentials", "UNAUTHORIZED")
+                    fault = None if name.startswith("fake.") else self.faults.take(name)
+                    if fault is not None:
+                        raise fault
                     status, payload, headers = handler(self, body, query, *m.groups())
                     break
             else:
                 raise ApiError(404, f"Cannot {method} {url.path}", "NOT_FOUND")
         except ApiError as exc:
-            status, payload, headers = exc.status, _error_body(exc.status, exc.message, exc.code, url.path), {}
+            status, payload, headers = exc.status, _error_body(exc.status, exc.message, exc.code, url.path), exc.headers
         except Exception as exc:
             status, headers = 500, {}
             payload = _error_body(500, f"{type(exc).__name__}: {exc}", "INTERNAL", url.path)
@@ -517,6 +712,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def delete(self, body: bytes, q: dict[str, str], sid: str) -> tuple[int, Any, dict[str, str]]:
         sb = self.fake.find(sid)
+        self.fake.check_destroy(sb)
         self.fake.delete(sb)
         return 200, self.fake.dto(sb), {}
 
@@ -527,7 +723,19 @@ class Handler(BaseHTTPRequestHandler):
 
     def stop(self, body: bytes, q: dict[str, str], sid: str) -> tuple[int, Any, dict[str, str]]:
         sb = self.fake.find(sid)
+        self.fake.check_stop(sb)
         self.fake.stop(sb)
+        return 200, self.fake.dto(sb), {}
+
+    def recover(self, body: bytes, q: dict[str, str], sid: str) -> tuple[int, Any, dict[str, str]]:
+        sb = self.fake.find(sid)
+        self.fake.recover(sb)
+        return 200, self.fake.dto(sb), {}
+
+    def hold(self, body: bytes, q: dict[str, str]) -> tuple[int, Any, dict[str, str]]:
+        spec = json.loads(body or b"{}")
+        sb = self.fake.find(str(spec.get("sandbox")))
+        self.fake.hold(sb, spec)
         return 200, self.fake.dto(sb), {}
 
     def archive(self, body: bytes, q: dict[str, str], sid: str) -> tuple[int, Any, dict[str, str]]:
@@ -559,6 +767,17 @@ class Handler(BaseHTTPRequestHandler):
         if not isinstance(minutes, (int, float)):
             raise ApiError(400, f"advanceMinutes must be a number, got {minutes!r}")
         return 200, {"now": self.fake.advance(float(minutes))}, {}
+
+    def add_faults(self, body: bytes, q: dict[str, str]) -> tuple[int, Any, dict[str, str]]:
+        spec = json.loads(body or b"{}")
+        retry_after = spec.get("retryAfter")
+        self.faults.add(str(spec.get("route")), int(spec.get("count", 1)), int(spec.get("status", 429)), retry_after)
+        return 200, {"queued": spec}, {}
+
+    def add_builds(self, body: bytes, q: dict[str, str]) -> tuple[int, Any, dict[str, str]]:
+        spec = json.loads(body or b"{}")
+        self.fake.add_builds(float(spec["seconds"]), int(spec.get("count", 1)))
+        return 200, {"queued": spec}, {}
 
     def socket_io(self, body: bytes, q: dict[str, str]) -> tuple[int, Any, dict[str, str]]:
         raise ApiError(404, "no event websocket in the fake: the SDK falls back to polling")
@@ -637,6 +856,9 @@ _ID = r"([^/]+)"
 ROUTES = [
     (re.compile(r"/api/socket\.io/?"), "GET", "socket.io", Handler.socket_io),
     (re.compile(r"/fake/clock"), "POST", "fake.clock", Handler.clock),
+    (re.compile(r"/fake/faults"), "POST", "fake.faults", Handler.add_faults),
+    (re.compile(r"/fake/hold"), "POST", "fake.hold", Handler.hold),
+    (re.compile(r"/fake/build"), "POST", "fake.build", Handler.add_builds),
     (re.compile(r"/api/sandbox"), "POST", "create", Handler.create),
     (re.compile(r"/api/sandbox"), "GET", "list", Handler.list),
     (re.compile(rf"/api/sandbox/{_ID}"), "GET", "get", Handler.get),
@@ -644,6 +866,7 @@ ROUTES = [
     (re.compile(rf"/api/sandbox/{_ID}/start"), "POST", "start", Handler.start),
     (re.compile(rf"/api/sandbox/{_ID}/stop"), "POST", "stop", Handler.stop),
     (re.compile(rf"/api/sandbox/{_ID}/archive"), "POST", "archive", Handler.archive),
+    (re.compile(rf"/api/sandbox/{_ID}/recover"), "POST", "recover", Handler.recover),
     (re.compile(rf"/api/sandbox/{_ID}/labels"), "PUT", "labels", Handler.labels),
     (re.compile(rf"/api/sandbox/{_ID}/autostop/(\d+)"), "POST", "autostop", Handler.autostop),
     (re.compile(rf"/api/sandbox/{_ID}/last-activity"), "POST", "last-activity", Handler.activity),
@@ -685,6 +908,7 @@ def main() -> None:
         manual_clock=args.manual_clock,
     )
     Handler.fake = fake
+    Handler.faults = Faults()
     Handler.route_log = open(args.route_log, "a", buffering=1)  # noqa: SIM115 - lives as long as the process
     stopping = threading.Event()
 

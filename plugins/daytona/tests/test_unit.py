@@ -158,3 +158,51 @@ def test_cli_help_and_backends_import_no_sdk() -> None:
     out = subprocess.run([sys.executable, "-c", "import json\n" + code], capture_output=True, text=True, check=True)
     imported, listing = json.loads(out.stdout)
     assert not imported and "daytona" in listing
+
+
+def test_every_sdk_state_has_an_action() -> None:
+    """Each state of the SDK's SandboxState enum is handled on purpose in one table."""
+    from daytona_api_client.models.sandbox_state import SandboxState
+
+    from envlayer_daytona.sandbox import STATE_ACTIONS
+
+    missing = [state.value for state in SandboxState if state.value not in STATE_ACTIONS]
+    assert missing == [], f"add these states to envlayer_daytona.sandbox.STATE_ACTIONS: {missing}"
+    assert set(STATE_ACTIONS) == {state.value for state in SandboxState}, "a state the SDK does not list"
+
+
+def test_every_process_exec_carries_a_timeout() -> None:
+    """Without ``timeout`` the SDK's ``process.exec`` sends its request with no HTTP timeout
+    (``daytona/_sync/process.py``: ``http_timeout(timeout + 5 if timeout else None)``), so a
+    stalled toolbox would hang the caller: every call in the plugin passes one."""
+    import ast
+    from pathlib import Path
+
+    import envlayer_daytona
+
+    untimed = []
+    for path in sorted(Path(envlayer_daytona.__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            func = getattr(node, "func", None)
+            if isinstance(node, ast.Call) and isinstance(func, ast.Attribute) and func.attr == "exec":
+                if isinstance(func.value, ast.Attribute) and func.value.attr == "process":
+                    if not any(k.arg == "timeout" for k in node.keywords):
+                        untimed.append(f"{path.name}:{node.lineno}")
+    assert untimed == []
+
+
+@pytest.mark.parametrize("task", ["www.example.com", "WWW.x", "http://a/b", "see javascript:x", "data:1", "a<b>"])
+def test_names_pass_the_servers_display_string_check(task: str) -> None:
+    """The API rejects a sandbox name matching its IsSafeDisplayString patterns
+    (apps/api/src/common/validators/is-safe-string.validator.ts, copied here): no task or
+    profile, however written, makes such a name."""
+    import re
+
+    from envlayer_daytona.identity import private_name, sandbox_name
+
+    url = re.compile(
+        r"https?://|ftps?://|sftp://|ssh://|wss?://|file://|ldaps?://|javascript:|data:|mailto:|tel:|www\.", re.I
+    )
+    html = re.compile(r"<[a-zA-Z/][^>]*>?")
+    for name in (sandbox_name(task, task), private_name("p", task), sandbox_name("www.p", "t")):
+        assert not url.search(name) and not html.search(name), name

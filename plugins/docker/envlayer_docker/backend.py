@@ -28,67 +28,47 @@ import posixpath
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from envlayer.agent_env import with_command_defaults
-from envlayer.cancel import CancelToken
 from envlayer.capabilities import Capability
-from envlayer.environment import Command, Environment, SandboxInfo
+from envlayer.environment import SandboxInfo
 from envlayer.errors import BackendUnavailable
 from envlayer.options import BaseOptions
-from envlayer.output import OutputCallback
 from envlayer.request import ExecRequest, check_path, file_payload
 from envlayer.result import ExecResult
+from envlayer.sandbox_base import MANAGED_SANDBOX_CAPABILITIES, SandboxEnvironment
 from envlayer.sandbox_paths import check_real_path
 from envlayer.transfer import TransferSummary
 from envlayer_docker import teardown
-from envlayer_docker.errors import translated
+from envlayer_docker.errors import ContainerGone, translated
 from envlayer_docker.options import DockerOptions
-from envlayer_docker.recovery import retry_after_recovery
 
 log = logging.getLogger("envlayer.docker")
 T = TypeVar("T")
 
-ALL_CAPABILITIES = frozenset(
-    {
-        Capability.FORCE_REMOVE,
-        Capability.WAIT_FOR_CLEANUP,
-        Capability.REAP_ORPHANS,
-        Capability.LIST_SANDBOXES,
-        Capability.REMOVE_SANDBOX,
-        Capability.STREAMING,
-        Capability.PERSISTENT_SESSION,
-        Capability.DIRECTORY_TRANSFER,
-        Capability.PERSIST_ACROSS_PROCESSES,
-        Capability.EXEC_AS_USER,
-    }
-)
+ALL_CAPABILITIES = MANAGED_SANDBOX_CAPABILITIES | {Capability.EXEC_AS_USER}
 _NUMERIC_USER = re.compile(r"^(\d+)(?::(\d+))?$")
 
 
-class DockerEnvironment(Environment):
+class DockerEnvironment(SandboxEnvironment):
     """Commands and files in a Docker container; see the module docstring."""
 
     name = "docker"
     Options = DockerOptions
     capabilities = ALL_CAPABILITIES
     options: DockerOptions
+    recovery_hint = "check the daemon (`docker ps -a`, its log); something keeps removing the container"
 
     def __init__(
         self, options: BaseOptions | None = None, *, task_id: str = "default", profile: str = "default"
     ) -> None:
         super().__init__(options, task_id=task_id, profile=profile)
-        if not isinstance(self.options, DockerOptions):
-            raise TypeError(f"DockerEnvironment needs DockerOptions, got {type(self.options).__name__}")
         from envlayer_docker.client import get_client
         from envlayer_docker.container import build_spec
 
         opts = self.options
-        if opts.exec_mode == "oneshot":
-            self.capabilities = ALL_CAPABILITIES - {Capability.PERSISTENT_SESSION}
-        if not opts.persist_across_processes:
-            self.capabilities = self.capabilities - {Capability.PERSIST_ACROSS_PROCESSES}
         self._api = get_client(opts)
         self._state_lock = threading.RLock()
         self._last_lease = 0.0
@@ -147,25 +127,33 @@ class DockerEnvironment(Environment):
         """The name of the container in use."""
         return self._container.name
 
-    def _recover(self, seen_id: str) -> None:
-        """The container ``seen_id`` is gone or stopped: end the session and attach again
+    # --- recovery (the base retries once, see envlayer.sandbox_base) ---------------------
+
+    def is_gone(self, exc: Exception) -> bool:
+        """The daemon answered that the container is gone or stopped before anything ran."""
+        return isinstance(exc, ContainerGone)
+
+    def sandbox_identity(self) -> str:
+        return self.container_id
+
+    def recover(self, seen: str) -> str:
+        """The container ``seen`` is gone or stopped: end the session and attach again
         (which starts a stopped container, or creates a new one). When another thread
         already did so, there is nothing to do."""
         with self._state_lock:
-            if self._container is not None and self._container.id != seen_id:
-                return
+            if self._container is not None and self._container.id != seen:
+                return "container recreated"
             log.warning(
                 "container %s for task %r vanished or stopped; attaching again", self.container_name, self.task_id
             )
             if self._session is not None:
                 self._session.shell.abandon()
             self._attach()
+        return "container recreated"
 
-    def _retrying(self, operation: Callable[[], T]) -> tuple[T, bool]:
+    def with_recovery(self, operation: Callable[[], T], **kwargs: Any) -> tuple[T, str]:
         try:
-            return retry_after_recovery(
-                operation, current_id=lambda: self.container_id, recover=self._recover, task=self.task_id
-            )
+            return super().with_recovery(operation, **kwargs)
         except BackendUnavailable as exc:
             # A container that exits right after it starts (its entrypoint or init fails)
             # only shows up as refused execs: say why it stopped instead.
@@ -181,35 +169,7 @@ class DockerEnvironment(Environment):
 
         return ExecTarget(self._api, self.options, self._container, self._spec.user, self._exec_env)
 
-    # --- exec -----------------------------------------------------------------------------
-
-    def exec(
-        self,
-        command: Command,
-        *,
-        cwd: str | None = None,
-        env: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-        stdin: bytes | str | None = None,
-        on_output: OutputCallback | None = None,
-        cancel: CancelToken | None = None,
-        user: str | None = None,
-    ) -> ExecResult:
-        """Run ``command`` in the container; see :class:`~envlayer.environment.Environment`.
-        With ``user`` (capability ``exec_as_user``) it runs as that user in an exec of its
-        own (``docker exec --user``), outside the session shell.
-
-        ``on_output(stream, chunk)`` receives ``"stdout"``/``"stderr"`` chunks as they
-        arrive (uncapped), from the calling thread. Raises :class:`BackendUnavailable`
-        when the daemon is unreachable, or when the container or the daemon went away
-        while the command ran (it may or may not have finished; it is not re-run; the
-        next call re-creates the container), and ``InvalidArgument`` for bad arguments.
-        """
-        request = self.make_request(
-            command, cwd=cwd, env=env, timeout=timeout, stdin=stdin, on_output=on_output, cancel=cancel, user=user
-        )
-        result, recovered = self._retrying(lambda: self._run(request))
-        return dataclasses.replace(result, recovered="container recreated") if recovered else result
+    # --- exec: the base owns the contract and the session-or-one-shot choice ----------------
 
     def _touch_lease(self) -> bool:
         now = time.monotonic()
@@ -218,19 +178,20 @@ class DockerEnvironment(Environment):
             return True
         return False
 
-    def _run(self, request: ExecRequest) -> ExecResult:
-        """The session when it is free (and no other user is asked for), else a one-shot
-        exec, as ``request.user`` when given."""
+    def session_lock(self) -> Any:
+        return self._session.lock if self._session is not None else None
+
+    def run_in_session(self, request: ExecRequest) -> ExecResult:
+        assert self._session is not None
+        return self._session.run(request, touch_lease=self._touch_lease())
+
+    def run_oneshot(self, request: ExecRequest) -> ExecResult:
+        """An exec of its own in the session's directory, as ``request.user`` when given
+        (``docker exec --user``)."""
         from envlayer_docker.runners import run_oneshot
 
-        session = self._session
-        if session is not None and request.user is None and session.lock.acquire(blocking=False):
-            try:
-                return session.run(request, touch_lease=self._touch_lease())
-            finally:
-                session.lock.release()
-        base = (session.cwd if session is not None else None) or self.options.workdir
-        cwd = posixpath.join(base, request.cwd) if request.cwd else base
+        session_cwd = self._session.cwd if self._session is not None else None
+        cwd = self.call_directory(request, session_cwd or self.options.workdir)
         target = self._target()
         if request.user is not None:
             target = dataclasses.replace(target, user=request.user)
@@ -240,7 +201,7 @@ class DockerEnvironment(Environment):
         """Internal command for file operations; recovers a vanished container once."""
         from envlayer_docker.runners import run_helper
 
-        return self._retrying(lambda: run_helper(self._target(), argv, data))[0]
+        return self.with_recovery(lambda: run_helper(self._target(), argv, data))[0]
 
     # --- files ------------------------------------------------------------------------------
 
@@ -275,7 +236,7 @@ class DockerEnvironment(Environment):
             with translated(doing, self.options):
                 return fn(files)
 
-        return self._retrying(attempt)[0]
+        return self.with_recovery(attempt)[0]
 
     def read_file(self, path: str) -> bytes:
         """Read a file from the container; see :class:`~envlayer.environment.Environment`."""

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from envlayer.options import BaseOptions, OptionError, option
+from envlayer.options import OptionError, option
+from envlayer.sandbox_options import ContainerOptions
 
-DEFAULT_WORKDIR = "/workspace"
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 CAPABILITY_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
 VOLUME_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _SIZE = re.compile(r"^[0-9]+[bkmgBKMG]?$")
@@ -64,29 +63,15 @@ capabilities, environment) are deliberately absent: use the dedicated options.""
 
 
 @dataclass(kw_only=True)
-class DockerOptions(BaseOptions):
+class DockerOptions(ContainerOptions):
     """Options of the Docker backend. ``cwd`` defaults to ``/workspace``."""
+
+    where: ClassVar[str] = "container"
 
     image: str = option("python:3.11-slim", doc="Image to run. Must be present locally unless `pull` is true.")
     pull: bool = option(
         False, doc="Pull `image` when it is missing locally. Off by default: a missing image fails at once."
     )
-    persist_across_processes: bool = option(
-        True,
-        doc="Share one long-lived container per (profile, task) across processes; cleanup() leaves it "
-        "running. False: a private container per environment, removed by cleanup(). Per-process setting.",
-    )
-    on_fingerprint_mismatch: Literal["recreate", "error"] = option(
-        "recreate",
-        doc="What to do when the (profile, task) container was made from different inputs: `recreate` "
-        "removes it and creates a new one; `error` raises. Per-process setting.",
-    )
-    exec_mode: Literal["session", "oneshot"] = option(
-        "session",
-        doc="`session`: commands share one persistent shell (cd and export persist, sub-millisecond calls); "
-        "`oneshot`: every command runs in a fresh `docker exec`. Per-process setting.",
-    )
-    shell: str = option("/bin/sh", doc="Shell used for the session and for string commands. Per-process setting.")
     user: str | None = option(None, doc="User to run as (`name`, `uid` or `uid:gid`); the image's user when unset.")
     run_as_host_user: bool = option(
         False, doc="Run as this process's uid:gid (files in mounts stay yours). Overrides `user`."
@@ -177,18 +162,11 @@ class DockerOptions(BaseOptions):
         "(its stopped containers go with it). Default 14 days; 0 or unset: keep workspaces forever. "
         "Per-process setting.",
     )
-    max_transfer_bytes: int = option(
-        1_073_741_824, doc="Largest directory archive upload_dir/download_dir will move, in bytes. Per-process setting."
-    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if not self.image.strip():
             raise OptionError("image", "must not be empty")
-        if self.cwd is not None and not self.cwd.startswith("/"):
-            raise OptionError("cwd", "must be an absolute path inside the container")
-        if not self.shell.startswith("/"):
-            raise OptionError("shell", "must be an absolute path, e.g. /bin/sh")
         for key in ("cpus", "memory_mb", "pids_limit", "stop_timeout", "lease_interval"):
             if getattr(self, key) < 0:
                 raise OptionError(key, "must be >= 0")
@@ -203,8 +181,6 @@ class DockerOptions(BaseOptions):
             )
         if not self.home_dir.startswith("/") or self.home_dir == "/":
             raise OptionError("home_dir", "must be an absolute path other than /")
-        if self.max_transfer_bytes < 0:
-            raise OptionError("max_transfer_bytes", "must be >= 0")
         if self.user is not None and not re.fullmatch(r"[A-Za-z0-9_.-]+(:[A-Za-z0-9_.-]+)?", self.user):
             raise OptionError("user", "must be `name`, `uid` or `uid:gid`")
         for spec in self.volumes:
@@ -220,12 +196,6 @@ class DockerOptions(BaseOptions):
         for cap in self.cap_add:
             if not CAPABILITY_NAME.match(cap) or cap == "ALL":
                 raise OptionError("cap_add", f"{cap!r} is not a capability name (e.g. NET_BIND_SERVICE)")
-        for name in self.forward_env:
-            if not ENV_NAME.match(name):
-                raise OptionError("forward_env", f"{name!r} is not a valid variable name")
-        for name in self.env:
-            if not ENV_NAME.match(name):
-                raise OptionError("env", f"{name!r} is not a valid variable name")
         for key in self.labels:
             if key.startswith("envlayer.") or not key:
                 raise OptionError("labels", f"{key!r}: keys starting with `envlayer.` are reserved")
@@ -244,11 +214,6 @@ class DockerOptions(BaseOptions):
                 raise OptionError(key, f"must be >= 0 (0 or unset {off})")
             if value == 0:
                 setattr(self, key, None)
-
-    @property
-    def workdir(self) -> str:
-        """The container's working directory (``cwd`` or ``/workspace``)."""
-        return self.cwd or DEFAULT_WORKDIR
 
 
 def parse_volume(spec: str) -> tuple[str, str, bool]:

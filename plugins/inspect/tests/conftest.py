@@ -94,7 +94,7 @@ def sandbox_config(request: pytest.FixtureRequest) -> Callable[[str], EnvlayerSa
             return EnvlayerSandboxConfig(backend="docker", profile=profile, options=options)
         if name == "ssh":
             server = request.getfixturevalue("ssh_server")
-            options = server.options(mode="session")
+            options = server.options(exec_mode="session")
             options.pop("timeout")
             return EnvlayerSandboxConfig(backend="ssh", options=options)
         raise ValueError(name)

@@ -25,71 +25,49 @@ Importing this module does not import the ``kubernetes`` client.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import posixpath
 import threading
 import time
-from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any
 
 from envlayer.agent_env import with_command_defaults
-from envlayer.cancel import CancelToken
-from envlayer.capabilities import Capability
-from envlayer.environment import Command, Environment, SandboxInfo
+from envlayer.environment import SandboxInfo
 from envlayer.errors import BackendUnavailable, SandboxPathError
 from envlayer.options import BaseOptions
-from envlayer.output import OutputCallback
 from envlayer.request import ExecRequest, check_path, file_payload
 from envlayer.result import ExecResult
+from envlayer.sandbox_base import MANAGED_SANDBOX_CAPABILITIES, SandboxEnvironment
 from envlayer.transfer import TransferSummary
 from envlayer_kubernetes.options import KubernetesOptions
 
 log = logging.getLogger("envlayer.kubernetes")
-T = TypeVar("T")
 EXIT_WAIT = 15.0
 
-ALL_CAPABILITIES = frozenset(
-    {
-        Capability.FORCE_REMOVE,
-        Capability.WAIT_FOR_CLEANUP,
-        Capability.REAP_ORPHANS,
-        Capability.LIST_SANDBOXES,
-        Capability.REMOVE_SANDBOX,
-        Capability.STREAMING,
-        Capability.PERSISTENT_SESSION,
-        Capability.DIRECTORY_TRANSFER,
-        Capability.PERSIST_ACROSS_PROCESSES,
-    }
-)
+ALL_CAPABILITIES = MANAGED_SANDBOX_CAPABILITIES
 
 _TEARDOWNS: set[threading.Thread] = set()
 _TEARDOWN_LOCK = threading.Lock()
 
 
-class KubernetesEnvironment(Environment):
+class KubernetesEnvironment(SandboxEnvironment):
     """Commands and files in a Kubernetes pod; see the module docstring."""
 
     name = "kubernetes"
     Options = KubernetesOptions
     capabilities = ALL_CAPABILITIES
     options: KubernetesOptions
+    recovery_hint = "check the cluster's events; something keeps deleting the pod"
 
     def __init__(
         self, options: BaseOptions | None = None, *, task_id: str = "default", profile: str = "default"
     ) -> None:
         super().__init__(options, task_id=task_id, profile=profile)
-        if not isinstance(self.options, KubernetesOptions):
-            raise TypeError(f"KubernetesEnvironment needs KubernetesOptions, got {type(self.options).__name__}")
         from envlayer_kubernetes.client import connect
         from envlayer_kubernetes.pods import build_spec
 
         opts = self.options
-        if opts.exec_mode == "oneshot":
-            self.capabilities = self.capabilities - {Capability.PERSISTENT_SESSION}
-        if not opts.persist_across_processes:
-            self.capabilities = self.capabilities - {Capability.PERSIST_ACROSS_PROCESSES}
         self._cluster = connect(opts)
         self._base_env = {n: os.environ[n] for n in opts.forward_env if n in os.environ}
         self._base_env.update(with_command_defaults(opts.env))
@@ -125,81 +103,47 @@ class KubernetesEnvironment(Environment):
         """The namespace of the pod."""
         return self._cluster.namespace
 
-    def _recover(self, seen_uid: str) -> None:
-        """The pod ``seen_uid`` is gone or not running: attach again (which replaces an
-        ended pod or creates a new one), unless another thread already did."""
-        with self._state_lock:
-            if self._pod is not None and self._pod.uid != seen_uid:
-                return
-            log.warning("pod %s for task %r vanished or stopped; attaching again", self.pod_name, self.task_id)
-            self._attach()
+    # --- recovery (the base retries once, see envlayer.sandbox_base) ---------------------
 
-    # --- exec -------------------------------------------------------------------------------
-
-    def exec(
-        self,
-        command: Command,
-        *,
-        cwd: str | None = None,
-        env: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-        stdin: bytes | str | None = None,
-        on_output: OutputCallback | None = None,
-        cancel: CancelToken | None = None,
-    ) -> ExecResult:
-        """Run ``command`` in the pod; see :class:`~envlayer.environment.Environment`.
-        ``cancel.cancel()`` from another thread kills the command's tree (and, in the
-        session, the shell) and the call returns the output so far with
-        ``cancelled=True`` (exit 130).
-
-        ``on_output(stream, chunk)`` receives ``"stdout"``/``"stderr"`` chunks as they arrive
-        (uncapped), on the calling thread. Raises :class:`BackendUnavailable` when the API
-        cannot be reached, or when the stream broke while the command ran (it is not
-        re-run; the next call re-attaches), and ``InvalidArgument`` for bad arguments."""
-        request = self.make_request(
-            command, cwd=cwd, env=env, timeout=timeout, stdin=stdin, on_output=on_output, cancel=cancel
-        )
-        result, recovered = self._retrying(lambda: self._run(request))
-        return dataclasses.replace(result, recovered="pod recreated") if recovered else result
-
-    def _run(self, request: ExecRequest) -> ExecResult:
-        """The session when it is free, else a one-shot exec (in the session's directory)."""
-        from envlayer_kubernetes.runners import run_oneshot
-
-        session = self._session
-        if session is not None and session.lock.acquire(blocking=False):
-            try:
-                return session.run(request)
-            finally:
-                session.lock.release()
-        base = (session.cwd if session is not None else None) or self.options.workdir
-        cwd = posixpath.join(base, request.cwd) if request.cwd else base
-        return run_oneshot(self._target, request, cwd=cwd)
-
-    def _retrying(self, operation: Callable[[], T]) -> tuple[T, bool]:
-        """Run ``operation``; when the API refused to start an exec because the pod is gone
-        or not running (the command provably did not run), attach again once and rerun it.
-        Returns ``(value, recovered)``."""
+    def is_gone(self, exc: Exception) -> bool:
+        """The API refused to start an exec because the pod is gone or not running."""
         from envlayer_kubernetes.channel import NotStarted
 
-        seen = self._pod.uid
-        try:
-            return operation(), False
-        except NotStarted:
-            self._recover(seen)
-        try:
-            return operation(), True
-        except NotStarted as exc:
-            raise BackendUnavailable(
-                f"pod {self.pod_name} is gone again right after being recreated: {exc}",
-                hint="check the cluster's events; something keeps deleting the pod",
-            ) from exc
+        return isinstance(exc, NotStarted)
+
+    def sandbox_identity(self) -> str:
+        return str(self._pod.uid)
+
+    def recover(self, seen: str) -> str:
+        """The pod ``seen`` is gone or not running: attach again (which replaces an
+        ended pod or creates a new one), unless another thread already did."""
+        with self._state_lock:
+            if self._pod is None or self._pod.uid == seen:
+                log.warning("pod %s for task %r vanished or stopped; attaching again", self.pod_name, self.task_id)
+                self._attach()
+        return "pod recreated"
+
+    # --- exec: the base owns the contract and the session-or-one-shot choice ----------------
+
+    def session_lock(self) -> Any:
+        return self._session.lock if self._session is not None else None
+
+    def run_in_session(self, request: ExecRequest) -> ExecResult:
+        assert self._session is not None
+        return self._session.run(request)
+
+    def run_oneshot(self, request: ExecRequest) -> ExecResult:
+        """An exec of its own, in the session's directory."""
+        from envlayer_kubernetes.runners import run_oneshot
+
+        session_cwd = self._session.cwd if self._session is not None else None
+        return run_oneshot(self._target, request, cwd=self.call_directory(request, session_cwd or self.options.workdir))
 
     def _helper(self, argv: list[str], data: bytes | None) -> tuple[int, bytes, bytes]:
         """One of envlayer's own commands (files); recovers a vanished pod once."""
         from envlayer_kubernetes.runners import run_helper
 
-        return self._retrying(lambda: run_helper(self._target, argv, data))[0]
+        return self.with_recovery(lambda: run_helper(self._target, argv, data))[0]
 
     # --- files ------------------------------------------------------------------------------
 

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from envlayer.options import BaseOptions, OptionError, option
+from envlayer.options import OptionError, option
+from envlayer.sandbox_options import ContainerOptions
 
-DEFAULT_WORKDIR = "/workspace"
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -35,8 +34,10 @@ def valid_label_key(key: str) -> bool:
 
 
 @dataclass(kw_only=True)
-class KubernetesOptions(BaseOptions):
+class KubernetesOptions(ContainerOptions):
     """Options of the Kubernetes backend. ``cwd`` defaults to ``/workspace``."""
+
+    where: ClassVar[str] = "container"
 
     image: str = option("python:3.11-slim", doc="Container image of the sandbox pod.")
     namespace: str | None = option(
@@ -94,22 +95,6 @@ class KubernetesOptions(BaseOptions):
     )
     pod_labels: dict[str, str] = option(doc="Extra pod labels (keys under `envlayer/` are reserved).", factory=dict)
     pod_annotations: dict[str, str] = option(doc="Extra pod annotations.", factory=dict)
-    persist_across_processes: bool = option(
-        True,
-        doc="Share one pod per (profile, task) across processes and machines; cleanup() leaves it running. "
-        "False: a private pod per environment, deleted by cleanup(). Per-process setting.",
-    )
-    on_fingerprint_mismatch: Literal["recreate", "error"] = option(
-        "recreate",
-        doc="What to do when the (profile, task) pod was made from different options: `recreate` deletes it "
-        "and creates a new one; `error` raises. Per-process setting.",
-    )
-    exec_mode: Literal["session", "oneshot"] = option(
-        "session",
-        doc="`session`: commands share one long-lived shell exec (cd and export persist); `oneshot`: every "
-        "command is its own exec. Per-process setting.",
-    )
-    shell: str = option("/bin/sh", doc="Shell for sessions and string commands. Per-process setting.")
     forward_env: list[str] = option(
         doc="Names of host environment variables whose values are passed to every command (over the exec's "
         "stdin; never in the pod spec, argv or logs). Per-process setting.",
@@ -119,18 +104,11 @@ class KubernetesOptions(BaseOptions):
         300.0, doc="How long to wait for a Pending pod to run, in seconds. Per-process setting."
     )
     api_timeout: float = option(30.0, doc="Timeout of one API request, in seconds. Per-process setting.")
-    max_transfer_bytes: int = option(
-        1_073_741_824, doc="Largest directory archive upload_dir/download_dir will move, in bytes. Per-process setting."
-    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if not self.image.strip():
             raise OptionError("image", "must not be empty")
-        if self.cwd is not None and not self.cwd.startswith("/"):
-            raise OptionError("cwd", "must be an absolute path inside the container")
-        if not self.shell.startswith("/"):
-            raise OptionError("shell", "must be an absolute path, e.g. /bin/sh")
         if self.namespace is not None and (len(self.namespace) > 63 or not DNS_LABEL.match(self.namespace)):
             raise OptionError("namespace", f"{self.namespace!r} is not a namespace name (lowercase, digits, -)")
         for key in ("requests", "limits"):
@@ -176,12 +154,6 @@ class KubernetesOptions(BaseOptions):
             raise OptionError("startup_timeout", "must be > 0")
         if self.api_timeout <= 0:
             raise OptionError("api_timeout", "must be > 0")
-        if self.max_transfer_bytes < 0:
-            raise OptionError("max_transfer_bytes", "must be >= 0")
-        for key in ("forward_env", "env"):
-            for name in getattr(self, key):
-                if not ENV_NAME.match(name):
-                    raise OptionError(key, f"{name!r} is not a valid variable name")
 
     @property
     def has_workspace_volume(self) -> bool:
@@ -190,8 +162,3 @@ class KubernetesOptions(BaseOptions):
             return self.workspace_volume == "emptyDir"
         chosen = (self.run_as_user, self.run_as_group, self.fs_group)
         return self.security_preset != "none" or any(v is not None for v in chosen)
-
-    @property
-    def workdir(self) -> str:
-        """The container's working directory (``cwd`` or ``/workspace``)."""
-        return self.cwd or DEFAULT_WORKDIR

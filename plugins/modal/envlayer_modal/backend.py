@@ -15,16 +15,17 @@ Lifecycle (details in docs/backends/modal.md):
   one long-lived exec, :mod:`envlayer_modal.session`) or one ``Sandbox.exec`` each
   (``"oneshot"``). A timeout or an interrupt kills the command's process tree inside the
   sandbox, which stays usable.
-* A sandbox found terminated when a command starts (the exec was refused, so the command
-  provably did not run) is replaced once and the command runs there, with
-  ``ExecResult.recovered`` saying so; a command is never run twice.
+* A sandbox found ended when a command starts (the exec, or the write of the command to
+  the session shell, failed, and the control plane reports the sandbox ended, whatever the
+  error code: :func:`envlayer_modal.sandbox.ended_error`) is replaced once in persist mode
+  and the command runs there, with ``ExecResult.recovered`` saying so; a private
+  environment raises :class:`BackendUnavailable`. A command is never run twice.
 
 Importing this module does not import the Modal SDK.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
 import os
@@ -35,73 +36,52 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from envlayer.agent_env import with_command_defaults
-from envlayer.cancel import CancelToken, killer_for
-from envlayer.capabilities import Capability
+from envlayer.cancel import killer_for
 from envlayer.collector import OutputCollector
-from envlayer.environment import Command, Environment, SandboxInfo
+from envlayer.environment import SandboxInfo
 from envlayer.errors import BackendUnavailable
 from envlayer.options import BaseOptions
-from envlayer.output import OutputCallback
 from envlayer.proctree import EXEC_ID_VAR
 from envlayer.request import ExecRequest, check_path, file_payload
 from envlayer.result import TIMEOUT_EXIT_CODE, ExecResult
+from envlayer.sandbox_base import MANAGED_SANDBOX_CAPABILITIES, SandboxEnvironment
 from envlayer.sandbox_paths import check_real_path
 from envlayer.transfer import TransferSummary
 from envlayer_modal import teardown
 from envlayer_modal.options import ModalOptions
 from envlayer_modal.reaper import LEASE_PATH
+from envlayer_modal.sandbox import NotStarted
 
 log = logging.getLogger("envlayer.modal")
 T = TypeVar("T")
 
-ALL_CAPABILITIES = frozenset(
-    {
-        Capability.FORCE_REMOVE,
-        Capability.WAIT_FOR_CLEANUP,
-        Capability.REAP_ORPHANS,
-        Capability.LIST_SANDBOXES,
-        Capability.REMOVE_SANDBOX,
-        Capability.STREAMING,
-        Capability.PERSISTENT_SESSION,
-        Capability.DIRECTORY_TRANSFER,
-        Capability.PERSIST_ACROSS_PROCESSES,
-    }
-)
+ALL_CAPABILITIES = MANAGED_SANDBOX_CAPABILITIES
 LEASE_INTERVAL = 30.0
 _HELPER_TIMEOUT = 300.0
 
 
-class _NotStarted(Exception):
-    """Modal refused to start an exec because the sandbox is gone: the command provably
-    did not run, so replacing the sandbox and running it is safe."""
-
-
-class ModalEnvironment(Environment):
+class ModalEnvironment(SandboxEnvironment):
     """Commands and files in a Modal sandbox; see the module docstring."""
 
     name = "modal"
     Options = ModalOptions
     capabilities = ALL_CAPABILITIES
     options: ModalOptions
+    recovery_hint = "check the Modal dashboard; something keeps terminating it"
 
     def __init__(
         self, options: BaseOptions | None = None, *, task_id: str = "default", profile: str = "default"
     ) -> None:
         super().__init__(options, task_id=task_id, profile=profile)
-        if not isinstance(self.options, ModalOptions):
-            raise TypeError(f"ModalEnvironment needs ModalOptions, got {type(self.options).__name__}")
         from envlayer_modal.client import connect
 
-        opts = self.options
-        if opts.exec_mode == "oneshot":
-            self.capabilities = ALL_CAPABILITIES - {Capability.PERSISTENT_SESSION}
-        if not opts.persist_across_processes:
-            self.capabilities = self.capabilities - {Capability.PERSIST_ACROSS_PROCESSES}
-        self._conn = connect(opts)
+        self._conn = connect(self.options)
         self._state_lock = threading.RLock()
         self._last_lease = 0.0
         self._teardown: threading.Thread | None = None
         self._attached: Any = None
+        self._notice = ""
+        self._detached = False
         self._session: Any = None
         self._session_lock = threading.Lock()
         self._attach()
@@ -114,13 +94,16 @@ class ModalEnvironment(Environment):
         attached = ensure(
             self._conn, profile=self.profile, task=self.task_id, persist=self.options.persist_across_processes
         )
+        self._use(attached)
+        log.debug(
+            "%s sandbox %s for task %r", "created" if attached.created else "attached to", attached.id, self.task_id
+        )
+
+    def _use(self, attached: Any) -> None:
         with self._state_lock:
             self._attached = attached
             self._drop_session()
             self._session = self._new_session()
-        log.debug(
-            "%s sandbox %s for task %r", "created" if attached.created else "attached to", attached.id, self.task_id
-        )
 
     @property
     def sandbox_id(self) -> str:
@@ -132,26 +115,52 @@ class ModalEnvironment(Environment):
         """The name of the sandbox in use (unique in the App)."""
         return str(self._attached.name)
 
-    def _recover(self, seen_id: str) -> None:
-        """The sandbox ``seen_id`` is gone: attach again (which creates
-        a new one). When another thread already did so, there is nothing to do."""
+    # --- recovery (the base retries once, see envlayer.sandbox_base) ---------------------
+
+    def is_gone(self, exc: Exception) -> bool:
+        """The control plane reports the sandbox ended and the command was not started."""
+        return isinstance(exc, NotStarted)
+
+    def sandbox_identity(self) -> str:
+        return self.sandbox_id
+
+    def recover(self, seen: str) -> str:
+        """The sandbox ``seen`` has ended: replace it (persist mode) or raise (a private
+        environment), see :func:`envlayer_modal.sandbox.recover`. Returns the notice for
+        ``ExecResult.recovered``; when another thread already replaced it, that thread's notice."""
+        from envlayer_modal import sandbox
+
         with self._state_lock:
-            if self._attached is not None and self._attached.id != seen_id:
-                return
-            log.warning("sandbox %s for task %r is gone; attaching again", self.sandbox_id, self.task_id)
-            self._attach()
+            if self._attached is not None and self._attached.id != seen:
+                return self._notice
+            code = sandbox.sandbox_ended(self._attached.sandbox)
+            attached, self._notice = sandbox.recover(
+                self._conn,
+                self._attached,
+                -1 if code is None else code,
+                profile=self.profile,
+                task=self.task_id,
+                persist=self.options.persist_across_processes,
+            )
+            self._use(attached)
+            return self._notice
 
     def _start_exec(self, argv: list[str], env: Mapping[str, str]) -> Any:
-        """``Sandbox.exec`` with ``text=False``. A refusal meaning "the sandbox is gone"
-        becomes :class:`_NotStarted`; every other failure :class:`BackendUnavailable`."""
-        from envlayer_modal.client import translate
+        """``Sandbox.exec`` with ``text=False``, retried while throttled (refused before it
+        ran). A failure after which the control plane reports the sandbox ended becomes
+        :class:`NotStarted`; every other failure :class:`BackendUnavailable`."""
+        from envlayer_modal.client import control, throttled, translate
+        from envlayer_modal.sandbox import ended_error
 
-        exc_mod = self._conn.modal.exception
+        attached = self._attached
         try:
-            return self._attached.sandbox.exec(*argv, env=dict(env), text=False)
-        except (exc_mod.NotFoundError, exc_mod.ConflictError, exc_mod.SandboxTerminatedError) as exc:
-            raise _NotStarted(str(exc)) from exc
+            return control(
+                lambda: attached.sandbox.exec(*argv, env=dict(env), text=False), "starting a command", throttled
+            )
         except Exception as exc:
+            ended = ended_error(exc, self._conn, attached)
+            if ended is not None:
+                raise ended from exc
             raise translate(exc, "starting a command") from exc
 
     def _command_env(self, extra: Mapping[str, str] | None, exec_id: str | None) -> dict[str, str]:
@@ -168,72 +177,24 @@ class ModalEnvironment(Environment):
             return True
         return False
 
-    # --- exec -------------------------------------------------------------------------------
+    # --- exec: the base owns the contract and the session-or-one-shot choice ----------------
 
-    def exec(
-        self,
-        command: Command,
-        *,
-        cwd: str | None = None,
-        env: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-        stdin: bytes | str | None = None,
-        on_output: OutputCallback | None = None,
-        cancel: CancelToken | None = None,
-    ) -> ExecResult:
-        """Run ``command`` in the sandbox; see :class:`~envlayer.environment.Environment`.
-        ``cancel.cancel()`` from another thread kills the command's tree (and, in the
-        session, the shell) and the call returns the output so far with
-        ``cancelled=True`` (exit 130).
+    def session_lock(self) -> threading.Lock | None:
+        return self._session_lock if self._session is not None else None
 
-        In session mode the command runs in the persistent shell when it is free (another
-        thread's command makes this call run one-shot). ``on_output(stream, chunk)``
-        receives ``"stdout"``/``"stderr"`` chunks as they arrive (uncapped), on the calling
-        thread. Raises :class:`BackendUnavailable` when Modal cannot be reached, or when the
-        sandbox ended while the command ran (it is not re-run; the next call replaces the
-        sandbox); bad arguments raise ``InvalidArgument`` (nothing ran).
-        """
-        request = self.make_request(
-            command, cwd=cwd, env=env, timeout=timeout, stdin=stdin, on_output=on_output, cancel=cancel
-        )
-        for attempt in (0, 1):
-            seen = self.sandbox_id
-            collector = OutputCollector.for_request(request, self.options)
-            try:
-                result = self._run(request, collector)
-                return dataclasses.replace(result, recovered="sandbox recreated") if attempt else result
-            except _NotStarted as exc:
-                if attempt:
-                    raise BackendUnavailable(
-                        f"the sandbox for task {self.task_id!r} is gone again right after being recreated: {exc}",
-                        hint="check the Modal dashboard; something keeps terminating it",
-                    ) from exc
-                self._recover(seen)
-        raise AssertionError("unreachable")
-
-    def _run(self, request: ExecRequest, collector: OutputCollector) -> ExecResult:
+    def run_in_session(self, request: ExecRequest) -> ExecResult:
         session = self._session
-        if session is not None and self._session_lock.acquire(blocking=False):
-            try:
-                started = time.monotonic()
-                request = dataclasses.replace(
-                    request, deadline=None if request.timeout is None else started + request.timeout
-                )
-                prelude = f": > {LEASE_PATH} 2>/dev/null" if self._touch_lease() else ""
-                outcome = session.run(request, collector, prelude=prelude)
-            finally:
-                self._session_lock.release()
-            return collector.result(
-                request, outcome.exit_code, timed_out=outcome.timed_out, recovered=outcome.recovered
-            )
-        return self._run_oneshot(request, collector)
+        if session is None:  # replaced by a recovery in another thread a moment ago
+            return self.run_oneshot(request)
+        prelude = f": > {LEASE_PATH} 2>/dev/null" if self._touch_lease() else ""
+        return self.run_shell(session, request, prelude=prelude)
 
-    def _run_oneshot(self, request: ExecRequest, collector: OutputCollector) -> ExecResult:
+    def run_oneshot(self, request: ExecRequest) -> ExecResult:
         from envlayer_modal import oneshot
         from envlayer_modal.process import Process
 
-        cwd = posixpath.join(self.options.workdir, request.cwd) if request.cwd else self.options.workdir
-        argv = oneshot.oneshot_argv(self.options.shell, request.command, cwd=cwd, touch_lease=self._touch_lease())
+        collector = OutputCollector.for_request(request, self.options)
+        argv = self._oneshot_argv(request)
         proc = Process(self._start_exec(argv, self._command_env(request.env, request.exec_id)))
         oneshot.feed_stdin(proc, request.stdin)
         kill = functools.partial(self._kill, request.exec_id)
@@ -245,6 +206,21 @@ class ModalEnvironment(Environment):
             self._check_still_running("the command's exec ended without an exit status")
             return collector.result(request, 255)
         return collector.result(request, outcome.code)
+
+    def _oneshot_argv(self, request: ExecRequest) -> list[str]:
+        """The exec argv of a one-shot command; one over the SDK's 64 KiB argument limit is
+        staged in a file first (see :mod:`envlayer_modal.oneshot`)."""
+        from envlayer_modal import files, oneshot
+
+        shell, lease = self.options.shell, self._touch_lease()
+        cwd = self.call_directory(request, self.options.workdir)
+        argv = oneshot.oneshot_argv(shell, request.command, cwd=cwd, touch_lease=lease)
+        if not oneshot.too_long(argv):
+            return argv
+        path = f"/tmp/.envlayer-cmd-{request.exec_id}"
+        script = oneshot.script_of(request.command)
+        self._files_call(lambda sb: files.write(sb, path, script), "staging a long command")
+        return oneshot.script_argv(shell, path, cwd=cwd, touch_lease=lease)
 
     def _check_still_running(self, what: str) -> None:
         """After an exec vanished: if the sandbox is gone, the command may or may not have
@@ -276,33 +252,32 @@ class ModalEnvironment(Environment):
         from envlayer_modal import oneshot
         from envlayer_modal.process import Process
 
-        for attempt in (0, 1):
-            seen = self.sandbox_id
-            try:
-                proc = Process(self._start_exec(argv, self._command_env(None, None)))
-            except _NotStarted as exc:
-                if not recover:
-                    return 255, b"", str(exc).encode()
-                if attempt:
-                    raise BackendUnavailable(
-                        "the sandbox keeps disappearing", hint="check the Modal dashboard"
-                    ) from None
-                self._recover(seen)
-                continue
-            oneshot.feed_stdin(proc, data)
-            collector = OutputCollector(limit, "head")
-            outcome = oneshot.collect(proc, collector, time.monotonic() + _HELPER_TIMEOUT)
-            code = 255 if outcome.code is None or outcome.timed_out else outcome.code
-            return code, collector.buffers["stdout"].getvalue(), collector.buffers["stderr"].getvalue()
-        raise AssertionError("unreachable")
+        def start() -> Any:
+            return Process(self._start_exec(argv, self._command_env(None, None)))
+
+        try:
+            proc = self.with_recovery(start, again=self._keeps_disappearing)[0] if recover else start()
+        except NotStarted as exc:
+            return 255, b"", str(exc).encode()
+        oneshot.feed_stdin(proc, data)
+        collector = OutputCollector(limit, "head")
+        outcome = oneshot.collect(proc, collector, time.monotonic() + _HELPER_TIMEOUT)
+        code = 255 if outcome.code is None or outcome.timed_out else outcome.code
+        return code, collector.buffers["stdout"].getvalue(), collector.buffers["stderr"].getvalue()
+
+    @staticmethod
+    def _keeps_disappearing(exc: Exception) -> BackendUnavailable:
+        return BackendUnavailable(f"the sandbox keeps disappearing: {exc}", hint="check the Modal dashboard")
 
     def _new_session(self) -> Any:
         """A (not yet started) persistent shell in the current sandbox, or None in one-shot mode."""
         from envlayer_modal import files
+        from envlayer_modal.sandbox import ended_error
         from envlayer_modal.session import shell_session
 
         if self.options.exec_mode != "session":
             return None
+        attached = self._attached
         return shell_session(
             self._start_exec,
             lambda argv, data: self._helper(argv, data, recover=False),
@@ -311,6 +286,7 @@ class ModalEnvironment(Environment):
             cwd=self.options.workdir,
             idle_exit=self.options.session_idle_exit,
             upload=lambda path, data: self._files_call(lambda sb: files.write(sb, path, data), f"staging {path}"),
+            ended=lambda exc: ended_error(exc, self._conn, attached),
         )
 
     def _drop_session(self) -> None:
@@ -331,20 +307,22 @@ class ModalEnvironment(Environment):
         return full
 
     def _files_call(self, fn: Callable[[Any], T], doing: str) -> T:
+        """``fn(sandbox)``; a sandbox found ended (asked of the control plane) is replaced
+        once (persist mode) and ``fn`` runs again: a file call is idempotent."""
         from envlayer_modal.client import translate
+        from envlayer_modal.sandbox import ended_error
 
-        exc_mod = self._conn.modal.exception
-        for attempt in (0, 1):
-            seen = self.sandbox_id
+        def attempt() -> T:
+            attached = self._attached
             try:
-                return fn(self._attached.sandbox)
-            except (exc_mod.NotFoundError, exc_mod.ConflictError) as exc:
-                if attempt:
+                return fn(attached.sandbox)
+            except self._conn.modal.exception.Error as exc:
+                ended = ended_error(exc, self._conn, attached)
+                if ended is None:
                     raise translate(exc, doing) from exc
-                self._recover(seen)
-            except exc_mod.Error as exc:
-                raise translate(exc, doing) from exc
-        raise AssertionError("unreachable")
+                raise ended from exc
+
+        return self.with_recovery(attempt, again=lambda exc: translate(exc.__cause__ or exc, doing))[0]
 
     def read_file(self, path: str) -> bytes:
         """Read a file from the sandbox; see :class:`~envlayer.environment.Environment`."""
@@ -390,20 +368,36 @@ class ModalEnvironment(Environment):
     # --- lifecycle -------------------------------------------------------------------------------
 
     def cleanup(self, *, force_remove: bool = False) -> None:
-        """Release this handle. Persist mode: the sandbox keeps running (until
+        """Release this handle (also this process's connection to the sandbox,
+        ``Sandbox.detach``). Persist mode: the sandbox keeps running (until
         ``idle_timeout``). With ``force_remove`` or ``persist_across_processes = false``:
         terminate it in the background (see :meth:`wait_for_cleanup`). Idempotent;
         ``cleanup(force_remove=True)`` after a plain ``cleanup()`` still terminates it.
         Never raises."""
+        from envlayer_modal.sandbox import detach_quietly
+
         with self._state_lock:
             self._closed = True
             try:
                 self._drop_session()
             except Exception:
                 pass
+            attached, detached = self._attached, self._detached
             remove = force_remove or not self.options.persist_across_processes
-            if remove and self._teardown is None and self._attached is not None:
-                self._teardown = teardown.schedule(self._attached.sandbox, self._attached.id)
+            if attached is None or (self._teardown is not None) or (detached and not remove):
+                return
+            if remove:
+                conn = self._conn
+
+                def handle() -> Any:
+                    if detached:  # released by an earlier plain cleanup(): look it up again
+                        return conn.modal.Sandbox.from_id(attached.id, client=conn.client)
+                    return attached.sandbox
+
+                self._teardown = teardown.schedule(handle, attached.id)
+            else:
+                detach_quietly(attached.sandbox)  # the sandbox runs on; this process lets go of it
+            self._detached = True
 
     def wait_for_cleanup(self, timeout: float) -> bool:
         """Block up to ``timeout`` seconds for this environment's termination; True when
@@ -454,16 +448,15 @@ class ModalEnvironment(Environment):
         without ``force`` only those in which no command is running are terminated."""
         from envlayer.idle_check import parse_idle_check
         from envlayer_modal import reaper
+        from envlayer_modal.sandbox import terminate_quietly
 
         conn = cls._class_conn(options)
         removed = []
         for sb, tags in reaper.list_managed(conn, profile=profile, task=task_id):
             if not force and not parse_idle_check(reaper.idle_output(sb, conn.options.shell), 0.0, 0.0):
                 continue
-            try:
-                sb.terminate()
-            except Exception as exc:
-                log.warning("could not terminate %s: %r", sb.object_id, exc)
+            if not terminate_quietly(sb):
+                log.warning("could not terminate %s", sb.object_id)
                 continue
             removed.append(reaper.info_from(sb, tags, "terminated"))
         return removed

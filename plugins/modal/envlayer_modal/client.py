@@ -13,25 +13,44 @@ Error mapping (:func:`translate`), each with a hint naming what to do:
 * an image Modal cannot build or pull -> :class:`BackendUnavailable` naming the image;
 * quota and rate limits (``RESOURCE_EXHAUSTED``) -> :class:`BackendUnavailable` saying to wait
   or free sandboxes (``envlayer reap`` / ``envlayer rm``).
+
+Throttling and transient failures of the control plane (:func:`control`): the SDK retries
+DEADLINE_EXCEEDED, UNAVAILABLE, CANCELLED, INTERNAL and UNKNOWN 3 times within about 0.7 s,
+and RESOURCE_EXHAUSTED only when the server attaches a retry policy
+(``modal/_utils/grpc_utils.py``, ``RETRYABLE_GRPC_STATUS_CODES``, ``DEFAULT_MAX_RETRIES`` and
+``_retry_transient_errors``). What it then raises (``ResourceExhaustedError``,
+``ServiceError``, ``InternalError``, ``ConnectionError``) is retried once more with backoff by
+:func:`envlayer.retry.call_with_retries`, bounded by :data:`CONTROL_POLICY` and logged, for
+calls that are safe to repeat (lookups, listing, tags, polls, terminate, a create by unique
+name). Starting a command is retried only when throttled (:func:`throttled`): the router
+refused it before running anything, so it still runs once. So a call never fails on the
+first throttle, and a quota that stays exhausted still fails within about 10 s.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import threading
 import urllib.parse
 from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from envlayer.errors import BackendUnavailable
+from envlayer.retry import RetryPolicy, Transient, call_with_retries
 from envlayer_modal.options import ModalOptions
 
 DEFAULT_SERVER_URL = "https://api.modal.com"
 CREDENTIALS_HINT = (
     "run `modal token new`, or set MODAL_TOKEN_ID and MODAL_TOKEN_SECRET (a token from modal.com/settings/tokens)"
 )
+CONTROL_POLICY = RetryPolicy(attempts=5, base_delay=0.5, max_delay=4.0, budget=10.0)
+"""Retries of a control-plane call after the SDK's own (module docstring)."""
 _LOCK = threading.Lock()
+T = TypeVar("T")
+log = logging.getLogger("envlayer.modal")
 _PROBED: set[str] = set()
 
 
@@ -99,12 +118,42 @@ def connect(options: ModalOptions) -> Connection:
     try:
         with _LOCK:
             client = modal.Client.from_env()
-        app = modal.App.lookup(
-            options.app_name, create_if_missing=True, environment_name=options.environment_name, client=client
+        app = control(
+            lambda: modal.App.lookup(
+                options.app_name, create_if_missing=True, environment_name=options.environment_name, client=client
+            ),
+            f"looking up app {options.app_name!r}",
         )
     except Exception as exc:
         raise translate(exc, f"connecting to Modal (app {options.app_name!r})") from exc
     return Connection(modal, client, app, options)
+
+
+def transient(exc: BaseException) -> Transient | None:
+    """A control-plane error worth another try after the SDK's own retries, or None."""
+    from modal import exception as E
+
+    if isinstance(exc, E.ResourceExhaustedError):
+        return Transient(f"throttled (RESOURCE_EXHAUSTED: {exc})")
+    if isinstance(exc, (E.ServiceError, E.InternalError, E.ConnectionError)):
+        return Transient(f"{type(exc).__name__}: {exc}")
+    return None
+
+
+def throttled(exc: BaseException) -> Transient | None:
+    """Only a throttle (``RESOURCE_EXHAUSTED``): a refusal before any work was done."""
+    from modal import exception as E
+
+    return transient(exc) if isinstance(exc, E.ResourceExhaustedError) else None
+
+
+def control(
+    fn: Callable[[], T], doing: str, classify: Callable[[BaseException], Transient | None] = transient
+) -> T:
+    """``fn()``, an idempotent control-plane call, retried while ``classify`` (by default
+    :func:`transient`) says so (module docstring); the last error is raised unchanged.
+    Starting a command, which is not idempotent, passes :func:`throttled`."""
+    return call_with_retries(fn, classify, doing=f"modal: {doing}", policy=CONTROL_POLICY, logger=log)
 
 
 def translate(exc: BaseException, doing: str) -> Exception:

@@ -1,7 +1,9 @@
 """Files through ``sb.filesystem``; directories as tar archives over an exec.
 
 Guarantees (the same as the Docker backend's): a read is refused before transferring
-anything when the file is over the cap (:class:`FileTooLarge`, from ``filesystem.stat``);
+anything when the file is over the cap (:class:`FileTooLarge`, from ``filesystem.stat``,
+which describes a symlink rather than its target, so symlinks are followed to the file
+they name: :func:`target_info`);
 a directory named as a file raises :class:`SandboxIsADirectory`; a missing file raises
 :class:`SandboxFileNotFound`; ``write`` creates missing parent directories; archive
 members that would land outside the download target raise :class:`SandboxPathError`
@@ -11,6 +13,7 @@ members that would land outside the download target raise :class:`SandboxPathErr
 from __future__ import annotations
 
 import os
+import posixpath
 from typing import Any
 
 from envlayer.archive import pack_dir, safe_extract, tar_summary
@@ -34,12 +37,27 @@ def _translate(exc: Exception, path: str, operation: str) -> Exception | None:
     return None
 
 
+MAX_SYMLINK_HOPS = 40
+"""As Linux's ``MAXSYMLINKS``: a longer chain (or a loop) is refused, as ``open`` would."""
+
+
+def target_info(sandbox: Any, path: str) -> Any:
+    """``filesystem.stat`` of the file ``path`` names, following symlinks by their
+    ``symlink_target`` (relative ones from the link's directory)."""
+    for _ in range(MAX_SYMLINK_HOPS):
+        info = sandbox.filesystem.stat(path)
+        if not info.is_symlink() or not info.symlink_target:
+            return info
+        path = posixpath.normpath(posixpath.join(posixpath.dirname(path), info.symlink_target))
+    raise OSError(f"too many levels of symbolic links: {path}")
+
+
 def read(sandbox: Any, path: str, limit: int) -> bytes:
     """The bytes of the file at absolute ``path`` (see the module guarantees)."""
     from modal.types import FileType
 
     try:
-        info = sandbox.filesystem.stat(path)
+        info = target_info(sandbox, path)
         if info.type == FileType.DIRECTORY:
             raise SandboxIsADirectory(path)
         if info.size > limit:

@@ -12,10 +12,17 @@ tree is killed inside the sandbox while the output keeps being read
 (:func:`envlayer.streams.drain_while`). Should Modal still report its own timeout codes
 (-1 for a client-side exec deadline, 137 for a killed exec) after the deadline, they are the
 core's timeout result (124, ``timed_out``).
+
+The SDK refuses an exec whose arguments add up to more than 64 KiB (``ARG_MAX_BYTES`` and
+``_validate_exec_args`` in ``modal/sandbox/_common.py``, an ``InvalidError`` before any RPC).
+A longer command (a string, or an argv list, quoted) is written to a file in the sandbox
+first (:func:`script_of`, :func:`script_argv`); the wrapper opens it, removes it and runs it
+with the shell, so nothing of it stays behind and the command's stdin is still its own.
 """
 
 from __future__ import annotations
 
+import shlex
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -40,10 +47,32 @@ WRAPPER = (
 )
 
 
+ARG_LIMIT = 2**16
+"""The SDK's limit on the total length of an exec's arguments (module docstring)."""
+SCRIPT_WRAPPER = 'f=$3; exec 3< "$f" || exit 126; rm -f -- "$f"; a=$1; b=$2; shift 3; set -- "$a" "$b" "$@"; ' + WRAPPER
+"""``WRAPPER`` for a command staged in file ``$3``: it runs as ``shell /proc/self/fd/3``."""
+
+
 def oneshot_argv(shell: str, command: str | Sequence[str], *, cwd: str, touch_lease: bool) -> list[str]:
     """The exec argv: the wrapper, then ``shell -c <string>`` or the argv itself."""
     inner = [shell, "-c", command] if isinstance(command, str) else [str(a) for a in command]
     return [shell, "-c", WRAPPER, "envlayer", cwd, "1" if touch_lease else "", *inner]
+
+
+def too_long(argv: Sequence[str]) -> bool:
+    """Whether the SDK would refuse ``argv`` (it counts characters, as here)."""
+    return sum(len(a) for a in argv) > ARG_LIMIT
+
+
+def script_of(command: str | Sequence[str]) -> bytes:
+    """The shell script that runs ``command``: the string itself, or the argv quoted."""
+    text = command if isinstance(command, str) else "exec " + shlex.join(str(a) for a in command)
+    return text.encode("utf-8", "surrogateescape")
+
+
+def script_argv(shell: str, path: str, *, cwd: str, touch_lease: bool) -> list[str]:
+    """The exec argv that runs the script staged at ``path`` (see :func:`script_of`)."""
+    return [shell, "-c", SCRIPT_WRAPPER, "envlayer", cwd, "1" if touch_lease else "", path, shell, "/proc/self/fd/3"]
 
 
 @dataclass(frozen=True)

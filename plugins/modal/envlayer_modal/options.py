@@ -14,19 +14,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Literal
+from envlayer.options import OptionError, option
+from envlayer.sandbox_options import ContainerOptions
 
-from envlayer.options import BaseOptions, OptionError, option
-
-DEFAULT_WORKDIR = "/workspace"
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 APP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 TAG_KEY = re.compile(r"^[A-Za-z0-9_.-]{1,63}$")
 RESERVED_TAG_PREFIX = "envlayer."
 
 
 @dataclass(kw_only=True)
-class ModalOptions(BaseOptions):
+class ModalOptions(ContainerOptions):
     """Options of the Modal backend. ``cwd`` defaults to ``/workspace``."""
 
     app_name: str = option(
@@ -63,23 +60,6 @@ class ModalOptions(BaseOptions):
         "cost-safety default for persist mode. Unset disables it (then only `sandbox_timeout` ends a "
         "sandbox nobody cleans up).",
     )
-    persist_across_processes: bool = option(
-        True,
-        doc="Share one sandbox per (profile, task) across processes, found by its name; cleanup() leaves it "
-        "running until idle_timeout. False: a private sandbox per environment, terminated by cleanup(). "
-        "Per-process setting.",
-    )
-    on_fingerprint_mismatch: Literal["recreate", "error"] = option(
-        "recreate",
-        doc="When the (profile, task) sandbox was made from different options: `recreate` terminates it and "
-        "creates a new one; `error` raises. Per-process setting.",
-    )
-    exec_mode: Literal["session", "oneshot"] = option(
-        "session",
-        doc="`session`: commands share one long-lived shell exec (cd and export persist, a few ms a call); "
-        "`oneshot`: every command is its own `Sandbox.exec`. Per-process setting.",
-    )
-    shell: str = option("/bin/sh", doc="Shell for the session and for string commands. Per-process setting.")
     session_idle_exit: int = option(
         600,
         doc="A session shell that read no command and ran no child process for this many seconds exits by "
@@ -94,9 +74,6 @@ class ModalOptions(BaseOptions):
         doc="Seconds to wait for a TCP connection to the Modal API before reporting it unreachable. "
         "Per-process setting.",
     )
-    max_transfer_bytes: int = option(
-        1_073_741_824, doc="Largest archive upload_dir/download_dir will move, in bytes. Per-process setting."
-    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -104,10 +81,6 @@ class ModalOptions(BaseOptions):
             raise OptionError("app_name", "must be 1-63 letters, digits, '.', '_' or '-', starting alphanumeric")
         if not self.image.strip():
             raise OptionError("image", "must not be empty")
-        if self.cwd is not None and not self.cwd.startswith("/"):
-            raise OptionError("cwd", "must be an absolute path inside the sandbox")
-        if not self.shell.startswith("/"):
-            raise OptionError("shell", "must be an absolute path, e.g. /bin/sh")
         if self.cpu is not None and self.cpu <= 0:
             raise OptionError("cpu", "must be > 0 (or unset for Modal's default)")
         if self.memory is not None and self.memory <= 0:
@@ -120,19 +93,9 @@ class ModalOptions(BaseOptions):
             raise OptionError("session_idle_exit", "must be > 0 seconds")
         if self.connect_timeout <= 0:
             raise OptionError("connect_timeout", "must be > 0")
-        if self.max_transfer_bytes < 0:
-            raise OptionError("max_transfer_bytes", "must be >= 0")
-        for name in self.env:
-            if not ENV_NAME.match(name):
-                raise OptionError("env", f"{name!r} is not a valid variable name")
         for name in self.secrets:
             if not name.strip():
                 raise OptionError("secrets", "secret names must not be empty")
         for key in self.tags:
             if key.startswith(RESERVED_TAG_PREFIX) or not TAG_KEY.match(key):
                 raise OptionError("tags", f"{key!r}: use 1-63 of [A-Za-z0-9_.-], not starting with `envlayer.`")
-
-    @property
-    def workdir(self) -> str:
-        """The sandbox's working directory (``cwd`` or ``/workspace``)."""
-        return self.cwd or DEFAULT_WORKDIR

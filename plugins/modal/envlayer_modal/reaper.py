@@ -13,12 +13,20 @@ Reaper (:func:`reap`), only ever for sandboxes tagged with THIS profile:
   when there is none) AND no process started by a command is alive in it. Both are read
   by one exec inside the sandbox just before the decision; anything unexpected means
   "keep it". So a sandbox running a command, and every other profile's sandbox, is spared.
+
+Modal counts that exec as activity, so it restarts the sandbox's ``idle_timeout``. The SDK
+gives no last-activity time for a sandbox (``Sandbox.list`` objects carry neither it nor
+the idle timeout), so the probe is skipped where the tags already decide
+(:func:`needs_probe`): a sandbox younger than ``max_age`` cannot have been unused that long,
+and one whose own idle timeout is at most ``max_age`` is left to Modal, which ends it once
+it is idle that long.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
@@ -28,7 +36,7 @@ from envlayer.idle_check import idle_check_script, parse_idle_check
 from envlayer.owner import owner_is_dead
 from envlayer.shell_script import SESSION_VAR
 from envlayer_modal import tags as T
-from envlayer_modal.client import Connection
+from envlayer_modal.client import Connection, control
 
 log = logging.getLogger("envlayer.modal.reaper")
 LEASE_PATH = "/tmp/.envlayer-lease"
@@ -41,12 +49,16 @@ IDLE_CHECK = idle_check_script(LEASE_PATH, SESSION_VAR)
 def list_managed(conn: Connection, *, profile: str | None, task: str | None = None) -> list[tuple[Any, dict[str, str]]]:
     """(sandbox, tags) of the running envlayer sandboxes in the App (of ``profile`` /
     ``task`` when given). A sandbox that ends while being listed is left out."""
+    listed = control(
+        lambda: list(
+            conn.modal.Sandbox.list(app_id=conn.app_id, tags=T.selector(profile=profile, task=task), client=conn.client)
+        ),
+        "listing sandboxes",
+    )
     found = []
-    for sb in conn.modal.Sandbox.list(
-        app_id=conn.app_id, tags=T.selector(profile=profile, task=task), client=conn.client
-    ):
+    for sb in listed:
         try:
-            found.append((sb, sb.get_tags()))
+            found.append((sb, control(sb.get_tags, f"reading the tags of {sb.object_id}")))
         except conn.modal.exception.NotFoundError:
             continue
     return found
@@ -77,6 +89,16 @@ def idle_output(sb: Any, shell: str) -> bytes:
     return out if proc.wait() == 0 else b""
 
 
+def needs_probe(tags: Mapping[str, str], max_age: float, *, now: float | None = None) -> bool:
+    """Whether the reaper must look inside a sandbox with these tags (module docstring);
+    unknown or malformed tags mean "probe"."""
+    created = T.created_at(tags)
+    if created is not None and (time.time() if now is None else now) - created < max_age:
+        return False
+    idle = T.idle_timeout(tags)
+    return not (idle is not None and 0 < idle <= max_age)
+
+
 def reap(conn: Connection, *, profile: str, max_age: float, dry_run: bool) -> list[SandboxInfo]:
     """Terminate this profile's orphaned sandboxes (module rules). Returns what was (or,
     with ``dry_run``, would be) terminated. Raises only when listing fails."""
@@ -87,11 +109,13 @@ def reap(conn: Connection, *, profile: str, max_age: float, dry_run: bool) -> li
         try:
             owner = tags.get(T.OWNER)
             orphan = tags.get(T.PERSIST) == "0" and bool(owner) and owner_is_dead(owner or "")
+            if not orphan and not needs_probe(tags, max_age):
+                return None
             if not orphan and not parse_idle_check(idle_output(sb, shell), T.created_at(tags), max_age):
                 return None
             info = info_from(sb, tags, "terminated" if not dry_run else "running")
             if not dry_run:
-                sb.terminate()
+                control(sb.terminate, f"terminating {sb.object_id}")
             return info
         except Exception as exc:
             log.warning("reaper: skipping %s: %r", getattr(sb, "object_id", "?"), exc)

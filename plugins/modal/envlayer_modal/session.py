@@ -37,12 +37,14 @@ def shell_session(
     cwd: str,
     idle_exit: int,
     upload: Callable[[str, bytes], None],
+    ended: Callable[[BaseException], BaseException | None],
 ) -> PersistentShell:
-    """The session shell of an environment (not started yet)."""
+    """The session shell of an environment (not started yet). ``ended`` tells a refused
+    write from a sandbox that had ended (see :class:`~envlayer_modal.stream.ExecStream`)."""
 
     def open_stream() -> ByteStream:
         environment = {**env, SESSION_VAR: uuid.uuid4().hex}
-        return ExecStream(Process(start_exec(session_argv(shell, idle_exit), environment)))
+        return ExecStream(Process(start_exec(session_argv(shell, idle_exit), environment)), ended)
 
     def run_aside(argv: list[str]) -> None:
         code, out, err = helper(argv, None)

@@ -19,6 +19,7 @@ idle, and Modal's ``idle_timeout`` terminates it.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from envlayer.errors import BackendUnavailable
@@ -55,8 +56,13 @@ def session_argv(shell: str, idle_exit: int) -> list[str]:
 class ExecStream:
     """:class:`~envlayer.streams.ByteStream` over one ``Sandbox.exec`` (see the module)."""
 
-    def __init__(self, process: Process) -> None:
+    def __init__(self, process: Process, ended: Callable[[BaseException], BaseException | None] | None = None) -> None:
+        """``ended(error)``, asked when a write fails, returns the exception meaning "the
+        sandbox had ended, so nothing was sent" (or None): :meth:`exit_status` raises it."""
         self.process = process
+        self._ended_check = ended
+        self._refused: BaseException | None = None
+        self._broken = False
         self._ended: set[int] = set()
         self._code: int | None = None
         self._exited = False
@@ -69,6 +75,9 @@ class ExecStream:
         try:
             self.process.send(data)
         except Exception as exc:
+            self._broken = True
+            if self._ended_check is not None:
+                self._refused = self._ended_check(exc)
             raise BrokenPipeError(f"the session exec no longer takes input: {exc}") from exc
 
     def _take(self, event: tuple[int, Any]) -> tuple[str, bytes] | None:
@@ -98,7 +107,10 @@ class ExecStream:
     def exit_status(self, wait: float) -> int | None:
         """The exec's exit status once it ended (``None`` when Modal does not say within
         ``wait`` seconds). Raises :class:`BackendUnavailable` when the exec's status could
-        not be read at all (the sandbox or the connection is gone)."""
+        not be read at all (the sandbox or the connection is gone), and the ``ended``
+        exception when a write was refused because the sandbox had ended."""
+        if self._refused is not None:
+            raise self._refused
         end = time.monotonic() + wait
         while not self._exited:
             event = self.process.next_event(max(end - time.monotonic(), 0.0))
@@ -113,10 +125,14 @@ class ExecStream:
         return self._code
 
     def close(self) -> None:
-        """Close the exec's stdin (the shell sees EOF and exits). Idempotent; never raises."""
+        """Close the exec's stdin (the shell sees EOF and exits). Idempotent; never raises.
+        After a failed write nothing is sent: the SDK would resend the failed bytes and,
+        for a router that answers UNAVAILABLE, retry for about 10 s."""
         if self._closed:
             return
         self._closed = True
+        if self._broken:
+            return
         try:
             self.process.send(b"", eof=True)
         except Exception:

@@ -8,10 +8,13 @@ exactly. ``Sandbox.list`` objects carry no creation time, so it is a tag too.
 
 from __future__ import annotations
 
+import getpass
+import os
 import time
 from collections.abc import Mapping
 from typing import Any
 
+from envlayer.owner import owner_label
 from envlayer.sandbox_tags import fingerprint, sanitize
 from envlayer_modal.options import ModalOptions
 
@@ -22,6 +25,13 @@ FINGERPRINT = "envlayer.fingerprint"
 PERSIST = "envlayer.persist"
 OWNER = "envlayer.owner"
 CREATED_AT = "envlayer.created-at"
+CREATOR = "envlayer.creator"
+"""``<login name>@<host>`` of the process that created the sandbox (:func:`creator_label`):
+sandbox names are shared by everyone in the Modal workspace, and only the creator's own
+user on its own host may replace a sandbox over a fingerprint mismatch."""
+IDLE_TIMEOUT = "envlayer.idle-timeout"
+"""The sandbox's ``idle_timeout`` in seconds (0: none), for the reaper: the SDK's
+``Sandbox.list`` objects do not expose it."""
 
 
 def fingerprint_inputs(options: ModalOptions) -> dict[str, Any]:
@@ -48,6 +58,17 @@ def sandbox_fingerprint(options: ModalOptions) -> str:
     return fingerprint(fingerprint_inputs(options))
 
 
+def creator_label() -> str:
+    """``<login name>@<host>`` for this process, sanitized; the host is the owner label's
+    (host name and pid namespace, :mod:`envlayer.owner`)."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = f"uid{os.getuid()}"
+    host = (owner_label() or "--unknown").split("-", 2)[2]
+    return sanitize(f"{user}@{host}")
+
+
 def create_tags(
     *, profile: str, task: str, options: ModalOptions, persist: bool, owner: str | None, now: float | None = None
 ) -> dict[str, str]:
@@ -63,6 +84,8 @@ def create_tags(
             FINGERPRINT: sandbox_fingerprint(options),
             PERSIST: "1" if persist else "0",
             CREATED_AT: str(int(time.time() if now is None else now)),
+            IDLE_TIMEOUT: str(options.idle_timeout or 0),
+            CREATOR: creator_label(),
         }
     )
     return tags
@@ -80,7 +103,16 @@ def selector(*, profile: str | None, task: str | None = None) -> dict[str, str]:
 
 def created_at(tags: Mapping[str, str]) -> float | None:
     """Epoch seconds from the created-at tag; None when missing or malformed."""
+    return _number(tags, CREATED_AT)
+
+
+def idle_timeout(tags: Mapping[str, str]) -> float | None:
+    """The sandbox's idle timeout from its tag (0: none); None when missing or malformed."""
+    return _number(tags, IDLE_TIMEOUT)
+
+
+def _number(tags: Mapping[str, str], key: str) -> float | None:
     try:
-        return float(tags[CREATED_AT])
+        return float(tags[key])
     except (KeyError, ValueError):
         return None

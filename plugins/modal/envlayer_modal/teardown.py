@@ -1,13 +1,16 @@
 """Background termination: ``Sandbox.terminate`` on a worker thread of
 :mod:`envlayer.background`, joined by ``wait_for_cleanup`` and, up to 15 s, at interpreter
 exit, so a process that exits right after ``cleanup()`` does not leave its sandbox running
-(and billing).
+(and billing). The handle is detached afterwards (``Sandbox.detach``: its command-router
+connection is closed), so a long-lived process that makes many environments keeps no
+connection per closed one.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from envlayer import background
@@ -15,16 +18,23 @@ from envlayer import background
 log = logging.getLogger("envlayer.modal.teardown")
 
 
-def _terminate(sandbox: Any, sandbox_id: str) -> None:
+def _terminate(handle: Callable[[], Any], sandbox_id: str) -> None:
+    from envlayer_modal.client import control
+    from envlayer_modal.sandbox import detach_quietly
+
     try:
-        sandbox.terminate()
+        sandbox = handle()
+        control(sandbox.terminate, f"terminating sandbox {sandbox_id}")
     except Exception as exc:
         log.warning("terminating sandbox %s failed: %r", sandbox_id, exc)
+        return
+    detach_quietly(sandbox)
 
 
-def schedule(sandbox: Any, sandbox_id: str) -> threading.Thread:
-    """Start terminating ``sandbox`` in the background; return the worker."""
-    return background.schedule(lambda: _terminate(sandbox, sandbox_id), f"envlayer-modal-teardown-{sandbox_id}")
+def schedule(handle: Callable[[], Any], sandbox_id: str) -> threading.Thread:
+    """Start terminating the sandbox ``handle()`` returns (a fresh handle when the
+    environment's own was already detached) in the background; return the worker."""
+    return background.schedule(lambda: _terminate(handle, sandbox_id), f"envlayer-modal-teardown-{sandbox_id}")
 
 
 def wait_all(timeout: float) -> bool:

@@ -42,15 +42,13 @@ def _docker_problem() -> str | None:
 
 @pytest.fixture(scope="session")
 def fake_modal() -> Iterator[launcher.FakeModal]:
-    """The running fake server; this process's environment points the SDK at it."""
+    """The running fake server (``_fake_modal_env`` points the SDK at it)."""
     problem = _docker_problem()
     if problem:
         if os.environ.get("CI") == "true":
             pytest.fail(f"Modal tests cannot run: {problem}. Run scripts/provision first.", pytrace=False)
         pytest.skip(f"{problem}; run scripts/provision (starts dockerd, builds {IMAGE}) to enable the Modal tests")
     fake = launcher.start(extra_env=[("FAKE_MODAL_QUOTA_TAG", QUOTA_TAG)])
-    saved = {k: os.environ.get(k) for k in fake.env()}
-    os.environ.update(fake.env())
     try:
         yield fake
     finally:
@@ -58,11 +56,17 @@ def fake_modal() -> Iterator[launcher.FakeModal]:
 
         teardown.wait_all(30)
         fake.stop()
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+
+
+@pytest.fixture(autouse=True)
+def _fake_modal_env(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """This process's environment points the SDK at the fake while a test that uses it runs,
+    and only then: under pytest-xdist a worker runs other directories' tests in the same
+    process after these (``envlayer ls`` there must not reach a Modal server)."""
+    if "fake_modal" in request.fixturenames:
+        fake: launcher.FakeModal = request.getfixturevalue("fake_modal")
+        for key, value in fake.env().items():
+            monkeypatch.setenv(key, value)
 
 
 @pytest.fixture(scope="session")
@@ -121,3 +125,13 @@ def run_python(fake_modal: launcher.FakeModal) -> Callable[..., Any]:
         return proc.stdout
 
     return run
+
+
+@pytest.fixture
+def faults(fake_modal: launcher.FakeModal) -> Iterator[Callable[..., None]]:
+    """``faults(**modes)`` switches failure modes of the fake on (see ``server.Faults``);
+    every one is switched off again at the end of the test."""
+    try:
+        yield fake_modal.set_faults
+    finally:
+        fake_modal.set_faults()

@@ -15,21 +15,13 @@ from typing import Any
 
 import pytest
 from modal_testenv import APP, IMAGE, QUOTA_TAG, child_code
+from modal_testenv import running as _running
 
 from envlayer.errors import BackendUnavailable
 from envlayer.sandbox_tags import sanitize
 from envlayer.testing.racing import race
 
 pytestmark = pytest.mark.modal
-
-
-def _running(task: str, profile: str) -> list[str]:
-    """Ids of the running envlayer sandboxes of (profile, task), listed with the SDK."""
-    import modal
-
-    app = modal.App.lookup(APP, create_if_missing=True)
-    want = {"envlayer.managed": "1", "envlayer.profile": sanitize(profile), "envlayer.task": sanitize(task)}
-    return [sb.object_id for sb in modal.Sandbox.list(app_id=app.app_id, tags=want)]
 
 
 def _wait_until(predicate: Any, timeout: float = 15.0) -> bool:
@@ -347,3 +339,26 @@ def test_session_commands_refresh_the_reapers_lease(make_env: Any) -> None:
     env = make_env()
     env.exec("true").check()
     assert env.exec("test -e /tmp/.envlayer-lease && echo leased").stdout == b"leased\n"
+
+
+def test_fingerprint_mismatch_never_terminates_another_users_sandbox(
+    fake_modal: Any, make_env: Any, profile: str
+) -> None:
+    """Sandbox names are shared by everyone in the workspace: a sandbox that another user
+    (here: another login name) created with other options is refused, not replaced."""
+    import modal
+
+    task = f"shared-{uuid.uuid4().hex[:6]}"
+    code = child_code(task, profile) + "print(env.sandbox_id)\n"
+    env = {**os.environ, **fake_modal.env(), "USER": "someone-else", "LOGNAME": "someone-else"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    theirs = proc.stdout.strip()
+    try:
+        with pytest.raises(BackendUnavailable) as info:
+            make_env(task, memory=256)
+        assert "someone-else" in str(info.value) and "not terminated" in str(info.value)
+        assert _running(task, profile) == [theirs]
+        assert make_env(task).sandbox_id == theirs  # same options: shared as before
+    finally:
+        modal.Sandbox.from_id(theirs).terminate()

@@ -18,6 +18,7 @@ import pytest
 from modal_testenv import LIVE_CREDENTIALS, LIVE_ENV
 
 pytestmark = [
+    pytest.mark.live,
     pytest.mark.modal,
     pytest.mark.skipif(
         not LIVE_CREDENTIALS, reason="live Modal tests need MODAL_TOKEN_ID and MODAL_TOKEN_SECRET (they cost money)"
@@ -77,3 +78,45 @@ def test_live_names_are_unique_per_app_and_attach_works() -> None:
         """
     )
     assert out.strip() == "True"
+
+
+def test_live_a_sandbox_ended_under_the_holder_long_commands_and_symlinks() -> None:
+    """What only real Modal can show for issue 21: what the router answers for a sandbox
+    terminated under its holder (printed, so the fake's ``ended_router_status`` choices can
+    be checked) and that the next call recreates it; a 100 KB one-shot command; the size
+    cap on a symlink's target (``filesystem.stat`` of a symlink, and its ``symlink_target``)."""
+    task = f"live-{uuid.uuid4().hex[:8]}"
+    out = _run(
+        f"""
+        import dataclasses
+        import modal
+        from envlayer.errors import FileTooLarge
+        env = ModalEnvironment(opts, task_id={task!r}, profile="envlayer-live")
+        small_opts = dataclasses.replace(opts, exec_mode="oneshot", max_file_bytes=1000)
+        small = ModalEnvironment(small_opts, task_id={task!r}, profile="envlayer-live")
+        try:
+            assert small.exec("v=" + "x" * 100000 + "; echo ${{#v}}").stdout == b"100000\\n"
+            small.exec("head -c 5000 /dev/zero > big.bin && ln -sf big.bin link").check()
+            info = small._attached.sandbox.filesystem.stat(small.options.workdir + "/link")
+            print("stat of a symlink:", info.type, info.size, info.symlink_target)
+            try:
+                small.read_file("link")
+                raise AssertionError("the cap did not hold for the symlink's target")
+            except FileTooLarge:
+                pass
+            gone = env.sandbox_id
+            modal.Sandbox.from_id(gone).terminate(wait=True)
+            try:
+                env._attached.sandbox.exec("true").wait()
+                print("router answer for an ended sandbox: none (the exec ran)")
+            except Exception as exc:
+                print("router answer for an ended sandbox:", type(exc).__name__, exc)
+            r = env.exec("echo back")
+            assert r.stdout == b"back\\n" and r.recovered == "sandbox recreated", r
+            assert env.sandbox_id != gone
+        finally:
+            env.cleanup(force_remove=True)
+            assert env.wait_for_cleanup(60)
+        """
+    )
+    assert "router answer" in out, out

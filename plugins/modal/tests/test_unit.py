@@ -49,6 +49,8 @@ def test_create_tags_carry_identity_and_never_let_user_tags_override() -> None:
         T.FINGERPRINT: T.sandbox_fingerprint(opts),
         T.PERSIST: "0",
         T.CREATED_AT: "1000",
+        T.IDLE_TIMEOUT: "900",
+        T.CREATOR: T.creator_label(),
     }
     assert T.selector(profile="team/alpha", task="t 1") == {
         T.MANAGED: "1",
@@ -131,6 +133,22 @@ def test_oneshot_wrapper_runs_argv_and_strings_in_cwd(tmp_path) -> None:
     assert proc.returncode == 126 and b"working directory does not exist" in proc.stderr
 
 
+def test_a_staged_long_command_keeps_argv_quoting_stdin_and_cwd_and_removes_its_file(tmp_path) -> None:
+    from envlayer_modal.oneshot import script_argv, script_of, too_long
+
+    command = ["printf", "%s|", "a b", "it's", "$HOME", "x" * 70_000]
+    assert too_long(oneshot_argv("/bin/sh", command, cwd="/", touch_lease=False))
+    staged = tmp_path / "cmd"
+    staged.write_bytes(script_of(command))
+    argv = script_argv("/bin/sh", str(staged), cwd=str(tmp_path), touch_lease=False)
+    assert not too_long(argv)
+    out = subprocess.run(argv, capture_output=True, timeout=30).stdout
+    assert out == b"a b|it's|$HOME|" + b"x" * 70_000 + b"|" and not staged.exists()
+    staged.write_bytes(script_of("pwd; cat; exit 4"))
+    proc = subprocess.run(argv, capture_output=True, input=b"in", timeout=30)
+    assert (proc.stdout, proc.returncode) == (f"{tmp_path}\nin".encode(), 4)
+
+
 def test_sdk_errors_map_to_backend_unavailable_with_hints() -> None:
     from modal import exception as E
 
@@ -154,3 +172,12 @@ def test_probe_reports_an_unreachable_api_at_once() -> None:
     with pytest.raises(BackendUnavailable) as info:
         probe([f"http://127.0.0.1:{port}"], timeout=2)
     assert "MODAL_SERVER_URL" in info.value.hint
+
+
+def test_the_creator_label_names_the_login_and_the_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOGNAME", "alice")
+    alice = T.creator_label()
+    monkeypatch.setenv("LOGNAME", "bob")
+    bob = T.creator_label()
+    assert alice.startswith("alice_") and bob.startswith("bob_")
+    assert alice.split("_", 1)[1][:8] == bob.split("_", 1)[1][:8]  # the same host

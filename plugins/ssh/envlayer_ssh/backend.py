@@ -17,20 +17,16 @@ import os
 import posixpath
 import shlex
 import threading
-import time
 import weakref
-from collections.abc import Mapping
 
 from envlayer.agent_env import with_command_defaults
-from envlayer.cancel import CancelToken
 from envlayer.capabilities import Capability
 from envlayer.collector import OutputCollector
-from envlayer.environment import Command, Environment
 from envlayer.errors import BackendUnavailable, EnvironmentClosed
 from envlayer.options import BaseOptions
-from envlayer.output import OutputCallback
 from envlayer.request import ExecRequest, check_path, file_payload
 from envlayer.result import ExecResult
+from envlayer.sandbox_base import SandboxEnvironment
 from envlayer.shell_script import command_text
 from envlayer.shell_session import PersistentShell
 from envlayer.transfer import TransferSummary
@@ -60,7 +56,7 @@ def _release(shared: pool.TargetPool, session: PersistentShell | None) -> None:
         pool.release(shared)
 
 
-class SSHEnvironment(Environment):
+class SSHEnvironment(SandboxEnvironment):
     """Runs commands on a remote host over SSH. See the module docstring for the lifecycle.
 
     Raises from the constructor: :class:`BackendUnavailable` (no host configured, host
@@ -71,6 +67,7 @@ class SSHEnvironment(Environment):
     Options = SSHOptions
     capabilities = frozenset({Capability.STREAMING, Capability.PERSISTENT_SESSION, Capability.DIRECTORY_TRANSFER})
     options: SSHOptions
+    wait_for_busy_session = True  # calls on one environment take turns in its shell
 
     def __init__(
         self, options: BaseOptions | None = None, *, task_id: str = "default", profile: str = "default"
@@ -80,7 +77,7 @@ class SSHEnvironment(Environment):
         self._pool = pool.acquire(self.target)
         self._files = RemoteFiles(self._pool)
         self._session: PersistentShell | None = None
-        if self.options.mode == "session":
+        if self.options.exec_mode == "session":
             self._session = shell_session(
                 self._pool,
                 shell=self.options.shell,
@@ -88,8 +85,6 @@ class SSHEnvironment(Environment):
                 cwd=self.options.cwd,
                 upload=self._files.write_private,
             )
-        else:
-            self.capabilities = frozenset({Capability.STREAMING, Capability.DIRECTORY_TRANSFER})
         self._finalizer = weakref.finalize(self, _release, self._pool, self._session)
         self._lock = threading.Lock()
         self._home: str | None = None
@@ -123,59 +118,39 @@ class SSHEnvironment(Environment):
         since the environment was created (each one is also logged at WARNING)."""
         return self._pool.reconnects - self._reconnects_seen
 
-    # --- exec -----------------------------------------------------------------------
+    # --- exec: the base owns the contract; in session mode calls wait for the shell --------
 
-    def exec(
-        self,
-        command: Command,
-        *,
-        cwd: str | None = None,
-        env: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-        stdin: bytes | str | None = None,
-        on_output: OutputCallback | None = None,
-        cancel: CancelToken | None = None,
-    ) -> ExecResult:
-        """Run ``command`` on the host; see :class:`~envlayer.environment.Environment`.
+    def run_request(self, request: ExecRequest) -> ExecResult:
+        """The base's run, plus: a cleanup() under a running command raises
+        :class:`EnvironmentClosed`; a reconnect during the call sets ``recovered``.
 
         In session mode calls on one environment run one at a time (the timeout counts
-        from when the call gets the shell). ``on_output(stream, chunk)`` is called from
-        the calling thread as output arrives (uncapped).
-
-        Raises :class:`~envlayer_ssh.errors.ConnectionLost` (a ``BackendUnavailable``)
-        when the connection dropped mid-command: it may or may not have run, and it is
-        not re-run. The next call reconnects. Bad arguments raise ``InvalidArgument``.
-        """
-        request = self.make_request(
-            command, cwd=cwd, env=env, timeout=timeout, stdin=stdin, on_output=on_output, cancel=cancel
-        )
-        collector = OutputCollector.for_request(request, self.options)
+        from when the call gets the shell). A dropped connection raises
+        :class:`~envlayer_ssh.errors.ConnectionLost` (a ``BackendUnavailable``): the
+        command may or may not have run, and it is not re-run; the next call reconnects."""
         reconnects_before = self._pool.reconnects
         try:
-            if self._session is not None:
-                with self._lock:
-                    self._ensure_open()
-                    started = time.monotonic()
-                    request = dataclasses.replace(
-                        request, deadline=None if request.timeout is None else started + request.timeout
-                    )
-                    outcome = self._session.run(request, collector)
-                if self._closed:
-                    # cleanup() closed the shell under this command: its end (often exit 255
-                    # from the closed channel, which the shell protocol cannot tell from the
-                    # command's own `exit`) is not the command's result
-                    raise self._closed_while_running()
-                result = collector.result(
-                    request, outcome.exit_code, timed_out=outcome.timed_out, recovered=outcome.recovered
-                )
-            else:
-                result = self._exec_oneshot(request, collector)
+            result = super().run_request(request)
         except BackendUnavailable as exc:
             if self._closed:  # our own cleanup() closed the shell or the last share of the connection
                 raise self._closed_while_running() from exc
             raise
         if self._pool.reconnects > reconnects_before:
             result = dataclasses.replace(result, recovered="reconnected")
+        return result
+
+    def session_lock(self) -> threading.Lock | None:
+        return self._lock if self._session is not None else None
+
+    def run_in_session(self, request: ExecRequest) -> ExecResult:
+        assert self._session is not None
+        self._ensure_open()
+        result = self.run_shell(self._session, request)
+        if self._closed:
+            # cleanup() closed the shell under this command: its end (often exit 255
+            # from the closed channel, which the shell protocol cannot tell from the
+            # command's own `exit`) is not the command's result
+            raise self._closed_while_running()
         return result
 
     def _closed_while_running(self) -> EnvironmentClosed:
@@ -185,7 +160,8 @@ class SSHEnvironment(Environment):
             hint="create a new environment",
         )
 
-    def _exec_oneshot(self, request: ExecRequest, collector: OutputCollector) -> ExecResult:
+    def run_oneshot(self, request: ExecRequest) -> ExecResult:
+        collector = OutputCollector.for_request(request, self.options)
         base = self.options.cwd
         cwd = request.cwd
         run_cwd = posixpath.join(base, cwd) if base and cwd else (cwd or base)

@@ -6,16 +6,19 @@ Each field is documented in its ``doc``; the configuration loader reads them fro
 
 from __future__ import annotations
 
+import logging
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Literal
 
 from envlayer.errors import InvalidArgument
-from envlayer.options import BaseOptions, OptionError, option
+from envlayer.options import OptionError, option
 from envlayer.request import check_env
+from envlayer.sandbox_options import EXEC_MODES, SandboxOptions
 
 HOST_KEY_POLICIES = ("strict", "accept-new", "insecure")
-MODES = ("session", "oneshot")
+log = logging.getLogger("envlayer.ssh")
 
 
 def check_env_names(env: Mapping[str, str], key: str = "env") -> None:
@@ -30,7 +33,7 @@ def check_env_names(env: Mapping[str, str], key: str = "env") -> None:
 
 
 @dataclass(kw_only=True)
-class SSHOptions(BaseOptions):
+class SSHOptions(SandboxOptions):
     """Options of the ssh backend. Unset connection fields fall back to ``~/.ssh/config``."""
 
     host: str | None = option(
@@ -65,10 +68,10 @@ class SSHOptions(BaseOptions):
     )
     connect_timeout: float = option(10.0, doc="Seconds allowed for TCP connect, banner and authentication.")
     keepalive: float = option(15.0, doc="Seconds between keepalive messages on an idle connection; 0 disables them.")
-    mode: Literal["session", "oneshot"] = option(
-        "session",
-        doc="session: one persistent shell per environment (cd and export persist, sub-millisecond "
-        "calls); oneshot: a fresh channel and shell per command.",
+    mode: Literal["session", "oneshot"] | None = option(
+        None,
+        doc="Deprecated (removed in the next release): the old name of `exec_mode`; a value given here is "
+        "used as `exec_mode`, with a DeprecationWarning.",
     )
     shell: str = option("/bin/sh", doc="Remote POSIX shell that runs commands.")
     max_sessions: int = option(
@@ -88,8 +91,7 @@ class SSHOptions(BaseOptions):
             raise OptionError("port", "must be between 1 and 65535")
         if self.host_key_policy not in HOST_KEY_POLICIES:
             raise OptionError("host_key_policy", f"must be one of {', '.join(HOST_KEY_POLICIES)}")
-        if self.mode not in MODES:
-            raise OptionError("mode", f"must be one of {', '.join(MODES)}")
+        self._take_deprecated_mode()
         if self.connect_timeout <= 0:
             raise OptionError("connect_timeout", "must be > 0")
         if self.keepalive < 0:
@@ -101,6 +103,20 @@ class SSHOptions(BaseOptions):
         if not self.shell:
             raise OptionError("shell", "must name a shell")
         check_env_names(self.env)
+
+    def _take_deprecated_mode(self) -> None:
+        """Apply the deprecated ``mode`` option as ``exec_mode`` (warning and logging once
+        per options object); ``mode`` and ``exec_mode`` set to different values is an error."""
+        if self.mode is None:
+            return
+        if self.mode not in EXEC_MODES:
+            raise OptionError("mode", f"must be one of {', '.join(EXEC_MODES)}")
+        if self.exec_mode != "session" and self.exec_mode != self.mode:
+            raise OptionError("mode", f"conflicts with exec_mode = {self.exec_mode!r}; set only exec_mode")
+        note = f"the ssh option `mode` is deprecated; use `exec_mode = {self.mode!r}` (ENVLAYER_SSH_EXEC_MODE)"
+        warnings.warn(note, DeprecationWarning, stacklevel=4)
+        log.warning("%s; `mode` will be removed in the next release", note)
+        self.exec_mode, self.mode = self.mode, None
 
     def __repr__(self) -> str:
         shown = ", ".join(

@@ -19,7 +19,7 @@ from envlayer.testing.secrets import ENVLAYER_SCRIPT, cli_exec_while_scanning, e
 def test_secret_reaches_the_command_only(sshd: SSHServer, make_env, mode: str, caplog) -> None:
     caplog.set_level(logging.DEBUG, logger="envlayer")
     marker = make_marker()
-    env = make_env(sshd, mode=mode)
+    env = make_env(sshd, exec_mode=mode)
     result, leaks = exec_while_scanning(env, marker)
     assert result.stdout_text == marker and leaks == []
     failed = env.exec("true", cwd="/nonexistent", env={"EL_TEST_SECRET": marker})
@@ -28,7 +28,7 @@ def test_secret_reaches_the_command_only(sshd: SSHServer, make_env, mode: str, c
 
 
 def test_oneshot_variables_keep_exact_values(sshd: SSHServer, make_env) -> None:
-    env = make_env(sshd, mode="oneshot")
+    env = make_env(sshd, exec_mode="oneshot")
     value = "a'b\"c\\d %s $HOME `x`\n\nend\n"
     result = env.exec('printf %s "$V"', env={"V": value}, stdin="the command's own stdin")
     assert result.stdout_text == value
@@ -39,7 +39,7 @@ def test_oneshot_variables_keep_exact_values(sshd: SSHServer, make_env) -> None:
 def test_cli_secret_from_the_callers_environment(sshd: SSHServer, mode: str) -> None:
     marker = make_marker()
     environ = {k: v for k, v in os.environ.items() if not k.startswith("ENVLAYER_")}
-    options = {k: v for k, v in sshd.options(mode=mode).items() if v is not None}
+    options = {k: v for k, v in sshd.options(exec_mode=mode).items() if v is not None}
     args = ["--backend", "ssh"]
     for key, value in options.items():
         args += ["-o", f"{key}={json.dumps(value) if not isinstance(value, str) else value}"]

@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from envlayer_ssh.backend import SSHEnvironment
@@ -18,6 +19,7 @@ from envlayer_ssh.options import SSHOptions
 from ssh_testserver import SSHServer
 
 from envlayer.capabilities import Capability, capabilities_of
+from envlayer.config import load_settings
 from envlayer.errors import BackendUnavailable, FileTooLarge, SandboxPathError, SandboxPermissionDenied
 from envlayer.options import OptionError
 from envlayer.registry import load_backend
@@ -42,7 +44,7 @@ def test_no_state_file_left_after_exit_then_cleanup(sshd: SSHServer, make_env) -
     assert env._session is not None
     state = f"{env._session.state_dir}/state"
     assert env.exec("export A=1; exit 3").exit_code == 3
-    observer = make_env(sshd, mode="oneshot")
+    observer = make_env(sshd, exec_mode="oneshot")
     assert observer.exec(f"test -f {state}").exit_code == 0, "the EXIT trap saved the exports"
     env.cleanup()
     assert observer.exec(f"test -f {state}").exit_code == 1
@@ -86,15 +88,15 @@ def test_missing_working_directory_is_126(sshd: SSHServer, make_env) -> None:
     result = env.exec("true")
     assert result.exit_code == 126
     assert b"working directory does not exist" in result.stderr
-    assert make_env(sshd, mode="oneshot").exec("true", cwd="/not/there").exit_code == 126
+    assert make_env(sshd, exec_mode="oneshot").exec("true", cwd="/not/there").exit_code == 126
 
 
 def test_configured_env_is_exported(sshd: SSHServer, make_env) -> None:
     for mode in ("session", "oneshot"):
-        env = make_env(sshd, mode=mode, env={"GREETING": "hi 'there'"})
+        env = make_env(sshd, exec_mode=mode, env={"GREETING": "hi 'there'"})
         assert env.exec('printf %s "$GREETING"').stdout == b"hi 'there'"
         assert env.exec("echo $PAGER $GIT_PAGER").stdout_text == "cat cat\n"  # agent default
-        assert make_env(sshd, mode=mode, env={"PAGER": "more"}).exec("echo $PAGER").stdout_text == "more\n"
+        assert make_env(sshd, exec_mode=mode, env={"PAGER": "more"}).exec("echo $PAGER").stdout_text == "more\n"
 
 
 def test_streaming_delivers_both_streams_as_they_come(sshd: SSHServer, make_env) -> None:
@@ -106,20 +108,20 @@ def test_streaming_delivers_both_streams_as_they_come(sshd: SSHServer, make_env)
 
 
 def test_oneshot_runs_the_configured_shell_even_when_login_shell_differs(sshd: SSHServer, make_env) -> None:
-    dash = make_env(sshd, mode="oneshot")
-    bash = make_env(sshd, mode="oneshot", shell="/bin/bash")
+    dash = make_env(sshd, exec_mode="oneshot")
+    bash = make_env(sshd, exec_mode="oneshot", shell="/bin/bash")
     assert dash.exec('printf %s "${BASH_VERSION:-none}"').stdout == b"none"
     assert bash.exec('printf %s "${BASH_VERSION:-none}"').stdout != b"none"
     assert dash._pool.login_shell_is == {"/bin/sh": True, "/bin/bash": False}
 
 
 def test_signal_death_of_the_oneshot_shell_is_255(sshd: SSHServer, make_env) -> None:
-    assert make_env(sshd, mode="oneshot").exec("kill -9 $$").exit_code == 255
+    assert make_env(sshd, exec_mode="oneshot").exec("kill -9 $$").exit_code == 255
 
 
 def test_capabilities_follow_the_mode(sshd: SSHServer, make_env) -> None:
     session = make_env(sshd)
-    oneshot = make_env(sshd, mode="oneshot")
+    oneshot = make_env(sshd, exec_mode="oneshot")
     assert Capability.PERSISTENT_SESSION in capabilities_of(session)
     assert Capability.PERSISTENT_SESSION not in capabilities_of(oneshot)
     for env in (session, oneshot):
@@ -145,7 +147,7 @@ def test_ssh_config_alias_supplies_host_port_user_and_key(sshd: SSHServer, make_
 @pytest.mark.parametrize("hops", [1, 2])
 def test_proxy_jump_through_jump_hosts(sshd: SSHServer, make_env, hops: int) -> None:
     hop = f"{sshd.user}@127.0.0.1:{sshd.port}"
-    env = make_env(sshd, proxy_jump=",".join([hop] * hops), mode="oneshot")
+    env = make_env(sshd, proxy_jump=",".join([hop] * hops), exec_mode="oneshot")
     chain, target = 0, env.target
     while target.jump is not None:
         chain, target = chain + 1, target.jump
@@ -202,12 +204,46 @@ def test_check_available_accepts_a_reachable_host(sshd: SSHServer) -> None:
 
 @pytest.mark.parametrize(
     ("key", "value"),
-    [("port", 0), ("host_key_policy", "yes"), ("mode", "pty"), ("max_sessions", 0), ("env", {"BAD-NAME": "x"})],
+    [
+        ("port", 0),
+        ("host_key_policy", "yes"),
+        ("exec_mode", "pty"),
+        ("mode", "pty"),
+        ("max_sessions", 0),
+        ("env", {"BAD-NAME": "x"}),
+    ],
 )
 def test_bad_options_are_rejected(key: str, value: object) -> None:
     with pytest.raises(OptionError) as info:
         SSHOptions(**{key: value})
     assert info.value.key == key
+
+
+def test_deprecated_mode_is_taken_as_exec_mode_with_a_warning_and_a_log_note(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`mode` (the old name of `exec_mode`) still works for one release: as a keyword, in a
+    config file and as ENVLAYER_SSH_MODE, each with a DeprecationWarning and a log note."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "envlayer.toml").write_text('[backends.ssh]\nmode = "oneshot"\n')
+    sources = {
+        "keyword": lambda: SSHOptions(mode="oneshot"),
+        "config file": lambda: load_settings(cwd=project, env={}).options_for("ssh", SSHOptions, env={}),
+        "variable": lambda: load_settings(cwd=tmp_path, env={"ENVLAYER_SSH_MODE": "oneshot"}).options_for(
+            "ssh", SSHOptions, env={"ENVLAYER_SSH_MODE": "oneshot"}
+        ),
+    }
+    for source, make in sources.items():
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="envlayer.ssh"):
+            with pytest.warns(DeprecationWarning, match="exec_mode"):
+                options = make()
+        assert (options.exec_mode, options.mode) == ("oneshot", None), source
+        assert "`mode` will be removed" in caplog.text, source
+    with pytest.raises(OptionError, match="conflicts with exec_mode") as info:
+        SSHOptions(mode="session", exec_mode="oneshot")
+    assert info.value.key == "mode"
 
 
 # --- files -------------------------------------------------------------------------------
@@ -251,7 +287,7 @@ def test_write_keeps_existing_mode(sshd: SSHServer, make_env) -> None:
 
 @pytest.mark.parametrize("way", ["tar", "sftp"])
 def test_directory_roundtrip(sshd: SSHServer, make_env, tmp_path, way: str) -> None:
-    env = make_env(sshd, mode="oneshot")
+    env = make_env(sshd, exec_mode="oneshot")
     if way == "sftp":
         env._files._tar_flavour = None  # a remote without tar: file by file over SFTP
     src = tmp_path / "src"
@@ -284,7 +320,7 @@ def test_directory_roundtrip(sshd: SSHServer, make_env, tmp_path, way: str) -> N
 
 
 def test_tar_upload_of_many_files_and_a_refused_target(sshd: SSHServer, make_env, tmp_path) -> None:
-    env = make_env(sshd, mode="oneshot")
+    env = make_env(sshd, exec_mode="oneshot")
     src = tmp_path / "many"
     for i in range(40):
         (src / f"d{i}").mkdir(parents=True)
@@ -307,7 +343,7 @@ def test_tar_upload_of_many_files_and_a_refused_target(sshd: SSHServer, make_env
 
 
 def test_directory_transfer_checks_size_cap_first(sshd: SSHServer, make_env, tmp_path) -> None:
-    env = make_env(sshd, mode="oneshot", max_file_bytes=1000)
+    env = make_env(sshd, exec_mode="oneshot", max_file_bytes=1000)
     (tmp_path / "small").write_bytes(b"s")
     (tmp_path / "big").write_bytes(b"b" * 2000)
     remote = f"/tmp/envlayer-cap-{os.getpid()}"
@@ -333,7 +369,10 @@ def test_importing_the_backend_does_not_import_paramiko() -> None:
 def test_cancel_from_another_thread_kills_the_remote_tree(sshd: SSHServer, make_env, mode: str) -> None:
     from envlayer.testing.cancelling import exec_cancelled_after_output
 
-    env = make_env(sshd, mode=mode)
-    result = exec_cancelled_after_output(env, "echo started; sleep 311 & sleep 312", timeout=120)
+    env = make_env(sshd, exec_mode=mode)
+    # Durations no other test uses: the loopback sandbox is this machine, where other tests
+    # (other pytest-xdist workers, other runs) have their own sleeps, e.g. the kit's 310-313.
+    first = 5000 + os.getpid() % 50_000 * 2
+    result = exec_cancelled_after_output(env, f"echo started; sleep {first} & sleep {first + 1}", timeout=120)
     assert result.cancelled and result.exit_code == 130 and result.stdout_text == "started\n"
-    assert env.exec("pgrep -f 'sleep 31[12]' || echo none").stdout_text == "none\n"
+    assert env.exec(f"pgrep -xf 'sleep ({first}|{first + 1})' || echo none").stdout_text == "none\n"

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.ssh
 class TestSSHSessionConformance(EnvironmentConformance, ExecContractConformance):
     @pytest.fixture
     def env(self, sshd: SSHServer) -> Iterator[SSHEnvironment]:
-        environment = SSHEnvironment(SSHOptions(**sshd.options(mode="session")))
+        environment = SSHEnvironment(SSHOptions(**sshd.options(exec_mode="session")))
         try:
             yield environment
         finally:
@@ -27,7 +27,7 @@ class TestSSHSessionConformance(EnvironmentConformance, ExecContractConformance)
 class TestSSHOneshotConformance(EnvironmentConformance, ExecContractConformance):
     @pytest.fixture
     def env(self, sshd: SSHServer) -> Iterator[SSHEnvironment]:
-        environment = SSHEnvironment(SSHOptions(**sshd.options(mode="oneshot")))
+        environment = SSHEnvironment(SSHOptions(**sshd.options(exec_mode="oneshot")))
         try:
             yield environment
         finally:

@@ -41,7 +41,7 @@ def _running(observer: SSHEnvironment, needle: str) -> list[str]:
 
 @pytest.mark.parametrize("mode", MODES)
 def test_sshd_restart_between_calls_reconnects_and_reports(own_sshd: SSHServer, make_env, mode: str, caplog) -> None:
-    env = make_env(own_sshd, mode=mode)
+    env = make_env(own_sshd, exec_mode=mode)
     assert env.exec("cd /tmp && echo one").stdout == b"one\n"
     own_sshd.restart()
     caplog.set_level(logging.WARNING, logger="envlayer.ssh")
@@ -57,7 +57,7 @@ def test_sshd_restart_between_calls_reconnects_and_reports(own_sshd: SSHServer, 
 
 
 def test_file_operations_reconnect_after_sshd_restart(own_sshd: SSHServer, make_env) -> None:
-    env = make_env(own_sshd, mode="oneshot", cwd="/tmp")
+    env = make_env(own_sshd, exec_mode="oneshot", cwd="/tmp")
     env.write_file("envlayer-reconnect.txt", b"before")
     own_sshd.restart()
     assert env.read_file("envlayer-reconnect.txt") == b"before"
@@ -70,7 +70,7 @@ def test_file_operations_reconnect_after_sshd_restart(own_sshd: SSHServer, make_
 def test_drop_mid_command_raises_may_have_run_and_is_not_rerun(
     own_sshd: SSHServer, make_env, mode: str, tmp_path
 ) -> None:
-    env = make_env(own_sshd, mode=mode)
+    env = make_env(own_sshd, exec_mode=mode)
     env.exec("rm -f /tmp/envlayer-drop-count; export EXPORTED_BEFORE=1").check()
     timer = threading.Timer(0.7, own_sshd.restart)
     timer.start()
@@ -110,8 +110,8 @@ def test_authentication_refused_is_backend_unavailable(sshd: SSHServer, make_env
 
 @pytest.mark.parametrize(("mode", "shell"), [("session", "/bin/sh"), ("oneshot", "/bin/sh"), ("oneshot", "/bin/bash")])
 def test_timeout_leaves_no_remote_process(sshd: SSHServer, make_env, mode: str, shell: str) -> None:
-    env = make_env(sshd, mode=mode, shell=shell)
-    observer = make_env(sshd, mode="oneshot")
+    env = make_env(sshd, exec_mode=mode, shell=shell)
+    observer = make_env(sshd, exec_mode="oneshot")
     n = _unique_sleep()
     script = f"sleep {n} & (sleep {n}; echo never) & sh -c 'sleep {n}' & setsid sleep {n} & sleep {n}"
     result = env.exec(script, timeout=1)
@@ -126,7 +126,7 @@ def test_session_builtin_loop_timeout_kills_the_shell(sshd: SSHServer, make_env)
     pid = env.exec('printf %s "$$"').stdout_text
     result = env.exec("while :; do :; done", timeout=1)
     assert result.timed_out
-    observer = make_env(sshd, mode="oneshot")
+    observer = make_env(sshd, exec_mode="oneshot")
     # A killed process stays a zombie until sshd reaps it; `kill -0` succeeds on a zombie,
     # so look at its state: the shell must be gone or a zombie (it runs nothing).
     state = observer.exec(f"cut -d' ' -f3 /proc/{pid}/stat 2>/dev/null || echo gone").stdout_text.strip()
@@ -138,7 +138,7 @@ def test_session_builtin_loop_timeout_kills_the_shell(sshd: SSHServer, make_env)
 
 def test_session_timeout_spares_earlier_background_jobs(sshd: SSHServer, make_env) -> None:
     env = make_env(sshd)
-    observer = make_env(sshd, mode="oneshot")
+    observer = make_env(sshd, exec_mode="oneshot")
     n = _unique_sleep()
     env.exec(f"sleep {n} > /dev/null 2>&1 &").check()
     assert env.exec("sleep 30", timeout=1).timed_out
@@ -148,8 +148,8 @@ def test_session_timeout_spares_earlier_background_jobs(sshd: SSHServer, make_en
 
 @pytest.mark.parametrize("mode", MODES)
 def test_interrupt_kills_remote_tree_and_propagates(sshd: SSHServer, make_env, mode: str) -> None:
-    env = make_env(sshd, mode=mode)
-    observer = make_env(sshd, mode="oneshot")
+    env = make_env(sshd, exec_mode=mode)
+    observer = make_env(sshd, exec_mode="oneshot")
     n = _unique_sleep()
 
     def interrupt(stream: str, chunk: bytes) -> None:
@@ -182,7 +182,7 @@ def _run_concurrently(func, count: int) -> list[object]:
 
 
 def test_twenty_concurrent_oneshot_commands_with_max_sessions_10(sshd: SSHServer, make_env) -> None:
-    env = make_env(sshd, mode="oneshot")
+    env = make_env(sshd, exec_mode="oneshot")
     results = _run_concurrently(lambda i: env.exec(f"sleep 0.3; echo {i}"), 20)
     for i, result in enumerate(results):
         assert not isinstance(result, BaseException), result
@@ -203,7 +203,7 @@ def test_server_limit_below_max_sessions_is_learned(make_env) -> None:
     server = SSHServer(max_sessions=3)
     try:
         server.start()
-        env = make_env(server, mode="oneshot", max_sessions=10)
+        env = make_env(server, exec_mode="oneshot", max_sessions=10)
         results = _run_concurrently(lambda i: env.exec(f"sleep 0.3; echo {i}"), 8)
         for i, result in enumerate(results):
             assert not isinstance(result, BaseException), result
@@ -219,7 +219,7 @@ def test_server_limit_below_max_sessions_is_learned(make_env) -> None:
 
 def test_cleanup_of_one_environment_keeps_the_shared_connection(sshd: SSHServer, make_env) -> None:
     first = make_env(sshd)
-    second = make_env(sshd, mode="oneshot")
+    second = make_env(sshd, exec_mode="oneshot")
     assert first._pool is second._pool
     transport = second._pool.connections[0].transport()
     first.cleanup()

@@ -22,14 +22,14 @@ MODES = ["session", "oneshot"]
 
 def _config(server: SSHServer, mode: str, tmp_path: Path) -> list[str]:
     """CLI options reaching ``server`` through a config file."""
-    lines = ["[backends.ssh]"] + [f"{key} = {json.dumps(value)}" for key, value in server.options(mode=mode).items()]
+    lines = ["[backends.ssh]"] + [f"{key} = {json.dumps(value)}" for key, value in server.options(exec_mode=mode).items()]
     path = tmp_path / f"envlayer-{mode}.toml"
     path.write_text("\n".join(lines) + "\n")
     return ["--config", str(path), "--backend", "ssh"]
 
 
 def _left_running(server: SSHServer, marker: str) -> str:
-    env = SSHEnvironment(SSHOptions(**server.options(mode="oneshot")))
+    env = SSHEnvironment(SSHOptions(**server.options(exec_mode="oneshot")))
     try:
         return env.exec(f"ps -eo pid,args | grep -e {marker} | grep -v grep || true").stdout_text
     finally:

@@ -56,7 +56,7 @@ def test_changed_host_key_refused(own_sshd: SSHServer, make_env, policy: str) ->
     own_sshd.new_host_key()
     own_sshd.restart()
     with pytest.raises(HostKeyError) as info:
-        make_env(own_sshd, host_key_policy=policy, mode="oneshot")
+        make_env(own_sshd, host_key_policy=policy, exec_mode="oneshot")
     assert "CHANGED" in info.value.message
     assert f"ssh-keygen -R '[127.0.0.1]:{own_sshd.port}' -f {own_sshd.files.known_hosts}" in info.value.hint
     assert Path(own_sshd.files.known_hosts).read_text() == before
@@ -77,7 +77,7 @@ def test_accept_new_records_the_key_then_strict_accepts_it(own_sshd: SSHServer, 
     assert env.exec("echo first").stdout == b"first\n"
     assert known.read_text() == own_sshd.host_key_line()
     assert oct(known.stat().st_mode & 0o777) == "0o600"
-    strict = make_env(own_sshd, known_hosts=str(known), mode="oneshot")
+    strict = make_env(own_sshd, known_hosts=str(known), exec_mode="oneshot")
     assert strict.exec("echo again").stdout == b"again\n"
     assert known.read_text() == own_sshd.host_key_line()
 

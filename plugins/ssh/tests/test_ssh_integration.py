@@ -34,12 +34,12 @@ def _config(tmp_path, sshd: SSHServer) -> str:
 def test_open_environment_from_file_and_env_vars(sshd: SSHServer, tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("ENVLAYER_SSH_KEY_FILES", sshd.files.client_key)
     monkeypatch.setenv("ENVLAYER_SSH_KNOWN_HOSTS", sshd.files.known_hosts)
-    monkeypatch.setenv("ENVLAYER_SSH_MODE", "oneshot")
+    monkeypatch.setenv("ENVLAYER_SSH_EXEC_MODE", "oneshot")
     monkeypatch.setenv("ENVLAYER_SSH_MAX_SESSIONS", "4")
     settings = load_settings(config_path=_config(tmp_path, sshd))
     with open_environment(settings=settings, task_id="t1") as env:
         assert env.name == "ssh" and env.task_id == "t1"
-        assert env.options.mode == "oneshot" and env.options.max_sessions == 4
+        assert env.options.exec_mode == "oneshot" and env.options.max_sessions == 4
         assert env.options.key_files == [sshd.files.client_key]
         assert env.exec("echo configured").stdout == b"configured\n"
 
@@ -83,7 +83,7 @@ def test_concurrent_calls_on_one_session_are_serialized(sshd: SSHServer, make_en
 
 @pytest.mark.parametrize("mode", ["session", "oneshot"])
 def test_cleanup_while_a_command_runs(sshd: SSHServer, make_env, mode: str) -> None:
-    env = make_env(sshd, mode=mode)
+    env = make_env(sshd, exec_mode=mode)
     errors: list[BaseException] = []
     results: list[object] = []
     marker = f"/tmp/envlayer-cleanup-while-running-{uuid.uuid4().hex}"  # the server is this machine

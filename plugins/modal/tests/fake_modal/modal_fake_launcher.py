@@ -60,6 +60,19 @@ class FakeModal:
         """Calls the fake answered UNIMPLEMENTED."""
         return [r for r in self.calls() if r["unimplemented"]]
 
+    @property
+    def faults_path(self) -> str:
+        return os.path.join(self.workdir, "faults.json")
+
+    def set_faults(self, **faults: object) -> None:
+        """Switch failure modes on (see ``server.Faults``: ``ended_router_status``,
+        ``fail_next``); ``set_faults()`` switches every one off. Atomic: the server
+        reads the whole new text on its next RPC."""
+        tmp = self.faults_path + ".tmp"
+        with open(tmp, "w") as fh:
+            json.dump({**faults, "_set_at": time.monotonic_ns()}, fh)
+        os.replace(tmp, self.faults_path)
+
     def containers(self) -> list[str]:
         """Ids of the containers this fake made that still exist."""
         out = subprocess.run(
@@ -103,6 +116,8 @@ def start(*, page_size: int = 5, extra_env: Iterable[tuple[str, str]] = (), time
             str(page_size),
             "--parent-pid",
             str(os.getpid()),
+            "--faults",
+            os.path.join(workdir, "faults.json"),
         ],
         stdin=subprocess.DEVNULL,
         stdout=stderr,

@@ -26,3 +26,14 @@ def child_code(task: str, profile: str, **opts: Any) -> str:
         "from envlayer_modal.options import ModalOptions\n"
         f"env = ModalEnvironment(ModalOptions(**{opts!r}), task_id={task!r}, profile={profile!r})\n"
     )
+
+
+def running(task: str, profile: str) -> list[str]:
+    """Ids of the running envlayer sandboxes of (profile, task), listed with the SDK."""
+    import modal
+
+    from envlayer.sandbox_tags import sanitize
+
+    app = modal.App.lookup(APP, create_if_missing=True)
+    want = {"envlayer.managed": "1", "envlayer.profile": sanitize(profile), "envlayer.task": sanitize(task)}
+    return [sb.object_id for sb in modal.Sandbox.list(app_id=app.app_id, tags=want)]

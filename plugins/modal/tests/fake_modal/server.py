@@ -140,11 +140,57 @@ class Sandbox:
         return sum(1 for e in self.execs.values() if e.returncode is None)
 
 
+class Faults:
+    """Failure modes a test switches on while the fake runs, by writing a JSON file
+    (:meth:`modal_fake_launcher.FakeModal.set_faults`); it is re-read whenever its text
+    changes, and each new text resets the counters:
+
+    * ``ended_router_status``: the gRPC status name the router answers for an ended
+      sandbox's task (see :meth:`State.refuse_if_ended`);
+    * ``fail_next``: ``{rpc: [status, n]}``: the next ``n`` calls of ``rpc`` answer
+      ``status`` (e.g. ``RESOURCE_EXHAUSTED`` for a throttled caller, ``UNAVAILABLE`` for
+      a gateway that could not serve it) before reaching the handler. Plain statuses,
+      without the ``RPCRetryPolicy`` detail the SDK would honour on its own
+      (``modal/_utils/grpc_utils.py``, ``_retry_transient_errors``), so the caller sees
+      the error as Modal's gateway sends it when it gives no retry hint.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._text = ""
+        self._data: dict[str, Any] = {}
+        self._left: dict[str, list[Any]] = {}
+
+    def current(self) -> dict[str, Any]:
+        if not self.path:
+            return {}
+        try:
+            with open(self.path) as fh:
+                text = fh.read()
+        except FileNotFoundError:
+            text = ""
+        if text != self._text:
+            self._text = text
+            self._data = json.loads(text) if text.strip() else {}
+            self._left = {rpc: list(spec) for rpc, spec in self._data.get("fail_next", {}).items()}
+        return self._data
+
+    def take(self, rpc: str) -> Status | None:
+        """The status the next call of ``rpc`` must fail with, or None (counts it)."""
+        self.current()
+        spec = self._left.get(rpc)
+        if not spec or spec[1] <= 0:
+            return None
+        spec[1] -= 1
+        return Status[spec[0]]
+
+
 class State:
     """Everything the fake knows; all mutation happens on the event loop thread."""
 
-    def __init__(self, run_id: str, page_size: int, log_path: str) -> None:
+    def __init__(self, run_id: str, page_size: int, log_path: str, faults_path: str = "") -> None:
         self.run_id = run_id
+        self.faults = Faults(faults_path)
         self.page_size = page_size
         self.apps: dict[tuple[str, str], str] = {}
         self.app_names: dict[str, str] = {}
@@ -179,10 +225,23 @@ class State:
         sb = self.by_task.get(task_id)
         if sb is None:
             raise GRPCError(Status.NOT_FOUND, f"task {task_id} not found")
+        self.refuse_if_ended(sb)
         if sb.result is not None:
             raise GRPCError(Status.NOT_FOUND, f"task {task_id} has finished")
         sb.last_active = time.monotonic()
         return sb
+
+    def refuse_if_ended(self, sb: Sandbox) -> None:
+        """With ``ended_router_status`` switched on, every router call for an ended sandbox's
+        task (also one in flight when it ended) answers that status. By default a new exec
+        gets NOT_FOUND (:meth:`task`; the task is gone while its worker still answers:
+        ``modal/sandbox/_task_command_router_client.py``, ``exec_wait``: "If just the task
+        shuts down, the task command router will return a NOT_FOUND error") and streams in
+        flight end. UNAVAILABLE is the task AND its worker gone (same comment: the client
+        then retries, ``call_with_retries_on_transient_errors``, and raises ServiceError)."""
+        name = self.faults.current().get("ended_router_status")
+        if sb.result is not None and name:
+            raise GRPCError(Status[name], f"task {sb.task_id} has finished (its worker is gone)")
 
     async def finish(self, sb: Sandbox, status: int, exitcode: int = 0, reason: str = "") -> None:
         """End a sandbox: record the result, free its name, remove its container."""
@@ -239,19 +298,32 @@ def caller(stream: Stream[Any, Any]) -> str:
     return str(md.get("x-modal-token-id") or _jwt_subject(md) or "?")
 
 
-def with_unimplemented(cls: type, state_attr: str = "state") -> type:
-    """Fill every abstract RPC of ``cls`` with a handler that logs and answers UNIMPLEMENTED."""
+def serving(cls: type, base: type) -> type:
+    """``cls`` with every RPC of the service ``base`` answerable: an RPC ``cls`` does not
+    implement logs and answers UNIMPLEMENTED, and every RPC first answers the failure a
+    test switched on for it (:class:`Faults`, ``fail_next``)."""
 
-    def make(name: str) -> Callable[..., Any]:
+    def unimplemented(name: str) -> Callable[..., Any]:
         async def handler(self: Any, stream: Stream[Any, Any]) -> None:
-            getattr(self, state_attr).log(caller(stream), name, unimplemented=True)
+            self.state.log(caller(stream), name, unimplemented=True)
             raise GRPCError(Status.UNIMPLEMENTED, f"the envlayer fake Modal server does not implement {name}")
+
+        return handler
+
+    def faulty(name: str, inner: Callable[..., Any]) -> Callable[..., Any]:
+        async def handler(self: Any, stream: Stream[Any, Any]) -> None:
+            status = self.state.faults.take(name)
+            if status is not None:
+                self.state.log(caller(stream), name, note=f"fault {status.name}")
+                raise GRPCError(status, f"fake fault: {status.name} for {name}")
+            await inner(self, stream)
 
         handler.__name__ = name
         return handler
 
-    missing = {name: make(name) for name in getattr(cls, "__abstractmethods__", ())}
-    return type(cls.__name__, (cls,), missing)
+    names = getattr(base, "__abstractmethods__", ())
+    methods = {name: faulty(name, cls.__dict__.get(name) or unimplemented(name)) for name in names}
+    return type(cls.__name__, (cls,), methods)
 
 
 # --- control plane ------------------------------------------------------------------------
@@ -468,11 +540,15 @@ def fs_tools_argv(op_json: str) -> list[str]:
         "WriteFile": fail + '[ -d "$p" ] && fail IsDirectory "Is a directory"; d=${p%/*}; '
         '[ -z "$d" ] || mkdir -p -- "$d" 2>/dev/null || fail NotDirectory "Not a directory"; '
         'cat > "$p" 2>/dev/null || fail PermissionDenied "Permission denied"',
+        # A symlink is described, not followed, with its target as written (``symlink_target``:
+        # ``FileInfo`` in ``modal/types.py``, parsed in ``modal/sandbox/_filesystem.py``, ``stat``).
         "Stat": fail + '[ -e "$p" ] || [ -L "$p" ] || fail NotFound "No such file or directory"; '
-        'if [ -L "$p" ]; then t=symlink; elif [ -d "$p" ]; then t=directory; else t=file; fi; '
+        'l=null; if [ -L "$p" ]; then t=symlink; l="\\"$(readlink -- "$p")\\""; '
+        'elif [ -d "$p" ]; then t=directory; else t=file; fi; '
         'set -- $(stat -c "%s %f %U %G %Y %A" -- "$p"); '
         'printf \'{"name":"%s","path":"%s","type":"%s","size":%s,"mode":%d,"permissions":"%s",'
-        '"owner":"%s","group":"%s","modified_time":%s}\' "${p##*/}" "$p" "$t" "$1" "0x$2" "$6" "$3" "$4" "$5"',
+        '"owner":"%s","group":"%s","modified_time":%s,"symlink_target":%s}\' '
+        '"${p##*/}" "$p" "$t" "$1" "0x$2" "$6" "$3" "$4" "$5" "$l"',
         "MakeDirectory": fail
         + '[ -e "$p" ] && fail PathAlreadyExists "File exists"; '
         + ('mkdir -p -- "$p"' if args.get("parents") else 'mkdir -- "$p"')
@@ -495,6 +571,7 @@ class _Router(task_command_router_grpc.TaskCommandRouterBase):
         sb = self.state.by_task.get(task_id)
         if sb is None:
             raise GRPCError(Status.NOT_FOUND, f"task {task_id} not found")
+        self.state.refuse_if_ended(sb)
         ex = sb.execs.get(exec_id)
         if ex is None:
             raise GRPCError(Status.NOT_FOUND, f"exec {exec_id} not found")
@@ -579,6 +656,7 @@ class _Router(task_command_router_grpc.TaskCommandRouterBase):
                     offset += len(data)
                     await stream.send_message(sr_pb2.TaskExecStdioReadResponse(data=data))
                 elif closed:
+                    self.state.refuse_if_ended(sb)
                     return
         finally:
             sb.busy_rpcs -= 1
@@ -622,6 +700,7 @@ class _Router(task_command_router_grpc.TaskCommandRouterBase):
             await ex.done.wait()
         finally:
             sb.busy_rpcs -= 1
+        self.state.refuse_if_ended(sb)
         await stream.send_message(sr_pb2.TaskExecWaitResponse(code=ex.returncode or 0))
 
     async def TaskExecPoll(self, stream: Stream[Any, Any]) -> None:
@@ -634,8 +713,8 @@ class _Router(task_command_router_grpc.TaskCommandRouterBase):
             await stream.send_message(sr_pb2.TaskExecPollResponse(code=ex.returncode))
 
 
-Control = with_unimplemented(_Control)
-Router = with_unimplemented(_Router)
+Control = serving(_Control, api_grpc.ModalClientBase)
+Router = serving(_Router, task_command_router_grpc.TaskCommandRouterBase)
 
 
 # --- main ----------------------------------------------------------------------------------
@@ -643,7 +722,7 @@ Router = with_unimplemented(_Router)
 
 async def serve(args: argparse.Namespace) -> None:
     run_id = uuid.uuid4().hex[:12]
-    state = State(run_id, args.page_size, args.log)
+    state = State(run_id, args.page_size, args.log, args.faults)
     server = Server([Control(state), Router(state)])
 
     async def record(event: RecvRequest) -> None:
@@ -694,6 +773,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0: a free one)")
     parser.add_argument("--port-file", required=True, help="where to write {port, pid, run_id} once listening")
     parser.add_argument("--log", required=True, help="JSON-lines log of every RPC received")
+    parser.add_argument("--faults", default="", help="JSON file of failure modes a test switches on (see Faults)")
     parser.add_argument("--page-size", type=int, default=5, help="sandboxes per SandboxListV2 page")
     parser.add_argument("--parent-pid", type=int, default=0, help="exit (removing containers) when this pid is gone")
     args = parser.parse_args(argv)
