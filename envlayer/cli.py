@@ -442,7 +442,7 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = argparse.Argument
         prog="envlayer",
         description="Run commands and manage sandboxes for AI agents.",
         epilog="examples:\n  envlayer exec uname -a\n  envlayer exec --backend docker -o image=python:3.11-slim "
-        "--task t1 python -V\n  envlayer doctor\n\nRun `envlayer COMMAND --help` for a command's options, "
+        "-o pull=true --task t1 python -V\n  envlayer doctor\n\nRun `envlayer COMMAND --help` for a command's options, "
         "examples and exit codes.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -2,8 +2,8 @@
 
 The backend comes from configuration, so the same script runs anywhere:
 
-    python examples/agent_loop.py                                   # local, no setup
-    ENVLAYER_BACKEND=docker ENVLAYER_DOCKER_IMAGE=envlayer-test:busybox python examples/agent_loop.py
+    uv run python examples/agent_loop.py                            # local, no setup
+    ENVLAYER_BACKEND=docker ENVLAYER_DOCKER_IMAGE=envlayer-test:busybox uv run python examples/agent_loop.py
 
 It registers the envlayer tools (printing them in the OpenAI format, as an agent
 framework would send them), then runs: write a script, run it, read its output, start
