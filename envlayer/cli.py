@@ -581,7 +581,7 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = argparse.Argument
 
     from envlayer.cli_snapshot import add_parsers as add_snapshot_parsers
 
-    add_snapshot_parsers(sub, common, _sub)
+    add_snapshot_parsers(sub, shared, _sub)
 
     p = _sub(
         sub,

@@ -89,13 +89,13 @@ def cmd_snapshots(args: argparse.Namespace) -> int:
     return _report(failures + lifecycle.remove_snapshot(specs, args.snapshot_id), args, "removed")
 
 
-def add_parsers(sub: Any, common: argparse.ArgumentParser, make: Callable[..., Any]) -> None:
+def add_parsers(sub: Any, shared: dict[str, argparse.ArgumentParser], make: Callable[..., Any]) -> None:
     """Register ``snapshot``, ``fork`` and ``snapshots`` on ``sub`` (``make`` is the
-    CLI's subcommand builder)."""
+    CLI's subcommand builder, ``shared`` its groups of shared flags)."""
     p = make(
         sub,
         "snapshot",
-        common,
+        shared,
         "snapshot the sandbox of a task (backends with snapshot: see docs/snapshots.md)",
         "  envlayer snapshot build-42 --name deps-installed\n  envlayer snapshot build-42 --json",
     )
@@ -106,7 +106,7 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser, make: Callable[..., A
     p = make(
         sub,
         "fork",
-        common,
+        shared,
         "start new tasks from a snapshot of a task's sandbox",
         "  envlayer fork build-42 try-1 try-2 try-3\n  envlayer exec --task try-2 -- make test",
     )
@@ -117,10 +117,11 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser, make: Callable[..., A
     p = make(
         sub,
         "snapshots",
-        common,
+        shared,
         "list or remove snapshots",
         "  envlayer snapshots ls\n  envlayer snapshots rm envlayer-snapshot:deps-installed-1a2b3c4d",
         "exit codes: 0 success, 1 a backend's call failed (the others still ran), 2 usage error",
+        flags=("settings", "json", "verbose"),
     )
     p.add_argument("action", choices=["ls", "rm"])
     p.add_argument("snapshot_id", nargs="?", metavar="SNAPSHOT", help="for rm: the id `snapshots ls` shows")

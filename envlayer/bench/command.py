@@ -12,7 +12,7 @@ from envlayer.bench.ledger import new_profile
 from envlayer.bench.machine import machine_info
 from envlayer.bench.measure import Plan
 from envlayer.bench.report import document, text_table, write_output, write_page
-from envlayer.bench.runner import Terminated, run_bench
+from envlayer.bench.runner import _SigtermInterrupt, run_bench
 from envlayer.bench.target import BackendTarget, split_options
 from envlayer.config import load_settings
 from envlayer.factory import backend_class
@@ -106,7 +106,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     print(f"envlayer: bench: sandboxes in profile {targets[0].profile}, all removed at the end", file=sys.stderr)
     try:
         figures, problems = run_bench(targets, Plan.of(args.quick))
-    except Terminated:
+    except _SigtermInterrupt:
         print("envlayer: bench terminated; what it created was removed", file=sys.stderr)
         return 143
     except KeyboardInterrupt:

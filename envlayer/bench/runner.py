@@ -23,17 +23,17 @@ Step = Callable[[str], Any]
 """``with step("docker: flood"):``, a context manager showing what the run is doing."""
 
 
-class Terminated(KeyboardInterrupt):
+class _SigtermInterrupt(KeyboardInterrupt):
     """SIGTERM, raised like Ctrl-C's KeyboardInterrupt so the same cleanup runs."""
 
 
 def _terminate(signum: int, frame: object) -> None:
-    raise Terminated()
+    raise _SigtermInterrupt()
 
 
 @contextmanager
 def signals_raise() -> Iterator[None]:
-    """SIGTERM raises :class:`Terminated` in the main thread while the block runs."""
+    """SIGTERM raises :class:`_SigtermInterrupt` in the main thread while the block runs."""
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         yield
@@ -82,7 +82,7 @@ def bench_backend(target: BackendTarget, ledger: Ledger, plan: Plan, step: Step)
 def run_bench(targets: list[BackendTarget], plan: Plan, step: Step = progress) -> tuple[list[Figure], list[str]]:
     """Measure every target in turn; the figures and the cleanup problems (empty when
     everything was removed). The cleanup runs in ``finally`` with SIGINT and SIGTERM
-    ignored; an interrupt (KeyboardInterrupt, :class:`Terminated`) propagates after it."""
+    ignored; an interrupt (KeyboardInterrupt, :class:`_SigtermInterrupt`) propagates after it."""
     ledger = Ledger()
     figures: list[Figure] = []
     try:
