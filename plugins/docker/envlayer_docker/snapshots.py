@@ -104,11 +104,12 @@ def create(
     label = name or task
     tag = f"{slug(label, 40)}-{secrets.token_hex(4)}"
     labels = _labels(ref=f"{REPOSITORY}:{tag}", profile=profile, task=task, name=label, created=created)
-    image = api.commit(container_id, conf={"Labels": labels})["Id"]
+    # Tagged from the start: an untagged snapshot image is "removed" to prune_unused,
+    # which another process may run at any moment.
+    image = api.commit(container_id, repository=REPOSITORY, tag=tag, conf={"Labels": labels})["Id"]
     try:
         if data:
-            image = _copy_data(api, options, image, data, labels)
-        api.tag(image, REPOSITORY, tag)
+            image = _copy_data(api, options, image, data, labels, tag)
     except BaseException:
         with contextlib.suppress(Exception):
             api.remove_image(image, force=True)
@@ -116,9 +117,11 @@ def create(
     return from_image(api.inspect_image(f"{REPOSITORY}:{tag}"))
 
 
-def _copy_data(api: Any, options: DockerOptions, stage: str, data: list[DataMount], labels: dict[str, str]) -> str:
-    """A commit of a helper made from ``stage`` holding a copy of each of ``data`` at its
-    target path; ``stage`` is kept as the new image's parent."""
+def _copy_data(
+    api: Any, options: DockerOptions, stage: str, data: list[DataMount], labels: dict[str, str], tag: str
+) -> str:
+    """A commit, tagged ``tag``, of a helper made from ``stage`` holding a copy of each of
+    ``data`` at its target path; ``stage`` is kept as the new image's parent."""
     from docker.types import Mount
 
     mounts = [Mount(f"{_SOURCE}/{d.kind}", d.source, type="volume", read_only=True) for d in data]
@@ -139,7 +142,7 @@ def _copy_data(api: Any, options: DockerOptions, stage: str, data: list[DataMoun
                 hint="the image needs `cp` and `mkdir` in its shell's PATH; check free disk space",
             )
         kept = {k: v for k, v in (api.inspect_image(stage).get("Config") or {}).items() if k in ("Entrypoint", "Cmd")}
-        return str(api.commit(helper, conf={"Labels": labels, **kept})["Id"])
+        return str(api.commit(helper, repository=REPOSITORY, tag=tag, conf={"Labels": labels, **kept})["Id"])
     finally:
         with contextlib.suppress(Exception):
             api.remove_container(helper, force=True, v=True)

@@ -59,7 +59,9 @@ def test_dispatcher_fallbacks_for_missing_capabilities(sshd: SSHServer, make_env
     result = lifecycle.exec_streaming(env, "echo s", lambda _s, c: chunks.append(c))
     assert result.stdout == b"s\n" and b"".join(chunks) == b"s\n"
     outcome = lifecycle.cleanup(env, force_remove=True)
-    assert outcome.forced is False and "force_remove" in outcome.note
+    # SSH keeps nothing after cleanup (no persist_across_processes): plain cleanup() is
+    # the whole teardown, so there is no "may keep the sandbox" note to give
+    assert outcome.forced is False and outcome.note == ""
     assert env.closed
 
 
