@@ -41,6 +41,19 @@ def _credential_digest() -> str:
     return hashlib.sha256(secret.encode()).hexdigest()[:16]
 
 
+def has_credential() -> bool:
+    """Whether the SDK will find a credential, looked up where ``Daytona()`` looks
+    (``daytona/_utils/env.py`` ``DaytonaEnvReader``: the process environment, then
+    ``.env.local`` and ``.env`` in the working directory), without importing the SDK (about
+    3 s of CPU): ``envlayer ls`` and ``doctor`` ask every installed backend."""
+    names = ("DAYTONA_API_KEY", "DAYTONA_JWT_TOKEN")
+    if any(os.environ.get(name) for name in names):
+        return True
+    from dotenv import dotenv_values  # a dependency of the SDK, cheap to import
+
+    return any(dotenv_values(path).get(name) for path in (".env.local", ".env") for name in names)
+
+
 def get_client(options: DaytonaOptions) -> Any:
     """The shared ``daytona.Daytona`` client for ``options``.
 
@@ -49,6 +62,8 @@ def get_client(options: DaytonaOptions) -> Any:
     client = _CLIENTS.get(key)
     if client is not None:
         return client
+    if not has_credential():
+        raise BackendUnavailable("no Daytona credentials while connecting to Daytona", hint=KEY_HINT)
     with _LOCK:
         client = _CLIENTS.get(key)
         if client is None:
