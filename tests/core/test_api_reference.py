@@ -13,11 +13,11 @@ ROOT = Path(__file__).resolve().parents[2]
 PUBLIC = re.findall(r"^\| `(envlayer(?:\.\w+)+)` \|", (ROOT / "docs" / "api.md").read_text(), re.MULTILINE)
 INTERNAL = {
     "envlayer.cli": "the command line, documented in docs/cli.md",
-    "envlayer.entrypoints": "the fast entry-point reader behind envlayer.registry",
+    "envlayer.entrypoints": "the fast entry-point reader behind envlayer.discovery.backend_registry",
     "envlayer.proctree": "the local backend's process-tree killer",
     "envlayer.exit_hook": "the manager's at-exit registry",
-    "envlayer.shell_script": "the shell text and framing behind envlayer.shell_session",
-    "envlayer.backends": "built-in backends, loaded by name through envlayer.registry",
+    "envlayer.shell_script": "the shell text and framing behind envlayer.execution.shell_session",
+    "envlayer.backends": "built-in backends, loaded by name through envlayer.discovery.backend_registry",
     "envlayer.coercion": "the one coercion engine behind envlayer.config and envlayer.options",
     "envlayer.cli_env": "exec's -e / --env-file parsing, documented in docs/cli.md",
     "envlayer.cli_snapshot": "snapshot, fork and snapshots ls|rm of the command line, documented in docs/cli.md",

@@ -12,7 +12,7 @@ from envlayer import Capability, Environment, SandboxInfo, capabilities_of, life
 from envlayer.backends.local import LocalEnvironment
 from envlayer.errors import InvalidArgument
 from envlayer.options import BaseOptions
-from envlayer.registry import load_backend
+from envlayer.discovery.backend_registry import load_backend
 from envlayer.result import ExecResult
 
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envlayer.errors import BackendUnavailable, ConfigError
-from envlayer.owner import owner_label
+from envlayer.sandbox.owner import owner_label
 from envlayer_docker import labels as L
 from envlayer_docker import ownership, workspace
 from envlayer_docker.naming import container_name, private_name
