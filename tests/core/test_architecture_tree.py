@@ -27,13 +27,13 @@ def tree_paths() -> set[str]:
 
 
 def code_paths() -> set[str]:
-    """Every module (`.py` other than `__init__`/`__main__`) and package of envlayer/."""
+    """Every module (`.py` other than `__init__`) and package of envlayer/."""
     paths = {"envlayer/"}
     for path in (ROOT / "envlayer").rglob("*.py"):
         relative = path.relative_to(ROOT)
-        if path.name not in ("__init__.py", "__main__.py"):
+        if path.name != "__init__.py":
             paths.add(relative.as_posix())
-        elif path.name == "__init__.py" and relative.parent.name != "envlayer":
+        elif relative.parent.name != "envlayer":
             paths.add(relative.parent.as_posix() + "/")
     return paths
 
