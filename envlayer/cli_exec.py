@@ -22,7 +22,7 @@ import json
 import os
 import sys
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
@@ -156,14 +156,24 @@ def command_of(words: Sequence[str]) -> Command:
     return words[0] if len(words) == 1 else words
 
 
-def plan_exec(args: argparse.Namespace, read_stdin: Callable[[], bytes], settings: Settings | None = None) -> ExecPlan:
+def plan_exec(
+    args: argparse.Namespace,
+    read_stdin: Callable[[], bytes],
+    settings: Settings | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    cwd: str | None = None,
+) -> ExecPlan:
     """Resolve ``exec``'s arguments; ``read_stdin()`` is called only with ``-i``;
-    ``settings`` defaults to :func:`settings_of` ``(args)``.
+    ``settings`` defaults to :func:`settings_of` ``(args)``; ``environ`` and ``cwd`` (the
+    caller's, through the broker; default this process's) give ``-e NAME`` its value and
+    a relative ``--env-file`` its directory.
     Raises :class:`EnvlayerError` (nothing ran, no sandbox was made for it)."""
     normalize_timeout(args.timeout, default=None)
     command = command_of(args.command)
     settings = settings if settings is not None else settings_of(args)
-    env_vars = exec_env(args.env or [], args.env_file or [])
+    env_files = [os.path.join(cwd, path) if cwd else path for path in args.env_file or []]
+    env_vars = exec_env(args.env or [], env_files, environ)
     stdin = read_stdin() if args.stdin else None
     kwargs = {"cwd": args.cwd, "env": env_vars or None, "timeout": args.timeout, "stdin": stdin}
     user = None if args.user is None else check_user(args.user)

@@ -6,9 +6,11 @@ Guarantees:
 * **Same user only.** The socket is created 0600 in the 0700 runtime directory, and
   every connection's peer credentials (``SO_PEERCRED``) are checked: a process of
   another uid is refused (told to run in-process) and the refusal is logged.
-* **Same context only.** A broker serves callers whose working directory and
-  environment equal its own (see :mod:`envlayer.broker.runtime_dir`); any other caller
-  is told to run in-process, with a note.
+* **Every directory and environment of the user.** A call carries its working
+  directory and environment; the configuration is loaded and an environment created in
+  them (:mod:`envlayer.broker.caller`), and a task's environment is shared by every call
+  with the same configuration and the same values of the variables its backend reads
+  (:mod:`envlayer.broker.sessions`).
 * **Same behaviour as in-process.** The argv is parsed by the CLI's own parser and run by
   :mod:`envlayer.cli_exec`; what the CLI would print is sent back as it happens. Anything
   the broker does not serve (another command, ``--help``, ``--debug``, ``--no-broker``,
@@ -16,8 +18,8 @@ Guarantees:
 * **One command per connection, on its own thread.** A ``CANCEL`` frame, or the client
   going away, cancels the command: its process tree in the sandbox is killed (on
   backends whose ``exec`` takes a cancel token: every built-in backend), never the broker.
-* **Lifetime.** One broker per runtime directory and context (a ``flock`` on its pid
-  file). It exits after ``broker_idle_timeout`` seconds without a call, on ``envlayer
+* **Lifetime.** One broker per runtime directory and installation (a ``flock`` on its
+  pid file). It exits after ``broker_idle_timeout`` seconds without a call, on ``envlayer
   broker stop``, SIGTERM or SIGINT: it stops listening, cancels running commands, then
   closes its environments by the manager's rules (plain cleanup: persist-mode sandboxes
   stay), and removes its files (:mod:`envlayer.broker.leftovers`). Killed with SIGKILL,
@@ -42,6 +44,7 @@ from collections.abc import Callable
 from typing import Any
 
 from envlayer.broker import leftovers, protocol, runtime_dir
+from envlayer.broker.caller import caller_context
 from envlayer.broker.sessions import Sessions
 from envlayer.cancel import CancelToken
 from envlayer.cli_exec import (
@@ -93,7 +96,7 @@ def parse_exec(argv: list[str]) -> argparse.Namespace | None:
     global _parser
     with _parser_lock:
         if _parser is None:
-            from envlayer.cli import build_parser
+            from envlayer.cli_parser import build_parser
 
             _parser = build_parser(_QuietParser)
         try:
@@ -205,7 +208,6 @@ class Broker:
         self.directory = directory
         self.digest = digest
         self.socket_path = runtime_dir.broker_path(directory, digest, "sock")
-        self.context = runtime_dir.context_entries(os.getcwd(), dict(os.environ))
         self.settings = load_settings()
         self.idle_timeout = self.settings.broker_idle_timeout
         self.sessions = Sessions()
@@ -366,25 +368,27 @@ class Broker:
         elif verb == "stop":
             call.send(protocol.STATUS, json.dumps(self.status()).encode())
             self.stop()
+        elif verb == "drop" and len(argv) == 3:
+            dropped = self.sessions.drop(argv[0], argv[1], argv[2] or None)
+            call.send(protocol.STATUS, json.dumps({"pid": os.getpid(), "dropped": [vars(h) for h in dropped]}).encode())
         elif verb == "exec":
             self._exec(call, cwd, argv, environ)
 
     def _exec(self, call: _Call, cwd: str, argv: list[str], environ: dict[str, str]) -> None:
-        if runtime_dir.context_entries(cwd, environ) != self.context:
-            call.send(protocol.IN_PROCESS, b"the broker's directory or environment differs; running in-process")
-            return
         args = parse_exec(argv)
         if args is None:
             call.send(protocol.IN_PROCESS)
             return
         console = Console(_FrameStream(call, protocol.STDOUT), _FrameStream(call, protocol.STDERR))  # type: ignore[arg-type]
         try:
-            settings = settings_of(args)
+            with caller_context(cwd, environ):
+                settings = settings_of(args)
             if not settings.broker:
                 call.send(protocol.IN_PROCESS)
                 return
-            plan = plan_exec(args, call.read_stdin, settings)
-            env, release = self._environment(args, plan.settings, console)
+            plan = plan_exec(args, call.read_stdin, settings, environ=environ, cwd=cwd)
+            with caller_context(cwd, environ):
+                env, release = self._environment(args, plan.settings, console, environ)
         except EnvlayerError as exc:
             call.send(protocol.EXIT, str(exec_failed(args, console, exc)).encode())
             return
@@ -398,20 +402,21 @@ class Broker:
         call.send(protocol.EXIT, str(code).encode())
 
     def _environment(
-        self, args: argparse.Namespace, settings: Any, console: Console
+        self, args: argparse.Namespace, settings: Any, console: Console, environ: dict[str, str]
     ) -> tuple[Any, Callable[[], tuple[list[str], bool]]]:
-        """The environment for this call, and what to do with it afterwards."""
+        """The environment for this call (``environ``: the caller's), and what to do with
+        it afterwards."""
         if args.fresh:
             cls = self.sessions.backend_class(settings)
             env = open_environment(task_id=args.task, settings=settings, backends={settings.backend: cls})
             return env, lambda: release_after_exec(env, args.rm, console)
-        held = self.sessions.environment(settings, args.task)
+        held = self.sessions.environment(settings, args.task, environ)
         if not args.rm:
             return held, lambda: ([], True)
 
         def remove() -> tuple[list[str], bool]:
             try:
-                return self.sessions.remove(settings, args.task), True
+                return self.sessions.remove(settings, args.task, environ), True
             except EnvlayerError as exc:
                 console.error(exc, "cleanup failed")
                 return [], False
@@ -427,7 +432,6 @@ class Broker:
         return {
             "pid": os.getpid(),
             "socket": self.socket_path,
-            "cwd": self.context[1],
             "started": self.started,
             "uptime": round(time.time() - self.started, 1),
             "idle_timeout": self.idle_timeout,

@@ -1,13 +1,13 @@
-"""Starting a broker for one caller context, at most one at a time.
+"""Starting this user's broker, at most one at a time.
 
 :func:`start_and_connect` takes ``broker-<digest>.lock`` (``flock``) so that concurrent
 first calls start a single broker: under the lock it tries to connect again (another
 caller may have started it meanwhile), checks that the configuration allows a broker
 (``broker = false`` / ``ENVLAYER_BROKER=0``, or a configuration that cannot be read:
 no broker, no note), then starts
-``python -m envlayer.broker serve`` detached (its own session, stdin from
+``python -m envlayer.broker serve`` detached (its own session, in ``/``, stdin from
 ``/dev/null``, stdout and stderr to a new ``broker-<digest>.log``), with this process's
-directory and environment, and waits for its socket up to :data:`START_TIMEOUT` seconds.
+environment, and waits for its socket up to :data:`START_TIMEOUT` seconds.
 It removes the lock file before letting go of it (see :func:`_lock`).
 Any failure returns None after one ``envlayer: note:`` line (the caller runs in-process).
 """
@@ -23,7 +23,7 @@ import time
 from collections.abc import Sequence
 
 from envlayer.broker import runtime_dir
-from envlayer.broker.client import note, reach, unreachable
+from envlayer.broker.connection import note, reach, unreachable
 
 START_TIMEOUT = 20.0
 """Seconds a first call waits for a new broker's socket (a loaded machine imports slowly)."""
@@ -97,6 +97,7 @@ def launch(directory: str, digest: str) -> subprocess.Popen[bytes]:
             stderr=log_fd,
             start_new_session=True,
             close_fds=True,
+            cwd="/",  # it serves every directory; one of them may be removed while it runs
         )
     finally:
         os.close(log_fd)
