@@ -4,7 +4,8 @@ One :class:`~envlayer.manager.EnvironmentManager` per configuration (backend, pr
 the backend's resolved options, ``lifetime_seconds``, ``orphan_reaper``) and the values of
 the environment variables that backend reads (its ``environment_variables``: names or
 ``fnmatch`` patterns, such as ``("DOCKER_*",)``; a backend that declares none is taken to
-read every variable but those a shell changes by itself). The caller's directory and any
+read every variable but those a shell changes by itself), and those its ``forward_env``
+option names. The caller's directory and any
 other variable do not select an environment: a task's session (``cd``, ``export``) holds
 across calls from any directory. So a broker
 follows exactly the manager's rules (see ``docs/lifecycle.md``, "The agent manager"):
@@ -48,6 +49,13 @@ def variables_read(cls: type[Environment], environ: Mapping[str, str]) -> dict[s
     return {k: v for k, v in environ.items() if any(fnmatch.fnmatchcase(k, p) for p in patterns)}
 
 
+def _key_variables(cls: type[Environment], options: object, environ: Mapping[str, str]) -> dict[str, str]:
+    """:func:`variables_read`, plus those the ``forward_env`` option names (passed into
+    the sandbox from the caller's environment)."""
+    forwarded = set(getattr(options, "forward_env", None) or ())
+    return {**variables_read(cls, environ), **{k: v for k, v in environ.items() if k in forwarded}}
+
+
 def configuration_key(settings: Settings, cls: type[Environment], environ: Mapping[str, str]) -> str:
     """A digest of what makes two calls share environments, for backend class ``cls`` and
     the caller's ``environ``. Raises :class:`~envlayer.errors.ConfigError` for invalid options."""
@@ -58,7 +66,7 @@ def configuration_key(settings: Settings, cls: type[Environment], environ: Mappi
         "lifetime_seconds": settings.lifetime_seconds,
         "orphan_reaper": settings.orphan_reaper,
         "options": dataclasses.asdict(options),
-        "variables": variables_read(cls, environ),
+        "variables": _key_variables(cls, options, environ),
     }
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=repr).encode()).hexdigest()
 

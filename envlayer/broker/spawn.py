@@ -6,7 +6,8 @@ caller may have started it meanwhile), checks that the configuration allows a br
 (``broker = false`` / ``ENVLAYER_BROKER=0``, or a configuration that cannot be read:
 no broker, no note), then starts
 ``python -m envlayer.broker serve`` detached (its own session, in ``/``, stdin from
-``/dev/null``, stdout and stderr to a new ``broker-<digest>.log``), with this process's
+``/dev/null``, stdout and stderr to a new ``broker-<digest>.log``; a log left there by a
+broker that was killed or failed is renamed, kept as evidence), with this process's
 environment, and waits for its socket up to :data:`START_TIMEOUT` seconds.
 It removes the lock file before letting go of it (see :func:`_lock`).
 Any failure returns None after one ``envlayer: note:`` line (the caller runs in-process).
@@ -84,8 +85,8 @@ def _last_line(path: str) -> str:
 def launch(directory: str, digest: str) -> subprocess.Popen[bytes]:
     """Start the broker of ``digest`` detached (see the module docstring)."""
     log_path = runtime_dir.broker_path(directory, digest, "log")
-    try:
-        os.unlink(log_path)  # a new file: a broker still exiting removes only its own log
+    try:  # a killed or failed broker's log: kept under a name of its own, pruned with the others
+        os.rename(log_path, runtime_dir.broker_path(directory, f"{digest}{time.time_ns():x}", "log"))
     except FileNotFoundError:
         pass
     log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)

@@ -216,7 +216,7 @@ def test_broker_status_and_stop(brk: BrokerRun) -> None:
     brk.run("exec", "--task", "t1", "--", "true")
     [broker] = _status(brk)
     assert broker["pid"] in brk.broker_pids() and broker["socket"] in brk.sockets()
-    assert broker["cwd"] == str(brk.workdir) and broker["uptime"] >= 0
+    assert broker["uptime"] >= 0
     [env] = broker["environments"]
     assert env["backend"] == "local" and env["task"] == "t1" and env["in_flight"] == 0
     text = brk.run("broker", "status").stdout
@@ -240,12 +240,46 @@ def test_config_turning_it_off_is_honoured_by_a_running_broker(brk: BrokerRun) -
     assert brk.run("exec", "--task", "t", "--", "pwd").stdout == f"{brk.workdir}\n"  # in-process: no session
 
 
-def test_another_directory_gets_another_broker(brk: BrokerRun, tmp_path: Path) -> None:
-    elsewhere = tmp_path / "elsewhere"
+def test_one_broker_serves_every_directory_and_environment(brk: BrokerRun, tmp_path: Path) -> None:
+    elsewhere, target = tmp_path / "elsewhere", tmp_path / "target"
     elsewhere.mkdir()
-    assert brk.run("exec", "--", "pwd").stdout == f"{brk.workdir}\n"
-    assert brk.run("exec", "--", "pwd", cwd=elsewhere).stdout == f"{elsewhere}\n"
-    assert len(brk.broker_pids()) == 2
+    target.mkdir()
+    assert brk.run("exec", "--task", "t1", "--", f"cd {target} && export KEPT=yes").returncode == 0
+    from_elsewhere = brk.run("exec", "--task", "t1", "--", "pwd; echo $KEPT", cwd=elsewhere, env={"ELB_UNRELATED": "1"})
+    assert from_elsewhere.stdout == f"{target}\nyes\n", from_elsewhere.stderr
+    assert brk.run("exec", "--task", "t1", "--", "pwd", env={"ELB_UNRELATED": "2"}).stdout == f"{target}\n"
+    # a new task starts in the directory, and with the variables, of the call that made it
+    fresh = brk.run("exec", "--task", "t2", "--", "pwd; echo $ELB_UNRELATED", cwd=elsewhere, env={"ELB_UNRELATED": "3"})
+    assert fresh.stdout == f"{elsewhere}\n3\n", fresh.stderr
+    assert len(brk.broker_pids()) == 1
+    [broker] = _status(brk)
+    assert sorted(e["task"] for e in broker["environments"]) == ["t1", "t2"]
+
+
+def test_a_backend_declaring_no_variables_gets_an_environment_per_environment(brk: BrokerRun) -> None:
+    """The toy plugin declares no ``environment_variables``: every variable selects."""
+    toy = ("exec", "--backend", "toy", "--task", "t", "--", "pwd")
+    first = brk.run(*toy, env={"ELB_SELECTS": "1"})
+    assert first.returncode == 0, first.stderr
+    assert brk.run(*toy, env={"ELB_SELECTS": "1"}).stdout == first.stdout  # the same environment
+    assert brk.run(*toy, env={"ELB_SELECTS": "2"}).stdout != first.stdout  # another one
+    [broker] = _status(brk)
+    assert [e["task"] for e in broker["environments"]] == ["t", "t"]
+
+
+def test_rm_releases_the_task_the_broker_holds(brk: BrokerRun) -> None:
+    assert brk.run("exec", "--task", "t1", "--", "cd /").returncode == 0
+    removed = brk.run("rm", "t1", "--force")
+    assert removed.returncode == 0, removed.stderr
+    assert "nothing removed" not in removed.stdout and "session released" in removed.stdout
+    assert _status(brk)[0]["environments"] == []
+    assert brk.run("exec", "--task", "t1", "--", "pwd").stdout == f"{brk.workdir}\n"
+
+
+def test_in_process_exec_rm_releases_the_task_the_broker_holds(brk: BrokerRun) -> None:
+    assert brk.run("exec", "--task", "t1", "--", "cd /").returncode == 0
+    assert brk.run("exec", "--task", "t1", "--rm", "--no-broker", "--", "true").returncode == 0
+    assert _status(brk)[0]["environments"] == []
 
 
 @pytest.mark.parametrize("problem", ["unwritable", "world-writable", "symlink"])
@@ -421,10 +455,10 @@ def test_the_client_exit_codes_are_the_cli_ones() -> None:
 
 PARTIAL_STDIN = """
 import os, sys
-from envlayer.broker import client, protocol, runtime_dir
+from envlayer.broker import connection, protocol, runtime_dir
 directory = os.environ["ENVLAYER_RUNTIME_DIR"]
-path = runtime_dir.broker_path(directory, runtime_dir.context_digest(os.getcwd(), os.environ), "sock")
-sock = client.connect(path)
+path = runtime_dir.broker_path(directory, runtime_dir.INSTALLATION_DIGEST, "sock")
+sock = connection.connect(path)
 argv = ["exec", "-i", "--task", "t", "--", "cat > " + sys.argv[1]]
 protocol.send(sock, protocol.REQUEST, protocol.encode_request("exec", os.getcwd(), argv, os.environ))
 kind, _ = protocol.receive(sock)
