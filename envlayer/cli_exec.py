@@ -215,6 +215,60 @@ Release = Callable[[], tuple[list[str], bool]]
 notes are printed (or put in ``--json``), ``ok`` False means envlayer failed (125)."""
 
 
+def _execute(
+    args: argparse.Namespace,
+    plan: ExecPlan,
+    env: Environment,
+    console: Console,
+    forward: Callable[[str, bytes], None],
+    cancel: CancelToken | None,
+) -> tuple[ExecResult, bool]:
+    """Run ``plan``'s command on ``env``: its result, and whether its output was streamed
+    through ``forward`` (never under ``--json``, which prints one object at the end)."""
+    kwargs = dict(plan.exec_kwargs)
+    if cancel is not None:
+        kwargs["cancel"] = cancel
+    kwargs.update(lifecycle.user_keywords(env, plan.user))
+    if args.json:
+        with plugin_call(env, "exec"):
+            return env.exec(plan.command, **kwargs), False
+    outcome = lifecycle.exec_with_output(env, plan.command, forward, **kwargs)
+    if outcome.note and args.backend:
+        console.note(outcome.note)
+    return outcome.result, outcome.streamed
+
+
+def _report_result(
+    args: argparse.Namespace,
+    console: Console,
+    result: ExecResult,
+    notes: list[str],
+    *,
+    quiet_stderr: bool,
+    streamed: bool,
+) -> int:
+    """Print what is left to say about a finished command; its exit code.
+    ``quiet_stderr``: its stderr was already forwarded; ``streamed``: its output was."""
+    if result.cancelled:
+        console.line(INTERRUPTED_LINE)
+        return INTERRUPT_EXIT_CODE
+    if args.json:
+        console.json(exec_json(result, notes))
+        return result.exit_code
+    if result.notice:  # the command ran somewhere else than asked (a deleted directory)
+        console.note(result.notice)
+    if result.stderr and not quiet_stderr:
+        # A message the backend put in the result without streaming it (a command that
+        # could not start: 127, a missing working directory: 126) must still be seen.
+        console.write("stderr", result.stderr)
+    if result.timed_out:
+        after = f" after {result.timeout}s" if result.timeout is not None else ""
+        console.line(f"envlayer: command timed out{after} and was killed")
+    elif result.truncated and not streamed:
+        console.line("envlayer: output exceeded max_output_bytes and was truncated")
+    return result.exit_code
+
+
 def run_exec(
     args: argparse.Namespace,
     plan: ExecPlan,
@@ -239,20 +293,8 @@ def run_exec(
                 console.note(note)
         return notes, ok
 
-    streamed = False
-    kwargs = dict(plan.exec_kwargs)
-    if cancel is not None:
-        kwargs["cancel"] = cancel
     try:
-        kwargs.update(lifecycle.user_keywords(env, plan.user))
-        if args.json:
-            with plugin_call(env, "exec"):
-                result = env.exec(plan.command, **kwargs)
-        else:
-            outcome = lifecycle.exec_with_output(env, plan.command, forward, **kwargs)
-            result, streamed = outcome.result, outcome.streamed
-            if outcome.note and args.backend:
-                console.note(outcome.note)
+        result, streamed = _execute(args, plan, env, console, forward, cancel)
     except KeyboardInterrupt:
         console.line(INTERRUPTED_LINE)
         finish()
@@ -270,24 +312,7 @@ def run_exec(
     notes, cleaned = finish()
     if not cleaned:
         return ENVLAYER_FAILURE
-    if result.cancelled:
-        console.line(INTERRUPTED_LINE)
-        return INTERRUPT_EXIT_CODE
-    if args.json:
-        console.json(exec_json(result, notes))
-        return result.exit_code
-    if result.notice:  # the command ran somewhere else than asked (a deleted directory)
-        console.note(result.notice)
-    if result.stderr and not stderr_forwarded:
-        # A message the backend put in the result without streaming it (a command that
-        # could not start: 127, a missing working directory: 126) must still be seen.
-        console.write("stderr", result.stderr)
-    if result.timed_out:
-        after = f" after {result.timeout}s" if result.timeout is not None else ""
-        console.line(f"envlayer: command timed out{after} and was killed")
-    elif result.truncated and not streamed:
-        console.line("envlayer: output exceeded max_output_bytes and was truncated")
-    return result.exit_code
+    return _report_result(args, console, result, notes, quiet_stderr=stderr_forwarded, streamed=streamed)
 
 
 def release_after_exec(env: Environment, remove: bool, console: Console) -> tuple[list[str], bool]:

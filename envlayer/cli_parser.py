@@ -197,8 +197,11 @@ class Command:
     help: str
     examples: str
     exits: str = ""
+    """Its exit codes for the help's last line (default :data:`COMMON_EXITS`)."""
     flags: tuple[str, ...] = ("settings", "json")
+    """The groups of shared flags it takes (see :func:`_shared_flags`)."""
     arguments: Callable[[argparse.ArgumentParser], None] | None = None
+    """Adds its own arguments to its parser."""
 
 
 EXEC_EXITS = (
