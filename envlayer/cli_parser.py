@@ -195,6 +195,7 @@ class Command:
 
     name: str
     help: str
+    """One line for ``envlayer --help``; also the command's description."""
     examples: str
     exits: str = ""
     """Its exit codes for the help's last line (default :data:`COMMON_EXITS`)."""
