@@ -82,11 +82,17 @@ FLAG_NAMES = {"backend": "--backend", "profile": "--profile"}
 """The flags that set core settings, as errors and ``envlayer config`` name them."""
 
 
-def settings_of(args: argparse.Namespace) -> Settings:
-    """The configuration for a command's ``--config``, ``--backend``, ``--profile``, ``-o``."""
+def settings_of(
+    args: argparse.Namespace, *, environ: Mapping[str, str] | None = None, cwd: str | None = None
+) -> Settings:
+    """The configuration for a command's ``--config``, ``--backend``, ``--profile``, ``-o``;
+    ``environ`` and ``cwd``: the caller's (through the broker; default this process's)."""
     texts = parse_assignments(getattr(args, "option", None) or [], "-o")
+    config = os.path.join(cwd, args.config) if cwd and args.config else args.config
     return load_settings(
-        config_path=args.config,
+        config_path=config,
+        env=environ,
+        cwd=cwd,
         backend=args.backend,
         profile=args.profile,
         option_texts=texts or None,

@@ -381,14 +381,12 @@ class Broker:
             return
         console = Console(_FrameStream(call, protocol.STDOUT), _FrameStream(call, protocol.STDERR))  # type: ignore[arg-type]
         try:
-            with caller_context(cwd, environ):
-                settings = settings_of(args)
+            settings = settings_of(args, environ=environ, cwd=cwd)
             if not settings.broker:
                 call.send(protocol.IN_PROCESS)
                 return
             plan = plan_exec(args, call.read_stdin, settings, environ=environ, cwd=cwd)
-            with caller_context(cwd, environ):
-                env, release = self._environment(args, plan.settings, console, environ)
+            env, release = self._environment(args, plan.settings, console, (cwd, environ))
         except EnvlayerError as exc:
             call.send(protocol.EXIT, str(exec_failed(args, console, exc)).encode())
             return
@@ -402,15 +400,17 @@ class Broker:
         call.send(protocol.EXIT, str(code).encode())
 
     def _environment(
-        self, args: argparse.Namespace, settings: Any, console: Console, environ: dict[str, str]
+        self, args: argparse.Namespace, settings: Any, console: Console, caller: tuple[str, dict[str, str]]
     ) -> tuple[Any, Callable[[], tuple[list[str], bool]]]:
-        """The environment for this call (``environ``: the caller's), and what to do with
-        it afterwards."""
+        """The environment for this call (``caller``: its directory and environment, in
+        which a new environment is created), and what to do with it afterwards."""
+        cwd, environ = caller
         if args.fresh:
             cls = self.sessions.backend_class(settings)
-            env = open_environment(task_id=args.task, settings=settings, backends={settings.backend: cls})
+            with caller_context(cwd, environ):
+                env = open_environment(task_id=args.task, settings=settings, backends={settings.backend: cls})
             return env, lambda: release_after_exec(env, args.rm, console)
-        held = self.sessions.environment(settings, args.task, environ)
+        held = self.sessions.environment(settings, args.task, environ, lambda: caller_context(cwd, environ))
         if not args.rm:
             return held, lambda: ([], True)
 

@@ -23,8 +23,10 @@ import hashlib
 import json
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from typing import Any
 
 from envlayer.config import Settings
 from envlayer.environment import Environment
@@ -59,7 +61,7 @@ def _key_variables(cls: type[Environment], options: object, environ: Mapping[str
 def configuration_key(settings: Settings, cls: type[Environment], environ: Mapping[str, str]) -> str:
     """A digest of what makes two calls share environments, for backend class ``cls`` and
     the caller's ``environ``. Raises :class:`~envlayer.errors.ConfigError` for invalid options."""
-    options = settings.options_for(settings.backend, cls.Options)
+    options = settings.options_for(settings.backend, cls.Options, env=environ)
     data = {
         "backend": settings.backend,
         "profile": settings.profile,
@@ -112,10 +114,18 @@ class Sessions:
                 manager = self._managers[key] = EnvironmentManager(settings, backends={settings.backend: cls})
             return manager
 
-    def environment(self, settings: Settings, task: str, environ: Mapping[str, str]) -> ManagedEnvironment:
-        """The environment of ``task`` under ``settings`` and the caller's ``environ``,
-        created on first use. Raises like :meth:`EnvironmentManager.get`."""
-        return self._manager(settings, environ).get(task)
+    def environment(
+        self, settings: Settings, task: str, environ: Mapping[str, str], creating: Callable[[], AbstractContextManager[Any]]
+    ) -> ManagedEnvironment:
+        """The environment of ``task`` under ``settings`` and the caller's ``environ``;
+        created on first use inside ``creating()`` (the caller's directory and
+        environment, one creation at a time), while a live one is returned at once.
+        Raises like :meth:`EnvironmentManager.get`."""
+        manager = self._manager(settings, environ)
+        if manager.key_for(task) in manager.active_keys():
+            return manager.get(task)
+        with creating():
+            return manager.get(task)
 
     def remove(self, settings: Settings, task: str, environ: Mapping[str, str]) -> list[str]:
         """Release ``task``'s environment with ``purge`` (``exec --rm``: the sandbox and its
