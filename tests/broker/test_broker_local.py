@@ -256,6 +256,18 @@ def test_one_broker_serves_every_directory_and_environment(brk: BrokerRun, tmp_p
     assert sorted(e["task"] for e in broker["environments"]) == ["t1", "t2"]
 
 
+def test_each_call_reads_its_own_configuration_and_variables(brk: BrokerRun, tmp_path: Path) -> None:
+    toy_project = tmp_path / "toy-project"
+    toy_project.mkdir()
+    (toy_project / "envlayer.toml").write_text('backend = "toy"\n')
+    assert "envlayer-toy-" in brk.run("exec", "--", "pwd", cwd=toy_project).stdout  # its ./envlayer.toml
+    assert brk.run("exec", "--", "pwd").stdout == f"{brk.workdir}\n"
+    assert "envlayer-toy-" in brk.run("exec", "--", "pwd", env={"ENVLAYER_BACKEND": "toy"}).stdout
+    for value in ("first", "second"):  # -e NAME: this call's value
+        assert brk.run("exec", "-e", "ELB_VALUE", "--", "echo $ELB_VALUE", env={"ELB_VALUE": value}).stdout == f"{value}\n"
+    assert len(brk.broker_pids()) == 1
+
+
 def test_a_backend_declaring_no_variables_gets_an_environment_per_environment(brk: BrokerRun) -> None:
     """The toy plugin declares no ``environment_variables``: every variable selects."""
     toy = ("exec", "--backend", "toy", "--task", "t", "--", "pwd")
