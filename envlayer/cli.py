@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -52,7 +51,6 @@ from envlayer.cli_exec import settings_of as _settings
 from envlayer.cli_parser import DEFAULT_TIMEOUT, build_parser, parse_arguments
 from envlayer.cli_report import (
     PLUGIN_FAILURES,
-    note,
     print_json,
     report,
     selected_backends,
@@ -171,6 +169,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
             env = open_environment(task_id=args.task, settings=plan.settings)
     except EnvlayerError as exc:
         return exec_failed(args, console, exc)
+
     def release() -> tuple[list[str], bool]:
         outcome = release_after_exec(env, args.rm, console)
         if args.rm:  # the sandbox is gone: a broker's session of this task must go too

@@ -185,4 +185,3 @@ def exec_via_broker(argv: Sequence[str]) -> int | None:
     finally:
         _signal.signal(_signal.SIGINT, previous)
         sock.close()
-

@@ -115,7 +115,11 @@ class Sessions:
             return manager
 
     def environment(
-        self, settings: Settings, task: str, environ: Mapping[str, str], creating: Callable[[], AbstractContextManager[Any]]
+        self,
+        settings: Settings,
+        task: str,
+        environ: Mapping[str, str],
+        creating: Callable[[], AbstractContextManager[Any]],
     ) -> ManagedEnvironment:
         """The environment of ``task`` under ``settings`` and the caller's ``environ``;
         created on first use inside ``creating()`` (the caller's directory and

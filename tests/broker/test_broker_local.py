@@ -264,7 +264,9 @@ def test_each_call_reads_its_own_configuration_and_variables(brk: BrokerRun, tmp
     assert brk.run("exec", "--", "pwd").stdout == f"{brk.workdir}\n"
     assert "envlayer-toy-" in brk.run("exec", "--", "pwd", env={"ENVLAYER_BACKEND": "toy"}).stdout
     for value in ("first", "second"):  # -e NAME: this call's value
-        assert brk.run("exec", "-e", "ELB_VALUE", "--", "echo $ELB_VALUE", env={"ELB_VALUE": value}).stdout == f"{value}\n"
+        assert (
+            brk.run("exec", "-e", "ELB_VALUE", "--", "echo $ELB_VALUE", env={"ELB_VALUE": value}).stdout == f"{value}\n"
+        )
     assert len(brk.broker_pids()) == 1
 
 
