@@ -416,10 +416,12 @@ class Broker:
 
         def remove() -> tuple[list[str], bool]:
             try:
-                return self.sessions.remove(settings, args.task, environ), True
+                notes = self.sessions.remove(settings, args.task, environ)
             except EnvlayerError as exc:
                 console.error(exc, "cleanup failed")
                 return [], False
+            self.sessions.drop(args.task, settings.profile, settings.backend)  # held under other variables
+            return notes, True
 
         return held, remove
 

@@ -279,6 +279,9 @@ def test_a_backend_declaring_no_variables_gets_an_environment_per_environment(br
     assert brk.run(*toy, env={"ELB_SELECTS": "2"}).stdout != first.stdout  # another one
     [broker] = _status(brk)
     assert [e["task"] for e in broker["environments"]] == ["t", "t"]
+    removed = brk.run("exec", "--backend", "toy", "--task", "t", "--rm", "--", "true", env={"ELB_SELECTS": "1"})
+    assert removed.returncode == 0, removed.stderr
+    assert _status(brk)[0]["environments"] == []  # exec --rm releases the task under every set of variables
 
 
 def test_rm_releases_the_task_the_broker_holds(brk: BrokerRun) -> None:
