@@ -202,7 +202,7 @@ def _drain(conn: socket.socket) -> None:
 
 
 class Broker:
-    """A broker for one runtime directory and context digest; see the module docstring."""
+    """A broker for one runtime directory and installation digest; see the module docstring."""
 
     def __init__(self, directory: str, digest: str) -> None:
         self.directory = directory

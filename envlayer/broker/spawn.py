@@ -105,7 +105,7 @@ def launch(directory: str, digest: str) -> subprocess.Popen[bytes]:
 
 
 def start_and_connect(directory: str, digest: str, argv: Sequence[str]) -> _socket.socket | None:
-    """A connection to a broker started for this context (see the module docstring),
+    """A connection to a broker started for this user (see the module docstring),
     or None when the command must run in-process."""
     sock_path = runtime_dir.broker_path(directory, digest, "sock")
     lock_path = runtime_dir.broker_path(directory, digest, "lock")
