@@ -1,8 +1,10 @@
 """The files brokers keep in the runtime directory, and who removes them.
 
-An installation's broker (see :mod:`envlayer.broker.runtime_dir`) has ``broker-<digest>.sock`` (its socket), ``.pid`` (locked for the
-broker's life), ``.log`` (its stdout and stderr, made new by the call that starts it) and,
-only while a call is starting it, ``.lock`` (that call removes it before letting go).
+An installation's broker (see :mod:`envlayer.broker.runtime_dir`) has
+``broker-<digest>.sock`` (its socket), ``.pid`` (locked for the broker's life), ``.log``
+(its stdout and stderr, made new by the call that starts it: one left by a killed broker
+is renamed ``broker-<digest><hex>.log`` and kept) and, only while a call is starting it,
+``.lock`` (that call removes it before letting go).
 
 * **A broker that exits** removes its socket, then its log unless it logged a warning or
   an error (or failed) — such a log is kept for the user, at most :data:`MAX_KEPT_LOGS`
