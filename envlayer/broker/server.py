@@ -204,11 +204,11 @@ def _drain(conn: socket.socket) -> None:
 class Broker:
     """A broker for one runtime directory and installation digest; see the module docstring."""
 
-    def __init__(self, directory: str, digest: str) -> None:
+    def __init__(self, directory: str, digest: str, started_in: str | None = None) -> None:
         self.directory = directory
         self.digest = digest
         self.socket_path = runtime_dir.broker_path(directory, digest, "sock")
-        self.settings = load_settings()
+        self.settings = load_settings(cwd=started_in)  # its idle timeout: as the call that started it reads it
         self.idle_timeout = self.settings.broker_idle_timeout
         self.sessions = Sessions()
         self.started = time.time()
@@ -451,20 +451,21 @@ def _configure_logging() -> None:
     log.setLevel(logging.INFO)
 
 
-def serve(directory: str, digest: str) -> int:
+def serve(directory: str, digest: str, started_in: str | None = None) -> int:
     """Run a broker in this process until it exits (SIGTERM and SIGINT stop it)."""
     _configure_logging()
-    broker = Broker(directory, digest)
+    broker = Broker(directory, digest, started_in)
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: broker.stop())
     return broker.serve()
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m envlayer.broker serve --runtime-dir DIR --digest HEX``."""
+    """``python -m envlayer.broker serve --runtime-dir DIR --digest HEX [--started-in DIR]``."""
     parser = argparse.ArgumentParser(prog="python -m envlayer.broker")
     parser.add_argument("verb", choices=["serve"])
     parser.add_argument("--runtime-dir", required=True)
     parser.add_argument("--digest", required=True)
+    parser.add_argument("--started-in", metavar="DIR", help="the directory of the call that started it")
     args = parser.parse_args(argv)
-    return serve(args.runtime_dir, args.digest)
+    return serve(args.runtime_dir, args.digest, args.started_in)

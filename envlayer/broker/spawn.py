@@ -92,7 +92,10 @@ def launch(directory: str, digest: str) -> subprocess.Popen[bytes]:
     log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     try:
         return subprocess.Popen(
-            [sys.executable, "-m", "envlayer.broker", "serve", "--runtime-dir", directory, "--digest", digest],
+            [
+                *(sys.executable, "-m", "envlayer.broker", "serve", "--runtime-dir", directory, "--digest", digest),
+                *("--started-in", os.getcwd()),
+            ],
             stdin=subprocess.DEVNULL,
             stdout=log_fd,
             stderr=log_fd,

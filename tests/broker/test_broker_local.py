@@ -211,6 +211,13 @@ def test_idle_broker_exits_and_the_next_call_starts_one(brk: BrokerRun) -> None:
     assert brk.run("exec", "--task", "t", "--", "echo again", env=idle).stdout == "again\n"
 
 
+def test_the_idle_timeout_is_read_where_the_broker_was_started(brk: BrokerRun) -> None:
+    (brk.workdir / "envlayer.toml").write_text("broker_idle_timeout = 1\n")
+    assert brk.run("exec", "--", "true").returncode == 0
+    [pid] = brk.broker_pids()
+    wait_until(lambda: pid not in brk.broker_pids(), "the idle broker's exit", timeout=30)
+
+
 def test_broker_status_and_stop(brk: BrokerRun) -> None:
     assert brk.run("broker", "status").stdout == "no broker running\n"
     brk.run("exec", "--task", "t1", "--", "true")
