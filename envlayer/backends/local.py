@@ -7,7 +7,7 @@ a call that finds the session busy (another thread) runs as its own process, in 
 session's directory. A deleted working directory falls back to its nearest existing
 parent, and the result's ``notice`` says so; a ``cwd`` option naming a directory that
 never existed fails every command with exit 126, as a per-call ``cwd`` does.
-Commands inherit this process's environment without credential variables
+Commands inherit this process's environment (as it was at creation) without credential variables
 (``env_blocklist``, see :mod:`envlayer.sandbox.command_env`) unless forwarded (``forward_env``).
 Every command runs in its own session and process group; a timeout or an interrupt
 kills the whole tree (SIGTERM, one second of grace, SIGKILL), including processes
@@ -80,6 +80,7 @@ class LocalEnvironment(SandboxEnvironment):
     name = "local"
     Options = LocalOptions
     capabilities = frozenset({Capability.STREAMING, Capability.PERSISTENT_SESSION})
+    environment_variables = ()  # commands inherit the creating process's environment: it selects nothing
     options: LocalOptions
 
     def __init__(
@@ -87,6 +88,8 @@ class LocalEnvironment(SandboxEnvironment):
     ) -> None:
         super().__init__(options, task_id=task_id, profile=profile)
         self.cwd = os.path.abspath(os.path.expanduser(self.options.cwd or os.getcwd()))
+        self._environ = dict(os.environ)
+        """This process's environment when this environment was created: what commands inherit."""
         self._cwd_existed = os.path.isdir(self.cwd)
         """Whether :attr:`cwd` was ever seen to exist: only then does its loss fall back."""
         self._session: LocalSession | None = None
@@ -95,11 +98,12 @@ class LocalEnvironment(SandboxEnvironment):
             weakref.finalize(self, self._session.close)
 
     def _base_environment(self) -> dict[str, str]:
-        """What every command starts with: this process's environment without credential
+        """What every command starts with: this process's environment (when this environment
+        was created) without credential
         variables (unless forwarded), then the agent defaults and ``env``."""
         opts = self.options
         inherited = (
-            inherited_environment(os.environ, blocklist=opts.env_blocklist, forward=opts.forward_env)
+            inherited_environment(self._environ, blocklist=opts.env_blocklist, forward=opts.forward_env)
             if opts.inherit_env
             else {}
         )

@@ -22,7 +22,7 @@ import json
 import os
 import sys
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
@@ -82,11 +82,17 @@ FLAG_NAMES = {"backend": "--backend", "profile": "--profile"}
 """The flags that set core settings, as errors and ``envlayer config`` name them."""
 
 
-def settings_of(args: argparse.Namespace) -> Settings:
-    """The configuration for a command's ``--config``, ``--backend``, ``--profile``, ``-o``."""
+def settings_of(
+    args: argparse.Namespace, *, environ: Mapping[str, str] | None = None, cwd: str | None = None
+) -> Settings:
+    """The configuration for a command's ``--config``, ``--backend``, ``--profile``, ``-o``;
+    ``environ`` and ``cwd``: the caller's (through the broker; default this process's)."""
     texts = parse_assignments(getattr(args, "option", None) or [], "-o")
+    config = os.path.join(cwd, args.config) if cwd and args.config else args.config
     return load_settings(
-        config_path=args.config,
+        config_path=config,
+        env=environ,
+        cwd=cwd,
         backend=args.backend,
         profile=args.profile,
         option_texts=texts or None,
@@ -156,14 +162,24 @@ def command_of(words: Sequence[str]) -> Command:
     return words[0] if len(words) == 1 else words
 
 
-def plan_exec(args: argparse.Namespace, read_stdin: Callable[[], bytes], settings: Settings | None = None) -> ExecPlan:
+def plan_exec(
+    args: argparse.Namespace,
+    read_stdin: Callable[[], bytes],
+    settings: Settings | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    cwd: str | None = None,
+) -> ExecPlan:
     """Resolve ``exec``'s arguments; ``read_stdin()`` is called only with ``-i``;
-    ``settings`` defaults to :func:`settings_of` ``(args)``.
+    ``settings`` defaults to :func:`settings_of` ``(args)``; ``environ`` and ``cwd`` (the
+    caller's, through the broker; default this process's) give ``-e NAME`` its value and
+    a relative ``--env-file`` its directory.
     Raises :class:`EnvlayerError` (nothing ran, no sandbox was made for it)."""
     normalize_timeout(args.timeout, default=None)
     command = command_of(args.command)
     settings = settings if settings is not None else settings_of(args)
-    env_vars = exec_env(args.env or [], args.env_file or [])
+    env_files = [os.path.join(cwd, path) if cwd else path for path in args.env_file or []]
+    env_vars = exec_env(args.env or [], env_files, environ)
     stdin = read_stdin() if args.stdin else None
     kwargs = {"cwd": args.cwd, "env": env_vars or None, "timeout": args.timeout, "stdin": stdin}
     user = None if args.user is None else check_user(args.user)
@@ -205,6 +221,60 @@ Release = Callable[[], tuple[list[str], bool]]
 notes are printed (or put in ``--json``), ``ok`` False means envlayer failed (125)."""
 
 
+def _execute(
+    args: argparse.Namespace,
+    plan: ExecPlan,
+    env: Environment,
+    console: Console,
+    forward: Callable[[str, bytes], None],
+    cancel: CancelToken | None,
+) -> tuple[ExecResult, bool]:
+    """Run ``plan``'s command on ``env``: its result, and whether its output was streamed
+    through ``forward`` (never under ``--json``, which prints one object at the end)."""
+    kwargs = dict(plan.exec_kwargs)
+    if cancel is not None:
+        kwargs["cancel"] = cancel
+    kwargs.update(lifecycle.user_keywords(env, plan.user))
+    if args.json:
+        with plugin_call(env, "exec"):
+            return env.exec(plan.command, **kwargs), False
+    outcome = lifecycle.exec_with_output(env, plan.command, forward, **kwargs)
+    if outcome.note and args.backend:
+        console.note(outcome.note)
+    return outcome.result, outcome.streamed
+
+
+def _report_result(
+    args: argparse.Namespace,
+    console: Console,
+    result: ExecResult,
+    notes: list[str],
+    *,
+    quiet_stderr: bool,
+    streamed: bool,
+) -> int:
+    """Print what is left to say about a finished command; its exit code.
+    ``quiet_stderr``: its stderr was already forwarded; ``streamed``: its output was."""
+    if result.cancelled:
+        console.line(INTERRUPTED_LINE)
+        return INTERRUPT_EXIT_CODE
+    if args.json:
+        console.json(exec_json(result, notes))
+        return result.exit_code
+    if result.notice:  # the command ran somewhere else than asked (a deleted directory)
+        console.note(result.notice)
+    if result.stderr and not quiet_stderr:
+        # A message the backend put in the result without streaming it (a command that
+        # could not start: 127, a missing working directory: 126) must still be seen.
+        console.write("stderr", result.stderr)
+    if result.timed_out:
+        after = f" after {result.timeout}s" if result.timeout is not None else ""
+        console.line(f"envlayer: command timed out{after} and was killed")
+    elif result.truncated and not streamed:
+        console.line("envlayer: output exceeded max_output_bytes and was truncated")
+    return result.exit_code
+
+
 def run_exec(
     args: argparse.Namespace,
     plan: ExecPlan,
@@ -229,20 +299,8 @@ def run_exec(
                 console.note(note)
         return notes, ok
 
-    streamed = False
-    kwargs = dict(plan.exec_kwargs)
-    if cancel is not None:
-        kwargs["cancel"] = cancel
     try:
-        kwargs.update(lifecycle.user_keywords(env, plan.user))
-        if args.json:
-            with plugin_call(env, "exec"):
-                result = env.exec(plan.command, **kwargs)
-        else:
-            outcome = lifecycle.exec_with_output(env, plan.command, forward, **kwargs)
-            result, streamed = outcome.result, outcome.streamed
-            if outcome.note and args.backend:
-                console.note(outcome.note)
+        result, streamed = _execute(args, plan, env, console, forward, cancel)
     except KeyboardInterrupt:
         console.line(INTERRUPTED_LINE)
         finish()
@@ -260,24 +318,7 @@ def run_exec(
     notes, cleaned = finish()
     if not cleaned:
         return ENVLAYER_FAILURE
-    if result.cancelled:
-        console.line(INTERRUPTED_LINE)
-        return INTERRUPT_EXIT_CODE
-    if args.json:
-        console.json(exec_json(result, notes))
-        return result.exit_code
-    if result.notice:  # the command ran somewhere else than asked (a deleted directory)
-        console.note(result.notice)
-    if result.stderr and not stderr_forwarded:
-        # A message the backend put in the result without streaming it (a command that
-        # could not start: 127, a missing working directory: 126) must still be seen.
-        console.write("stderr", result.stderr)
-    if result.timed_out:
-        after = f" after {result.timeout}s" if result.timeout is not None else ""
-        console.line(f"envlayer: command timed out{after} and was killed")
-    elif result.truncated and not streamed:
-        console.line("envlayer: output exceeded max_output_bytes and was truncated")
-    return result.exit_code
+    return _report_result(args, console, result, notes, quiet_stderr=stderr_forwarded, streamed=streamed)
 
 
 def release_after_exec(env: Environment, remove: bool, console: Console) -> tuple[list[str], bool]:

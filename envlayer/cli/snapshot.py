@@ -17,6 +17,7 @@ from envlayer import dispatch as lifecycle
 from envlayer.capabilities import Capability, supports
 from envlayer.cli.exec_plan import json_text
 from envlayer.cli.exec_plan import settings_of as _settings
+from envlayer.cli.report import report, sweep_targets
 from envlayer.environment import Environment
 from envlayer.errors import InvalidArgument
 from envlayer.factory import backend_specs, open_environment
@@ -75,18 +76,16 @@ def cmd_fork(args: argparse.Namespace) -> int:
 
 
 def cmd_snapshots(args: argparse.Namespace) -> int:
-    from envlayer.cli.app import _report, _sweep_targets
-
     settings = _settings(args)
-    specs, failures = _sweep_targets(args, settings)
+    specs, failures = sweep_targets(args, settings)
     if args.action == "ls":
         if args.snapshot_id:
             raise InvalidArgument("SNAPSHOT", "`snapshots ls` takes no snapshot id", hint="envlayer snapshots ls")
         profile = None if args.all_profiles else settings.profile
-        return _report(failures + lifecycle.list_snapshots(specs, profile=profile), args, "listed")
+        return report(failures + lifecycle.list_snapshots(specs, profile=profile), args, "listed")
     if not args.snapshot_id:
         raise InvalidArgument("SNAPSHOT", "`snapshots rm` needs the snapshot id", hint="see `envlayer snapshots ls`")
-    return _report(failures + lifecycle.remove_snapshot(specs, args.snapshot_id), args, "removed")
+    return report(failures + lifecycle.remove_snapshot(specs, args.snapshot_id), args, "removed")
 
 
 def add_parsers(sub: Any, shared: dict[str, argparse.ArgumentParser], make: Callable[..., Any]) -> None:

@@ -112,6 +112,9 @@ class BrokerRun:
         """Pids of the brokers running in the runtime directory (from their locked pid files)."""
         return running_brokers(self.runtime)
 
+    def runtime_path(self, name: str) -> Path:
+        return Path(self.runtime, name)
+
     def sockets(self) -> list[str]:
         return glob.glob(os.path.join(self.runtime, "broker-*.sock"))
 

@@ -211,12 +211,19 @@ def test_idle_broker_exits_and_the_next_call_starts_one(brk: BrokerRun) -> None:
     assert brk.run("exec", "--task", "t", "--", "echo again", env=idle).stdout == "again\n"
 
 
+def test_the_idle_timeout_is_read_where_the_broker_was_started(brk: BrokerRun) -> None:
+    (brk.workdir / "envlayer.toml").write_text("broker_idle_timeout = 1\n")
+    assert brk.run("exec", "--", "true").returncode == 0
+    [pid] = brk.broker_pids()
+    wait_until(lambda: pid not in brk.broker_pids(), "the idle broker's exit", timeout=30)
+
+
 def test_broker_status_and_stop(brk: BrokerRun) -> None:
     assert brk.run("broker", "status").stdout == "no broker running\n"
     brk.run("exec", "--task", "t1", "--", "true")
     [broker] = _status(brk)
     assert broker["pid"] in brk.broker_pids() and broker["socket"] in brk.sockets()
-    assert broker["cwd"] == str(brk.workdir) and broker["uptime"] >= 0
+    assert broker["uptime"] >= 0
     [env] = broker["environments"]
     assert env["backend"] == "local" and env["task"] == "t1" and env["in_flight"] == 0
     text = brk.run("broker", "status").stdout
@@ -240,12 +247,63 @@ def test_config_turning_it_off_is_honoured_by_a_running_broker(brk: BrokerRun) -
     assert brk.run("exec", "--task", "t", "--", "pwd").stdout == f"{brk.workdir}\n"  # in-process: no session
 
 
-def test_another_directory_gets_another_broker(brk: BrokerRun, tmp_path: Path) -> None:
-    elsewhere = tmp_path / "elsewhere"
+def test_one_broker_serves_every_directory_and_environment(brk: BrokerRun, tmp_path: Path) -> None:
+    elsewhere, target = tmp_path / "elsewhere", tmp_path / "target"
     elsewhere.mkdir()
+    target.mkdir()
+    assert brk.run("exec", "--task", "t1", "--", f"cd {target} && export KEPT=yes").returncode == 0
+    from_elsewhere = brk.run("exec", "--task", "t1", "--", "pwd; echo $KEPT", cwd=elsewhere, env={"ELB_UNRELATED": "1"})
+    assert from_elsewhere.stdout == f"{target}\nyes\n", from_elsewhere.stderr
+    assert brk.run("exec", "--task", "t1", "--", "pwd", env={"ELB_UNRELATED": "2"}).stdout == f"{target}\n"
+    # a new task starts in the directory, and with the variables, of the call that made it
+    fresh = brk.run("exec", "--task", "t2", "--", "pwd; echo $ELB_UNRELATED", cwd=elsewhere, env={"ELB_UNRELATED": "3"})
+    assert fresh.stdout == f"{elsewhere}\n3\n", fresh.stderr
+    assert len(brk.broker_pids()) == 1
+    [broker] = _status(brk)
+    assert sorted(e["task"] for e in broker["environments"]) == ["t1", "t2"]
+
+
+def test_each_call_reads_its_own_configuration_and_variables(brk: BrokerRun, tmp_path: Path) -> None:
+    toy_project = tmp_path / "toy-project"
+    toy_project.mkdir()
+    (toy_project / "envlayer.toml").write_text('backend = "toy"\n')
+    assert "envlayer-toy-" in brk.run("exec", "--", "pwd", cwd=toy_project).stdout  # its ./envlayer.toml
     assert brk.run("exec", "--", "pwd").stdout == f"{brk.workdir}\n"
-    assert brk.run("exec", "--", "pwd", cwd=elsewhere).stdout == f"{elsewhere}\n"
-    assert len(brk.broker_pids()) == 2
+    assert "envlayer-toy-" in brk.run("exec", "--", "pwd", env={"ENVLAYER_BACKEND": "toy"}).stdout
+    for value in ("first", "second"):  # -e NAME: this call's value
+        assert (
+            brk.run("exec", "-e", "ELB_VALUE", "--", "echo $ELB_VALUE", env={"ELB_VALUE": value}).stdout == f"{value}\n"
+        )
+    assert len(brk.broker_pids()) == 1
+
+
+def test_a_backend_declaring_no_variables_gets_an_environment_per_environment(brk: BrokerRun) -> None:
+    """The toy plugin declares no ``environment_variables``: every variable selects."""
+    toy = ("exec", "--backend", "toy", "--task", "t", "--", "pwd")
+    first = brk.run(*toy, env={"ELB_SELECTS": "1"})
+    assert first.returncode == 0, first.stderr
+    assert brk.run(*toy, env={"ELB_SELECTS": "1"}).stdout == first.stdout  # the same environment
+    assert brk.run(*toy, env={"ELB_SELECTS": "2"}).stdout != first.stdout  # another one
+    [broker] = _status(brk)
+    assert [e["task"] for e in broker["environments"]] == ["t", "t"]
+    removed = brk.run("exec", "--backend", "toy", "--task", "t", "--rm", "--", "true", env={"ELB_SELECTS": "1"})
+    assert removed.returncode == 0, removed.stderr
+    assert _status(brk)[0]["environments"] == []  # exec --rm releases the task under every set of variables
+
+
+def test_rm_releases_the_task_the_broker_holds(brk: BrokerRun) -> None:
+    assert brk.run("exec", "--task", "t1", "--", "cd /").returncode == 0
+    removed = brk.run("rm", "t1", "--force")
+    assert removed.returncode == 0, removed.stderr
+    assert "nothing removed" not in removed.stdout and "session released" in removed.stdout
+    assert _status(brk)[0]["environments"] == []
+    assert brk.run("exec", "--task", "t1", "--", "pwd").stdout == f"{brk.workdir}\n"
+
+
+def test_in_process_exec_rm_releases_the_task_the_broker_holds(brk: BrokerRun) -> None:
+    assert brk.run("exec", "--task", "t1", "--", "cd /").returncode == 0
+    assert brk.run("exec", "--task", "t1", "--rm", "--no-broker", "--", "true").returncode == 0
+    assert _status(brk)[0]["environments"] == []
 
 
 @pytest.mark.parametrize("problem", ["unwritable", "world-writable", "symlink"])
@@ -422,10 +480,10 @@ def test_the_client_exit_codes_are_the_cli_ones() -> None:
 
 PARTIAL_STDIN = """
 import os, sys
-from envlayer.cli.broker import client, protocol, runtime_dir
+from envlayer.cli.broker import connection, protocol, runtime_dir
 directory = os.environ["ENVLAYER_RUNTIME_DIR"]
-path = runtime_dir.broker_path(directory, runtime_dir.context_digest(os.getcwd(), os.environ), "sock")
-sock = client.connect(path)
+path = runtime_dir.broker_path(directory, runtime_dir.INSTALLATION_DIGEST, "sock")
+sock = connection.connect(path)
 argv = ["exec", "-i", "--task", "t", "--", "cat > " + sys.argv[1]]
 protocol.send(sock, protocol.REQUEST, protocol.encode_request("exec", os.getcwd(), argv, os.environ))
 kind, _ = protocol.receive(sock)

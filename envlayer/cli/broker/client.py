@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import _signal  # type: ignore[import-not-found]
 import _socket
-import errno
 import os
-import sys
 
 from envlayer.cli.broker import protocol, runtime_dir
+from envlayer.cli.broker.connection import note, reach, unreachable
 
 TYPE_CHECKING = False  # typing costs milliseconds to import; type checkers read this as True
 if TYPE_CHECKING:
@@ -34,13 +33,6 @@ IN_PROCESS_FLAGS = frozenset({"--no-broker", "--debug", "-h", "--help"})
 ENVLAYER_FAILURE = 125
 BROKEN_PIPE_EXIT_CODE = 141
 INTERRUPT_EXIT_CODE = 130
-UNREACHABLE = (errno.ENOENT, errno.ECONNREFUSED)
-"""connect() errors that mean "no broker listens there"."""
-
-
-def note(text: str) -> None:
-    """``envlayer: note: TEXT`` on stderr."""
-    os.write(2, f"envlayer: note: {text}\n".encode())
 
 
 def wanted(argv: Sequence[str], environ: Mapping[str, str]) -> bool:
@@ -53,39 +45,12 @@ def wanted(argv: Sequence[str], environ: Mapping[str, str]) -> bool:
     return not any(word in IN_PROCESS_FLAGS for word in options)
 
 
-def connect(path: str) -> _socket.socket:
-    """A connection to the broker listening at ``path``. Raises ``OSError``."""
-    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
-    try:
-        sock.connect(path)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
-
-
-def reach(path: str) -> _socket.socket | None:
-    """A connection to the broker at ``path``, or None when none listens there (no
-    socket, or a dead broker's). Raises ``OSError`` for any other failure."""
-    try:
-        return connect(path)
-    except OSError as exc:
-        if exc.errno in UNREACHABLE:
-            return None
-        raise
-
-
-def unreachable(path: str, exc: OSError) -> None:
-    """Say that the broker at ``path`` cannot be reached (the command runs in-process)."""
-    note(f"cannot reach the broker at {path}: {exc.strerror or exc}; running in-process")
-
-
 def _open(argv: Sequence[str]) -> _socket.socket | None:
-    """A connection to this context's broker, starting one when none listens; None
+    """A connection to this user's broker, starting one when none listens; None
     (after a note) when that fails."""
     try:
         directory = runtime_dir.checked(runtime_dir.candidate(os.environ))
-        digest = runtime_dir.context_digest(os.getcwd(), os.environ)
+        digest = runtime_dir.INSTALLATION_DIGEST
         path = runtime_dir.broker_path(directory, digest, "sock")
     except (ValueError, OSError) as exc:
         note(f"{exc}; running in-process")
@@ -220,14 +185,3 @@ def exec_via_broker(argv: Sequence[str]) -> int | None:
     finally:
         _signal.signal(_signal.SIGINT, previous)
         sock.close()
-
-
-def main() -> None:
-    """The ``envlayer`` console script: the broker when it can serve the command, else
-    the in-process CLI (:func:`envlayer.cli.app.main`)."""
-    code = exec_via_broker(sys.argv[1:])
-    if code is None:
-        from envlayer.cli.app import main as in_process
-
-        code = in_process()
-    sys.exit(code)

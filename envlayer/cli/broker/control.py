@@ -1,5 +1,6 @@
 """``envlayer broker status`` and ``envlayer broker stop``: ask every broker of this user
-(every socket in the runtime directory) what it holds, or to exit.
+(every socket in the runtime directory) what it holds, or to exit; and :func:`drop`,
+which ``envlayer rm`` uses to make them let go of a task.
 
 A socket nobody listens on (a broker killed with SIGKILL) is skipped: the next broker to
 start removes it (see :mod:`envlayer.cli.broker.leftovers`).
@@ -15,7 +16,7 @@ import time
 from typing import Any
 
 from envlayer.cli.broker import protocol, runtime_dir
-from envlayer.cli.broker.client import connect
+from envlayer.cli.broker.connection import connect
 from envlayer.errors import EnvlayerError
 
 STOP_WAIT = 30.0
@@ -30,13 +31,13 @@ def directory() -> str:
         raise EnvlayerError(str(exc), hint="fix its owner and mode (0700), or set ENVLAYER_RUNTIME_DIR") from None
 
 
-def _ask(path: str, verb: str) -> dict[str, Any] | None:
+def _ask(path: str, verb: str, argv: list[str] | None = None) -> dict[str, Any] | None:
     try:
         sock = connect(path)
     except OSError:
         return None
     try:
-        protocol.send(sock, protocol.REQUEST, protocol.encode_request(verb, os.getcwd(), [], {}))
+        protocol.send(sock, protocol.REQUEST, protocol.encode_request(verb, "/", argv or [], {}))
         got = protocol.receive(sock)
     except (OSError, ValueError):
         return None
@@ -55,6 +56,23 @@ def _sockets() -> list[str]:
 def status() -> list[dict[str, Any]]:
     """The status of every live broker of this user (see :meth:`Broker.status`)."""
     return [data for path in _sockets() if (data := _ask(path, "status")) is not None]
+
+
+def drop(task: str, profile: str, backend: str | None) -> list[dict[str, Any]]:
+    """Make every live broker of this user release ``task``'s environments in ``profile``
+    (on ``backend``, or on any): ``envlayer rm`` and an in-process ``exec --rm`` call this
+    before they remove the sandbox. Returns what was released, each with the broker's
+    ``pid``. No runtime directory that can be used means no broker: nothing to release."""
+    try:
+        sockets = _sockets()
+    except EnvlayerError:
+        return []
+    dropped = []
+    for path in sockets:
+        answer = _ask(path, "drop", [task, profile, backend or ""])
+        if answer is not None:
+            dropped += [{**held, "pid": answer["pid"]} for held in answer.get("dropped", [])]
+    return dropped
 
 
 def running_broker(pid_path: str) -> int | None:

@@ -1,16 +1,18 @@
 """The files brokers keep in the runtime directory, and who removes them.
 
-A context's broker has ``broker-<digest>.sock`` (its socket), ``.pid`` (locked for the
-broker's life), ``.log`` (its stdout and stderr, made new by the call that starts it) and,
-only while a call is starting it, ``.lock`` (that call removes it before letting go).
+An installation's broker (see :mod:`envlayer.cli.broker.runtime_dir`) has
+``broker-<digest>.sock`` (its socket), ``.pid`` (locked for the broker's life), ``.log``
+(its stdout and stderr, made new by the call that starts it: one left by a killed broker
+is renamed ``broker-<digest><hex>.log`` and kept) and, only while a call is starting it,
+``.lock`` (that call removes it before letting go).
 
 * **A broker that exits** removes its socket, then its log unless it logged a warning or
   an error (or failed) — such a log is kept for the user, at most :data:`MAX_KEPT_LOGS`
   of them — and last its pid file, while it still holds the file's lock.
 * **A broker that starts** removes what killed brokers and killed calls left: for every
-  other context whose pid file nobody holds, its socket and pid file (taken under that
-  lock, so a broker starting for that context meanwhile is never touched); every lock
-  file nobody holds; and the logs of contexts without a running broker beyond the newest
+  other digest (another installation) whose pid file nobody holds, its socket and pid file
+  (taken under that lock, so a broker starting for it meanwhile is never touched); every
+  lock file nobody holds; and the logs without a running broker beyond the newest
   :data:`MAX_KEPT_LOGS`.
 """
 
@@ -131,7 +133,7 @@ def _remove_free_lock(path: str) -> None:
 
 
 def prune_logs(directory: str) -> None:
-    """Remove the logs of contexts without a running broker beyond the newest
+    """Remove the logs of digests without a running broker beyond the newest
     :data:`MAX_KEPT_LOGS`."""
     from envlayer.cli.broker.control import running_broker
 

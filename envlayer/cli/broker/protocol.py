@@ -1,7 +1,8 @@
 """Frames on a broker's socket: 1 byte kind, 4 bytes big-endian payload length, payload.
 
 Client to broker: :data:`REQUEST` (first frame: NUL-separated ``version``, ``verb``
-(``exec``, ``status``, ``stop``), ``cwd``, the argv count, the argv words, then the
+(``exec``, ``status``, ``stop``, ``drop``: argv TASK PROFILE BACKEND-or-empty), ``cwd``,
+the argv count, the argv words, then the
 caller's ``NAME=VALUE`` environment entries), :data:`STDIN` chunks and :data:`STDIN_EOF`
 (only after the broker asked with :data:`NEED_STDIN`), :data:`CANCEL` (Ctrl-C: kill the
 command's tree), :data:`HANGUP` (the client's stdout reader went away: the broker's next

@@ -6,13 +6,11 @@ used only when it is a real directory (not a symlink) owned by this user and clo
 group and others: anything else raises ``ValueError`` saying why (the caller then runs
 in-process and says why).
 
-A broker runs with exactly its caller's working directory and environment, so that
-every backend behaves through it as it does in-process (the local backend's directory
-and inherited variables, ``DOCKER_HOST``, ``KUBECONFIG``, API keys, config files found
-from the directory). :func:`context_digest` names that context; a caller whose context
-differs gets another broker, as does a caller running another envlayer installation
-(interpreter, location or version). Variables a shell changes on its own (``PWD``,
-``OLDPWD``, ``SHLVL``, ``_``) are not part of the context.
+One broker serves a user and an envlayer installation (interpreter, location, version):
+:data:`INSTALLATION_DIGEST` names it. Each call sends its working directory and
+environment; the broker loads the configuration from them and keeps one environment per
+backend configuration, task and the variables that backend reads (see
+:mod:`envlayer.cli.broker.sessions`).
 
 Standard library only (the client imports this on every call).
 """
@@ -31,9 +29,6 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
 RUNTIME_DIR_VAR = "ENVLAYER_RUNTIME_DIR"
-VOLATILE_VARS = frozenset({"PWD", "OLDPWD", "SHLVL", "_"})
-"""Variables a shell sets by itself; they do not select a broker."""
-
 MAX_SOCKET_PATH = 107
 """Longest Unix socket path Linux accepts (bytes, without the final NUL)."""
 
@@ -83,17 +78,8 @@ INSTALLATION = f"{sys.executable}\0{os.path.dirname(os.path.dirname(os.path.absp
 installation that started it, so another installation gets another broker."""
 
 
-def context_entries(cwd: str, environ: Mapping[str, str]) -> list[str]:
-    """The caller context a broker must match: the installation, the directory, then
-    sorted ``NAME=VALUE``."""
-    return [INSTALLATION, cwd, *sorted(f"{k}={v}" for k, v in environ.items() if k not in VOLATILE_VARS)]
-
-
-def context_digest(cwd: str, environ: Mapping[str, str]) -> str:
-    """16 hex digits naming the broker of this context (a collision is harmless: the
-    broker compares the full context and refuses one that differs)."""
-    data = "\0".join(context_entries(cwd, environ)).encode("utf-8", "surrogateescape")
-    return f"{zlib.crc32(data):08x}{zlib.adler32(data):08x}"
+INSTALLATION_DIGEST = f"{zlib.crc32(INSTALLATION.encode(errors='surrogateescape')):08x}"
+"""8 hex digits naming this installation's broker in the runtime directory."""
 
 
 def broker_path(directory: str, digest: str, suffix: str) -> str:

@@ -6,9 +6,11 @@ Guarantees:
 * **Same user only.** The socket is created 0600 in the 0700 runtime directory, and
   every connection's peer credentials (``SO_PEERCRED``) are checked: a process of
   another uid is refused (told to run in-process) and the refusal is logged.
-* **Same context only.** A broker serves callers whose working directory and
-  environment equal its own (see :mod:`envlayer.cli.broker.runtime_dir`); any other caller
-  is told to run in-process, with a note.
+* **Every directory and environment of the user.** A call carries its working
+  directory and environment; the configuration is loaded and an environment created in
+  them (:mod:`envlayer.cli.broker.caller`), and a task's environment is shared by every call
+  with the same configuration and the same values of the variables its backend reads
+  (:mod:`envlayer.cli.broker.sessions`).
 * **Same behaviour as in-process.** The argv is parsed by the CLI's own parser and run by
   :mod:`envlayer.cli.exec_plan`; what the CLI would print is sent back as it happens. Anything
   the broker does not serve (another command, ``--help``, ``--debug``, ``--no-broker``,
@@ -16,8 +18,8 @@ Guarantees:
 * **One command per connection, on its own thread.** A ``CANCEL`` frame, or the client
   going away, cancels the command: its process tree in the sandbox is killed (on
   backends whose ``exec`` takes a cancel token: every built-in backend), never the broker.
-* **Lifetime.** One broker per runtime directory and context (a ``flock`` on its pid
-  file). It exits after ``broker_idle_timeout`` seconds without a call, on ``envlayer
+* **Lifetime.** One broker per runtime directory and installation (a ``flock`` on its
+  pid file). It exits after ``broker_idle_timeout`` seconds without a call, on ``envlayer
   broker stop``, SIGTERM or SIGINT: it stops listening, cancels running commands, then
   closes its environments by the manager's rules (plain cleanup: persist-mode sandboxes
   stay), and removes its files (:mod:`envlayer.cli.broker.leftovers`). Killed with SIGKILL,
@@ -42,6 +44,7 @@ from collections.abc import Callable
 from typing import Any
 
 from envlayer.cli.broker import leftovers, protocol, runtime_dir
+from envlayer.cli.broker.caller import caller_context
 from envlayer.cli.broker.sessions import Sessions
 from envlayer.execution.cancel import CancelToken
 from envlayer.cli.exec_plan import (
@@ -93,7 +96,7 @@ def parse_exec(argv: list[str]) -> argparse.Namespace | None:
     global _parser
     with _parser_lock:
         if _parser is None:
-            from envlayer.cli.app import build_parser
+            from envlayer.cli.parser import build_parser
 
             _parser = build_parser(_QuietParser)
         try:
@@ -199,14 +202,13 @@ def _drain(conn: socket.socket) -> None:
 
 
 class Broker:
-    """A broker for one runtime directory and context digest; see the module docstring."""
+    """A broker for one runtime directory and installation digest; see the module docstring."""
 
-    def __init__(self, directory: str, digest: str) -> None:
+    def __init__(self, directory: str, digest: str, started_in: str | None = None) -> None:
         self.directory = directory
         self.digest = digest
         self.socket_path = runtime_dir.broker_path(directory, digest, "sock")
-        self.context = runtime_dir.context_entries(os.getcwd(), dict(os.environ))
-        self.settings = load_settings()
+        self.settings = load_settings(cwd=started_in)  # its idle timeout: as the call that started it reads it
         self.idle_timeout = self.settings.broker_idle_timeout
         self.sessions = Sessions()
         self.started = time.time()
@@ -366,25 +368,25 @@ class Broker:
         elif verb == "stop":
             call.send(protocol.STATUS, json.dumps(self.status()).encode())
             self.stop()
+        elif verb == "drop" and len(argv) == 3:
+            dropped = self.sessions.drop(argv[0], argv[1], argv[2] or None)
+            call.send(protocol.STATUS, json.dumps({"pid": os.getpid(), "dropped": [vars(h) for h in dropped]}).encode())
         elif verb == "exec":
             self._exec(call, cwd, argv, environ)
 
     def _exec(self, call: _Call, cwd: str, argv: list[str], environ: dict[str, str]) -> None:
-        if runtime_dir.context_entries(cwd, environ) != self.context:
-            call.send(protocol.IN_PROCESS, b"the broker's directory or environment differs; running in-process")
-            return
         args = parse_exec(argv)
         if args is None:
             call.send(protocol.IN_PROCESS)
             return
         console = Console(_FrameStream(call, protocol.STDOUT), _FrameStream(call, protocol.STDERR))  # type: ignore[arg-type]
         try:
-            settings = settings_of(args)
+            settings = settings_of(args, environ=environ, cwd=cwd)
             if not settings.broker:
                 call.send(protocol.IN_PROCESS)
                 return
-            plan = plan_exec(args, call.read_stdin, settings)
-            env, release = self._environment(args, plan.settings, console)
+            plan = plan_exec(args, call.read_stdin, settings, environ=environ, cwd=cwd)
+            env, release = self._environment(args, plan.settings, console, (cwd, environ))
         except EnvlayerError as exc:
             call.send(protocol.EXIT, str(exec_failed(args, console, exc)).encode())
             return
@@ -398,23 +400,28 @@ class Broker:
         call.send(protocol.EXIT, str(code).encode())
 
     def _environment(
-        self, args: argparse.Namespace, settings: Any, console: Console
+        self, args: argparse.Namespace, settings: Any, console: Console, caller: tuple[str, dict[str, str]]
     ) -> tuple[Any, Callable[[], tuple[list[str], bool]]]:
-        """The environment for this call, and what to do with it afterwards."""
+        """The environment for this call (``caller``: its directory and environment, in
+        which a new environment is created), and what to do with it afterwards."""
+        cwd, environ = caller
         if args.fresh:
             cls = self.sessions.backend_class(settings)
-            env = open_environment(task_id=args.task, settings=settings, backends={settings.backend: cls})
+            with caller_context(cwd, environ):
+                env = open_environment(task_id=args.task, settings=settings, backends={settings.backend: cls})
             return env, lambda: release_after_exec(env, args.rm, console)
-        held = self.sessions.environment(settings, args.task)
+        held = self.sessions.environment(settings, args.task, environ, lambda: caller_context(cwd, environ))
         if not args.rm:
             return held, lambda: ([], True)
 
         def remove() -> tuple[list[str], bool]:
             try:
-                return self.sessions.remove(settings, args.task), True
+                notes = self.sessions.remove(settings, args.task, environ)
             except EnvlayerError as exc:
                 console.error(exc, "cleanup failed")
                 return [], False
+            self.sessions.drop(args.task, settings.profile, settings.backend)  # held under other variables
+            return notes, True
 
         return held, remove
 
@@ -427,7 +434,6 @@ class Broker:
         return {
             "pid": os.getpid(),
             "socket": self.socket_path,
-            "cwd": self.context[1],
             "started": self.started,
             "uptime": round(time.time() - self.started, 1),
             "idle_timeout": self.idle_timeout,
@@ -445,20 +451,21 @@ def _configure_logging() -> None:
     log.setLevel(logging.INFO)
 
 
-def serve(directory: str, digest: str) -> int:
+def serve(directory: str, digest: str, started_in: str | None = None) -> int:
     """Run a broker in this process until it exits (SIGTERM and SIGINT stop it)."""
     _configure_logging()
-    broker = Broker(directory, digest)
+    broker = Broker(directory, digest, started_in)
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: broker.stop())
     return broker.serve()
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m envlayer.cli.broker serve --runtime-dir DIR --digest HEX``."""
+    """``python -m envlayer.cli.broker serve --runtime-dir DIR --digest HEX [--started-in DIR]``."""
     parser = argparse.ArgumentParser(prog="python -m envlayer.cli.broker")
     parser.add_argument("verb", choices=["serve"])
     parser.add_argument("--runtime-dir", required=True)
     parser.add_argument("--digest", required=True)
+    parser.add_argument("--started-in", metavar="DIR", help="the directory of the call that started it")
     args = parser.parse_args(argv)
-    return serve(args.runtime_dir, args.digest)
+    return serve(args.runtime_dir, args.digest, args.started_in)

@@ -1,7 +1,13 @@
 """The environments one broker holds, and their session shells.
 
-One :class:`~envlayer.agents.manager.EnvironmentManager` per configuration (backend, profile,
-the backend's resolved options, ``lifetime_seconds``, ``orphan_reaper``): so a broker
+One :class:`~envlayer.manager.EnvironmentManager` per configuration (backend, profile,
+the backend's resolved options, ``lifetime_seconds``, ``orphan_reaper``) and the values of
+the environment variables that backend reads (its ``environment_variables``: names or
+``fnmatch`` patterns, such as ``("DOCKER_*",)``; a backend that declares none is taken to
+read every variable but those a shell changes by itself), and those its ``forward_env``
+option names. The caller's directory and any
+other variable do not select an environment: a task's session (``cd``, ``export``) holds
+across calls from any directory. So a broker
 follows exactly the manager's rules (see ``docs/lifecycle.md``, "The agent manager"):
 creation at most once per task, idle release after ``lifetime_seconds`` (persist-mode
 sandboxes stay), eviction on ``BackendUnavailable``, the orphan reaper once per backend
@@ -12,31 +18,57 @@ so the orphan reaper treats a killed broker's sandboxes as any dead process's.
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import hashlib
 import json
+import logging
 import threading
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from typing import Any
 
 from envlayer.config import Settings
 from envlayer.environment import Environment
+from envlayer.errors import EnvlayerError
 from envlayer.factory import load_configured_backend
 from envlayer.dispatch import wait_for_cleanup
 from envlayer.agents.manager import EnvironmentManager, ManagedEnvironment
 
+log = logging.getLogger("envlayer.broker")
+
 TEARDOWN_WAIT = 30.0
 """Seconds ``exec --rm`` waits for the sandbox's teardown (as in-process)."""
+SHELL_VARIABLES = frozenset({"PWD", "OLDPWD", "SHLVL", "_"})
+"""Variables a shell changes by itself: never part of a key."""
 
 
-def configuration_key(settings: Settings, cls: type[Environment]) -> str:
-    """A digest of what makes two calls share environments, for backend class ``cls``.
-    Raises :class:`~envlayer.errors.ConfigError` for invalid options."""
-    options = settings.options_for(settings.backend, cls.Options)
+def variables_read(cls: type[Environment], environ: Mapping[str, str]) -> dict[str, str]:
+    """The entries of ``environ`` that backend class ``cls`` reads (see the module docstring)."""
+    patterns = getattr(cls, "environment_variables", None)
+    if patterns is None:
+        return {k: v for k, v in environ.items() if k not in SHELL_VARIABLES}
+    return {k: v for k, v in environ.items() if any(fnmatch.fnmatchcase(k, p) for p in patterns)}
+
+
+def _key_variables(cls: type[Environment], options: object, environ: Mapping[str, str]) -> dict[str, str]:
+    """:func:`variables_read`, plus those the ``forward_env`` option names (passed into
+    the sandbox from the caller's environment)."""
+    forwarded = set(getattr(options, "forward_env", None) or ())
+    return {**variables_read(cls, environ), **{k: v for k, v in environ.items() if k in forwarded}}
+
+
+def configuration_key(settings: Settings, cls: type[Environment], environ: Mapping[str, str]) -> str:
+    """A digest of what makes two calls share environments, for backend class ``cls`` and
+    the caller's ``environ``. Raises :class:`~envlayer.errors.ConfigError` for invalid options."""
+    options = settings.options_for(settings.backend, cls.Options, env=environ)
     data = {
         "backend": settings.backend,
         "profile": settings.profile,
         "lifetime_seconds": settings.lifetime_seconds,
         "orphan_reaper": settings.orphan_reaper,
         "options": dataclasses.asdict(options),
+        "variables": _key_variables(cls, options, environ),
     }
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=repr).encode()).hexdigest()
 
@@ -73,31 +105,63 @@ class Sessions:
                 self._classes[settings.backend] = cls
         return cls
 
-    def _manager(self, settings: Settings) -> EnvironmentManager:
+    def _manager(self, settings: Settings, environ: Mapping[str, str]) -> EnvironmentManager:
         cls = self.backend_class(settings)
-        key = configuration_key(settings, cls)
+        key = configuration_key(settings, cls, environ)
         with self._lock:
             manager = self._managers.get(key)
             if manager is None or manager.closed:
                 manager = self._managers[key] = EnvironmentManager(settings, backends={settings.backend: cls})
             return manager
 
-    def environment(self, settings: Settings, task: str) -> ManagedEnvironment:
-        """The environment of ``task`` under ``settings``, created on first use. Raises
-        like :meth:`EnvironmentManager.get`."""
-        return self._manager(settings).get(task)
+    def environment(
+        self,
+        settings: Settings,
+        task: str,
+        environ: Mapping[str, str],
+        creating: Callable[[], AbstractContextManager[Any]],
+    ) -> ManagedEnvironment:
+        """The environment of ``task`` under ``settings`` and the caller's ``environ``;
+        created on first use inside ``creating()`` (the caller's directory and
+        environment, one creation at a time), while a live one is returned at once.
+        Raises like :meth:`EnvironmentManager.get`."""
+        manager = self._manager(settings, environ)
+        if manager.key_for(task) in manager.active_keys():
+            return manager.get(task)
+        with creating():
+            return manager.get(task)
 
-    def remove(self, settings: Settings, task: str) -> list[str]:
+    def remove(self, settings: Settings, task: str, environ: Mapping[str, str]) -> list[str]:
         """Release ``task``'s environment with ``purge`` (``exec --rm``: the sandbox and its
         durable data) and wait for its teardown; returns the fallback notes. Raises what
         cleanup raises."""
-        manager = self._manager(settings)
+        manager = self._manager(settings, environ)
         handle = manager.get(task)
         outcome = manager.release(task, purge=True)
         notes = [outcome.note] if outcome is not None and outcome.note else []
         if not wait_for_cleanup(handle.environment, TEARDOWN_WAIT):
             notes.append("the sandbox's teardown was still running after 30s; it continues in the background")
         return notes
+
+    def drop(self, task: str, profile: str, backend: str | None) -> list[HeldEnvironment]:
+        """Release (plain cleanup) every environment of ``task`` in ``profile`` (on
+        ``backend``, or on any), whatever its configuration: ``envlayer rm`` and an
+        in-process ``exec --rm`` remove the sandbox, so no session may outlive it here.
+        Returns those released; a cleanup failure is logged and the others still go."""
+        with self._lock:
+            managers = list(self._managers.values())
+        dropped = []
+        for manager in managers:
+            for key, (idle, in_flight) in manager.activity().items():
+                if key.task != task or key.profile != profile or backend not in (None, key.backend):
+                    continue
+                try:
+                    manager.release(task)
+                except EnvlayerError as exc:
+                    log.warning("releasing task %r on %s failed: %s", task, key.backend, exc)
+                    continue
+                dropped.append(HeldEnvironment(key.backend, key.profile, key.task, round(idle, 1), in_flight))
+        return dropped
 
     def held(self) -> list[HeldEnvironment]:
         """Every environment alive now."""

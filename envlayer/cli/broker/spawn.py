@@ -1,13 +1,14 @@
-"""Starting a broker for one caller context, at most one at a time.
+"""Starting this user's broker, at most one at a time.
 
 :func:`start_and_connect` takes ``broker-<digest>.lock`` (``flock``) so that concurrent
 first calls start a single broker: under the lock it tries to connect again (another
 caller may have started it meanwhile), checks that the configuration allows a broker
 (``broker = false`` / ``ENVLAYER_BROKER=0``, or a configuration that cannot be read:
 no broker, no note), then starts
-``python -m envlayer.cli.broker serve`` detached (its own session, stdin from
-``/dev/null``, stdout and stderr to a new ``broker-<digest>.log``), with this process's
-directory and environment, and waits for its socket up to :data:`START_TIMEOUT` seconds.
+``python -m envlayer.cli.broker serve`` detached (its own session, in ``/``, stdin from
+``/dev/null``, stdout and stderr to a new ``broker-<digest>.log``; a log left there by a
+broker that was killed or failed is renamed, kept as evidence), with this process's
+environment, and waits for its socket up to :data:`START_TIMEOUT` seconds.
 It removes the lock file before letting go of it (see :func:`_lock`).
 Any failure returns None after one ``envlayer: note:`` line (the caller runs in-process).
 """
@@ -23,7 +24,7 @@ import time
 from collections.abc import Sequence
 
 from envlayer.cli.broker import runtime_dir
-from envlayer.cli.broker.client import note, reach, unreachable
+from envlayer.cli.broker.connection import note, reach, unreachable
 
 START_TIMEOUT = 20.0
 """Seconds a first call waits for a new broker's socket (a loaded machine imports slowly)."""
@@ -84,26 +85,30 @@ def _last_line(path: str) -> str:
 def launch(directory: str, digest: str) -> subprocess.Popen[bytes]:
     """Start the broker of ``digest`` detached (see the module docstring)."""
     log_path = runtime_dir.broker_path(directory, digest, "log")
-    try:
-        os.unlink(log_path)  # a new file: a broker still exiting removes only its own log
+    try:  # a killed or failed broker's log: kept under a name of its own, pruned with the others
+        os.rename(log_path, runtime_dir.broker_path(directory, f"{digest}{time.time_ns():x}", "log"))
     except FileNotFoundError:
         pass
     log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     try:
         return subprocess.Popen(
-            [sys.executable, "-m", "envlayer.cli.broker", "serve", "--runtime-dir", directory, "--digest", digest],
+            [
+                *(sys.executable, "-m", "envlayer.cli.broker", "serve", "--runtime-dir", directory, "--digest", digest),
+                *("--started-in", os.getcwd()),
+            ],
             stdin=subprocess.DEVNULL,
             stdout=log_fd,
             stderr=log_fd,
             start_new_session=True,
             close_fds=True,
+            cwd="/",  # it serves every directory; one of them may be removed while it runs
         )
     finally:
         os.close(log_fd)
 
 
 def start_and_connect(directory: str, digest: str, argv: Sequence[str]) -> _socket.socket | None:
-    """A connection to a broker started for this context (see the module docstring),
+    """A connection to a broker started for this user (see the module docstring),
     or None when the command must run in-process."""
     sock_path = runtime_dir.broker_path(directory, digest, "sock")
     lock_path = runtime_dir.broker_path(directory, digest, "lock")

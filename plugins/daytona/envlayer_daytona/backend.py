@@ -61,6 +61,7 @@ class DaytonaEnvironment(SandboxEnvironment):
     name = "daytona"
     Options = DaytonaOptions
     capabilities = ALL_CAPABILITIES
+    environment_variables = ("DAYTONA_*",)  # credentials.py and the SDK's Daytona()
     options: DaytonaOptions
     recovery_hint = "check the sandbox in the Daytona dashboard; something keeps stopping it"
 

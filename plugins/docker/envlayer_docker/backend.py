@@ -59,6 +59,7 @@ class DockerEnvironment(SandboxEnvironment):
     name = "docker"
     Options = DockerOptions
     capabilities = ALL_CAPABILITIES
+    environment_variables = ("DOCKER_*", "HOME", "XDG_RUNTIME_DIR", "XDG_DATA_HOME")  # read by client.py
     options: DockerOptions
     recovery_hint = "check the daemon (`docker ps -a`, its log); something keeps removing the container"
 

@@ -57,6 +57,7 @@ class KubernetesEnvironment(SandboxEnvironment):
     name = "kubernetes"
     Options = KubernetesOptions
     capabilities = ALL_CAPABILITIES
+    environment_variables = ("KUBECONFIG", "KUBERNETES_*", "HOME")  # kubeconfig.py, in-cluster config
     options: KubernetesOptions
     recovery_hint = "check the cluster's events; something keeps deleting the pod"
 

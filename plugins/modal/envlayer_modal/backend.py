@@ -66,6 +66,7 @@ class ModalEnvironment(SandboxEnvironment):
     name = "modal"
     Options = ModalOptions
     capabilities = ALL_CAPABILITIES
+    environment_variables = ("MODAL_*", "HOME")  # the SDK's variables and ~/.modal.toml
     options: ModalOptions
     recovery_hint = "check the Modal dashboard; something keeps terminating it"
 
