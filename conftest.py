@@ -27,7 +27,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from envlayer.broker.control import running_brokers
+from envlayer.cli.broker.control import running_brokers
 from envlayer.testing.hostile import make_sigint_deliverable
 
 STOP_WAIT = 20.0

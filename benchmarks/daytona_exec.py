@@ -20,14 +20,13 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
-import statistics
 import sys
 import tempfile
-import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from bench_timing import median_ms
 
 KIT = Path(__file__).resolve().parent.parent / "plugins" / "daytona" / "tests" / "daytona_testkit.py"
 
@@ -39,16 +38,6 @@ def load_kit() -> Any:
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
-
-
-def median_ms(fn: Callable[[], object], runs: int) -> float:
-    fn()
-    samples = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples) * 1000
 
 
 def main() -> int:

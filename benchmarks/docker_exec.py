@@ -27,20 +27,11 @@ import sys
 import time
 import uuid
 
+from bench_timing import median_ms
+
 from envlayer.bench.baselines import docker_bare_shell as bare_shell
 
 PROFILE = f"envlayer-bench-{uuid.uuid4().hex[:8]}"
-
-
-def median_ms(fn, runs: int, warmup: int = 5) -> float:
-    for _ in range(warmup):
-        fn()
-    samples = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples) * 1000
 
 
 def main() -> int:

@@ -20,10 +20,10 @@ CASES = {
     "python -c pass (baseline)": "pass",
     "import envlayer": "import envlayer",
     "import envlayer + list_backends()": (
-        "import envlayer\nfrom envlayer.registry import list_backends\nlist_backends()"
+        "import envlayer\nfrom envlayer.discovery.backend_registry import list_backends\nlist_backends()"
     ),
     "load_backend('local') + exec('true')": (
-        "from envlayer.registry import load_backend\nload_backend('local')().exec('true')"
+        "from envlayer.discovery.backend_registry import load_backend\nload_backend('local')().exec('true')"
     ),
 }
 REPORT = "\nimport sys\nprint(','.join(m for m in {sdks!r} if m in sys.modules))"
@@ -46,7 +46,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=30)
     args = parser.parse_args()
-    from envlayer.registry import list_backends
+    from envlayer.discovery.backend_registry import list_backends
 
     print(f"installed backends: {', '.join(b.name for b in list_backends())}")
     print(f"{'case':<40} {'median':>9} {'over baseline':>14}  SDK modules imported")

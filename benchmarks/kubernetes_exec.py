@@ -25,7 +25,7 @@ import tempfile
 import time
 import uuid
 
-from docker_exec import median_ms
+from bench_timing import median_ms
 from kubernetes_scale import load_control
 
 ATTACH_CHILD = """

@@ -28,7 +28,7 @@ from typing import Any
 os.environ.setdefault("MSWEA_SILENT_STARTUP", "1")
 os.environ.setdefault("MSWEA_GLOBAL_CONFIG_DIR", tempfile.mkdtemp(prefix="envlayer-bench-mswea-"))
 
-from docker_exec import median_ms
+from bench_timing import median_ms
 
 PROFILE = f"envlayer-bench-mswea-{uuid.uuid4().hex[:8]}"
 COMMANDS = {"true": "true", "ls + stderr": "ls /; echo x >&2"}

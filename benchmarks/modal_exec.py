@@ -20,12 +20,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 import uuid
-from collections.abc import Callable
 from typing import Any
+
+from bench_timing import median_ms
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "plugins", "modal", "tests", "fake_modal"))
@@ -34,17 +33,6 @@ import modal_fake_launcher  # noqa: E402
 
 PROFILE = f"envlayer-bench-{uuid.uuid4().hex[:8]}"
 APP = f"envlayer-bench-{uuid.uuid4().hex[:6]}"
-
-
-def median_ms(fn: Callable[[], Any], runs: int, warmup: int = 3) -> float:
-    for _ in range(warmup):
-        fn()
-    samples = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples) * 1000
 
 
 def main() -> int:

@@ -10,6 +10,10 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from envlayer import _aliases
+
+_aliases.install()  # old module paths (before the subpackages) keep working for one release
+
 _EXPORTS: dict[str, str] = {
     "Capability": "envlayer.capabilities",
     "capabilities_of": "envlayer.capabilities",
@@ -19,14 +23,14 @@ _EXPORTS: dict[str, str] = {
     "SandboxInfo": "envlayer.environment",
     "BaseOptions": "envlayer.options",
     "option": "envlayer.options",
-    "Truncation": "envlayer.output",
+    "Truncation": "envlayer.execution.output",
     "ExecResult": "envlayer.result",
     "ExecRequest": "envlayer.request",
     "TransferSummary": "envlayer.transfer",
     "open_environment": "envlayer.factory",
     "load_settings": "envlayer.config",
-    "list_backends": "envlayer.registry",
-    "load_backend": "envlayer.registry",
+    "list_backends": "envlayer.discovery.backend_registry",
+    "load_backend": "envlayer.discovery.backend_registry",
     **{
         name: "envlayer.errors"
         for name in (

@@ -10,7 +10,7 @@ cancels the command too.
 * A call still queued for a worker thread is dropped and never runs.
 * A running ``exec`` (``AsyncEnvironment.exec``, or the ``terminal`` tool through
   ``AsyncToolRegistry.run_tool``) on a backend that takes a
-  :class:`~envlayer.cancel.CancelToken` (every built-in backend) is killed with its whole
+  :class:`~envlayer.execution.cancel.CancelToken` (every built-in backend) is killed with its whole
   process tree in the sandbox; the task waits until the command's thread has returned
   (so nothing is left running), then ``CancelledError`` propagates as asyncio requires.
   To get the partial output instead of an exception, pass your own token,
@@ -32,13 +32,13 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from envlayer.cancel import CancelToken, takes_cancel
+from envlayer.execution.cancel import CancelToken, takes_cancel
 from envlayer.environment import DEFAULT_TASK, Command, Environment
-from envlayer.lifecycle import CleanupOutcome
-from envlayer.manager import EnvironmentManager, EnvKey
+from envlayer.dispatch import CleanupOutcome
+from envlayer.agents.manager import EnvironmentManager, EnvKey
 from envlayer.result import ExecResult
-from envlayer.tools import ToolRegistry
-from envlayer.tools.definitions import ToolDefinition
+from envlayer.agents.tools import ToolRegistry
+from envlayer.agents.tools.definitions import ToolDefinition
 
 T = TypeVar("T")
 
@@ -120,7 +120,7 @@ class AsyncEnvironment:
 
 
 class AsyncEnvironmentManager:
-    """Awaitable :class:`~envlayer.manager.EnvironmentManager` (same rules, same keys).
+    """Awaitable :class:`~envlayer.agents.manager.EnvironmentManager` (same rules, same keys).
 
     ``manager`` defaults to a new manager from the configuration. :meth:`close` closes
     the manager and the thread pool.

@@ -5,7 +5,7 @@ that declares nothing (``capabilities = None``, typical of a third-party plugin 
 against an older envlayer) is introspected instead. Nothing is ever assumed.
 
 Either way, a capability backed by a method counts as present only when that method
-exists and its signature accepts every argument the dispatcher (:mod:`envlayer.lifecycle`)
+exists and its signature accepts every argument the dispatcher (:mod:`envlayer.dispatch`)
 passes, by name and kind (``*args``/``**kwargs`` count). A declared capability whose
 method does not fit is dropped too, so the dispatcher falls back instead of raising
 ``TypeError``; :func:`signature_problem` says why, and the conformance kit fails on it.

@@ -258,17 +258,7 @@ def load_settings(
     """
     environ = os.environ if env is None else env
     settings = Settings()
-    explicit = config_path if config_path is not None else environ.get(CONFIG_ENV_VAR) or None
-    if explicit is not None:
-        path = Path(explicit).expanduser()
-        if not path.is_file():
-            origin = "--config" if config_path is not None else f"${CONFIG_ENV_VAR}"
-            raise ConfigError(f"config file not found: {path}", source=origin, hint="check the path, or unset it")
-        _merge_file(settings, path)
-    else:
-        for path in (user_config_path(), Path(cwd or os.getcwd()) / PROJECT_FILE):
-            if path.is_file():
-                _merge_file(settings, path)
+    _merge_files(settings, config_path, environ, cwd)
     for key in CORE_KEYS:
         var = f"ENVLAYER_{key.upper()}"
         if environ.get(var):
@@ -285,11 +275,39 @@ def load_settings(
             source = (flag_names or {}).get(key, "argument")
             setattr(settings, key, _check_core(key, value, source))
             settings.sources[key] = source
-    if backend_options or option_texts:
-        settings.argument_options[settings.backend] = {**(backend_options or {}), **(option_texts or {})}
-        settings.argument_texts[settings.backend] = set(option_texts or {})
-        for opt in backend_options or {}:
-            settings.sources[f"backends.{settings.backend}.{opt}"] = "argument"
-        for opt in option_texts or {}:
-            settings.sources[f"backends.{settings.backend}.{opt}"] = "-o"
+    _merge_argument_options(settings, backend_options or {}, option_texts or {})
     return settings
+
+
+def _merge_files(
+    settings: Settings,
+    config_path: str | os.PathLike[str] | None,
+    environ: Mapping[str, str],
+    cwd: str | os.PathLike[str] | None,
+) -> None:
+    """Merge the explicit config file (``config_path``, else ``$ENVLAYER_CONFIG``) or,
+    without one, the user's file then the project's. An explicit path must exist."""
+    explicit = config_path if config_path is not None else environ.get(CONFIG_ENV_VAR) or None
+    if explicit is not None:
+        path = Path(explicit).expanduser()
+        if not path.is_file():
+            origin = "--config" if config_path is not None else f"${CONFIG_ENV_VAR}"
+            raise ConfigError(f"config file not found: {path}", source=origin, hint="check the path, or unset it")
+        _merge_file(settings, path)
+        return
+    for path in (user_config_path(), Path(cwd or os.getcwd()) / PROJECT_FILE):
+        if path.is_file():
+            _merge_file(settings, path)
+
+
+def _merge_argument_options(settings: Settings, values: Mapping[str, Any], texts: Mapping[str, str]) -> None:
+    """Record the selected backend's options given as arguments (``values``) and as
+    ``-o`` texts (``texts``, which win on a shared key)."""
+    if not values and not texts:
+        return
+    settings.argument_options[settings.backend] = {**values, **texts}
+    settings.argument_texts[settings.backend] = set(texts)
+    for opt in values:
+        settings.sources[f"backends.{settings.backend}.{opt}"] = "argument"
+    for opt in texts:
+        settings.sources[f"backends.{settings.backend}.{opt}"] = "-o"

@@ -13,7 +13,7 @@ called by envlayer on a backend that lacks them:
 * ``exec(..., user=...)`` (``exec_as_user``): that one command runs as another user of
   the sandbox, in a process of its own (see "Running as another user" below).
 
-Call the optional parts through :mod:`envlayer.lifecycle`, which checks first.
+Call the optional parts through :mod:`envlayer.dispatch`, which checks first.
 
 Contract shared by all backends:
 
@@ -33,7 +33,7 @@ Contract shared by all backends:
 * If the calling thread is interrupted (``KeyboardInterrupt``) during ``exec``, the
   command's process tree is killed before the exception propagates.
 * Optional: a backend whose ``exec`` takes ``cancel`` (a
-  :class:`~envlayer.cancel.CancelToken`) kills the command's tree when the token is
+  :class:`~envlayer.execution.cancel.CancelToken`) kills the command's tree when the token is
   cancelled from another thread, and returns the output so far with ``cancelled=True``
   and exit code 130 (every built-in backend does).
 * stdout and stderr are captured separately, capped at ``max_output_bytes`` each.
@@ -48,7 +48,7 @@ Contract shared by all backends:
 * An environment may be used from several threads at once.
 
 Persistent sessions (capability ``persistent_session``; implemented once, in
-:mod:`envlayer.shell_session`, for every backend with a byte stream to a shell):
+:mod:`envlayer.execution.shell_session`, for every backend with a byte stream to a shell):
 
 * A call without ``cwd``/``env`` runs in the session shell itself: ``cd``, ``export``,
   ``set`` options, variables and functions persist to the next call.
@@ -74,7 +74,7 @@ Running as another user (capability ``exec_as_user``; Docker has it):
 * A user the sandbox does not know fails that call with exit 126 and a message on
   stderr; nothing is evicted or recreated for it.
 * Timeouts, interrupts and ``cancel`` kill its tree as for any command.
-* Through :mod:`envlayer.lifecycle` (and the manager, the tools, :mod:`envlayer.aio`),
+* Through :mod:`envlayer.dispatch` (and the manager, the tools, :mod:`envlayer.aio`),
   ``user=`` on a backend without the capability raises
   :class:`~envlayer.errors.InvalidArgument` before anything runs: a command is never run
   as a different user than the one asked for.

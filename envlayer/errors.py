@@ -43,7 +43,7 @@ class BackendNotFound(EnvlayerError):
 
         close = difflib.get_close_matches(name, self.installed, n=1)
         if package:
-            from envlayer.install_hints import install_hint
+            from envlayer.discovery.install_hints import install_hint
 
             hint = install_hint(package)
         elif close:

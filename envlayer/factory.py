@@ -15,10 +15,10 @@ from envlayer.config import Settings, load_settings
 from envlayer.environment import Environment
 from envlayer.errors import BackendNotFound, EnvlayerError
 from envlayer.capabilities import Capability, supports
-from envlayer.lifecycle import BackendSpec, snapshot_refused
+from envlayer.dispatch import BackendSpec, snapshot_refused
 from envlayer.options import BaseOptions
-from envlayer.plugin_errors import plugin_call
-from envlayer.registry import backend_names, load_backend
+from envlayer.discovery.plugin_calls import plugin_call
+from envlayer.discovery.backend_registry import backend_names, load_backend
 from envlayer.snapshot import Snapshot
 
 
@@ -27,7 +27,7 @@ def backend_class(name: str, backends: Mapping[str, type[Environment]] | None = 
     without packaging them) when it is there, else the installed entry point.
 
     Raises: BackendNotFound, BackendConflict, BackendLoadError (see
-    :func:`envlayer.registry.load_backend`).
+    :func:`envlayer.discovery.backend_registry.load_backend`).
     """
     if backends is not None and name in backends:
         return backends[name]
@@ -106,7 +106,7 @@ def backend_specs(
     settings: Settings, names: Sequence[str] | None = None
 ) -> tuple[list[BackendSpec], list[LoadFailure]]:
     """(class, options) for each named backend (default: every installed one), for the
-    backend-level sweeps in :mod:`envlayer.lifecycle`, and the backends that could not
+    backend-level sweeps in :mod:`envlayer.dispatch`, and the backends that could not
     be loaded or configured. Never raises for one backend: a broken plugin is reported
     in the failures and the others are still returned."""
     specs: list[BackendSpec] = []

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from envlayer.coercion import coerce, describe, parse_text, shown
 from envlayer.errors import ConfigError, EnvlayerError, InvalidArgument
-from envlayer.output import POLICIES
+from envlayer.execution.output import POLICIES
 from envlayer.request import normalize_timeout
 
 

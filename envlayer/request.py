@@ -34,9 +34,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypedDict, Unpack
 
-from envlayer.cancel import CancelToken
+from envlayer.execution.cancel import CancelToken
 from envlayer.errors import FileTooLarge, InvalidArgument
-from envlayer.output import OutputCallback
+from envlayer.execution.output import OutputCallback
 
 MAX_TIMEOUT = 7 * 24 * 3600.0
 """The largest timeout accepted, in seconds (one week). Longer work belongs in the
@@ -186,7 +186,7 @@ class ExecArguments(TypedDict, total=False):
     """The keyword arguments of ``exec`` after ``command``, as
     :meth:`ExecRequest.build` and :meth:`~envlayer.environment.Environment.make_request`
     take them (a new ``exec`` keyword is added here and to
-    :meth:`envlayer.sandbox_base.SandboxEnvironment.exec`)."""
+    :meth:`envlayer.sandbox.base.SandboxEnvironment.exec`)."""
 
     cwd: str | None
     env: Mapping[str, str] | None
@@ -222,7 +222,7 @@ class ExecRequest:
     deadline: float | None = None
     cancel: CancelToken | None = None
     """Cancelled from another thread: the backend kills the command as on a timeout and
-    the result says ``cancelled`` (see :mod:`envlayer.cancel`)."""
+    the result says ``cancelled`` (see :mod:`envlayer.execution.cancel`)."""
     user: str | None = None
 
     @property
@@ -249,7 +249,7 @@ class ExecRequest:
         if on_output is not None and not callable(on_output):
             raise InvalidArgument("on_output", "must be a callable (stream, chunk) -> None")
         if cancel is not None and not isinstance(cancel, CancelToken):
-            raise InvalidArgument("cancel", f"must be an envlayer.cancel.CancelToken, got {type(cancel).__name__}")
+            raise InvalidArgument("cancel", f"must be an envlayer.execution.cancel.CancelToken, got {type(cancel).__name__}")
         start = time.monotonic()
         return cls(
             command=check_command(command),

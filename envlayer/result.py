@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from envlayer.errors import CommandFailed, ExecTimeout
-from envlayer.output import Truncation
+from envlayer.execution.output import Truncation
 
 TIMEOUT_EXIT_CODE = 124
 """Exit code reported for a command killed by its timeout (as GNU ``timeout`` does)."""
@@ -39,7 +39,7 @@ class ExecResult:
     stderr_truncation: Truncation | None = None
     recovered: str = ""
     cancelled: bool = False
-    """The call's :class:`~envlayer.cancel.CancelToken` was cancelled: the command's tree
+    """The call's :class:`~envlayer.execution.cancel.CancelToken` was cancelled: the command's tree
     was killed, ``exit_code`` is 130 and the output is what it wrote until then."""
     notice: str = ""
     """Something the caller (or a model) should know about how the command ran, e.g. that

@@ -33,7 +33,7 @@ class Snapshot:
 
     ``id`` is the backend's reference (Docker: the image ``envlayer-snapshot:<tag>``);
     ``created`` is an ISO 8601 time; ``owner`` the process that made it (see
-    :mod:`envlayer.owner`, "" where unknown)."""
+    :mod:`envlayer.sandbox.owner`, "" where unknown)."""
 
     backend: str
     id: str
@@ -87,7 +87,7 @@ def create_forks(make: Callable[[str], Environment], task_ids: Sequence[str]) ->
     ``task_ids``. When one fails, the ones already made are removed
     (``cleanup(force_remove=True, purge=True)`` through the dispatcher, waiting for the
     teardown) and the first error is raised."""
-    from envlayer import lifecycle
+    from envlayer import dispatch as lifecycle
 
     made: dict[str, Environment] = {}
     error: BaseException | None = None

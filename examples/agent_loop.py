@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from envlayer.tools import ToolConfig, ToolRegistry
+from envlayer.agents.tools import ToolConfig, ToolRegistry
 
 TASK = "agent-loop-example"
 WORK = "/tmp/envlayer-agent-demo"

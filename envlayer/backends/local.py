@@ -8,7 +8,7 @@ session's directory. A deleted working directory falls back to its nearest exist
 parent, and the result's ``notice`` says so; a ``cwd`` option naming a directory that
 never existed fails every command with exit 126, as a per-call ``cwd`` does.
 Commands inherit this process's environment without credential variables
-(``env_blocklist``, see :mod:`envlayer.agent_env`) unless forwarded (``forward_env``).
+(``env_blocklist``, see :mod:`envlayer.sandbox.command_env`) unless forwarded (``forward_env``).
 Every command runs in its own session and process group; a timeout or an interrupt
 kills the whole tree (SIGTERM, one second of grace, SIGKILL), including processes
 that left the group with ``setsid`` (found through their ``ENVLAYER_EXEC_ID``).
@@ -27,11 +27,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from envlayer.agent_env import CREDENTIAL_PATTERNS, inherited_environment, with_command_defaults
+from envlayer.sandbox.command_env import CREDENTIAL_PATTERNS, inherited_environment, with_command_defaults
 from envlayer.backends.local_session import LocalSession, moved_notice, nearest_existing
-from envlayer.cancel import killer_for
+from envlayer.execution.cancel import killer_for
 from envlayer.capabilities import Capability
-from envlayer.collector import OutputCollector
+from envlayer.execution.collector import OutputCollector
 from envlayer.errors import (
     FileTooLarge,
     SandboxFileNotFound,
@@ -40,11 +40,11 @@ from envlayer.errors import (
     SandboxPermissionDenied,
 )
 from envlayer.options import BaseOptions, option
-from envlayer.proctree import EXEC_ID_VAR, kill_tree
+from envlayer.execution.proctree import EXEC_ID_VAR, kill_tree
 from envlayer.request import ExecRequest, file_payload
 from envlayer.result import ExecResult
-from envlayer.sandbox_base import SandboxEnvironment
-from envlayer.sandbox_options import SandboxOptions
+from envlayer.sandbox.base import SandboxEnvironment
+from envlayer.sandbox.options import SandboxOptions
 
 _READ_CHUNK = 65536
 _DRAIN_GRACE = 0.1
@@ -64,7 +64,7 @@ class LocalOptions(SandboxOptions):
     )
     env_blocklist: list[str] = option(
         doc="Shell globs (case-insensitive) of variables never inherited from this process: credentials "
-        "such as `*_API_KEY`, `*_TOKEN`, `*_SECRET`, `*_PASSWORD`, `AWS_*` (see envlayer.agent_env). "
+        "such as `*_API_KEY`, `*_TOKEN`, `*_SECRET`, `*_PASSWORD`, `AWS_*` (see envlayer.sandbox.command_env). "
         "`[]` inherits everything.",
         factory=lambda: list(CREDENTIAL_PATTERNS),
     )

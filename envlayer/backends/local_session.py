@@ -1,5 +1,5 @@
 """The local backend's persistent shell: one ``sh`` process per environment, driven by
-the core's persistent-shell protocol (:mod:`envlayer.shell_session`) over its pipes.
+the core's persistent-shell protocol (:mod:`envlayer.execution.shell_session`) over its pipes.
 
 ``cd``, ``export``, shell options and functions persist from one call to the next, with
 exactly the semantics of the Docker and SSH sessions (see that module). Locally the
@@ -18,12 +18,12 @@ import subprocess
 import threading
 from collections.abc import Callable, Mapping
 
-from envlayer.collector import OutputCollector
+from envlayer.execution.collector import OutputCollector
 from envlayer.request import ExecRequest
 from envlayer.result import ExecResult
-from envlayer.shell_script import SESSION_VAR, quote_path
-from envlayer.shell_session import PersistentShell
-from envlayer.streams import ProcessStream
+from envlayer.execution.shell_script import SESSION_VAR, quote_path
+from envlayer.execution.shell_session import PersistentShell
+from envlayer.execution.streams import ProcessStream
 
 _ASIDE_TIMEOUT = 30.0
 _CLOSE_WAIT = 2.0

@@ -70,7 +70,7 @@ def targets_of(args: argparse.Namespace) -> list[BackendTarget]:
     """The backends to measure, each with its ``-o`` options, under one new profile.
 
     Raises: EnvlayerError for an unknown backend or an option no selected backend has."""
-    from envlayer.cli_exec import parse_assignments
+    from envlayer.cli.exec_plan import parse_assignments
 
     names = list(dict.fromkeys(args.backend or [load_settings(config_path=args.config).backend]))
     for name in names:

@@ -27,7 +27,7 @@ CASES = ("streamed", "captured", "floor")
 def flood_once(target: BackendTarget, task_id: str, case: str, size: int) -> float:
     """Seconds one flood of ``size`` bytes takes through ``case``, in this process
     (opening the sandbox is not timed)."""
-    from envlayer import lifecycle
+    from envlayer import dispatch as lifecycle
     from envlayer.bench.baselines import FLOOD_FLOORS
 
     env = target.open(task_id)

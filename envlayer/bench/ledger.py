@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from envlayer import lifecycle
+from envlayer import dispatch as lifecycle
 from envlayer.bench.target import BackendTarget
 from envlayer.environment import Environment
 from envlayer.factory import backend_class

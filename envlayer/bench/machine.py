@@ -42,7 +42,7 @@ def docker_server_version() -> str | None:
 
 def distribution_versions(backends: list[str]) -> dict[str, str]:
     """Installed versions of envlayer and of the distribution of each backend."""
-    from envlayer.registry import list_backends
+    from envlayer.discovery.backend_registry import list_backends
 
     versions = {"envlayer": metadata.version("envlayer")}
     versions.update({info.distribution: info.version for info in list_backends() if info.name in backends})

@@ -17,7 +17,7 @@ from envlayer.bench.sweep import SWEEPS
 from envlayer.bench.target import BackendTarget
 from envlayer.capabilities import Capability, supports
 from envlayer.factory import backend_class
-from envlayer.progress import progress
+from envlayer.cli.progress import progress
 
 Step = Callable[[str], Any]
 """``with step("docker: flood"):``, a context manager showing what the run is doing."""

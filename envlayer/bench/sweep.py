@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from envlayer import lifecycle
+from envlayer import dispatch as lifecycle
 from envlayer.bench.figures import ENVLAYER, Figure
 from envlayer.bench.ledger import Ledger
 from envlayer.bench.target import BackendTarget

@@ -43,6 +43,13 @@ def seconds_of(run: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
+def median_ms(run: Callable[[], object], runs: int, warmup: int = 3) -> float:
+    """Median milliseconds of ``runs`` timed calls of ``run``, after ``warmup`` untimed ones."""
+    for _ in range(warmup):
+        run()
+    return statistics.median(seconds_of(run) for _ in range(runs)) * 1000
+
+
 def interleaved_samples(
     variants: dict[str, Callable[[], object]], calls: int, rounds: int = 5, warmup: int = WARMUP
 ) -> dict[str, list[float]]:

@@ -40,7 +40,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from envlayer import lifecycle
+from envlayer import dispatch as lifecycle
 from envlayer.integrations.selection import framework_owned, select
 
 DEFAULT_PROFILE = "minisweagent"

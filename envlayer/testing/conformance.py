@@ -42,7 +42,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from envlayer import lifecycle
+from envlayer import dispatch as lifecycle
 from envlayer.capabilities import (
     CALL_SHAPES,
     Capability,
@@ -469,7 +469,7 @@ class EnvironmentConformance:
         """A backend whose ``exec`` takes ``cancel`` kills the command's tree when the
         token is cancelled from another thread, and returns the output so far with
         ``cancelled=True`` and exit code 130."""
-        from envlayer.cancel import takes_cancel
+        from envlayer.execution.cancel import takes_cancel
         from envlayer.testing.cancelling import exec_cancelled_after_output
 
         if not takes_cancel(env) or Capability.STREAMING not in capabilities_of(env):
@@ -523,7 +523,7 @@ class EnvironmentConformance:
 
     def test_user_is_refused_without_exec_as_user(self, env: Environment) -> None:
         """An ``exec`` that takes ``user`` (as every backend built on
-        :class:`~envlayer.sandbox_base.SandboxEnvironment` does) but lacks the
+        :class:`~envlayer.sandbox.base.SandboxEnvironment` does) but lacks the
         ``exec_as_user`` capability raises ``InvalidArgument``, and nothing runs: a
         command never runs as another user than the one asked for."""
         if Capability.EXEC_AS_USER in capabilities_of(env) or not accepts_keyword(env, "exec", "user"):

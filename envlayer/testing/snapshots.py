@@ -21,7 +21,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from envlayer import lifecycle
+from envlayer import dispatch as lifecycle
 from envlayer.capabilities import Capability, supports
 from envlayer.environment import Environment
 from envlayer.snapshot import Snapshot

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from envlayer.manager import EnvironmentManager
-from envlayer.tools import ToolRegistry
+from envlayer.agents.manager import EnvironmentManager
+from envlayer.agents.tools import ToolRegistry
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ import pytest
 from envlayer_toy import ToyEnvironment
 
 from envlayer.errors import BackendUnavailable, InvalidArgument
-from envlayer.tools import ToolRegistry
+from envlayer.agents.tools import ToolRegistry
 
 
 class FlakyToy(ToyEnvironment):

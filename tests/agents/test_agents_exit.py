@@ -16,7 +16,7 @@ from envlayer.capabilities import Capability
 CHILD = """
 import gc, sys
 from envlayer.config import load_settings
-from envlayer.manager import EnvironmentManager
+from envlayer.agents.manager import EnvironmentManager
 config, profile, mode = sys.argv[1:4]
 manager = EnvironmentManager(load_settings(config_path=config, env={}, backend="toy", profile=profile))
 env = manager.get("t")

@@ -11,7 +11,7 @@ import pytest
 
 from envlayer.backends.local import LocalEnvironment
 from envlayer.errors import BackendUnavailable, EnvironmentClosed
-from envlayer.manager import EnvironmentManager, EnvKey, ManagedEnvironment, ManagerClosed, TaskBindingConflict
+from envlayer.agents.manager import EnvironmentManager, EnvKey, ManagedEnvironment, ManagerClosed, TaskBindingConflict
 
 
 def counting_backend(gate: threading.Event | None = None, fail_first: int = 0) -> type[LocalEnvironment]:
@@ -199,7 +199,7 @@ def test_close_cleans_up_and_refuses_new_work(make_manager, local_settings) -> N
 
 
 def test_streaming_passes_through_the_handle(make_manager, local_settings) -> None:  # type: ignore[no-untyped-def]
-    from envlayer.lifecycle import exec_streaming
+    from envlayer.dispatch import exec_streaming
 
     env = make_manager(local_settings).get("t")
     chunks: list[tuple[str, bytes]] = []

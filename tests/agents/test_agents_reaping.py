@@ -135,7 +135,7 @@ def test_slow_orphan_sweep_never_blocks_creation(make_manager, make_settings, tm
 
 
 def test_running_background_job_keeps_its_environment(make_manager, make_settings, tmp_path: Path, wait_until) -> None:  # type: ignore[no-untyped-def]
-    from envlayer.tools import ToolConfig, ToolRegistry
+    from envlayer.agents.tools import ToolConfig, ToolRegistry
 
     settings = make_settings(backend="local", lifetime_seconds=0.2, backend_options={"cwd": str(tmp_path)})
     manager = make_manager(settings, reap_interval=3600)  # passes run only when called here

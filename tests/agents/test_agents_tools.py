@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from envlayer.tools import ToolConfig, ToolRegistry
+from envlayer.agents.tools import ToolConfig, ToolRegistry
 
 
 @pytest.fixture
@@ -170,7 +170,7 @@ def test_recovered_sandbox_is_stated_to_the_model(tools: ToolRegistry) -> None:
     """The notice an ExecResult.recovered turns into (the Docker and SSH suites show the
     backends set it after a real container removal and a real sshd restart)."""
     from envlayer.result import ExecResult
-    from envlayer.tools.merged import MergedOutput
+    from envlayer.agents.tools.merged import MergedOutput
 
     merged = MergedOutput(400)
     merged("stdout", b"ok\n")

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from envlayer.broker.control import alive, running_brokers
+from envlayer.cli.broker.control import alive, running_brokers
 from envlayer.testing.secrets import ENVLAYER_SCRIPT
 
 __all__ = ["WAIT", "BrokerRun", "alive", "descendants", "processes_with", "wait_until"]

@@ -10,7 +10,7 @@ import signal
 
 from broker_helpers import BrokerRun, wait_until
 
-from envlayer.broker.leftovers import MAX_KEPT_LOGS
+from envlayer.cli.broker.leftovers import MAX_KEPT_LOGS
 
 CONTEXTS = 10
 CALLS = 50

@@ -330,9 +330,9 @@ def test_another_user_is_refused(brk: BrokerRun, other_user: str) -> None:
 
 def test_the_client_path_imports_no_sdk_and_no_cli(brk: BrokerRun) -> None:
     probe = (
-        "import sys; from envlayer.broker.client import exec_via_broker; "
+        "import sys; from envlayer.cli.broker.client import exec_via_broker; "
         "code = exec_via_broker(['exec', '--task', 't', '--', 'true']); "
-        "heavy = [m for m in sys.modules if m.startswith(('envlayer.cli', 'envlayer.config', 'stevedore', 'docker', "
+        "heavy = [m for m in sys.modules if m.startswith(('envlayer.cli.app', 'envlayer.cli.exec', 'envlayer.config', 'stevedore', 'docker', "
         "'paramiko', 'json', 'typing', 'socket', 'subprocess'))]; print(code, heavy)"
     )
     brk.run("exec", "--task", "t", "--", "true")  # a broker is running
@@ -411,8 +411,9 @@ def test_bytes_that_are_not_utf8_pass_through(brk: BrokerRun) -> None:
 
 
 def test_the_client_exit_codes_are_the_cli_ones() -> None:
-    from envlayer import cli_exec, result
-    from envlayer.broker import client
+    from envlayer import result
+    from envlayer.cli import exec_plan as cli_exec
+    from envlayer.cli.broker import client
 
     assert client.ENVLAYER_FAILURE == cli_exec.ENVLAYER_FAILURE
     assert client.BROKEN_PIPE_EXIT_CODE == cli_exec.BROKEN_PIPE_EXIT_CODE
@@ -421,7 +422,7 @@ def test_the_client_exit_codes_are_the_cli_ones() -> None:
 
 PARTIAL_STDIN = """
 import os, sys
-from envlayer.broker import client, protocol, runtime_dir
+from envlayer.cli.broker import client, protocol, runtime_dir
 directory = os.environ["ENVLAYER_RUNTIME_DIR"]
 path = runtime_dir.broker_path(directory, runtime_dir.context_digest(os.getcwd(), os.environ), "sock")
 sock = client.connect(path)

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from envlayer.backends.local import LocalEnvironment, LocalOptions
-from envlayer.registry import load_backend
+from envlayer.discovery.backend_registry import load_backend
 from envlayer.testing import EnvironmentConformance, ExecContractConformance
 from envlayer.testing.unprivileged import pytest_as_nobody
 

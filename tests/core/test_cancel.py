@@ -12,7 +12,7 @@ import pytest
 
 from envlayer.aio import AsyncEnvironment, AsyncEnvironmentManager, AsyncToolRegistry
 from envlayer.backends.local import LocalEnvironment, LocalOptions
-from envlayer.cancel import CancelToken
+from envlayer.execution.cancel import CancelToken
 from envlayer.result import INTERRUPT_EXIT_CODE
 from envlayer.testing.cancelling import exec_cancelled_after_output
 
@@ -92,7 +92,7 @@ def _executor():  # type: ignore[no-untyped-def]
 
 def test_tools_expose_cancellation(tmp_path: Path) -> None:
     from envlayer.config import load_settings
-    from envlayer.tools import ToolConfig
+    from envlayer.agents.tools import ToolConfig
 
     empty = tmp_path / "empty.toml"
     empty.write_text("")
@@ -127,6 +127,6 @@ def test_tools_expose_cancellation(tmp_path: Path) -> None:
 
 
 def settings_manager(settings):  # type: ignore[no-untyped-def]
-    from envlayer.manager import EnvironmentManager
+    from envlayer.agents.manager import EnvironmentManager
 
     return EnvironmentManager(settings)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from envlayer.cli_cells import last_used_cell, size_cell
+from envlayer.cli.table_cells import last_used_cell, size_cell
 
 NOW = 1_000_000.0
 

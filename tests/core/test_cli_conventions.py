@@ -18,7 +18,7 @@ import envlayer
 from envlayer.config import load_settings
 from envlayer.errors import BackendNotFound
 from envlayer.factory import open_environment
-from envlayer.progress import progress
+from envlayer.cli.progress import progress
 
 
 # --- the command line ----------------------------------------------------------------------

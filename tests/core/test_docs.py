@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 
 from envlayer.capabilities import Capability
-from envlayer.cli import build_parser
+from envlayer.cli.app import build_parser
 from envlayer.config import CORE_KEYS
 from envlayer.errors import EnvlayerError
 from envlayer.options import option_fields
-from envlayer.registry import load_backend
+from envlayer.discovery.backend_registry import load_backend
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 BACKEND_DOCS = {

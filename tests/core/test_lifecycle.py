@@ -8,11 +8,12 @@ from typing import Any, ClassVar
 
 import pytest
 
-from envlayer import Capability, Environment, SandboxInfo, capabilities_of, lifecycle
+from envlayer import Capability, Environment, SandboxInfo, capabilities_of
+from envlayer import dispatch as lifecycle
 from envlayer.backends.local import LocalEnvironment
 from envlayer.errors import InvalidArgument
 from envlayer.options import BaseOptions
-from envlayer.registry import load_backend
+from envlayer.discovery.backend_registry import load_backend
 from envlayer.result import ExecResult
 
 

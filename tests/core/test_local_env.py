@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from envlayer.agent_env import CREDENTIAL_PATTERNS, inherited_environment, is_credential
+from envlayer.sandbox.command_env import CREDENTIAL_PATTERNS, inherited_environment, is_credential
 from envlayer.backends.local import LocalEnvironment, LocalOptions
 
 

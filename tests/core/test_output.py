@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from envlayer.output import CappedBuffer
+from envlayer.execution.output import CappedBuffer
 
 
 def feed(buf: CappedBuffer, data: bytes, chunk: int) -> None:

@@ -217,8 +217,9 @@ def test_old_signature_plugin_through_the_python_api(site: Path, workdir: Path) 
         site,
         workdir,
         """
-        from envlayer import lifecycle, open_environment
-        from envlayer.registry import load_backend
+        from envlayer import open_environment
+        from envlayer import dispatch as lifecycle
+        from envlayer.discovery.backend_registry import load_backend
         env = open_environment("old")
         out["stdout"] = env.exec("echo hi").stdout_text
         outcome = lifecycle.cleanup(env, force_remove=True)
@@ -229,7 +230,7 @@ def test_old_signature_plugin_through_the_python_api(site: Path, workdir: Path) 
         out["reap"] = [reap.supported, reap.error, reap.note]
 
         from envlayer.config import load_settings
-        from envlayer.manager import EnvironmentManager
+        from envlayer.agents.manager import EnvironmentManager
         manager = EnvironmentManager(load_settings(backend="old", profile="plugin-failures"))
         out["managed"] = manager.get("t").exec("echo managed").stdout_text
         chunks = []

@@ -11,7 +11,7 @@ import pytest
 
 from envlayer import Environment
 from envlayer.errors import BackendConflict, BackendLoadError, BackendNotFound
-from envlayer.registry import backend_names, list_backends, load_backend
+from envlayer.discovery.backend_registry import backend_names, list_backends, load_backend
 
 PluginMaker = Callable[..., Path]
 
@@ -31,7 +31,7 @@ def test_loads_the_toy_plugin_through_its_entry_point() -> None:
 
 
 def test_unknown_backend_lists_installed_and_names_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
-    from envlayer import registry
+    from envlayer.discovery import backend_registry as registry
 
     monkeypatch.setitem(registry.KNOWN_PACKAGES, "nimbus", "envlayer-nimbus")  # published, not installed
     with pytest.raises(BackendNotFound) as info:
@@ -83,7 +83,7 @@ def test_duplicate_name_from_two_distributions_names_both(make_plugin: PluginMak
 
 def test_a_plugin_registering_local_is_ignored(make_plugin: PluginMaker) -> None:
     from envlayer.backends.local import LocalEnvironment
-    from envlayer.registry import shadows_builtin
+    from envlayer.discovery.backend_registry import shadows_builtin
 
     make_plugin("envlayer-impostor", {"local": "envlayer_impostor:Env"})
     assert load_backend("local") is LocalEnvironment
@@ -106,7 +106,7 @@ def test_discovery_is_fresh_after_an_install(make_plugin: PluginMaker) -> None:
 def test_listing_imports_no_backend_module_and_no_sdk() -> None:
     code = (
         "import sys, envlayer\n"
-        "from envlayer.registry import list_backends\n"
+        "from envlayer.discovery.backend_registry import list_backends\n"
         "names = [b.name for b in list_backends()]\n"
         "assert 'toy' in names and 'docker' in names, names\n"
         "heavy = ['docker', 'paramiko', 'modal', 'daytona', 'requests', 'stevedore',\n"
@@ -120,7 +120,7 @@ def test_listing_imports_no_backend_module_and_no_sdk() -> None:
 def test_fast_reader_agrees_with_importlib_metadata() -> None:
     import importlib.metadata
 
-    from envlayer.entrypoints import read_group
+    from envlayer.discovery.entrypoints import read_group
 
     fast = sorted((r.name, r.value, r.distribution, r.version) for r in read_group("envlayer.backends"))
     slow = sorted(
@@ -133,7 +133,7 @@ def test_fast_reader_agrees_with_importlib_metadata() -> None:
 def test_zip_on_sys_path_defers_to_importlib_metadata(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import zipfile
 
-    from envlayer.entrypoints import read_group
+    from envlayer.discovery.entrypoints import read_group
 
     archive = tmp_path / "zipped.zip"
     with zipfile.ZipFile(archive, "w") as zf:

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from envlayer.collector import OutputCollector
+from envlayer.execution.collector import OutputCollector
 from envlayer.errors import BackendUnavailable, FileTooLarge, InvalidArgument
 from envlayer.request import MAX_TIMEOUT, ExecRequest, check_env, file_payload, normalize_timeout
 

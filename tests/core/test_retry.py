@@ -1,4 +1,4 @@
-"""The control-plane retry loop (envlayer.retry): bounded, honours Retry-After, raises
+"""The control-plane retry loop (envlayer.sandbox.retry): bounded, honours Retry-After, raises
 non-transient errors at once and the last transient one unchanged."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from envlayer.retry import (
+from envlayer.sandbox.retry import (
     RetryPolicy,
     Transient,
     backoff_delay,

@@ -1,4 +1,4 @@
-"""``SandboxEnvironment`` (envlayer.sandbox_base): the base every built-in backend uses.
+"""``SandboxEnvironment`` (envlayer.sandbox.base): the base every built-in backend uses.
 
 The backend here is the ``dir`` example of docs/plugins.md, taken from the page as it is:
 the conformance kit runs over it, and over subclasses that exercise each part the base
@@ -20,7 +20,7 @@ from envlayer.capabilities import Capability, capabilities_of
 from envlayer.errors import BackendUnavailable, InvalidArgument
 from envlayer.request import ExecRequest
 from envlayer.result import ExecResult
-from envlayer.sandbox_options import ManagedSandboxOptions
+from envlayer.sandbox.options import ManagedSandboxOptions
 from envlayer.testing import EnvironmentConformance, ExecContractConformance
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "plugins.md"

@@ -7,8 +7,8 @@ import signal
 import subprocess
 import time
 
-from envlayer.proctree import tree_members
-from envlayer.sandbox_kill import kill_script_argv, killed_pids
+from envlayer.execution.proctree import tree_members
+from envlayer.execution.sandbox_kill import kill_script_argv, killed_pids
 
 
 def _start(marker: str, script: str) -> subprocess.Popen[bytes]:

@@ -1,10 +1,10 @@
-"""The persistent-shell protocol's text and framing (envlayer.shell_script), pure functions."""
+"""The persistent-shell protocol's text and framing (envlayer.execution.shell_script), pure functions."""
 
 from __future__ import annotations
 
 import pytest
 
-from envlayer.shell_script import MarkerScanner, call_script, marker_of, new_seed, parse_trailer
+from envlayer.execution.shell_script import MarkerScanner, call_script, marker_of, new_seed, parse_trailer
 
 
 @pytest.mark.parametrize("step", [1, 2, 3, 7, 1000])

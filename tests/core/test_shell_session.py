@@ -1,4 +1,4 @@
-"""The persistent-shell protocol (envlayer.shell_session) over real local shells.
+"""The persistent-shell protocol (envlayer.execution.shell_session) over real local shells.
 
 A small environment runs its commands through ``PersistentShell`` over a
 ``ProcessStream`` to a real dash, bash and busybox sh on this machine, with the kill
@@ -17,12 +17,12 @@ import pytest
 
 from envlayer.backends.local import LocalEnvironment, LocalOptions
 from envlayer.capabilities import Capability
-from envlayer.collector import OutputCollector
-from envlayer.output import OutputCallback
+from envlayer.execution.collector import OutputCollector
+from envlayer.execution.output import OutputCallback
 from envlayer.request import Command
 from envlayer.result import ExecResult
-from envlayer.shell_session import RESTARTED_AFTER_KILL, PersistentShell
-from envlayer.streams import ProcessStream
+from envlayer.execution.shell_session import RESTARTED_AFTER_KILL, PersistentShell
+from envlayer.execution.streams import ProcessStream
 from envlayer.testing import EnvironmentConformance, ExecContractConformance
 
 SHELLS = [s for s in (["dash"], ["bash", "--posix"], ["busybox", "sh"]) if shutil.which(s[0])]

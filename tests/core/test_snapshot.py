@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from envlayer import lifecycle
+from envlayer import dispatch as lifecycle
 from envlayer.backends.local import LocalEnvironment
 from envlayer.capabilities import Capability, supports
 from envlayer.errors import InvalidArgument
@@ -41,7 +41,7 @@ def test_a_snapshot_of_another_backend_is_refused() -> None:
 
     env = DockerEnvironment.__new__(DockerEnvironment)
     env.name = "docker"
-    from envlayer.sandbox_base import check_snapshot_source
+    from envlayer.sandbox.base import check_snapshot_source
 
     with pytest.raises(InvalidArgument, match="cannot start from a snapshot of 'modal'"):
         check_snapshot_source(env, Snapshot("modal", "im-1", "x", "default", "t", ""))

@@ -30,13 +30,13 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from envlayer.agent_env import COMMAND_DEFAULTS
+from envlayer.sandbox.command_env import COMMAND_DEFAULTS
 from envlayer.environment import SandboxInfo
 from envlayer.errors import BackendUnavailable, SandboxPathError
 from envlayer.options import BaseOptions
 from envlayer.request import ExecRequest, file_payload
 from envlayer.result import ExecResult
-from envlayer.sandbox_base import MANAGED_SANDBOX_CAPABILITIES, SandboxEnvironment
+from envlayer.sandbox.base import MANAGED_SANDBOX_CAPABILITIES, SandboxEnvironment
 from envlayer.transfer import TransferSummary
 from envlayer_daytona.background import Job
 from envlayer_daytona.options import DaytonaOptions
@@ -144,9 +144,9 @@ class DaytonaEnvironment(SandboxEnvironment):
             raise translate(exc, doing, self.options) from exc
 
     def _new_shell(self, start_dir: str) -> Any:
-        """A core :class:`~envlayer.shell_session.PersistentShell` over a
+        """A core :class:`~envlayer.execution.shell_session.PersistentShell` over a
         :class:`~envlayer_daytona.stream.DaytonaStream` (not started until its first run)."""
-        from envlayer.shell_session import PersistentShell
+        from envlayer.execution.shell_session import PersistentShell
 
         return PersistentShell(self._open_stream, run_aside=self._aside, start_dir=start_dir, upload=self._upload)
 
@@ -196,7 +196,7 @@ class DaytonaEnvironment(SandboxEnvironment):
             )
         return translate(exc, "talking to the session shell", self.options)
 
-    # --- recovery (the base retries once, see envlayer.sandbox_base) ---------------------
+    # --- recovery (the base retries once, see envlayer.sandbox.base) ---------------------
 
     def is_gone(self, exc: Exception) -> bool:
         """The command could not be sent because the sandbox is not running."""

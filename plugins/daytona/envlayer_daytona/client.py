@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from envlayer.errors import BackendUnavailable
-from envlayer.retry import RETRYABLE_STATUSES, Transient, call_with_retries, retry_after_from_headers
+from envlayer.sandbox.retry import RETRYABLE_STATUSES, Transient, call_with_retries, retry_after_from_headers
 from envlayer_daytona import background  # noqa: F401 - registers the exit hook that calls close_all
 from envlayer_daytona.options import DaytonaOptions
 
@@ -110,7 +110,7 @@ def _quietly(method: Callable[[], Any] | None) -> None:
 
 
 def classify(exc: BaseException) -> Transient | None:
-    """:class:`~envlayer.retry.Transient` for an SDK error worth retrying: HTTP 429, 502, 503
+    """:class:`~envlayer.sandbox.retry.Transient` for an SDK error worth retrying: HTTP 429, 502, 503
     or 504 from Daytona, with the server's ``Retry-After``. The SDK keeps both on every error
     it translates from a response (``daytona/common/errors.py`` ``DaytonaError.status_code``
     and ``.headers``; 429 is ``DaytonaRateLimitError``). Anything else: None."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from envlayer.options import OptionError, option
-from envlayer.sandbox_options import ManagedSandboxOptions
+from envlayer.sandbox.options import ManagedSandboxOptions
 
 RESERVED_LABEL_PREFIX = "envlayer."
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from envlayer.errors import BackendUnavailable
-from envlayer.retry import DEFAULT_POLICY
+from envlayer.sandbox.retry import DEFAULT_POLICY
 from envlayer_daytona import identity
 from envlayer_daytona.client import retrying, translate
 from envlayer_daytona.options import DaytonaOptions

@@ -1,4 +1,4 @@
-"""A :class:`~envlayer.streams.ByteStream` to a shell in a Daytona sandbox, over the toolbox API.
+"""A :class:`~envlayer.execution.streams.ByteStream` to a shell in a Daytona sandbox, over the toolbox API.
 
 Daytona's API has no raw byte stream to a process (its session logs and ``process/execute``
 return text, and ``process/execute`` merges stderr into stdout), so envlayer makes one
@@ -13,12 +13,12 @@ stderr to the files ``out`` and ``err``; when the shell ends, its status goes to
 * :meth:`DaytonaStream.read`: one ``process/execute`` per poll that waits *in the sandbox*
   (20 ms steps, up to ``max_wait``) for new output or the shell's end, and returns the next
   chunk of each file as hex, so every byte survives. The core's
-  :class:`~envlayer.shell_session.PersistentShell` runs its protocol over this stream.
+  :class:`~envlayer.execution.shell_session.PersistentShell` runs its protocol over this stream.
 * While reads wait, ``tick`` is called between polls (the backend refreshes the sandbox's
   activity there, so Daytona's auto-stop never fires mid-command).
 
-The core's session protocol, its kill path (:func:`~envlayer.streams.drain_while`) and the
-output caps (:class:`~envlayer.collector.OutputCollector`) do the rest.
+The core's session protocol, its kill path (:func:`~envlayer.execution.streams.drain_while`) and the
+output caps (:class:`~envlayer.execution.collector.OutputCollector`) do the rest.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from collections.abc import Callable
 from typing import Any
 
 from envlayer.errors import BackendUnavailable
-from envlayer.shell_script import SESSION_VAR, printf_format
-from envlayer.streams import Chunks
+from envlayer.execution.shell_script import SESSION_VAR, printf_format
+from envlayer.execution.streams import Chunks
 from envlayer_daytona import background
 
 SPOOL = "/tmp/.envlayer-daytona"
@@ -206,7 +206,7 @@ class DaytonaStream:
             self._status = int(state) if state.isdigit() else None
 
     def read(self, deadline: float | None) -> Chunks | None:
-        """See :class:`~envlayer.streams.ByteStream`. Never raises for a broken transport."""
+        """See :class:`~envlayer.execution.streams.ByteStream`. Never raises for a broken transport."""
         while True:
             if self._pending:
                 chunks, self._pending = self._pending, []

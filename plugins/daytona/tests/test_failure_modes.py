@@ -114,7 +114,7 @@ def test_a_throttle_that_does_not_end_fails_clearly(fake_daytona: FakeDaytona, o
     """Retries are bounded: a route that keeps answering 503 fails after the policy's
     attempts with an error that says what happened and what to do."""
     from envlayer.errors import BackendUnavailable
-    from envlayer.retry import DEFAULT_POLICY
+    from envlayer.sandbox.retry import DEFAULT_POLICY
     from envlayer_daytona.backend import DaytonaEnvironment
 
     mark = fake_daytona.mark()
@@ -127,7 +127,7 @@ def test_a_throttle_that_does_not_end_fails_clearly(fake_daytona: FakeDaytona, o
 
 def _rm(fake: FakeDaytona, profile: str, task: str, *options: str) -> subprocess.CompletedProcess[str]:
     """``envlayer rm TASK --force`` against the fake, as a user runs it."""
-    argv = [sys.executable, "-m", "envlayer.cli", "rm", task, "--force", "--backend", "daytona", "--profile", profile]
+    argv = [sys.executable, "-m", "envlayer.cli.app", "rm", task, "--force", "--backend", "daytona", "--profile", profile]
     env = {**os.environ, "ENVLAYER_DAYTONA_API_URL": fake.url, "DAYTONA_API_KEY": FAKE_KEY}
     for option in options:
         argv += ["-o", option]

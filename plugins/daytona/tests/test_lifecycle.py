@@ -408,7 +408,7 @@ def test_envlayer_doctor_checks_daytona(fake_daytona: FakeDaytona, tmp_path: Pat
     import sys
 
     base = {**os.environ, "ENVLAYER_DAYTONA_API_URL": fake_daytona.url, "DAYTONA_API_KEY": FAKE_KEY}
-    argv = [sys.executable, "-m", "envlayer.cli", "doctor", "--backend", "daytona", "--json"]
+    argv = [sys.executable, "-m", "envlayer.cli.app", "doctor", "--backend", "daytona", "--json"]
     ok = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env=base, timeout=120)
     entry = next(e for e in json.loads(ok.stdout) if e["backend"] == "daytona")
     assert entry["ok"], entry

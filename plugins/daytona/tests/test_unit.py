@@ -135,7 +135,7 @@ def test_parse_poll() -> None:
 def test_listing_backends_and_loading_options_import_no_sdk() -> None:
     code = (
         "import sys\n"
-        "from envlayer.registry import list_backends\n"
+        "from envlayer.discovery.backend_registry import list_backends\n"
         "names = [b.name for b in list_backends()]\n"
         "assert 'daytona' in names, names\n"
         "import envlayer_daytona.backend, envlayer_daytona.options\n"
@@ -149,7 +149,7 @@ def test_listing_backends_and_loading_options_import_no_sdk() -> None:
 def test_cli_help_and_backends_import_no_sdk() -> None:
     code = (
         "import sys, io, contextlib\n"
-        "from envlayer.cli import main\n"
+        "from envlayer.cli.app import main\n"
         "buf = io.StringIO()\n"
         "with contextlib.redirect_stdout(buf):\n"
         "    main(['backends', '--json'])\n"

@@ -31,15 +31,15 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from envlayer.agent_env import with_command_defaults
+from envlayer.sandbox.command_env import with_command_defaults
 from envlayer.capabilities import Capability
 from envlayer.environment import SandboxInfo
 from envlayer.errors import BackendUnavailable
 from envlayer.options import BaseOptions
 from envlayer.request import ExecRequest, check_path, file_payload
 from envlayer.result import ExecResult
-from envlayer.sandbox_base import MANAGED_SANDBOX_CAPABILITIES, SandboxEnvironment
-from envlayer.sandbox_paths import check_real_path
+from envlayer.sandbox.base import MANAGED_SANDBOX_CAPABILITIES, SandboxEnvironment
+from envlayer.sandbox.paths import check_real_path
 from envlayer.snapshot import Snapshot
 from envlayer.transfer import TransferSummary
 from envlayer_docker import teardown
@@ -150,7 +150,7 @@ class DockerEnvironment(SandboxEnvironment):
         """The name of the container in use."""
         return self._container.name
 
-    # --- recovery (the base retries once, see envlayer.sandbox_base) ---------------------
+    # --- recovery (the base retries once, see envlayer.sandbox.base) ---------------------
 
     def is_gone(self, exc: Exception) -> bool:
         """The daemon answered that the container is gone or stopped before anything ran."""

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from envlayer.errors import BackendUnavailable
-from envlayer.install_hints import docker_start_hint
+from envlayer.discovery.install_hints import docker_start_hint
 from envlayer_docker.options import DockerOptions
 
 _CLIENTS: dict[tuple[str, float], Any] = {}

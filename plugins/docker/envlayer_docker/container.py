@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envlayer.errors import BackendUnavailable, ConfigError
-from envlayer.owner import owner_label
+from envlayer.sandbox.owner import owner_label
 from envlayer_docker import labels as L
 from envlayer_docker import ownership, workspace
 from envlayer_docker.naming import container_name, private_name
@@ -120,31 +120,30 @@ def owned_dirs(options: DockerOptions, data: list[workspace.DataMount], *, user_
     return owned
 
 
-def build_spec(api: Any, options: DockerOptions, *, profile: str, task: str, persist: bool) -> ContainerSpec:
-    """Translate ``options`` into create arguments and the fingerprint.
-
-    Raises :class:`ConfigError` for values the daemon API rejects (``extra_create_kwargs``),
-    :class:`BackendUnavailable` when ``image_entrypoint = "auto"`` needs a missing image.
-    """
-    user = effective_user(options)
+def _user_mounts(options: DockerOptions) -> list[dict[str, Any]]:
+    """The ``volumes`` the user asked for, plus the host's directory at ``/workspace``
+    under ``mount_cwd`` (unless a volume already takes ``/workspace``)."""
     mounts = []
     for spec in options.volumes:
         source, target, read_only = parse_volume(spec)
         mounts.append(_mount(source, target, read_only=read_only))
-    targets = {m["Target"] for m in mounts}
-    if options.mount_cwd and "/workspace" not in targets:
+    if options.mount_cwd and "/workspace" not in {m["Target"] for m in mounts}:
         host_cwd = os.path.abspath(os.path.expanduser(options.host_cwd or os.getcwd()))
         mounts.append(_mount(host_cwd, "/workspace"))
-        targets.add("/workspace")
-    data = workspace.plan(options, profile=profile, task=task, persist=persist, taken=targets | set(options.tmpfs))
-    owned = owned_dirs(options, data, user_mounts=targets | set(options.tmpfs))
-    mounts += [_mount(d.source, d.target) for d in data]
-    keep_entrypoint, init_entrypoint = entrypoint_kept(api, options)
+    return mounts
+
+
+def _host_config(
+    api: Any, options: DockerOptions, mounts: list[dict[str, Any]], *, init_entrypoint: bool, extra: dict[str, Any]
+) -> dict[str, Any]:
+    """The daemon's ``HostConfig``: mounts, the hardening defaults and limits, then
+    ``extra`` (the host-config part of ``extra_create_kwargs``), checked by docker-py.
+
+    Raises :class:`ConfigError` when the Docker API rejects a value."""
     caps = list(options.cap_add)
     if options.run_as_host_user:
         caps = [c for c in caps if c not in ("SETUID", "SETGID")]
-    extra = dict(options.extra_create_kwargs)
-    config_extra = {k: extra.pop(k) for k in list(extra) if k in _CONFIG_KWARGS}
+    extra = dict(extra)
     security_opt = list(extra.pop("security_opt", []) or [])
     if options.no_new_privileges and "no-new-privileges" not in security_opt:
         security_opt.append("no-new-privileges")
@@ -163,7 +162,7 @@ def build_spec(api: Any, options: DockerOptions, *, profile: str, task: str, per
         **extra,
     }
     try:
-        host_config = api.create_host_config(**{k: v for k, v in host_kwargs.items() if v is not None})
+        return api.create_host_config(**{k: v for k, v in host_kwargs.items() if v is not None})
     except Exception as exc:
         raise ConfigError(
             f"the Docker API rejects these container options: {exc}",
@@ -171,6 +170,24 @@ def build_spec(api: Any, options: DockerOptions, *, profile: str, task: str, per
             key="extra_create_kwargs",
             hint="fix or remove the offending option",
         ) from exc
+
+
+def build_spec(api: Any, options: DockerOptions, *, profile: str, task: str, persist: bool) -> ContainerSpec:
+    """Translate ``options`` into create arguments and the fingerprint.
+
+    Raises :class:`ConfigError` for values the daemon API rejects (``extra_create_kwargs``),
+    :class:`BackendUnavailable` when ``image_entrypoint = "auto"`` needs a missing image.
+    """
+    user = effective_user(options)
+    mounts = _user_mounts(options)
+    targets = {m["Target"] for m in mounts}
+    data = workspace.plan(options, profile=profile, task=task, persist=persist, taken=targets | set(options.tmpfs))
+    owned = owned_dirs(options, data, user_mounts=targets | set(options.tmpfs))
+    mounts += [_mount(d.source, d.target) for d in data]
+    keep_entrypoint, init_entrypoint = entrypoint_kept(api, options)
+    extra = dict(options.extra_create_kwargs)
+    config_extra = {k: extra.pop(k) for k in list(extra) if k in _CONFIG_KWARGS}
+    host_config = _host_config(api, options, mounts, init_entrypoint=init_entrypoint, extra=extra)
     config: dict[str, Any] = {
         "entrypoint": None if keep_entrypoint else KEEPALIVE[:1],
         "command": KEEPALIVE if keep_entrypoint else KEEPALIVE[1:],

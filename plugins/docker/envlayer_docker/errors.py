@@ -6,7 +6,7 @@ top to bottom, first match wins. What it produces:
 
 * :class:`ContainerGone` (internal): the daemon says the container does not exist or is
   not running, for an operation that then provably did not start; the caller may
-  recover the container and retry once (see :meth:`envlayer.sandbox_base.SandboxEnvironment.with_recovery`);
+  recover the container and retry once (see :meth:`envlayer.sandbox.base.SandboxEnvironment.with_recovery`);
 * :class:`~envlayer.errors.BackendUnavailable`: the daemon refused (an API error, with
   its explanation) or cannot be reached (with the socket address and how to fix it);
   with ``during_command=True`` the message says the command may or may not have

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from envlayer.archive import pack_dir, safe_extract, tar_summary
+from envlayer.sandbox.archive import pack_dir, safe_extract, tar_summary
 from envlayer.errors import (
     FileTooLarge,
     SandboxFileNotFound,

@@ -1,15 +1,15 @@
 """Container labels: names, and the label set of a managed container.
 
-Values go through :func:`envlayer.sandbox_tags.sanitize` (what ``docker ps --filter
+Values go through :func:`envlayer.sandbox.tags.sanitize` (what ``docker ps --filter
 label=K=V`` round-trips; the rules are in that module), and the configuration fingerprint
-is :func:`envlayer.sandbox_tags.fingerprint`.
+is :func:`envlayer.sandbox.tags.fingerprint`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from envlayer.sandbox_tags import fingerprint, sanitize
+from envlayer.sandbox.tags import fingerprint, sanitize
 
 MANAGED = "envlayer.managed"
 TASK = "envlayer.task"
@@ -39,7 +39,7 @@ def managed_labels(
     owner: str | None = None,
 ) -> dict[str, str]:
     """The full label set of a new container. ``extra`` (user labels) never overrides ours.
-    ``owner`` (see :mod:`envlayer.owner`) is set on private containers only."""
+    ``owner`` (see :mod:`envlayer.sandbox.owner`) is set on private containers only."""
     labels = dict(extra)
     if owner is not None:
         labels[OWNER] = owner

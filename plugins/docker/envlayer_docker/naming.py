@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 
-from envlayer.sandbox_tags import slug as _slug
+from envlayer.sandbox.tags import slug as _slug
 
 PREFIX = "envlayer"
 

@@ -1,5 +1,5 @@
 """The argv of a one-shot command: one ``docker exec`` per command, under a small
-``sh`` wrapper that ends the output with the core's trailer (:mod:`envlayer.shell_script`).
+``sh`` wrapper that ends the output with the core's trailer (:mod:`envlayer.execution.shell_script`).
 envlayer's own helper commands run under it too.
 
 The wrapper saves the exec's stdout/stderr on fds 7 and 8, goes to the working directory
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from envlayer.shell_script import marker_of, new_seed
+from envlayer.execution.shell_script import marker_of, new_seed
 
 LEASE_PATH = "/tmp/.envlayer-lease"
 """Touched by commands at most every ``lease_interval`` seconds: the idle reclaimer reads

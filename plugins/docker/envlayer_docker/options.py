@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from envlayer.options import OptionError, option
-from envlayer.sandbox_options import ContainerOptions
+from envlayer.sandbox.options import ContainerOptions
 
 CAPABILITY_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
 VOLUME_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")

@@ -32,8 +32,8 @@ from datetime import datetime
 from typing import Any
 
 from envlayer.environment import SandboxInfo
-from envlayer.idle_check import idle_check_script, parse_idle_check
-from envlayer.shell_script import SESSION_VAR
+from envlayer.sandbox.idle_check import idle_check_script, parse_idle_check
+from envlayer.execution.shell_script import SESSION_VAR
 from envlayer_docker import labels as L
 from envlayer_docker.oneshot import LEASE_PATH
 
@@ -156,9 +156,9 @@ def reap(
 
 def reap_dead_owners(api: Any, *, profile: str, dry_run: bool) -> list[SandboxInfo]:
     """Remove this profile's RUNNING private containers (``envlayer.persist=0``) whose
-    owning process, on this host, is gone (see :mod:`envlayer.owner`). Nobody else
+    owning process, on this host, is gone (see :mod:`envlayer.sandbox.owner`). Nobody else
     can attach to a private container, so such a container is an orphan whatever its age."""
-    from envlayer.owner import owner_is_dead
+    from envlayer.sandbox.owner import owner_is_dead
 
     running = api.containers(
         all=True, filters={"label": [*L.filters(profile=profile), f"{L.PERSIST}=0"], "status": ["running"]}

@@ -2,7 +2,7 @@
 and returns a finished :class:`~envlayer.result.ExecResult`.
 
 * :class:`SessionRunner`: the environment's persistent shell, the core's
-  :class:`~envlayer.shell_session.PersistentShell` over an attached ``docker exec -i sh``;
+  :class:`~envlayer.execution.shell_session.PersistentShell` over an attached ``docker exec -i sh``;
   the kill script and other helpers run in a second exec (:func:`run_helper`).
 * :func:`run_oneshot`: one ``docker exec`` per command (``exec_mode = "oneshot"``, and
   calls that find the session busy), framed by the wrapper of :mod:`envlayer_docker.oneshot`.
@@ -16,7 +16,7 @@ still holds an ended exec's output (a session shell closed by a persist-mode cle
 or killed by a timeout) would hold every later helper for seconds.
 
 Both runners kill through a second exec while the command's stream keeps being drained
-(:func:`envlayer.streams.drain_while`), so a flood can never hold up its own kill.
+(:func:`envlayer.execution.streams.drain_while`), so a flood can never hold up its own kill.
 Daemon errors go through :func:`envlayer_docker.errors.translated`; a container found gone
 before a command started raises :class:`~envlayer_docker.errors.ContainerGone`.
 """
@@ -30,16 +30,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from envlayer.cancel import killer_for
-from envlayer.collector import OutputCollector
+from envlayer.execution.cancel import killer_for
+from envlayer.execution.collector import OutputCollector
 from envlayer.errors import BackendUnavailable
-from envlayer.proctree import EXEC_ID_VAR
+from envlayer.execution.proctree import EXEC_ID_VAR
 from envlayer.request import ExecRequest
 from envlayer.result import ExecResult
-from envlayer.sandbox_kill import kill_script_argv
-from envlayer.shell_script import SESSION_VAR
-from envlayer.shell_session import KILL_GRACE_SECONDS, PersistentShell, output_lost, read_framed, status_unknown
-from envlayer.streams import drain_while
+from envlayer.execution.sandbox_kill import kill_script_argv
+from envlayer.execution.shell_script import SESSION_VAR
+from envlayer.execution.shell_session import KILL_GRACE_SECONDS, PersistentShell, output_lost, read_framed, status_unknown
+from envlayer.execution.streams import drain_while
 from envlayer_docker.errors import translated
 from envlayer_docker.oneshot import LEASE_PRELUDE, oneshot_argv
 from envlayer_docker.options import DockerOptions

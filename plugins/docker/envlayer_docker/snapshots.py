@@ -27,8 +27,8 @@ from datetime import datetime
 from typing import Any
 
 from envlayer.errors import BackendUnavailable, InvalidArgument
-from envlayer.owner import owner_label
-from envlayer.sandbox_tags import slug
+from envlayer.sandbox.owner import owner_label
+from envlayer.sandbox.tags import slug
 from envlayer.snapshot import Snapshot
 from envlayer_docker import labels as L
 from envlayer_docker.container import KEEPALIVE, ContainerSpec

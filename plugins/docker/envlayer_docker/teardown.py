@@ -1,5 +1,5 @@
 """Background teardown: stop + remove a container on a worker thread of
-:mod:`envlayer.background` (joined by ``wait_for_cleanup`` and, up to 15 s, at exit).
+:mod:`envlayer.sandbox.teardown_threads` (joined by ``wait_for_cleanup`` and, up to 15 s, at exit).
 Nothing goes through a shell: only API calls.
 """
 
@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from envlayer import background
+from envlayer.sandbox import teardown_threads as background
 
 log = logging.getLogger("envlayer.docker.teardown")
 

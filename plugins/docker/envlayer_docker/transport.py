@@ -1,4 +1,4 @@
-"""An attached ``docker exec`` as a core :class:`~envlayer.streams.ByteStream`.
+"""An attached ``docker exec`` as a core :class:`~envlayer.execution.streams.ByteStream`.
 
 ``exec_start(socket=True)`` hijacks one connection to the daemon; without a tty the
 daemon multiplexes stdout and stderr on it in frames (8-byte header: stream id, 3 zero
@@ -19,7 +19,7 @@ import time
 from typing import Any
 
 from envlayer.errors import BackendUnavailable
-from envlayer.streams import Chunks
+from envlayer.execution.streams import Chunks
 from envlayer_docker.errors import translated
 from envlayer_docker.options import DockerOptions
 
@@ -93,7 +93,7 @@ def buffered_bytes(attached: Any) -> bytes:
 
 
 class AttachStream:
-    """:class:`~envlayer.streams.ByteStream` over one attached exec (see the module docstring)."""
+    """:class:`~envlayer.execution.streams.ByteStream` over one attached exec (see the module docstring)."""
 
     def __init__(self, api: Any, exec_id: str, attached: Any, *, container: Any, options: DockerOptions) -> None:
         self.api = api
@@ -119,7 +119,7 @@ class AttachStream:
             pass
 
     def read(self, deadline: float | None) -> Chunks | None:
-        """See :meth:`envlayer.streams.ByteStream.read`."""
+        """See :meth:`envlayer.execution.streams.ByteStream.read`."""
         if self._early:
             early, self._early = self._early, b""
             chunks = self._demux.feed(early)

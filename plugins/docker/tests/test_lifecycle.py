@@ -17,7 +17,7 @@ from envlayer_docker import labels, reaper
 from envlayer_docker.backend import DockerEnvironment
 from envlayer_docker.naming import container_name
 
-from envlayer.cancel import CancelToken
+from envlayer.execution.cancel import CancelToken
 from envlayer.errors import BackendUnavailable, ConfigError, EnvironmentClosed
 from envlayer.testing.racing import race
 
@@ -728,7 +728,7 @@ def test_idle_reclaim_is_on_by_default_through_the_manager(make_env, docker_api,
 import os
 os.environ["ENVLAYER_DOCKER_IDLE_RECLAIM_AFTER"] = "2"
 from envlayer.config import load_settings
-from envlayer.manager import EnvironmentManager
+from envlayer.agents.manager import EnvironmentManager
 settings = load_settings(env=dict(os.environ), backend="docker", profile={own!r},
                          backend_options={{"image": {idle.options.image!r}}})
 with EnvironmentManager(settings) as manager:

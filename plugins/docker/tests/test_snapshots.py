@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from envlayer import lifecycle
+from envlayer import dispatch as lifecycle
 from envlayer.errors import InvalidArgument
 from envlayer.factory import open_environment
 from envlayer.snapshot import Snapshot

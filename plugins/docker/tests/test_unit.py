@@ -20,7 +20,7 @@ from envlayer_docker.options import DockerOptions, parse_volume
 from envlayer_docker.reaper import parse_docker_time, parse_idle_check
 from envlayer_docker.transport import AttachStream, FrameDemux
 
-from envlayer import tar_extract
+from envlayer.sandbox import tar_extract
 from envlayer.errors import BackendUnavailable, SandboxPathError
 from envlayer.options import OptionError
 
@@ -75,7 +75,7 @@ def test_filters_use_sanitized_values() -> None:
 
 
 def test_owner_label_and_liveness() -> None:
-    from envlayer.owner import owner_is_dead, owner_label
+    from envlayer.sandbox.owner import owner_is_dead, owner_label
 
     mine = owner_label()
     assert mine is not None and len(mine) <= 63 and set(mine) <= LABEL_OK
@@ -97,7 +97,7 @@ def test_an_owner_killed_but_not_yet_reaped_is_dead() -> None:
     import subprocess
     import time
 
-    from envlayer.owner import owner_is_dead, owner_label
+    from envlayer.sandbox.owner import owner_is_dead, owner_label
 
     child = subprocess.Popen(["sh", "-c", "read line"], stdin=subprocess.PIPE)
     try:

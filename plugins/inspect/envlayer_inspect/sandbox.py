@@ -49,8 +49,8 @@ from inspect_ai.util import (
 )
 from pydantic import BaseModel
 
-from envlayer import lifecycle
-from envlayer.cancel import CancelToken, takes_cancel
+from envlayer import dispatch as lifecycle
+from envlayer.execution.cancel import CancelToken, takes_cancel
 from envlayer.capabilities import Capability, supports
 from envlayer.environment import Environment
 from envlayer.integrations.selection import Selection

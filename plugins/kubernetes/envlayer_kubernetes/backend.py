@@ -32,13 +32,13 @@ import threading
 import time
 from typing import Any
 
-from envlayer.agent_env import with_command_defaults
+from envlayer.sandbox.command_env import with_command_defaults
 from envlayer.environment import SandboxInfo
 from envlayer.errors import BackendUnavailable, SandboxPathError
 from envlayer.options import BaseOptions
 from envlayer.request import ExecRequest, check_path, file_payload
 from envlayer.result import ExecResult
-from envlayer.sandbox_base import MANAGED_SANDBOX_CAPABILITIES, SandboxEnvironment
+from envlayer.sandbox.base import MANAGED_SANDBOX_CAPABILITIES, SandboxEnvironment
 from envlayer.transfer import TransferSummary
 from envlayer_kubernetes.options import KubernetesOptions
 
@@ -103,7 +103,7 @@ class KubernetesEnvironment(SandboxEnvironment):
         """The namespace of the pod."""
         return self._cluster.namespace
 
-    # --- recovery (the base retries once, see envlayer.sandbox_base) ---------------------
+    # --- recovery (the base retries once, see envlayer.sandbox.base) ---------------------
 
     def is_gone(self, exc: Exception) -> bool:
         """The API refused to start an exec because the pod is gone or not running."""

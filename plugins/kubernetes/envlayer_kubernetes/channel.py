@@ -21,7 +21,7 @@ import time
 from typing import Any
 
 from envlayer.errors import BackendUnavailable
-from envlayer.retry import call_with_retries
+from envlayer.sandbox.retry import call_with_retries
 from envlayer_kubernetes import naming
 from envlayer_kubernetes.client import Cluster, log, message_of, transient, unavailable
 from envlayer_kubernetes.handshake import HandshakeRefused, open_exec_websocket

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from envlayer.errors import BackendUnavailable
-from envlayer.retry import RETRYABLE_STATUSES, Transient, call_with_retries, retry_after_from_headers
+from envlayer.sandbox.retry import RETRYABLE_STATUSES, Transient, call_with_retries, retry_after_from_headers
 from envlayer_kubernetes.options import KubernetesOptions
 
 T = TypeVar("T")
@@ -233,7 +233,7 @@ def transient(exc: BaseException) -> Transient | None:
 def call(cluster: Cluster, fn: Callable[[], T], doing: str, *, passthrough: tuple[int, ...] = ()) -> T:
     """Run one API call that is safe to repeat (a read, a list, a delete, a create by
     unique name: a repeated create answers 409, which callers handle). A throttle or a
-    momentary 502/503/504 is retried with backoff (:func:`envlayer.retry.call_with_retries`:
+    momentary 502/503/504 is retried with backoff (:func:`envlayer.sandbox.retry.call_with_retries`:
     bounded, ``Retry-After`` honoured, each retry logged). A client exception whose status
     is in ``passthrough`` is re-raised as is (the caller handles it, e.g. 404/409); any
     other failure becomes :class:`BackendUnavailable`."""

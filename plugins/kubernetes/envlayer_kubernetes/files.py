@@ -22,7 +22,7 @@ import os
 import tarfile
 from collections.abc import Callable
 
-from envlayer.archive import safe_extract
+from envlayer.sandbox.archive import safe_extract
 from envlayer.errors import (
     BackendUnavailable,
     FileTooLarge,

@@ -86,7 +86,7 @@ def managed_labels(
     owner: str | None = None,
 ) -> dict[str, str]:
     """The full label set of a new pod; ``extra`` (user labels) never overrides ours.
-    ``owner`` (see :mod:`envlayer.owner`) is set on private pods only."""
+    ``owner`` (see :mod:`envlayer.sandbox.owner`) is set on private pods only."""
     labels = dict(extra)
     if owner is not None:
         labels[OWNER] = owner

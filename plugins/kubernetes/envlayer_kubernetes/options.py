@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from envlayer.options import OptionError, option
-from envlayer.sandbox_options import ContainerOptions
+from envlayer.sandbox.options import ContainerOptions
 
 QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")

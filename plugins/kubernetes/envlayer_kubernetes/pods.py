@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from envlayer.errors import BackendUnavailable
-from envlayer.owner import owner_label
+from envlayer.sandbox.owner import owner_label
 from envlayer_kubernetes import naming
 from envlayer_kubernetes.client import Cluster, call, message_of
 from envlayer_kubernetes.options import KubernetesOptions
@@ -68,7 +68,7 @@ class Attached:
 def build_spec(opts: KubernetesOptions, *, profile: str, task: str, persist: bool) -> PodSpec:
     """The pod manifest of (profile, task) and its fingerprint. A private pod (not
     ``persist``) gets a random name suffix and this process's owner label
-    (:mod:`envlayer.owner`); otherwise pure.
+    (:mod:`envlayer.sandbox.owner`); otherwise pure.
 
     The fingerprint covers every option that shapes the pod (image, workdir, keep-alive,
     resources, scheduling, service account, runtime class, pull settings, deadline, user

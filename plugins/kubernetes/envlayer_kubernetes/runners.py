@@ -2,7 +2,7 @@
 exec websocket (:class:`~envlayer_kubernetes.channel.ExecChannel`, a core byte stream).
 
 * :class:`SessionRunner`: the environment's persistent shell, the core's
-  :class:`~envlayer.shell_session.PersistentShell` over one long-lived shell exec; the
+  :class:`~envlayer.execution.shell_session.PersistentShell` over one long-lived shell exec; the
   kill script, the removal of the session's private directory and the staging of large
   stdin run in other execs (:func:`run_helper`).
 * :func:`run_oneshot`: one exec per command (``exec_mode = "oneshot"``, and calls that
@@ -15,7 +15,7 @@ exec websocket (:class:`~envlayer_kubernetes.channel.ExecChannel`, a core byte s
 Every exec reads the environment's variables (and a call's ``env``) from its stdin first,
 never from argv (see :mod:`envlayer_kubernetes.wrapper`). Both runners kill through a
 second exec while the command's stream keeps being drained
-(:func:`envlayer.streams.drain_while`), so a flood never holds up its own kill.
+(:func:`envlayer.execution.streams.drain_while`), so a flood never holds up its own kill.
 """
 
 from __future__ import annotations
@@ -26,15 +26,15 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from envlayer.cancel import killer_for
-from envlayer.collector import OutputCollector
+from envlayer.execution.cancel import killer_for
+from envlayer.execution.collector import OutputCollector
 from envlayer.errors import BackendUnavailable
 from envlayer.request import ExecRequest
 from envlayer.result import INTERRUPT_EXIT_CODE, ExecResult
-from envlayer.sandbox_kill import kill_script_argv
-from envlayer.shell_script import SESSION_VAR
-from envlayer.shell_session import KILL_GRACE_SECONDS, PersistentShell, status_unknown
-from envlayer.streams import drain_while
+from envlayer.execution.sandbox_kill import kill_script_argv
+from envlayer.execution.shell_script import SESSION_VAR
+from envlayer.execution.shell_session import KILL_GRACE_SECONDS, PersistentShell, status_unknown
+from envlayer.execution.streams import drain_while
 from envlayer_kubernetes.channel import V5, ExecChannel, start_writer
 from envlayer_kubernetes.client import Cluster
 from envlayer_kubernetes.options import KubernetesOptions

@@ -11,7 +11,7 @@ Reaper (:func:`reap`): among pods labelled ``envlayer/managed=1`` AND
   image pull back-off, unschedulable, a creator killed while waiting).
 
 * Running private pods (``envlayer/persist=0``) whose owner process, on this host, is gone
-  (``envlayer/owner``, see :mod:`envlayer.owner`): nobody can attach to them, so they are
+  (``envlayer/sandbox/owner``, see :mod:`envlayer.sandbox.owner`): nobody can attach to them, so they are
   orphans whatever their age. Owners on other hosts are never judged.
 
 Running persist-mode pods are never reaped: another process may attach to them at any
@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from envlayer.environment import SandboxInfo
-from envlayer.owner import owner_is_dead
+from envlayer.sandbox.owner import owner_is_dead
 from envlayer_kubernetes import naming, pods
 from envlayer_kubernetes.client import Cluster, call
 from envlayer_kubernetes.options import KubernetesOptions

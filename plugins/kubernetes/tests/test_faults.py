@@ -207,7 +207,7 @@ def test_rbac_denial_names_the_namespace_and_the_role(
     text = str(info.value)
     assert "refused" in text and "'envlayer-test'" in text and "403" in text and "cannot create" in text
     assert "Role in docs/backends/kubernetes.md" in text
-    code = "import sys; from envlayer.cli import main; sys.exit(main(['doctor', '--backend', 'kubernetes']))"
+    code = "import sys; from envlayer.cli.app import main; sys.exit(main(['doctor', '--backend', 'kubernetes']))"
     env = dict(os.environ, ENVLAYER_KUBERNETES_KUBECONFIG=kubeconfig)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert "FAIL kubernetes" in out.stdout and "cannot list" in out.stdout and "fix: grant the Role" in out.stdout
@@ -345,7 +345,7 @@ def test_an_idle_session_connection_dropped_silently_restarts_the_shell(
     """A load balancer forgot the idle session websocket (TCP open, nothing passes): the
     next call's ping goes unanswered, so the shell is restarted before the command is sent
     and the result says so; the command runs once, in the new shell."""
-    from envlayer.shell_session import RESTARTED_AFTER_KILL
+    from envlayer.execution.shell_session import RESTARTED_AFTER_KILL
     from envlayer_kubernetes import channel
 
     monkeypatch.setattr(channel, "PROBE_IDLE", 0.0)  # probe at every call, not only after 15 s idle

@@ -464,7 +464,7 @@ def test_doctor_checks_the_cluster(fake_apiserver: Any, tmp_path: Any) -> None:
     import sys
 
     env = dict(os.environ, ENVLAYER_KUBERNETES_KUBECONFIG=fake_apiserver.kubeconfig)
-    code = "import sys; from envlayer.cli import main; sys.exit(main(['doctor', '--backend', 'kubernetes']))"
+    code = "import sys; from envlayer.cli.app import main; sys.exit(main(['doctor', '--backend', 'kubernetes']))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.startswith("ok   kubernetes")
@@ -479,7 +479,7 @@ def test_cli_lists_and_removes_pods(fake_apiserver: Any, make_env: Callable[...,
     run_env = dict(os.environ, ENVLAYER_KUBERNETES_KUBECONFIG=fake_apiserver.kubeconfig)
 
     def cli(*args: str) -> str:
-        code = f"import sys; from envlayer.cli import main; sys.exit(main({list(args)!r}))"
+        code = f"import sys; from envlayer.cli.app import main; sys.exit(main({list(args)!r}))"
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=run_env, cwd=tmp_path)
         assert out.returncode == 0, out.stdout + out.stderr
         return out.stdout

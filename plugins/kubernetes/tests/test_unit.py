@@ -234,7 +234,7 @@ def test_env_line_refuses_nul() -> None:
 def test_listing_and_loading_import_no_part_of_the_client(step: str) -> None:
     code = (
         "import sys\n"
-        "from envlayer.registry import list_backends, load_backend\n"
+        "from envlayer.discovery.backend_registry import list_backends, load_backend\n"
         + step
         + "client = ('kubernetes', 'websocket', 'urllib3', 'yaml', 'pydantic', 'requests_oauthlib')\n"
         "print(','.join(sorted(m for m in sys.modules if m.split('.')[0] in client)))\n"
@@ -243,7 +243,7 @@ def test_listing_and_loading_import_no_part_of_the_client(step: str) -> None:
     assert out.stdout.strip() == ""
 
 
-DOCTOR = "import sys; from envlayer.cli import main; sys.exit(main(['doctor', '--backend', 'kubernetes']))"
+DOCTOR = "import sys; from envlayer.cli.app import main; sys.exit(main(['doctor', '--backend', 'kubernetes']))"
 
 
 def test_doctor_reports_a_missing_configuration_with_a_fix(tmp_path: Any) -> None:

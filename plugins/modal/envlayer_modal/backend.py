@@ -35,17 +35,17 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from envlayer.agent_env import with_command_defaults
-from envlayer.cancel import killer_for
-from envlayer.collector import OutputCollector
+from envlayer.sandbox.command_env import with_command_defaults
+from envlayer.execution.cancel import killer_for
+from envlayer.execution.collector import OutputCollector
 from envlayer.environment import SandboxInfo
 from envlayer.errors import BackendUnavailable
 from envlayer.options import BaseOptions
-from envlayer.proctree import EXEC_ID_VAR
+from envlayer.execution.proctree import EXEC_ID_VAR
 from envlayer.request import ExecRequest, check_path, file_payload
 from envlayer.result import TIMEOUT_EXIT_CODE, ExecResult
-from envlayer.sandbox_base import MANAGED_SANDBOX_CAPABILITIES, SandboxEnvironment
-from envlayer.sandbox_paths import check_real_path
+from envlayer.sandbox.base import MANAGED_SANDBOX_CAPABILITIES, SandboxEnvironment
+from envlayer.sandbox.paths import check_real_path
 from envlayer.transfer import TransferSummary
 from envlayer_modal import teardown
 from envlayer_modal.options import ModalOptions
@@ -115,7 +115,7 @@ class ModalEnvironment(SandboxEnvironment):
         """The name of the sandbox in use (unique in the App)."""
         return str(self._attached.name)
 
-    # --- recovery (the base retries once, see envlayer.sandbox_base) ---------------------
+    # --- recovery (the base retries once, see envlayer.sandbox.base) ---------------------
 
     def is_gone(self, exc: Exception) -> bool:
         """The control plane reports the sandbox ended and the command was not started."""
@@ -446,7 +446,7 @@ class ModalEnvironment(SandboxEnvironment):
     def remove_sandbox(cls, task_id: str, *, profile: str, options: ModalOptions, force: bool) -> list[SandboxInfo]:
         """Terminate the sandboxes of (profile, task). Every listed sandbox is running, so
         without ``force`` only those in which no command is running are terminated."""
-        from envlayer.idle_check import parse_idle_check
+        from envlayer.sandbox.idle_check import parse_idle_check
         from envlayer_modal import reaper
         from envlayer_modal.sandbox import terminate_quietly
 

@@ -20,7 +20,7 @@ and RESOURCE_EXHAUSTED only when the server attaches a retry policy
 (``modal/_utils/grpc_utils.py``, ``RETRYABLE_GRPC_STATUS_CODES``, ``DEFAULT_MAX_RETRIES`` and
 ``_retry_transient_errors``). What it then raises (``ResourceExhaustedError``,
 ``ServiceError``, ``InternalError``, ``ConnectionError``) is retried once more with backoff by
-:func:`envlayer.retry.call_with_retries`, bounded by :data:`CONTROL_POLICY` and logged, for
+:func:`envlayer.sandbox.retry.call_with_retries`, bounded by :data:`CONTROL_POLICY` and logged, for
 calls that are safe to repeat (lookups, listing, tags, polls, terminate, a create by unique
 name). Starting a command is retried only when throttled (:func:`throttled`): the router
 refused it before running anything, so it still runs once. So a call never fails on the
@@ -39,7 +39,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from envlayer.errors import BackendUnavailable
-from envlayer.retry import RetryPolicy, Transient, call_with_retries
+from envlayer.sandbox.retry import RetryPolicy, Transient, call_with_retries
 from envlayer_modal.options import ModalOptions
 
 DEFAULT_SERVER_URL = "https://api.modal.com"

@@ -7,7 +7,7 @@ they name: :func:`target_info`);
 a directory named as a file raises :class:`SandboxIsADirectory`; a missing file raises
 :class:`SandboxFileNotFound`; ``write`` creates missing parent directories; archive
 members that would land outside the download target raise :class:`SandboxPathError`
-(:func:`envlayer.archive.safe_extract`) and nothing of that member is written.
+(:func:`envlayer.sandbox.archive.safe_extract`) and nothing of that member is written.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import os
 import posixpath
 from typing import Any
 
-from envlayer.archive import pack_dir, safe_extract, tar_summary
+from envlayer.sandbox.archive import pack_dir, safe_extract, tar_summary
 from envlayer.errors import FileTooLarge, SandboxFileNotFound, SandboxIsADirectory, SandboxPermissionDenied
-from envlayer.sandbox_paths import Helper
+from envlayer.sandbox.paths import Helper
 from envlayer.transfer import TransferSummary
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 
-from envlayer.sandbox_tags import slug as _slug
+from envlayer.sandbox.tags import slug as _slug
 
 
 def sandbox_name(profile: str, task: str) -> str:

@@ -9,7 +9,7 @@ reads stdin never waits for input that cannot come.
 
 No exec ``timeout`` is passed to Modal: the deadline is envlayer's own, and on expiry the
 tree is killed inside the sandbox while the output keeps being read
-(:func:`envlayer.streams.drain_while`). Should Modal still report its own timeout codes
+(:func:`envlayer.execution.streams.drain_while`). Should Modal still report its own timeout codes
 (-1 for a client-side exec deadline, 137 for a killed exec) after the deadline, they are the
 core's timeout result (124, ``timed_out``).
 
@@ -28,8 +28,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from envlayer.collector import OutputCollector
-from envlayer.streams import drain_while
+from envlayer.execution.collector import OutputCollector
+from envlayer.execution.streams import drain_while
 from envlayer_modal.process import EXIT, Process
 from envlayer_modal.reaper import LEASE_PATH
 from envlayer_modal.stream import NAMES, ExecStream

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from envlayer.options import OptionError, option
-from envlayer.sandbox_options import ContainerOptions
+from envlayer.sandbox.options import ContainerOptions
 
 APP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 TAG_KEY = re.compile(r"^[A-Za-z0-9_.-]{1,63}$")

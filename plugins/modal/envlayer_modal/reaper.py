@@ -7,7 +7,7 @@ for the rest. Only running sandboxes are listed: a terminated one costs nothing.
 Reaper (:func:`reap`), only ever for sandboxes tagged with THIS profile:
 
 * a private sandbox (``envlayer.persist=0``) whose owner process on this host is gone
-  (:func:`envlayer.owner.owner_is_dead`) is terminated whatever its age;
+  (:func:`envlayer.sandbox.owner.owner_is_dead`) is terminated whatever its age;
 * any other sandbox is terminated when it has been unused for ``max_age`` seconds (the
   last-used lease, ``/tmp/.envlayer-lease`` touched by commands, or the created-at tag
   when there is none) AND no process started by a command is alive in it. Both are read
@@ -32,9 +32,9 @@ from datetime import datetime
 from typing import Any
 
 from envlayer.environment import SandboxInfo
-from envlayer.idle_check import idle_check_script, parse_idle_check
-from envlayer.owner import owner_is_dead
-from envlayer.shell_script import SESSION_VAR
+from envlayer.sandbox.idle_check import idle_check_script, parse_idle_check
+from envlayer.sandbox.owner import owner_is_dead
+from envlayer.execution.shell_script import SESSION_VAR
 from envlayer_modal import tags as T
 from envlayer_modal.client import Connection, control
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from envlayer.errors import BackendUnavailable
-from envlayer.owner import owner_label
+from envlayer.sandbox.owner import owner_label
 from envlayer_modal import tags as T
 from envlayer_modal.client import Connection, control, translate
 from envlayer_modal.naming import private_name, sandbox_name

@@ -1,5 +1,5 @@
 """The persistent shell of a Modal environment: the core's protocol
-(:class:`~envlayer.shell_session.PersistentShell`, whose docstring states the semantics)
+(:class:`~envlayer.execution.shell_session.PersistentShell`, whose docstring states the semantics)
 over one long-lived ``Sandbox.exec`` of the configured shell.
 
 The exec runs the shell under the idle watchdog of :func:`envlayer_modal.stream.session_argv`,
@@ -15,9 +15,9 @@ import logging
 import uuid
 from collections.abc import Callable, Mapping
 
-from envlayer.shell_script import SESSION_VAR
-from envlayer.shell_session import PersistentShell
-from envlayer.streams import ByteStream
+from envlayer.execution.shell_script import SESSION_VAR
+from envlayer.execution.shell_session import PersistentShell
+from envlayer.execution.streams import ByteStream
 from envlayer_modal.process import Process
 from envlayer_modal.stream import ExecStream, session_argv
 

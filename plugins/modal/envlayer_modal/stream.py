@@ -1,9 +1,9 @@
-"""A long-lived ``Sandbox.exec`` as the core's :class:`~envlayer.streams.ByteStream`, and
+"""A long-lived ``Sandbox.exec`` as the core's :class:`~envlayer.execution.streams.ByteStream`, and
 the session shell's exec with its idle watchdog.
 
 :class:`ExecStream` turns the events of a :class:`~envlayer_modal.process.Process` (stdout
 and stderr chunks from two reader threads, the exit code from a third) into the byte-stream
-interface that :class:`envlayer.shell_session.PersistentShell` drives: ``write`` is one
+interface that :class:`envlayer.execution.shell_session.PersistentShell` drives: ``write`` is one
 stdin write (one ``TaskExecStdinWrite`` RPC), ``read`` returns every chunk already
 received.
 
@@ -54,7 +54,7 @@ def session_argv(shell: str, idle_exit: int) -> list[str]:
 
 
 class ExecStream:
-    """:class:`~envlayer.streams.ByteStream` over one ``Sandbox.exec`` (see the module)."""
+    """:class:`~envlayer.execution.streams.ByteStream` over one ``Sandbox.exec`` (see the module)."""
 
     def __init__(self, process: Process, ended: Callable[[BaseException], BaseException | None] | None = None) -> None:
         """``ended(error)``, asked when a write fails, returns the exception meaning "the
@@ -91,7 +91,7 @@ class ExecStream:
         return None
 
     def read(self, deadline: float | None) -> list[tuple[str, bytes]] | None:
-        """See :meth:`envlayer.streams.ByteStream.read`."""
+        """See :meth:`envlayer.execution.streams.ByteStream.read`."""
         chunks: list[tuple[str, bytes]] = []
         while True:
             if len(self._ended) == 2 and not chunks:

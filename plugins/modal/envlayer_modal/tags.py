@@ -2,7 +2,7 @@
 
 Every tag is set in the ``Sandbox.create`` call itself (never afterwards: a crash between
 create and tagging would leave a sandbox no reaper can find). Values go through
-:func:`envlayer.sandbox_tags.sanitize`, so a tag filter in ``Sandbox.list`` matches them
+:func:`envlayer.sandbox.tags.sanitize`, so a tag filter in ``Sandbox.list`` matches them
 exactly. ``Sandbox.list`` objects carry no creation time, so it is a tag too.
 """
 
@@ -14,8 +14,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from envlayer.owner import owner_label
-from envlayer.sandbox_tags import fingerprint, sanitize
+from envlayer.sandbox.owner import owner_label
+from envlayer.sandbox.tags import fingerprint, sanitize
 from envlayer_modal.options import ModalOptions
 
 MANAGED = "envlayer.managed"
@@ -60,7 +60,7 @@ def sandbox_fingerprint(options: ModalOptions) -> str:
 
 def creator_label() -> str:
     """``<login name>@<host>`` for this process, sanitized; the host is the owner label's
-    (host name and pid namespace, :mod:`envlayer.owner`)."""
+    (host name and pid namespace, :mod:`envlayer.sandbox.owner`)."""
     try:
         user = getpass.getuser()
     except (KeyError, OSError):

@@ -1,5 +1,5 @@
 """Background termination: ``Sandbox.terminate`` on a worker thread of
-:mod:`envlayer.background`, joined by ``wait_for_cleanup`` and, up to 15 s, at interpreter
+:mod:`envlayer.sandbox.teardown_threads`, joined by ``wait_for_cleanup`` and, up to 15 s, at interpreter
 exit, so a process that exits right after ``cleanup()`` does not leave its sandbox running
 (and billing). The handle is detached afterwards (``Sandbox.detach``: its command-router
 connection is closed), so a long-lived process that makes many environments keeps no
@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from envlayer import background
+from envlayer.sandbox import teardown_threads as background
 
 log = logging.getLogger("envlayer.modal.teardown")
 

@@ -18,7 +18,7 @@ from modal_testenv import APP, IMAGE, QUOTA_TAG, child_code
 from modal_testenv import running as _running
 
 from envlayer.errors import BackendUnavailable
-from envlayer.sandbox_tags import sanitize
+from envlayer.sandbox.tags import sanitize
 from envlayer.testing.racing import race
 
 pytestmark = pytest.mark.modal
@@ -272,7 +272,7 @@ def test_importing_the_plugin_and_listing_backends_imports_no_sdk() -> None:
     code = (
         "import sys\n"
         "import envlayer_modal, envlayer_modal.backend, envlayer_modal.options\n"
-        "from envlayer.registry import list_backends\n"
+        "from envlayer.discovery.backend_registry import list_backends\n"
         "names = [b.name for b in list_backends()]\n"
         "assert 'modal' in names, names\n"
         "sdk = ('modal', 'modal_proto', 'grpclib', 'synchronicity')\n"
@@ -285,7 +285,7 @@ def test_importing_the_plugin_and_listing_backends_imports_no_sdk() -> None:
 
 
 def test_doctor_checks_the_modal_backend(fake_modal: Any, tmp_path: Any) -> None:
-    code = "import sys\nfrom envlayer.cli import main\nsys.exit(main(['doctor', '--backend', 'modal']))\n"
+    code = "import sys\nfrom envlayer.cli.app import main\nsys.exit(main(['doctor', '--backend', 'modal']))\n"
     env = {**os.environ, **fake_modal.env(), "ENVLAYER_MODAL_APP_NAME": APP, "ENVLAYER_MODAL_IMAGE": IMAGE}
     ok = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
     assert ok.returncode == 0 and ok.stdout.startswith("ok   modal"), ok.stdout + ok.stderr

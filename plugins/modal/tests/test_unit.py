@@ -14,9 +14,9 @@ from envlayer_modal.oneshot import oneshot_argv
 from envlayer_modal.options import ModalOptions
 
 from envlayer.errors import BackendUnavailable
-from envlayer.idle_check import parse_idle_check
+from envlayer.sandbox.idle_check import parse_idle_check
 from envlayer.options import OptionError
-from envlayer.sandbox_tags import sanitize
+from envlayer.sandbox.tags import sanitize
 
 
 @pytest.mark.parametrize(

@@ -19,16 +19,16 @@ import shlex
 import threading
 import weakref
 
-from envlayer.agent_env import with_command_defaults
+from envlayer.sandbox.command_env import with_command_defaults
 from envlayer.capabilities import Capability
-from envlayer.collector import OutputCollector
+from envlayer.execution.collector import OutputCollector
 from envlayer.errors import BackendUnavailable, EnvironmentClosed
 from envlayer.options import BaseOptions
 from envlayer.request import ExecRequest, check_path, file_payload
 from envlayer.result import ExecResult
-from envlayer.sandbox_base import SandboxEnvironment
-from envlayer.shell_script import command_text
-from envlayer.shell_session import PersistentShell
+from envlayer.sandbox.base import SandboxEnvironment
+from envlayer.execution.shell_script import command_text
+from envlayer.execution.shell_session import PersistentShell
 from envlayer.transfer import TransferSummary
 from envlayer_ssh import oneshot, pool, script, session_dirs
 from envlayer_ssh.channel_io import run_simple

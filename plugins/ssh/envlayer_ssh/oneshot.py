@@ -2,9 +2,9 @@
 
 Each command is isolated from the others (no shared shell state) and may run
 concurrently with them, up to the connection's channel limit (further ones wait). The
-output goes to an :class:`~envlayer.collector.OutputCollector`; on a timeout or an
+output goes to an :class:`~envlayer.execution.collector.OutputCollector`; on a timeout or an
 interrupt the kill runs on another channel while this one keeps being drained
-(:func:`~envlayer.streams.drain_while`).
+(:func:`~envlayer.execution.streams.drain_while`).
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from envlayer.cancel import killer_for
-from envlayer.collector import OutputCollector
+from envlayer.execution.cancel import killer_for
+from envlayer.execution.collector import OutputCollector
 from envlayer.errors import BackendUnavailable
 from envlayer.request import ExecRequest
 from envlayer.result import ExecResult
-from envlayer.streams import drain_while
+from envlayer.execution.streams import drain_while
 from envlayer_ssh.channel_io import DRAIN_GRACE
 from envlayer_ssh.stream import ChannelStream
 

@@ -15,7 +15,7 @@ from typing import Literal
 from envlayer.errors import InvalidArgument
 from envlayer.options import OptionError, option
 from envlayer.request import check_env
-from envlayer.sandbox_options import EXEC_MODES, SandboxOptions
+from envlayer.sandbox.options import EXEC_MODES, SandboxOptions
 
 HOST_KEY_POLICIES = ("strict", "accept-new", "insecure")
 log = logging.getLogger("envlayer.ssh")

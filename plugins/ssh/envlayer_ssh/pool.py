@@ -382,19 +382,8 @@ def _connect(target: Target, via: paramiko.Transport | None) -> paramiko.SSHClie
     """Open, verify and authenticate one connection to ``target``."""
     import paramiko
 
-    where = target.describe()
+    sock = _open_socket(target, via)
     timeout = target.connect_timeout
-    try:
-        if via is None:
-            sock = socket.create_connection((target.hostname, target.port), timeout=timeout)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        else:
-            sock = via.open_channel("direct-tcpip", (target.hostname, target.port), ("127.0.0.1", 0), timeout=timeout)
-    except (OSError, paramiko.SSHException, EOFError) as exc:
-        raise BackendUnavailable(
-            f"cannot reach {where}: {type(exc).__name__}: {exc}",
-            hint="check the host name, the port and that sshd is running there",
-        ) from exc
     client = paramiko.SSHClient()
     client.set_missing_host_key_policy(_Verifier(target))
     try:
@@ -413,37 +402,59 @@ def _connect(target: Target, via: paramiko.Transport | None) -> paramiko.SSHClie
             channel_timeout=timeout,
             disabled_algorithms={"keys": hostkeys.disabled_host_key_types(target)},
         )
-    except HostKeyError:
+    except (HostKeyError, paramiko.SSHException, EOFError, OSError) as exc:
         client.close()
         sock.close()
-        raise
-    except paramiko.AuthenticationException as exc:
-        client.close()
-        sock.close()
-        raise BackendUnavailable(
-            f"authentication to {where} was refused: {exc}",
-            hint="check user, key_files, the ssh agent or password; the server's log says which method it refused",
-        ) from exc
-    except (paramiko.SSHException, EOFError, OSError) as exc:
-        client.close()
-        sock.close()
-        if "no acceptable host key" in str(exc):
-            raise HostKeyError(
-                f"{where} offers no host key of the types {target.known_hosts} holds for "
-                f"{target.known_hosts_name}; its key may have been replaced",
-                hint=f"check the server's key, then `ssh-keygen -R {shlex.quote(target.known_hosts_name)} "
-                f"-f {shlex.quote(target.known_hosts)}` and `{hostkeys.keyscan_command(target, 'ssh-ed25519')}`",
-            ) from exc
-        raise BackendUnavailable(
-            f"ssh handshake with {where} failed: {type(exc).__name__}: {exc}",
-            hint="check that the port speaks ssh and the server accepts connections",
-        ) from exc
+        if isinstance(exc, HostKeyError):
+            raise
+        raise _handshake_error(target, exc) from exc
     transport = client.get_transport()
     assert transport is not None
     if target.keepalive:
         transport.set_keepalive(max(1, int(target.keepalive)))
-    log.debug("ssh: connected to %s", where)
+    log.debug("ssh: connected to %s", target.describe())
     return client
+
+
+def _open_socket(target: Target, via: paramiko.Transport | None) -> socket.socket | paramiko.Channel:
+    """A TCP connection to ``target``, direct or tunnelled through the jump host's ``via``."""
+    import paramiko
+
+    timeout = target.connect_timeout
+    try:
+        if via is None:
+            sock = socket.create_connection((target.hostname, target.port), timeout=timeout)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            return sock
+        return via.open_channel("direct-tcpip", (target.hostname, target.port), ("127.0.0.1", 0), timeout=timeout)
+    except (OSError, paramiko.SSHException, EOFError) as exc:
+        raise BackendUnavailable(
+            f"cannot reach {target.describe()}: {type(exc).__name__}: {exc}",
+            hint="check the host name, the port and that sshd is running there",
+        ) from exc
+
+
+def _handshake_error(target: Target, exc: BaseException) -> BackendUnavailable:
+    """The envlayer error for a failed handshake or login: authentication, host key type or transport."""
+    import paramiko
+
+    where = target.describe()
+    if isinstance(exc, paramiko.AuthenticationException):
+        return BackendUnavailable(
+            f"authentication to {where} was refused: {exc}",
+            hint="check user, key_files, the ssh agent or password; the server's log says which method it refused",
+        )
+    if "no acceptable host key" in str(exc):
+        return HostKeyError(
+            f"{where} offers no host key of the types {target.known_hosts} holds for "
+            f"{target.known_hosts_name}; its key may have been replaced",
+            hint=f"check the server's key, then `ssh-keygen -R {shlex.quote(target.known_hosts_name)} "
+            f"-f {shlex.quote(target.known_hosts)}` and `{hostkeys.keyscan_command(target, 'ssh-ed25519')}`",
+        )
+    return BackendUnavailable(
+        f"ssh handshake with {where} failed: {type(exc).__name__}: {exc}",
+        hint="check that the port speaks ssh and the server accepts connections",
+    )
 
 
 class _Verifier:

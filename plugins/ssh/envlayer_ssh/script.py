@@ -2,7 +2,7 @@
 
 Everything user-supplied is quoted with :func:`shlex.quote`; variable names were checked
 (:func:`envlayer.request.check_env`) before they get here. The session shell's text is the
-core's (:mod:`envlayer.shell_script`).
+core's (:mod:`envlayer.execution.shell_script`).
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping
 
-from envlayer.proctree import EXEC_ID_VAR
-from envlayer.shell_script import printf_format, quote_path
+from envlayer.execution.proctree import EXEC_ID_VAR
+from envlayer.execution.shell_script import printf_format, quote_path
 
 
 def cd_line(path: str) -> str:

@@ -1,5 +1,5 @@
 """The persistent shell of an ssh environment: the core's protocol
-(:class:`~envlayer.shell_session.PersistentShell`, whose docstring states the semantics)
+(:class:`~envlayer.execution.shell_session.PersistentShell`, whose docstring states the semantics)
 over one long-lived channel running the configured shell.
 
 The channel runs ``exec <shell>`` with no pty (nothing is echoed); the environment's
@@ -18,8 +18,8 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from envlayer.errors import BackendUnavailable
-from envlayer.shell_script import export_lines
-from envlayer.shell_session import PersistentShell
+from envlayer.execution.shell_script import export_lines
+from envlayer.execution.shell_session import PersistentShell
 from envlayer_ssh.channel_io import run_simple
 from envlayer_ssh.session_dirs import claim_script
 from envlayer_ssh.stream import ChannelStream

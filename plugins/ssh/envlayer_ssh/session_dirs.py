@@ -1,7 +1,7 @@
 """The session directories envlayer keeps on the host, and how none is left behind.
 
 Every session shell has a private directory ``${TMPDIR:-/tmp}/.envlayer-session-<id>``
-(the core's :func:`envlayer.shell_script.init_script` makes and uses it). On SSH the
+(the core's :func:`envlayer.execution.shell_script.init_script` makes and uses it). On SSH the
 login user's ``TMPDIR`` is shared by everything that user runs, so envlayer answers for
 what it leaves there:
 
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("envlayer.ssh")
 
 PREFIX = ".envlayer-session-"
-"""Name prefix of a session directory (as :func:`envlayer.shell_script.init_script` names it)."""
+"""Name prefix of a session directory (as :func:`envlayer.execution.shell_script.init_script` names it)."""
 SWEEP_LIMIT = 20
 """At most this many dead sessions' directories are removed per shell start."""
 IDLE_MINUTES = 60

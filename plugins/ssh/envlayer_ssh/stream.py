@@ -1,4 +1,4 @@
-"""An SSH channel as a core :class:`~envlayer.streams.ByteStream`.
+"""An SSH channel as a core :class:`~envlayer.execution.streams.ByteStream`.
 
 Reading blocks on the channel's event pipe (``select`` on ``Channel.fileno()``), so data
 is handled as soon as paramiko's transport thread has it. ``exit_status`` tells a process
@@ -12,7 +12,7 @@ import select
 import time
 from typing import TYPE_CHECKING
 
-from envlayer.streams import Chunks
+from envlayer.execution.streams import Chunks
 from envlayer_ssh.errors import ConnectionLost
 
 if TYPE_CHECKING:
@@ -22,7 +22,7 @@ CHUNK = 262144
 
 
 class ChannelStream:
-    """:class:`~envlayer.streams.ByteStream` over the channel of a pool ``Lease``;
+    """:class:`~envlayer.execution.streams.ByteStream` over the channel of a pool ``Lease``;
     :meth:`close` releases the lease."""
 
     def __init__(self, lease: Lease) -> None:
@@ -55,7 +55,7 @@ class ChannelStream:
         return [c for c in chunks if c[1]]
 
     def read(self, deadline: float | None) -> Chunks | None:
-        """See :meth:`envlayer.streams.ByteStream.read`."""
+        """See :meth:`envlayer.execution.streams.ByteStream.read`."""
         channel = self.channel
         while True:
             chunks = self._available()

@@ -22,7 +22,7 @@ from envlayer.capabilities import Capability, capabilities_of
 from envlayer.config import load_settings
 from envlayer.errors import BackendUnavailable, FileTooLarge, SandboxPathError, SandboxPermissionDenied
 from envlayer.options import OptionError
-from envlayer.registry import load_backend
+from envlayer.discovery.backend_registry import load_backend
 from envlayer.transfer import TransferSummary
 
 pytestmark = pytest.mark.ssh

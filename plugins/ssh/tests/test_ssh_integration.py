@@ -12,11 +12,11 @@ import uuid
 import pytest
 from ssh_testserver import SSHServer
 
-from envlayer import lifecycle
+from envlayer import dispatch as lifecycle
 from envlayer.config import load_settings
 from envlayer.errors import EnvironmentClosed
 from envlayer.factory import open_environment
-from envlayer.registry import load_backend
+from envlayer.discovery.backend_registry import load_backend
 
 pytestmark = pytest.mark.ssh
 

@@ -32,7 +32,7 @@ def running(task: str, profile: str) -> list[str]:
     """Ids of the running envlayer sandboxes of (profile, task), listed with the SDK."""
     import modal
 
-    from envlayer.sandbox_tags import sanitize
+    from envlayer.sandbox.tags import sanitize
 
     app = modal.App.lookup(APP, create_if_missing=True)
     want = {"envlayer.managed": "1", "envlayer.profile": sanitize(profile), "envlayer.task": sanitize(task)}

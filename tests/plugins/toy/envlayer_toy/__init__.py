@@ -16,7 +16,7 @@ import time
 from collections.abc import Mapping, Sequence
 
 from envlayer import Environment, ExecResult, FileTooLarge, SandboxFileNotFound, SandboxIsADirectory
-from envlayer.output import CappedBuffer
+from envlayer.execution.output import CappedBuffer
 
 
 class ToyEnvironment(Environment):

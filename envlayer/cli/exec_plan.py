@@ -1,0 +1,298 @@
+"""``envlayer exec``: from parsed arguments to the command's exit code, shared by the
+in-process CLI and the session broker (:mod:`envlayer.cli.broker`), so both parse, resolve
+and report exactly alike.
+
+* :func:`plan_exec` resolves the arguments (timeout check, command words, configuration,
+  ``-e``/``--env-file``, stdin) into an :class:`ExecPlan`, before any sandbox exists.
+* :func:`run_exec` runs the plan on an environment and reports on a :class:`Console`:
+  output streamed as it arrives (or the ``--json`` object), notes, the timeout line, and
+  returns the exit code (the command's own, 124 on timeout, 130 interrupted or cancelled,
+  141 when our reader went away, 125 when envlayer failed).
+
+The caller decides where the environment comes from and what "release" means: the
+in-process CLI opens one per call and cleans it up (:func:`release_after_exec`); the
+broker keeps its environments for the next call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, BinaryIO
+
+from envlayer import dispatch as lifecycle
+from envlayer.execution.cancel import CancelToken
+from envlayer.cli.exec_env import exec_env
+from envlayer.config import Settings, load_settings
+from envlayer.environment import Command, Environment
+from envlayer.errors import EnvlayerError
+from envlayer.discovery.plugin_calls import plugin_call
+from envlayer.request import check_user, normalize_timeout
+from envlayer.result import INTERRUPT_EXIT_CODE, ExecResult
+
+ENVLAYER_FAILURE = 125
+"""Exit code when envlayer or a backend plugin failed (for ``exec``: before or around the
+command, as `docker run`)."""
+
+BROKEN_PIPE_EXIT_CODE = 141
+"""``exec`` exit code when envlayer's own stdout was closed by its reader (128 + SIGPIPE,
+as a shell reports it); the command's tree was killed."""
+
+INTERRUPTED_LINE = "envlayer: interrupted; the command was killed"
+
+
+def silence_stdout() -> None:
+    """Point this process's stdout at /dev/null once its reader went away, so nothing
+    more fails on it (not even the interpreter's flush at exit)."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def error_object(exc: BaseException | None) -> dict[str, str] | None:
+    """The ``--json`` form of a failure, the same in every command (None: no failure)."""
+    if exc is None:
+        return None
+    if isinstance(exc, EnvlayerError):
+        return {"type": type(exc).__name__, "message": exc.message, "hint": exc.hint}
+    return {"type": type(exc).__name__, "message": str(exc), "hint": ""}
+
+
+def json_text(data: Any) -> str:
+    """The text every ``--json`` output uses (indented, sorted keys)."""
+    return json.dumps(data, indent=2, sort_keys=True, default=str)
+
+
+def parse_assignments(items: Sequence[str], flag: str) -> dict[str, str]:
+    """``KEY=VALUE`` words as a dict. Raises :class:`EnvlayerError` naming ``flag``."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise EnvlayerError(f"{flag} expects KEY=VALUE, got {item!r}", hint=f"write {flag} KEY=VALUE")
+        out[key] = value
+    return out
+
+
+FLAG_NAMES = {"backend": "--backend", "profile": "--profile"}
+"""The flags that set core settings, as errors and ``envlayer config`` name them."""
+
+
+def settings_of(args: argparse.Namespace) -> Settings:
+    """The configuration for a command's ``--config``, ``--backend``, ``--profile``, ``-o``."""
+    texts = parse_assignments(getattr(args, "option", None) or [], "-o")
+    return load_settings(
+        config_path=args.config,
+        backend=args.backend,
+        profile=args.profile,
+        option_texts=texts or None,
+        flag_names=FLAG_NAMES,
+    )
+
+
+@dataclass
+class Console:
+    """Where one command's output and envlayer's messages go: two byte streams (the
+    process's own in-process, the client's through the broker)."""
+
+    stdout: BinaryIO
+    stderr: BinaryIO
+    debug: bool = False
+    silence_stdout: Callable[[], None] = lambda: None
+    """Called when stdout's reader went away, so nothing more is written to it."""
+
+    @classmethod
+    def of_process(cls, *, debug: bool = False) -> Console:
+        """This process's stdout and stderr."""
+
+        return cls(sys.stdout.buffer, sys.stderr.buffer, debug, silence_stdout)
+
+    def write(self, stream: str, chunk: bytes) -> None:
+        """Write ``chunk`` to ``"stdout"`` or ``"stderr"`` at once (flushed)."""
+        target = self.stdout if stream == "stdout" else self.stderr
+        target.write(chunk)
+        target.flush()
+
+    def line(self, text: str) -> None:
+        """One line on stderr."""
+        self.write("stderr", (text + "\n").encode())
+
+    def note(self, text: str) -> None:
+        """``envlayer: note: TEXT`` on stderr."""
+        self.line(f"envlayer: note: {text}")
+
+    def error(self, exc: BaseException, prefix: str = "error") -> None:
+        """``envlayer: PREFIX: EXC`` on stderr, after its traceback under ``--debug``."""
+        if self.debug:
+            self.write("stderr", "".join(traceback.format_exception(exc)).encode())
+        self.line(f"envlayer: {prefix}: {exc}")
+
+    def json(self, data: Any) -> None:
+        """``data`` as ``--json`` output on stdout."""
+        self.write("stdout", (json_text(data) + "\n").encode())
+
+
+@dataclass(frozen=True)
+class ExecPlan:
+    """One ``exec``, resolved: what to run, with which configuration and arguments."""
+
+    command: Command
+    settings: Settings
+    exec_kwargs: dict[str, Any]
+    """``cwd``, ``env``, ``timeout``, ``stdin`` for ``Environment.exec``."""
+    user: str | None = None
+    """``--user``: passed on only to a backend with ``exec_as_user`` (else exit 125)."""
+
+
+def command_of(words: Sequence[str]) -> Command:
+    """The command from the rest of the line: one word is a shell string, several an argv."""
+    words = list(words[1:] if words and words[0] == "--" else words)
+    if not words:
+        raise EnvlayerError("no command given", hint="write it after the options: envlayer exec [OPTIONS] CMD [ARG...]")
+    return words[0] if len(words) == 1 else words
+
+
+def plan_exec(args: argparse.Namespace, read_stdin: Callable[[], bytes], settings: Settings | None = None) -> ExecPlan:
+    """Resolve ``exec``'s arguments; ``read_stdin()`` is called only with ``-i``;
+    ``settings`` defaults to :func:`settings_of` ``(args)``.
+    Raises :class:`EnvlayerError` (nothing ran, no sandbox was made for it)."""
+    normalize_timeout(args.timeout, default=None)
+    command = command_of(args.command)
+    settings = settings if settings is not None else settings_of(args)
+    env_vars = exec_env(args.env or [], args.env_file or [])
+    stdin = read_stdin() if args.stdin else None
+    kwargs = {"cwd": args.cwd, "env": env_vars or None, "timeout": args.timeout, "stdin": stdin}
+    user = None if args.user is None else check_user(args.user)
+    return ExecPlan(command, settings, kwargs, user)
+
+
+def exec_json(result: ExecResult | None, notes: list[str], exc: BaseException | None = None) -> dict[str, Any]:
+    """The ``--json`` object of one exec: every field always present (null when unknown)."""
+
+    def truncation(value: Any) -> Any:
+        return value and dataclasses.asdict(value)
+
+    return {
+        "exit_code": result.exit_code if result else ENVLAYER_FAILURE,
+        "timed_out": bool(result and result.timed_out),
+        "timeout": result.timeout if result else None,
+        "duration": result.duration if result else None,
+        "stdout": result.stdout_text if result else "",
+        "stderr": result.stderr_text if result else "",
+        "stdout_truncation": truncation(result.stdout_truncation) if result else None,
+        "stderr_truncation": truncation(result.stderr_truncation) if result else None,
+        "recovered": result.recovered if result else "",
+        "notice": result.notice if result else "",
+        "notes": notes,
+        "error": error_object(exc),
+    }
+
+
+def exec_failed(args: argparse.Namespace, console: Console, exc: EnvlayerError, notes: list[str] | None = None) -> int:
+    """Report a failure of envlayer itself (``--json``: the exec object with ``error``); 125."""
+    if args.json:
+        console.json(exec_json(None, notes or [], exc))
+    console.error(exc)
+    return ENVLAYER_FAILURE
+
+
+Release = Callable[[], tuple[list[str], bool]]
+"""``release() -> (notes, ok)``: what to do with the environment after the command; the
+notes are printed (or put in ``--json``), ``ok`` False means envlayer failed (125)."""
+
+
+def run_exec(
+    args: argparse.Namespace,
+    plan: ExecPlan,
+    env: Environment,
+    console: Console,
+    release: Release,
+    cancel: CancelToken | None = None,
+) -> int:
+    """Run ``plan`` on ``env``, report on ``console``, call ``release`` once; return the
+    exit code (see the module docstring). ``cancel`` is passed to ``exec`` when given."""
+    stderr_forwarded = False
+
+    def forward(stream: str, chunk: bytes) -> None:
+        nonlocal stderr_forwarded
+        stderr_forwarded = stderr_forwarded or (stream == "stderr" and bool(chunk))
+        console.write(stream, chunk)
+
+    def finish() -> tuple[list[str], bool]:
+        notes, ok = release()
+        if not args.json:
+            for note in notes:
+                console.note(note)
+        return notes, ok
+
+    streamed = False
+    kwargs = dict(plan.exec_kwargs)
+    if cancel is not None:
+        kwargs["cancel"] = cancel
+    try:
+        kwargs.update(lifecycle.user_keywords(env, plan.user))
+        if args.json:
+            with plugin_call(env, "exec"):
+                result = env.exec(plan.command, **kwargs)
+        else:
+            outcome = lifecycle.exec_with_output(env, plan.command, forward, **kwargs)
+            result, streamed = outcome.result, outcome.streamed
+            if outcome.note and args.backend:
+                console.note(outcome.note)
+    except KeyboardInterrupt:
+        console.line(INTERRUPTED_LINE)
+        finish()
+        return INTERRUPT_EXIT_CODE
+    except BrokenPipeError:  # our reader went away (`envlayer exec -- yes | head`): stop, as sh would
+        finish()
+        console.silence_stdout()
+        return BROKEN_PIPE_EXIT_CODE
+    except EnvlayerError as exc:
+        notes, _ = finish()
+        return exec_failed(args, console, exc, notes)
+    except BaseException:
+        finish()
+        raise
+    notes, cleaned = finish()
+    if not cleaned:
+        return ENVLAYER_FAILURE
+    if result.cancelled:
+        console.line(INTERRUPTED_LINE)
+        return INTERRUPT_EXIT_CODE
+    if args.json:
+        console.json(exec_json(result, notes))
+        return result.exit_code
+    if result.notice:  # the command ran somewhere else than asked (a deleted directory)
+        console.note(result.notice)
+    if result.stderr and not stderr_forwarded:
+        # A message the backend put in the result without streaming it (a command that
+        # could not start: 127, a missing working directory: 126) must still be seen.
+        console.write("stderr", result.stderr)
+    if result.timed_out:
+        after = f" after {result.timeout}s" if result.timeout is not None else ""
+        console.line(f"envlayer: command timed out{after} and was killed")
+    elif result.truncated and not streamed:
+        console.line("envlayer: output exceeded max_output_bytes and was truncated")
+    return result.exit_code
+
+
+def release_after_exec(env: Environment, remove: bool, console: Console) -> tuple[list[str], bool]:
+    """Clean ``env`` up after an in-process ``exec`` and wait for its teardown; ``remove``
+    (``--rm``, as ``docker run --rm``): the sandbox goes with its durable data (``purge``).
+    Returns the fallback notes and whether cleanup succeeded (a failure is reported on
+    ``console``)."""
+    notes = []
+    try:
+        cleaned = lifecycle.cleanup(env, purge=remove)
+        if cleaned.note:
+            notes.append(cleaned.note)
+        if not lifecycle.wait_for_cleanup(env, 30.0):
+            notes.append("the sandbox's teardown was still running after 30s; it continues in the background")
+    except EnvlayerError as exc:
+        console.error(exc, "cleanup failed")
+        return notes, False
+    return notes, True

@@ -1,0 +1,2 @@
+"""Finding and loading backends: the entry-point group, the backend registry, calling into a plugin
+(a stray exception becomes ``PluginError``) and install hints."""

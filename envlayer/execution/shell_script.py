@@ -1,0 +1,293 @@
+"""The shell text and the framing of the persistent-shell protocol: pure functions on
+strings and bytes, no I/O. :mod:`envlayer.execution.shell_session` drives them over a stream.
+
+Framing. Each command ends with a *trailer*: on the shell's saved stdout (fd 7) ::
+
+    M<rc> <shell pid> <uptime or "exit" or "-"> <pwd>M
+
+and on its saved stderr (fd 8) ``M`` alone, where ``M`` is a marker unique to the call
+(``__EL<digits>__``). The marker never appears literally in anything the sandbox can
+read: the script holds a random seed and the shell computes ``M`` from it by arithmetic
+when it prints the trailer. The trailer goes to fds 7 and 8, copies of the shell's
+stdout and stderr made at start, so a command that redirects the shell's own fds
+(``exec 2>&1``, ``exec >/dev/null``) cannot hide it. The reader strips the markers from
+the streams (also when split across reads) and knows the command is over when both are
+seen, without waiting for EOF (background jobs that keep the stream open never block a
+call).
+
+The command itself runs with fds 7 and 8 closed, so nothing it starts in the background
+holds them: a job whose output goes elsewhere (``server >log 2>&1 &``) keeps no handle
+on the session's stream, and the stream ends as soon as the shell does (a transport that
+waits for every writer to close, as Docker's daemon and sshd do, would otherwise hold
+the end of the shell, and in Docker every other exec's end behind it, for seconds). A
+job that writes to the session's stdout or stderr still holds those, as in a terminal;
+a forked subshell (``( ... ) &``) keeps the shell's hidden copy of the fds until it
+execs or exits. bash runs an EXIT trap with the redirections of the command that exited
+still in place, so the trap writes its trailer to fds 1 and 2 when 7 is closed (a bash
+session that also sent its own stdout elsewhere before ``exit`` loses that trailer: the
+call then reports the status the transport gives and says the shell was restarted).
+
+Everything user-supplied is quoted with :func:`shlex.quote`; per-call variable names
+were checked by :func:`envlayer.request.check_env`.
+"""
+
+from __future__ import annotations
+
+import secrets
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from envlayer.execution.proctree import EXEC_ID_VAR
+
+SESSION_VAR = "ENVLAYER_SESSION"
+"""Set in a session shell's initial environment (to a random id), so tools can tell
+session shells from command processes."""
+
+_PLAIN = frozenset(range(0x20, 0x7F)) - {ord("\\"), ord("%"), ord("'")} | {ord("\n")}
+
+
+def quote(value: str) -> str:
+    """Single-quote ``value`` for POSIX sh."""
+    return shlex.quote(value)
+
+
+def quote_path(path: str) -> str:
+    """Quote a path for the shell, keeping a leading ``~`` or ``~/`` as ``$HOME``."""
+    if path == "~":
+        return '"$HOME"'
+    if path.startswith("~/"):
+        return '"$HOME"/' + quote(path[2:])
+    return quote(path)
+
+
+def command_text(command: str | Sequence[str]) -> str:
+    """Shell text for ``command``: a string as is, an argv quoted word by word (so
+    nothing in it is expanded: it runs exactly as the argv would)."""
+    if isinstance(command, str):
+        return command
+    return " ".join(quote(str(arg)) for arg in command)
+
+
+def printf_format(data: bytes) -> str:
+    """A single-quoted ``printf`` format that prints exactly ``data`` (any bytes, NUL too)."""
+    return "'" + "".join(chr(b) if b in _PLAIN else f"\\{b:03o}" for b in data) + "'"
+
+
+def export_lines(env: Mapping[str, str]) -> str:
+    """``export NAME='value'`` for each variable, one per line ('' for none)."""
+    return "".join(f"export {name}={quote(value)}\n" for name, value in env.items())
+
+
+def new_seed() -> int:
+    """A random marker seed (the shell turns it into the marker, see :func:`marker_of`)."""
+    return secrets.randbelow(2**40) + 2**39
+
+
+def marker_of(seed: int) -> bytes:
+    """The marker the shell prints for ``seed``: ``__EL<seed * 7919 + 13>__``."""
+    return f"__EL{seed * 7919 + 13}__".encode()
+
+
+_MARK = '"__EL$((__el_s*7919+13))__"'
+_TRAILER = (
+    f'printf \'%s%s %s %s %s%s\' {_MARK} "$__el_rc" "$$" "$__el_up" "$PWD" {_MARK} >&7\nprintf \'%s\' {_MARK} >&8\n'
+)
+
+
+def init_script(*, session_id: str, start_dir: str | None) -> bytes:
+    """Sent once to a freshly started shell: saves fds 7/8, defines the EXIT trap that
+    keeps state across ``exit N``, creates the session's private directory
+    ``${TMPDIR:-/tmp}/.envlayer-session-<session_id>`` (mode 0700: saved state, staged
+    stdin), restores the state a previous shell of this session left (exported
+    variables and shell options), and goes to ``start_dir`` (a leading ``~`` is the
+    home directory).
+
+    The EXIT trap runs when a command ends the shell (``exit N``, ``set -e`` and a
+    failure, ``set -u`` and an unset variable): it writes ``export -p`` and ``set +o``
+    to ``<state_dir>/state`` and prints the trailer with ``exit`` in the uptime field
+    (on fds 1 and 2 when 7 is closed: bash runs it with the command's redirections).
+    """
+    d = '"${TMPDIR:-/tmp}"/' + quote(f".envlayer-session-{session_id}")
+    cd = f"cd -- {quote_path(start_dir)} 2>/dev/null || __el_nocwd=1\n" if start_dir else ""
+    return (
+        "exec 7>&1 8>&2\n"
+        f"__el_s=0; __el_rc=0; __el_nocwd=0; __el_up=-; __el_dir={d}\n"
+        "case ${BASH_VERSION-} in '') __el_fn=1 ;; *) __el_fn= ;; esac\n"
+        "__el_exit() {\n"
+        "  __el_rc=$?; set +x; trap - EXIT\n"
+        '  { export -p; set +o; } 2>/dev/null >| "$__el_dir/state"\n'
+        "  { printf '' >&7; } 2>/dev/null || exec 7>&1 8>&2\n"
+        f'  printf \'%s%s %s exit %s%s\' {_MARK} "$__el_rc" "$$" "$PWD" {_MARK} >&7\n'
+        f"  printf '%s' {_MARK} >&8\n"
+        "}\n"
+        '[ -d "$__el_dir" ] || mkdir -m 700 -p -- "$__el_dir" 2>/dev/null\n'
+        'for __el_f in "$__el_dir"/in-*; do [ -e "$__el_f" ] && rm -f -- "$__el_dir"/in-*; break; done\n'
+        'if [ -f "$__el_dir/state" ]; then . "$__el_dir/state"; rm -f -- "$__el_dir/state"; fi\n'
+        f"unset {EXEC_ID_VAR}\n"
+        f"{cd}"
+    ).encode("utf-8", "surrogateescape")
+
+
+def handshake_command() -> str:
+    """The first command of a shell: prints ``<pid> <1 if start_dir was missing> <private dir>``
+    and reads the sandbox clock (``/proc/uptime``) into its trailer: the one reading the
+    owner syncs its clock from (later trailers say ``-``)."""
+    return (
+        'read __el_up __el_x </proc/uptime 2>/dev/null || __el_up=-; printf "%s %s %s" "$$" "$__el_nocwd" "$__el_dir"'
+    )
+
+
+_RUN = (
+    'if [ -n "$__el_fn" ]; then unset -f __el_cmd; command eval "__el_cmd() { $__el_c\n}" && __el_cmd; '
+    'else command eval "$__el_c"; fi'
+)
+"""Runs the command text in ``$__el_c`` in the shell itself. dash and BusyBox name the
+builtin running a command in their errors (``sh: 1: eval: foo: not found``), so there
+the text becomes the body of a function defined by ``eval`` and called after it (``sh:
+1: foo: not found``, as a plain shell says); bash, which does not, and which names a
+function's origin instead, evaluates the text directly."""
+
+
+def call_script(
+    command: str | Sequence[str],
+    *,
+    seed: int,
+    exec_id: str,
+    cwd: str | None = None,
+    env: Mapping[str, str] | None = None,
+    stdin_path: str | None = None,
+    stdin_inline: bytes | None = None,
+    prelude: str = "",
+) -> bytes:
+    """The text that runs one command in the session shell.
+
+    Without ``cwd``/``env`` the command runs in the shell itself (through ``command
+    eval``, see :data:`_RUN`: a syntax error stays inside it), so ``cd``, ``export`` and
+    ``set`` persist. With
+    either, it runs in a subshell that applies them: nothing the command changes
+    persists, and the session's directory and variables are untouched. stdin is
+    ``/dev/null``, or the file ``stdin_path`` (removed afterwards), which the script
+    itself first fills with ``stdin_inline`` when given. The command runs with the
+    protocol's fds 7 and 8 closed (see the module docstring). ``prelude`` is shell text
+    a backend runs before the command (e.g. refreshing a lease file).
+    """
+    lines = [f"__el_s={seed}; {EXEC_ID_VAR}={exec_id}; export {EXEC_ID_VAR}; trap __el_exit EXIT"]
+    if prelude:
+        lines.append(prelude)
+    redirect = "</dev/null"
+    if stdin_path is not None:
+        if stdin_inline is not None:
+            # a subshell, so the private umask never leaks into the user's session
+            lines.append(f"(umask 077; printf {printf_format(stdin_inline)} >| {quote(stdin_path)})")
+        redirect = f"<{quote(stdin_path)}"
+    run = f"__el_c={quote(command_text(command))}; {_RUN}"
+    if cwd is not None or env:
+        setup = ""
+        if cwd is not None:
+            q = quote(cwd)
+            setup += (
+                f"cd -- {q} 2>/dev/null || {{ printf 'envlayer: working directory does not exist: %s\\n' {q} >&2; "
+                "exit 126; }\n"
+            )
+        run = f"( {setup}{export_lines(env or {})}{run}\n)"
+    lines.append(f"{run} {redirect} 7>&- 8>&-")
+    lines.append("__el_rc=$?; __el_o=$-; set +x")
+    lines.append(f"unset {EXEC_ID_VAR}")
+    if stdin_path is not None:
+        lines.append(f"rm -f -- {quote(stdin_path)}")
+    text = "\n".join(lines) + "\n" + _TRAILER + "case $__el_o in *x*) set -x;; esac; __el_up=-\n"
+    return text.encode("utf-8", "surrogateescape")
+
+
+def close_script() -> bytes:
+    """Ends a live shell cleanly: no state kept, its private directory removed."""
+    return b'trap - EXIT; rm -rf -- "$__el_dir"; exit 0\n'
+
+
+class MarkerScanner:
+    """Passes one stream through until the call's marker; keeps what follows.
+
+    With ``trailer=True`` (stdout) the marker is followed by the trailer fields and a
+    second marker; :attr:`trailer` then holds the bytes between the two. Bytes that
+    might start a marker split across reads are held back until it is clear. Bytes
+    after the end (output of background jobs, which the shell no longer waits for)
+    are kept in :attr:`after`, never dropped.
+    """
+
+    def __init__(self, marker: bytes, *, trailer: bool) -> None:
+        self.marker = marker
+        self._want_trailer = trailer
+        self._pending = b""
+        self._in_trailer = False
+        self.trailer = b""
+        self.after = b""
+        self.done = False
+
+    def feed(self, data: bytes) -> bytes:
+        """Consume ``data``; return the command-output bytes that are now certain."""
+        if self.done:
+            self.after += data
+            return b""
+        buf = self._pending + data if self._pending else data
+        if self._in_trailer:
+            return self._scan_trailer(buf)
+        idx = buf.find(self.marker)
+        if idx < 0:
+            cut = max(len(buf) - len(self.marker) + 1, 0)
+            while cut < len(buf) and not self.marker.startswith(buf[cut:]):
+                cut += 1
+            self._pending = buf[cut:]
+            return buf[:cut]
+        out = buf[:idx]
+        rest = buf[idx + len(self.marker) :]
+        self._pending = b""
+        if self._want_trailer:
+            self._in_trailer = True
+            self._scan_trailer(rest)
+        else:
+            self.done = True
+            self.after = rest
+        return out
+
+    def _scan_trailer(self, buf: bytes) -> bytes:
+        idx = buf.find(self.marker)
+        if idx < 0:
+            self._pending = buf
+            return b""
+        self.trailer = buf[:idx]
+        self.after = buf[idx + len(self.marker) :]
+        self.done = True
+        self._pending = b""
+        return b""
+
+    def flush(self) -> bytes:
+        """Bytes held back when the stream ended without a marker."""
+        data, self._pending = (b"", b"") if self._in_trailer else (self._pending, b"")
+        return data
+
+
+@dataclass(frozen=True)
+class Trailer:
+    """What the shell reported after a command.
+
+    ``uptime_cs`` is the sandbox clock (centiseconds since boot) when the command ended,
+    ``None`` when unknown; ``shell_exiting`` is True when the EXIT trap printed it (the
+    command ended the shell; its state was saved for the next one).
+    """
+
+    exit_code: int
+    pid: int
+    pwd: str
+    uptime_cs: int | None
+    shell_exiting: bool
+
+
+def parse_trailer(raw: bytes) -> Trailer:
+    """Parse ``<rc> <pid> <uptime|exit|-> <pwd>``. Raises ``ValueError`` on anything else."""
+    rc, pid, up, pwd = raw.split(b" ", 3)
+    uptime_cs = None
+    if up not in (b"exit", b"-"):
+        whole, _, frac = up.decode().partition(".")
+        uptime_cs = int(whole) * 100 + int((frac + "00")[:2])
+    return Trailer(int(rc), int(pid), pwd.decode("utf-8", "surrogateescape"), uptime_cs, up == b"exit")

@@ -1,0 +1,432 @@
+"""The persistent-shell protocol: commands run one after another in one long-lived shell
+in the sandbox, over any :class:`~envlayer.execution.streams.ByteStream`.
+
+A backend supplies three things and gets session semantics identical to every other
+backend's (the conformance kit checks them):
+
+* ``open_stream()``: start a POSIX ``sh`` in the sandbox reading its script from stdin
+  (no tty), in the environment's working directory and with the environment's variables
+  plus ``ENVLAYER_SESSION``, and return the stream to it;
+* ``run_aside(argv)``: run a short helper command in the sandbox through a *second*
+  channel (another exec, another SSH channel), waiting for it to end; used to kill a
+  command (the core's :mod:`envlayer.execution.sandbox_kill` script) and to remove the session's
+  private directory;
+* optionally ``upload(path, data)``: write a private file in the sandbox, used for
+  stdin larger than :data:`INLINE_STDIN_MAX` (smaller stdin travels inside the script).
+
+The semantics (also stated in the :class:`~envlayer.environment.Environment` contract):
+
+* A command without per-call ``cwd``/``env`` runs in the shell itself: ``cd``,
+  ``export``, ``set -e``/``set -u``/``set -x``, functions and variables persist to the
+  next call. A syntax error fails that call (exit 2) and nothing else.
+* With a per-call ``cwd`` or ``env`` the command runs in a subshell that applies them:
+  they hold for that call only, and nothing the command changes persists. A relative
+  ``cwd`` is taken from the shell's current directory; a missing one gives exit 126.
+* A command that ends the shell (``exit N``; a failure under ``set -e``; an unset
+  variable under ``set -u``) returns its status as the call's exit code. The next call
+  runs in a new shell that keeps the working directory, the exported variables and the
+  shell options (``set -e`` stays on); non-exported variables, functions, aliases and
+  traps are gone. That is documented, so ``recovered`` stays empty.
+* A timeout or an interrupt kills the command's process tree *and* the shell. The next
+  call runs in a new shell in the last working directory with only the environment's
+  configured variables, and its result says so in ``recovered``
+  (:data:`RESTARTED_AFTER_KILL`). The same holds when the shell vanished without its
+  EXIT trap (killed from outside, ``exec`` into another program, a command's own EXIT
+  trap): that call returns the shell's exit status as the transport reports it.
+* An EXIT trap set by a command is replaced by the session's at the next call (the
+  session needs it to keep state across ``exit``); other traps persist.
+* The kill never depends on the command's output being read: while it runs, the stream
+  keeps being read (and what exceeds the caps dropped), see :func:`drain_while`.
+* A transport that is lost (daemon gone, connection dropped) makes the call raise the
+  stream's :class:`~envlayer.errors.BackendUnavailable`: the command may or may not
+  have finished, and no exit code is invented.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from envlayer.execution.cancel import killer_for
+from envlayer.execution.collector import OutputCollector
+from envlayer.errors import BackendUnavailable
+from envlayer.request import ExecRequest
+from envlayer.execution.sandbox_kill import kill_script_argv
+from envlayer.execution.shell_script import (
+    MarkerScanner,
+    Trailer,
+    call_script,
+    close_script,
+    handshake_command,
+    init_script,
+    marker_of,
+    new_seed,
+    parse_trailer,
+)
+from envlayer.execution.streams import ByteStream, drain_while
+
+log = logging.getLogger("envlayer.session")
+
+INLINE_STDIN_MAX = 65536
+"""Per-call stdin up to this size travels inside the command's script (as a ``printf``
+format); larger stdin goes through the backend's ``upload`` when it has one."""
+
+RESTARTED_AFTER_KILL = "session shell restarted: exported variables and shell options were reset"
+"""``ExecResult.recovered`` of the first call after the session shell was killed."""
+
+KILL_GRACE_SECONDS = 1
+"""Seconds the kill script gives the command's processes between SIGTERM and SIGKILL."""
+
+_EXIT_STATUS_WAIT = 2.0
+_START_TIMEOUT = 30.0
+
+
+class ShellStartError(BackendUnavailable):
+    """The session shell could not be started or did not answer its handshake."""
+
+
+@dataclass(frozen=True)
+class ShellOutcome:
+    """How one command in the session ended.
+
+    ``exit_code`` is the command's status (124 with ``timed_out``). ``shell_ended``: the
+    shell is gone after this call (the command ended it, or it was killed). ``recovered``
+    is what the result's ``recovered`` should say (see :data:`RESTARTED_AFTER_KILL`).
+    """
+
+    exit_code: int
+    timed_out: bool = False
+    shell_ended: bool = False
+    recovered: str = ""
+
+
+@dataclass(frozen=True)
+class Framed:
+    """How reading one framed command ended: its ``trailer``; or ``timed_out`` (the
+    deadline passed first); or neither (the stream ended before the trailer).
+    ``after``: what arrived behind the end markers (output of background jobs)."""
+
+    trailer: Trailer | None = None
+    timed_out: bool = False
+    after: tuple[tuple[str, bytes], ...] = ()
+
+
+def read_framed(
+    stream: ByteStream,
+    marker: bytes,
+    collector: OutputCollector,
+    deadline: float | None,
+    *,
+    pending: list[tuple[str, bytes]] | None = None,
+) -> Framed:
+    """Read one command's output from ``stream`` into ``collector`` until both end
+    markers (see :mod:`envlayer.execution.shell_script`), the stream's end, or ``deadline``.
+    ``pending`` chunks (read earlier) are processed first. On the stream's end, bytes held
+    back as a possible marker start are delivered. Bytes read behind the markers are
+    returned in ``Framed.after``. Exceptions (from the stream or the collector's
+    callback) propagate; the caller kills the command."""
+    scanners = {"stdout": MarkerScanner(marker, trailer=True), "stderr": MarkerScanner(marker, trailer=False)}
+    chunks: list[tuple[str, bytes]] | None = pending or []
+    while True:
+        for name, data in chunks:
+            collector.write(name, scanners[name].feed(data))
+        if scanners["stdout"].done and scanners["stderr"].done:
+            after = tuple((name, scanner.after) for name, scanner in scanners.items() if scanner.after)
+            return Framed(trailer=parse_trailer(scanners["stdout"].trailer), after=after)
+        chunks = stream.read(deadline)
+        if chunks is None:
+            for name, scanner in scanners.items():
+                collector.write(name, scanner.flush())
+            return Framed()
+        if not chunks:
+            return Framed(timed_out=True)
+
+
+def status_unknown(what: str) -> BackendUnavailable:
+    """The error for a command whose process ended without the sandbox reporting a status."""
+    return BackendUnavailable(
+        f"{what} ended during the command and the sandbox did not report its exit status; "
+        "the command may or may not have finished",
+        hint="check its effects before running it again; the next call starts afresh",
+    )
+
+
+def output_lost(what: str) -> BackendUnavailable:
+    """The error for a command that finished but whose output did not arrive in full (the
+    sandbox's transport closed the stream before delivering it): never report the part
+    that came as the whole."""
+    return BackendUnavailable(
+        f"{what} finished but its output did not arrive in full (the stream was closed before "
+        "delivering it, as happens under heavy load); the command ran and was NOT re-run",
+        hint="check its effects, then read what it produced again (e.g. from a file)",
+    )
+
+
+class PersistentShell:
+    """One session shell over a :class:`ByteStream`; see the module docstring.
+
+    Not thread-safe: the owner runs one command at a time (other threads may use another
+    exec mode, as Docker does). ``start_dir`` is where a new shell starts when none ran
+    before; afterwards a restart goes to the last directory the shell reported.
+    """
+
+    def __init__(
+        self,
+        open_stream: Callable[[], ByteStream],
+        *,
+        run_aside: Callable[[list[str]], object],
+        shell: str = "/bin/sh",
+        start_dir: str | None = None,
+        upload: Callable[[str, bytes], None] | None = None,
+    ) -> None:
+        self.open_stream = open_stream
+        self.run_aside = run_aside
+        self.shell = shell
+        self.upload = upload
+        self.start_dir = start_dir
+        self.session_id = uuid.uuid4().hex
+        self.state_dir = ""
+        """The session's private directory in the sandbox, as the shell reported it."""
+        self.stream: ByteStream | None = None
+        self.pid = 0
+        self.cwd: str | None = None
+        """The shell's working directory after the last command (None before the first)."""
+        self.last_used = 0.0
+        self._clock: tuple[int, float] | None = None
+        self._killed = False
+        self._behind: list[tuple[str, bytes]] = []
+        """Output read behind the last command's end markers: the next call's first output."""
+
+    @property
+    def alive(self) -> bool:
+        """True while a started shell is believed to be running."""
+        return self.stream is not None
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    def start(self) -> str | None:
+        """Start a shell (closing any previous one) and run the handshake.
+
+        Returns ``None``, or an error text when ``start_dir`` does not exist on the very
+        first start (the caller reports it as the command's exit 126). Raises
+        :class:`ShellStartError` when the shell does not answer, or the stream's
+        :class:`BackendUnavailable` when the transport fails.
+        """
+        self._drop_stream()
+        first = self.cwd is None
+        target = self.cwd or self.start_dir
+        stream = self.open_stream()
+        self.stream = stream
+        collector = OutputCollector(4096, "head")
+        try:
+            stream.write(init_script(session_id=self.session_id, start_dir=target))
+            outcome = self._run_on(
+                stream,
+                ExecRequest.build(handshake_command(), timeout=_START_TIMEOUT),
+                collector,
+                stdin_path=None,
+            )
+        except OSError as exc:
+            self._drop_stream()
+            raise ShellStartError(
+                f"the shell {self.shell} closed its input at start: {exc}", hint="check the `shell` option"
+            ) from exc
+        words = collector.buffers["stdout"].getvalue().split(b" ", 2)
+        if outcome.timed_out or outcome.exit_code != 0 or len(words) != 3 or self.stream is None:
+            err = collector.buffers["stderr"].getvalue().decode(errors="replace").strip()
+            self._drop_stream()
+            raise ShellStartError(
+                f"the session shell {self.shell} did not start ({err or outcome})",
+                hint="check that the `shell` option names a POSIX sh that exists in the sandbox",
+            )
+        self.pid = int(words[0])
+        self.state_dir = words[2].decode("utf-8", "surrogateescape")
+        if words[1] == b"1" and target:
+            if first:
+                self.cwd = None
+                self.close()
+                return f"working directory does not exist: {target}\n"
+            log.warning("session: working directory %s is gone; the new shell is in %s", target, self.cwd)
+        return None
+
+    def close(self) -> None:
+        """End the shell: a live one is asked to exit and remove its private directory;
+        otherwise the directory is removed through ``run_aside`` (best effort). Idempotent."""
+        stream = self.stream
+        if stream is not None:
+            try:
+                stream.write(close_script())
+            except OSError:
+                pass
+            self._drop_stream()
+        elif self.pid and self.state_dir:
+            try:
+                self.run_aside([self.shell, "-c", 'rm -rf -- "$1"', "envlayer-rm", self.state_dir])
+            except Exception:
+                log.debug("session: could not remove %s", self.state_dir, exc_info=True)
+        self.pid = 0
+
+    def abandon(self) -> None:
+        """Forget a shell found dead from outside (e.g. its exec no longer runs): the next
+        call starts a new one, and its result says state was lost."""
+        self._killed = True
+        self._drop_stream()
+
+    def _drop_stream(self) -> None:
+        stream, self.stream = self.stream, None
+        if stream is not None:
+            stream.close()
+
+    # --- commands -------------------------------------------------------------------------
+
+    def run(self, request: ExecRequest, collector: OutputCollector, *, prelude: str = "") -> ShellOutcome:
+        """Run ``request`` in the shell, starting (or restarting) it first if needed.
+
+        A shell found gone before the command was sent (its stream already ended) is
+        restarted and the command runs in the new one: it provably had not started.
+        What background jobs wrote since the last call (also what was read behind its
+        end markers) comes first in this call's output: none of it is dropped.
+        Raises :class:`BackendUnavailable` (from the stream) when the transport is lost;
+        ``KeyboardInterrupt`` and other exceptions from the read (or from the output
+        callback) propagate after the command's tree and the shell were killed.
+        """
+        pending, self._behind = self._behind, []
+        if self.stream is not None:
+            early = self.stream.read(time.monotonic())  # output of earlier background jobs, or EOF
+            if early is None:
+                self._killed = True
+                self._drop_stream()
+            else:
+                pending += early
+        recovered = ""
+        if self.stream is None:
+            if self._killed:
+                recovered = RESTARTED_AFTER_KILL
+            error = self.start()
+            if error is not None:
+                collector.write("stderr", error.encode())
+                return ShellOutcome(126, shell_ended=True)
+            self._killed = False
+        stream = self.stream
+        assert stream is not None
+        stdin_path = None
+        if request.stdin is not None:
+            stdin_path = f"{self.state_dir}/in-{request.exec_id}"
+            if len(request.stdin) > INLINE_STDIN_MAX and self.upload is not None:
+                self.upload(stdin_path, request.stdin)
+        outcome = self._run_on(stream, request, collector, stdin_path=stdin_path, prelude=prelude, pending=pending)
+        return ShellOutcome(outcome.exit_code, outcome.timed_out, outcome.shell_ended, recovered)
+
+    def _run_on(
+        self,
+        stream: ByteStream,
+        request: ExecRequest,
+        collector: OutputCollector,
+        *,
+        stdin_path: str | None,
+        prelude: str = "",
+        pending: list[tuple[str, bytes]] | None = None,
+    ) -> ShellOutcome:
+        seed = new_seed()
+        marker = marker_of(seed)
+        inline = None
+        if request.stdin is not None and (len(request.stdin) <= INLINE_STDIN_MAX or self.upload is None):
+            inline = request.stdin
+        script = call_script(
+            request.command,
+            seed=seed,
+            exec_id=request.exec_id,
+            cwd=request.cwd,
+            env=request.env,
+            stdin_path=stdin_path,
+            stdin_inline=inline,
+            prelude=prelude,
+        )
+        sent_at = time.monotonic()
+        self.last_used = sent_at
+        try:
+            try:
+                stream.write(script)
+            except OSError:
+                return self._ended(stream)
+            with killer_for(request.cancel, lambda: self._kill_from_elsewhere(request, sent_at)):
+                framed = read_framed(stream, marker, collector, request.deadline, pending=pending or [])
+            if framed.timed_out:
+                self._kill(stream, request, collector, sent_at)
+                return ShellOutcome(124, timed_out=True, shell_ended=True)
+        except BaseException:
+            if self.stream is stream:
+                self._kill(stream, request, collector, sent_at)
+            raise
+        if framed.trailer is None:
+            return self._ended(stream)
+        self._behind = list(framed.after)
+        return self._finished(framed.trailer)
+
+    def _finished(self, trailer: Trailer) -> ShellOutcome:
+        self.pid, self.cwd = trailer.pid, trailer.pwd
+        if trailer.uptime_cs is not None:
+            self._clock = (trailer.uptime_cs, time.monotonic())
+        if trailer.shell_exiting:
+            self._drop_stream()  # the shell saved its state and is exiting
+            return ShellOutcome(trailer.exit_code, shell_ended=True)
+        return ShellOutcome(trailer.exit_code)
+
+    def _ended(self, stream: ByteStream) -> ShellOutcome:
+        """The stream ended before the trailer: the shell is gone without its trap, or the
+        transport is lost (then ``exit_status`` raises)."""
+        self._killed = True
+        try:
+            code = stream.exit_status(_EXIT_STATUS_WAIT)
+        finally:
+            self._drop_stream()
+        if code is None:
+            raise status_unknown("the session shell")
+        return ShellOutcome(code, shell_ended=True)
+
+    def _kill_from_elsewhere(self, request: ExecRequest, sent_at: float) -> None:
+        """Cancellation (another thread): kill the command's tree and the shell through
+        ``run_aside``; the reading thread then sees the stream end, keeps the output read
+        so far, and the next call starts a new shell."""
+        self._killed = True
+        self.run_aside(
+            kill_script_argv(
+                self.shell,
+                request.exec_id,
+                shell_pid=self.pid,
+                since_cs=self._since_cs(sent_at),
+                grace=KILL_GRACE_SECONDS,
+            )
+        )
+
+    def _kill(self, stream: ByteStream, request: ExecRequest, collector: OutputCollector, sent_at: float) -> None:
+        """Kill the command's tree and the shell through ``run_aside`` while the stream
+        keeps being drained; then drop the stream."""
+        argv = kill_script_argv(
+            self.shell, request.exec_id, shell_pid=self.pid, since_cs=self._since_cs(sent_at), grace=KILL_GRACE_SECONDS
+        )
+        self._killed = True
+
+        def kill() -> None:
+            try:
+                self.run_aside(argv)
+            except Exception:
+                log.warning("session: the kill of command %s failed", request.exec_id, exc_info=True)
+
+        try:
+            drain_while(stream, collector, kill)
+        finally:
+            self._drop_stream()
+
+    def _since_cs(self, sent_at: float) -> int:
+        """The sandbox clock (centiseconds since boot) at or before which the command sent
+        at local time ``sent_at`` cannot have started; 0 when unknown. The last trailer
+        read the clock before we received it, so it is at least that reading plus the local
+        time elapsed since; one tick of margin covers truncation."""
+        if self._clock is None:
+            return 0
+        remote_cs, received_at = self._clock
+        return max(0, remote_cs + int((sent_at - received_at) * 100) - 1)

@@ -1,0 +1,179 @@
+"""The byte-stream interface a backend gives the core's exec parts, and two helpers on it.
+
+A backend that can open a shell in its sandbox and talk to it over a byte stream (an
+attached ``docker exec``, an SSH channel, a Kubernetes exec websocket, a Modal or
+Daytona process handle) wraps that stream in an object satisfying :class:`ByteStream`;
+:class:`envlayer.execution.shell_session.PersistentShell` then runs commands over it, and
+:func:`drain_while` keeps reading it while a kill runs. :class:`ProcessStream` is the
+reference implementation over a local process's pipes (used by the core's own tests and
+by local shells).
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Protocol, TypeVar, runtime_checkable
+
+from envlayer.execution.collector import OutputCollector
+
+T = TypeVar("T")
+
+Chunks = list[tuple[str, bytes]]
+"""What one read returns: ``("stdout" | "stderr", bytes)`` pairs, in arrival order."""
+
+
+@runtime_checkable
+class ByteStream(Protocol):
+    """A bidirectional byte stream to a process in the sandbox (typically a shell).
+
+    Implementations are used by one thread at a time, except that :meth:`close` may be
+    called from another thread to unblock a reader.
+    """
+
+    def write(self, data: bytes) -> None:
+        """Send all of ``data`` to the process's stdin. Raises ``OSError`` when the
+        stream is closed or broken (the caller treats that as the process being gone)."""
+
+    def read(self, deadline: float | None) -> Chunks | None:
+        """Wait for output until ``deadline`` (a ``time.monotonic()`` value; ``None`` =
+        no limit). Returns the chunks available as soon as there are any, ``[]`` when
+        the deadline passed first, ``None`` once the stream ended (EOF on both streams,
+        or a broken transport; every byte received was returned before). Never raises
+        for a broken transport: :meth:`exit_status` tells the two apart."""
+
+    def exit_status(self, wait: float) -> int | None:
+        """After ``read`` returned ``None``: the process's exit status, waiting up to
+        ``wait`` seconds for the transport to learn it; ``None`` when it cannot tell.
+        Raises :class:`~envlayer.errors.BackendUnavailable` (or a subclass, such as
+        SSH's ``ConnectionLost``) when the transport itself is lost: the caller must
+        then not guess an exit code."""
+
+    def close(self) -> None:
+        """Release the stream. Idempotent; never raises. The process sees EOF on stdin."""
+
+
+def drain_while(stream: ByteStream, collector: OutputCollector, action: Callable[[], T], *, settle: float = 1.0) -> T:
+    """Run ``action`` (typically the kill of the command writing to ``stream``) while a
+    helper thread keeps reading ``stream`` into ``collector``.
+
+    A command flooding its output can block the sandbox (or the daemon between) until
+    its stream is read; the kill path must never depend on that, so the stream is read,
+    and what exceeds the caps dropped, for as long as the kill runs. The collector is
+    muted first (the callback only runs on the calling thread). After ``action``,
+    reading goes on for up to ``settle`` seconds or until the stream ends, so the
+    output the command wrote before it died is kept. Returns what ``action`` returned.
+    """
+    collector.mute()
+    stop = threading.Event()
+
+    def pump() -> None:
+        while not stop.is_set():
+            chunks = stream.read(time.monotonic() + 0.05)
+            if chunks is None:
+                return
+            for name, data in chunks:
+                collector.write(name, data)
+
+    reader = threading.Thread(target=pump, name="envlayer-drain", daemon=True)
+    reader.start()
+    try:
+        return action()
+    finally:
+        reader.join(settle)
+        stop.set()
+        reader.join(1.0)
+
+
+_READ_CHUNK = 262144
+
+
+class ProcessStream:
+    """:class:`ByteStream` over a local process's stdin/stdout/stderr pipes."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        self.proc = proc
+        self._selector = selectors.DefaultSelector()
+        for name, pipe in (("stdout", proc.stdout), ("stderr", proc.stderr)):
+            os.set_blocking(pipe.fileno(), False)
+            self._selector.register(pipe, selectors.EVENT_READ, name)
+        self._closed = False
+
+    @classmethod
+    def spawn(cls, argv: Sequence[str], *, env: dict[str, str] | None = None, cwd: str | None = None) -> ProcessStream:
+        """Start ``argv`` in its own session with piped stdio. Raises ``OSError``."""
+        proc = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+        )
+        return cls(proc)
+
+    @property
+    def pid(self) -> int:
+        """The process's pid (also its process group and session id)."""
+        return self.proc.pid
+
+    def write(self, data: bytes) -> None:
+        """Send ``data``; raises ``OSError`` (``BrokenPipeError``) when the process is gone."""
+        stdin = self.proc.stdin
+        if self._closed or stdin is None:
+            raise BrokenPipeError("stream closed")
+        stdin.write(data)
+        stdin.flush()
+
+    def read(self, deadline: float | None) -> Chunks | None:
+        """See :meth:`ByteStream.read`."""
+        while True:
+            if self._closed or not self._selector.get_map():
+                return None
+            wait = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            chunks: Chunks = []
+            for key, _ in self._selector.select(wait):
+                try:
+                    data = os.read(key.fd, _READ_CHUNK)
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    data = b""
+                if data:
+                    chunks.append((key.data, data))
+                else:
+                    self._selector.unregister(key.fileobj)
+            if chunks or (deadline is not None and time.monotonic() >= deadline):
+                return chunks
+
+    def exit_status(self, wait: float) -> int | None:
+        """See :meth:`ByteStream.exit_status`; a signal ``N`` is reported as ``128 + N``."""
+        try:
+            code = self.proc.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            return None
+        return 128 - code if code < 0 else code
+
+    def close(self) -> None:
+        """Close the pipes (the process sees EOF on stdin; it is not killed). A process
+        that already ended is reaped, so no zombie is left behind."""
+        if self._closed:
+            return
+        self._closed = True
+        self.proc.poll()
+        try:
+            self._selector.close()
+        except (OSError, ValueError):
+            pass
+        for pipe in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            try:
+                if pipe is not None:
+                    pipe.close()
+            except OSError:
+                pass

@@ -1,0 +1,309 @@
+"""``SandboxEnvironment``: the opt-in base of sandbox backends (every built-in one uses it).
+
+In the spirit of httpx's ``BaseTransport``: the base owns what every sandbox backend
+shares, once, and a backend implements running one request over its transport.
+
+The base owns:
+
+* the ``exec`` signature, its contract (see :class:`~envlayer.environment.Environment`)
+  and the validated :class:`~envlayer.request.ExecRequest` (``make_request``);
+* refusing ``user=`` unless the class declares ``exec_as_user``
+  (:class:`~envlayer.errors.InvalidArgument`, nothing runs);
+* the session-or-one-shot choice: a call runs in the session shell when its lock is
+  free, else as a one-shot command (or, with ``wait_for_busy_session``, it waits for the
+  shell, and its timeout counts from when it gets it); a call with ``user`` always runs
+  one-shot;
+* retry-once-after-recovery (:meth:`with_recovery`): when the backend says the sandbox
+  was gone and the command provably did not start, the backend recovers the sandbox and
+  the call runs once more (with its whole timeout), with ``ExecResult.recovered`` saying
+  what was done. A command that may have started is never run again;
+* narrowing ``capabilities`` from the options: ``exec_mode = "oneshot"`` drops
+  ``persistent_session``, ``persist_across_processes = false`` drops
+  ``persist_across_processes``.
+
+A backend implements:
+
+* :meth:`run_oneshot` (required), and for a session :meth:`session_lock` and
+  :meth:`run_in_session` (:meth:`run_shell` runs a core
+  :class:`~envlayer.execution.shell_session.PersistentShell` and builds the result);
+* for recovery: :meth:`is_gone` (the failure proves the sandbox was gone and nothing
+  ran), :meth:`sandbox_identity` and :meth:`recover` (returns what it did);
+* its file moves (``read_file``, ``write_file``, ...) and ``cleanup``.
+
+Plugins that implement :meth:`Environment.exec` directly are unaffected: the base is
+opt-in, and the dispatcher checks every backend's signatures the same way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import posixpath
+import time
+from abc import abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar, TypeVar
+
+from envlayer.execution.cancel import CancelToken
+from envlayer.capabilities import Capability, declared_capabilities
+from envlayer.execution.collector import OutputCollector
+from envlayer.environment import Environment
+from envlayer.errors import BackendUnavailable
+from envlayer.options import BaseOptions
+from envlayer.execution.output import OutputCallback
+from envlayer.request import Command, ExecRequest
+from envlayer.result import ExecResult
+from envlayer.execution.shell_session import PersistentShell
+from envlayer.snapshot import Snapshot
+
+T = TypeVar("T")
+
+MANAGED_SANDBOX_CAPABILITIES = frozenset(
+    {
+        Capability.FORCE_REMOVE,
+        Capability.WAIT_FOR_CLEANUP,
+        Capability.REAP_ORPHANS,
+        Capability.LIST_SANDBOXES,
+        Capability.REMOVE_SANDBOX,
+        Capability.STREAMING,
+        Capability.PERSISTENT_SESSION,
+        Capability.DIRECTORY_TRANSFER,
+        Capability.PERSIST_ACROSS_PROCESSES,
+    }
+)
+"""What a sandbox that envlayer creates, finds by (profile, task), sweeps and removes has
+(Docker, Kubernetes, Modal and Daytona declare it; Docker adds ``exec_as_user``)."""
+
+
+def narrowed_capabilities(declared: frozenset[Capability], options: BaseOptions) -> frozenset[Capability]:
+    """``declared`` minus what ``options`` turn off: ``persistent_session`` with
+    ``exec_mode = "oneshot"``, ``persist_across_processes`` when that option is false."""
+    if getattr(options, "exec_mode", "session") == "oneshot":
+        declared = declared - {Capability.PERSISTENT_SESSION}
+    if not getattr(options, "persist_across_processes", True):
+        declared = declared - {Capability.PERSIST_ACROSS_PROCESSES}
+    return declared
+
+
+def check_snapshot_source(env: Environment, snapshot: Snapshot) -> None:
+    """Raise :class:`~envlayer.errors.InvalidArgument` unless ``env``'s backend has
+    ``snapshot`` and ``snapshot`` was made by that backend."""
+    from envlayer.errors import InvalidArgument
+    from envlayer.dispatch import snapshot_refused
+
+    if Capability.SNAPSHOT not in (declared_capabilities(env) or ()):
+        raise snapshot_refused(env, "start from a snapshot")
+    if not isinstance(snapshot, Snapshot) or snapshot.backend != env.name:
+        made_by = snapshot.backend if isinstance(snapshot, Snapshot) else type(snapshot).__name__
+        raise InvalidArgument(
+            "from_snapshot",
+            f"a {env.name} environment cannot start from a snapshot of {made_by!r}",
+            hint=f"pass a Snapshot made by the {env.name} backend (env.snapshot() or list_snapshots)",
+        )
+
+
+def _restarted(request: ExecRequest) -> ExecRequest:
+    """``request`` with its deadline counted from now."""
+    if request.timeout is None:
+        return request
+    return dataclasses.replace(request, deadline=time.monotonic() + request.timeout)
+
+
+class SandboxEnvironment(Environment):
+    """Base of a sandbox backend; see the module docstring for what it owns and what a
+    subclass implements. Subclasses declare ``capabilities`` (a frozenset; the base is
+    never introspected, so an undeclared ``exec_as_user`` stays off)."""
+
+    capabilities: frozenset[Capability] | None = frozenset()
+    wait_for_busy_session: ClassVar[bool] = False
+    """True: a call that finds the session shell busy waits for it instead of running one-shot."""
+    recovery_hint: ClassVar[str] = "check the sandbox's platform; something keeps removing or stopping it"
+    """What to do when the sandbox is gone again right after a recovery (see :meth:`gone_again`)."""
+
+    def __init__(
+        self,
+        options: BaseOptions | None = None,
+        *,
+        task_id: str = "default",
+        profile: str = "default",
+        from_snapshot: Snapshot | None = None,
+    ) -> None:
+        """``from_snapshot``: start the sandbox from that snapshot (capability
+        ``snapshot`` only; :class:`~envlayer.errors.InvalidArgument` otherwise, or when
+        the snapshot belongs to another backend). The backend reads
+        :attr:`from_snapshot` when it creates the sandbox."""
+        super().__init__(options, task_id=task_id, profile=profile)
+        self.from_snapshot = from_snapshot
+        if from_snapshot is not None:
+            check_snapshot_source(self, from_snapshot)
+        wanted = type(self).Options
+        if not isinstance(self.options, wanted):
+            raise TypeError(f"{type(self).__name__} needs {wanted.__name__}, got {type(self.options).__name__}")
+        declared = type(self).capabilities
+        if declared is not None:
+            self.capabilities = narrowed_capabilities(frozenset(declared), self.options)
+
+    # --- the exec contract ----------------------------------------------------------
+
+    def exec(
+        self,
+        command: Command,
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        stdin: bytes | str | None = None,
+        on_output: OutputCallback | None = None,
+        cancel: CancelToken | None = None,
+        user: str | None = None,
+    ) -> ExecResult:
+        """Run ``command`` in the sandbox; the contract is
+        :class:`~envlayer.environment.Environment`'s.
+
+        ``timeout`` defaults to ``options.timeout`` (``0``: no limit); a timeout is
+        reported in the result (``timed_out``, exit 124), never raised.
+        ``on_output(stream, chunk)`` receives ``"stdout"``/``"stderr"`` chunks as they
+        arrive (uncapped), from the calling thread. ``cancel.cancel()`` from another
+        thread kills the command's tree; the result has ``cancelled=True`` (exit 130).
+        ``user`` (capability ``exec_as_user`` only) runs this one command as that user,
+        in a process of its own.
+
+        Raises :class:`~envlayer.errors.InvalidArgument` for bad arguments or a ``user``
+        the backend cannot honour (nothing ran); :class:`BackendUnavailable` when the
+        sandbox cannot be reached, or was lost while the command ran (it may or may not
+        have finished and is not re-run; the next call recovers the sandbox);
+        :class:`~envlayer.errors.EnvironmentClosed` after ``cleanup()``.
+        """
+        request = self.make_request(
+            command, cwd=cwd, env=env, timeout=timeout, stdin=stdin, on_output=on_output, cancel=cancel, user=user
+        )
+        if user is not None and Capability.EXEC_AS_USER not in (declared_capabilities(self) or ()):
+            from envlayer.dispatch import user_refused
+
+            raise user_refused(self, user)
+        return self.run_request(request)
+
+    def run_request(self, request: ExecRequest) -> ExecResult:
+        """Run a validated request: in the session or one-shot, recovering a gone sandbox
+        once. A backend may extend it (to note a reconnect, say), calling this."""
+        attempts = 0
+
+        def attempt() -> ExecResult:
+            nonlocal attempts
+            attempts += 1  # a retry after a recovery gets the whole timeout again
+            return self._run_once(request if attempts == 1 else _restarted(request))
+
+        result, recovered = self.with_recovery(attempt)
+        return dataclasses.replace(result, recovered=recovered) if recovered else result
+
+    def _run_once(self, request: ExecRequest) -> ExecResult:
+        lock = self.session_lock() if request.user is None else None
+        if lock is not None and lock.acquire(blocking=self.wait_for_busy_session):
+            try:
+                # a call that waited for the shell: its timeout counts from when it got it
+                return self.run_in_session(_restarted(request) if self.wait_for_busy_session else request)
+            finally:
+                lock.release()
+        return self.run_oneshot(request)
+
+    # --- snapshots (capability ``snapshot``; see envlayer.snapshot) ------------------------
+
+    def snapshot(self, name: str | None = None) -> Snapshot:
+        """The sandbox's filesystem (and workspace) now, as a managed snapshot named
+        ``name`` (default: the backend picks one); running processes are not carried.
+        The backend implements it in ``create_snapshot(name=...)``. Raises
+        :class:`~envlayer.errors.InvalidArgument` for a bad name or a backend without
+        ``snapshot`` (naming those that have it)."""
+        from envlayer.dispatch import take_snapshot
+
+        return take_snapshot(self, name)
+
+    def fork(self, task_ids: Sequence[str], *, snapshot: Snapshot | None = None) -> list[Environment]:
+        """One new environment per task id, started from ``snapshot`` or from a snapshot
+        taken now (then removed once the forks exist), created concurrently; see
+        :func:`envlayer.dispatch.open_forks`. The caller cleans the forks up."""
+        from envlayer.dispatch import open_forks
+
+        return open_forks(self, task_ids, snapshot=snapshot)
+
+    # --- transport: what a backend implements -------------------------------------------
+
+    def session_lock(self) -> Any:
+        """The lock of the session shell (``acquire(blocking=...)``/``release()``), or
+        None when there is no session (one-shot mode): then every call is one-shot."""
+        return None
+
+    def run_in_session(self, request: ExecRequest) -> ExecResult:
+        """Run ``request`` in the session shell; the caller holds :meth:`session_lock`."""
+        raise NotImplementedError(f"{type(self).__name__} has a session lock but no run_in_session")
+
+    @abstractmethod
+    def run_oneshot(self, request: ExecRequest) -> ExecResult:
+        """Run ``request`` as a command of its own (as ``request.user`` when set: only
+        for a backend that declares ``exec_as_user``), killing its process tree on a
+        timeout, an interrupt or ``request.cancel``."""
+
+    @staticmethod
+    def call_directory(request: ExecRequest, base: str) -> str:
+        """Where a one-shot call runs: ``base`` (the session's current directory, or the
+        working directory), or the call's ``cwd`` taken relative to it."""
+        return posixpath.join(base, request.cwd) if request.cwd else base
+
+    def run_shell(self, shell: PersistentShell, request: ExecRequest, *, prelude: str = "") -> ExecResult:
+        """Run ``request`` in a core persistent ``shell`` and return its result."""
+        collector = OutputCollector.for_request(request, self.options)
+        outcome = shell.run(request, collector, prelude=prelude)
+        return collector.result(request, outcome.exit_code, timed_out=outcome.timed_out, recovered=outcome.recovered)
+
+    # --- recovery: how a backend detects "gone" and recovers ------------------------------
+
+    def is_gone(self, exc: Exception) -> bool:
+        """True when ``exc`` proves the sandbox was gone (or not running) and the
+        operation did not start, so recovering and running it again is safe. The
+        default: never (no recovery)."""
+        return False
+
+    def sandbox_identity(self) -> str:
+        """The id of the sandbox in use: :meth:`recover` gets the one an operation saw,
+        to tell whether another thread has recovered already."""
+        return ""
+
+    def recover(self, seen: str) -> str:
+        """Bring the sandbox back after :meth:`is_gone` (start it, or create a new one),
+        unless another thread already replaced sandbox ``seen``. Returns what was done,
+        for ``ExecResult.recovered`` (e.g. ``"sandbox recreated"``)."""
+        raise NotImplementedError(f"{type(self).__name__} reports a gone sandbox but cannot recover it")
+
+    def gone_again(self, exc: Exception) -> BackendUnavailable:
+        """The error when the sandbox is gone again right after :meth:`recover`; its hint
+        is :attr:`recovery_hint`."""
+        return BackendUnavailable(
+            f"the {self.name} sandbox for task {self.task_id!r} is gone again right after being recovered: {exc}",
+            hint=self.recovery_hint,
+        )
+
+    def with_recovery(
+        self,
+        operation: Callable[[], T],
+        *,
+        gone: Callable[[Exception], bool] | None = None,
+        again: Callable[[Exception], Exception] | None = None,
+    ) -> tuple[T, str]:
+        """Run ``operation``; when it fails with an error that ``gone`` (default
+        :meth:`is_gone`) accepts, :meth:`recover` and run it once more. Returns
+        ``(value, what recover did or "")``. A second such failure raises ``again(exc)``
+        (default :meth:`gone_again`); any other error propagates as it is."""
+        is_gone = gone or self.is_gone
+        seen = self.sandbox_identity()
+        try:
+            return operation(), ""
+        except Exception as exc:
+            if not is_gone(exc):
+                raise
+        done = self.recover(seen)
+        try:
+            return operation(), done
+        except Exception as exc:
+            if not is_gone(exc):
+                raise
+            raise (again or self.gone_again)(exc) from exc
+
