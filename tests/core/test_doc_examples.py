@@ -34,12 +34,6 @@ BIN = Path(sys.executable).parent
 BLOCK = re.compile(r"^```(?:sh|bash)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 SKIP = re.compile(r"<!-- doc-example: skip \((.+?)\) -->\s*$")
 DOCKER = re.compile(r"<!-- doc-example: docker (\S+) -->\s*$")
-# Pages other sessions are rewriting now; their blocks get markers when they are folded in.
-UNMARKED_PAGES = {
-    "docs/development.md": "scripts/test provisions services and runs the whole suite",
-    "docs/plugins.md": "installs a project of the page's own (tests/core/test_plugins_doc.py runs it)",
-    "docs/api.md": "builds the API reference (tests/core/test_api_reference.py runs pdoc)",
-}
 UV_RUN = re.compile(r"^(\s*(?:\w+=\S*\s+)*)uv run (?:--no-sync )?", re.MULTILINE)
 
 
@@ -52,7 +46,7 @@ def _examples() -> list[pytest.param]:
             line = text.count("\n", 0, match.start()) + 1
             before = text[: match.start()].rstrip("\n").rsplit("\n", 1)[-1]
             marker, docker = SKIP.search(before), DOCKER.search(before)
-            reason = marker.group(1) if marker else UNMARKED_PAGES.get(name)
+            reason = marker.group(1) if marker else None
             if docker and not reason:
                 reason = _docker_missing(docker.group(1))
             marks = [pytest.mark.skip(reason=f"{name}:{line}: {reason}")] if reason else []
