@@ -47,6 +47,7 @@ FS_TOOLS = "/__modal/.bin/modal-sandbox-fs-tools"
 CONTAINER_LABEL = "envlayer-fake-modal"
 IMAGE_BUILDER_VERSION = "2025.06"
 R = api_pb2.GenericResult
+STDIO_SLOW_CHUNK = 65536
 
 
 async def remove_container(name: str) -> None:
@@ -156,7 +157,12 @@ class Faults:
       a gateway that could not serve it) before reaching the handler. Plain statuses,
       without the ``RPCRetryPolicy`` detail the SDK would honour on its own
       (``modal/_utils/grpc_utils.py``, ``_retry_transient_errors``), so the caller sees
-      the error as Modal's gateway sends it when it gives no retry hint.
+      the error as Modal's gateway sends it when it gives no retry hint;
+    * ``stdio_delay``: seconds before each ``TaskExecStdioRead`` message, and messages of
+      at most ``STDIO_SLOW_CHUNK`` bytes: output that is still in flight when the exit code
+      has already arrived. The SDK reads the output and the exit code over separate RPCs
+      (``exec_stdio_read`` and ``exec_wait`` in ``modal/sandbox/_task_command_router_client.py``),
+      so nothing orders one before the other; a loaded client sees exactly this.
     """
 
     def __init__(self, path: str) -> None:
@@ -649,13 +655,16 @@ class _Router(task_command_router_grpc.TaskCommandRouterBase):
         sb, ex = self._exec(req.task_id, req.exec_id)
         fd = 1 if req.file_descriptor == sr_pb2.TASK_EXEC_STDIO_FILE_DESCRIPTOR_STDOUT else 2
         offset = req.offset
+        delay = float(self.state.faults.current().get("stdio_delay", 0))
         sb.busy_rpcs += 1
         try:
             while True:
                 async with ex.changed:
                     await ex.changed.wait_for(lambda at=offset: len(ex.output[fd]) > at or ex.closed[fd])
-                    data = bytes(ex.output[fd][offset:])
+                    data = bytes(ex.output[fd][offset : offset + STDIO_SLOW_CHUNK if delay else None])
                     closed = ex.closed[fd]
+                if data and delay:
+                    await asyncio.sleep(delay)
                 if data:
                     offset += len(data)
                     await stream.send_message(sr_pb2.TaskExecStdioReadResponse(data=data))
