@@ -69,6 +69,8 @@ class Connection:
     client: Any
     app: Any
     options: ModalOptions
+    snapshot_image: Any = None
+    """The Image of the snapshot new sandboxes start from (a fork), else None."""
 
     @property
     def app_id(self) -> str:

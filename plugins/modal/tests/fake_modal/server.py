@@ -46,6 +46,8 @@ import docker_api
 FS_TOOLS = "/__modal/.bin/modal-sandbox-fs-tools"
 CONTAINER_LABEL = "envlayer-fake-modal"
 IMAGE_BUILDER_VERSION = "2025.06"
+SNAPSHOT_REPOSITORY = "fake-modal-snapshot"
+SNAPSHOT_LABEL = "envlayer-fake-modal.image-id"
 R = api_pb2.GenericResult
 STDIO_SLOW_CHUNK = 65536
 
@@ -210,6 +212,7 @@ class State:
         self.names: dict[tuple[str, str], str] = {}
         self.url = ""
         self.dead_containers: set[str] = set()
+        self.deleted_images: set[str] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._log = open(log_path, "a", buffering=1)  # noqa: SIM115 - lives as long as the server
 
@@ -265,6 +268,17 @@ class State:
         await remove_container(sb.container)
         for ex in sb.execs.values():
             ex.session.kill()
+        await self.free_deleted_images()
+
+    async def free_deleted_images(self) -> None:
+        """Delete the Docker images of deleted snapshot Images that no container uses."""
+        for ref in list(self.deleted_images):
+            try:
+                await docker_api.call("DELETE", f"/images/{ref}")
+            except docker_api.DockerError as exc:
+                if exc.status != 404:
+                    continue  # 409: a sandbox made from it still runs
+            self.deleted_images.discard(ref)
 
     async def container_event(self, event: dict[str, Any]) -> None:
         """A container of this fake died or was removed: its sandbox ends (TERMINATED)."""
@@ -395,6 +409,30 @@ class _Control(api_grpc.ModalClientBase):
         await stream.send_message(
             api_pb2.ImageGetOrCreateResponse(image_id=image_id, result=R(status=R.GENERIC_STATUS_SUCCESS))
         )
+
+    async def ImageFromId(self, stream: Stream[Any, Any]) -> None:
+        """``Image.from_id``: the Image's id back (``_Image.from_id`` in ``modal/_image.py``
+        hydrates with ``resp.image_id`` and ``resp.metadata``); NOT_FOUND for an Image the
+        fake does not have (never made, or deleted)."""
+        req = await stream.recv_message()
+        assert req is not None
+        if req.image_id not in self.state.images:
+            raise GRPCError(Status.NOT_FOUND, f"Image {req.image_id} not found")
+        await stream.send_message(api_pb2.ImageFromIdResponse(image_id=req.image_id))
+
+    async def ImageDelete(self, stream: Stream[Any, Any]) -> None:
+        """``modal.experimental.image_delete``: the Image can no longer be used to create a
+        sandbox; sandboxes already made from it run on (its Docker image is deleted with
+        the last of them, :meth:`State.free_deleted_images`)."""
+        req = await stream.recv_message()
+        assert req is not None
+        ref = self.state.images.pop(req.image_id, None)
+        if ref is None:
+            raise GRPCError(Status.NOT_FOUND, f"Image {req.image_id} not found")
+        if ref.startswith(f"{SNAPSHOT_REPOSITORY}:"):
+            self.state.deleted_images.add(ref)
+            await self.state.free_deleted_images()
+        await stream.send_message(empty_pb2.Empty())
 
     async def SandboxCreateV2(self, stream: Stream[Any, Any]) -> None:
         req = await stream.recv_message()
@@ -716,6 +754,24 @@ class _Router(task_command_router_grpc.TaskCommandRouterBase):
         self.state.refuse_if_ended(sb)
         await stream.send_message(sr_pb2.TaskExecWaitResponse(code=ex.returncode or 0))
 
+    async def TaskSnapshotFilesystem(self, stream: Stream[Any, Any]) -> None:
+        """``docker commit`` of the sandbox's container as a new Image. The SDK makes this
+        one unary call and waits for its answer up to its ``timeout`` (no polling for V2
+        sandboxes: ``snapshot_filesystem_via_tcr`` in ``modal/sandbox/_common.py``); the
+        answer is the Image id (``TaskSnapshotFilesystemResponse.image_id``)."""
+        req = await stream.recv_message()
+        assert req is not None
+        sb = self.state.task(req.task_id)
+        image_id = "im-" + uuid.uuid4().hex[:22]
+        query = {"container": sb.container, "repo": SNAPSHOT_REPOSITORY, "tag": image_id}
+        config = {"Labels": {CONTAINER_LABEL: self.state.run_id, SNAPSHOT_LABEL: image_id}}
+        try:
+            await docker_api.call("POST", "/commit", config, query=query)
+        except (docker_api.DockerError, OSError) as exc:
+            raise GRPCError(Status.INTERNAL, f"snapshot of {req.task_id} failed: {exc}") from None
+        self.state.images[image_id] = f"{SNAPSHOT_REPOSITORY}:{image_id}"
+        await stream.send_message(sr_pb2.TaskSnapshotFilesystemResponse(image_id=image_id))
+
     async def TaskExecPoll(self, stream: Stream[Any, Any]) -> None:
         req = await stream.recv_message()
         assert req is not None
@@ -779,6 +835,9 @@ async def serve(args: argparse.Namespace) -> None:
     filters = json.dumps({"label": [f"{CONTAINER_LABEL}={run_id}"]})
     for info in await docker_api.call("GET", "/containers/json", query={"all": "1", "filters": filters}):
         await remove_container(info["Id"])
+    for info in await docker_api.call("GET", "/images/json", query={"filters": filters}):
+        with contextlib.suppress(docker_api.DockerError):
+            await docker_api.call("DELETE", f"/images/{info['Id']}", query={"force": "1"})
     with contextlib.suppress(asyncio.TimeoutError):
         await asyncio.wait_for(server.wait_closed(), 2)
 
