@@ -12,8 +12,11 @@ does not implement answers ``UNIMPLEMENTED``. Every RPC received is appended to 
 (one JSON object a line: ``who`` = the caller's token id, ``rpc``, ``unimplemented``), so
 tests can assert which RPCs a scenario used.
 
+It drives Docker through the Engine API on the daemon's socket (``docker_api.py``), with no
+``docker`` CLI process per call, and learns that a container stopped from one event stream.
 On SIGTERM/SIGINT, or when the ``--parent-pid`` process is gone (a killed test run), it
-removes every container it made (label ``envlayer-fake-modal=<run id>``) and exits. What it
+removes every container and snapshot image it made (label ``envlayer-fake-modal=<run id>``)
+and exits. What it
 assumes about Modal is written in ``ASSUMPTIONS.md`` beside it.
 """
 
