@@ -160,8 +160,6 @@ def ensure(conn: Connection, *, profile: str, task: str, persist: bool) -> Attac
                 sb = _lookup(conn, name)  # a retried create whose first attempt went through
                 if sb is None:
                     raise
-        except InvalidArgument:
-            raise
         except Exception as exc:
             raise translate(exc, f"creating sandbox {name}") from exc
         return Attached(sb, sb.object_id, name, created=True)
@@ -185,8 +183,6 @@ def ensure(conn: Connection, *, profile: str, task: str, persist: bool) -> Attac
         except exc_mod.NotFoundError:
             time.sleep(_SETTLE)
             continue  # not ready yet, or terminated between lookup and inspection
-        except InvalidArgument:
-            raise
         except Exception as exc:
             raise translate(exc, f"creating or attaching to sandbox {name}") from exc
         if found.get(T.MANAGED) != "1":
