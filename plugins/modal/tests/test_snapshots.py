@@ -108,3 +108,40 @@ def test_a_removed_snapshot_cannot_start_a_sandbox(make_env: Any, records: Path)
     lifecycle.remove_snapshot([(ModalEnvironment, env.options)], snapshot.id)
     with pytest.raises(InvalidArgument, match="no longer exists"):
         ModalEnvironment(env.options, task_id=f"{env.task_id}-late", profile=env.profile, from_snapshot=snapshot)
+
+
+def test_cli_snapshot_fork_ls_rm(fake_modal: Any, make_env: Any, records: Path, profile: str) -> None:
+    import json
+    import os
+    import sys
+
+    from envlayer_modal.backend import ModalEnvironment
+    from modal_testenv import APP, IMAGE
+
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("ENVLAYER_")}
+    environ.update(fake_modal.env(), ENVLAYER_PROFILE=profile, ENVLAYER_MODAL_IMAGE=IMAGE, ENVLAYER_MODAL_APP_NAME=APP)
+    envlayer = os.path.join(os.path.dirname(sys.executable), "envlayer")
+
+    def cli(*args: str) -> Any:
+        argv = [envlayer, args[0], "--backend", "modal", *args[1:]]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=180, env=environ)
+
+    parent = make_env()
+    parent.write_file("w.txt", "from-cli")
+    forks = [f"{parent.task_id}-a", f"{parent.task_id}-b"]
+    made = cli("snapshot", parent.task_id, "--name", "cli", "--json")
+    assert made.returncode == 0, made.stderr
+    snapshot = json.loads(made.stdout)
+    try:
+        listed = json.loads(cli("snapshots", "ls", "--json").stdout)
+        assert snapshot["id"] in [s["id"] for o in listed for s in o["sandboxes"]]
+        forked = cli("fork", parent.task_id, *forks, "--json")
+        assert forked.returncode == 0, forked.stderr
+        for task in forks:  # persist mode: a later process attaches to the fork
+            env = make_env(task=task)
+            assert env.read_file("w.txt") == b"from-cli"
+        removed = cli("snapshots", "rm", snapshot["id"])
+        assert removed.returncode == 0 and snapshot["id"][:12] in removed.stdout, removed.stderr
+    finally:
+        lifecycle.remove_snapshot([(ModalEnvironment, parent.options)], snapshot["id"])
+    assert list(records.iterdir()) == []
