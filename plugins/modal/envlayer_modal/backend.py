@@ -37,15 +37,17 @@ from typing import Any, TypeVar
 
 from envlayer.sandbox.command_env import with_command_defaults
 from envlayer.execution.cancel import killer_for
+from envlayer.capabilities import Capability
 from envlayer.execution.collector import OutputCollector
 from envlayer.environment import SandboxInfo
-from envlayer.errors import BackendUnavailable
+from envlayer.errors import BackendUnavailable, InvalidArgument
 from envlayer.options import BaseOptions
 from envlayer.execution.proctree import EXEC_ID_VAR
 from envlayer.request import ExecRequest, check_path, file_payload
 from envlayer.result import TIMEOUT_EXIT_CODE, ExecResult
 from envlayer.sandbox.base import MANAGED_SANDBOX_CAPABILITIES, SandboxEnvironment
 from envlayer.sandbox.paths import check_real_path
+from envlayer.snapshot import Snapshot
 from envlayer.transfer import TransferSummary
 from envlayer_modal import teardown
 from envlayer_modal.options import ModalOptions
@@ -55,7 +57,7 @@ from envlayer_modal.sandbox import NotStarted
 log = logging.getLogger("envlayer.modal")
 T = TypeVar("T")
 
-ALL_CAPABILITIES = MANAGED_SANDBOX_CAPABILITIES
+ALL_CAPABILITIES = MANAGED_SANDBOX_CAPABILITIES | {Capability.SNAPSHOT}
 LEASE_INTERVAL = 30.0
 _HELPER_TIMEOUT = 300.0
 
@@ -71,12 +73,19 @@ class ModalEnvironment(SandboxEnvironment):
     recovery_hint = "check the Modal dashboard; something keeps terminating it"
 
     def __init__(
-        self, options: BaseOptions | None = None, *, task_id: str = "default", profile: str = "default"
+        self,
+        options: BaseOptions | None = None,
+        *,
+        task_id: str = "default",
+        profile: str = "default",
+        from_snapshot: Snapshot | None = None,
     ) -> None:
-        super().__init__(options, task_id=task_id, profile=profile)
+        super().__init__(options, task_id=task_id, profile=profile, from_snapshot=from_snapshot)
         from envlayer_modal.client import connect
 
         self._conn = connect(self.options)
+        if from_snapshot is not None:
+            self._prepare_fork(from_snapshot)
         self._state_lock = threading.RLock()
         self._last_lease = 0.0
         self._teardown: threading.Thread | None = None
@@ -99,6 +108,21 @@ class ModalEnvironment(SandboxEnvironment):
         log.debug(
             "%s sandbox %s for task %r", "created" if attached.created else "attached to", attached.id, self.task_id
         )
+
+    def _prepare_fork(self, snapshot: Snapshot) -> None:
+        """New sandboxes of this environment start from ``snapshot``'s Image; a task that
+        already has a running sandbox is refused (its files would not come from the snapshot)."""
+        from envlayer_modal import snapshots
+        from envlayer_modal.naming import sandbox_name
+        from envlayer_modal.sandbox import _lookup
+
+        self._conn.snapshot_image = snapshots.image_of(self._conn, snapshot)
+        if self.options.persist_across_processes and _lookup(self._conn, sandbox_name(self.profile, self.task_id)):
+            raise InvalidArgument(
+                "task_id",
+                f"task {self.task_id!r} already has a running sandbox; a fork needs a new task",
+                hint=f"pick a new task id, or remove it first (`envlayer rm --force {self.task_id}`)",
+            )
 
     def _use(self, attached: Any) -> None:
         with self._state_lock:
@@ -413,6 +437,34 @@ class ModalEnvironment(SandboxEnvironment):
     def wait_for_all_cleanups(cls, timeout: float) -> bool:
         """Join every termination started in this process (also run at exit, up to 15 s)."""
         return teardown.wait_all(timeout)
+
+    # --- snapshots (envlayer_modal.snapshots) ------------------------------------------------
+
+    def create_snapshot(self, *, name: str | None = None) -> Snapshot:
+        """The sandbox's filesystem now, as a Modal Image with a record; see
+        :mod:`envlayer_modal.snapshots`. Background processes are not carried."""
+        from envlayer_modal import snapshots
+
+        return snapshots.create(
+            self._conn, self._attached.sandbox, profile=self.profile, task=self.task_id, name=name
+        )
+
+    @classmethod
+    def list_snapshots(cls, *, profile: str | None, options: ModalOptions) -> list[Snapshot]:
+        """The recorded snapshots of ``profile`` (None: all), newest first."""
+        from envlayer_modal import snapshots
+
+        return snapshots.list_all(profile=profile)
+
+    @classmethod
+    def remove_snapshot(cls, snapshot_id: str, *, options: ModalOptions) -> list[Snapshot]:
+        """Delete snapshot ``snapshot_id`` (its Image and record); sandboxes started from it
+        keep running. Returns what was removed ([] when there is no such snapshot)."""
+        from envlayer_modal import snapshots
+
+        if not snapshot_id.startswith("im-"):
+            return []
+        return snapshots.remove(cls._class_conn(options), snapshot_id)
 
     @classmethod
     def _class_conn(cls, options: BaseOptions | None) -> Any:

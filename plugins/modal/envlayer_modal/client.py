@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from envlayer.errors import BackendUnavailable
+from envlayer.errors import BackendUnavailable, EnvlayerError
 from envlayer.sandbox.retry import RetryPolicy, Transient, call_with_retries
 from envlayer_modal.options import ModalOptions
 
@@ -69,6 +69,8 @@ class Connection:
     client: Any
     app: Any
     options: ModalOptions
+    snapshot_image: Any = None
+    """The Image of the snapshot new sandboxes start from (a fork), else None."""
 
     @property
     def app_id(self) -> str:
@@ -157,8 +159,12 @@ def control(
 
 
 def translate(exc: BaseException, doing: str) -> Exception:
-    """The envlayer error for an SDK exception raised while ``doing`` something."""
+    """The envlayer error for an SDK exception raised while ``doing`` something (an
+    envlayer error, such as a fork's missing snapshot, as it is)."""
     from modal import exception as E
+
+    if isinstance(exc, EnvlayerError):
+        return exc
 
     text = str(exc).strip() or type(exc).__name__
     if isinstance(exc, E.AuthError):

@@ -35,7 +35,10 @@ from envlayer_modal.reaper import LEASE_PATH
 from envlayer_modal.stream import NAMES, ExecStream
 
 EXIT_GRACE = 0.5
-"""Seconds to keep reading after the exit code arrived, for output still in flight."""
+"""Once the exit code is in, how long the output may stay silent before the call returns
+without its streams' end (a background child holding stdout open, ``server &``, never
+hangs the call). Output still arriving keeps the call reading: the SDK reads the output and
+the exit code over separate RPCs, so the exit code may come first by any amount."""
 MODAL_TIMEOUT_CODES = (-1, 137)
 """Exit codes Modal reports for an exec cut by a deadline or killed: a timeout once
 envlayer's own deadline has passed."""
@@ -85,12 +88,12 @@ class Outcome:
 
 
 def collect(proc: Process, collector: OutputCollector, deadline: float | None) -> Outcome:
-    """Read ``proc`` into ``collector`` until it exited and both streams ended (or
-    ``EXIT_GRACE`` after the exit), or until ``deadline``. Exceptions from the output
-    callback propagate (the caller kills the command)."""
+    """Read ``proc`` into ``collector`` until it exited and both streams ended (or they
+    stayed silent for ``EXIT_GRACE`` after the exit), or until ``deadline``. Exceptions from
+    the output callback propagate (the caller kills the command)."""
     ended: set[int] = set()
     code: int | None = None
-    exited_at: float | None = None
+    exited_at: float | None = None  # then: when the exit or the latest output arrived
     while True:
         now = time.monotonic()
         if exited_at is not None and (len(ended) == 2 or now - exited_at >= EXIT_GRACE):
@@ -110,6 +113,7 @@ def collect(proc: Process, collector: OutputCollector, deadline: float | None) -
             ended.add(fd)
         else:
             collector.write(NAMES[fd], payload)
+            exited_at = None if exited_at is None else time.monotonic()
 
 
 def run(proc: Process, collector: OutputCollector, deadline: float | None, *, kill: Callable[[], object]) -> Outcome:

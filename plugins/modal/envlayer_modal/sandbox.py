@@ -34,7 +34,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from envlayer.errors import BackendUnavailable
+from envlayer.errors import BackendUnavailable, InvalidArgument
 from envlayer.sandbox.owner import owner_label
 from envlayer_modal import tags as T
 from envlayer_modal.client import Connection, control, translate
@@ -80,7 +80,10 @@ class Attached:
 
 
 def image_for(conn: Connection) -> Any:
-    """The SDK image object for the ``image`` option (a registry tag or an ``im-`` id)."""
+    """The SDK image object: the snapshot a fork starts from, else the ``image`` option
+    (a registry tag or an ``im-`` id)."""
+    if conn.snapshot_image is not None:
+        return conn.snapshot_image
     image = conn.options.image
     if image.startswith("im-"):
         return conn.modal.Image.from_id(image, client=conn.client)
@@ -112,7 +115,16 @@ def _create(conn: Connection, name: str, tags: dict[str, str]) -> Any:
         kwargs["secrets"] = [
             conn.modal.Secret.from_name(n, environment_name=opts.environment_name) for n in opts.secrets
         ]
-    return control(lambda: conn.modal.Sandbox.create(**kwargs), f"creating sandbox {name}")
+    try:
+        return control(lambda: conn.modal.Sandbox.create(**kwargs), f"creating sandbox {name}")
+    except conn.modal.exception.NotFoundError as exc:
+        if conn.snapshot_image is None:
+            raise
+        raise InvalidArgument(
+            "from_snapshot",
+            f"snapshot {conn.snapshot_image.object_id} no longer exists ({exc})",
+            hint="list them with `envlayer snapshots ls`",
+        ) from None
 
 
 def _lookup(conn: Connection, name: str) -> Any | None:

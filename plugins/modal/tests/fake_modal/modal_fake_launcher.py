@@ -3,8 +3,8 @@ process, for the tests and the benchmark.
 
 ``start()`` picks a free 127.0.0.1 port (the server binds port 0 and reports it), waits
 until it listens and returns a :class:`FakeModal`; ``stop()`` sends SIGTERM to its PID (the
-server then removes every container it made), escalates to SIGKILL after a grace period
-and, if it had to, removes the containers itself by the server's run label; then it removes
+server then removes every container and snapshot image it made), escalates to SIGKILL after
+a grace period and, if it had to, removes them itself by the server's run label; then it removes
 the fake's working directory (port file, RPC log, stderr).
 """
 
@@ -93,6 +93,11 @@ class FakeModal:
         leftover = self.containers()
         if leftover:
             subprocess.run(["docker", "rm", "-f", *leftover], capture_output=True)
+        images = subprocess.run(
+            ["docker", "images", "-aq", "--filter", f"label={LABEL}={self.run_id}"], capture_output=True, text=True
+        ).stdout.split()
+        if images:  # snapshot images of a server that had to be killed
+            subprocess.run(["docker", "rmi", "-f", *set(images)], capture_output=True)
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 

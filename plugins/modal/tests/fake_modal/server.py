@@ -12,8 +12,11 @@ does not implement answers ``UNIMPLEMENTED``. Every RPC received is appended to 
 (one JSON object a line: ``who`` = the caller's token id, ``rpc``, ``unimplemented``), so
 tests can assert which RPCs a scenario used.
 
+It drives Docker through the Engine API on the daemon's socket (``docker_api.py``), with no
+``docker`` CLI process per call, and learns that a container stopped from one event stream.
 On SIGTERM/SIGINT, or when the ``--parent-pid`` process is gone (a killed test run), it
-removes every container it made (label ``envlayer-fake-modal=<run id>``) and exits. What it
+removes every container and snapshot image it made (label ``envlayer-fake-modal=<run id>``)
+and exits. What it
 assumes about Modal is written in ``ASSUMPTIONS.md`` beside it.
 """
 
@@ -41,30 +44,34 @@ from grpclib.server import Server, Stream
 from modal_proto import api_grpc, api_pb2, task_command_router_grpc
 from modal_proto import task_command_router_pb2 as sr_pb2
 
+import docker_api
+
 FS_TOOLS = "/__modal/.bin/modal-sandbox-fs-tools"
 CONTAINER_LABEL = "envlayer-fake-modal"
 IMAGE_BUILDER_VERSION = "2025.06"
+SNAPSHOT_REPOSITORY = "fake-modal-snapshot"
+SNAPSHOT_LABEL = "envlayer-fake-modal.image-id"
 R = api_pb2.GenericResult
+STDIO_SLOW_CHUNK = 65536
 
 
-# --- Docker, through the CLI ------------------------------------------------------------
+async def remove_container(name: str) -> None:
+    """``docker rm -f``; a container already gone is no error."""
+    with contextlib.suppress(docker_api.DockerError):
+        await docker_api.call("DELETE", f"/containers/{name}", query={"force": "1"})
 
 
-async def docker(*args: str, env: Mapping[str, str] | None = None, check: bool = True) -> tuple[int, bytes, bytes]:
-    """Run one ``docker`` CLI command; (code, stdout, stderr)."""
-    proc = await asyncio.create_subprocess_exec(
-        "docker",
-        *args,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, **(env or {})},
-    )
-    out, err = await proc.communicate()
-    code = proc.returncode if proc.returncode is not None else 255
-    if check and code != 0:
-        raise RuntimeError(f"docker {args[0]} failed ({code}): {err.decode(errors='replace').strip()}")
-    return code, out, err
+async def run_to_end(container: str, argv: list[str]) -> None:
+    """Run ``argv`` in ``container`` and wait for it (output discarded), like ``docker exec``."""
+
+    async def discard(fd: int, chunk: bytes) -> None:
+        return None
+
+    with contextlib.suppress(docker_api.DockerError, OSError):
+        session = await docker_api.ExecSession.start(container, argv, workdir=None, env={})
+        session.stdin.write_eof()
+        await session.pump(discard)
+        await session.exit_code()
 
 
 # --- state --------------------------------------------------------------------------------
@@ -72,10 +79,10 @@ async def docker(*args: str, env: Mapping[str, str] | None = None, check: bool =
 
 @dataclass
 class Exec:
-    """One process started by ``TaskExecStart``: a ``docker exec -i`` child of the fake."""
+    """One process started by ``TaskExecStart``: a Docker exec attached with stdin."""
 
     exec_id: str
-    proc: asyncio.subprocess.Process
+    session: docker_api.ExecSession
     output: dict[int, bytearray] = field(default_factory=lambda: {1: bytearray(), 2: bytearray()})
     closed: dict[int, bool] = field(default_factory=lambda: {1: False, 2: False})
     changed: asyncio.Condition = field(default_factory=asyncio.Condition)
@@ -84,17 +91,19 @@ class Exec:
     returncode: int | None = None
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
-    async def pump(self, fd: int, pipe: asyncio.StreamReader) -> None:
-        while True:
-            chunk = await pipe.read(65536)
-            async with self.changed:
-                if not chunk:
-                    self.closed[fd] = True
-                else:
-                    self.output[fd] += chunk
-                self.changed.notify_all()
-            if not chunk:
-                return
+    async def take(self, fd: int, chunk: bytes) -> None:
+        async with self.changed:
+            self.output[fd] += chunk
+            self.changed.notify_all()
+
+    async def run(self) -> None:
+        """Collect the output until the daemon ends the streams, then the exit code."""
+        await self.session.pump(self.take)
+        async with self.changed:
+            self.closed = {1: True, 2: True}
+            self.changed.notify_all()
+        self.returncode = await self.session.exit_code()
+        self.done.set()
 
     async def write_stdin(self, offset: int, data: bytes, eof: bool) -> None:
         """Apply a write at ``offset``; bytes already written (a retried write) are skipped."""
@@ -103,15 +112,16 @@ class Exec:
                 raise GRPCError(Status.FAILED_PRECONDITION, "stdin is closed")
             return
         fresh = data[max(self.stdin_written - offset, 0) :]
-        stdin = self.proc.stdin
-        assert stdin is not None
+        stdin = self.session.stdin
         try:
+            if stdin.is_closing():
+                raise BrokenPipeError("the exec's connection is closed")
             if fresh:
                 stdin.write(fresh)
                 await stdin.drain()
                 self.stdin_written += len(fresh)
             if eof:
-                stdin.close()
+                stdin.write_eof()
                 self.stdin_closed = True
         except (ConnectionError, BrokenPipeError) as exc:
             raise GRPCError(Status.FAILED_PRECONDITION, f"the process no longer reads stdin: {exc}") from None
@@ -152,7 +162,12 @@ class Faults:
       a gateway that could not serve it) before reaching the handler. Plain statuses,
       without the ``RPCRetryPolicy`` detail the SDK would honour on its own
       (``modal/_utils/grpc_utils.py``, ``_retry_transient_errors``), so the caller sees
-      the error as Modal's gateway sends it when it gives no retry hint.
+      the error as Modal's gateway sends it when it gives no retry hint;
+    * ``stdio_delay``: seconds before each ``TaskExecStdioRead`` message, and messages of
+      at most ``STDIO_SLOW_CHUNK`` bytes: output that is still in flight when the exit code
+      has already arrived. The SDK reads the output and the exit code over separate RPCs
+      (``exec_stdio_read`` and ``exec_wait`` in ``modal/sandbox/_task_command_router_client.py``),
+      so nothing orders one before the other; a loaded client sees exactly this.
     """
 
     def __init__(self, path: str) -> None:
@@ -199,6 +214,8 @@ class State:
         self.by_task: dict[str, Sandbox] = {}
         self.names: dict[tuple[str, str], str] = {}
         self.url = ""
+        self.dead_containers: set[str] = set()
+        self.deleted_images: set[str] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._log = open(log_path, "a", buffering=1)  # noqa: SIM115 - lives as long as the server
 
@@ -251,13 +268,33 @@ class State:
         if self.names.get((sb.app_id, sb.name)) == sb.sandbox_id:
             del self.names[(sb.app_id, sb.name)]
         sb.finished.set()
-        await docker("rm", "-f", sb.container, check=False)
+        await remove_container(sb.container)
         for ex in sb.execs.values():
-            with contextlib.suppress(ProcessLookupError):
-                ex.proc.kill()
+            ex.session.kill()
+        await self.free_deleted_images()
+
+    async def free_deleted_images(self) -> None:
+        """Delete the Docker images of deleted snapshot Images that no container uses."""
+        for ref in list(self.deleted_images):
+            try:
+                await docker_api.call("DELETE", f"/images/{ref}")
+            except docker_api.DockerError as exc:
+                if exc.status != 404:
+                    continue  # 409: a sandbox made from it still runs
+            self.deleted_images.discard(ref)
+
+    async def container_event(self, event: dict[str, Any]) -> None:
+        """A container of this fake died or was removed: its sandbox ends (TERMINATED)."""
+        name = str(event.get("Actor", {}).get("Attributes", {}).get("name", ""))
+        sb = next((s for s in self.sandboxes.values() if s.container == name), None)
+        if sb is None:
+            self.dead_containers.add(name)  # died before its create returned: see SandboxCreateV2
+        else:
+            await self.finish(sb, R.GENERIC_STATUS_TERMINATED, reason="container is gone")
 
     async def watch(self, sb: Sandbox) -> None:
-        """Enforce ``timeout_secs`` (hard lifetime) and ``idle_timeout_secs``."""
+        """Enforce ``timeout_secs`` (hard lifetime) and ``idle_timeout_secs`` (in-process
+        timers; a container that stops is reported by :meth:`container_event`)."""
         deadline = time.monotonic() + sb.timeout_secs if sb.timeout_secs else None
         while sb.result is None:
             await asyncio.sleep(0.25)
@@ -271,10 +308,6 @@ class State:
                 and now - sb.last_active >= sb.idle_timeout_secs
             ):
                 await self.finish(sb, R.GENERIC_STATUS_IDLE_TIMEOUT, reason="Sandbox idle timeout")
-            else:
-                code, out, _ = await docker("inspect", "-f", "{{.State.Running}}", sb.container, check=False)
-                if code != 0 or out.strip() != b"true":
-                    await self.finish(sb, R.GENERIC_STATUS_TERMINATED, reason="container is gone")
 
 
 def _jwt(subject: str) -> str:
@@ -368,8 +401,9 @@ class _Control(api_grpc.ModalClientBase):
             result = R(status=R.GENERIC_STATUS_FAILURE, exception=f"the fake only serves `FROM tag` images: {commands}")
             await stream.send_message(api_pb2.ImageGetOrCreateResponse(image_id="", result=result))
             return
-        code, _, _ = await docker("image", "inspect", tag, check=False)
-        if code != 0:
+        try:
+            await docker_api.call("GET", f"/images/{tag}/json")
+        except docker_api.DockerError:
             result = R(status=R.GENERIC_STATUS_FAILURE, exception=f"Image build failed: pull access denied for {tag}")
             await stream.send_message(api_pb2.ImageGetOrCreateResponse(image_id="", result=result))
             return
@@ -378,6 +412,30 @@ class _Control(api_grpc.ModalClientBase):
         await stream.send_message(
             api_pb2.ImageGetOrCreateResponse(image_id=image_id, result=R(status=R.GENERIC_STATUS_SUCCESS))
         )
+
+    async def ImageFromId(self, stream: Stream[Any, Any]) -> None:
+        """``Image.from_id``: the Image's id back (``_Image.from_id`` in ``modal/_image.py``
+        hydrates with ``resp.image_id`` and ``resp.metadata``); NOT_FOUND for an Image the
+        fake does not have (never made, or deleted)."""
+        req = await stream.recv_message()
+        assert req is not None
+        if req.image_id not in self.state.images:
+            raise GRPCError(Status.NOT_FOUND, f"Image {req.image_id} not found")
+        await stream.send_message(api_pb2.ImageFromIdResponse(image_id=req.image_id))
+
+    async def ImageDelete(self, stream: Stream[Any, Any]) -> None:
+        """``modal.experimental.image_delete``: the Image can no longer be used to create a
+        sandbox; sandboxes already made from it run on (its Docker image is deleted with
+        the last of them, :meth:`State.free_deleted_images`)."""
+        req = await stream.recv_message()
+        assert req is not None
+        ref = self.state.images.pop(req.image_id, None)
+        if ref is None:
+            raise GRPCError(Status.NOT_FOUND, f"Image {req.image_id} not found")
+        if ref.startswith(f"{SNAPSHOT_REPOSITORY}:"):
+            self.state.deleted_images.add(ref)
+            await self.state.free_deleted_images()
+        await stream.send_message(empty_pb2.Empty())
 
     async def SandboxCreateV2(self, stream: Stream[Any, Any]) -> None:
         req = await stream.recv_message()
@@ -401,16 +459,21 @@ class _Control(api_grpc.ModalClientBase):
         workdir = d.workdir or "/"
         argv = list(d.entrypoint_args) or ["sh", "-c", "exec tail -f /dev/null"]
         container = f"fake-modal-{sandbox_id}"
-        run = ["run", "-d", "--init", "--label", f"{CONTAINER_LABEL}={st.run_id}", "--name", container, "-w", workdir]
-        for name in env:
-            run += ["-e", name]  # values travel in the CLI's environment, never in its argv
-        if d.resources.memory_mb:
-            run += ["--memory", f"{d.resources.memory_mb}m"]
+        # what ``docker run -d --init --label --name -w -e [--memory] IMAGE ARGV`` sends
+        spec: dict[str, Any] = {
+            "Image": image,
+            "Cmd": argv,
+            "WorkingDir": workdir,
+            "Env": [f"{k}={v}" for k, v in env.items()],
+            "Labels": {CONTAINER_LABEL: st.run_id},
+            "HostConfig": {"Init": True, "Memory": d.resources.memory_mb * 2**20},
+        }
         try:
-            await docker(*run, image, *argv, env=env)
-        except RuntimeError as exc:
+            await docker_api.call("POST", "/containers/create", spec, query={"name": container})
+            await docker_api.call("POST", f"/containers/{container}/start")
+        except (docker_api.DockerError, OSError) as exc:
             st.names.pop((req.app_id, d.name), None)
-            await docker("rm", "-f", container, check=False)
+            await remove_container(container)
             raise GRPCError(Status.INTERNAL, str(exc)) from None
         sb = Sandbox(
             sandbox_id=sandbox_id,
@@ -428,6 +491,8 @@ class _Control(api_grpc.ModalClientBase):
         st.sandboxes[sandbox_id] = sb
         st.by_task[task_id] = sb
         st.spawn(st.watch(sb))
+        if container in st.dead_containers:
+            await st.finish(sb, R.GENERIC_STATUS_TERMINATED, reason="container is gone")
         access = api_pb2.CommandRouterAccess(url=st.url, jwt=_jwt(caller(stream)))
         await stream.send_message(
             api_pb2.SandboxCreateV2Response(sandbox_id=sandbox_id, task_id=task_id, command_router_access=access)
@@ -594,35 +659,21 @@ class _Router(task_command_router_grpc.TaskCommandRouterBase):
         env: dict[str, str] = {}
         for source in req.secret_sources:
             env.update(source.env.contents)
-        cmd = ["exec", "-i"]
-        if req.HasField("workdir"):
-            cmd += ["-w", req.workdir]
         marker = f"MODAL_FAKE_EXEC={req.exec_id}"
         if req.HasField("timeout_secs") and req.timeout_secs:
-            cmd += ["-e", marker]
-        for name in env:
-            cmd += ["-e", name]
-        proc = await asyncio.create_subprocess_exec(
-            "docker",
-            *cmd,
-            sb.container,
-            *argv,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env={**os.environ, **env},
-        )
-        ex = Exec(req.exec_id, proc)
+            env["MODAL_FAKE_EXEC"] = req.exec_id
+        try:
+            session = await docker_api.ExecSession.start(
+                sb.container, argv, workdir=req.workdir if req.HasField("workdir") else None, env=env
+            )
+        except (docker_api.DockerError, OSError) as exc:
+            raise GRPCError(Status.NOT_FOUND, f"task {req.task_id}: cannot start the exec: {exc}") from None
+        ex = Exec(req.exec_id, session)
         sb.execs[req.exec_id] = ex
-        assert proc.stdout is not None and proc.stderr is not None
-        pumps = [self.state.spawn(ex.pump(1, proc.stdout)), self.state.spawn(ex.pump(2, proc.stderr))]
 
         async def reap() -> None:
-            code = await proc.wait()
-            await asyncio.gather(*pumps)
-            ex.returncode = code
+            await ex.run()
             sb.last_active = time.monotonic()
-            ex.done.set()
 
         async def enforce_timeout(seconds: int) -> None:
             with contextlib.suppress(asyncio.TimeoutError):
@@ -632,7 +683,7 @@ class _Router(task_command_router_grpc.TaskCommandRouterBase):
                 'for f in /proc/[0-9]*/environ; do grep -qa "$1" "$f" 2>/dev/null && p=${f#/proc/} && kill -9 ${p%/*}; '
                 "done"
             )
-            await docker("exec", sb.container, "sh", "-c", kill, "kill", marker, check=False)
+            await run_to_end(sb.container, ["sh", "-c", kill, "kill", marker])
 
         self.state.spawn(reap())
         if req.HasField("timeout_secs") and req.timeout_secs:
@@ -645,13 +696,16 @@ class _Router(task_command_router_grpc.TaskCommandRouterBase):
         sb, ex = self._exec(req.task_id, req.exec_id)
         fd = 1 if req.file_descriptor == sr_pb2.TASK_EXEC_STDIO_FILE_DESCRIPTOR_STDOUT else 2
         offset = req.offset
+        delay = float(self.state.faults.current().get("stdio_delay", 0))
         sb.busy_rpcs += 1
         try:
             while True:
                 async with ex.changed:
                     await ex.changed.wait_for(lambda at=offset: len(ex.output[fd]) > at or ex.closed[fd])
-                    data = bytes(ex.output[fd][offset:])
+                    data = bytes(ex.output[fd][offset : offset + STDIO_SLOW_CHUNK if delay else None])
                     closed = ex.closed[fd]
+                if data and delay:
+                    await asyncio.sleep(delay)
                 if data:
                     offset += len(data)
                     await stream.send_message(sr_pb2.TaskExecStdioReadResponse(data=data))
@@ -703,6 +757,24 @@ class _Router(task_command_router_grpc.TaskCommandRouterBase):
         self.state.refuse_if_ended(sb)
         await stream.send_message(sr_pb2.TaskExecWaitResponse(code=ex.returncode or 0))
 
+    async def TaskSnapshotFilesystem(self, stream: Stream[Any, Any]) -> None:
+        """``docker commit`` of the sandbox's container as a new Image. The SDK makes this
+        one unary call and waits for its answer up to its ``timeout`` (no polling for V2
+        sandboxes: ``snapshot_filesystem_via_tcr`` in ``modal/sandbox/_common.py``); the
+        answer is the Image id (``TaskSnapshotFilesystemResponse.image_id``)."""
+        req = await stream.recv_message()
+        assert req is not None
+        sb = self.state.task(req.task_id)
+        image_id = "im-" + uuid.uuid4().hex[:22]
+        query = {"container": sb.container, "repo": SNAPSHOT_REPOSITORY, "tag": image_id}
+        config = {"Labels": {CONTAINER_LABEL: self.state.run_id, SNAPSHOT_LABEL: image_id}}
+        try:
+            await docker_api.call("POST", "/commit", config, query=query)
+        except (docker_api.DockerError, OSError) as exc:
+            raise GRPCError(Status.INTERNAL, f"snapshot of {req.task_id} failed: {exc}") from None
+        self.state.images[image_id] = f"{SNAPSHOT_REPOSITORY}:{image_id}"
+        await stream.send_message(sr_pb2.TaskSnapshotFilesystemResponse(image_id=image_id))
+
     async def TaskExecPoll(self, stream: Stream[Any, Any]) -> None:
         req = await stream.recv_message()
         assert req is not None
@@ -731,6 +803,10 @@ async def serve(args: argparse.Namespace) -> None:
         state.log(who, name)
 
     listen(server, RecvRequest, record)
+    subscribed = asyncio.Event()
+    died = {"type": ["container"], "event": ["die", "destroy"], "label": [f"{CONTAINER_LABEL}={run_id}"]}
+    state.spawn(docker_api.events(died, state.container_event, subscribed))
+    await subscribed.wait()  # before any container of ours can start
     await server.start("127.0.0.1", args.port)
     port = server._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     state.url = f"http://127.0.0.1:{port}"
@@ -758,12 +834,13 @@ async def serve(args: argparse.Namespace) -> None:
     server.close()
     for sb in list(state.sandboxes.values()):
         for ex in sb.execs.values():
-            with contextlib.suppress(ProcessLookupError):
-                ex.proc.kill()
-    _, out, _ = await docker("ps", "-aq", "--filter", f"label={CONTAINER_LABEL}={run_id}", check=False)
-    ids = out.decode().split()
-    if ids:
-        await docker("rm", "-f", *ids, check=False)
+            ex.session.kill()
+    filters = json.dumps({"label": [f"{CONTAINER_LABEL}={run_id}"]})
+    for info in await docker_api.call("GET", "/containers/json", query={"all": "1", "filters": filters}):
+        await remove_container(info["Id"])
+    for info in await docker_api.call("GET", "/images/json", query={"filters": filters}):
+        with contextlib.suppress(docker_api.DockerError):
+            await docker_api.call("DELETE", f"/images/{info['Id']}", query={"force": "1"})
     with contextlib.suppress(asyncio.TimeoutError):
         await asyncio.wait_for(server.wait_closed(), 2)
 
