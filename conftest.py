@@ -18,6 +18,7 @@ first (see ``pytest_collection_modifyitems``).
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import signal
 import tempfile
@@ -34,7 +35,15 @@ STOP_WAIT = 20.0
 SLOWEST_FILES = 12
 
 _file_seconds: Counter[str] = Counter()  # test file -> its tests' setup + call + teardown seconds
+_file_cpu: Counter[str] = Counter()  # test file -> CPU seconds (user + system, this process + waited children)
 _file_tests: Counter[str] = Counter()  # test file -> tests run (setup reports)
+_CPU_MARK = pytest.StashKey[float]()
+
+
+def _cpu_seconds() -> float:
+    """User + system CPU seconds of this process and of the children it has waited for."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -56,25 +65,51 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: not item.nodeid.startswith("plugins/"))
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Mark the CPU clock where a test's setup starts (see :func:`pytest_runtest_makereport`)."""
+    item.stash[_CPU_MARK] = _cpu_seconds()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[pytest.TestReport]:
+    """Give each phase's report the CPU seconds spent since the previous phase ended, as
+    ``cpu_seconds`` (an extra report attribute: pytest-xdist sends it to the controller).
+    Children count once waited for: a CLI call's, yes; a daemon's (dockerd, a broker), no."""
+    report = yield
+    now = _cpu_seconds()
+    report.cpu_seconds = now - item.stash.get(_CPU_MARK, now)  # type: ignore[attr-defined]
+    item.stash[_CPU_MARK] = now
+    return report
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """Add each phase's duration to its test file (under pytest-xdist this runs in the
-    controller too, for the reports the workers send)."""
+    """Add each phase's duration and CPU seconds to its test file (under pytest-xdist this
+    runs in the controller too, for the reports the workers send)."""
     path = report.nodeid.split("::", 1)[0]
     _file_seconds[path] += report.duration
+    _file_cpu[path] += getattr(report, "cpu_seconds", 0.0)
     if report.when == "setup":
         _file_tests[path] += 1
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """The :data:`SLOWEST_FILES` test files that took longest, summed over their tests'
-    phases (under pytest-xdist the sum is the time the workers spent on the file)."""
+    phases (under pytest-xdist the sum is the time the workers spent on the file), each with
+    the CPU seconds its tests used (the run's process and the children it waited for; not
+    dockerd's, a broker's or a fake server's until it is waited for)."""
     total = sum(_file_seconds.values())
     if not total or hasattr(terminalreporter.config, "workerinput"):
         return
-    terminalreporter.write_sep("=", f"slowest {SLOWEST_FILES} test files (of {total:.0f} s summed over all tests)")
+    total_cpu = sum(_file_cpu.values())
+    terminalreporter.write_sep(
+        "=",
+        f"slowest {SLOWEST_FILES} test files (of {total:.0f} s wall and {total_cpu:.0f} s CPU summed over all tests)",
+    )
+    terminalreporter.write_line("  wall s  share    CPU s  tests  file")
     for path, seconds in _file_seconds.most_common(SLOWEST_FILES):
         terminalreporter.write_line(
-            f"{seconds:8.1f} s {100 * seconds / total:5.1f} % {_file_tests[path]:5d} tests  {path}"
+            f"{seconds:8.1f} {100 * seconds / total:5.1f} % {_file_cpu[path]:8.1f} {_file_tests[path]:6d}  {path}"
         )
 
 

@@ -1,14 +1,18 @@
 """The shell examples of README.md and docs/ run as written, on the local backend.
 
 Every fenced ``sh`` block is one test, named ``PAGE:LINE`` (``pytest -v`` lists each
-example run; ``-rs`` each one skipped, with its reason). A block that cannot run here is
-marked in the page itself by the line before it::
+example run). A block that cannot run here is marked in the page itself by the line
+before it, and is then not collected at all (a run has no skip for it)::
 
     <!-- doc-example: skip (the reason) -->
 
+``grep -rn "doc-example: skip" README.md docs`` lists those blocks with their reasons;
+:func:`test_every_doc_example_marker_is_well_formed` checks that each marker is one of the
+two forms and stands directly before a fenced block, so a typo cannot hide an example.
+
 A block marked ``<!-- doc-example: docker IMAGE -->`` runs only where the Docker daemon
-answers and has IMAGE (else it is skipped saying so); every sandbox it left in its profile
-is removed with its workspace afterwards.
+answers and has IMAGE (else it is skipped saying so: ``scripts/test`` provisions both);
+every sandbox it left in its profile is removed with its workspace afterwards.
 
 The blocks run in the repository's root with ``bash -e``, one shell per block, with the
 test interpreter's ``bin`` first on ``PATH``. ``uv run `` at the start of a command is
@@ -31,27 +35,46 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 BLOCK = re.compile(r"^```(?:sh|bash)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 SKIP = re.compile(r"<!-- doc-example: skip \((.+?)\) -->\s*$")
 DOCKER = re.compile(r"<!-- doc-example: docker (\S+) -->\s*$")
+MARKER = re.compile(r"^.*<!-- doc-example:.*$", re.MULTILINE)
 UV_RUN = re.compile(r"^(\s*(?:\w+=\S*\s+)*)uv run (?:--no-sync )?", re.MULTILINE)
 
 
 def _examples() -> list[pytest.param]:
-    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    """One param per ``sh`` block of :data:`PAGES` that is not marked ``skip``."""
     params = []
-    for page in pages:
+    for page in PAGES:
         text, name = page.read_text(), str(page.relative_to(ROOT))
         for match in BLOCK.finditer(text):
             line = text.count("\n", 0, match.start()) + 1
             before = text[: match.start()].rstrip("\n").rsplit("\n", 1)[-1]
-            marker, docker = SKIP.search(before), DOCKER.search(before)
-            reason = marker.group(1) if marker else None
-            if docker and not reason:
-                reason = _docker_missing(docker.group(1))
+            if SKIP.search(before):
+                continue
+            docker = DOCKER.search(before)
+            reason = _docker_missing(docker.group(1)) if docker else None
             marks = [pytest.mark.skip(reason=f"{name}:{line}: {reason}")] if reason else []
             params.append(pytest.param(match.group(1), bool(docker), id=f"{name}:{line}", marks=marks))
     return params
+
+
+def test_every_doc_example_marker_is_well_formed() -> None:
+    """Each ``doc-example`` marker is a whole line of one of the two forms, directly before
+    a fenced block (a misspelt or misplaced marker would leave an example unchecked)."""
+    wrong = []
+    for page in PAGES:
+        text, name = page.read_text(), str(page.relative_to(ROOT))
+        for match in MARKER.finditer(text):
+            line = text.count("\n", 0, match.start()) + 1
+            marker = match.group(0).strip()
+            following = text[match.end() + 1 :].split("\n", 1)[0]
+            well_formed = (SKIP.fullmatch(marker) or DOCKER.fullmatch(marker)) and marker.startswith("<!--")
+            if not well_formed or not following.startswith("```"):
+                wrong.append(f"{name}:{line}: {marker!r} then {following!r}")
+    forms = "`<!-- doc-example: skip (REASON) -->` or `<!-- doc-example: docker IMAGE -->`"
+    assert not wrong, f"a marker is {forms} on the line right before a fenced block:\n" + "\n".join(wrong)
 
 
 def _docker_missing(image: str) -> str | None:
