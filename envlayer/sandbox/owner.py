@@ -1,5 +1,5 @@
 """Who owns a private sandbox: the owner label value and the liveness check, for any
-backend that labels its sandboxes (Docker's ``envlayer.sandbox.owner``, Kubernetes' ``envlayer/sandbox/owner``).
+backend that labels its sandboxes (Docker's ``envlayer.owner``, Kubernetes' ``envlayer/owner``).
 
 A sandbox made with ``persist_across_processes = false`` belongs to exactly one process.
 Its owner label is ``<pid>-<start time>-<host>``: the pid and the kernel start time of

@@ -78,7 +78,7 @@ def test_tools_end_to_end_on_docker(make_manager, docker_settings, wait_until) -
     long = run("terminal", {"command": "seq 1 3000; echo TAIL"})
     assert long["truncated"] and long["output"].startswith("1\n") and long["output"].endswith("TAIL\n")
     # the cut middle is kept in a private file in the container, readable through the tools
-    assert long["output_file"].startswith("/root/.cache/envlayer/execution/output/")
+    assert long["output_file"].startswith("/root/.cache/envlayer/output/")
     middle = run("read_file", {"path": long["output_file"], "offset": 1500, "limit": 2})
     assert middle["content"] == "1500\n1501\n" and middle["total_lines"] == 3001
     mode = run("terminal", {"command": f"stat -c %a {long['output_file']}"})

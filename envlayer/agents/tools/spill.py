@@ -6,7 +6,7 @@ written to a file **in the sandbox** (on this machine for the local backend), so
 can read the middle with ``read_file`` instead of running the command again.
 
 The file is ``<output dir>/<12 hex>.log``; the output dir defaults to a per-user one
-resolved by the sandbox's shell, ``${XDG_CACHE_HOME:-$HOME/.cache}/envlayer/execution/output``. The
+resolved by the sandbox's shell, ``${XDG_CACHE_HOME:-$HOME/.cache}/envlayer/output``. The
 directory is created 0700 and the file 0600. Files are not removed by envlayer: they live
 as long as the sandbox (or until the user cleans the cache directory).
 """
@@ -19,7 +19,7 @@ import uuid
 from envlayer.environment import Environment
 from envlayer.errors import EnvlayerError
 
-DEFAULT_OUTPUT_DIR = '"${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/envlayer/execution/output"'
+DEFAULT_OUTPUT_DIR = '"${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/envlayer/output"'
 """The default spill directory, as a shell expression the sandbox resolves."""
 
 

@@ -84,7 +84,7 @@ class ToolConfig:
     of :mod:`envlayer.agents.tools.jobs` (``~/.cache/envlayer/jobs``, private)."""
     output_dir: str | None = None
     """Where the full output of a cut ``terminal`` result is kept in the sandbox; None:
-    the per-user default of :mod:`envlayer.agents.tools.spill` (``~/.cache/envlayer/execution/output``)."""
+    the per-user default of :mod:`envlayer.agents.tools.spill` (``~/.cache/envlayer/output``)."""
     spill_bytes: int = 10_485_760
     """Most bytes of a command's output kept in the spill file (0: no spill file)."""
 

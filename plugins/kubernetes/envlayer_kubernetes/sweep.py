@@ -11,7 +11,7 @@ Reaper (:func:`reap`): among pods labelled ``envlayer/managed=1`` AND
   image pull back-off, unschedulable, a creator killed while waiting).
 
 * Running private pods (``envlayer/persist=0``) whose owner process, on this host, is gone
-  (``envlayer/sandbox/owner``, see :mod:`envlayer.sandbox.owner`): nobody can attach to them, so they are
+  (``envlayer/owner``, see :mod:`envlayer.sandbox.owner`): nobody can attach to them, so they are
   orphans whatever their age. Owners on other hosts are never judged.
 
 Running persist-mode pods are never reaped: another process may attach to them at any
