@@ -374,8 +374,12 @@ def open_forks(
         with plugin_call(cls, "constructor"):
             return cls(env.options, task_id=task, profile=env.profile, from_snapshot=snap)  # type: ignore[call-arg]
 
+    def discard(fork: Environment) -> None:
+        cleanup(fork, purge=True)
+        wait_for_cleanup(fork, 60)
+
     try:
-        return create_forks(make, tasks)
+        return create_forks(make, tasks, discard)
     finally:
         if snapshot is None:
             remove_snapshot([(cls, env.options)], snap.id)

@@ -82,13 +82,13 @@ def check_fork_tasks(task_ids: Sequence[str], source_task: str) -> list[str]:
     return tasks
 
 
-def create_forks(make: Callable[[str], Environment], task_ids: Sequence[str]) -> list[Environment]:
+def create_forks(
+    make: Callable[[str], Environment], task_ids: Sequence[str], discard: Callable[[Environment], None]
+) -> list[Environment]:
     """``make(task_id)`` for every task, concurrently; the environments in the order of
-    ``task_ids``. When one fails, the ones already made are removed
-    (``cleanup(force_remove=True, purge=True)`` through the dispatcher, waiting for the
-    teardown) and the first error is raised."""
-    from envlayer import dispatch as lifecycle
-
+    ``task_ids``. When one fails, ``discard(env)`` removes each one already made (the
+    dispatcher passes a purging cleanup that waits for the teardown) and the first error
+    is raised."""
     made: dict[str, Environment] = {}
     error: BaseException | None = None
     with ThreadPoolExecutor(max_workers=min(8, len(task_ids)), thread_name_prefix="envlayer-fork") as pool:
@@ -100,7 +100,6 @@ def create_forks(make: Callable[[str], Environment], task_ids: Sequence[str]) ->
                 error = error or exc
     if error is not None:
         for env in made.values():
-            lifecycle.cleanup(env, purge=True)
-            lifecycle.wait_for_cleanup(env, 60)
+            discard(env)
         raise error
     return [made[task] for task in task_ids]

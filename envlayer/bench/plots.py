@@ -12,8 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from envlayer.bench.report import PLOTS
 from envlayer.errors import EnvlayerError
+
+PLOTS = {"latency": "latency.png", "throughput": "throughput.png"}
+"""The plots :func:`write_plots` writes, by kind: file names in the output directory."""
 
 ENVLAYER_COLOR = "tab:blue"
 BASELINE_COLOR = "tab:gray"

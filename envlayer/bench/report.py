@@ -8,14 +8,13 @@ from pathlib import Path
 from typing import Any
 
 from envlayer.bench.figures import Figure
+from envlayer.bench.plots import PLOTS
 
 SCHEMA = 1
 """Version of the JSON document's shape."""
 
 HEADERS = ["BACKEND", "MEASURE", "METHOD", "MEDIAN", "P10-P90", "MIB/S", "PEAK RSS", "VS BASELINE"]
 
-PLOTS = {"latency": "latency.png", "throughput": "throughput.png"}
-"""The plots :mod:`envlayer.bench.plots` writes, by kind."""
 
 
 def document(figures: list[Figure], machine: dict[str, Any], command: list[str], quick: bool) -> dict[str, Any]:

@@ -120,9 +120,5 @@ def test_no_import_cycle_through_the_cli_or_the_broker() -> None:
     assert [c for c in found if any(m.startswith(("envlayer.cli", "envlayer.broker")) for m in c)] == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="two function-level cycles outside the CLI remain: dispatch <-> snapshot, bench.plots <-> bench.report",
-)
 def test_no_import_cycle_in_envlayer() -> None:
     assert cycles(import_graph(PACKAGE_ROOT)) == []
