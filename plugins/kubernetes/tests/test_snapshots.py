@@ -1,0 +1,144 @@
+"""Snapshots and forks on Kubernetes against the fake API server: the conformance checks
+(a workspace in the container's filesystem and in an emptyDir) and the Kubernetes parts:
+where a snapshot is kept, listing scoped by profile and namespace, a fork into a task
+that has a pod, a snapshot that is gone, what is not carried.
+
+Every test removes the pods it makes (``make_env`` and ``SnapshotConformance`` force-remove
+them, even on failure) and keeps its snapshots in its own ``tmp_path``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from envlayer import lifecycle
+from envlayer.errors import InvalidArgument
+from envlayer.snapshot import Snapshot
+from envlayer.testing import SnapshotConformance
+
+NAMESPACE = "envlayer-test"
+
+
+def _task(prefix: str = "snap") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:6]}"
+
+
+class TestKubernetesSnapshots(SnapshotConformance):
+    """The workspace in the container's own filesystem (``workspace_volume`` off)."""
+
+    workspace_volume = "none"
+
+    @pytest.fixture
+    def env(self, make_env: Callable[..., Any], tmp_path: Path) -> Iterator[Any]:
+        self.snapshot_dir = tmp_path / "snapshots"
+        yield make_env(_task(), workspace_volume=self.workspace_volume, snapshot_dir=str(self.snapshot_dir))
+
+    def leftovers(self, env: Any, snapshot: Snapshot, fork_tasks: Sequence[str]) -> list[str]:
+        from envlayer_kubernetes import sweep
+
+        files = [p.name for p in self.snapshot_dir.glob(f"{snapshot.id}*")]
+        pods = []
+        for task in fork_tasks:
+            pods += [p.metadata.name for p in sweep.list_managed(env._cluster, env.options, profile=env.profile, task=task)]
+        return files + pods
+
+
+class TestKubernetesEmptyDirSnapshots(TestKubernetesSnapshots):
+    """The workspace in an emptyDir volume mounted at the working directory."""
+
+    workspace_volume = "emptyDir"
+
+
+@pytest.fixture
+def snapshot_dir(tmp_path: Path) -> str:
+    return str(tmp_path / "snapshots")
+
+
+def test_kubernetes_declares_snapshot() -> None:
+    from envlayer.capabilities import Capability
+    from envlayer_kubernetes.backend import KubernetesEnvironment
+
+    assert Capability.SNAPSHOT in KubernetesEnvironment.capabilities
+
+
+def test_a_snapshot_is_a_labelled_tar_of_the_working_directory_only(
+    make_env: Callable[..., Any], snapshot_dir: str, profile: str
+) -> None:
+    """Kept as ``<id>.tar`` and ``<id>.json`` in ``snapshot_dir``; the working directory is
+    carried, a file elsewhere in the container and a running process are not."""
+    import json
+
+    parent = make_env(snapshot_dir=snapshot_dir)
+    parent.write_file("sub/w.txt", "workspace")
+    assert parent.exec("echo outside > /tmp/outside; (sleep 300 &) ; echo ok").exit_code == 0
+    snap = parent.snapshot(name="prepared")
+    record = json.loads((Path(snapshot_dir) / f"{snap.id}.json").read_text())
+    assert (record["profile"], record["source_task"], record["name"], record["namespace"]) == (
+        profile,
+        parent.task_id,
+        "prepared",
+        NAMESPACE,
+    )
+    assert (Path(snapshot_dir) / f"{snap.id}.tar").stat().st_size > 0
+    fork = make_env(_task("fork"), snapshot_dir=snapshot_dir, from_snapshot=snap)
+    assert fork.read_file("sub/w.txt") == b"workspace"
+    assert fork.exec("test -e /tmp/outside").exit_code == 1
+    assert fork.exec("ps | grep -c '[s]leep 300'").stdout.strip() == b"0"
+    assert [s.id for s in lifecycle.remove_snapshot([(type(parent), parent.options)], snap.id)[0].sandboxes] == [
+        snap.id
+    ]
+    assert list(Path(snapshot_dir).iterdir()) == []
+
+
+def test_listing_is_scoped_by_profile_and_namespace(make_env: Callable[..., Any], snapshot_dir: str) -> None:
+    mine, other = _task("prof"), _task("prof-other")
+    here = make_env(prof=mine, snapshot_dir=snapshot_dir)
+    elsewhere = make_env(prof=mine, snapshot_dir=snapshot_dir, namespace=NAMESPACE + "-other")
+    other_profile = make_env(prof=other, snapshot_dir=snapshot_dir)
+    made = [env.snapshot() for env in (here, elsewhere, other_profile)]
+    try:
+        cls = type(here)
+        assert [s.id for s in cls.list_snapshots(profile=mine, options=here.options)] == [made[0].id]
+        assert [s.id for s in cls.list_snapshots(profile=mine, options=elsewhere.options)] == [made[1].id]
+        assert {s.id for s in cls.list_snapshots(profile=None, options=here.options)} == {made[0].id, made[2].id}
+        assert cls.remove_snapshot(made[1].id, options=here.options) == []  # another namespace's
+        assert [s.id for s in cls.list_snapshots(profile=mine, options=elsewhere.options)] == [made[1].id]
+    finally:
+        for env, snap in zip((here, elsewhere, other_profile), made, strict=True):
+            type(env).remove_snapshot(snap.id, options=env.options)
+    assert list(Path(snapshot_dir).iterdir()) == []
+
+
+def test_a_fork_into_a_task_that_has_a_pod_is_refused_and_leaves_it(
+    make_env: Callable[..., Any], snapshot_dir: str
+) -> None:
+    parent = make_env(snapshot_dir=snapshot_dir)
+    existing = make_env(snapshot_dir=snapshot_dir)
+    existing.write_file("mine.txt", "kept")
+    snap = parent.snapshot()
+    try:
+        with pytest.raises(InvalidArgument, match="already has a pod"):
+            make_env(existing.task_id, snapshot_dir=snapshot_dir, from_snapshot=snap)
+        assert existing.read_file("mine.txt") == b"kept"
+    finally:
+        type(parent).remove_snapshot(snap.id, options=parent.options)
+
+
+def test_a_removed_snapshot_cannot_start_a_fork_and_no_pod_is_made(
+    make_env: Callable[..., Any], snapshot_dir: str, profile: str
+) -> None:
+    from envlayer_kubernetes import sweep
+
+    parent = make_env(snapshot_dir=snapshot_dir)
+    snap = parent.snapshot()
+    type(parent).remove_snapshot(snap.id, options=parent.options)
+    task = _task("fork")
+    with pytest.raises(InvalidArgument, match="does not exist") as info:
+        make_env(task, snapshot_dir=snapshot_dir, from_snapshot=snap)
+    assert "snapshots ls" in str(info.value)
+    assert sweep.list_managed(parent._cluster, parent.options, profile=profile, task=task) == []
