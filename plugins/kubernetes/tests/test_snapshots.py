@@ -28,24 +28,50 @@ def _task(prefix: str = "snap") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:6]}"
 
 
+@pytest.fixture(scope="class")
+def parent(
+    request: pytest.FixtureRequest,
+    fake_apiserver: Any,
+    control: Any,
+    profile: str,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Any]:
+    """One parent pod per conformance class (its ``workspace_volume``), deleted after the
+    class's last check; snapshots in a temporary directory of its own."""
+    from envlayer_kubernetes.backend import KubernetesEnvironment
+    from envlayer_kubernetes.options import KubernetesOptions
+
+    opts = KubernetesOptions(
+        image=control.IMAGE,
+        kubeconfig=fake_apiserver.kubeconfig,
+        workspace_volume=request.cls.workspace_volume,
+        snapshot_dir=str(tmp_path_factory.mktemp("snapshots")),
+    )
+    environment = KubernetesEnvironment(opts, task_id=_task(), profile=profile)
+    try:
+        yield environment
+    finally:
+        environment.cleanup(force_remove=True)
+        environment.wait_for_cleanup(60)
+
+
 class TestKubernetesSnapshots(SnapshotConformance):
-    """The workspace in the container's own filesystem (``workspace_volume`` off)."""
+    """The workspace in the container's own filesystem (``workspace_volume`` off). The
+    class shares one parent pod (each check writes its files first; forks are new tasks),
+    deleted after its last check."""
 
     workspace_volume = "none"
 
     @pytest.fixture
-    def env(self, make_env: Callable[..., Any], tmp_path: Path) -> Iterator[Any]:
-        self.snapshot_dir = tmp_path / "snapshots"
-        yield make_env(_task(), workspace_volume=self.workspace_volume, snapshot_dir=str(self.snapshot_dir))
+    def env(self, parent: Any) -> Any:
+        return parent
 
     def leftovers(self, env: Any, snapshot: Snapshot, fork_tasks: Sequence[str]) -> list[str]:
         from envlayer_kubernetes import sweep
 
-        files = [p.name for p in self.snapshot_dir.glob(f"{snapshot.id}*")]
-        pods = []
-        for task in fork_tasks:
-            pods += [p.metadata.name for p in sweep.list_managed(env._cluster, env.options, profile=env.profile, task=task)]
-        return files + pods
+        files = [p.name for p in Path(env.options.snapshot_dir).glob(f"{snapshot.id}*")]
+        pods = [sweep.list_managed(env._cluster, env.options, profile=env.profile, task=t) for t in fork_tasks]
+        return files + [p.metadata.name for found in pods for p in found]
 
 
 class TestKubernetesEmptyDirSnapshots(TestKubernetesSnapshots):
