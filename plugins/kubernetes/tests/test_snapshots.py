@@ -168,3 +168,30 @@ def test_a_removed_snapshot_cannot_start_a_fork_and_no_pod_is_made(
         make_env(task, snapshot_dir=snapshot_dir, from_snapshot=snap)
     assert "snapshots ls" in str(info.value)
     assert sweep.list_managed(parent._cluster, parent.options, profile=profile, task=task) == []
+
+
+def test_a_non_root_pod_forks_into_its_emptydir_workspace(make_env: Callable[..., Any], snapshot_dir: str) -> None:
+    """Under the ``restricted`` preset (uid 65534, an emptyDir owned by root with mode
+    2777) the fork's user unpacks into a working directory it does not own."""
+    opts = {"security_preset": "restricted", "run_as_user": 65534, "snapshot_dir": snapshot_dir}
+    _fork_carries_the_workspace(make_env, opts)
+
+
+def test_a_fork_over_v4_gets_the_whole_archive(
+    make_env: Callable[..., Any], snapshot_dir: str, fake_apiserver_v4: Any
+) -> None:
+    """``v4.channel.k8s.io`` cannot close stdin: the unpack reads exactly the archive's
+    bytes (the bounded-stdin path), then ends."""
+    _fork_carries_the_workspace(make_env, {"kubeconfig": fake_apiserver_v4.kubeconfig, "snapshot_dir": snapshot_dir})
+
+
+def _fork_carries_the_workspace(make_env: Callable[..., Any], opts: dict[str, Any]) -> None:
+    parent = make_env(**opts)
+    parent.write_file("sub/w.txt", "workspace")
+    snap = parent.snapshot()
+    try:
+        fork = make_env(_task("fork"), from_snapshot=snap, **opts)
+        assert fork.read_file("sub/w.txt") == b"workspace"
+        assert fork.exec("id -u").stdout == parent.exec("id -u").stdout
+    finally:
+        type(parent).remove_snapshot(snap.id, options=parent.options)
