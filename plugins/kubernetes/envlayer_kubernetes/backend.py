@@ -25,6 +25,7 @@ Importing this module does not import the ``kubernetes`` client.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import posixpath
@@ -33,19 +34,21 @@ import time
 from typing import Any
 
 from envlayer.sandbox.command_env import with_command_defaults
+from envlayer.capabilities import Capability
 from envlayer.environment import SandboxInfo
-from envlayer.errors import BackendUnavailable, SandboxPathError
+from envlayer.errors import BackendUnavailable, InvalidArgument, SandboxPathError
 from envlayer.options import BaseOptions
 from envlayer.request import ExecRequest, check_path, file_payload
 from envlayer.result import ExecResult
 from envlayer.sandbox.base import MANAGED_SANDBOX_CAPABILITIES, SandboxEnvironment
+from envlayer.snapshot import Snapshot
 from envlayer.transfer import TransferSummary
 from envlayer_kubernetes.options import KubernetesOptions
 
 log = logging.getLogger("envlayer.kubernetes")
 EXIT_WAIT = 15.0
 
-ALL_CAPABILITIES = MANAGED_SANDBOX_CAPABILITIES
+ALL_CAPABILITIES = MANAGED_SANDBOX_CAPABILITIES | {Capability.SNAPSHOT}
 
 _TEARDOWNS: set[threading.Thread] = set()
 _TEARDOWN_LOCK = threading.Lock()
@@ -62,9 +65,14 @@ class KubernetesEnvironment(SandboxEnvironment):
     recovery_hint = "check the cluster's events; something keeps deleting the pod"
 
     def __init__(
-        self, options: BaseOptions | None = None, *, task_id: str = "default", profile: str = "default"
+        self,
+        options: BaseOptions | None = None,
+        *,
+        task_id: str = "default",
+        profile: str = "default",
+        from_snapshot: Snapshot | None = None,
     ) -> None:
-        super().__init__(options, task_id=task_id, profile=profile)
+        super().__init__(options, task_id=task_id, profile=profile, from_snapshot=from_snapshot)
         from envlayer_kubernetes.client import connect
         from envlayer_kubernetes.pods import build_spec
 
@@ -76,11 +84,14 @@ class KubernetesEnvironment(SandboxEnvironment):
         self._teardown: threading.Thread | None = None
         self._spec = build_spec(opts, profile=profile, task=task_id, persist=opts.persist_across_processes)
         self._pod: Any = None
+        archive = self._snapshot_archive(from_snapshot) if from_snapshot is not None else None
         self._attach()
         from envlayer_kubernetes.runners import ExecTarget, SessionRunner
 
         self._target = ExecTarget(self._cluster, self._spec.name, opts, self._base_env)
         self._session = SessionRunner(self._target) if opts.exec_mode == "session" else None
+        if archive is not None:
+            self._restore(archive)
 
     # --- pod ------------------------------------------------------------------------------
 
@@ -93,6 +104,35 @@ class KubernetesEnvironment(SandboxEnvironment):
         log.debug(
             "%s pod %s for task %r", "created" if attached.created else "attached to", attached.name, self.task_id
         )
+
+    def _snapshot_archive(self, snapshot: Snapshot) -> bytes:
+        """The tar of ``snapshot``, refusing a task that already has a pod (its files
+        would not come from the snapshot). Raises :class:`InvalidArgument`."""
+        from envlayer_kubernetes import pods, snapshots
+
+        data = snapshots.archive(self.options, snapshot, **self._scope(self._cluster))
+        if pods.read(self._cluster, self._spec.name, self.options) is not None:
+            raise _task_taken(self.task_id, self._spec.name)
+        return data
+
+    def _restore(self, data: bytes) -> None:
+        """Unpack a snapshot into the new pod; a pod another process created meanwhile is
+        refused, and a pod whose unpack failed is deleted."""
+        from envlayer_kubernetes import pods, snapshots
+
+        if not self._pod.created:
+            raise _task_taken(self.task_id, self.pod_name)
+        try:
+            snapshots.restore(self._helper, self.options, data)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                pods.delete(self._cluster, self.pod_name, self.options)
+            raise
+
+    @staticmethod
+    def _scope(cluster: Any) -> dict[str, str]:
+        """The namespace and API server a snapshot belongs to."""
+        return {"namespace": cluster.namespace, "server": str(cluster.core.api_client.configuration.host)}
 
     @property
     def pod_name(self) -> str:
@@ -198,6 +238,34 @@ class KubernetesEnvironment(SandboxEnvironment):
         dest = check_path(os.fspath(local), "local")
         full = self._path(remote)
         return files.download_dir(self._helper, self.options.shell, full, dest, self.options.max_transfer_bytes)
+
+    # --- snapshots (envlayer_kubernetes.snapshots) -------------------------------------------
+
+    def create_snapshot(self, *, name: str | None = None) -> Snapshot:
+        """The working directory now, as a snapshot kept on this machine; see
+        :mod:`envlayer_kubernetes.snapshots`. Running processes are not carried."""
+        from envlayer_kubernetes import snapshots
+
+        return snapshots.create(
+            self._helper, self.options, **self._scope(self._cluster), profile=self.profile, task=self.task_id, name=name
+        )
+
+    @classmethod
+    def list_snapshots(cls, *, profile: str | None, options: KubernetesOptions) -> list[Snapshot]:
+        """The snapshots of ``profile`` (None: all) for the namespace and API server, newest first."""
+        from envlayer_kubernetes import snapshots
+
+        cluster, opts = cls._class_cluster(options)
+        return snapshots.list_all(opts, **cls._scope(cluster), profile=profile)
+
+    @classmethod
+    def remove_snapshot(cls, snapshot_id: str, *, options: KubernetesOptions) -> list[Snapshot]:
+        """Remove snapshot ``snapshot_id``; forks made from it keep working. Returns what
+        was removed ([] when there is no such snapshot here)."""
+        from envlayer_kubernetes import snapshots
+
+        cluster, opts = cls._class_cluster(options)
+        return snapshots.remove(opts, snapshot_id, **cls._scope(cluster))
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -314,3 +382,11 @@ def _schedule_delete(cluster: Any, name: str, opts: KubernetesOptions) -> thread
         _TEARDOWNS.add(thread)
     thread.start()
     return thread
+
+
+def _task_taken(task: str, pod: str) -> InvalidArgument:
+    return InvalidArgument(
+        "task_id",
+        f"task {task!r} already has a pod ({pod}); a fork needs a new task",
+        hint=f"pick a new task id, or remove it first (`envlayer rm {task}`)",
+    )

@@ -104,6 +104,11 @@ class KubernetesOptions(ContainerOptions):
         300.0, doc="How long to wait for a Pending pod to run, in seconds. Per-process setting."
     )
     api_timeout: float = option(30.0, doc="Timeout of one API request, in seconds. Per-process setting.")
+    snapshot_dir: str | None = option(
+        None,
+        doc="Directory on this machine where snapshots (tars of the working directory) are kept; "
+        "$XDG_STATE_HOME/envlayer/kubernetes-snapshots when unset. Per-process setting.",
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -104,14 +104,21 @@ def options(fake_apiserver: FakeApiServer) -> Callable[..., Any]:
 
 @pytest.fixture
 def make_env(profile: str, options: Callable[..., Any]) -> Iterator[Callable[..., Any]]:
-    """``make_env(task=None, prof=None, **options)``; every environment it made is deleted
-    at the end of the test."""
+    """``make_env(task=None, prof=None, from_snapshot=None, **options)``; every environment
+    it made is deleted at the end of the test."""
     from envlayer_kubernetes.backend import KubernetesEnvironment
 
     made: list[KubernetesEnvironment] = []
 
-    def make(task: str | None = None, prof: str | None = None, **kw: Any) -> KubernetesEnvironment:
-        env = KubernetesEnvironment(options(**kw), task_id=task or f"t-{uuid.uuid4().hex[:8]}", profile=prof or profile)
+    def make(
+        task: str | None = None, prof: str | None = None, from_snapshot: Any = None, **kw: Any
+    ) -> KubernetesEnvironment:
+        env = KubernetesEnvironment(
+            options(**kw),
+            task_id=task or f"t-{uuid.uuid4().hex[:8]}",
+            profile=prof or profile,
+            from_snapshot=from_snapshot,
+        )
         made.append(env)
         return env
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -177,6 +178,9 @@ class Pod:
     exit_code: int | None = None
     deleting: float | None = None
     resource_version: int = 1
+    aged: float = 0.0
+    """Seconds the tests moved this pod's clock forward (``POST /_fake/pods/{ns}/{name}/age``)."""
+    clock_moved: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def name(self) -> str:
@@ -462,7 +466,13 @@ class FakeCluster:
         return pod.deleting is None
 
     async def enforce_deadline(self, pod: Pod, seconds: float) -> None:
-        await asyncio.sleep(max(pod.created + seconds - time.time(), 0))
+        """End the pod once ``activeDeadlineSeconds`` passed since its ``startTime``, as the
+        kubelet's ``pastActiveDeadline`` (pkg/kubelet/active_deadline.go) counts it, on the
+        pod's clock: real time plus what a test added (:meth:`age_pod`)."""
+        while (remaining := pod.created + seconds - (time.time() + pod.aged)) > 0:
+            pod.clock_moved.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(pod.clock_moved.wait(), remaining)
         if self.pods.get((pod.namespace, pod.name)) is not pod or pod.phase != "Running":
             return
         pod.phase, pod.reason = "Failed", "DeadlineExceeded"
@@ -664,6 +674,18 @@ class FakeCluster:
             attached.close()
         return ws
 
+    async def age_pod(self, request: web.Request) -> web.Response:
+        """Test control: move pod ``name``'s clock ``{"seconds": N}`` forward, as if it had
+        been running N seconds longer: an ``activeDeadlineSeconds`` it passes ends it now,
+        so a test controls when the deadline comes, whatever the machine's load. 404 for a
+        missing pod."""
+        pod = self.pods.get((request.match_info["ns"], request.match_info["name"]))
+        if pod is None:
+            return error(404, "NotFound", f'pods "{request.match_info["name"]}" not found')
+        pod.aged += float((await request.json())["seconds"])
+        pod.clock_moved.set()
+        return web.json_response({"aged": pod.aged})
+
     async def blackhole(self, request: web.Request) -> web.Response:
         """Test control: every exec websocket open now goes silent both ways, as a
         connection that a load balancer or NAT forgot: TCP stays open, nothing is
@@ -845,6 +867,7 @@ def build_app(cluster: FakeCluster) -> web.Application:
         ("POST", CONTROL_PREFIX + "faults", cluster.set_faults),
         ("POST", CONTROL_PREFIX + "namespaces/{ns}", cluster.set_namespace),
         ("POST", CONTROL_PREFIX + "blackhole", cluster.blackhole),
+        ("POST", CONTROL_PREFIX + "pods/{ns}/{name}/age", cluster.age_pod),
     ]
 
     @web.middleware

@@ -83,6 +83,11 @@ class FakeApiServer:
         nobody closed); new ones work."""
         self._control("blackhole", {})
 
+    def age_pod(self, pod: str, seconds: float, namespace: str = NAMESPACE) -> None:
+        """Move ``pod``'s clock ``seconds`` forward: an ``activeDeadlineSeconds`` that then
+        has passed ends the pod now (the test, not the machine's speed, decides when)."""
+        self._control(f"pods/{namespace}/{pod}/age", {"seconds": seconds})
+
     def _control(self, route: str, body: dict[str, Any]) -> None:
         import urllib.request
 

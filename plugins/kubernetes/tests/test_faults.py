@@ -15,6 +15,9 @@ import pytest
 from envlayer.errors import BackendUnavailable
 
 NAMESPACE = "envlayer-test"
+PONG_WITHIN = 5.0
+"""Seconds a keepalive pong may take in the dropped-connection tests: short enough that a
+drop is found long before the command's timeout, long enough for a loaded machine's pong."""
 
 
 @pytest.fixture
@@ -349,7 +352,8 @@ def test_an_idle_session_connection_dropped_silently_restarts_the_shell(
     from envlayer_kubernetes import channel
 
     monkeypatch.setattr(channel, "PROBE_IDLE", 0.0)  # probe at every call, not only after 15 s idle
-    env = make_env(api_timeout=2)
+    monkeypatch.setattr(channel, "ANSWER_WITHIN", PONG_WITHIN)
+    env = make_env()  # the default api_timeout (30 s) bounds the handshakes, generous under load
     assert env.exec("export KEPT=1; echo first").stdout == b"first\n"
     fake_apiserver.blackhole_open_execs()
     result = env.exec("echo second ${KEPT:-reset}", timeout=20)
@@ -366,7 +370,8 @@ def test_a_session_connection_dropped_mid_command_is_detected_by_its_pings(
     from envlayer_kubernetes import channel
 
     monkeypatch.setattr(channel, "PING_EVERY", 0.5)
-    env = make_env(api_timeout=2)
+    monkeypatch.setattr(channel, "ANSWER_WITHIN", PONG_WITHIN)
+    env = make_env()  # the default api_timeout (30 s) bounds the handshakes, generous under load
     assert env.exec("true").ok
     dropped: list[bool] = []
 
@@ -376,5 +381,6 @@ def test_a_session_connection_dropped_mid_command_is_detected_by_its_pings(
             fake_apiserver.blackhole_open_execs()
 
     with pytest.raises(BackendUnavailable, match="broke while the command ran"):
-        env.exec("echo started; sleep 40; echo late", timeout=30, on_output=drop_once_started)
+        env.exec("echo started; sleep 300; echo late", timeout=120, on_output=drop_once_started)
+    assert dropped, "the stream broke before the drop: nothing was proved"
     assert env.exec("echo again").stdout == b"again\n"

@@ -24,6 +24,9 @@ def _task() -> str:
 
 
 NAMESPACE = "envlayer-test"
+DEADLINE = 3600
+"""activeDeadlineSeconds of the tests' pods that must end: never reached in real time, it
+passes when the test moves the pod's clock (``age_pod``), whatever the machine's load."""
 """The namespace of the test kubeconfig's current context (see conftest)."""
 
 
@@ -212,12 +215,13 @@ def test_reaper_is_scoped_to_profile_and_namespace(fake_apiserver: Any, make_env
     from envlayer_kubernetes.backend import KubernetesEnvironment
 
     mine, other = f"reap-{uuid.uuid4().hex[:6]}", f"reap-other-{uuid.uuid4().hex[:6]}"
-    ended = make_env("ended", mine, active_deadline=2)
+    ended = make_env("ended", mine, active_deadline=DEADLINE)
     running = make_env("running", mine)
-    other_profile = make_env("ended", other, active_deadline=2)
-    other_ns = make_env("ended", mine, active_deadline=2, namespace=NAMESPACE + "-other")
+    other_profile = make_env("ended", other, active_deadline=DEADLINE)
+    other_ns = make_env("ended", mine, active_deadline=DEADLINE, namespace=NAMESPACE + "-other")
     core = _core(fake_apiserver)
     for env, ns in ((ended, NAMESPACE), (other_profile, NAMESPACE), (other_ns, NAMESPACE + "-other")):
+        fake_apiserver.age_pod(env.pod_name, DEADLINE, ns)
         _wait_phase(core, env.pod_name, "Failed", ns)
     opts = ended.options
     dry = KubernetesEnvironment.reap_orphans(profile=mine, max_age=0, dry_run=True, options=opts)
@@ -291,9 +295,11 @@ def test_active_deadline_ends_the_pod_and_the_next_environment_replaces_it(
     fake_apiserver: Any, make_env: Callable[..., Any]
 ) -> None:
     task = _task()
-    first = make_env(task, active_deadline=2)
+    first = make_env(task, active_deadline=DEADLINE)
+    assert first.exec("echo old").stdout == b"old\n"
+    fake_apiserver.age_pod(first.pod_name, DEADLINE)
     _wait_phase(_core(fake_apiserver), first.pod_name, "Failed")
-    second = make_env(task, active_deadline=2)
+    second = make_env(task, active_deadline=DEADLINE)
     assert second._pod.uid != first._pod.uid and second._pod.created
     assert second.exec("echo new").stdout == b"new\n"
 
