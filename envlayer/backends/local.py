@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import selectors
+import shutil
 import subprocess
 import tempfile
 import threading
@@ -27,6 +28,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from envlayer.backends import local_snapshots
 from envlayer.agent_env import CREDENTIAL_PATTERNS, inherited_environment, with_command_defaults
 from envlayer.backends.local_session import LocalSession, moved_notice, nearest_existing
 from envlayer.cancel import killer_for
@@ -45,6 +47,7 @@ from envlayer.request import ExecRequest, file_payload
 from envlayer.result import ExecResult
 from envlayer.sandbox_base import SandboxEnvironment
 from envlayer.sandbox_options import SandboxOptions
+from envlayer.snapshot import Snapshot
 
 _READ_CHUNK = 65536
 _DRAIN_GRACE = 0.1
@@ -72,6 +75,11 @@ class LocalOptions(SandboxOptions):
         doc="Names of variables inherited even when `env_blocklist` matches them (explicit opt-in).",
         factory=list,
     )
+    snapshot_dir: str = option(
+        "",
+        doc="Where snapshots (copies of `cwd`) and the working copies of forks are kept; "
+        "empty: `${XDG_STATE_HOME:-~/.local/state}/envlayer/snapshots` (see docs/snapshots.md).",
+    )
 
 
 class LocalEnvironment(SandboxEnvironment):
@@ -79,14 +87,26 @@ class LocalEnvironment(SandboxEnvironment):
 
     name = "local"
     Options = LocalOptions
-    capabilities = frozenset({Capability.STREAMING, Capability.PERSISTENT_SESSION})
+    capabilities = frozenset({Capability.STREAMING, Capability.PERSISTENT_SESSION, Capability.SNAPSHOT})
     options: LocalOptions
 
     def __init__(
-        self, options: BaseOptions | None = None, *, task_id: str = "default", profile: str = "default"
+        self,
+        options: BaseOptions | None = None,
+        *,
+        task_id: str = "default",
+        profile: str = "default",
+        from_snapshot: Snapshot | None = None,
     ) -> None:
-        super().__init__(options, task_id=task_id, profile=profile)
-        self.cwd = os.path.abspath(os.path.expanduser(self.options.cwd or os.getcwd()))
+        """``from_snapshot``: run in a private copy of that snapshot's files (deleted by
+        :meth:`cleanup`) instead of ``cwd``; see :mod:`envlayer.backends.local_snapshots`."""
+        super().__init__(options, task_id=task_id, profile=profile, from_snapshot=from_snapshot)
+        self.fork_directory: str | None = None
+        if from_snapshot is None:
+            self.cwd = os.path.abspath(os.path.expanduser(self.options.cwd or os.getcwd()))
+        else:
+            store = local_snapshots.store_path(self.options.snapshot_dir)
+            self.cwd = self.fork_directory = local_snapshots.make_fork_directory(store, from_snapshot, task_id)
         self._cwd_existed = os.path.isdir(self.cwd)
         """Whether :attr:`cwd` was ever seen to exist: only then does its loss fall back."""
         self._session: LocalSession | None = None
@@ -294,10 +314,30 @@ class LocalEnvironment(SandboxEnvironment):
 
     def cleanup(self) -> None:
         """Close the handle and end the session shell (background jobs it started keep
-        running). Idempotent."""
+        running); a fork's working copy is deleted. Idempotent."""
         self._closed = True
         if self._session is not None:
             self._session.close()
+        if self.fork_directory is not None:
+            shutil.rmtree(self.fork_directory, ignore_errors=True)
+
+    # --- snapshots (envlayer.backends.local_snapshots) -----------------------------------
+
+    def create_snapshot(self, *, name: str | None = None) -> Snapshot:
+        """A copy of the working directory (the session's current one is not followed:
+        ``cwd``, or the fork's copy) as a snapshot named ``name``."""
+        store = local_snapshots.store_path(self.options.snapshot_dir)
+        return local_snapshots.create(store, self.cwd, profile=self.profile, task=self.task_id, name=name)
+
+    @classmethod
+    def list_snapshots(cls, *, profile: str | None, options: LocalOptions) -> list[Snapshot]:
+        """The snapshots of ``profile`` (None: all) in the store, newest first."""
+        return local_snapshots.list_all(local_snapshots.store_path(options.snapshot_dir), profile=profile)
+
+    @classmethod
+    def remove_snapshot(cls, snapshot_id: str, *, options: LocalOptions) -> list[Snapshot]:
+        """Delete snapshot ``snapshot_id`` (forks keep their copies); what was removed."""
+        return local_snapshots.remove(local_snapshots.store_path(options.snapshot_dir), snapshot_id)
 
 
 @contextmanager
