@@ -411,7 +411,9 @@ class EnvironmentManager:
         if closed:
             for env in envs:
                 self._safe_cleanup(env, "forked while the manager closed")
-            raise ManagerClosed("the environment manager was closed during fork", hint="create a new EnvironmentManager")
+            raise ManagerClosed(
+                "the environment manager was closed during fork", hint="create a new EnvironmentManager"
+            )
         return handles
 
     def _reserve_fork_keys(self, source: EnvKey, tasks: list[str]) -> list[EnvKey]:

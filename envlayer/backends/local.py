@@ -47,7 +47,7 @@ from envlayer.request import ExecRequest, file_payload
 from envlayer.result import ExecResult
 from envlayer.sandbox_base import SandboxEnvironment
 from envlayer.sandbox_options import SandboxOptions
-from envlayer.snapshot import Snapshot
+from envlayer.snapshot import Snapshot, SnapshotRetentionOptions, apply_retention
 
 _READ_CHUNK = 65536
 _DRAIN_GRACE = 0.1
@@ -56,7 +56,7 @@ still holds open before returning (so ``cmd &`` never hangs the call)."""
 
 
 @dataclass(kw_only=True)
-class LocalOptions(SandboxOptions):
+class LocalOptions(SandboxOptions, SnapshotRetentionOptions):
     """Options of the local backend."""
 
     shell: str = option("/bin/sh", doc="Shell that runs string commands as `shell -c COMMAND`.")
@@ -325,9 +325,14 @@ class LocalEnvironment(SandboxEnvironment):
 
     def create_snapshot(self, *, name: str | None = None) -> Snapshot:
         """A copy of the working directory (the session's current one is not followed:
-        ``cwd``, or the fork's copy) as a snapshot named ``name``."""
+        ``cwd``, or the fork's copy) as a snapshot named ``name``; then the profile's
+        snapshots beyond the retention options (``snapshot_keep``, ``snapshot_max_age``)
+        are removed."""
         store = local_snapshots.store_path(self.options.snapshot_dir)
-        return local_snapshots.create(store, self.cwd, profile=self.profile, task=self.task_id, name=name)
+        snap = local_snapshots.create(store, self.cwd, profile=self.profile, task=self.task_id, name=name)
+        kept = local_snapshots.list_all(store, profile=self.profile)
+        apply_retention(kept, self.options, lambda ident: local_snapshots.remove(store, ident), spare=snap.id)
+        return snap
 
     @classmethod
     def list_snapshots(cls, *, profile: str | None, options: LocalOptions) -> list[Snapshot]:

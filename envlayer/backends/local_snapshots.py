@@ -86,7 +86,7 @@ def create(store: str, cwd: str, *, profile: str, task: str, name: str | None) -
         raise InvalidArgument("cwd", f"working directory {cwd} does not exist", hint="create it, or set cwd")
     label = name or task
     ident = f"{slug(label, 40)}-{secrets.token_hex(4)}"
-    created = datetime.now().astimezone().isoformat(timespec="seconds")
+    created = datetime.now().astimezone().isoformat(timespec="microseconds")
     snap = Snapshot("local", ident, label, profile, task, created, owner_label() or "")
     home = os.path.join(store, ident)
     os.makedirs(home)
