@@ -225,8 +225,11 @@ def local_opener(root: str) -> Callable[[str], Any]:
 def sweep_docker_profile() -> None:
     """Remove whatever of the run's profile is still on the daemon (after a Ctrl-C)."""
     label = f"label=envlayer.profile={PROFILE}"
-    for listing, remove in ((["ps", "-aq"], ["rm", "-f"]), (["volume", "ls", "-q"], ["volume", "rm", "-f"]),
-                            (["images", "-aq"], ["rmi", "-f"])):
+    for listing, remove in (
+        (["ps", "-aq"], ["rm", "-f"]),
+        (["volume", "ls", "-q"], ["volume", "rm", "-f"]),
+        (["images", "-aq"], ["rmi", "-f"]),
+    ):
         found = subprocess.run(["docker", *listing, "--filter", label], capture_output=True, text=True).stdout.split()
         if found:
             subprocess.run(["docker", *remove, *sorted(set(found))], capture_output=True)

@@ -399,7 +399,7 @@ class EnvironmentManager:
             self._finish_pending(keys, exc)
             raise
         handles = []
-        for key, env in zip(keys, envs):
+        for key, env in zip(keys, envs, strict=True):
             entry = _Entry(key, env, time.monotonic())
             entry.handle = ManagedEnvironment(self, entry)
             handles.append(entry.handle)

@@ -101,7 +101,7 @@ def create_forks(make: Callable[[str], Environment], task_ids: Sequence[str]) ->
         for future in as_completed(futures):
             try:
                 made[futures[future]] = future.result()
-            except BaseException as exc:  # noqa: BLE001 - re-raised below, after the cleanup
+            except BaseException as exc:
                 error = error or exc
     if error is not None:
         for env in made.values():

@@ -28,8 +28,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from envlayer.backends import local_snapshots
 from envlayer.agent_env import CREDENTIAL_PATTERNS, inherited_environment, with_command_defaults
+from envlayer.backends import local_snapshots
 from envlayer.backends.local_session import LocalSession, moved_notice, nearest_existing
 from envlayer.cancel import killer_for
 from envlayer.capabilities import Capability

@@ -69,9 +69,7 @@ def copy_tree(source: str, target: str) -> None:
         shutil.copytree(source, target, symlinks=True)
         return
     os.makedirs(target)
-    done = subprocess.run(
-        ["cp", "-a", "--reflink=auto", "--", f"{source}/.", target], capture_output=True, check=False
-    )
+    done = subprocess.run(["cp", "-a", "--reflink=auto", "--", f"{source}/.", target], capture_output=True, check=False)
     if done.returncode != 0:
         shutil.rmtree(target, ignore_errors=True)
         raise BackendUnavailable(

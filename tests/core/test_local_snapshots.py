@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator, Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -106,10 +106,9 @@ def test_negative_retention_is_refused(key: str, value: float) -> None:
 
 
 def test_expired_counts_and_ages_without_a_clock() -> None:
-    now = datetime(2026, 1, 10, tzinfo=timezone.utc)
+    now = datetime(2026, 1, 10, tzinfo=UTC)
     days = (1, 5, 9)
-    snaps = [Snapshot("local", f"s{d}", "s", "p", "t", datetime(2026, 1, d, tzinfo=timezone.utc).isoformat())
-             for d in days]
+    snaps = [Snapshot("local", f"s{d}", "s", "p", "t", datetime(2026, 1, d, tzinfo=UTC).isoformat()) for d in days]
     # an unreadable creation time sorts oldest: counted out first, never aged out
     snaps.append(Snapshot("local", "unknown", "s", "p", "t", ""))
     by_count = expired(snaps, LocalOptions(snapshot_keep=2, snapshot_max_age=None), now=now)

@@ -417,7 +417,6 @@ class DockerEnvironment(SandboxEnvironment):
         retention options (:func:`envlayer_docker.snapshots.expire`). Returns what was (or
         would be) removed."""
         from envlayer_docker import reaper
-
         from envlayer_docker.snapshots import expire, prune_unused
 
         api, opts = cls._class_api(options)
