@@ -163,6 +163,7 @@ def remove_all(made: list[Any]) -> None:
             print(f"  cleanup of {env.task_id} failed: {exc}", file=sys.stderr)
     for env in made:
         lifecycle.wait_for_cleanup(env, 120)
+        shutil.rmtree(getattr(env, "bench_directory", ""), ignore_errors=True)  # a local working directory
     made.clear()
 
 
@@ -217,7 +218,9 @@ def local_opener(root: str) -> Callable[[str], Any]:
         work = os.path.join(root, "work", task)
         os.makedirs(work)
         options = LocalOptions(cwd=work, snapshot_dir=os.path.join(root, "store"), timeout=1800)
-        return LocalEnvironment(options, task_id=task, profile=PROFILE)
+        env = LocalEnvironment(options, task_id=task, profile=PROFILE)
+        env.bench_directory = work  # type: ignore[attr-defined]
+        return env
 
     return make
 
