@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal  # noqa: F401 - pdoc evaluates the inherited options annotations (Literal) here
 
 from envlayer.environment import SandboxInfo
 from envlayer.errors import InvalidArgument
