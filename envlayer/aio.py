@@ -28,9 +28,9 @@ import contextlib
 import contextvars
 import functools
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from envlayer.execution.cancel import CancelToken, takes_cancel
 from envlayer.environment import DEFAULT_TASK, Command, Environment
@@ -39,6 +39,9 @@ from envlayer.agents.manager import EnvironmentManager, EnvKey
 from envlayer.result import ExecResult
 from envlayer.agents.tools import ToolRegistry
 from envlayer.agents.tools.definitions import ToolDefinition
+
+if TYPE_CHECKING:
+    from envlayer.snapshot import Snapshot
 
 T = TypeVar("T")
 
@@ -151,6 +154,14 @@ class AsyncEnvironmentManager:
         """:meth:`EnvironmentManager.key_for`."""
         return self.manager.key_for(task_id)
 
+    async def fork(
+        self, task_id: str, new_task_ids: Sequence[str], *, snapshot: Snapshot | None = None
+    ) -> list[AsyncEnvironment]:
+        """:meth:`EnvironmentManager.fork` in a worker thread (it creates the forks
+        concurrently on threads of its own)."""
+        envs = await _in_thread(self.executor, self.manager.fork, task_id, new_task_ids, snapshot=snapshot)
+        return [AsyncEnvironment(env, self.executor) for env in envs]
+
     async def release(self, task_id: str = DEFAULT_TASK, *, force_remove: bool = False) -> CleanupOutcome | None:
         """:meth:`EnvironmentManager.release` in a worker thread."""
         return await _in_thread(self.executor, self.manager.release, task_id, force_remove=force_remove)
@@ -191,6 +202,12 @@ class AsyncToolRegistry:
 
     def anthropic_tools(self) -> list[dict[str, Any]]:
         return self.tools.anthropic_tools()
+
+    async def fork(
+        self, task_id: str, new_task_ids: Sequence[str], *, snapshot: Snapshot | None = None
+    ) -> dict[str, Any]:
+        """:meth:`ToolRegistry.fork` in a worker thread (never raises for a bad call)."""
+        return await _in_thread(self.manager.executor, self.tools.fork, task_id, new_task_ids, snapshot=snapshot)
 
     async def run_tool(
         self, name: str, arguments: Mapping[str, Any] | str | None, task_id: str = DEFAULT_TASK

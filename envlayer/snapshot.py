@@ -10,17 +10,22 @@ with a fresh shell.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from datetime import datetime
+from typing import TYPE_CHECKING, Literal  # noqa: F401 - pdoc evaluates the inherited options annotations (Literal) here
 
 from envlayer.environment import SandboxInfo
 from envlayer.errors import InvalidArgument
+from envlayer.options import BaseOptions, OptionError, option
 
 if TYPE_CHECKING:
     from envlayer.environment import Environment
+
+log = logging.getLogger("envlayer.snapshot")
 
 MAX_FORKS = 64
 """Most environments one :func:`create_forks` call makes."""
@@ -96,10 +101,83 @@ def create_forks(
         for future in as_completed(futures):
             try:
                 made[futures[future]] = future.result()
-            except BaseException as exc:  # noqa: BLE001 - re-raised below, after the cleanup
+            except BaseException as exc:
                 error = error or exc
     if error is not None:
         for env in made.values():
             discard(env)
         raise error
     return [made[task] for task in task_ids]
+
+
+# --- retention ---------------------------------------------------------------------------
+
+DEFAULT_SNAPSHOT_MAX_AGE = 14 * 86400.0
+"""Snapshots older than this (seconds) are removed, unless ``snapshot_max_age`` says otherwise."""
+
+
+@dataclass(kw_only=True)
+class SnapshotRetentionOptions(BaseOptions):
+    """The retention options of a backend with ``snapshot`` (a mixin of its options class).
+
+    Applied to the snapshots of one profile on the backend, when a snapshot is taken and
+    (on backends with a reaper) by ``reap_orphans``: :func:`apply_retention`."""
+
+    snapshot_keep: int | None = option(
+        None,
+        doc="Keep at most this many snapshots per profile: taking a snapshot (and the reaper) removes the oldest "
+        "beyond it. Unset or 0: no limit. Forks made from a removed snapshot keep working.",
+    )
+    snapshot_max_age: float | None = option(
+        DEFAULT_SNAPSHOT_MAX_AGE,
+        doc="Remove the profile's snapshots older than this many seconds, when a snapshot is taken and by the "
+        "reaper. Default 14 days; 0 or unset: no age limit.",
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for key in ("snapshot_keep", "snapshot_max_age"):
+            value = getattr(self, key)
+            if value is not None and value < 0:
+                raise OptionError(key, "must be >= 0 (0 or unset: no limit)")
+            if value == 0:
+                setattr(self, key, None)
+
+
+def expired(snapshots: Sequence[Snapshot], options: BaseOptions, *, now: datetime) -> list[Snapshot]:
+    """The snapshots (of one profile) that ``options``' retention removes: beyond the
+    ``snapshot_keep`` newest, or created more than ``snapshot_max_age`` seconds before
+    ``now`` (an aware time). A snapshot whose creation time cannot be read is only
+    counted. Options without the retention fields remove nothing. Pure."""
+    keep = getattr(options, "snapshot_keep", None)
+    max_age = getattr(options, "snapshot_max_age", None)
+    newest_first = sorted(snapshots, key=lambda s: s.created, reverse=True)
+    out = newest_first[keep:] if keep else []
+    for snap in newest_first[: keep or len(newest_first)]:
+        try:
+            age = (now - datetime.fromisoformat(snap.created)).total_seconds()
+        except (ValueError, TypeError):
+            continue
+        if max_age is not None and age > max_age:
+            out.append(snap)
+    return out
+
+
+def apply_retention(
+    snapshots: Sequence[Snapshot],
+    options: BaseOptions,
+    remove: Callable[[str], object],
+    *,
+    dry_run: bool = False,
+    spare: str = "",
+) -> list[Snapshot]:
+    """Remove (``remove(snapshot_id)``, unless ``dry_run``) the :func:`expired` ones of
+    ``snapshots`` but ``spare`` (the snapshot just taken); what was (or would be)
+    removed. A failed removal is logged and skipped (another process may have removed it)."""
+    gone = [s for s in expired(snapshots, options, now=datetime.now().astimezone()) if s.id != spare]
+    for snap in [] if dry_run else gone:
+        try:
+            remove(snap.id)
+        except Exception:
+            log.warning("retention: could not remove snapshot %s", snap.id, exc_info=True)
+    return gone

@@ -44,10 +44,10 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envlayer.agents import exit_hook
 from envlayer.execution.cancel import CancelToken, takes_cancel
@@ -61,6 +61,9 @@ from envlayer.agents.orphan_sweeps import OrphanSweep, orphan_sweep, start_sweep
 from envlayer.discovery.plugin_calls import plugin_call, recording
 from envlayer.result import ExecResult
 from envlayer.agents.task_bindings import EnvKey, TaskBindingConflict, TaskBindings, TaskOverrides
+
+if TYPE_CHECKING:
+    from envlayer.snapshot import Snapshot
 
 __all__ = [
     "DEFAULT_EXIT_TIMEOUT",
@@ -364,6 +367,88 @@ class EnvironmentManager:
                 "the environment manager was closed during creation", hint="create a new EnvironmentManager"
             )
         return entry.handle
+
+    # --- fork (capability ``snapshot``) -------------------------------------------------
+
+    def fork(
+        self, task_id: str, new_task_ids: Sequence[str], *, snapshot: Snapshot | None = None
+    ) -> list[ManagedEnvironment]:
+        """New environments for ``new_task_ids``, each started from a snapshot of
+        ``task_id``'s environment (created first if it has none), or from ``snapshot``;
+        see :func:`envlayer.lifecycle.open_forks`. Each is then ``task``'s environment as
+        if ``get(task)`` had created it (same idle release, same ``release``); a new task
+        inherits the source task's registered overrides, so its key has the same backend
+        and options. Returns the handles in the order of ``new_task_ids``.
+
+        Raises:
+            InvalidArgument: bad task ids, or a backend without ``snapshot`` (nothing made).
+            TaskBindingConflict: a new task already has an environment, or is an alias or
+                has overrides of its own (``forget`` it first).
+            ManagerClosed: after :meth:`close`.
+        """
+        from envlayer.dispatch import open_forks
+        from envlayer.snapshot import check_fork_tasks
+
+        tasks = check_fork_tasks(new_task_ids, task_id)
+        source = self.get(task_id)
+        keys = self._reserve_fork_keys(source.key, tasks)
+        try:
+            with self._activity(source._entry, "fork"):
+                envs = open_forks(source.environment, tasks, snapshot=snapshot)
+        except BaseException as exc:
+            self._finish_pending(keys, exc)
+            raise
+        handles = []
+        for key, env in zip(keys, envs, strict=True):
+            entry = _Entry(key, env, time.monotonic())
+            entry.handle = ManagedEnvironment(self, entry)
+            handles.append(entry.handle)
+        with self._lock:
+            closed = self._closed
+            if not closed:
+                self._entries.update((h.key, h._entry) for h in handles)
+        self._finish_pending(keys, None)
+        if closed:
+            for env in envs:
+                self._safe_cleanup(env, "forked while the manager closed")
+            raise ManagerClosed(
+                "the environment manager was closed during fork", hint="create a new EnvironmentManager"
+            )
+        return handles
+
+    def _reserve_fork_keys(self, source: EnvKey, tasks: list[str]) -> list[EnvKey]:
+        """The keys of the forks of ``source`` into ``tasks``, marked pending (a ``get``
+        of one waits for the fork); the source's overrides registered for each task."""
+        with self._lock:
+            if self._closed:
+                raise ManagerClosed("the environment manager is closed", hint="create a new EnvironmentManager")
+            overrides = self._bindings.resolve(source.task)[1]
+            for task in tasks:
+                key = self._bindings.resolve(task)[0]
+                if key.task != task or key.overrides or self._is_live_locked(key):
+                    raise TaskBindingConflict(
+                        f"cannot fork into task {task!r}: it already has an environment, an alias or overrides",
+                        hint="fork into new task ids, or release(task) and forget(task) first",
+                    )
+            keys = []
+            for task in tasks:
+                if overrides is not None:
+                    self._bindings.register_overrides(task, overrides, self._is_live_locked)
+                keys.append(self._bindings.resolve(task)[0])
+                self._pending[keys[-1]] = _Pending()
+            return keys
+
+    def _finish_pending(self, keys: list[EnvKey], error: BaseException | None) -> None:
+        """End the pending creations of ``keys``, with ``error`` for their waiters."""
+        with self._lock:
+            pendings = [self._pending.pop(key) for key in keys]
+            if error is not None:
+                for key in keys:
+                    if key.overrides:
+                        self._bindings.forget(key.task)
+        for pending in pendings:
+            pending.error = error
+            pending.done.set()
 
     def release(
         self, task_id: str = DEFAULT_TASK, *, force_remove: bool = False, purge: bool = False

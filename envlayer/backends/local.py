@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import selectors
+import shutil
 import subprocess
 import tempfile
 import threading
@@ -28,6 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from envlayer.sandbox.command_env import CREDENTIAL_PATTERNS, inherited_environment, with_command_defaults
+from envlayer.backends import local_snapshots
 from envlayer.backends.local_session import LocalSession, moved_notice, nearest_existing
 from envlayer.execution.cancel import killer_for
 from envlayer.capabilities import Capability
@@ -45,6 +47,7 @@ from envlayer.request import ExecRequest, file_payload
 from envlayer.result import ExecResult
 from envlayer.sandbox.base import SandboxEnvironment
 from envlayer.sandbox.options import SandboxOptions
+from envlayer.snapshot import Snapshot, SnapshotRetentionOptions, apply_retention
 
 _READ_CHUNK = 65536
 _DRAIN_GRACE = 0.1
@@ -53,7 +56,7 @@ still holds open before returning (so ``cmd &`` never hangs the call)."""
 
 
 @dataclass(kw_only=True)
-class LocalOptions(SandboxOptions):
+class LocalOptions(SandboxOptions, SnapshotRetentionOptions):
     """Options of the local backend."""
 
     shell: str = option("/bin/sh", doc="Shell that runs string commands as `shell -c COMMAND`.")
@@ -72,6 +75,11 @@ class LocalOptions(SandboxOptions):
         doc="Names of variables inherited even when `env_blocklist` matches them (explicit opt-in).",
         factory=list,
     )
+    snapshot_dir: str = option(
+        "",
+        doc="Where snapshots (copies of `cwd`) and the working copies of forks are kept; "
+        "empty: `${XDG_STATE_HOME:-~/.local/state}/envlayer/snapshots` (see docs/snapshots.md).",
+    )
 
 
 class LocalEnvironment(SandboxEnvironment):
@@ -79,15 +87,27 @@ class LocalEnvironment(SandboxEnvironment):
 
     name = "local"
     Options = LocalOptions
-    capabilities = frozenset({Capability.STREAMING, Capability.PERSISTENT_SESSION})
+    capabilities = frozenset({Capability.STREAMING, Capability.PERSISTENT_SESSION, Capability.SNAPSHOT})
     environment_variables = ()  # commands inherit the creating process's environment: it selects nothing
     options: LocalOptions
 
     def __init__(
-        self, options: BaseOptions | None = None, *, task_id: str = "default", profile: str = "default"
+        self,
+        options: BaseOptions | None = None,
+        *,
+        task_id: str = "default",
+        profile: str = "default",
+        from_snapshot: Snapshot | None = None,
     ) -> None:
-        super().__init__(options, task_id=task_id, profile=profile)
-        self.cwd = os.path.abspath(os.path.expanduser(self.options.cwd or os.getcwd()))
+        """``from_snapshot``: run in a private copy of that snapshot's files (deleted by
+        :meth:`cleanup`) instead of ``cwd``; see :mod:`envlayer.backends.local_snapshots`."""
+        super().__init__(options, task_id=task_id, profile=profile, from_snapshot=from_snapshot)
+        self.fork_directory: str | None = None
+        if from_snapshot is None:
+            self.cwd = os.path.abspath(os.path.expanduser(self.options.cwd or os.getcwd()))
+        else:
+            store = local_snapshots.store_path(self.options.snapshot_dir)
+            self.cwd = self.fork_directory = local_snapshots.make_fork_directory(store, from_snapshot, task_id)
         self._environ = dict(os.environ)
         """This process's environment when this environment was created: what commands inherit."""
         self._cwd_existed = os.path.isdir(self.cwd)
@@ -298,10 +318,35 @@ class LocalEnvironment(SandboxEnvironment):
 
     def cleanup(self) -> None:
         """Close the handle and end the session shell (background jobs it started keep
-        running). Idempotent."""
+        running); a fork's working copy is deleted. Idempotent."""
         self._closed = True
         if self._session is not None:
             self._session.close()
+        if self.fork_directory is not None:
+            shutil.rmtree(self.fork_directory, ignore_errors=True)
+
+    # --- snapshots (envlayer.backends.local_snapshots) -----------------------------------
+
+    def create_snapshot(self, *, name: str | None = None) -> Snapshot:
+        """A copy of the working directory (the session's current one is not followed:
+        ``cwd``, or the fork's copy) as a snapshot named ``name``; then the profile's
+        snapshots beyond the retention options (``snapshot_keep``, ``snapshot_max_age``)
+        are removed."""
+        store = local_snapshots.store_path(self.options.snapshot_dir)
+        snap = local_snapshots.create(store, self.cwd, profile=self.profile, task=self.task_id, name=name)
+        kept = local_snapshots.list_all(store, profile=self.profile)
+        apply_retention(kept, self.options, lambda ident: local_snapshots.remove(store, ident), spare=snap.id)
+        return snap
+
+    @classmethod
+    def list_snapshots(cls, *, profile: str | None, options: LocalOptions) -> list[Snapshot]:
+        """The snapshots of ``profile`` (None: all) in the store, newest first."""
+        return local_snapshots.list_all(local_snapshots.store_path(options.snapshot_dir), profile=profile)
+
+    @classmethod
+    def remove_snapshot(cls, snapshot_id: str, *, options: LocalOptions) -> list[Snapshot]:
+        """Delete snapshot ``snapshot_id`` (forks keep their copies); what was removed."""
+        return local_snapshots.remove(local_snapshots.store_path(options.snapshot_dir), snapshot_id)
 
 
 @contextmanager

@@ -90,6 +90,7 @@ def test_backends_json_lists_package_version_and_capabilities(workdir: Path) -> 
     data = {b["name"]: b for b in json.loads(run("backends", "--json", cwd=workdir).stdout)}
     assert data["local"]["distribution"] == "envlayer" and data["local"]["capabilities"] == [
         "persistent_session",
+        "snapshot",
         "streaming",
     ]
     assert data["toy"]["distribution"] == "envlayer-toy" and data["toy"]["declared"] is False

@@ -1,6 +1,7 @@
-"""The ``snapshot`` capability in the core: refusals on a backend without it (local),
-bad names and task ids, and a snapshot of another backend. Docker's snapshots and the
-conformance checks run in plugins/docker/tests/test_snapshots.py."""
+"""The ``snapshot`` capability in the core: refusals on a backend without it (a local
+backend with the capability taken away, as SSH has none), bad names and task ids, and a
+snapshot of another backend. Local snapshots run in test_local_snapshots.py, Docker's in
+plugins/docker/tests/test_snapshots.py."""
 
 from __future__ import annotations
 
@@ -16,14 +17,21 @@ from envlayer.snapshot import Snapshot, check_fork_tasks, check_snapshot_name
 SNAP = Snapshot("docker", "envlayer-snapshot:x-1", "x", "default", "t", "2026-01-01T00:00:00+00:00")
 
 
-def test_local_has_no_snapshot_and_says_which_backends_have_it() -> None:
-    env = LocalEnvironment()
+class PlainEnvironment(LocalEnvironment):
+    """A backend without ``snapshot``."""
+
+    name = "plain"
+    capabilities = LocalEnvironment.capabilities - {Capability.SNAPSHOT}
+
+
+def test_a_backend_without_snapshot_says_which_backends_have_it() -> None:
+    env = PlainEnvironment()
     try:
         assert not supports(env, Capability.SNAPSHOT)
-        with pytest.raises(InvalidArgument, match="backend 'local' has no snapshot: it cannot take a snapshot") as e:
+        with pytest.raises(InvalidArgument, match="backend 'plain' has no snapshot: it cannot take a snapshot") as e:
             env.snapshot()
         having = lifecycle.backends_with(Capability.SNAPSHOT)
-        assert "docker" in having and "local" not in having
+        assert "docker" in having and "local" in having and "ssh" not in having
         assert ", ".join(having) in e.value.hint
         with pytest.raises(InvalidArgument, match="has no snapshot: it cannot fork"):
             env.fork(["a"], snapshot=SNAP)
@@ -31,8 +39,13 @@ def test_local_has_no_snapshot_and_says_which_backends_have_it() -> None:
         env.cleanup()
 
 
-def test_open_environment_from_a_snapshot_on_local_is_refused() -> None:
+def test_starting_from_a_snapshot_without_the_capability_is_refused() -> None:
     with pytest.raises(InvalidArgument, match="it cannot start from a snapshot"):
+        PlainEnvironment(task_id="t2", from_snapshot=SNAP)
+
+
+def test_local_refuses_a_docker_snapshot() -> None:
+    with pytest.raises(InvalidArgument, match="a local environment cannot start from a snapshot of 'docker'"):
         open_environment("local", task_id="t2", from_snapshot=SNAP)
 
 

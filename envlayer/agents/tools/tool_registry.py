@@ -34,10 +34,10 @@ import functools
 import json
 import logging
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envlayer.execution.cancel import CancelToken, takes_cancel
 from envlayer.capabilities import Capability, supports
@@ -64,6 +64,9 @@ from envlayer.agents.tools.definitions import ToolDefinition
 from envlayer.agents.tools.merged import MergedOutput
 from envlayer.agents.tools.schema import ToolArgumentError, validate
 from envlayer.agents.tools.truncate import truncate_middle
+
+if TYPE_CHECKING:
+    from envlayer.snapshot import Snapshot
 
 log = logging.getLogger("envlayer.tools")
 
@@ -190,41 +193,30 @@ class ToolRegistry:
         if tool is None:
             return error("unknown_tool", f"there is no tool named {name!r}", "use one of: " + ", ".join(self._tools))
         definition, handler = tool
-        try:
+
+        def call() -> Result:
             args = validate(_parse(arguments), definition.parameters)
             if handler == self._terminal and cancel is not None:
                 return self._call(functools.partial(self._terminal, cancel=cancel), args, task_id)
             return self._call(handler, args, task_id)
-        except ToolArgumentError as exc:
-            return error("bad_arguments", exc.message, f"call {name} with arguments matching its JSON schema")
-        except jobs.JobError as exc:
-            return error("job_error", exc.message, "check the job_id returned by terminal(background=true)")
-        except InvalidArgument as exc:
-            return error("bad_arguments", exc.message, exc.hint or f"fix the {exc.argument} argument")
-        except SandboxPathError as exc:
-            return error("path_outside_sandbox", exc.message, exc.hint)
-        except SandboxFileNotFound as exc:
-            return error("file_not_found", exc.message, "check the path, e.g. with terminal `ls`")
-        except SandboxIsADirectory as exc:
-            return error("is_a_directory", exc.message, "name a file; list the directory with terminal `ls`")
-        except FileTooLarge as exc:
-            return error("file_too_large", exc.message, "read parts of it with terminal, e.g. `head -n 100 FILE`")
-        except BackendUnavailable as exc:
-            return error(
-                "backend_unavailable",
-                exc.message,
-                "retry: the sandbox was unreachable; the environment was reset and the next call rebuilds it"
-                + (f" ({exc.hint})" if exc.hint else ""),
-            )
-        except EnvironmentClosed as exc:
-            return error("environment_closed", exc.message, "retry: the next call uses a fresh environment")
-        except (ConfigError, BackendNotFound, BackendLoadError, BackendConflict) as exc:
-            return error("configuration", exc.message, exc.hint)
-        except EnvlayerError as exc:
-            return error("envlayer_error", exc.message, exc.hint)
-        except Exception as exc:
-            log.exception("tool %s failed for task %r", name, task_id)
-            return error("internal_error", f"{type(exc).__name__}: {exc}", "retry once; if it fails again, report it")
+
+        hint = f"call {name} with arguments matching its JSON schema"
+        return _as_result(call, f"tool {name}", task_id, bad_arguments=hint)
+
+    def fork(self, task_id: str, new_task_ids: Sequence[str], *, snapshot: Snapshot | None = None) -> Result:
+        """Fork ``task_id``'s environment into ``new_task_ids`` through
+        :meth:`EnvironmentManager.fork`: each new task then has its own sandbox, started
+        from the source's files (no running processes, so no background jobs), for
+        :meth:`run_tool` calls with that task id. Returns ``{"tasks": [...]}``, or an
+        error result like :meth:`run_tool` (never raises for a bad call): a backend
+        without ``snapshot`` or a bad task id is ``bad_arguments``, a new task id that
+        already has an environment ``envlayer_error``."""
+
+        def call() -> Result:
+            handles = self.manager.fork(task_id, new_task_ids, snapshot=snapshot)
+            return {"tasks": [h.task_id for h in handles]}
+
+        return _as_result(call, "fork", task_id, bad_arguments="pass new, distinct task ids")
 
     def _call(self, handler: Handler, args: dict[str, Any], task_id: str) -> Result:
         env = self.manager.get(task_id)
@@ -426,3 +418,40 @@ def _parse(arguments: Mapping[str, Any] | str | None) -> Any:
         except json.JSONDecodeError as exc:
             raise ToolArgumentError(f"arguments are not valid JSON: {exc}") from None
     return arguments
+
+
+def _as_result(call: Callable[[], Result], what: str, task_id: str, *, bad_arguments: str) -> Result:
+    """``call()``, with every exception a tool call can cause as an error result (see
+    the module docstring); ``bad_arguments`` is the hint of a schema mismatch."""
+    try:
+        return call()
+    except ToolArgumentError as exc:
+        return error("bad_arguments", exc.message, bad_arguments)
+    except jobs.JobError as exc:
+        return error("job_error", exc.message, "check the job_id returned by terminal(background=true)")
+    except InvalidArgument as exc:
+        return error("bad_arguments", exc.message, exc.hint or f"fix the {exc.argument} argument")
+    except SandboxPathError as exc:
+        return error("path_outside_sandbox", exc.message, exc.hint)
+    except SandboxFileNotFound as exc:
+        return error("file_not_found", exc.message, "check the path, e.g. with terminal `ls`")
+    except SandboxIsADirectory as exc:
+        return error("is_a_directory", exc.message, "name a file; list the directory with terminal `ls`")
+    except FileTooLarge as exc:
+        return error("file_too_large", exc.message, "read parts of it with terminal, e.g. `head -n 100 FILE`")
+    except BackendUnavailable as exc:
+        return error(
+            "backend_unavailable",
+            exc.message,
+            "retry: the sandbox was unreachable; the environment was reset and the next call rebuilds it"
+            + (f" ({exc.hint})" if exc.hint else ""),
+        )
+    except EnvironmentClosed as exc:
+        return error("environment_closed", exc.message, "retry: the next call uses a fresh environment")
+    except (ConfigError, BackendNotFound, BackendLoadError, BackendConflict) as exc:
+        return error("configuration", exc.message, exc.hint)
+    except EnvlayerError as exc:
+        return error("envlayer_error", exc.message, exc.hint)
+    except Exception as exc:
+        log.exception("%s failed for task %r", what, task_id)
+        return error("internal_error", f"{type(exc).__name__}: {exc}", "retry once; if it fails again, report it")

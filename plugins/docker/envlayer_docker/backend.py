@@ -414,13 +414,15 @@ class DockerEnvironment(SandboxEnvironment):
         running private containers whose owner process died, and (when
         ``idle_reclaim_after`` is set, as by default) idle running ones, and (when
         ``workspace_retention`` is set, as by default) the durable workspaces of tasks unused
-        that long; see :func:`envlayer_docker.reaper.sweep`. Returns what was (or would be) removed."""
+        that long; see :func:`envlayer_docker.reaper.sweep`; then the snapshots beyond the
+        retention options (:func:`envlayer_docker.snapshots.expire`). Returns what was (or
+        would be) removed."""
         from envlayer_docker import reaper
-
-        from envlayer_docker.snapshots import prune_unused
+        from envlayer_docker.snapshots import expire, prune_unused
 
         api, opts = cls._class_api(options)
         removed = reaper.sweep(api, opts, profile=profile, max_age=max_age, dry_run=dry_run)
+        removed += [s.info() for s in expire(api, opts, profile=profile, dry_run=dry_run)]
         if not dry_run:
             prune_unused(api)
         return removed

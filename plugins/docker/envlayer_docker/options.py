@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Literal
 
 from envlayer.options import OptionError, option
 from envlayer.sandbox.options import ContainerOptions
+from envlayer.snapshot import SnapshotRetentionOptions
 
 CAPABILITY_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
 VOLUME_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -63,7 +64,7 @@ capabilities, environment) are deliberately absent: use the dedicated options.""
 
 
 @dataclass(kw_only=True)
-class DockerOptions(ContainerOptions):
+class DockerOptions(ContainerOptions, SnapshotRetentionOptions):
     """Options of the Docker backend. ``cwd`` defaults to ``/workspace``."""
 
     where: ClassVar[str] = "container"

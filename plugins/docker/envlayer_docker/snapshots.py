@@ -14,7 +14,8 @@ A fork's container is created from that image (:func:`fork_spec`): the files are
 filesystem, and a new (empty) named workspace volume is filled from the image's copy by
 Docker on first mount. Removing a snapshot untags it; an image still used by a fork stays
 until its last fork is removed, then :func:`prune_unused` deletes it (fork teardown,
-``envlayer rm``, the reaper).
+``envlayer rm``, the reaper). Retention (:func:`expire`) runs after each snapshot is taken
+and in the reaper.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from typing import Any
 from envlayer.errors import BackendUnavailable, InvalidArgument
 from envlayer.sandbox.owner import owner_label
 from envlayer.sandbox.tags import slug
-from envlayer.snapshot import Snapshot
+from envlayer.snapshot import Snapshot, apply_retention
 from envlayer_docker import labels as L
 from envlayer_docker.container import KEEPALIVE, ContainerSpec
 from envlayer_docker.options import DockerOptions
@@ -100,7 +101,7 @@ def create(
             'snapshots of a task with workspace = "host" are not available yet',
             hint='use workspace = "volume" (the default) or "none" for tasks you snapshot',
         )
-    created = datetime.now().astimezone().isoformat(timespec="seconds")
+    created = datetime.now().astimezone().isoformat(timespec="microseconds")
     label = name or task
     tag = f"{slug(label, 40)}-{secrets.token_hex(4)}"
     labels = _labels(ref=f"{REPOSITORY}:{tag}", profile=profile, task=task, name=label, created=created)
@@ -114,7 +115,18 @@ def create(
         with contextlib.suppress(Exception):
             api.remove_image(image, force=True)
         raise
-    return from_image(api.inspect_image(f"{REPOSITORY}:{tag}"))
+    snapshot = from_image(api.inspect_image(f"{REPOSITORY}:{tag}"))
+    expire(api, options, profile=profile, spare=snapshot.id)
+    return snapshot
+
+
+def expire(api: Any, options: DockerOptions, *, profile: str, dry_run: bool = False, spare: str = "") -> list[Snapshot]:
+    """Remove ``profile``'s snapshots beyond the retention options (``snapshot_keep``,
+    ``snapshot_max_age``; see :func:`envlayer.snapshot.apply_retention`) but ``spare``;
+    what was (or, with ``dry_run``, would be) removed."""
+    return apply_retention(
+        list_all(api, profile=profile), options, lambda ident: remove(api, ident), dry_run=dry_run, spare=spare
+    )
 
 
 def _copy_data(

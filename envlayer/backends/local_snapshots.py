@@ -1,0 +1,136 @@
+"""Local snapshots: a copy of the working directory, and forks that each get their own copy.
+
+The local backend has no sandbox of its own: a task runs in the ``cwd`` directory. A
+snapshot is a copy of that directory (only it: the rest of the machine, running
+processes and the environment are not carried) in the snapshot store, ``snapshot_dir``
+(default ``${XDG_STATE_HOME:-~/.local/state}/envlayer/snapshots``)::
+
+    <store>/<id>/files/        the copy
+    <store>/<id>/snapshot.json the Snapshot's fields
+
+A fork gets a private copy of ``files`` in ``<store>/forks/<id>-<task>-<hex>/`` and runs
+there; its ``cleanup()`` deletes that copy (local keeps nothing after cleanup). Removing a
+snapshot deletes its directory; forks keep their own copies.
+
+Copies are made with GNU ``cp -a --reflink=auto`` where that ``cp`` is on PATH: a
+copy-on-write clone (FICLONE) on filesystems that have it (Btrfs, XFS with reflink,
+bcachefs, ZFS 2.2+), a full copy elsewhere (ext4); without GNU ``cp`` it is
+:func:`shutil.copytree` (a full copy, symlinks kept as links).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import subprocess
+from dataclasses import asdict
+from datetime import datetime
+
+from envlayer.errors import BackendUnavailable, InvalidArgument
+from envlayer.sandbox.owner import owner_label
+from envlayer.sandbox.tags import slug
+from envlayer.snapshot import Snapshot
+
+FILES = "files"
+META = "snapshot.json"
+FORKS = "forks"
+_GNU_CP: bool | None = None
+
+
+def default_store() -> str:
+    """``${XDG_STATE_HOME:-~/.local/state}/envlayer/snapshots``."""
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return os.path.join(base, "envlayer", "snapshots")
+
+
+def store_path(configured: str) -> str:
+    """The snapshot store: ``configured`` (``~`` expanded) or :func:`default_store`."""
+    return os.path.abspath(os.path.expanduser(configured)) if configured else default_store()
+
+
+def _gnu_cp() -> bool:
+    """Whether ``cp`` on PATH is GNU's (it has ``--reflink``); asked once."""
+    global _GNU_CP
+    if _GNU_CP is None:
+        try:
+            out = subprocess.run(["cp", "--version"], capture_output=True, check=False, timeout=10).stdout
+        except (OSError, subprocess.SubprocessError):
+            out = b""
+        _GNU_CP = b"GNU coreutils" in out
+    return _GNU_CP
+
+
+def copy_tree(source: str, target: str) -> None:
+    """Copy directory ``source`` to the new directory ``target`` (see the module
+    docstring for how). Raises :class:`BackendUnavailable` naming ``cp``'s error."""
+    if not _gnu_cp():
+        shutil.copytree(source, target, symlinks=True)
+        return
+    os.makedirs(target)
+    done = subprocess.run(["cp", "-a", "--reflink=auto", "--", f"{source}/.", target], capture_output=True, check=False)
+    if done.returncode != 0:
+        shutil.rmtree(target, ignore_errors=True)
+        raise BackendUnavailable(
+            f"copying {source} failed: {done.stderr.decode(errors='replace').strip()}",
+            hint="check the directory's permissions and the free space of the snapshot store",
+        )
+
+
+def create(store: str, cwd: str, *, profile: str, task: str, name: str | None) -> Snapshot:
+    """Copy ``cwd`` into a new snapshot in ``store``; removed again on failure."""
+    if not os.path.isdir(cwd):
+        raise InvalidArgument("cwd", f"working directory {cwd} does not exist", hint="create it, or set cwd")
+    label = name or task
+    ident = f"{slug(label, 40)}-{secrets.token_hex(4)}"
+    created = datetime.now().astimezone().isoformat(timespec="microseconds")
+    snap = Snapshot("local", ident, label, profile, task, created, owner_label() or "")
+    home = os.path.join(store, ident)
+    os.makedirs(home)
+    try:
+        copy_tree(cwd, os.path.join(home, FILES))
+        with open(os.path.join(home, META), "w", encoding="utf-8") as f:
+            json.dump(asdict(snap), f)
+    except BaseException:
+        shutil.rmtree(home, ignore_errors=True)
+        raise
+    return snap
+
+
+def list_all(store: str, *, profile: str | None) -> list[Snapshot]:
+    """The complete snapshots in ``store`` of ``profile`` (None: all), newest first."""
+    found = []
+    for entry in os.listdir(store) if os.path.isdir(store) else []:
+        try:
+            with open(os.path.join(store, entry, META), encoding="utf-8") as f:
+                snap = Snapshot(**json.load(f))
+        except (OSError, ValueError, TypeError):
+            continue  # the forks directory, or a snapshot still being written
+        if profile is None or snap.profile == profile:
+            found.append(snap)
+    return sorted(found, key=lambda s: s.created, reverse=True)
+
+
+def remove(store: str, snapshot_id: str) -> list[Snapshot]:
+    """Delete snapshot ``snapshot_id``; what was removed ([] when there is none)."""
+    match = [s for s in list_all(store, profile=None) if s.id == snapshot_id]
+    for snap in match:
+        shutil.rmtree(os.path.join(store, snap.id), ignore_errors=True)
+    return match
+
+
+def make_fork_directory(store: str, snapshot: Snapshot, task: str) -> str:
+    """A private copy of ``snapshot``'s files for a fork running as ``task``; its path.
+    Raises :class:`InvalidArgument` when the snapshot is not in ``store``."""
+    files = os.path.join(store, snapshot.id, FILES)
+    if not os.path.isfile(os.path.join(store, snapshot.id, META)):
+        raise InvalidArgument(
+            "from_snapshot",
+            f"no local snapshot {snapshot.id!r} in {store}",
+            hint="list them with `envlayer snapshots ls`; the store is the snapshot_dir option",
+        )
+    target = os.path.join(store, FORKS, f"{snapshot.id}-{slug(task, 40)}-{secrets.token_hex(4)}")
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    copy_tree(files, target)
+    return target
