@@ -88,6 +88,7 @@ def build_spec(options: DaytonaOptions, *, profile: str, task: str) -> Spec:
         "image": options.image,
         "snapshot": options.snapshot,
         "target": options.target,
+        **({"user": options.user} if options.user else {}),  # unset: fingerprints of earlier sandboxes hold
         "resources": [options.cpu, options.memory_gib, options.disk_gib, options.gpu],
         "labels": options.labels,
         "auto_stop_interval": options.auto_stop_interval,
@@ -113,6 +114,7 @@ def create_params(options: DaytonaOptions, spec: Spec) -> Any:
         "auto_stop_interval": options.auto_stop_interval,
         "auto_delete_interval": options.effective_auto_delete,
         "ttl_minutes": options.ttl_minutes or None,
+        "os_user": options.user,
     }
     if options.image is not None:
         sizes = {"cpu": options.cpu, "memory": options.memory_gib, "disk": options.disk_gib, "gpu": options.gpu}
