@@ -45,6 +45,7 @@ from urllib.parse import parse_qs, urlsplit
 import docker
 from docker.errors import APIError, ImageNotFound, NotFound
 from fake_daytona_agent import AGENT_DIR, Agents
+from fake_daytona_snapshots import Snapshots, SnapshotError
 from fake_daytona_user import ROOT, OsUser, file_archive, find_user, home_archive
 
 ORG = "org-envlayer-fake"
@@ -144,6 +145,7 @@ class Fake:
         self.manual_time: float | None = time.time() if manual_clock else None
         self.builds: list[float] = []
         self.agents = Agents(self.api, tempfile.mkdtemp(prefix=f"fake-daytona-{instance}-"))
+        self.snapshots = Snapshots(self.api, instance, _now)
 
     def exec(self, sb: dict[str, Any], argv: list[str], timeout: float | None = None) -> tuple[int | None, bytes]:
         """Run argv in the sandbox through its toolbox agent (fake_daytona_agent.py): (exit
@@ -211,7 +213,7 @@ class Fake:
         }
 
     def create(self, body: dict[str, Any]) -> dict[str, Any]:
-        image = body.get("snapshot")
+        image = body.get("snapshot") and (self.snapshots.image_of(body["snapshot"]) or body["snapshot"])
         build_info = body.get("buildInfo") or {}
         if build_info.get("dockerfileContent"):
             m = re.match(r"\s*FROM\s+(\S+)", build_info["dockerfileContent"])
@@ -506,7 +508,24 @@ class Fake:
         for summary in self.api.containers(all=True, filters={"label": f"envlayer-fake-daytona={self.instance}"}):
             with contextlib.suppress(Exception):
                 self.api.remove_container(summary["Id"], force=True)
+        self.snapshots.remove_all()
         shutil.rmtree(self.agents.root, ignore_errors=True)
+
+    def take_snapshot(self, sb: dict[str, Any], name: str) -> None:
+        """Snapshot a started sandbox (fake_daytona_snapshots.py): ``snapshotting`` while
+        its container is committed in the background, then ``started`` again."""
+        if sb["state"] != "started":
+            raise ApiError(400, f"Sandbox {sb['id']} is not started (state: {sb['state']})", "BAD_REQUEST")
+        record = self.snapshots.begin(name, sb)
+        self._state(sb, "snapshotting")
+
+        def commit() -> None:
+            self.snapshots.commit(record)
+            with self.lock:
+                if sb["state"] == "snapshotting":
+                    self._state(sb, "started")
+
+        threading.Thread(target=commit, daemon=True).start()
 
     # --- toolbox: files ---------------------------------------------------------------
 
@@ -597,8 +616,9 @@ class Handler(BaseHTTPRequestHandler):
                     break
             else:
                 raise ApiError(404, f"Cannot {method} {url.path}", "NOT_FOUND")
-        except ApiError as exc:
-            status, payload, headers = exc.status, _error_body(exc.status, exc.message, exc.code, url.path), exc.headers
+        except (ApiError, SnapshotError) as exc:
+            status, headers = exc.status, getattr(exc, "headers", {})
+            payload = _error_body(exc.status, exc.message, exc.code, url.path)
         except Exception as exc:
             status, headers = 500, {}
             payload = _error_body(500, f"{type(exc).__name__}: {exc}", "INTERNAL", url.path)
@@ -730,6 +750,24 @@ class Handler(BaseHTTPRequestHandler):
     def socket_io(self, body: bytes, q: dict[str, str]) -> tuple[int, Any, dict[str, str]]:
         raise ApiError(404, "no event websocket in the fake: the SDK falls back to polling")
 
+    def sandbox_snapshot(self, body: bytes, q: dict[str, str], sid: str) -> tuple[int, Any, dict[str, str]]:
+        sb = self.fake.find(sid)
+        self.fake.take_snapshot(sb, str(json.loads(body or b"{}").get("name") or ""))
+        return 200, self.fake.dto(sb), {}
+
+    def snapshot_get(self, body: bytes, q: dict[str, str], sid: str) -> tuple[int, Any, dict[str, str]]:
+        snapshots = self.fake.snapshots
+        return 200, snapshots.read(snapshots.find(sid)), {}
+
+    def snapshot_list(self, body: bytes, q: dict[str, str]) -> tuple[int, Any, dict[str, str]]:
+        page, limit = int(q.get("page") or 1), int(q.get("limit") or 100)
+        return 200, self.fake.snapshots.listing(page, limit, q.get("name") or ""), {}
+
+    def snapshot_delete(self, body: bytes, q: dict[str, str], sid: str) -> tuple[int, Any, dict[str, str]]:
+        snapshots = self.fake.snapshots
+        snapshots.remove(snapshots.find(sid))
+        return 200, None, {}
+
     # --- toolbox ------------------------------------------------------------------------
 
     def execute(self, body: bytes, q: dict[str, str], sid: str) -> tuple[int, Any, dict[str, str]]:
@@ -819,6 +857,10 @@ ROUTES = [
     (re.compile(rf"/api/sandbox/{_ID}/autostop/(\d+)"), "POST", "autostop", Handler.autostop),
     (re.compile(rf"/api/sandbox/{_ID}/last-activity"), "POST", "last-activity", Handler.activity),
     (re.compile(rf"/api/sandbox/{_ID}/toolbox-proxy-url"), "GET", "toolbox-proxy-url", Handler.proxy_url),
+    (re.compile(rf"/api/sandbox/{_ID}/snapshot"), "POST", "sandbox.snapshot", Handler.sandbox_snapshot),
+    (re.compile(r"/api/snapshots"), "GET", "snapshots.list", Handler.snapshot_list),
+    (re.compile(rf"/api/snapshots/{_ID}"), "GET", "snapshots.get", Handler.snapshot_get),
+    (re.compile(rf"/api/snapshots/{_ID}"), "DELETE", "snapshots.delete", Handler.snapshot_delete),
     (re.compile(rf"/toolbox/{_ID}/process/execute"), "POST", "process.execute", Handler.execute),
     (re.compile(rf"/toolbox/{_ID}/files/info"), "GET", "files.info", Handler.files_info),
     (re.compile(rf"/toolbox/{_ID}/files/folder"), "POST", "files.folder", Handler.files_folder),
