@@ -46,7 +46,7 @@ import docker
 from docker.errors import APIError, ImageNotFound, NotFound
 from fake_daytona_agent import AGENT_DIR, Agents
 from fake_daytona_snapshots import Snapshots, SnapshotError
-from fake_daytona_user import ROOT, OsUser, file_archive, find_user, home_archive
+from fake_daytona_user import ROOT, OsUser, find_user, home_archive
 
 ORG = "org-envlayer-fake"
 KEEP_ALIVE = ["sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done"]
@@ -147,12 +147,15 @@ class Fake:
         self.agents = Agents(self.api, tempfile.mkdtemp(prefix=f"fake-daytona-{instance}-"))
         self.snapshots = Snapshots(self.api, instance, _now)
 
-    def exec(self, sb: dict[str, Any], argv: list[str], timeout: float | None = None) -> tuple[int | None, bytes]:
-        """Run argv in the sandbox through its toolbox agent (fake_daytona_agent.py): (exit
-        status, merged stdout and stderr); ``None`` status: killed at ``timeout``."""
+    def exec(
+        self, sb: dict[str, Any], argv: list[str], timeout: float | None = None, stdin: bytes | None = None
+    ) -> tuple[int | None, bytes]:
+        """Run argv in the sandbox as its user through its toolbox agent
+        (fake_daytona_agent.py): (exit status, merged stdout and stderr); ``None`` status:
+        killed at ``timeout``."""
         user: OsUser | None = sb.get("osUser")
-        workdir = (user.name, user.home) if user else (None, None)
-        return self.agents.run(sb["container"], sb["spool"], argv, timeout, *workdir)
+        as_user = (user.name, user.home) if user else (None, None)
+        return self.agents.run(sb["container"], sb["spool"], argv, timeout, *as_user, stdin=stdin)
 
     def now(self) -> float:
         """The lifecycle clock (seconds): the wall clock, or with ``--manual-clock`` a clock
@@ -530,7 +533,7 @@ class Fake:
     # --- toolbox: files ---------------------------------------------------------------
 
     def file_info(self, sb: dict[str, Any], path: str) -> dict[str, Any]:
-        script = 'if [ -d "$1" ]; then echo d 0; elif [ -e "$1" ]; then echo f $(wc -c < "$1"); else echo none; fi'
+        script = 'if [ -d "$1" ]; then echo d 0; elif [ -e "$1" ]; then echo f $(stat -L -c %s -- "$1"); else echo none; fi'
         _, out = self.exec(sb, ["sh", "-c", script, "info", path])
         kind, *rest = out.decode().split() or ["none"]
         if kind == "none":
@@ -547,24 +550,33 @@ class Fake:
         }
 
     def upload(self, sb: dict[str, Any], path: str, data: bytes) -> None:
-        parent, base = os.path.split(path)
-        check = 'if [ -d "$1" ]; then echo dir; exit 0; fi; mkdir -p -- "$2" || echo parent'
-        _, out = self.exec(sb, ["sh", "-c", check, "upload", path, parent or "/"])
-        if out.strip() == b"dir":
+        """Write ``data`` to ``path`` as the sandbox's user (missing parents made); 400 for a
+        directory or a parent that cannot be made, 403 when the user may not write it."""
+        parent = os.path.dirname(path) or "/"
+        script = (
+            'if [ -d "$1" ]; then echo dir; exit 0; fi; mkdir -p -- "$2" 2>/dev/null || { echo parent; exit 0; }; '
+            'cat > "$1" 2>/dev/null || echo denied'
+        )
+        _, out = self.exec(sb, ["sh", "-c", script, "upload", path, parent], stdin=data)
+        said = out.strip()
+        if said == b"dir":
             raise ApiError(400, f"is a directory: {path}", "IS_DIRECTORY")
-        if out.strip():
+        if said == b"parent":
             raise ApiError(400, f"cannot create the parent directory of {path}", "INVALID_PATH")
-        archive = file_archive(base, data, sb.get("osUser") or ROOT)
-        self.api.put_archive(sb["container"], parent or "/", archive)
+        if said:
+            raise ApiError(403, f"permission denied: {path}", "FORBIDDEN")
 
     def download(self, sb: dict[str, Any], path: str) -> tuple[bytes | None, dict[str, Any] | None]:
-        try:
-            data = _archived_file(self.api, sb["container"], path)
-        except NotFound:
-            return None, {"message": f"file not found: {path}", "statusCode": 404, "code": "FILE_NOT_FOUND"}
-        if data is None:
+        """The content of ``path`` read as the sandbox's user, or the error part's body."""
+        script = 'if [ -d "$1" ]; then exit 3; fi; [ -e "$1" ] || exit 4; exec cat -- "$1" 2>/dev/null'
+        code, out = self.exec(sb, ["sh", "-c", script, "download", path])
+        if code == 0:
+            return out, None
+        if code == 3:
             return None, {"message": f"is a directory: {path}", "statusCode": 400, "code": "IS_DIRECTORY"}
-        return data, None
+        if code == 4:
+            return None, {"message": f"file not found: {path}", "statusCode": 404, "code": "FILE_NOT_FOUND"}
+        return None, {"message": f"permission denied: {path}", "statusCode": 403, "code": "FORBIDDEN"}
 
 
 def _error_body(status: int, message: str, code: str, path: str) -> dict[str, Any]:

@@ -33,7 +33,8 @@ AGENT_DIR = "/.fake-daytona-agent"
 AGENT = rf"""D={AGENT_DIR}
 while read -r verb id; do
   case $verb in
-    run) ( (sh -c 'echo $$ >"$1/pid"; exec sh "$1/cmd"' run "$D/$id" >"$D/$id/out" 2>&1 </dev/null
+    run) i=/dev/null; [ -e "$D/$id/in" ] && i="$D/$id/in"
+         ( (sh -c 'echo $$ >"$1/pid"; exec sh "$1/cmd"' run "$D/$id" >"$D/$id/out" 2>&1 <"$i"
             echo "$id $?") & ) ;;
     kill) p=$(cat "$D/$id/pid" 2>/dev/null) || continue
           for c in $(cat /proc/$p/task/$p/children 2>/dev/null); do kill -9 "$c" 2>/dev/null; done
@@ -42,7 +43,8 @@ while read -r verb id; do
 done
 """
 """The agent. A call's runner is started as an orphan (double fork: the container's init
-reaps it), its ``pid`` file names the process that ``exec``s the call's script."""
+reaps it), its ``pid`` file names the process that ``exec``s the call's script; its stdin
+is the call's ``in`` file when the fake wrote one (file uploads), else /dev/null."""
 
 KILLED = 137
 """The exit status reported for a call whose agent ended first (the container stopped)."""
@@ -98,15 +100,18 @@ class Agent:
     def _send(self, line: str) -> None:
         self.raw.sendall(line.encode() + b"\n")
 
-    def run(self, argv: list[str], timeout: float | None) -> tuple[int | None, bytes]:
-        """Run argv; (exit status, merged stdout and stderr). ``None`` status: killed at
-        ``timeout`` (its output so far is returned)."""
+    def run(self, argv: list[str], timeout: float | None, stdin: bytes | None = None) -> tuple[int | None, bytes]:
+        """Run argv (reading ``stdin``, else /dev/null); (exit status, merged stdout and
+        stderr). ``None`` status: killed at ``timeout`` (its output so far is returned)."""
         call_id = uuid.uuid4().hex
         directory = os.path.join(self.spool, call_id)
         os.mkdir(directory)
         os.chmod(directory, 0o777)  # the container's user, whoever it is, writes out and pid
         with open(os.path.join(directory, "cmd"), "w") as fh:
             fh.write(f"exec {shlex.join(argv)}\n")
+        if stdin is not None:
+            with open(os.path.join(directory, "in"), "wb") as fh:
+                fh.write(stdin)
         call = _Call()
         with self.lock:
             if not self.alive:
@@ -157,6 +162,7 @@ class Agents:
         timeout: float | None = None,
         user: str | None = None,
         workdir: str | None = None,
+        stdin: bytes | None = None,
     ) -> tuple[int | None, bytes]:
         """Run argv in the container as ``user`` (the container's user when None), starting in
         ``workdir`` (the container's) (see :meth:`Agent.run`)."""
@@ -164,7 +170,7 @@ class Agents:
             agent = self.agents.get(container)
             if agent is None or not agent.alive:
                 agent = self.agents[container] = Agent(self.api, container, spool, user, workdir)
-        return agent.run(argv, timeout)
+        return agent.run(argv, timeout, stdin)
 
     def forget(self, container: str, spool: str | None) -> None:
         """The container is gone: drop its agent and spool directory."""

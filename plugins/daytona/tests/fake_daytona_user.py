@@ -51,16 +51,3 @@ def home_archive(user: OsUser) -> bytes:
         info.mtime = int(time.time())
         tar.addfile(info)
     return buf.getvalue()
-
-
-def file_archive(name: str, data: bytes, user: OsUser) -> bytes:
-    """A tar of one file ``name`` (mode 0644, owned by ``user``) for ``put_archive``."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        info = tarfile.TarInfo(name)
-        info.size = len(data)
-        info.mode = 0o644
-        info.uid, info.gid = user.uid, user.gid
-        info.mtime = int(time.time())
-        tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
