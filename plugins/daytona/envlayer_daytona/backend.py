@@ -31,12 +31,14 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from envlayer.sandbox.command_env import COMMAND_DEFAULTS
+from envlayer.capabilities import Capability
 from envlayer.environment import SandboxInfo
 from envlayer.errors import BackendUnavailable, SandboxPathError
 from envlayer.options import BaseOptions
 from envlayer.request import ExecRequest, file_payload
 from envlayer.result import ExecResult
 from envlayer.sandbox.base import MANAGED_SANDBOX_CAPABILITIES, SandboxEnvironment
+from envlayer.snapshot import Snapshot
 from envlayer.transfer import TransferSummary
 from envlayer_daytona.background import Job
 from envlayer_daytona.options import DaytonaOptions
@@ -44,7 +46,7 @@ from envlayer_daytona.options import DaytonaOptions
 log = logging.getLogger("envlayer.daytona")
 T = TypeVar("T")
 
-ALL_CAPABILITIES = MANAGED_SANDBOX_CAPABILITIES
+ALL_CAPABILITIES = MANAGED_SANDBOX_CAPABILITIES | {Capability.SNAPSHOT}
 
 
 class _NotStarted(BackendUnavailable):
@@ -66,9 +68,14 @@ class DaytonaEnvironment(SandboxEnvironment):
     recovery_hint = "check the sandbox in the Daytona dashboard; something keeps stopping it"
 
     def __init__(
-        self, options: BaseOptions | None = None, *, task_id: str = "default", profile: str = "default"
+        self,
+        options: BaseOptions | None = None,
+        *,
+        task_id: str = "default",
+        profile: str = "default",
+        from_snapshot: Snapshot | None = None,
     ) -> None:
-        super().__init__(options, task_id=task_id, profile=profile)
+        super().__init__(options, task_id=task_id, profile=profile, from_snapshot=from_snapshot)
         from envlayer_daytona.client import get_client
         from envlayer_daytona.sandbox import build_spec
 
@@ -89,7 +96,8 @@ class DaytonaEnvironment(SandboxEnvironment):
         """Create/attach/start the sandbox; returns what was done (for ``recovered``)."""
         from envlayer_daytona.sandbox import ensure
 
-        attached = ensure(self._client, self.options, self._spec)
+        fork = self.from_snapshot.id if self.from_snapshot is not None else None
+        attached = ensure(self._client, self.options, self._spec, fork)
         with self._state_lock:
             self._sandbox = attached.sandbox
         what = "created" if attached.created else "started" if attached.started else "attached to"
@@ -398,6 +406,37 @@ class DaytonaEnvironment(SandboxEnvironment):
         from envlayer_daytona import background
 
         return background.join_all(timeout)
+
+    # --- snapshots (envlayer_daytona.snapshots) ---------------------------------------------
+
+    def create_snapshot(self, *, name: str | None = None) -> Snapshot:
+        """The sandbox's filesystem now as a Daytona snapshot; see
+        :mod:`envlayer_daytona.snapshots`. Background processes are not carried."""
+        from envlayer_daytona import snapshots
+
+        self._ensure_open()
+        timeout = self.options.create_timeout
+        return self._guard(
+            lambda: snapshots.create(
+                self._client, self._sandbox, profile=self.profile, task=self.task_id, name=name, timeout=timeout
+            ),
+            "taking a snapshot",
+        )
+
+    @classmethod
+    def list_snapshots(cls, *, profile: str | None, options: BaseOptions) -> list[Snapshot]:
+        """envlayer's Daytona snapshots of ``profile`` (None: all), newest first."""
+        from envlayer_daytona import snapshots
+
+        return cls._sweep(options, "listing snapshots", lambda c, o: snapshots.list_all(c, profile=profile))
+
+    @classmethod
+    def remove_snapshot(cls, snapshot_id: str, *, options: BaseOptions) -> list[Snapshot]:
+        """Delete snapshot ``snapshot_id``; sandboxes made from it keep working. Returns what
+        was removed ([] when there is no such snapshot)."""
+        from envlayer_daytona import snapshots
+
+        return cls._sweep(options, "removing a snapshot", lambda c, o: snapshots.remove(c, snapshot_id))
 
     @classmethod
     def _class_client(cls, options: BaseOptions | None) -> tuple[Any, DaytonaOptions]:

@@ -42,6 +42,11 @@ class DaytonaOptions(ManagedSandboxOptions):
         doc="Snapshot to create the sandbox from (the fast path). Exclusive with `image`; "
         "Daytona's default snapshot when both are unset.",
     )
+    user: str | None = option(
+        None,
+        doc="OS user the sandbox's commands run as (a user name the image defines; sent as the SDK's `os_user`). "
+        "The snapshot's or image's user when unset.",
+    )
     cpu: int | None = option(None, doc="vCPUs (only with `image`; a snapshot fixes its own resources).")
     memory_gib: int | None = option(None, doc="Memory in GiB (only with `image`).")
     disk_gib: int | None = option(None, doc="Disk in GiB (only with `image`).")
@@ -72,6 +77,8 @@ class DaytonaOptions(ManagedSandboxOptions):
         super().__post_init__()
         if self.image is not None and self.snapshot is not None:
             raise OptionError("image", "set either `image` or `snapshot`, not both")
+        if self.user is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]*\$?", self.user):
+            raise OptionError("user", f"{self.user!r} is not a user name (letters, digits, `_`, `.`, `-`)")
         for key in ("image", "snapshot", "api_url", "target"):
             value = getattr(self, key)
             if value is not None and not value.strip():

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from envlayer.errors import BackendUnavailable
+from envlayer.errors import BackendUnavailable, InvalidArgument
 from envlayer.sandbox.retry import DEFAULT_POLICY
 from envlayer_daytona import identity
 from envlayer_daytona.client import retrying, translate
@@ -88,6 +88,7 @@ def build_spec(options: DaytonaOptions, *, profile: str, task: str) -> Spec:
         "image": options.image,
         "snapshot": options.snapshot,
         "target": options.target,
+        **({"user": options.user} if options.user else {}),  # unset: fingerprints of earlier sandboxes hold
         "resources": [options.cpu, options.memory_gib, options.disk_gib, options.gpu],
         "labels": options.labels,
         "auto_stop_interval": options.auto_stop_interval,
@@ -103,8 +104,9 @@ def build_spec(options: DaytonaOptions, *, profile: str, task: str) -> Spec:
     return Spec(name=name, labels=labels, fingerprint=value, profile=profile, task=task)
 
 
-def create_params(options: DaytonaOptions, spec: Spec) -> Any:
-    """The SDK's create parameters for ``spec``."""
+def create_params(options: DaytonaOptions, spec: Spec, from_snapshot: str | None = None) -> Any:
+    """The SDK's create parameters for ``spec`` (from Daytona snapshot ``from_snapshot``, a
+    fork, instead of the options' image or snapshot when set)."""
     from daytona import CreateSandboxFromImageParams, CreateSandboxFromSnapshotParams, Resources
 
     common: dict[str, Any] = {
@@ -113,7 +115,10 @@ def create_params(options: DaytonaOptions, spec: Spec) -> Any:
         "auto_stop_interval": options.auto_stop_interval,
         "auto_delete_interval": options.effective_auto_delete,
         "ttl_minutes": options.ttl_minutes or None,
+        "os_user": options.user,
     }
+    if from_snapshot is not None:
+        return CreateSandboxFromSnapshotParams(snapshot=from_snapshot, **common)
     if options.image is not None:
         sizes = {"cpu": options.cpu, "memory": options.memory_gib, "disk": options.disk_gib, "gpu": options.gpu}
         resources = Resources(**{k: v for k, v in sizes.items() if v is not None}) if any(sizes.values()) else None
@@ -133,18 +138,22 @@ class Attached:
     """Why an earlier sandbox of this task was replaced (its data is gone), or ""."""
 
 
-def ensure(client: Any, options: DaytonaOptions, spec: Spec) -> Attached:
-    """Create, attach to or start the sandbox of ``spec`` (module docstring).
+def ensure(client: Any, options: DaytonaOptions, spec: Spec, from_snapshot: str | None = None) -> Attached:
+    """Create, attach to or start the sandbox of ``spec`` (module docstring). With
+    ``from_snapshot`` (a fork) it is created from that Daytona snapshot, and a task that
+    already has a sandbox is refused (:class:`InvalidArgument`): its data would not come
+    from the snapshot.
 
-    Raises :class:`BackendUnavailable` for every failure, with a hint."""
+    Raises :class:`BackendUnavailable` for every other failure, with a hint."""
     from daytona.common.errors import DaytonaConflictError, DaytonaError, DaytonaNotFoundError, DaytonaTimeoutError
 
     lost = ""
     for _ in range(_ATTEMPTS):
         try:
-            return Attached(_create(client, options, spec), created=True, lost=lost)
+            return Attached(_create(client, options, spec, from_snapshot), created=True, lost=lost)
         except DaytonaConflictError:
-            pass
+            if from_snapshot is not None:
+                raise _fork_target_taken(spec) from None
         except DaytonaTimeoutError as exc:
             raise _create_timed_out(client, options, spec, exc) from exc
         except DaytonaError as exc:
@@ -165,10 +174,18 @@ def ensure(client: Any, options: DaytonaOptions, spec: Spec) -> Attached:
     )
 
 
-def _create(client: Any, options: DaytonaOptions, spec: Spec) -> Any:
+def _fork_target_taken(spec: Spec) -> InvalidArgument:
+    return InvalidArgument(
+        "task_id",
+        f"task {spec.task!r} already has a sandbox ({spec.name}); a fork needs a new task",
+        hint=f"pick a new task id, or remove it first (`envlayer rm --force {spec.task}`)",
+    )
+
+
+def _create(client: Any, options: DaytonaOptions, spec: Spec, from_snapshot: str | None = None) -> Any:
     """``client.create`` for ``spec``, waiting up to ``create_timeout`` for it to start.
     From an image, Daytona builds a snapshot first (minutes for a large image): say so."""
-    if options.image is not None:
+    if options.image is not None and from_snapshot is None:
         log.warning(
             "creating sandbox %s from image %s: Daytona builds a snapshot of it first, which can take "
             "minutes; waiting up to %g s",
@@ -177,7 +194,7 @@ def _create(client: Any, options: DaytonaOptions, spec: Spec) -> Any:
             options.create_timeout,
         )
     return retrying(
-        lambda: client.create(create_params(options, spec), timeout=options.create_timeout),
+        lambda: client.create(create_params(options, spec, from_snapshot), timeout=options.create_timeout),
         f"creating sandbox {spec.name}",
     )
 

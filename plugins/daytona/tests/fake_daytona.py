@@ -27,10 +27,12 @@ import io
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import sys
 import tarfile
+import tempfile
 import threading
 import time
 import uuid
@@ -42,6 +44,9 @@ from urllib.parse import parse_qs, urlsplit
 
 import docker
 from docker.errors import APIError, ImageNotFound, NotFound
+from fake_daytona_agent import AGENT_DIR, Agents
+from fake_daytona_snapshots import Snapshots, SnapshotError
+from fake_daytona_user import ROOT, OsUser, find_user, home_archive
 
 ORG = "org-envlayer-fake"
 KEEP_ALIVE = ["sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done"]
@@ -112,95 +117,6 @@ class Faults:
             return queue.pop(0) if queue else None
 
 
-EXEC_SPOOL = "/.fake-daytona-exec"
-"""Where a ``process/execute`` call's output is captured in the sandbox: one directory per
-call, removed by the container's next call (no extra Docker request on the way)."""
-_spent: dict[str, list[str]] = {}
-_spent_lock = threading.Lock()
-_CAPTURE = r"""d=$0; [ -z "$1" ] || rm -rf -- $1; shift; mkdir -p -- "$d" || exit 125
-"$@" >"$d/out" 2>&1 </dev/null; c=$?
-printf '%s\n' "$d"; cat "$d/out"; printf '\n%s %s %s\n' "$d" "$(wc -c < "$d/out")" "$c"
-"""
-
-
-def _exec(api: Any, container: str, argv: list[str], timeout: float | None = None) -> tuple[int | None, bytes]:
-    """Run argv in the container; (exit code, merged stdout and stderr). ``None`` code: killed
-    at ``timeout``.
-
-    The command's output is captured in a file in the container, then sent on the exec's
-    attached stream between a header and a trailer naming the capture directory and the
-    file's size. Docker may hand back an attached stream without the output of a process
-    that exits quickly (seen here under load: ``exit 0`` and no bytes for ``echo started``;
-    docker-py issue 2042, moby issue 27289): when the header, the trailer or any byte is
-    missing, the file is fetched through the archive API instead."""
-    directory = f"{EXEC_SPOOL}/{uuid.uuid4().hex}"
-    with _spent_lock:
-        spent = " ".join(_spent.pop(container, []))
-    ex = api.exec_create(container, ["sh", "-c", _CAPTURE, directory, spent, *argv], stdout=True, stderr=True)
-    result: dict[str, bytes] = {}
-    worker = threading.Thread(target=lambda: result.setdefault("out", api.exec_start(ex["Id"])), daemon=True)
-    worker.start()
-    worker.join(timeout)
-    try:
-        if worker.is_alive():
-            _kill_exec(api, ex["Id"])
-            worker.join(5)
-            return None, _captured(api, container, directory, result)
-        framed = _unframe(result.get("out", b""), directory)
-        if framed is not None:
-            return framed
-        print(
-            f"process/execute {ex['Id'][:12]}: the attached stream was incomplete; reading the capture file",
-            file=sys.stderr,
-        )
-        info = api.exec_inspect(ex["Id"])
-        while info.get("Running"):  # the stream can end a moment before the daemon records the exit
-            time.sleep(0.02)
-            info = api.exec_inspect(ex["Id"])
-        return info.get("ExitCode"), _captured(api, container, directory, result)
-    finally:
-        with _spent_lock:
-            _spent.setdefault(container, []).append(directory)
-
-
-def _unframe(stream: bytes, directory: str) -> tuple[int, bytes] | None:
-    """(exit code, output) from a complete framed answer of :data:`_CAPTURE`; None when any
-    part of it did not arrive."""
-    header = f"{directory}\n".encode()
-    trailer = re.search(rb"\n" + re.escape(directory.encode()) + rb" (\d+) (\d+)\n\Z", stream)
-    if not stream.startswith(header) or trailer is None:
-        return None
-    output = stream[len(header) : trailer.start()]
-    if len(output) != int(trailer.group(1)):
-        return None
-    return int(trailer.group(2)), output
-
-
-def _kill_exec(api: Any, exec_id: str) -> None:
-    """SIGKILL an exec's top process: the capturing ``sh`` and the command it runs."""
-    pid = api.exec_inspect(exec_id).get("Pid")
-    if not pid:
-        return
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as fh:
-            children = [int(p) for p in fh.read().split()]
-    except OSError:
-        children = []
-    for victim in (pid, *children):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(victim, signal.SIGKILL)
-
-
-def _captured(api: Any, container: str, directory: str, attached: dict[str, bytes]) -> bytes:
-    """The captured output; what reached the attached stream when nothing was captured
-    (e.g. the capture directory could not be made)."""
-    try:
-        data = _archived_file(api, container, f"{directory}/out")
-    except NotFound:
-        data = None
-    return data if data is not None else attached.get("out", b"")
-
-
 def _archived_file(api: Any, container: str, path: str) -> bytes | None:
     """The content of file ``path`` in the container (None for a directory), through the
     archive API. Raises docker's ``NotFound`` when there is no such path."""
@@ -228,6 +144,18 @@ class Fake:
         self.sandboxes: dict[str, dict[str, Any]] = {}
         self.manual_time: float | None = time.time() if manual_clock else None
         self.builds: list[float] = []
+        self.agents = Agents(self.api, tempfile.mkdtemp(prefix=f"fake-daytona-{instance}-"))
+        self.snapshots = Snapshots(self.api, instance, _now)
+
+    def exec(
+        self, sb: dict[str, Any], argv: list[str], timeout: float | None = None, stdin: bytes | None = None
+    ) -> tuple[int | None, bytes]:
+        """Run argv in the sandbox as its user through its toolbox agent
+        (fake_daytona_agent.py): (exit status, merged stdout and stderr); ``None`` status:
+        killed at ``timeout``."""
+        user: OsUser | None = sb.get("osUser")
+        as_user = (user.name, user.home) if user else (None, None)
+        return self.agents.run(sb["container"], sb["spool"], argv, timeout, *as_user, stdin=stdin)
 
     def now(self) -> float:
         """The lifecycle clock (seconds): the wall clock, or with ``--manual-clock`` a clock
@@ -262,7 +190,7 @@ class Fake:
             "id": sb["id"],
             "organizationId": ORG,
             "name": sb["name"],
-            "user": "root",
+            "user": sb["osUser"].name if sb.get("osUser") else "root",
             "env": sb["env"],
             "labels": sb["labels"],
             "public": False,
@@ -288,7 +216,7 @@ class Fake:
         }
 
     def create(self, body: dict[str, Any]) -> dict[str, Any]:
-        image = body.get("snapshot")
+        image = body.get("snapshot") and (self.snapshots.image_of(body["snapshot"]) or body["snapshot"])
         build_info = body.get("buildInfo") or {}
         if build_info.get("dockerfileContent"):
             m = re.match(r"\s*FROM\s+(\S+)", build_info["dockerfileContent"])
@@ -323,6 +251,7 @@ class Fake:
                 "memory": int(body.get("memory") or 1),
                 "disk": int(body.get("disk") or 3),
                 "state": "creating",
+                "user": body.get("user"),
                 "snapshot": image,
                 "autoStopInterval": 15 if body.get("autoStopInterval") is None else int(body["autoStopInterval"]),
                 "autoDeleteInterval": -1 if body.get("autoDeleteInterval") is None else int(body["autoDeleteInterval"]),
@@ -350,6 +279,7 @@ class Fake:
     def _make_container(self, sb: dict[str, Any], image: str, *, start: bool) -> None:
         """Create (and, with ``start``, start) the sandbox's container; on failure forget the
         sandbox and answer 500."""
+        sb["spool"] = self.agents.spool(sb["id"])
         try:
             container = self.api.create_container(
                 image,
@@ -357,18 +287,45 @@ class Fake:
                 name=f"fake-daytona-{sb['id']}",
                 labels={"envlayer-fake-daytona": self.instance},
                 environment=sb["env"],
-                host_config=self.api.create_host_config(init=True),
+                host_config=self.api.create_host_config(
+                    init=True, binds={sb["spool"]: {"bind": AGENT_DIR, "mode": "rw"}}
+                ),
             )
             sb["container"] = container["Id"]
+            if sb["user"]:
+                sb["osUser"] = self._prepare_user(container["Id"], sb["user"], image)
             if start:
                 self.api.start(container["Id"])
-        except APIError as exc:
+        except (APIError, ApiError) as exc:
             with self.lock:
                 self.sandboxes.pop(sb["id"], None)
             if sb["container"]:
                 with contextlib.suppress(Exception):
                     self.api.remove_container(sb["container"], force=True)
+            self.agents.forget(sb["container"] or "", sb["spool"])
+            if isinstance(exc, ApiError):
+                raise
             raise ApiError(500, f"could not start the sandbox: {exc.explanation or exc}") from exc
+
+    def _prepare_user(self, container: str, name: str, image: str) -> OsUser:
+        """The create request's ``user`` as the image defines it, its home directory made
+        (owned by it) in the container before it starts; 400 when the image lacks the user
+        (assumed behaviour: fake_daytona_user.py)."""
+        try:
+            passwd = _archived_file(self.api, container, "/etc/passwd")
+        except NotFound:
+            passwd = None
+        user = find_user(passwd, name)
+        if user is None:
+            raise ApiError(
+                400,
+                f"user {name!r} does not exist in image {image} (no /etc/passwd entry): "
+                "add the user to the image or leave os_user unset",
+                "BAD_REQUEST",
+            )
+        if user != ROOT:
+            self.api.put_archive(container, "/", home_archive(user))
+        return user
 
     def add_builds(self, seconds: float, count: int) -> None:
         """Test switch (``POST /fake/build``): the next ``count`` creates from an image stay
@@ -516,6 +473,7 @@ class Fake:
     def delete(self, sb: dict[str, Any]) -> None:
         with contextlib.suppress(NotFound):
             self.api.remove_container(sb["container"], force=True)
+        self.agents.forget(sb["container"], sb["spool"])
         with self.lock:
             self.sandboxes.pop(sb["id"], None)
         self._state(sb, "destroyed")
@@ -553,12 +511,30 @@ class Fake:
         for summary in self.api.containers(all=True, filters={"label": f"envlayer-fake-daytona={self.instance}"}):
             with contextlib.suppress(Exception):
                 self.api.remove_container(summary["Id"], force=True)
+        self.snapshots.remove_all()
+        shutil.rmtree(self.agents.root, ignore_errors=True)
+
+    def take_snapshot(self, sb: dict[str, Any], name: str) -> None:
+        """Snapshot a started sandbox (fake_daytona_snapshots.py): ``snapshotting`` while
+        its container is committed in the background, then ``started`` again."""
+        if sb["state"] != "started":
+            raise ApiError(400, f"Sandbox {sb['id']} is not started (state: {sb['state']})", "BAD_REQUEST")
+        record = self.snapshots.begin(name, sb)
+        self._state(sb, "snapshotting")
+
+        def commit() -> None:
+            self.snapshots.commit(record)
+            with self.lock:
+                if sb["state"] == "snapshotting":
+                    self._state(sb, "started")
+
+        threading.Thread(target=commit, daemon=True).start()
 
     # --- toolbox: files ---------------------------------------------------------------
 
     def file_info(self, sb: dict[str, Any], path: str) -> dict[str, Any]:
-        script = 'if [ -d "$1" ]; then echo d 0; elif [ -e "$1" ]; then echo f $(wc -c < "$1"); else echo none; fi'
-        _, out = _exec(self.api, sb["container"], ["sh", "-c", script, "info", path])
+        script = 'if [ -d "$1" ]; then echo d 0; elif [ -e "$1" ]; then echo f $(stat -L -c %s -- "$1"); else echo none; fi'
+        _, out = self.exec(sb, ["sh", "-c", script, "info", path])
         kind, *rest = out.decode().split() or ["none"]
         if kind == "none":
             raise ApiError(404, f"file not found: {path}", "FILE_NOT_FOUND")
@@ -568,36 +544,39 @@ class Fake:
             "size": int(rest[0]),
             "mode": "0644",
             "modTime": _now(),
-            "owner": "root",
-            "group": "root",
+            "owner": sb["osUser"].name if sb.get("osUser") else "root",
+            "group": sb["osUser"].name if sb.get("osUser") else "root",
             "permissions": "-rw-r--r--",
         }
 
     def upload(self, sb: dict[str, Any], path: str, data: bytes) -> None:
-        parent, base = os.path.split(path)
-        check = 'if [ -d "$1" ]; then echo dir; exit 0; fi; mkdir -p -- "$2" || echo parent'
-        _, out = _exec(self.api, sb["container"], ["sh", "-c", check, "upload", path, parent or "/"])
-        if out.strip() == b"dir":
+        """Write ``data`` to ``path`` as the sandbox's user (missing parents made); 400 for a
+        directory or a parent that cannot be made, 403 when the user may not write it."""
+        parent = os.path.dirname(path) or "/"
+        script = (
+            'if [ -d "$1" ]; then echo dir; exit 0; fi; mkdir -p -- "$2" 2>/dev/null || { echo parent; exit 0; }; '
+            'cat > "$1" 2>/dev/null || echo denied'
+        )
+        _, out = self.exec(sb, ["sh", "-c", script, "upload", path, parent], stdin=data)
+        said = out.strip()
+        if said == b"dir":
             raise ApiError(400, f"is a directory: {path}", "IS_DIRECTORY")
-        if out.strip():
+        if said == b"parent":
             raise ApiError(400, f"cannot create the parent directory of {path}", "INVALID_PATH")
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w") as tar:
-            info = tarfile.TarInfo(base)
-            info.size = len(data)
-            info.mode = 0o644
-            info.mtime = int(time.time())
-            tar.addfile(info, io.BytesIO(data))
-        self.api.put_archive(sb["container"], parent or "/", buf.getvalue())
+        if said:
+            raise ApiError(403, f"permission denied: {path}", "FORBIDDEN")
 
     def download(self, sb: dict[str, Any], path: str) -> tuple[bytes | None, dict[str, Any] | None]:
-        try:
-            data = _archived_file(self.api, sb["container"], path)
-        except NotFound:
-            return None, {"message": f"file not found: {path}", "statusCode": 404, "code": "FILE_NOT_FOUND"}
-        if data is None:
+        """The content of ``path`` read as the sandbox's user, or the error part's body."""
+        script = 'if [ -d "$1" ]; then exit 3; fi; [ -e "$1" ] || exit 4; exec cat -- "$1" 2>/dev/null'
+        code, out = self.exec(sb, ["sh", "-c", script, "download", path])
+        if code == 0:
+            return out, None
+        if code == 3:
             return None, {"message": f"is a directory: {path}", "statusCode": 400, "code": "IS_DIRECTORY"}
-        return data, None
+        if code == 4:
+            return None, {"message": f"file not found: {path}", "statusCode": 404, "code": "FILE_NOT_FOUND"}
+        return None, {"message": f"permission denied: {path}", "statusCode": 403, "code": "FORBIDDEN"}
 
 
 def _error_body(status: int, message: str, code: str, path: str) -> dict[str, Any]:
@@ -649,8 +628,9 @@ class Handler(BaseHTTPRequestHandler):
                     break
             else:
                 raise ApiError(404, f"Cannot {method} {url.path}", "NOT_FOUND")
-        except ApiError as exc:
-            status, payload, headers = exc.status, _error_body(exc.status, exc.message, exc.code, url.path), exc.headers
+        except (ApiError, SnapshotError) as exc:
+            status, headers = exc.status, getattr(exc, "headers", {})
+            payload = _error_body(exc.status, exc.message, exc.code, url.path)
         except Exception as exc:
             status, headers = 500, {}
             payload = _error_body(500, f"{type(exc).__name__}: {exc}", "INTERNAL", url.path)
@@ -782,6 +762,24 @@ class Handler(BaseHTTPRequestHandler):
     def socket_io(self, body: bytes, q: dict[str, str]) -> tuple[int, Any, dict[str, str]]:
         raise ApiError(404, "no event websocket in the fake: the SDK falls back to polling")
 
+    def sandbox_snapshot(self, body: bytes, q: dict[str, str], sid: str) -> tuple[int, Any, dict[str, str]]:
+        sb = self.fake.find(sid)
+        self.fake.take_snapshot(sb, str(json.loads(body or b"{}").get("name") or ""))
+        return 200, self.fake.dto(sb), {}
+
+    def snapshot_get(self, body: bytes, q: dict[str, str], sid: str) -> tuple[int, Any, dict[str, str]]:
+        snapshots = self.fake.snapshots
+        return 200, snapshots.read(snapshots.find(sid)), {}
+
+    def snapshot_list(self, body: bytes, q: dict[str, str]) -> tuple[int, Any, dict[str, str]]:
+        page, limit = int(q.get("page") or 1), int(q.get("limit") or 100)
+        return 200, self.fake.snapshots.listing(page, limit, q.get("name") or ""), {}
+
+    def snapshot_delete(self, body: bytes, q: dict[str, str], sid: str) -> tuple[int, Any, dict[str, str]]:
+        snapshots = self.fake.snapshots
+        snapshots.remove(snapshots.find(sid))
+        return 200, None, {}
+
     # --- toolbox ------------------------------------------------------------------------
 
     def execute(self, body: bytes, q: dict[str, str], sid: str) -> tuple[int, Any, dict[str, str]]:
@@ -793,7 +791,7 @@ class Handler(BaseHTTPRequestHandler):
         env = [f"{k}={v}" for k, v in (req.get("envs") or {}).items()]
         if env:
             argv = ["env", *env, *argv]
-        code, out = _exec(self.fake.api, sb["container"], argv, timeout=req.get("timeout") or None)
+        code, out = self.fake.exec(sb, argv, timeout=req.get("timeout") or None)
         if code is None:
             raise ApiError(408, "command execution timeout", "PROCESS_EXECUTION_TIMEOUT")
         return 200, {"exitCode": code, "result": out.decode(errors="replace")}, {}
@@ -803,7 +801,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def files_folder(self, body: bytes, q: dict[str, str], sid: str) -> tuple[int, Any, dict[str, str]]:
         sb = self.fake.running(sid)
-        code, out = _exec(self.fake.api, sb["container"], ["mkdir", "-p", "--", q["path"]])
+        code, out = self.fake.exec(sb, ["mkdir", "-p", "--", q["path"]])
         if code:
             raise ApiError(400, out.decode(errors="replace").strip(), "INVALID_PATH")
         return 201, None, {}
@@ -811,7 +809,7 @@ class Handler(BaseHTTPRequestHandler):
     def files_delete(self, body: bytes, q: dict[str, str], sid: str) -> tuple[int, Any, dict[str, str]]:
         sb = self.fake.running(sid)
         flag = "-rf" if q.get("recursive") == "true" else "-f"
-        _exec(self.fake.api, sb["container"], ["rm", flag, "--", q["path"]])
+        self.fake.exec(sb, ["rm", flag, "--", q["path"]])
         return 204, None, {}
 
     def bulk_upload(self, body: bytes, q: dict[str, str], sid: str) -> tuple[int, Any, dict[str, str]]:
@@ -871,6 +869,10 @@ ROUTES = [
     (re.compile(rf"/api/sandbox/{_ID}/autostop/(\d+)"), "POST", "autostop", Handler.autostop),
     (re.compile(rf"/api/sandbox/{_ID}/last-activity"), "POST", "last-activity", Handler.activity),
     (re.compile(rf"/api/sandbox/{_ID}/toolbox-proxy-url"), "GET", "toolbox-proxy-url", Handler.proxy_url),
+    (re.compile(rf"/api/sandbox/{_ID}/snapshot"), "POST", "sandbox.snapshot", Handler.sandbox_snapshot),
+    (re.compile(r"/api/snapshots"), "GET", "snapshots.list", Handler.snapshot_list),
+    (re.compile(rf"/api/snapshots/{_ID}"), "GET", "snapshots.get", Handler.snapshot_get),
+    (re.compile(rf"/api/snapshots/{_ID}"), "DELETE", "snapshots.delete", Handler.snapshot_delete),
     (re.compile(rf"/toolbox/{_ID}/process/execute"), "POST", "process.execute", Handler.execute),
     (re.compile(rf"/toolbox/{_ID}/files/info"), "GET", "files.info", Handler.files_info),
     (re.compile(rf"/toolbox/{_ID}/files/folder"), "POST", "files.folder", Handler.files_folder),

@@ -2,7 +2,8 @@
 against the Docker-backed fake Daytona API, in both exec modes.
 
 Each class shares one sandbox (persist mode, one task); every test gets a fresh environment
-object attached to it, so a fresh session shell.
+object attached to it, so a fresh session shell. The third class runs the session mode as a
+non-root user.
 """
 
 from __future__ import annotations
@@ -21,12 +22,13 @@ pytestmark = pytest.mark.docker
 class TestDaytonaSessionConformance(EnvironmentConformance, ExecContractConformance):
     task = f"conformance-session-{uuid.uuid4().hex[:6]}"
     mode = "session"
+    extra: dict[str, Any] = {}
 
     @pytest.fixture
     def env(self, profile: str, options: Callable[..., Any]) -> Iterator[Any]:
         from envlayer_daytona.backend import DaytonaEnvironment
 
-        environment = DaytonaEnvironment(options(exec_mode=self.mode), task_id=self.task, profile=profile)
+        environment = DaytonaEnvironment(options(exec_mode=self.mode, **self.extra), task_id=self.task, profile=profile)
         try:
             yield environment
         finally:
@@ -36,3 +38,11 @@ class TestDaytonaSessionConformance(EnvironmentConformance, ExecContractConforma
 class TestDaytonaOneShotConformance(TestDaytonaSessionConformance):
     task = f"conformance-oneshot-{uuid.uuid4().hex[:6]}"
     mode = "oneshot"
+
+
+class TestDaytonaNonRootConformance(TestDaytonaSessionConformance):
+    """As the image's ``nobody`` (the ``user`` option) in the directory Daytona gives it: the
+    kit's permission checks run (they are skipped for root)."""
+
+    task = f"conformance-nonroot-{uuid.uuid4().hex[:6]}"
+    extra = {"user": "nobody", "cwd": None}
