@@ -31,7 +31,7 @@ MOVED: dict[str, str] = {
     "envlayer.sandbox_paths": "envlayer.sandbox.paths",
     "envlayer.sandbox_tags": "envlayer.sandbox.tags",
     "envlayer.archive": "envlayer.sandbox.archive",
-    "envlayer.tar_extract": "envlayer.sandbox.tar_extract",
+    "envlayer.tar_extract": "envlayer.sandbox.archive",
     "envlayer.retry": "envlayer.sandbox.retry",
     "envlayer.owner": "envlayer.sandbox.owner",
     "envlayer.background": "envlayer.sandbox.teardown_threads",

@@ -34,7 +34,7 @@ from envlayer.errors import (
     SandboxIsADirectory,
     SandboxPermissionDenied,
 )
-from envlayer.sandbox.tar_extract import check_data, extract_data
+from envlayer.sandbox.archive import check_data, extract_data
 from envlayer.transfer import TransferSummary
 from envlayer_daytona.stream import SPOOL
 
