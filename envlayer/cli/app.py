@@ -585,6 +585,10 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = argparse.Argument
 
     add_snapshot_parsers(sub, shared, _sub)
 
+    from envlayer.cli.copy import add_parser as add_cp_parser
+
+    add_cp_parser(sub, shared, _sub)
+
     p = _sub(
         sub,
         "doctor",
