@@ -589,6 +589,10 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = argparse.Argument
 
     add_cp_parser(sub, shared, _sub)
 
+    from envlayer.cli.shell import add_parser as add_shell_parser
+
+    add_shell_parser(sub, shared, _sub)
+
     p = _sub(
         sub,
         "doctor",
