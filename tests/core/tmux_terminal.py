@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import shutil
@@ -54,7 +55,10 @@ def terminal(argv: list[str], cwd: str, env: dict[str, str]) -> Iterator[Tmux]:
     exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
     script = f"cd {shlex.quote(cwd)} && env {exports} {shlex.join(argv)}; echo EXIT=$?; exec sleep 600"
     t.tmux("new-session", "-d", "-s", "s", "-x", "80", "-y", "24", script)
+    socket_path = t.tmux("display-message", "-p", "#{socket_path}").strip()
     try:
         yield t
     finally:
         subprocess.run(["tmux", "-L", t.server, "kill-server"], capture_output=True, timeout=30)
+        if socket_path and os.path.exists(socket_path):  # tmux may leave its socket file
+            os.unlink(socket_path)
