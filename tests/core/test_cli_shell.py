@@ -24,6 +24,7 @@ def check_shell_session(t: Tmux, prompt: str) -> None:
     t.wait_for(r"^30 100$")
     t.send("exit 3")
     t.wait_for(r"^EXIT=3$")
+    t.wait_for(r"^TTY=cooked$")
 
 
 def test_shell_on_local(tmp_path: Path) -> None:

@@ -48,12 +48,17 @@ class Tmux:
 @contextmanager
 def terminal(argv: list[str], cwd: str, env: dict[str, str]) -> Iterator[Tmux]:
     """``argv`` running in an 80x24 tmux window; after it ends the window shows
-    ``EXIT=<status>`` until the server is killed (always, at the end)."""
+    ``EXIT=<status>``, then ``TTY=cooked`` when it left the terminal in canonical mode
+    with echo (restored from raw), until the server is killed (always, at the end)."""
     if shutil.which("tmux") is None:
         pytest.skip("tmux is missing: apt-get install tmux (scripts/provision installs it)")
     t = Tmux()
     exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
-    script = f"cd {shlex.quote(cwd)} && env {exports} {shlex.join(argv)}; echo EXIT=$?; exec sleep 600"
+    restored = "stty -a | tr ' ;' '\\n\\n' | grep -qx icanon && stty -a | tr ' ;' '\\n\\n' | grep -qx echo"
+    script = (
+        f"cd {shlex.quote(cwd)} && env {exports} {shlex.join(argv)}; echo EXIT=$?; "
+        f"{restored} && echo TTY=cooked; exec sleep 600"
+    )
     t.tmux("new-session", "-d", "-s", "s", "-x", "80", "-y", "24", script)
     socket_path = t.tmux("display-message", "-p", "#{socket_path}").strip()
     try:
