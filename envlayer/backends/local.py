@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from envlayer.sandbox.command_env import CREDENTIAL_PATTERNS, inherited_environment, with_command_defaults
 from envlayer.backends import local_snapshots
+from envlayer.backends.local_terminal import PtyTerminal
 from envlayer.backends.local_session import LocalSession, moved_notice, nearest_existing
 from envlayer.execution.cancel import killer_for
 from envlayer.capabilities import Capability
@@ -249,6 +250,14 @@ class LocalEnvironment(SandboxEnvironment):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+    def open_terminal(self, rows: int, cols: int) -> PtyTerminal:
+        """An interactive ``shell`` on a new pty in the task's working directory (the
+        session's current one), with the commands' environment and the caller's ``TERM``."""
+        self._ensure_open()
+        cwd = (self._session.cwd if self._session else None) or self.cwd
+        environ = {**self._base_environment(), "TERM": os.environ.get("TERM", "xterm")}
+        return PtyTerminal(self.options.shell, cwd, environ, rows, cols)
 
     # --- files ----------------------------------------------------------------
 

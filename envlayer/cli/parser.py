@@ -217,8 +217,9 @@ EXEC_EXAMPLES = (
     "  envlayer exec --backend docker -o image=python:3.11-slim python -V\n"
     "  envlayer exec --backend docker -u nobody -- id -u         # as another user of the container"
 )
-SNAPSHOT_COMMANDS = "snapshot commands"
-"""Where in :data:`COMMANDS` the snapshot commands (:mod:`envlayer.cli.snapshot`) go."""
+COMMAND_MODULES = ("envlayer.cli.snapshot", "envlayer.cli.copy", "envlayer.cli.shell")
+"""Modules that register their own commands (``add_parsers(sub, shared, subcommand)``,
+setting ``args.func``); a module's name in :data:`COMMANDS` says where they go."""
 
 COMMANDS: tuple[Command | str, ...] = (
     Command(
@@ -260,7 +261,7 @@ COMMANDS: tuple[Command | str, ...] = (
         flags=SWEEP_FLAGS,
         arguments=_rm_arguments,
     ),
-    SNAPSHOT_COMMANDS,
+    *COMMAND_MODULES,
     Command(
         "doctor",
         "check whether each backend works here, and how to fix it",
@@ -291,8 +292,9 @@ TOP_EPILOG = (
 def build_parser(parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser) -> argparse.ArgumentParser:
     """The CLI's parser (parse with :func:`parse_arguments`); ``parser_class`` (for it and
     every subcommand) lets the broker parse without printing or exiting."""
+    import importlib
+
     from envlayer.bench.command import add_bench_parser
-    from envlayer.cli.snapshot import add_parsers as add_snapshot_parsers
 
     shared = _shared_flags(parser_class)
     parser = parser_class(
@@ -305,8 +307,8 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = argparse.Argument
     parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
     for command in COMMANDS:
-        if not isinstance(command, Command):  # SNAPSHOT_COMMANDS
-            add_snapshot_parsers(sub, shared, subcommand)
+        if not isinstance(command, Command):  # one of COMMAND_MODULES
+            importlib.import_module(command).add_parsers(sub, shared, subcommand)
             continue
         p = subcommand(sub, command.name, shared, command.help, command.examples, command.exits, flags=command.flags)
         if command.arguments is not None:

@@ -193,6 +193,15 @@ class DockerEnvironment(SandboxEnvironment):
 
         return ExecTarget(self._api, self.options, self._container, self._spec.user, self._exec_env)
 
+    def open_terminal(self, rows: int, cols: int) -> Any:
+        """An interactive shell with a tty in this task's container (``envlayer shell``);
+        see :mod:`envlayer_docker.terminal`."""
+        from envlayer_docker.terminal import DockerTerminal
+
+        self._ensure_open()
+        environ = {**self._exec_env, "TERM": os.environ.get("TERM", "xterm")}
+        return DockerTerminal(self._target(), self.options.shell, environ, rows, cols)
+
     # --- exec: the base owns the contract and the session-or-one-shot choice ----------------
 
     def _touch_lease(self) -> bool:

@@ -1,0 +1,69 @@
+"""Drive a command in a real terminal: a private tmux server (``tmux -L``), keys sent with
+``send-keys``, the screen read with ``capture-pane``, polled until a deadline."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+
+
+class Tmux:
+    """One tmux session on its own server socket."""
+
+    def __init__(self) -> None:
+        self.server = f"envlayer-test-{uuid.uuid4().hex[:8]}"
+
+    def tmux(self, *args: str) -> str:
+        return subprocess.run(
+            ["tmux", "-L", self.server, *args], capture_output=True, text=True, check=True, timeout=30
+        ).stdout
+
+    def send(self, keys: str) -> None:
+        self.tmux("send-keys", "-t", "s", keys, "Enter")
+
+    def screen(self) -> str:
+        return self.tmux("capture-pane", "-p", "-S", "-", "-t", "s")
+
+    def wait_for(self, pattern: str, deadline: float = 60) -> str:
+        """The screen once a line matches ``pattern`` (a regex); fails after ``deadline`` s."""
+        end = time.monotonic() + deadline
+        while True:
+            text = self.screen()
+            if re.search(pattern, text, re.MULTILINE):
+                return text
+            if time.monotonic() > end:
+                pytest.fail(f"no line matching {pattern!r} on the screen:\n{text}")
+            time.sleep(0.1)
+
+
+@contextmanager
+def terminal(argv: list[str], cwd: str, env: dict[str, str]) -> Iterator[Tmux]:
+    """``argv`` running in an 80x24 tmux window; after it ends the window shows
+    ``EXIT=<status>``, then ``TTY=cooked`` when it left the terminal in canonical mode
+    with echo (restored from raw), until the server is killed (always, at the end)."""
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is missing: apt-get install tmux (scripts/provision installs it)")
+    t = Tmux()
+    exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+    restored = "stty -a | tr ' ;' '\\n\\n' | grep -qx icanon && stty -a | tr ' ;' '\\n\\n' | grep -qx echo"
+    script = (
+        f"cd {shlex.quote(cwd)} && env {exports} {shlex.join(argv)}; echo EXIT=$?; "
+        f"{restored} && echo TTY=cooked; exec sleep 600"
+    )
+    t.tmux("new-session", "-d", "-s", "s", "-x", "80", "-y", "24", script)
+    socket_path = t.tmux("display-message", "-p", "#{socket_path}").strip()
+    try:
+        yield t
+    finally:
+        subprocess.run(["tmux", "-L", t.server, "kill-server"], capture_output=True, timeout=30)
+        if socket_path and os.path.exists(socket_path):  # tmux may leave its socket file
+            os.unlink(socket_path)
