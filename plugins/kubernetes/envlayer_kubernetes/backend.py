@@ -326,11 +326,15 @@ class KubernetesEnvironment(SandboxEnvironment):
         cls, *, profile: str, max_age: float, dry_run: bool, options: KubernetesOptions
     ) -> list[SandboxInfo]:
         """Delete this profile's ended pods older than ``max_age`` seconds and its stuck
-        Pending pods, in the configured namespace only; see :mod:`envlayer_kubernetes.sweep`."""
-        from envlayer_kubernetes import sweep
+        Pending pods, in the configured namespace only (see :mod:`envlayer_kubernetes.sweep`),
+        then its snapshots of the namespace and API server beyond the retention options
+        (:func:`envlayer_kubernetes.snapshots.expire`). Returns what was (or would be) removed."""
+        from envlayer_kubernetes import snapshots, sweep
 
         cluster, opts = cls._class_cluster(options)
-        return sweep.reap(cluster, opts, profile=profile, max_age=max_age, dry_run=dry_run)
+        removed = sweep.reap(cluster, opts, profile=profile, max_age=max_age, dry_run=dry_run)
+        expired = snapshots.expire(opts, **cls._scope(cluster), profile=profile, dry_run=dry_run)
+        return removed + [s.info() for s in expired]
 
     @classmethod
     def list_sandboxes(cls, *, profile: str | None, options: KubernetesOptions) -> list[SandboxInfo]:

@@ -2,7 +2,9 @@
 
 Importable without the ``kubernetes`` client (the configuration loader and ``envlayer
 doctor`` read it). Every field shapes the pod and is part of its fingerprint unless its
-doc says it is a per-process setting (see :func:`envlayer_kubernetes.pods.build_manifest`).
+doc says it is a per-process setting (see :func:`envlayer_kubernetes.pods.build_manifest`);
+the snapshot retention options (``snapshot_keep``, ``snapshot_max_age``, from
+:class:`envlayer.snapshot.SnapshotRetentionOptions`) shape no pod either.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any, ClassVar, Literal
 
 from envlayer.options import OptionError, option
 from envlayer.sandbox.options import ContainerOptions
+from envlayer.snapshot import SnapshotRetentionOptions
 
 QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -34,7 +37,7 @@ def valid_label_key(key: str) -> bool:
 
 
 @dataclass(kw_only=True)
-class KubernetesOptions(ContainerOptions):
+class KubernetesOptions(ContainerOptions, SnapshotRetentionOptions):
     """Options of the Kubernetes backend. ``cwd`` defaults to ``/workspace``."""
 
     where: ClassVar[str] = "container"

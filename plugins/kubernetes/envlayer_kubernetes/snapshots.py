@@ -14,7 +14,9 @@ A fork's pod is created as usual; the tar is unpacked into its working directory
 the environment is returned (:func:`restore`). Carried: the working directory. Not
 carried: the rest of the container's filesystem (it comes from the image) and running
 processes. Removing a snapshot deletes its two files; forks already made hold their own
-copy and keep working.
+copy and keep working. Retention (``snapshot_keep``, ``snapshot_max_age``; :func:`expire`)
+is applied to the profile's snapshots of the namespace and API server after each snapshot
+is taken and by the reaper.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from typing import Any
 from envlayer.errors import BackendUnavailable, FileTooLarge, InvalidArgument
 from envlayer.sandbox.owner import owner_label
 from envlayer.sandbox.tags import slug
-from envlayer.snapshot import Snapshot
+from envlayer.snapshot import Snapshot, apply_retention
 from envlayer_kubernetes.files import PACK, UNPACK, Runner
 from envlayer_kubernetes.options import KubernetesOptions
 
@@ -68,7 +70,8 @@ def create(
     run: Runner, opts: KubernetesOptions, *, namespace: str, server: str, profile: str, task: str, name: str | None
 ) -> Snapshot:
     """Pack the pod's working directory (at most ``max_transfer_bytes``) into a new
-    snapshot (see the module docstring). Raises :class:`FileTooLarge` or
+    snapshot (see the module docstring), then apply the retention options to the
+    profile's snapshots of ``namespace`` on ``server`` (:func:`expire`). Raises :class:`FileTooLarge` or
     :class:`BackendUnavailable` (the pack failed, or the directory cannot be written)."""
     workdir = opts.workdir
     code, data, err = run([opts.shell, "-c", PACK, "envlayer-pack", workdir, str(opts.max_transfer_bytes + 1)], None)
@@ -88,12 +91,14 @@ def create(
         "name": label,
         "profile": profile,
         "source_task": task,
-        "created": datetime.now().astimezone().isoformat(timespec="seconds"),
+        # Microseconds: retention orders a profile's snapshots by this time.
+        "created": datetime.now().astimezone().isoformat(timespec="microseconds"),
         "owner": owner_label() or "",
         "workdir": workdir,
         **_scope(namespace, server),
     }
     _store(directory(opts), snapshot_id, data, record)
+    expire(opts, namespace=namespace, server=server, profile=profile, spare=snapshot_id)
     return _from_record(record)
 
 
@@ -149,6 +154,22 @@ def remove(opts: KubernetesOptions, snapshot_id: str, *, namespace: str, server:
         (where / f"{snapshot.id}.json").unlink(missing_ok=True)
         (where / f"{snapshot.id}.tar").unlink(missing_ok=True)
     return hit
+
+
+def expire(
+    opts: KubernetesOptions, *, namespace: str, server: str, profile: str, dry_run: bool = False, spare: str = ""
+) -> list[Snapshot]:
+    """Remove ``profile``'s snapshots of ``namespace`` on ``server`` beyond the retention
+    options (``snapshot_keep``, ``snapshot_max_age``; see
+    :func:`envlayer.snapshot.apply_retention`) but ``spare``; what was (or, with
+    ``dry_run``, would be) removed."""
+    return apply_retention(
+        list_all(opts, namespace=namespace, server=server, profile=profile),
+        opts,
+        lambda ident: remove(opts, ident, namespace=namespace, server=server),
+        dry_run=dry_run,
+        spare=spare,
+    )
 
 
 def archive(opts: KubernetesOptions, snapshot: Snapshot, *, namespace: str, server: str) -> bytes:

@@ -480,11 +480,14 @@ class ModalEnvironment(SandboxEnvironment):
 
     @classmethod
     def reap_orphans(cls, *, profile: str, max_age: float, dry_run: bool, options: ModalOptions) -> list[SandboxInfo]:
-        """Terminate this profile's orphaned sandboxes (see :mod:`envlayer_modal.reaper`).
-        Returns what was (or would be) terminated."""
-        from envlayer_modal import reaper
+        """Terminate this profile's orphaned sandboxes (see :mod:`envlayer_modal.reaper`),
+        then remove its snapshots beyond the retention options
+        (:func:`envlayer_modal.snapshots.expire`). Returns what was (or would be) removed."""
+        from envlayer_modal import reaper, snapshots
 
-        return reaper.reap(cls._class_conn(options), profile=profile, max_age=max_age, dry_run=dry_run)
+        conn = cls._class_conn(options)
+        removed = reaper.reap(conn, profile=profile, max_age=max_age, dry_run=dry_run)
+        return removed + [s.info() for s in snapshots.expire(conn, profile=profile, dry_run=dry_run)]
 
     @classmethod
     def list_sandboxes(cls, *, profile: str | None, options: ModalOptions) -> list[SandboxInfo]:

@@ -6,7 +6,8 @@ the configuration loader read it to validate ``[backends.modal]`` and
 
 Every field that shapes the sandbox at creation is part of its *fingerprint* (see
 :func:`envlayer_modal.tags.fingerprint_inputs`); the docs of the others say "Per-process
-setting". Credentials are never options: the SDK reads ``MODAL_TOKEN_ID`` /
+setting", as do the snapshot retention options (``snapshot_keep``, ``snapshot_max_age``,
+from :class:`envlayer.snapshot.SnapshotRetentionOptions`), which shape no sandbox. Credentials are never options: the SDK reads ``MODAL_TOKEN_ID`` /
 ``MODAL_TOKEN_SECRET`` or ``~/.modal.toml``.
 """
 
@@ -16,6 +17,7 @@ import re
 from dataclasses import dataclass
 from envlayer.options import OptionError, option
 from envlayer.sandbox.options import ContainerOptions
+from envlayer.snapshot import SnapshotRetentionOptions
 
 APP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 TAG_KEY = re.compile(r"^[A-Za-z0-9_.-]{1,63}$")
@@ -23,7 +25,7 @@ RESERVED_TAG_PREFIX = "envlayer."
 
 
 @dataclass(kw_only=True)
-class ModalOptions(ContainerOptions):
+class ModalOptions(ContainerOptions, SnapshotRetentionOptions):
     """Options of the Modal backend. ``cwd`` defaults to ``/workspace``."""
 
     app_name: str = option(

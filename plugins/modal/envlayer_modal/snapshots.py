@@ -13,6 +13,9 @@ those records (of one profile, or all), so it shows the snapshots taken on this 
 by this user; records older than the Image's TTL are dropped as expired. Removing a
 snapshot deletes its Image (``modal.experimental.image_delete``, the ``ImageDelete`` RPC;
 sandboxes already started from it keep running) and then its record.
+
+Retention (``snapshot_keep``, ``snapshot_max_age``; :func:`expire`) is applied to the
+recorded snapshots of the profile after each snapshot is taken and by the reaper.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from typing import Any
 
 from envlayer.errors import InvalidArgument
 from envlayer.sandbox.owner import owner_label
-from envlayer.snapshot import Snapshot
+from envlayer.snapshot import Snapshot, apply_retention
 from envlayer_modal.client import Connection, control, throttled, translate
 
 TTL_SECONDS = 30 * 24 * 3600
@@ -65,7 +68,8 @@ def _read_record(path: Path) -> Snapshot | None:
 
 
 def create(conn: Connection, sandbox: Any, *, profile: str, task: str, name: str | None) -> Snapshot:
-    """Snapshot ``sandbox``'s filesystem and record it (module docstring)."""
+    """Snapshot ``sandbox``'s filesystem and record it, then apply the retention options
+    of ``conn.options`` to the profile's snapshots (module docstring)."""
     try:
         image = control(
             lambda: sandbox.snapshot_filesystem(timeout=SNAPSHOT_TIMEOUT, ttl=TTL_SECONDS),
@@ -80,11 +84,23 @@ def create(conn: Connection, sandbox: Any, *, profile: str, task: str, name: str
         name=name or task,
         profile=profile,
         source_task=task,
-        created=datetime.now().astimezone().isoformat(timespec="seconds"),
+        # Microseconds: retention orders a profile's snapshots by this time.
+        created=datetime.now().astimezone().isoformat(timespec="microseconds"),
         owner=owner_label() or "",
     )
     _write_record(snapshot)
+    expire(conn, profile=profile, spare=snapshot.id)
     return snapshot
+
+
+def expire(conn: Connection, *, profile: str, dry_run: bool = False, spare: str = "") -> list[Snapshot]:
+    """Remove the recorded snapshots of ``profile`` beyond the retention options of
+    ``conn.options`` (``snapshot_keep``, ``snapshot_max_age``; see
+    :func:`envlayer.snapshot.apply_retention`) but ``spare``; what was (or, with
+    ``dry_run``, would be) removed."""
+    return apply_retention(
+        list_all(profile=profile), conn.options, lambda ident: remove(conn, ident), dry_run=dry_run, spare=spare
+    )
 
 
 def image_of(conn: Connection, snapshot: Snapshot) -> Any:

@@ -20,6 +20,7 @@ import sys
 import textwrap
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -107,6 +108,13 @@ def make_env(fake_modal: Any, profile: str, options: Callable[..., Any]) -> Iter
         env.cleanup(force_remove=True)
     for env in made:
         env.wait_for_cleanup(30)
+
+
+@pytest.fixture
+def records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private directory for this test's snapshot records (``XDG_STATE_HOME``)."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    return tmp_path / "envlayer" / "modal-snapshots"
 
 
 @pytest.fixture

@@ -21,26 +21,9 @@ from envlayer import dispatch as lifecycle
 from envlayer.errors import InvalidArgument
 from envlayer.snapshot import Snapshot
 from envlayer.testing import SnapshotConformance
+from modal_testenv import fake_images
 
 pytestmark = pytest.mark.modal
-
-
-def fake_images(fake: Any, snapshot_id: str) -> list[str]:
-    """The fake's Docker images of snapshot ``snapshot_id`` still on the daemon."""
-    out = subprocess.run(
-        ["docker", "images", "-aq", "--filter", f"label=envlayer-fake-modal.image-id={snapshot_id}"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return out.split()
-
-
-@pytest.fixture
-def records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A private directory for this test's snapshot records."""
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
-    return tmp_path / "envlayer" / "modal-snapshots"
 
 
 class TestModalPersistSnapshots(SnapshotConformance):
@@ -58,12 +41,8 @@ class TestModalPersistSnapshots(SnapshotConformance):
             environment.cleanup(force_remove=True)
             environment.wait_for_cleanup(60)
 
-    @pytest.fixture(autouse=True)
-    def _fake(self, fake_modal: Any) -> None:
-        self.fake = fake_modal
-
     def leftovers(self, env: Any, snapshot: Snapshot, fork_tasks: Sequence[str]) -> list[str]:
-        return fake_images(self.fake, snapshot.id)
+        return fake_images(snapshot.id)
 
 
 class TestModalPrivateSnapshots(TestModalPersistSnapshots):

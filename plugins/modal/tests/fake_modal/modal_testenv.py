@@ -4,6 +4,7 @@ conftest.py puts this directory on ``sys.path``)."""
 from __future__ import annotations
 
 import os
+import subprocess
 import uuid
 from typing import Any
 
@@ -37,3 +38,15 @@ def running(task: str, profile: str) -> list[str]:
     app = modal.App.lookup(APP, create_if_missing=True)
     want = {"envlayer.managed": "1", "envlayer.profile": sanitize(profile), "envlayer.task": sanitize(task)}
     return [sb.object_id for sb in modal.Sandbox.list(app_id=app.app_id, tags=want)]
+
+
+def fake_images(snapshot_id: str) -> list[str]:
+    """The fake's Docker images of snapshot ``snapshot_id`` still on the daemon (a deleted
+    snapshot's go at once, or with the last sandbox made from it)."""
+    out = subprocess.run(
+        ["docker", "images", "-aq", "--filter", f"label=envlayer-fake-modal.image-id={snapshot_id}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return out.split()
