@@ -410,15 +410,16 @@ class DaytonaEnvironment(SandboxEnvironment):
     # --- snapshots (envlayer_daytona.snapshots) ---------------------------------------------
 
     def create_snapshot(self, *, name: str | None = None) -> Snapshot:
-        """The sandbox's filesystem now as a Daytona snapshot; see
-        :mod:`envlayer_daytona.snapshots`. Background processes are not carried."""
+        """The sandbox's filesystem now as a Daytona snapshot; then the profile's snapshots
+        beyond the retention options (``snapshot_keep``, ``snapshot_max_age``) are removed.
+        See :mod:`envlayer_daytona.snapshots`. Background processes are not carried."""
         from envlayer_daytona import snapshots
 
         self._ensure_open()
-        timeout = self.options.create_timeout
+        opts = self.options
         return self._guard(
             lambda: snapshots.create(
-                self._client, self._sandbox, profile=self.profile, task=self.task_id, name=name, timeout=timeout
+                self._client, self._sandbox, profile=self.profile, task=self.task_id, name=name, options=opts
             ),
             "taking a snapshot",
         )
@@ -468,14 +469,17 @@ class DaytonaEnvironment(SandboxEnvironment):
     @classmethod
     def reap_orphans(cls, *, profile: str, max_age: float, dry_run: bool, options: BaseOptions) -> list[SandboxInfo]:
         """Delete this profile's stopped/archived/errored sandboxes older than ``max_age``
-        seconds (see :mod:`envlayer_daytona.sweep`). Returns what was (or would be) removed."""
-        from envlayer_daytona import sweep
+        seconds (see :mod:`envlayer_daytona.sweep`), then its snapshots beyond the retention
+        options (:func:`envlayer_daytona.snapshots.expire`). Returns what was (or would be)
+        removed; snapshots as rows with status ``snapshot``."""
+        from envlayer_daytona import snapshots, sweep
 
-        return cls._sweep(
-            options,
-            "reaping sandboxes",
-            lambda c, o: sweep.reap(c, profile=profile, max_age=max_age, dry_run=dry_run, timeout=o.request_timeout),
-        )
+        def reap(client: Any, opts: DaytonaOptions) -> list[SandboxInfo]:
+            timeout = opts.request_timeout
+            removed = sweep.reap(client, profile=profile, max_age=max_age, dry_run=dry_run, timeout=timeout)
+            return removed + [s.info() for s in snapshots.expire(client, opts, profile=profile, dry_run=dry_run)]
+
+        return cls._sweep(options, "reaping sandboxes", reap)
 
     @classmethod
     def list_sandboxes(cls, *, profile: str | None, options: BaseOptions) -> list[SandboxInfo]:

@@ -16,13 +16,16 @@ import re
 from dataclasses import dataclass
 from envlayer.options import OptionError, option
 from envlayer.sandbox.options import ManagedSandboxOptions
+from envlayer.snapshot import SnapshotRetentionOptions
 
 RESERVED_LABEL_PREFIX = "envlayer."
 
 
 @dataclass(kw_only=True)
-class DaytonaOptions(ManagedSandboxOptions):
-    """Options of the Daytona backend. ``cwd`` defaults to the sandbox's working directory."""
+class DaytonaOptions(ManagedSandboxOptions, SnapshotRetentionOptions):
+    """Options of the Daytona backend. ``cwd`` defaults to the sandbox's working directory.
+    The snapshot retention options (``snapshot_keep``, ``snapshot_max_age``) are applied by
+    :func:`envlayer_daytona.snapshots.expire`."""
 
     api_url: str | None = option(
         None,

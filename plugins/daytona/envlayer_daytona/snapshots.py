@@ -12,6 +12,10 @@ Daytona snapshots carry no labels, so the name says whose it is:
 filters on that prefix; a listing row knows the profile only when it was asked for one,
 and its source task only through the snapshot made in this process. Removing a snapshot
 deletes it in Daytona; sandboxes already created from it keep running.
+
+Retention (``snapshot_keep``, ``snapshot_max_age``; :func:`expire`) runs after each
+snapshot is taken and in ``reap_orphans``, over the snapshots with the profile's name
+prefix; a snapshot's age is its API record's ``createdAt``.
 """
 
 from __future__ import annotations
@@ -19,11 +23,14 @@ from __future__ import annotations
 import hashlib
 import secrets
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envlayer.errors import BackendUnavailable
 from envlayer.sandbox.tags import slug
-from envlayer.snapshot import Snapshot
+from envlayer.snapshot import Snapshot, apply_retention
+
+if TYPE_CHECKING:
+    from envlayer_daytona.options import DaytonaOptions
 
 PREFIX = "envlayer-s-"
 _PAGE = 100
@@ -48,15 +55,25 @@ def _from(snapshot: Any, *, profile: str, source_task: str = "") -> Snapshot:
         name=label,
         profile=profile,
         source_task=source_task,
-        created=created.isoformat(timespec="seconds") if hasattr(created, "isoformat") else str(created),
+        created=created.isoformat(timespec="microseconds") if hasattr(created, "isoformat") else str(created),
     )
 
 
-def create(client: Any, sandbox: Any, *, profile: str, task: str, name: str | None, timeout: float) -> Snapshot:
-    """Snapshot ``sandbox`` (see the module docstring); waits up to ``timeout`` seconds for
-    it to be active. Raises :class:`BackendUnavailable` when it fails or does not become
-    active in time; the SDK's errors otherwise."""
+def create(
+    client: Any, sandbox: Any, *, profile: str, task: str, name: str | None, options: DaytonaOptions
+) -> Snapshot:
+    """Snapshot ``sandbox`` (see the module docstring); waits up to ``options.create_timeout``
+    seconds for it to be active, then removes the profile's snapshots beyond the retention
+    options (:func:`expire`; the new one is kept). Raises :class:`BackendUnavailable` when
+    it fails or does not become active in time; the SDK's errors otherwise."""
     snapshot_name = f"{profile_prefix(profile)}{slug(name or task, 40)}-{secrets.token_hex(4)}"
+    snapshot = _wait_active(client, sandbox, snapshot_name, profile=profile, task=task, timeout=options.create_timeout)
+    expire(client, options, profile=profile, spare=snapshot.id)
+    return snapshot
+
+
+def _wait_active(client: Any, sandbox: Any, snapshot_name: str, *, profile: str, task: str, timeout: float) -> Snapshot:
+    """Ask Daytona for snapshot ``snapshot_name`` of ``sandbox`` and poll it until active."""
     sandbox.create_snapshot(snapshot_name, timeout=timeout)
     deadline = time.monotonic() + timeout
     while True:
@@ -75,6 +92,17 @@ def create(client: Any, sandbox: Any, *, profile: str, task: str, name: str | No
                 hint="raise create_timeout; a large filesystem takes longer to capture",
             )
         time.sleep(_POLL)
+
+
+def expire(
+    client: Any, options: DaytonaOptions, *, profile: str, dry_run: bool = False, spare: str = ""
+) -> list[Snapshot]:
+    """Remove ``profile``'s snapshots beyond the retention options (``snapshot_keep``,
+    ``snapshot_max_age``; see :func:`envlayer.snapshot.apply_retention`) but ``spare``;
+    what was (or, with ``dry_run``, would be) removed."""
+    return apply_retention(
+        list_all(client, profile=profile), options, lambda ident: remove(client, ident), dry_run=dry_run, spare=spare
+    )
 
 
 def list_all(client: Any, *, profile: str | None) -> list[Snapshot]:

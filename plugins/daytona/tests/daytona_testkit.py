@@ -105,6 +105,11 @@ class FakeDaytona:
         """The next ``count`` creates from an image stay ``pending_build`` for ``seconds``."""
         self._post("/fake/build", {"seconds": seconds, "count": count})
 
+    def set_snapshot_created(self, snapshot: str, created: str) -> None:
+        """Set snapshot ``snapshot``'s (id or name) creation time, ``createdAt``, to
+        ``created`` (ISO 8601), as if it had been taken then."""
+        self._post("/fake/snapshot-created", {"snapshot": snapshot, "createdAt": created})
+
     def fail_next(self, route: str, count: int, status: int = 429, retry_after: float | None = None) -> None:
         """Answer the next ``count`` requests of ``route`` (a route-log name: ``create``,
         ``get``, ``list``, ``delete``...) with ``status`` (429, 502, 503 or 504), with a

@@ -775,6 +775,10 @@ class Handler(BaseHTTPRequestHandler):
         page, limit = int(q.get("page") or 1), int(q.get("limit") or 100)
         return 200, self.fake.snapshots.listing(page, limit, q.get("name") or ""), {}
 
+    def snapshot_created(self, body: bytes, q: dict[str, str]) -> tuple[int, Any, dict[str, str]]:
+        spec = json.loads(body or b"{}")
+        return 200, self.fake.snapshots.set_created(str(spec.get("snapshot")), spec.get("createdAt")), {}
+
     def snapshot_delete(self, body: bytes, q: dict[str, str], sid: str) -> tuple[int, Any, dict[str, str]]:
         snapshots = self.fake.snapshots
         snapshots.remove(snapshots.find(sid))
@@ -857,6 +861,7 @@ ROUTES = [
     (re.compile(r"/fake/faults"), "POST", "fake.faults", Handler.add_faults),
     (re.compile(r"/fake/hold"), "POST", "fake.hold", Handler.hold),
     (re.compile(r"/fake/build"), "POST", "fake.build", Handler.add_builds),
+    (re.compile(r"/fake/snapshot-created"), "POST", "fake.snapshot-created", Handler.snapshot_created),
     (re.compile(r"/api/sandbox"), "POST", "create", Handler.create),
     (re.compile(r"/api/sandbox"), "GET", "list", Handler.list),
     (re.compile(rf"/api/sandbox/{_ID}"), "GET", "get", Handler.get),

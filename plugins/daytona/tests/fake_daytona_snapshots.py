@@ -11,12 +11,18 @@ the sandbox is ``snapshotting`` while its container is committed (the SDK polls 
 leaves that state); the snapshot is ``pending`` until the commit is done and has been read
 once in that state, then ``active`` (so a client that creates sandboxes from it must wait
 for ``active``; that the real service shows ``pending`` first is assumed, not documented).
+
+``createdAt`` is the time the snapshot was asked for, as the API's ``SnapshotDto.createdAt``
+(daytona_api_client/models/snapshot_dto.py: ``created_at: datetime``, ISO 8601 on the wire);
+a test moves it into the past through ``POST /fake/snapshot-created`` (:meth:`Snapshots.set_created`)
+to age a snapshot without waiting.
 """
 
 from __future__ import annotations
 
 import threading
 import uuid
+from datetime import datetime
 from collections.abc import Callable
 from typing import Any
 
@@ -93,6 +99,17 @@ class Snapshots:
         if record["state"] == "pending" and record["committed"]:
             record.update(state="active", updatedAt=self.now())
         return dto
+
+    def set_created(self, id_or_name: str, created: str) -> dict[str, Any]:
+        """Set the snapshot's ``createdAt`` (an ISO 8601 time); 400 for anything else."""
+        try:
+            datetime.fromisoformat(created)
+        except (TypeError, ValueError):
+            raise SnapshotError(400, f"createdAt must be an ISO 8601 time, got {created!r}", "BAD_REQUEST") from None
+        record = self.find(id_or_name)
+        with self.lock:
+            record["createdAt"] = created
+        return self.dto(record)
 
     def image_of(self, name: str) -> str | None:
         """The image of snapshot ``name`` for a sandbox create (None: not a snapshot of
