@@ -11,6 +11,9 @@ Rules (see docs/backends/docker.md, "Reuse"):
 * Opt-out mode: a private, uniquely named container per environment, handled by the same
   rules (so a stopped private container is restarted, not duplicated).
 * A create that fails after the container exists (start failed) removes what it made.
+* Ctrl-C during a create waits for the daemon's answer, removes the container it made,
+  then propagates (:mod:`envlayer_docker.uninterrupted`): an abandoned request would
+  land after the caller's cleanup had listed what exists.
 * A created container's working directory and durable volumes are handed to its
   ``user`` before any command runs (:mod:`envlayer_docker.ownership`).
 * A name held by a container envlayer did not label is never touched.
@@ -31,6 +34,7 @@ from envlayer_docker import labels as L
 from envlayer_docker import ownership, workspace
 from envlayer_docker.naming import container_name, private_name
 from envlayer_docker.options import DockerOptions, parse_volume
+from envlayer_docker.uninterrupted import finish_then_interrupt
 
 KEEPALIVE = ["sleep", "2147483647"]
 _MAX_ATTEMPTS = 12
@@ -366,7 +370,11 @@ def ensure(api: Any, spec: ContainerSpec, options: DockerOptions) -> Attached:
         try:
             info = api.inspect_container(spec.name)
         except NotFound:
-            created = _create(api, spec, options)
+            created = finish_then_interrupt(
+                lambda: _create(api, spec, options),
+                undo=lambda made: made and _remove(api, made["Id"]),
+                name=f"envlayer-docker-create-{spec.name}",
+            )
             if created is None:
                 continue  # lost the race: attach to the winner on the next round
             return _attached(created, created=True)

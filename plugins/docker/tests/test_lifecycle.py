@@ -13,7 +13,7 @@ import uuid
 from typing import Any
 
 import pytest
-from envlayer_docker import labels, reaper
+from envlayer_docker import labels, reaper, workspace
 from envlayer_docker.backend import DockerEnvironment
 from envlayer_docker.naming import container_name
 
@@ -641,6 +641,34 @@ def test_failed_start_removes_half_made_container(docker_api, profile, options) 
             profile=profile,
         )
     assert _containers(docker_api, profile, task) == []
+
+
+def test_ctrl_c_while_the_daemon_creates_leaves_no_container(docker_api, profile, options, monkeypatch) -> None:
+    """A real SIGINT that arrives after the daemon made the container but before docker-py
+    handed back its id (the moment is chosen by wrapping the real call): the create is
+    finished, the container removed, then the interrupt propagates."""
+    import docker
+
+    real_create = docker.APIClient.create_container
+
+    def create_then_ctrl_c(self: Any, *args: Any, **kwargs: Any) -> Any:
+        made = real_create(self, *args, **kwargs)
+        os.kill(os.getpid(), signal.SIGINT)
+        return made
+
+    monkeypatch.setattr(docker.APIClient, "create_container", create_then_ctrl_c)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    task = _task()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            DockerEnvironment(options(), task_id=task, profile=profile)
+        left = _containers(docker_api, profile, task)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        for container in _containers(docker_api, profile, task):
+            docker_api.remove_container(container["Id"], force=True, v=True)
+        workspace.remove(docker_api, options(), profile=profile, task=task)
+    assert left == [], "the interrupted create left its container"
 
 
 @pytest.mark.parametrize("key", ["volumes", "host_cwd"])
