@@ -248,11 +248,7 @@ class MarkerScanner:
             return self._scan_trailer(buf)
         idx = buf.find(self.marker)
         if idx < 0:
-            cut = max(len(buf) - len(self.marker) + 1, 0)
-            while cut < len(buf) and not self.marker.startswith(buf[cut:]):
-                cut += 1
-            self._pending = buf[cut:]
-            return buf[:cut]
+            return self._hold_back_marker_start(buf)
         out = buf[:idx]
         rest = buf[idx + len(self.marker) :]
         self._pending = b""
@@ -263,6 +259,24 @@ class MarkerScanner:
             self.done = True
             self.after = rest
         return out
+
+    def _hold_back_marker_start(self, buf: bytes) -> bytes:
+        """Return ``buf`` up to a tail that might start the marker (kept pending). A
+        tail without the marker's first byte is the common case of a flood: ``buf`` is
+        then returned as is, not copied."""
+        first = self.marker[:1]
+        start = max(len(buf) - len(self.marker) + 1, 0)
+        cut = buf.find(first, start)
+        if cut < 0:
+            self._pending = b""
+            return buf
+        while cut >= 0 and not self.marker.startswith(buf[cut:]):
+            cut = buf.find(first, cut + 1)
+        if cut < 0:
+            self._pending = b""
+            return buf
+        self._pending = buf[cut:]
+        return buf[:cut]
 
     def _scan_trailer(self, buf: bytes) -> bytes:
         idx = buf.find(self.marker)
