@@ -90,9 +90,26 @@ def marker_of(seed: int) -> bytes:
 
 
 _MARK = '"__EL$((__el_s*7919+13))__"'
-_TRAILER = (
-    f'printf \'%s%s %s %s %s%s\' {_MARK} "$__el_rc" "$$" "$__el_up" "$PWD" {_MARK} >&7\nprintf \'%s\' {_MARK} >&8\n'
+
+_CALL_FUNCTIONS = (
+    f"__el_pre() {{ __el_s=$1; {EXEC_ID_VAR}=$2; export {EXEC_ID_VAR}; trap __el_exit EXIT; }}\n"
+    "__el_end() {\n"
+    "  __el_rc=$?; __el_o=$-; set +x\n"
+    f"  unset {EXEC_ID_VAR}\n"
+    '  [ $# -eq 0 ] || rm -f -- "$1"\n'
+    f"  printf '%s%s %s %s %s%s' {_MARK} \"$__el_rc\" \"$$\" \"$__el_up\" \"$PWD\" {_MARK} >&7\n"
+    f"  printf '%s' {_MARK} >&8\n"
+    "  case $__el_o in *x*) set -x;; esac; __el_up=-\n"
+    "}\n"
+    "__el_ev() { unset -f __el_cmd; command eval \"__el_cmd() { $__el_c\n}\" && __el_cmd; }\n"
 )
+"""Defined once per shell by :func:`init_script`, so each call sends one short script
+(see :func:`call_script`): bash reads a script from a pipe one byte at a time, and every
+shell parses less. ``__el_pre SEED EXEC_ID`` sets the call's marker seed, exports its
+exec id and (re)sets the EXIT trap; ``__el_end [STDIN_FILE]``, run right after the
+command, takes its status, removes the staged stdin and prints the trailer (see the
+module docstring), keeping ``set -x`` as the command left it; ``__el_ev`` runs the
+command text in ``$__el_c`` as the body of a function (see :data:`_RUN`)."""
 
 
 def init_script(*, session_id: str, start_dir: str | None) -> bytes:
@@ -121,6 +138,7 @@ def init_script(*, session_id: str, start_dir: str | None) -> bytes:
         f'  printf \'%s%s %s exit %s%s\' {_MARK} "$__el_rc" "$$" "$PWD" {_MARK} >&7\n'
         f"  printf '%s' {_MARK} >&8\n"
         "}\n"
+        f"{_CALL_FUNCTIONS}"
         '[ -d "$__el_dir" ] || mkdir -m 700 -p -- "$__el_dir" 2>/dev/null\n'
         'for __el_f in "$__el_dir"/in-*; do [ -e "$__el_f" ] && rm -f -- "$__el_dir"/in-*; break; done\n'
         'if [ -f "$__el_dir/state" ]; then . "$__el_dir/state"; rm -f -- "$__el_dir/state"; fi\n'
@@ -138,14 +156,11 @@ def handshake_command() -> str:
     )
 
 
-_RUN = (
-    'if [ -n "$__el_fn" ]; then unset -f __el_cmd; command eval "__el_cmd() { $__el_c\n}" && __el_cmd; '
-    'else command eval "$__el_c"; fi'
-)
+_RUN = 'if [ "$__el_fn" ]; then __el_ev; else command eval "$__el_c"; fi'
 """Runs the command text in ``$__el_c`` in the shell itself. dash and BusyBox name the
 builtin running a command in their errors (``sh: 1: eval: foo: not found``), so there
-the text becomes the body of a function defined by ``eval`` and called after it (``sh:
-1: foo: not found``, as a plain shell says); bash, which does not, and which names a
+the text becomes the body of a function defined by ``eval`` and called after it
+(``__el_ev``; ``sh: 1: foo: not found``, as a plain shell says); bash, which does not, and which names a
 function's origin instead, evaluates the text directly."""
 
 
@@ -172,15 +187,17 @@ def call_script(
     protocol's fds 7 and 8 closed (see the module docstring). ``prelude`` is shell text
     a backend runs before the command (e.g. refreshing a lease file).
     """
-    lines = [f"__el_s={seed}; {EXEC_ID_VAR}={exec_id}; export {EXEC_ID_VAR}; trap __el_exit EXIT"]
+    lines = [f"__el_pre {seed} {exec_id}"]
     if prelude:
         lines.append(prelude)
     redirect = "</dev/null"
+    end = "__el_end"
     if stdin_path is not None:
         if stdin_inline is not None:
             # a subshell, so the private umask never leaks into the user's session
             lines.append(f"(umask 077; printf {printf_format(stdin_inline)} >| {quote(stdin_path)})")
         redirect = f"<{quote(stdin_path)}"
+        end = f"__el_end {quote(stdin_path)}"
     run = f"__el_c={quote(command_text(command))}; {_RUN}"
     if cwd is not None or env:
         setup = ""
@@ -192,11 +209,8 @@ def call_script(
             )
         run = f"( {setup}{export_lines(env or {})}{run}\n)"
     lines.append(f"{run} {redirect} 7>&- 8>&-")
-    lines.append("__el_rc=$?; __el_o=$-; set +x")
-    lines.append(f"unset {EXEC_ID_VAR}")
-    if stdin_path is not None:
-        lines.append(f"rm -f -- {quote(stdin_path)}")
-    text = "\n".join(lines) + "\n" + _TRAILER + "case $__el_o in *x*) set -x;; esac; __el_up=-\n"
+    lines.append(end)
+    text = "\n".join(lines) + "\n"
     return text.encode("utf-8", "surrogateescape")
 
 
@@ -234,11 +248,7 @@ class MarkerScanner:
             return self._scan_trailer(buf)
         idx = buf.find(self.marker)
         if idx < 0:
-            cut = max(len(buf) - len(self.marker) + 1, 0)
-            while cut < len(buf) and not self.marker.startswith(buf[cut:]):
-                cut += 1
-            self._pending = buf[cut:]
-            return buf[:cut]
+            return self._hold_back_marker_start(buf)
         out = buf[:idx]
         rest = buf[idx + len(self.marker) :]
         self._pending = b""
@@ -249,6 +259,24 @@ class MarkerScanner:
             self.done = True
             self.after = rest
         return out
+
+    def _hold_back_marker_start(self, buf: bytes) -> bytes:
+        """Return ``buf`` up to a tail that might start the marker (kept pending). A
+        tail without the marker's first byte is the common case of a flood: ``buf`` is
+        then returned as is, not copied."""
+        first = self.marker[:1]
+        start = max(len(buf) - len(self.marker) + 1, 0)
+        cut = buf.find(first, start)
+        if cut < 0:
+            self._pending = b""
+            return buf
+        while cut >= 0 and not self.marker.startswith(buf[cut:]):
+            cut = buf.find(first, cut + 1)
+        if cut < 0:
+            self._pending = b""
+            return buf
+        self._pending = buf[cut:]
+        return buf[:cut]
 
     def _scan_trailer(self, buf: bytes) -> bytes:
         idx = buf.find(self.marker)
