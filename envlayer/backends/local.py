@@ -42,7 +42,7 @@ from envlayer.errors import (
     SandboxPathError,
     SandboxPermissionDenied,
 )
-from envlayer.options import BaseOptions, option
+from envlayer.options import option
 from envlayer.execution.proctree import EXEC_ID_VAR, kill_tree
 from envlayer.request import ExecRequest, file_payload
 from envlayer.result import ExecResult
@@ -92,23 +92,17 @@ class LocalEnvironment(SandboxEnvironment):
     environment_variables = ()  # commands inherit the creating process's environment: it selects nothing
     options: LocalOptions
 
-    def __init__(
-        self,
-        options: BaseOptions | None = None,
-        *,
-        task_id: str = "default",
-        profile: str = "default",
-        from_snapshot: Snapshot | None = None,
-    ) -> None:
-        """``from_snapshot``: run in a private copy of that snapshot's files (deleted by
-        :meth:`cleanup`) instead of ``cwd``; see :mod:`envlayer.backends.local_snapshots`."""
-        super().__init__(options, task_id=task_id, profile=profile, from_snapshot=from_snapshot)
+    def open_sandbox(self) -> None:
+        """Commands run in ``options.cwd`` or, with :attr:`from_snapshot`, in a private copy of
+        that snapshot's files (deleted by :meth:`cleanup`); see
+        :mod:`envlayer.backends.local_snapshots`."""
         self.fork_directory: str | None = None
+        from_snapshot = self.from_snapshot
         if from_snapshot is None:
             self.cwd = os.path.abspath(os.path.expanduser(self.options.cwd or os.getcwd()))
         else:
             store = local_snapshots.store_path(self.options.snapshot_dir)
-            self.cwd = self.fork_directory = local_snapshots.make_fork_directory(store, from_snapshot, task_id)
+            self.cwd = self.fork_directory = local_snapshots.make_fork_directory(store, from_snapshot, self.task_id)
         self._environ = dict(os.environ)
         """This process's environment when this environment was created: what commands inherit."""
         self._cwd_existed = os.path.isdir(self.cwd)

@@ -28,6 +28,7 @@ A backend implements:
   :class:`~envlayer.execution.shell_session.PersistentShell` and builds the result);
 * for recovery: :meth:`is_gone` (the failure proves the sandbox was gone and nothing
   ran), :meth:`sandbox_identity` and :meth:`recover` (returns what it did);
+* :meth:`open_sandbox` (connect and find or create the sandbox, instead of ``__init__``);
 * its file moves (``read_file``, ``write_file``, ...) and ``cleanup``.
 
 Plugins that implement :meth:`Environment.exec` directly are unaffected: the base is
@@ -141,6 +142,14 @@ class SandboxEnvironment(Environment):
         declared = type(self).capabilities
         if declared is not None:
             self.capabilities = narrowed_capabilities(frozenset(declared), self.options)
+        self.open_sandbox()
+
+    def open_sandbox(self) -> None:
+        """Connect to the platform and find or create the sandbox: called once, at the end of
+        ``__init__``, when :attr:`options`, :attr:`task_id`, :attr:`profile`,
+        :attr:`from_snapshot` and :attr:`capabilities` are set. A backend overrides this
+        instead of ``__init__`` (so the constructor's signature is written once, here);
+        an exception it raises fails the construction. The default does nothing."""
 
     # --- the exec contract ----------------------------------------------------------
 

@@ -63,15 +63,7 @@ class DockerEnvironment(SandboxEnvironment):
     options: DockerOptions
     recovery_hint = "check the daemon (`docker ps -a`, its log); something keeps removing the container"
 
-    def __init__(
-        self,
-        options: BaseOptions | None = None,
-        *,
-        task_id: str = "default",
-        profile: str = "default",
-        from_snapshot: Snapshot | None = None,
-    ) -> None:
-        super().__init__(options, task_id=task_id, profile=profile, from_snapshot=from_snapshot)
+    def open_sandbox(self) -> None:
         from envlayer_docker.client import get_client
         from envlayer_docker.container import build_spec
 
@@ -87,12 +79,12 @@ class DockerEnvironment(SandboxEnvironment):
         self._files: Any = None
         with translated("inspecting the image", opts):
             self._spec = build_spec(
-                self._api, opts, profile=profile, task=task_id, persist=opts.persist_across_processes
+                self._api, opts, profile=self.profile, task=self.task_id, persist=opts.persist_across_processes
             )
-        if from_snapshot is None:
+        if self.from_snapshot is None:
             self._attach()
         else:
-            self._attach_fork(from_snapshot)
+            self._attach_fork(self.from_snapshot)
         from envlayer_docker.runners import SessionRunner
 
         self._session = SessionRunner(self._target) if opts.exec_mode == "session" else None

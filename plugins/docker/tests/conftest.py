@@ -27,30 +27,11 @@ from typing import Any
 
 import pytest
 
+from envlayer.testing.fixtures import EnvironmentFactory, require_docker
 from envlayer.testing.secrets import ENVLAYER_SCRIPT
 
 IMAGE = os.environ.get("ENVLAYER_TEST_IMAGE", "envlayer-test:busybox")
 PROFILE = f"envlayer-test-{uuid.uuid4().hex[:8]}"
-
-
-def _docker_problem() -> str | None:
-    try:
-        import docker
-        from docker.errors import ImageNotFound
-    except ImportError as exc:  # pragma: no cover - the SDK is a dependency
-        return f"the docker SDK is not installed ({exc})"
-    try:
-        api = docker.APIClient(version="auto", timeout=10, **docker.utils.kwargs_from_env())
-        api.ping()
-    except Exception as exc:
-        return f"no Docker daemon answers ({type(exc).__name__}: {str(exc)[:200]})"
-    try:
-        api.inspect_image(IMAGE)
-    except ImageNotFound:
-        return f"the test image {IMAGE} is missing"
-    except Exception as exc:
-        return f"cannot inspect {IMAGE}: {exc}"
-    return None
 
 
 RUNS_DIR = os.path.join(tempfile.gettempdir(), "envlayer-test-runs")
@@ -138,11 +119,7 @@ def _private_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None
 @pytest.fixture(scope="session")
 def docker_api() -> Iterator[Any]:
     """A low-level docker API client; fails (CI) or skips when Docker is not usable."""
-    problem = _docker_problem()
-    if problem:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"Docker tests cannot run: {problem}. Run scripts/provision first.", pytrace=False)
-        pytest.skip(f"{problem}; run scripts/provision (starts dockerd, builds {IMAGE}) to enable the Docker tests")
+    require_docker(IMAGE, "the Docker tests")
     import docker
 
     api = docker.APIClient(version="auto", timeout=60, **docker.utils.kwargs_from_env())
@@ -182,24 +159,14 @@ def options() -> Callable[..., Any]:
 def make_env(docker_api: Any, profile: str, options: Callable[..., Any]) -> Iterator[Callable[..., Any]]:
     """Factory: ``make_env(task=None, profile=None, **options)``; every environment it
     made is force-removed, with its durable data, at the end of the test."""
+    from envlayer_docker import workspace
     from envlayer_docker.backend import DockerEnvironment
 
-    made: list[DockerEnvironment] = []
-
-    def make(task: str | None = None, prof: str | None = None, **kw: Any) -> DockerEnvironment:
-        env = DockerEnvironment(options(**kw), task_id=task or f"t-{uuid.uuid4().hex[:8]}", profile=prof or profile)
-        made.append(env)
-        return env
-
-    yield make
-    from envlayer_docker import workspace
-
-    for env in made:
-        env.cleanup(force_remove=True)
-    for env in made:
-        env.wait_for_cleanup(30)
-    for prof, task in {(env.profile, env.task_id) for env in made}:
-        workspace.remove(docker_api, made[0].options, profile=prof, task=task)
+    factory = EnvironmentFactory(DockerEnvironment, options, profile)
+    yield factory
+    factory.remove_all()
+    for env in factory.made:
+        workspace.remove(docker_api, env.options, profile=env.profile, task=env.task_id)
 
 
 def _run_python(code: str, *, timeout: float = 60, wait: bool = True) -> Any:

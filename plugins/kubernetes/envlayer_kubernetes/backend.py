@@ -64,15 +64,7 @@ class KubernetesEnvironment(SandboxEnvironment):
     options: KubernetesOptions
     recovery_hint = "check the cluster's events; something keeps deleting the pod"
 
-    def __init__(
-        self,
-        options: BaseOptions | None = None,
-        *,
-        task_id: str = "default",
-        profile: str = "default",
-        from_snapshot: Snapshot | None = None,
-    ) -> None:
-        super().__init__(options, task_id=task_id, profile=profile, from_snapshot=from_snapshot)
+    def open_sandbox(self) -> None:
         from envlayer_kubernetes.client import connect
         from envlayer_kubernetes.pods import build_spec
 
@@ -82,9 +74,10 @@ class KubernetesEnvironment(SandboxEnvironment):
         self._base_env.update(with_command_defaults(opts.env))
         self._state_lock = threading.RLock()
         self._teardown: threading.Thread | None = None
-        self._spec = build_spec(opts, profile=profile, task=task_id, persist=opts.persist_across_processes)
+        self._spec = build_spec(opts, profile=self.profile, task=self.task_id, persist=opts.persist_across_processes)
         self._pod: Any = None
-        archive = self._snapshot_archive(from_snapshot) if from_snapshot is not None else None
+        snapshot = self.from_snapshot
+        archive = self._snapshot_archive(snapshot) if snapshot is not None else None
         self._attach()
         from envlayer_kubernetes.runners import ExecTarget, SessionRunner
 

@@ -13,7 +13,6 @@ fake API server of ``fake_apiserver.py``, whose pods are Docker containers.
 from __future__ import annotations
 
 import importlib.util
-import os
 import subprocess
 import sys
 import tempfile
@@ -24,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from envlayer.testing.fixtures import EnvironmentFactory, require_docker
 
 
 def _load_fake_control() -> Any:
@@ -50,11 +51,7 @@ def fake_workdir() -> Iterator[str]:
 
 
 def _require_docker() -> None:
-    problem = fake_control.docker_problem()
-    if problem:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"Kubernetes fake tests cannot run: {problem}. Run scripts/provision first.", pytrace=False)
-        pytest.skip(f"{problem}; run scripts/provision (starts dockerd, builds {IMAGE}) to enable these tests")
+    require_docker(IMAGE, "the Kubernetes fake tests")
 
 
 @pytest.fixture(scope="session")
@@ -108,25 +105,9 @@ def make_env(profile: str, options: Callable[..., Any]) -> Iterator[Callable[...
     it made is deleted at the end of the test."""
     from envlayer_kubernetes.backend import KubernetesEnvironment
 
-    made: list[KubernetesEnvironment] = []
-
-    def make(
-        task: str | None = None, prof: str | None = None, from_snapshot: Any = None, **kw: Any
-    ) -> KubernetesEnvironment:
-        env = KubernetesEnvironment(
-            options(**kw),
-            task_id=task or f"t-{uuid.uuid4().hex[:8]}",
-            profile=prof or profile,
-            from_snapshot=from_snapshot,
-        )
-        made.append(env)
-        return env
-
-    yield make
-    for env in made:
-        env.cleanup(force_remove=True)
-    for env in made:
-        env.wait_for_cleanup(30)
+    factory = EnvironmentFactory(KubernetesEnvironment, options, profile)
+    yield factory
+    factory.remove_all()
 
 
 def _run_python(code: str, *, timeout: float = 120, wait: bool = True) -> Any:

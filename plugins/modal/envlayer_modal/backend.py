@@ -72,20 +72,12 @@ class ModalEnvironment(SandboxEnvironment):
     options: ModalOptions
     recovery_hint = "check the Modal dashboard; something keeps terminating it"
 
-    def __init__(
-        self,
-        options: BaseOptions | None = None,
-        *,
-        task_id: str = "default",
-        profile: str = "default",
-        from_snapshot: Snapshot | None = None,
-    ) -> None:
-        super().__init__(options, task_id=task_id, profile=profile, from_snapshot=from_snapshot)
+    def open_sandbox(self) -> None:
         from envlayer_modal.client import connect
 
         self._conn = connect(self.options)
-        if from_snapshot is not None:
-            self._prepare_fork(from_snapshot)
+        if self.from_snapshot is not None:
+            self._prepare_fork(self.from_snapshot)
         self._state_lock = threading.RLock()
         self._last_lease = 0.0
         self._teardown: threading.Thread | None = None

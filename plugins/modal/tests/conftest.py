@@ -18,12 +18,13 @@ import os
 import subprocess
 import sys
 import textwrap
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from envlayer.testing.fixtures import EnvironmentFactory, require_docker
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_modal"))
 
@@ -31,24 +32,10 @@ import modal_fake_launcher as launcher
 from modal_testenv import APP, IMAGE, PROFILE, QUOTA_TAG
 
 
-def _docker_problem() -> str | None:
-    try:
-        proc = subprocess.run(["docker", "image", "inspect", IMAGE], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"the docker CLI does not answer ({exc})"
-    if proc.returncode != 0:
-        return f"no Docker daemon or no test image {IMAGE} ({proc.stderr.strip()[:200]})"
-    return None
-
-
 @pytest.fixture(scope="session")
 def fake_modal() -> Iterator[launcher.FakeModal]:
     """The running fake server (``_fake_modal_env`` points the SDK at it)."""
-    problem = _docker_problem()
-    if problem:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"Modal tests cannot run: {problem}. Run scripts/provision first.", pytrace=False)
-        pytest.skip(f"{problem}; run scripts/provision (starts dockerd, builds {IMAGE}) to enable the Modal tests")
+    require_docker(IMAGE, "the Modal tests")
     fake = launcher.start(extra_env=[("FAKE_MODAL_QUOTA_TAG", QUOTA_TAG)])
     try:
         yield fake
@@ -96,18 +83,9 @@ def make_env(fake_modal: Any, profile: str, options: Callable[..., Any]) -> Iter
     force-removed at the end of the test."""
     from envlayer_modal.backend import ModalEnvironment
 
-    made: list[ModalEnvironment] = []
-
-    def make(task: str | None = None, prof: str | None = None, **kw: Any) -> ModalEnvironment:
-        env = ModalEnvironment(options(**kw), task_id=task or f"t-{uuid.uuid4().hex[:8]}", profile=prof or profile)
-        made.append(env)
-        return env
-
-    yield make
-    for env in made:
-        env.cleanup(force_remove=True)
-    for env in made:
-        env.wait_for_cleanup(30)
+    factory = EnvironmentFactory(ModalEnvironment, options, profile)
+    yield factory
+    factory.remove_all()
 
 
 @pytest.fixture

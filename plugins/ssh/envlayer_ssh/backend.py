@@ -70,10 +70,7 @@ class SSHEnvironment(SandboxEnvironment):
     options: SSHOptions
     wait_for_busy_session = True  # calls on one environment take turns in its shell
 
-    def __init__(
-        self, options: BaseOptions | None = None, *, task_id: str = "default", profile: str = "default"
-    ) -> None:
-        super().__init__(options, task_id=task_id, profile=profile)
+    def open_sandbox(self) -> None:
         self.target: Target = resolve_target(self.options)
         self._pool = pool.acquire(self.target)
         self._files = RemoteFiles(self._pool)

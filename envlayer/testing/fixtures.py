@@ -1,0 +1,95 @@
+"""Helpers for a backend's own test suite (the built-in plugins use them; so may yours).
+
+* :func:`docker_problem` / :func:`require_docker`: tests whose sandboxes (or whose fake of a
+  cloud service) run in local Docker containers skip when no daemon or test image is
+  there, and fail under ``CI=true``, where a skip would hide a broken machine.
+* :class:`EnvironmentFactory`: the body of a ``make_env`` fixture: it creates environments
+  of one backend and removes every one it made (``cleanup(force_remove=True)``, then
+  ``wait_for_cleanup``, through :mod:`envlayer.dispatch`) when the test ends, passed or
+  failed (pytest runs the code after ``yield`` either way)::
+
+      @pytest.fixture
+      def make_env(options, profile):
+          factory = EnvironmentFactory(MyEnvironment, options, profile)
+          yield factory
+          factory.remove_all()
+
+Only the docker CLI is used (no SDK import), so any plugin's tests can call these.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import uuid
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+import pytest
+
+from envlayer import dispatch
+from envlayer.environment import Environment
+from envlayer.options import BaseOptions
+
+E = TypeVar("E", bound=Environment)
+
+_DOCKER_ANSWER_SECONDS = 30
+
+
+def docker_problem(image: str) -> str | None:
+    """Why tests that need a Docker daemon and ``image`` cannot run here, or None when they can."""
+    if shutil.which("docker") is None:
+        return "the docker CLI is not installed"
+    for args, failure in (
+        (("info", "--format", "{{.ServerVersion}}"), "no Docker daemon answers"),
+        (("image", "inspect", "--format", "{{.Id}}", image), f"the test image {image} is missing"),
+    ):
+        try:
+            proc = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=_DOCKER_ANSWER_SECONDS)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"the docker CLI does not answer ({exc})"
+        if proc.returncode != 0:
+            return f"{failure} ({proc.stderr.strip()[:200]})"
+    return None
+
+
+def require_docker(image: str, suite: str) -> None:
+    """Skip the calling test (fail it under ``CI=true``) unless :func:`docker_problem` finds
+    nothing; ``suite`` names the tests in the message (e.g. ``"the Modal tests"``)."""
+    problem = docker_problem(image)
+    if problem is None:
+        return
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{suite} cannot run: {problem}. Run scripts/provision first.", pytrace=False)
+    pytest.skip(f"{problem}; run scripts/provision (starts dockerd, builds {image}) to enable {suite}")
+
+
+class EnvironmentFactory(Generic[E]):
+    """``factory(task=None, prof=None, from_snapshot=None, **options)``: a new ``backend``
+    environment with ``options(**options)``, task ``task`` (default: a fresh unique one)
+    and profile ``prof`` (default: ``profile``); :meth:`remove_all` removes every one made."""
+
+    def __init__(self, backend: type[E], options: Callable[..., BaseOptions], profile: str) -> None:
+        self.backend = backend
+        self.options = options
+        self.profile = profile
+        self.made: list[E] = []
+        """Every environment made, in order."""
+
+    def __call__(self, task: str | None = None, prof: str | None = None, from_snapshot: Any = None, **kw: Any) -> E:
+        extra = {} if from_snapshot is None else {"from_snapshot": from_snapshot}
+        env = self.backend(
+            self.options(**kw), task_id=task or f"t-{uuid.uuid4().hex[:8]}", profile=prof or self.profile, **extra
+        )
+        self.made.append(env)
+        return env
+
+    def remove_all(self, timeout: float = 30.0) -> None:
+        """Force-remove every environment made, then wait up to ``timeout`` seconds for each
+        teardown (all are started before any is waited for). Through the dispatcher, so a
+        backend without ``force_remove`` or ``wait_for_cleanup`` gets its nearest equivalent."""
+        for env in self.made:
+            dispatch.cleanup(env, force_remove=True)
+        for env in self.made:
+            dispatch.wait_for_cleanup(env, timeout)
