@@ -44,6 +44,7 @@ from ssh_exec import ssh_cli
 from ssh_testserver import SSHServer, requirements_missing
 
 import envlayer
+from envlayer.bench.interrupts import run_script
 
 ENVLAYER = os.path.join(os.path.dirname(sys.executable), "envlayer")
 TARGET_MS = 25.0
@@ -175,4 +176,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_script(main))

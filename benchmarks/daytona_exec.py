@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from bench_timing import median_ms
+from envlayer.bench.interrupts import run_script
 
 KIT = Path(__file__).resolve().parent.parent / "plugins" / "daytona" / "tests" / "daytona_testkit.py"
 
@@ -91,4 +92,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_script(main))

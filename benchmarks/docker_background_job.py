@@ -20,6 +20,8 @@ import sys
 import time
 import uuid
 
+from envlayer.bench.interrupts import run_script
+
 JOBS = {
     "no job (baseline)": "true",
     "`sleep 300 &`": "sleep 300 &",
@@ -80,4 +82,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_script(main))

@@ -30,6 +30,7 @@ import uuid
 from bench_timing import median_ms
 
 from envlayer.bench.baselines import docker_bare_shell as bare_shell
+from envlayer.bench.interrupts import run_script
 
 PROFILE = f"envlayer-bench-{uuid.uuid4().hex[:8]}"
 
@@ -189,4 +190,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_script(main))

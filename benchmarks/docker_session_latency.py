@@ -25,6 +25,7 @@ from collections.abc import Callable
 from bench_timing import interleaved_medians
 
 from envlayer.bench.baselines import docker_bare_shell as bare_shell
+from envlayer.bench.interrupts import run_script
 
 
 def cpu_per_call_us(run: Callable[[], object], calls: int) -> float:
@@ -73,4 +74,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_script(main))

@@ -29,6 +29,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 from bench_sshd import start_optional_sshd  # noqa: E402
+from envlayer.bench.interrupts import run_script
 
 CHILD = r"""
 import json, os, resource, sys, time
@@ -146,4 +147,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_script(main))

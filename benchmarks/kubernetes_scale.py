@@ -26,6 +26,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from envlayer.bench.interrupts import run_script
+
 CONTROL = Path(__file__).resolve().parent.parent / "plugins" / "kubernetes" / "tests" / "fake_control.py"
 
 
@@ -93,4 +95,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_script(main))

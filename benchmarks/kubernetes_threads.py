@@ -19,6 +19,7 @@ import sys
 import uuid
 
 from kubernetes_scale import load_control
+from envlayer.bench.interrupts import run_script
 
 
 def main() -> int:
@@ -52,4 +53,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_script(main))

@@ -10,6 +10,8 @@ Run: ``uv run --no-sync python benchmarks/local_exec.py [--calls 300]``
 
 from __future__ import annotations
 
+import sys
+
 import argparse
 import subprocess
 import tempfile
@@ -17,6 +19,7 @@ import tempfile
 from bench_timing import WARMUP, interleaved_medians
 
 from envlayer.backends.local import LocalEnvironment, LocalOptions
+from envlayer.bench.interrupts import run_script
 
 
 def main() -> int:
@@ -46,4 +49,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(run_script(main))

@@ -18,6 +18,8 @@ Docker exec per call, like mini-swe-agent's). Target: with ``sh -c`` the session
 
 from __future__ import annotations
 
+import sys
+
 import argparse
 import logging
 import os
@@ -29,6 +31,7 @@ os.environ.setdefault("MSWEA_SILENT_STARTUP", "1")
 os.environ.setdefault("MSWEA_GLOBAL_CONFIG_DIR", tempfile.mkdtemp(prefix="envlayer-bench-mswea-"))
 
 from bench_timing import median_ms
+from envlayer.bench.interrupts import run_script
 
 PROFILE = f"envlayer-bench-mswea-{uuid.uuid4().hex[:8]}"
 COMMANDS = {"true": "true", "ls + stderr": "ls /; echo x >&2"}
@@ -82,4 +85,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(run_script(main))

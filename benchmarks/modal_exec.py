@@ -30,6 +30,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "plugins", "modal", "tests", "fake_modal"))
 
 import modal_fake_launcher  # noqa: E402
+from envlayer.bench.interrupts import run_script
 
 PROFILE = f"envlayer-bench-{uuid.uuid4().hex[:8]}"
 APP = f"envlayer-bench-{uuid.uuid4().hex[:6]}"
@@ -84,4 +85,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_script(main))

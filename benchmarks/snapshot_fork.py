@@ -19,9 +19,11 @@ time to prepare the source sandbox once is printed too (the fork path needs it o
 however many forks follow). Docker runs on `--image` (it needs python3 and GNU cp; the
 envlayer-test:debian image has both), in persist mode with a workspace volume.
 
-Everything made is removed at the end, also on Ctrl-C: the containers, volumes and
-snapshot images of the run's profile, and the temporary directory holding the local
-working directories, snapshot store and wheels.
+Everything made is removed at the end, also on Ctrl-C, SIGTERM or SIGHUP
+(:mod:`envlayer.bench.interrupts`): the containers, volumes and snapshot images of the run's
+profile (printed first), and the temporary directory holding the local working
+directories, snapshot store and wheels. After a SIGKILL, remove what is left with
+`envlayer reap --backend docker --profile PROFILE --max-age 0`.
 
     .venv/bin/python benchmarks/snapshot_fork.py [--backends docker,local] [--image envlayer-test:debian]
         [--rounds 3] [--forks 8] [--files 10000] [--megabytes 200]
@@ -47,6 +49,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+from envlayer.bench.interrupts import run_script, signals_ignored
 
 PROFILE = f"envlayer-bench-{uuid.uuid4().hex[:8]}"
 READY = "PYTHONPATH=.deps python3 -c 'import benchpkg'"
@@ -178,6 +182,7 @@ def run_backend(name: str, open_env: Callable[[str], Any], args: argparse.Namesp
         prepare(source, wheels, prep_cmd)
         first_command(source)
         rows = [f"{name}: prepare the source sandbox once: {time.perf_counter() - start:.1f} s"]
+        print(f"  {name}: source sandbox prepared", flush=True)
         walls: dict[str, list[float]] = {"fork": [], "fresh": []}
         each: dict[str, list[float]] = {"fork": [], "fresh": []}
         for r in range(args.rounds):
@@ -200,7 +205,8 @@ def run_backend(name: str, open_env: Callable[[str], Any], args: argparse.Namesp
         rows.append(f"{name}: fresh / fork = {ratio:.2f}x (wall medians)")
         return rows
     finally:
-        remove_all(made + ([source] if source is not None else []))
+        with signals_ignored():
+            remove_all(made + ([source] if source is not None else []))
 
 
 def docker_opener(image: str) -> Callable[[str], Any]:
@@ -253,7 +259,8 @@ def main() -> int:
     parser.add_argument("--megabytes", type=int, default=200)
     args = parser.parse_args()
     prep_cmd = preparation(args.files, args.megabytes)
-    print(f"machine: {machine()}; workspace {args.files} files, {args.megabytes} MB; {args.forks} sandboxes")
+    print(f"profile {PROFILE}; machine: {machine()}", flush=True)
+    print(f"workspace {args.files} files, {args.megabytes} MB; {args.forks} sandboxes", flush=True)
     rows: list[str] = []
     root = tempfile.mkdtemp(prefix="envlayer-bench-snap-")
     try:
@@ -261,13 +268,14 @@ def main() -> int:
             opener = docker_opener(args.image) if backend == "docker" else local_opener(root)
             rows += run_backend(backend, opener, args, prep_cmd)
     finally:
-        if "docker" in args.backends:
-            sweep_docker_profile()
-        shutil.rmtree(root, ignore_errors=True)
+        with signals_ignored():
+            if "docker" in args.backends:
+                sweep_docker_profile()
+            shutil.rmtree(root, ignore_errors=True)
     print(f"machine after: {machine()}")
     print("\n".join(rows))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_script(main))

@@ -33,6 +33,7 @@ from bench_timing import WARMUP, interleaved_medians
 from envlayer_ssh.backend import SSHEnvironment
 from envlayer_ssh.options import SSHOptions
 from ssh_testserver import SSHServer, requirements_missing
+from envlayer.bench.interrupts import run_script
 
 
 def paramiko_client(server: SSHServer, nodelay: bool):
@@ -169,4 +170,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(run_script(main))

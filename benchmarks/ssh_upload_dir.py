@@ -24,6 +24,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "plugins", "ssh
 from envlayer_ssh.backend import SSHEnvironment
 from envlayer_ssh.options import SSHOptions
 from ssh_testserver import SSHServer, requirements_missing
+from envlayer.bench.interrupts import run_script
 
 
 def build_tree(root: str, files: int, dirs: int) -> None:
@@ -74,4 +75,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(run_script(main))

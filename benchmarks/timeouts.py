@@ -30,6 +30,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 from bench_sshd import start_optional_sshd  # noqa: E402
+from envlayer.bench.interrupts import run_script
 
 TIMEOUT = 1.0
 COMMANDS = {"quiet": "sleep 30", "flood": "exec yes", "flood-stderr": "exec cat /dev/zero >&2"}
@@ -125,4 +126,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_script(main))

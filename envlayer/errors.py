@@ -217,6 +217,21 @@ class SandboxIsADirectory(EnvlayerError, IsADirectoryError):
         super().__init__(f"is a directory: {path!r}", hint="name a file, or use the directory transfer API")
 
 
+class SandboxFileError(EnvlayerError, OSError):
+    """A file operation failed inside the sandbox for another reason than a missing path or
+    a denied permission: a full disk, a read-only filesystem, an archive the sandbox could
+    not pack or unpack. ``detail`` quotes the sandbox's own error."""
+
+    def __init__(self, path: str, operation: str, detail: str) -> None:
+        self.path = path
+        self.filename = path
+        self.operation = operation
+        super().__init__(
+            f"cannot {operation} {path!r} in the sandbox: {detail}",
+            hint="free space in the sandbox or give it more (a larger disk or tmpfs), or use a writable path",
+        )
+
+
 class FileTooLarge(EnvlayerError):
     """A file is larger than the configured ``max_file_bytes``. Nothing was transferred."""
 

@@ -103,7 +103,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from envlayer.bench.machine import machine_info
     from envlayer.bench.measure import Plan
     from envlayer.bench.report import document, text_table, write_output, write_page
-    from envlayer.bench.runner import _SigtermInterrupt, run_bench
+    from envlayer.bench.interrupts import Terminated, exit_code_of
+    from envlayer.bench.runner import run_bench
 
     targets = targets_of(args)
     if args.output:
@@ -114,12 +115,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     print(f"envlayer: bench: sandboxes in profile {targets[0].profile}, all removed at the end", file=sys.stderr)
     try:
         figures, problems = run_bench(targets, Plan.of(args.quick))
-    except _SigtermInterrupt:
-        print("envlayer: bench terminated; what it created was removed", file=sys.stderr)
-        return 143
-    except KeyboardInterrupt:
-        print("envlayer: bench interrupted; what it created was removed", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as stop:
+        word = "terminated" if isinstance(stop, Terminated) else "interrupted"
+        print(f"envlayer: bench {word}; what it created was removed", file=sys.stderr)
+        return exit_code_of(stop)
     doc = document(figures, machine, command_line(args, targets), args.quick)
     if args.output:
         for path in write_output(doc, Path(args.output), markdown=not args.page):

@@ -1,9 +1,8 @@
 """The order of a run, and its cleanup: everything the run created is removed when it
-ends, fails, or is stopped by Ctrl-C (SIGINT) or SIGTERM."""
+ends, fails, or is stopped by Ctrl-C (SIGINT), SIGTERM or SIGHUP (:mod:`envlayer.bench.interrupts`)."""
 
 from __future__ import annotations
 
-import signal
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -11,6 +10,7 @@ from typing import Any
 
 from envlayer.bench.baselines import exec_baselines
 from envlayer.bench.figures import Figure
+from envlayer.bench.interrupts import signals_ignored, signals_raise
 from envlayer.bench.ledger import Ledger
 from envlayer.bench.measure import Plan, measure_exec, measure_flood, measure_start, measure_transfer
 from envlayer.bench.sweep import SWEEPS
@@ -21,36 +21,6 @@ from envlayer.cli.progress import progress
 
 Step = Callable[[str], Any]
 """``with step("docker: flood"):``, a context manager showing what the run is doing."""
-
-
-class _SigtermInterrupt(KeyboardInterrupt):
-    """SIGTERM, raised like Ctrl-C's KeyboardInterrupt so the same cleanup runs."""
-
-
-def _terminate(signum: int, frame: object) -> None:
-    raise _SigtermInterrupt()
-
-
-@contextmanager
-def signals_raise() -> Iterator[None]:
-    """SIGTERM raises :class:`_SigtermInterrupt` in the main thread while the block runs."""
-    previous = signal.signal(signal.SIGTERM, _terminate)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-@contextmanager
-def signals_ignored() -> Iterator[None]:
-    """SIGINT and SIGTERM are ignored while the block runs (a cleanup in progress
-    finishes even when Ctrl-C is pressed again)."""
-    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 def bench_backend(target: BackendTarget, ledger: Ledger, plan: Plan, step: Step) -> list[Figure]:
@@ -82,7 +52,8 @@ def bench_backend(target: BackendTarget, ledger: Ledger, plan: Plan, step: Step)
 def run_bench(targets: list[BackendTarget], plan: Plan, step: Step = progress) -> tuple[list[Figure], list[str]]:
     """Measure every target in turn; the figures and the cleanup problems (empty when
     everything was removed). The cleanup runs in ``finally`` with SIGINT and SIGTERM
-    ignored; an interrupt (KeyboardInterrupt, :class:`_SigtermInterrupt`) propagates after it."""
+    ignored; an interrupt (KeyboardInterrupt, :class:`~envlayer.bench.interrupts.Terminated`)
+    propagates after it."""
     ledger = Ledger()
     figures: list[Figure] = []
     try:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +24,7 @@ from typing import Any
 from envlayer import dispatch as lifecycle
 from envlayer.capabilities import Capability, supports
 from envlayer.cli.exec_plan import json_text, settings_of
-from envlayer.cli.progress import progress
+from envlayer.cli.progress import Meter, io_meter, progress
 from envlayer.environment import Environment
 from envlayer.errors import InvalidArgument, SandboxFileNotFound, SandboxIsADirectory
 from envlayer.factory import backend_specs, open_environment
@@ -147,12 +148,41 @@ def _download_tree(env: Environment, remote: str, local: str) -> tuple[int, int]
     return files, size
 
 
+def _local_size(local: str) -> int:
+    """The bytes of the regular files at host path ``local`` (what an upload sends)."""
+    if not os.path.isdir(local):
+        return os.path.getsize(local) if os.path.isfile(local) else 0
+    return sum(
+        os.path.getsize(path)
+        for folder, _dirs, names in os.walk(local)
+        for path in (os.path.join(folder, name) for name in names)
+        if os.path.isfile(path) and not os.path.islink(path)
+    )
+
+
+def _remote_size(env: Environment, remote: str) -> int:
+    """The bytes of the regular files at sandbox path ``remote`` (0 when it cannot say)."""
+    listed = env.exec(f"find {shlex.quote(remote)} -type f -exec stat -c %s {{}} + 2>/dev/null", timeout=60)
+    return sum(int(word) for word in listed.stdout.split() if word.isdigit())
+
+
+def _transfer_meter(env: Environment, plan: CopyPlan) -> Meter | None:
+    """A bar's meter for ``plan`` when stderr is a terminal (the size is looked up only
+    then): the host files' bytes this process reads (upload) or writes (download), out
+    of the bytes to copy."""
+    if not sys.stderr.isatty():
+        return None
+    if plan.upload:
+        return io_meter(_local_size(plan.local), written=False)
+    return io_meter(_remote_size(env, plan.remote), written=True)
+
+
 def cmd_cp(args: argparse.Namespace) -> int:
     plan = plan_copy(args.source, args.destination)
     env = _existing_task(args, plan.task)
     try:
         what = f"copying {'to' if plan.upload else 'from'} the sandbox of task {plan.task!r}"
-        with progress(what):
+        with progress(what, meter=_transfer_meter(env, plan)):
             if plan.upload:
                 files, size = _upload(env, plan.local, plan.remote)
             else:

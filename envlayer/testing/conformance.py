@@ -27,9 +27,11 @@ strict contract):
   ``setsid``; set False only with a documented reason.
 * ``handles_output_floods = True``: see :class:`ExecContractConformance`.
 
-The permission checks (``test_*_permission_denied``) skip when the sandbox's user is root,
-whose rights cover every file: run the kit once more with a fixture whose sandbox user is
-not root (a ``user`` option, a non-root login, or the test process itself as ``nobody``).
+The permission checks (``test_*_follows_the_users_rights``) check the sandbox user's rights,
+no more and no less: a non-root user is denied (``SandboxPermissionDenied``), root is not
+(its rights cover every file). Run the kit once as root and once with a fixture whose
+sandbox user is not root (a ``user`` option, a non-root login, or the test process itself
+as ``nobody``) to cover both.
 """
 
 from __future__ import annotations
@@ -97,12 +99,10 @@ def _scratch_file(env: Environment) -> Iterator[str]:
             pass
 
 
-def _require_unprivileged(env: Environment) -> None:
-    """Skip a permission check when the sandbox's user is root, whose rights cover every
-    file. The kit must also be run as a non-root user (see the module docstring)."""
-    uid = env.exec("id -u").stdout_text.strip()
-    if uid == "0":
-        pytest.skip("the sandbox user is root; run the kit as a non-root user to check file permissions")
+def _user_is_root(env: Environment) -> bool:
+    """Whether the sandbox's user is root, whose rights cover every file: the permission
+    checks then expect success where another user is denied (see the module docstring)."""
+    return env.exec("id -u").stdout_text.strip() == "0"
 
 
 @contextmanager
@@ -603,24 +603,32 @@ class EnvironmentConformance:
 
     # --- files: the sandbox user's rights ---------------------------------------------
 
-    def test_read_unreadable_file_is_permission_denied(self, env: Environment) -> None:
-        _require_unprivileged(env)
+    def test_read_unreadable_file_follows_the_users_rights(self, env: Environment) -> None:
         with _file_with_mode(env, b"secret", "000") as name:
-            _assert_denied(lambda: env.read_file(name), name)
+            if _user_is_root(env):
+                assert env.read_file(name) == b"secret", "root reads a mode-000 file; the backend must not deny it"
+            else:
+                _assert_denied(lambda: env.read_file(name), name)
 
-    def test_write_read_only_file_is_permission_denied(self, env: Environment) -> None:
-        _require_unprivileged(env)
+    def test_write_read_only_file_follows_the_users_rights(self, env: Environment) -> None:
         with _file_with_mode(env, b"original", "444") as name:
-            _assert_denied(lambda: env.write_file(name, b"replaced"), name)
-            assert env.exec(f"cat {name}").stdout == b"original", "a read-only file must not be replaced"
+            if _user_is_root(env):
+                env.write_file(name, b"replaced")
+                assert env.exec(f"cat {name}").stdout == b"replaced", "root writes a read-only file"
+            else:
+                _assert_denied(lambda: env.write_file(name, b"replaced"), name)
+                assert env.exec(f"cat {name}").stdout == b"original", "a read-only file must not be replaced"
 
-    def test_write_into_read_only_directory_is_permission_denied(self, env: Environment) -> None:
-        _require_unprivileged(env)
+    def test_write_into_read_only_directory_follows_the_users_rights(self, env: Environment) -> None:
         top = _scratch()
         env.exec(f"mkdir -p {top} && chmod 555 {top}").check()
         try:
-            _assert_denied(lambda: env.write_file(f"{top}/new.txt", b"nope"), top)
-            assert env.exec(f"ls -A {top}").stdout == b"", "nothing may be left in the directory"
+            if _user_is_root(env):
+                env.write_file(f"{top}/new.txt", b"root may")
+                assert env.exec(f"cat {top}/new.txt").stdout == b"root may", "root writes into a mode-555 directory"
+            else:
+                _assert_denied(lambda: env.write_file(f"{top}/new.txt", b"nope"), top)
+                assert env.exec(f"ls -A {top}").stdout == b"", "nothing may be left in the directory"
         finally:
             env.exec(f"chmod 755 {top}; rm -rf {top}")
 
@@ -743,21 +751,19 @@ class EnvironmentConformance:
         assert result.stdout == b""
         assert missing in result.stderr_text
 
-    def test_declared_parts_accept_the_dispatchers_call(self, env: Environment) -> None:
-        """Every declared capability backed by a method accepts every argument the
-        dispatcher passes (otherwise envlayer drops it and falls back)."""
-        declared = declared_capabilities(env) or frozenset()
-        problems = {c.value: signature_problem(env, c) for c in sorted(declared) if signature_problem(env, c)}
-        assert problems == {}
-
-    def test_optional_parts_found_are_callable_through_the_dispatcher(
+    def test_optional_parts_are_callable_through_the_dispatcher(
         self, env: Environment, tmp_path: os.PathLike[str]
     ) -> None:
-        """For a backend that declares nothing: every optional part the kit finds (a
-        method or parameter named for a capability) has a signature the dispatcher can
-        call, and works when called through it the way envlayer does."""
-        if declared_capabilities(env) is not None:
-            pytest.skip("capabilities are declared; test_declared_parts_accept_the_dispatchers_call covers them")
+        """Every declared capability backed by a method accepts every argument the
+        dispatcher passes (otherwise envlayer drops it and falls back). For a backend that
+        declares nothing, every optional part the kit finds (a method or parameter named
+        for a capability) has such a signature, and works when called through the
+        dispatcher the way envlayer does."""
+        declared = declared_capabilities(env)
+        if declared is not None:
+            problems = {c.value: signature_problem(env, c) for c in sorted(declared) if signature_problem(env, c)}
+            assert problems == {}
+            return
         found = sorted(c for c in CALL_SHAPES if defines_method_for(env, c))
         unusable = {c.value: signature_problem(env, c) for c in found if signature_problem(env, c)}
         assert unusable == {}

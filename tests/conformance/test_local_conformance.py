@@ -45,10 +45,10 @@ class TestToyPluginConformance(EnvironmentConformance, ExecContractConformance):
 
 
 def test_local_kit_permission_checks_as_unprivileged_user() -> None:
-    """The kit's permission checks skip as root (root's rights cover every file), so when
-    this suite runs as root they are run again here, in a child pytest as uid 65534."""
+    """The kit's permission checks expect root's rights when the suite runs as root, so
+    they are run again here, in a child pytest as uid 65534, where they expect denials."""
     proc = pytest_as_nobody(
-        ["--import-mode=importlib", f"{__file__}::TestLocalConformance", "-k", "permission_denied", "-rs"],
+        ["--import-mode=importlib", f"{__file__}::TestLocalConformance", "-k", "follows_the_users_rights", "-rs"],
         timeout=120,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -1,7 +1,7 @@
 """``envlayer bench`` through the real command line: the shape of ``--quick --json`` on
 local (every figure present and positive; no timing is asserted), and nothing left
-behind by a run that ends or is stopped by Ctrl-C (temp files; on Docker, the
-containers and volumes of the bench's profile)."""
+behind by a run that ends or is stopped by Ctrl-C or SIGTERM (temp files; on Docker, the
+containers, volumes and images of the bench's profile), also for the fork benchmark script."""
 
 from __future__ import annotations
 
@@ -19,9 +19,13 @@ from typing import Any
 import pytest
 from cli_run import ENVLAYER, run
 
+from envlayer.bench.interrupts import STOP_SIGNALS, Terminated, exit_code_of, signals_ignored, signals_raise
+from envlayer.testing.fixtures import require_docker
 from envlayer.testing.hostile import cli_env
 
 IMAGE = os.environ.get("ENVLAYER_TEST_IMAGE", "envlayer-test:busybox")
+DEBIAN_IMAGE = os.environ.get("ENVLAYER_TEST_DEBIAN_IMAGE", "envlayer-test:debian")
+ROOT = Path(__file__).resolve().parents[2]
 WAIT = 120.0
 """Seconds a test waits for something that must come (never a measured duration)."""
 
@@ -101,14 +105,18 @@ def test_plots_without_matplotlib_name_the_extra(monkeypatch: pytest.MonkeyPatch
     assert "envlayer[bench]" in (caught.value.hint or "")
 
 
-def start_bench(args: list[str], cwd: Path, extra_env: dict[str, str]) -> tuple[subprocess.Popen[bytes], Path]:
+def start_bench(
+    args: list[str], cwd: Path, extra_env: dict[str, str], *, argv: list[str] | None = None
+) -> tuple[subprocess.Popen[bytes], Path]:
+    """``envlayer bench --quick ARGS`` (or ``argv``, with its stdout kept too) in ``cwd``;
+    the process and the file its stderr goes to."""
     stderr = cwd / "bench.stderr"
     with stderr.open("wb") as err:
         proc = subprocess.Popen(
-            [ENVLAYER, "bench", "--quick", *args],
+            argv or [ENVLAYER, "bench", "--quick", *args],
             cwd=cwd,
             env=cli_env(extra_env),
-            stdout=subprocess.DEVNULL,
+            stdout=err if argv else subprocess.DEVNULL,
             stderr=err,
         )
     return proc, stderr
@@ -123,7 +131,7 @@ def interrupt(proc: subprocess.Popen[bytes], stderr: Path, signum: int = signal.
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
-        pytest.fail("the bench did not exit after SIGINT")
+        pytest.fail(f"the bench did not exit after signal {signum}")
     return stderr.read_text()
 
 
@@ -179,7 +187,8 @@ def test_ctrl_c_mid_run_on_docker_leaves_no_container_or_volume(tmp_path: Path, 
 
 
 def _remove_profile(api: Any, profile: str) -> tuple[list[str], list[str]]:
-    """Remove (so the test never leaks) and return what the profile still has."""
+    """Remove (so the test never leaks) and return what the profile still has: its
+    containers and volumes (its snapshot images are removed too, and not returned)."""
     label = {"label": f"envlayer.profile={profile}"}
     containers = [c["Id"] for c in api.containers(all=True, filters=label)]
     volumes = [v["Name"] for v in (api.volumes(filters=label) or {}).get("Volumes") or []]
@@ -187,4 +196,39 @@ def _remove_profile(api: Any, profile: str) -> tuple[list[str], list[str]]:
         api.remove_container(cid, force=True, v=True)
     for name in volumes:
         api.remove_volume(name, force=True)
+    for image in _profile_images(api, profile):
+        api.remove_image(image, force=True)
     return containers, volumes
+
+
+def _profile_images(api: Any, profile: str) -> list[str]:
+    return [i["Id"] for i in api.images(all=True, filters={"label": f"envlayer.profile={profile}"})]
+
+
+def test_stop_signals_raise_terminated_and_cleanups_ignore_them() -> None:
+    for signum in STOP_SIGNALS:
+        with pytest.raises(Terminated), signals_raise():
+            os.kill(os.getpid(), signum)
+            time.sleep(5)  # the handler raises at the next bytecode; never reached
+        with signals_ignored():
+            os.kill(os.getpid(), signum)  # ignored: the cleanup goes on
+    assert exit_code_of(Terminated()) == 143 and exit_code_of(KeyboardInterrupt()) == 130
+
+
+def test_sigterm_stops_the_fork_benchmark_and_leaves_nothing_on_docker(tmp_path: Path, docker_api: Any) -> None:
+    require_docker(DEBIAN_IMAGE, "the fork benchmark's test")
+    argv = [sys.executable, str(ROOT / "benchmarks" / "snapshot_fork.py"), "--backends", "docker"]
+    argv += ["--image", DEBIAN_IMAGE, "--rounds", "1", "--forks", "2", "--files", "10", "--megabytes", "1"]
+    proc, output = start_bench([], tmp_path, {}, argv=argv)
+    profile = ""
+    try:
+        found = wait_until(lambda: re.search(r"profile (envlayer-bench-\w+)", output.read_text()), "the profile line")
+        profile = found.group(1)
+        wait_until(lambda: "source sandbox prepared" in output.read_text() or proc.poll() is not None, "the source")
+        assert proc.poll() is None, output.read_text()
+    finally:
+        text = interrupt(proc, output, signal.SIGTERM)
+        images = _profile_images(docker_api, profile) if profile else []
+        leftovers = _remove_profile(docker_api, profile) if profile else ([], [])
+    assert proc.returncode == 143 and "terminated; what the run created was removed" in text, text
+    assert (leftovers, images) == (([], []), []), "the benchmark left containers, volumes or images of its profile"

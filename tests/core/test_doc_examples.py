@@ -10,9 +10,10 @@ before it, and is then not collected at all (a run has no skip for it)::
 :func:`test_every_doc_example_marker_is_well_formed` checks that each marker is one of the
 two forms and stands directly before a fenced block, so a typo cannot hide an example.
 
-A block marked ``<!-- doc-example: docker IMAGE -->`` runs only where the Docker daemon
-answers and has IMAGE (else it is skipped saying so: ``scripts/test`` provisions both);
-every sandbox it left in its profile is removed with its workspace afterwards.
+A block marked ``<!-- doc-example: docker IMAGE -->`` needs a Docker daemon with IMAGE
+(``scripts/test`` provisions both): without them it is skipped saying so, and fails under
+``CI=true`` (:func:`envlayer.testing.fixtures.require_docker`). Every sandbox it left in its
+profile is removed with its workspace afterwards.
 
 The blocks run in the repository's root with ``bash -e``, one shell per block, with the
 test interpreter's ``bin`` first on ``PATH``. ``uv run `` at the start of a command is
@@ -32,6 +33,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from envlayer.testing.fixtures import require_docker
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -54,9 +57,7 @@ def _examples() -> list[pytest.param]:
             if SKIP.search(before):
                 continue
             docker = DOCKER.search(before)
-            reason = _docker_missing(docker.group(1)) if docker else None
-            marks = [pytest.mark.skip(reason=f"{name}:{line}: {reason}")] if reason else []
-            params.append(pytest.param(match.group(1), bool(docker), id=f"{name}:{line}", marks=marks))
+            params.append(pytest.param(match.group(1), docker.group(1) if docker else None, id=f"{name}:{line}"))
     return params
 
 
@@ -75,17 +76,6 @@ def test_every_doc_example_marker_is_well_formed() -> None:
                 wrong.append(f"{name}:{line}: {marker!r} then {following!r}")
     forms = "`<!-- doc-example: skip (REASON) -->` or `<!-- doc-example: docker IMAGE -->`"
     assert not wrong, f"a marker is {forms} on the line right before a fenced block:\n" + "\n".join(wrong)
-
-
-def _docker_missing(image: str) -> str | None:
-    """Why a Docker example cannot run here, or None when the daemon has ``image``."""
-    try:
-        import docker
-
-        docker.from_env(timeout=10).images.get(image)
-    except Exception as exc:  # no SDK, no daemon, no image: each is a reason to skip
-        return f"needs Docker with image {image}: {type(exc).__name__}"
-    return None
 
 
 def _remove_docker_sandboxes(env: dict[str, str]) -> None:
@@ -116,8 +106,12 @@ def _isolated_env(tmp: Path) -> dict[str, str]:
     return env
 
 
-@pytest.mark.parametrize(("script", "uses_docker"), _examples())
-def test_example_runs_as_written(script: str, uses_docker: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(("script", "docker_image"), _examples())
+def test_example_runs_as_written(
+    script: str, docker_image: str | None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if docker_image is not None:
+        require_docker(docker_image, "the Docker examples of the docs")
     env = _isolated_env(tmp_path)
     try:
         proc = subprocess.run(
@@ -130,7 +124,7 @@ def test_example_runs_as_written(script: str, uses_docker: bool, tmp_path: Path,
         )
     finally:
         subprocess.run([str(BIN / "envlayer"), "broker", "stop"], env=env, capture_output=True, timeout=60)
-        if uses_docker:
+        if docker_image is not None:
             _remove_docker_sandboxes(env)
     with capsys.disabled():
         print(f"\n--- ran:\n{script}--- exit {proc.returncode}")

@@ -72,7 +72,7 @@ EXPECTED_FAILURES = {
         "raised FileNotFoundError: [Errno 2] No such file or directory",
         "it must return exit code 126 with the reason on stderr",
     ],
-    "test_optional_parts_found_are_callable_through_the_dispatcher": [
+    "test_optional_parts_are_callable_through_the_dispatcher": [
         "assert {'reap_orphan",
         "'reap_orphans': 'reap_orphans(profile, max_age) does not accept the '",
         "'wait_for_cleanup': \"wait_for_cleanup() does not accept the dispatcher's call \"",

@@ -30,6 +30,7 @@ from typing import Any
 
 from envlayer.errors import (
     FileTooLarge,
+    SandboxFileError,
     SandboxFileNotFound,
     SandboxIsADirectory,
     SandboxPermissionDenied,
@@ -102,10 +103,11 @@ def write(sandbox: Any, path: str, data: bytes) -> None:
             sandbox.fs.create_folder(posixpath.dirname(path) or "/", "755")
 
 
-def _run(sandbox: Any, argv: list[str], what: str) -> str:
+def _run(sandbox: Any, argv: list[str], path: str, operation: str) -> str:
+    """Run ``argv`` in the sandbox; its output, or :class:`SandboxFileError` when it failed."""
     answer = sandbox.process.exec(" ".join(shlex.quote(a) for a in argv), timeout=PACK_TIMEOUT)
     if answer.exit_code != 0:
-        raise OSError(f"{what} failed in the sandbox (exit {answer.exit_code}): {(answer.result or '')[:300]}")
+        raise SandboxFileError(path, operation, f"exit {answer.exit_code}: {(answer.result or '')[:300]}")
     return answer.result or ""
 
 
@@ -136,7 +138,7 @@ def upload_dir(sandbox: Any, local: str | os.PathLike[str], remote: str, limit: 
     staged = f"{SPOOL}/{uuid.uuid4().hex}.tar"
     sandbox.fs.upload_file(payload, staged)
     script = 'mkdir -p -- "$1" && tar -x -f "$2" -C "$1"; rc=$?; rm -f -- "$2"; exit $rc'
-    _run(sandbox, ["sh", "-c", script, "envlayer-unpack", remote, staged], f"unpacking into {remote!r}")
+    _run(sandbox, ["sh", "-c", script, "envlayer-unpack", remote, staged], remote, "unpack into")
     return TransferSummary(files=counted["files"], bytes=counted["bytes"])
 
 
@@ -151,7 +153,7 @@ def download_dir(sandbox: Any, remote: str, local: str | os.PathLike[str], limit
         if answer.exit_code == 20:
             raise SandboxFileNotFound(remote)
         if answer.exit_code != 0:
-            raise OSError(f"packing {remote!r} failed (exit {answer.exit_code}): {(answer.result or '')[:300]}")
+            raise SandboxFileError(remote, "pack", f"exit {answer.exit_code}: {(answer.result or '')[:300]}")
         info = _info(sandbox, staged)
         if info is not None and info.size > limit:
             raise FileTooLarge(remote, info.size, limit)

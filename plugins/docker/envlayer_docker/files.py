@@ -34,6 +34,7 @@ from typing import Any
 from envlayer.sandbox.archive import pack_dir, safe_extract, tar_summary
 from envlayer.errors import (
     FileTooLarge,
+    SandboxFileError,
     SandboxFileNotFound,
     SandboxIsADirectory,
     SandboxPermissionDenied,
@@ -267,11 +268,11 @@ class FileTransfer:
 def _exec_failure(code: int, err: bytes, path: str, operation: str) -> OSError:
     """The error for a failed in-container file command: :class:`SandboxPermissionDenied`
     when the script's own check (exit 24) or a utility reported a denied permission,
-    otherwise an ``OSError`` quoting the command's stderr."""
+    otherwise :class:`SandboxFileError` quoting the command's stderr."""
     text = err.decode(errors="replace").strip()
     if code == _DENIED or "permission denied" in text.lower():
         return SandboxPermissionDenied(path, operation, text[:300])
-    return OSError(f"cannot {operation} {path!r} in the container (exit {code}): {text[:300]}")
+    return SandboxFileError(path, operation, f"exit {code}: {text[:300]}")
 
 
 def _bounded(chunks: Iterator[bytes], limit: int, path: str) -> bytes:

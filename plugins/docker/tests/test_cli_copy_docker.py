@@ -1,6 +1,6 @@
 """`envlayer cp` against the real Docker daemon: a directory tree round-trips byte for
 byte through the task's container (the one `exec --task` uses), and a task with no
-container is refused without creating one."""
+container is refused without creating one; a full disk in the sandbox is a clear error."""
 
 from __future__ import annotations
 
@@ -8,6 +8,10 @@ import json
 import os
 from pathlib import Path
 from typing import Any
+
+import pytest
+
+from envlayer.errors import SandboxFileError
 
 
 def test_a_directory_round_trips_through_the_tasks_container(
@@ -35,3 +39,14 @@ def test_a_task_without_a_container_is_refused(tmp_path: Path, cli: Any, profile
     assert "task 'no-such-task' has no docker sandbox" in refused.stderr
     listed = json.loads(cli("ls", "--json", profile=profile).stdout)
     assert "no-such-task" not in {s["task"] for outcome in listed for s in outcome["sandboxes"]}
+
+
+def test_a_full_disk_is_a_clear_error_not_an_internal_one(tmp_path: Path, make_env: Any) -> None:
+    env = make_env(tmpfs={"/tmp": "size=1m"})
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "big.bin").write_bytes(os.urandom(3_000_000))
+    with pytest.raises(SandboxFileError) as caught:
+        env.upload_dir(str(tmp_path / "src"), "/tmp/up")
+    assert "cannot unpack into '/tmp/up' in the sandbox" in str(caught.value)
+    assert "No space left on device" in str(caught.value) and "free space in the sandbox" in caught.value.hint
+    assert isinstance(caught.value, OSError), "still an OSError for callers that catch those"

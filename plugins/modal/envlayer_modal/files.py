@@ -17,7 +17,7 @@ import posixpath
 from typing import Any
 
 from envlayer.sandbox.archive import pack_dir, safe_extract, tar_summary
-from envlayer.errors import FileTooLarge, SandboxFileNotFound, SandboxIsADirectory, SandboxPermissionDenied
+from envlayer.errors import FileTooLarge, SandboxFileError, SandboxFileNotFound, SandboxIsADirectory, SandboxPermissionDenied
 from envlayer.sandbox.paths import Helper
 from envlayer.transfer import TransferSummary
 
@@ -91,7 +91,7 @@ def upload_dir(helper: Helper, local: str, remote: str, limit: int) -> TransferS
     payload = pack_dir(local, limit, owner=(0, 0))
     code, _, err = helper(["sh", "-c", UNPACK, "envlayer-unpack", remote], payload)
     if code != 0:
-        raise OSError(f"unpacking into {remote!r} failed ({code}): {err.decode(errors='replace')[:300]}")
+        raise SandboxFileError(remote, "unpack into", f"exit {code}: {err.decode(errors='replace')[:300]}")
     return tar_summary(payload)
 
 
@@ -101,7 +101,7 @@ def download_dir(helper: Helper, remote: str, local: str, limit: int) -> Transfe
     if code == 20:
         raise SandboxFileNotFound(remote)
     if code != 0:
-        raise OSError(f"packing {remote!r} failed ({code}): {err.decode(errors='replace')[:300]}")
+        raise SandboxFileError(remote, "pack", f"exit {code}: {err.decode(errors='replace')[:300]}")
     if len(out) > limit:
         raise FileTooLarge(remote, len(out), limit)
     os.makedirs(local, exist_ok=True)
