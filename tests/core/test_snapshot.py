@@ -5,7 +5,10 @@ plugins/docker/tests/test_snapshots.py."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
+from cli_run import run
 
 from envlayer import dispatch as lifecycle
 from envlayer.backends.local import LocalEnvironment
@@ -78,3 +81,15 @@ def test_bad_fork_task_ids_are_refused(tasks: list[str], message: str) -> None:
 def test_snapshot_lists_as_a_row() -> None:
     info = SNAP.info()
     assert (info.status, info.task, info.id, info.detail["name"]) == ("snapshot", "t", SNAP.id, "x")
+
+
+def test_snapshots_rm_takes_options_before_the_id() -> None:
+    """`snapshots rm --backend local ID` parses (it was a usage error: argparse had taken
+    the optional SNAPSHOT positional with the action, before the options)."""
+    removed = run("snapshots", "rm", "--backend", "local", "--json", "envlayer-snapshot:nosuch-1")
+    assert "unrecognized arguments" not in removed.stderr and removed.returncode != 2, removed.stderr
+    assert json.loads(removed.stdout)[0]["backend"] == "local"
+    listed = run("snapshots", "ls", "--backend", "local", "--json", "--all-profiles")
+    assert listed.returncode == 0 and json.loads(listed.stdout)[0]["error"] is None, listed.stderr
+    missing = run("snapshots", "rm", "--backend", "local")
+    assert missing.returncode == 2 and "required: SNAPSHOT" in missing.stderr
