@@ -14,25 +14,15 @@ user) nor typed on the terminal (it would echo them).
 
 from __future__ import annotations
 
-import shlex
 from typing import TYPE_CHECKING
 
 from envlayer.errors import BackendUnavailable
-from envlayer_ssh.script import cd_line
 
 if TYPE_CHECKING:
     from envlayer_ssh.pool import TargetPool
 
 NO_EXIT_STATUS = 255
 """The exit status when the channel closed without one (as OpenSSH's ``ssh`` reports)."""
-
-
-def start_script(shell: str, env_file: str, cwd: str) -> str:
-    """Shell text that exports the variables in ``env_file`` and removes it, changes to
-    ``cwd`` (exit 126 with a message when it is missing) and becomes an interactive
-    ``shell``. Pure."""
-    quoted = shlex.quote(env_file)
-    return f". {quoted}; rm -f -- {quoted}\n{cd_line(cwd)}\nexec {shlex.quote(shell)} -i"
 
 
 class SSHTerminal:
