@@ -204,6 +204,10 @@ class KubernetesEnvironment(SandboxEnvironment):
             return KubernetesTerminal(self._target.open([shell, "-c", script], stdin=True, tty=True), rows, cols)
         except NotStarted as exc:
             raise BackendUnavailable(f"pod {self.pod_name} is not running: {exc}", hint="retry; the pod is re-created") from exc
+        except BaseException:  # the shell never ran, so never removed the file
+            with contextlib.suppress(Exception):
+                self._helper([shell, "-c", f"rm -f {env_file}"], None)
+            raise
 
     # --- files ------------------------------------------------------------------------------
 

@@ -54,7 +54,12 @@ class SSHTerminal:
         self._channel.sendall(data)
 
     def resize(self, rows: int, cols: int) -> None:
-        self._channel.resize_pty(width=cols, height=rows)
+        import paramiko
+
+        try:
+            self._channel.resize_pty(width=cols, height=rows)
+        except (paramiko.SSHException, OSError):
+            pass  # the channel closed meanwhile: the next read reports the end
 
     def close(self) -> int:
         """The shell's exit status (waits for it), after which the channel is closed."""
