@@ -11,13 +11,19 @@ import os
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.core.cli_run import ENVLAYER
 from tests.core.test_cli_shell import check_shell_session
 from tests.core.tmux_terminal import terminal
 
 
-def test_shell_in_the_tasks_pod(tmp_path: Path, fake_apiserver: Any, make_env: Any, profile: str, control: Any) -> None:
-    env = make_env(task="shell-task")
+@pytest.mark.parametrize("server", ["fake_apiserver", "fake_apiserver_v4"])
+def test_shell_in_the_tasks_pod(
+    tmp_path: Path, server: str, make_env: Any, profile: str, control: Any, request: pytest.FixtureRequest
+) -> None:
+    fake_apiserver = request.getfixturevalue(server)  # v5, or only v4 offered
+    env = make_env(task="shell-task", kubeconfig=fake_apiserver.kubeconfig)
     env.write_file("/tmp/marker", "made through the API\n")
     environ = {k: v for k, v in os.environ.items() if not k.startswith("ENVLAYER_")}
     environ.update(ENVLAYER_KUBERNETES_KUBECONFIG=fake_apiserver.kubeconfig, TERM="vt220")
