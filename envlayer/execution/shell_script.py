@@ -79,6 +79,19 @@ def export_lines(env: Mapping[str, str]) -> str:
     return "".join(f"export {name}={quote(value)}\n" for name, value in env.items())
 
 
+def interactive_shell_script(shell: str, env_file: str, cwd: str) -> str:
+    """``sh`` text that exports the variables in ``env_file`` and removes it, changes to
+    ``cwd`` (exit 126 with a message when it is missing) and becomes ``shell -i``: how
+    ``envlayer shell`` starts on a remote sandbox, where the variables must stay out of
+    command lines and off the echoing terminal. Pure."""
+    q, d = quote_path(env_file), quote_path(cwd)
+    return (
+        f". {q}; rm -f -- {q}\n"
+        f"cd -- {d} 2>/dev/null || {{ printf 'working directory does not exist: %s\\n' {d} >&2; exit 126; }}\n"
+        f"exec {quote(shell)} -i"
+    )
+
+
 def new_seed() -> int:
     """A random marker seed (the shell turns it into the marker, see :func:`marker_of`)."""
     return secrets.randbelow(2**40) + 2**39

@@ -58,3 +58,32 @@ def test_per_call_env_and_cwd_run_in_a_quoted_subshell() -> None:
 def test_argv_is_quoted_word_by_word() -> None:
     text = call_script(["printf", "%s", "$HOME; x"], seed=1, exec_id="e").decode()
     assert "__el_c='" in text and "'\"'\"'$HOME; x'\"'\"'" in text
+
+
+def test_interactive_start_exports_removes_the_file_and_enters_the_directory(tmp_path) -> None:
+    import subprocess
+
+    from envlayer.execution.shell_script import export_lines, interactive_shell_script
+
+    env_file, workdir = tmp_path / "vars 'x'", tmp_path / "work dir"
+    workdir.mkdir()
+    env_file.write_text(export_lines({"V": "a 'b' $c"}))
+    shown = 'printf "%s|%s|" "$V" "$PWD"; test -e "$1" || echo gone'
+    script = interactive_shell_script("sh", str(env_file), str(workdir))
+    assert script.endswith("\nexec sh -i")
+    script = script.replace("exec sh -i", shown)  # the same start, then show what the shell would get
+    done = subprocess.run(["sh", "-c", script, "sh", str(env_file)], capture_output=True, text=True, timeout=30)
+    assert done.stdout == f"a 'b' $c|{workdir}|gone\n"
+
+
+def test_interactive_start_in_a_missing_directory_exits_126(tmp_path) -> None:
+    import subprocess
+
+    from envlayer.execution.shell_script import interactive_shell_script
+
+    env_file = tmp_path / "vars"
+    env_file.write_text("")
+    script = interactive_shell_script("sh", str(env_file), str(tmp_path / "missing"))
+    done = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+    assert done.returncode == 126 and "working directory does not exist" in done.stderr
+    assert not env_file.exists()

@@ -31,12 +31,14 @@ import os
 import posixpath
 import threading
 import time
+import uuid
 from typing import Any
 
 from envlayer.sandbox.command_env import with_command_defaults
 from envlayer.capabilities import Capability
 from envlayer.environment import SandboxInfo
 from envlayer.errors import BackendUnavailable, InvalidArgument, SandboxPathError
+from envlayer.execution.shell_script import export_lines, interactive_shell_script
 from envlayer.options import BaseOptions
 from envlayer.request import ExecRequest, check_path, file_payload
 from envlayer.result import ExecResult
@@ -178,6 +180,34 @@ class KubernetesEnvironment(SandboxEnvironment):
         from envlayer_kubernetes.runners import run_helper
 
         return self.with_recovery(lambda: run_helper(self._target, argv, data))[0]
+
+    def open_terminal(self, rows: int, cols: int) -> Any:
+        """An interactive ``shell`` with a tty in the pod (``envlayer shell``), in the
+        session's current directory (else ``workdir``), with the commands' variables and
+        the caller's ``TERM``; see :mod:`envlayer_kubernetes.terminal`. The variables go
+        in a 0600 file under /tmp that the shell sources and removes before its prompt."""
+        from envlayer_kubernetes.channel import NotStarted
+        from envlayer_kubernetes.terminal import KubernetesTerminal
+
+        self._ensure_open()
+        shell, env_file = self.options.shell, f"/tmp/.envlayer-shell-{uuid.uuid4().hex}"
+        variables = export_lines({**self._base_env, "TERM": os.environ.get("TERM", "xterm")})
+        code, _, err = self._helper([shell, "-c", f"umask 077 && cat > {env_file}"], variables.encode())
+        if code != 0:
+            raise BackendUnavailable(
+                f"cannot write {env_file} in pod {self.pod_name}: {err.decode(errors='replace').strip()}",
+                hint="`envlayer shell` needs a writable /tmp in the pod",
+            )
+        session_cwd = self._session.cwd if self._session is not None else None
+        script = interactive_shell_script(shell, env_file, session_cwd or self.options.workdir)
+        try:
+            return KubernetesTerminal(self._target.open([shell, "-c", script], stdin=True, tty=True), rows, cols)
+        except NotStarted as exc:
+            raise BackendUnavailable(f"pod {self.pod_name} is not running: {exc}", hint="retry; the pod is re-created") from exc
+        except BaseException:  # the shell never ran, so never removed the file
+            with contextlib.suppress(Exception):
+                self._helper([shell, "-c", f"rm -f {env_file}"], None)
+            raise
 
     # --- files ------------------------------------------------------------------------------
 

@@ -67,8 +67,11 @@ class ExecChannel:
         self.keepalive.start()
 
     @classmethod
-    def open(cls, cluster: Cluster, pod: str, argv: list[str], *, stdin: bool, timeout: float) -> ExecChannel:
-        """Start ``argv`` in the pod's sandbox container; the handshake is bounded by
+    def open(
+        cls, cluster: Cluster, pod: str, argv: list[str], *, stdin: bool, timeout: float, tty: bool = False
+    ) -> ExecChannel:
+        """Start ``argv`` in the pod's sandbox container (on a tty with ``tty``: then all
+        output comes on stdout, as kubelet drops stderr); the handshake is bounded by
         ``timeout`` and shares nothing mutable with other threads (see
         :mod:`envlayer_kubernetes.handshake`). A handshake the API server answered 429 or
         502/503/504 is retried (the command provably did not start). Raises
@@ -80,8 +83,8 @@ class ExecChannel:
             ("container", naming.CONTAINER),
             ("stdin", stdin),
             ("stdout", True),
-            ("stderr", True),
-            ("tty", False),
+            ("stderr", not tty),
+            ("tty", tty),
         ]
         doing = f"starting a command in pod {pod}"
         try:

@@ -61,9 +61,9 @@ class ExecTarget:
     options: KubernetesOptions
     env: Mapping[str, str]
 
-    def open(self, argv: list[str], *, stdin: bool) -> ExecChannel:
+    def open(self, argv: list[str], *, stdin: bool, tty: bool = False) -> ExecChannel:
         """Start ``argv`` in the pod. Raises ``NotStarted`` / :class:`BackendUnavailable`."""
-        return ExecChannel.open(self.cluster, self.pod, argv, stdin=stdin, timeout=self.options.api_timeout)
+        return ExecChannel.open(self.cluster, self.pod, argv, stdin=stdin, timeout=self.options.api_timeout, tty=tty)
 
 
 def run_helper(

@@ -59,6 +59,19 @@ _IMAGE_REF = re.compile(
 NODE_NAME = "fake-node"
 NODE_LABELS = {"kubernetes.io/hostname": NODE_NAME, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"}
 V5, V4 = "v5.channel.k8s.io", "v4.channel.k8s.io"
+RESIZE = 4
+"""The resize channel (kubelet's remotecommand/websocket.go: stdin 0, stdout 1, stderr 2,
+error 3, resize 4)."""
+
+
+@dataclass(frozen=True)
+class Bridged:
+    """The exec a websocket is bridged to: its Docker id, whether stdin was asked for,
+    whether it has a tty."""
+
+    eid: str
+    stdin: bool
+    tty: bool
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
@@ -638,6 +651,9 @@ class FakeCluster:
         if not command:
             return error(400, "BadRequest", "you must specify at least 1 command")
         want_stdin = request.query.get("stdin") == "true"
+        # kubelet drops stderr under a tty (staging/src/k8s.io/kubelet/pkg/cri/streaming/
+        # remotecommand/httpstream.go, NewOptions); Docker then sends one raw stream
+        tty = request.query.get("tty") == "true"
         offered = [p.strip() for p in request.headers.get("Sec-WebSocket-Protocol", "").split(",") if p.strip()]
         if not any(p in self.protocols for p in offered):
             return error(400, "BadRequest", f"none of the offered subprotocols {offered} is supported")
@@ -649,11 +665,11 @@ class FakeCluster:
                     command,
                     stdin=want_stdin,
                     stdout=True,
-                    stderr=True,
-                    tty=False,
+                    stderr=not tty,
+                    tty=tty,
                 )
             )["Id"]
-            attached = await self.blocking(self.docker.exec_start, eid, socket=True)
+            attached = await self.blocking(self.docker.exec_start, eid, socket=True, tty=tty)
         except Exception as exc:
             return error(500, "InternalError", f"exec failed: {exc}")
         sock: socket.socket = raw_socket(attached)
@@ -666,7 +682,7 @@ class FakeCluster:
         await ws.prepare(request)
         self.open_bridges.add(ws)
         try:
-            await self.bridge(ws, sock, eid, want_stdin, pod, early)
+            await self.bridge(ws, sock, Bridged(eid, want_stdin, tty), pod, early)
         finally:
             self.open_bridges.discard(ws)
             self.blackholed.discard(ws)
@@ -694,12 +710,13 @@ class FakeCluster:
         return web.json_response({"blackholed": len(self.open_bridges)})
 
     async def bridge(
-        self, ws: web.WebSocketResponse, sock: socket.socket, eid: str, want_stdin: bool, pod: Pod, early: bytes
+        self, ws: web.WebSocketResponse, sock: socket.socket, ex: Bridged, pod: Pod, early: bytes
     ) -> None:
-        """Docker's multiplexed exec stream (starting with ``early``, the bytes that came
-        with the response headers) <-> the channel websocket. Closing the websocket closes
-        the exec's streams only: the process is not killed."""
+        """Docker's exec stream (starting with ``early``, the bytes that came with the
+        response headers; multiplexed, or raw under a tty) <-> the channel websocket.
+        Closing the websocket closes the exec's streams only: the process is not killed."""
         loop = asyncio.get_running_loop()
+        eid, want_stdin = ex.eid, ex.stdin
         sock.setblocking(False)
         v5 = ws.ws_protocol == V5
 
@@ -715,6 +732,8 @@ class FakeCluster:
                 channel, payload = msg.data[0], msg.data[1:]
                 if channel == 0 and want_stdin and payload:
                     await loop.sock_sendall(sock, payload)
+                elif channel == RESIZE and ex.tty:
+                    await self.resize(eid, payload)
                 elif channel == 255 and v5 and payload[:1] == b"\x00":
                     try:
                         sock.shutdown(socket.SHUT_WR)
@@ -731,6 +750,10 @@ class FakeCluster:
                     break
                 buf += data
                 data = b""
+                if ex.tty:  # one raw stream: all of it is stdout
+                    if not ws.closed and ws not in self.blackholed:
+                        await ws.send_bytes(b"\x01" + bytes(buf))
+                    buf.clear()
                 while len(buf) >= 8:
                     size = int.from_bytes(buf[4:8], "big")
                     if len(buf) < 8 + size:
@@ -749,6 +772,22 @@ class FakeCluster:
                 await ws.send_bytes(b"\x03" + json.dumps(exit_status(code)).encode())
             await ws.close()
         reader.cancel()
+
+    async def resize(self, eid: str, payload: bytes) -> None:
+        """A resize channel message: JSON ``TerminalSize`` objects (``{"Width": w,
+        "Height": h}``, the field names of client-go's remotecommand.TerminalSize, which
+        has no json tags), decoded one after another as kubelet's ``handleResizeEvents``
+        (httpstream.go) does; the tty gets the last size (Docker's exec resize)."""
+        size = None
+        decoder, text = json.JSONDecoder(), payload.decode(errors="replace").strip()
+        while text:
+            try:
+                size, end = decoder.raw_decode(text)
+            except ValueError:
+                break  # kubelet stops reading the resize stream at the first bad object
+            text = text[end:].lstrip()
+        if isinstance(size, dict):
+            await self.blocking(self.docker.exec_resize, eid, height=size.get("Height"), width=size.get("Width"))
 
     async def exec_exit_code(self, eid: str, pod: Pod) -> int | None:
         """The exec's exit code; None (no status: the stream just closes, as when a

@@ -17,7 +17,9 @@ import os
 import posixpath
 import shlex
 import threading
+import uuid
 import weakref
+from typing import Any
 
 from envlayer.sandbox.command_env import with_command_defaults
 from envlayer.capabilities import Capability
@@ -27,7 +29,7 @@ from envlayer.options import BaseOptions
 from envlayer.request import ExecRequest, check_path, file_payload
 from envlayer.result import ExecResult
 from envlayer.sandbox.base import SandboxEnvironment
-from envlayer.execution.shell_script import command_text
+from envlayer.execution.shell_script import command_text, export_lines, interactive_shell_script
 from envlayer.execution.shell_session import PersistentShell
 from envlayer.transfer import TransferSummary
 from envlayer_ssh import oneshot, pool, script, session_dirs
@@ -191,6 +193,23 @@ class SSHEnvironment(SandboxEnvironment):
             paths = out.split()
             known = self._pool.login_shell_is[shell] = code == 0 and len(paths) == 2 and paths[0] == paths[1]
         return known
+
+    def open_terminal(self, rows: int, cols: int) -> Any:
+        """An interactive ``shell`` with a pty on the host (``envlayer shell``), in
+        :meth:`working_directory`, with the commands' variables and the caller's ``TERM``;
+        see :mod:`envlayer_ssh.terminal`."""
+        from envlayer_ssh.terminal import SSHTerminal
+
+        self._ensure_open()
+        env_file = posixpath.join(self._home_dir(), f".envlayer-shell-{uuid.uuid4().hex}")
+        self._files.write_private(env_file, export_lines(with_command_defaults(self.options.env)).encode())
+        body = interactive_shell_script(self.options.shell, env_file, self.working_directory())
+        line = script.oneshot_command(self.options.shell, uuid.uuid4().hex, body, cwd=None, env_from_stdin=False)
+        try:
+            return SSHTerminal(self._pool, line, os.environ.get("TERM", "xterm"), rows, cols)
+        except BaseException:  # the shell never ran, so never removed the file
+            run_simple(self._pool, f"rm -f -- {shlex.quote(env_file)}", timeout=self.options.connect_timeout)
+            raise
 
     # --- files --------------------------------------------------------------------
 

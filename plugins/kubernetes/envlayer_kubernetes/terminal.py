@@ -1,0 +1,77 @@
+"""An interactive shell in the pod with a tty (what ``kubectl exec -it`` does): the
+Kubernetes backend's ``open_terminal``, used by ``envlayer shell``. The contract is that
+of :class:`envlayer.backends.local_terminal.PtyTerminal`.
+
+The exec subresource with ``tty=true, stdin=true`` (see
+:meth:`envlayer_kubernetes.channel.ExecChannel.open`): output comes on channel 1, a
+window size goes on channel 4 (``resize``) as client-go's ``remotecommand.TerminalSize``
+JSON, ``{"Width": cols, "Height": rows}``, which kubelet decodes one object after another
+(kubelet's cri/streaming/remotecommand/httpstream.go ``handleResizeEvents``; the channel
+numbers are its websocket.go's), and the exit status is the channel-3 ``Status``.
+
+A thread copies the websocket's output into a pipe, so :meth:`fileno` is a plain pipe
+that ``select`` sees even when TLS holds decrypted bytes the socket does not show.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+
+from envlayer_kubernetes.channel import ExecChannel
+
+RESIZE = 4
+NO_EXIT_STATUS = 255
+"""The exit status when the stream ended without one (the pod or the connection was lost)."""
+
+
+class KubernetesTerminal:
+    """The process on ``channel`` (opened with ``tty=True, stdin=True``), sized
+    ``rows`` x ``cols``."""
+
+    def __init__(self, channel: ExecChannel, rows: int, cols: int) -> None:
+        self._channel = channel
+        self._read_fd, self._write_fd = os.pipe()
+        self._pump = threading.Thread(target=self._copy_output, name="envlayer-k8s-terminal", daemon=True)
+        self._pump.start()
+        self.resize(rows, cols)
+
+    def _copy_output(self) -> None:
+        try:
+            while (chunks := self._channel.read(None)) is not None:
+                for _, data in chunks:
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(self._write_fd, view) :]
+        except OSError:
+            pass  # close() closed the pipe's read end: nobody reads any more
+        finally:
+            os.close(self._write_fd)
+
+    def fileno(self) -> int:
+        return self._read_fd
+
+    def read(self) -> bytes:
+        return os.read(self._read_fd, 65536)
+
+    def write(self, data: bytes) -> None:
+        self._channel.write(data)
+
+    def resize(self, rows: int, cols: int) -> None:
+        from websocket import ABNF, WebSocketException
+
+        message = bytes([RESIZE]) + json.dumps({"Width": cols, "Height": rows}).encode()
+        try:
+            self._channel.sock.send(message, opcode=ABNF.OPCODE_BINARY)
+        except WebSocketException:
+            pass  # the stream ended: the next read reports it
+
+    def close(self) -> int:
+        """The shell's exit status (from the status channel once the stream ended), after
+        which the websocket and the pipe are closed."""
+        self._channel.close()
+        os.close(self._read_fd)
+        self._pump.join()
+        code = self._channel.exit_code()
+        return NO_EXIT_STATUS if code is None else code
