@@ -11,37 +11,23 @@ exec's pty, so a window resize is not passed on."""
 
 from __future__ import annotations
 
-import os
-import threading
 from typing import Any
+
+from envlayer.backends.piped_output import PipedOutput
 
 
 class ModalTerminal:
-    """A started pty exec (``text=False``) relayed through a pipe so that ``fileno`` can
-    be waited on: a daemon thread copies the SDK's blocking stdout iterator into it."""
+    """A started pty exec (``text=False``); its stdout is relayed through a pipe."""
 
     def __init__(self, proc: Any) -> None:
         self._proc = proc
-        self._read_fd, self._write_fd = os.pipe()
-        self._copier = threading.Thread(target=self._copy_output, daemon=True, name="envlayer-modal-tty")
-        self._copier.start()
-
-    def _copy_output(self) -> None:
-        try:
-            for chunk in self._proc.stdout:
-                view = memoryview(bytes(chunk))
-                while view:
-                    view = view[os.write(self._write_fd, view) :]
-        except Exception:  # noqa: BLE001 - a broken stream ends the terminal like its end does
-            pass
-        finally:
-            os.close(self._write_fd)  # read() now sees the end
+        self._output = PipedOutput(proc.stdout, "envlayer-modal-tty")
 
     def fileno(self) -> int:
-        return self._read_fd
+        return self._output.fileno()
 
     def read(self) -> bytes:
-        return os.read(self._read_fd, 65536)
+        return self._output.read()
 
     def write(self, data: bytes) -> None:
         self._proc.stdin.write(data)
@@ -55,5 +41,4 @@ class ModalTerminal:
         try:
             return int(self._proc.wait())
         finally:
-            self._copier.join()
-            os.close(self._read_fd)
+            self._output.close()
