@@ -12,7 +12,8 @@ from collections.abc import Iterable
 
 class PipedOutput:
     """``chunks`` copied into a pipe by a daemon thread; the pipe ends when they do (or
-    when iterating them raises: a broken stream ends the terminal as its end does)."""
+    when iterating them raises: a broken stream ends the terminal as its end does).
+    A terminal subclasses it for ``fileno`` and ``read`` and calls its ``close``."""
 
     def __init__(self, chunks: Iterable[bytes], name: str) -> None:
         self._chunks = chunks

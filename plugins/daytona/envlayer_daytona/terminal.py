@@ -17,7 +17,7 @@ from typing import Any
 from envlayer.backends.piped_output import PipedOutput
 
 
-class DaytonaTerminal:
+class DaytonaTerminal(PipedOutput):
     """A PTY session of ``sandbox`` in ``cwd`` with ``envs``, its output relayed through a pipe."""
 
     def __init__(self, sandbox: Any, cwd: str, envs: dict[str, str], rows: int, cols: int) -> None:
@@ -27,13 +27,7 @@ class DaytonaTerminal:
         self._handle = sandbox.process.create_pty_session(
             id=f"envlayer-shell-{uuid.uuid4().hex[:12]}", cwd=cwd, envs=envs, pty_size=PtySize(rows=rows, cols=cols)
         )
-        self._output = PipedOutput(self._handle, "envlayer-daytona-tty")
-
-    def fileno(self) -> int:
-        return self._output.fileno()
-
-    def read(self) -> bytes:
-        return self._output.read()
+        super().__init__(self._handle, "envlayer-daytona-tty")
 
     def write(self, data: bytes) -> None:
         self._handle.send_input(data)
@@ -41,10 +35,10 @@ class DaytonaTerminal:
     def resize(self, rows: int, cols: int) -> None:
         self._handle.resize(self._size(rows=rows, cols=cols))
 
-    def close(self) -> int:
+    def close(self) -> int:  # type: ignore[override]
         """The shell's exit status (1 when the daemon sent none, e.g. the connection broke)."""
         try:
-            self._output.close()
+            super().close()
         finally:
             self._handle.disconnect()
         code = self._handle.exit_code

@@ -16,18 +16,12 @@ from typing import Any
 from envlayer.backends.piped_output import PipedOutput
 
 
-class ModalTerminal:
+class ModalTerminal(PipedOutput):
     """A started pty exec (``text=False``); its stdout is relayed through a pipe."""
 
     def __init__(self, proc: Any) -> None:
         self._proc = proc
-        self._output = PipedOutput(proc.stdout, "envlayer-modal-tty")
-
-    def fileno(self) -> int:
-        return self._output.fileno()
-
-    def read(self) -> bytes:
-        return self._output.read()
+        super().__init__(proc.stdout, "envlayer-modal-tty")
 
     def write(self, data: bytes) -> None:
         self._proc.stdin.write(data)
@@ -36,9 +30,9 @@ class ModalTerminal:
     def resize(self, rows: int, cols: int) -> None:
         """Nothing: the SDK offers no resize of an exec's pty (see the module's note)."""
 
-    def close(self) -> int:
+    def close(self) -> int:  # type: ignore[override]
         """The shell's exit status once it has ended (waits for it)."""
         try:
             return int(self._proc.wait())
         finally:
-            self._output.close()
+            super().close()
