@@ -27,7 +27,7 @@ class PipedOutput:
                 view = memoryview(bytes(chunk))
                 while view:
                     view = view[os.write(self._write_fd, view) :]
-        except Exception:  # noqa: S110 - the stream's failure is its end; the caller reads the exit status
+        except Exception:
             pass
         finally:
             os.close(self._write_fd)

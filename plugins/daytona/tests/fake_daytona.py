@@ -891,7 +891,12 @@ ROUTES = [
     (re.compile(rf"/api/snapshots/{_ID}"), "GET", "snapshots.get", Handler.snapshot_get),
     (re.compile(rf"/api/snapshots/{_ID}"), "DELETE", "snapshots.delete", Handler.snapshot_delete),
     (re.compile(rf"/toolbox/{_ID}/process/execute"), "POST", "process.execute", Handler.execute),
-    (re.compile(rf"/toolbox/{_ID}/process/pty/create-connect"), "GET", "process.pty.create-connect", Handler.pty_connect),
+    (
+        re.compile(rf"/toolbox/{_ID}/process/pty/create-connect"),
+        "GET",
+        "process.pty.create-connect",
+        Handler.pty_connect,
+    ),
     (re.compile(rf"/toolbox/{_ID}/process/pty/{_ID}/resize"), "POST", "process.pty.resize", Handler.pty_resize),
     (re.compile(rf"/toolbox/{_ID}/files/info"), "GET", "files.info", Handler.files_info),
     (re.compile(rf"/toolbox/{_ID}/files/folder"), "POST", "files.folder", Handler.files_folder),

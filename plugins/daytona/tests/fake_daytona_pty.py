@@ -31,8 +31,8 @@ import json
 import socket
 import struct
 import threading
-from datetime import UTC, datetime
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
@@ -116,7 +116,13 @@ class PtySessions:
             if (sb["id"], sid) in self.sessions:
                 raise PtyRefused(409, f"PTY session with ID '{sid}' already exists")
             exec_id = self.api.exec_create(
-                sb["container"], ["sh"], stdin=True, tty=True, environment=envs, workdir=cwd, user=user.name if user else ""
+                sb["container"],
+                ["sh"],
+                stdin=True,
+                tty=True,
+                environment=envs,
+                workdir=cwd,
+                user=user.name if user else "",
             )["Id"]
             info = {"id": sid, "cwd": cwd, "envs": envs, "cols": cols, "rows": rows, "active": True, "lazyStart": False}
             info["createdAt"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -136,7 +142,7 @@ class PtySessions:
         tty: socket.socket = getattr(attached, "_sock", attached)
         self.api.exec_resize(session.exec_id, height=session.info["rows"], width=session.info["cols"])
         key = handler.headers.get("Sec-WebSocket-Key", "")
-        accept = base64.b64encode(hashlib.sha1((key + WS_GUID).encode()).digest()).decode()  # noqa: S324 - RFC 6455
+        accept = base64.b64encode(hashlib.sha1((key + WS_GUID).encode()).digest()).decode()
         handler.send_response(101)
         handler.send_header("Upgrade", "websocket")
         handler.send_header("Connection", "Upgrade")
