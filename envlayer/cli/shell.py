@@ -27,7 +27,7 @@ from envlayer.cli.progress import progress
 from envlayer.errors import InvalidArgument
 from envlayer.factory import open_environment
 
-TERMINAL_BACKENDS = ("local", "docker", "ssh", "kubernetes")
+TERMINAL_BACKENDS = ("local", "docker", "ssh", "kubernetes", "modal", "daytona")
 """The built-in backends with ``open_terminal``, named when another one is refused."""
 
 

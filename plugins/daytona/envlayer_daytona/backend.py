@@ -131,6 +131,18 @@ class DaytonaEnvironment(SandboxEnvironment):
             hint="set `cwd` to a directory the sandbox user may create",
         )
 
+    def open_terminal(self, rows: int, cols: int) -> Any:
+        """An interactive shell on a Daytona PTY session in this task's sandbox, in the
+        working directory with the commands' environment (``envlayer shell``); see
+        :mod:`envlayer_daytona.terminal`."""
+        from envlayer_daytona.terminal import DaytonaTerminal
+
+        self._ensure_open()
+        envs = {**COMMAND_DEFAULTS, **self.options.env}
+        return self._guard(
+            lambda: DaytonaTerminal(self._sandbox, self._workdir, envs, rows, cols), "starting an interactive shell"
+        )
+
     @property
     def sandbox_id(self) -> str:
         """The Daytona id of the sandbox in use."""

@@ -45,6 +45,7 @@ from urllib.parse import parse_qs, urlsplit
 import docker
 from docker.errors import APIError, ImageNotFound, NotFound
 from fake_daytona_agent import AGENT_DIR, Agents
+from fake_daytona_pty import PtyRefused, PtySessions
 from fake_daytona_snapshots import Snapshots, SnapshotError
 from fake_daytona_user import ROOT, OsUser, find_user, home_archive
 
@@ -146,6 +147,7 @@ class Fake:
         self.builds: list[float] = []
         self.agents = Agents(self.api, tempfile.mkdtemp(prefix=f"fake-daytona-{instance}-"))
         self.snapshots = Snapshots(self.api, instance, _now)
+        self.ptys = PtySessions(self.api)
 
     def exec(
         self, sb: dict[str, Any], argv: list[str], timeout: float | None = None, stdin: bytes | None = None
@@ -628,13 +630,16 @@ class Handler(BaseHTTPRequestHandler):
                     break
             else:
                 raise ApiError(404, f"Cannot {method} {url.path}", "NOT_FOUND")
-        except (ApiError, SnapshotError) as exc:
+        except (ApiError, SnapshotError, PtyRefused) as exc:
             status, headers = exc.status, getattr(exc, "headers", {})
             payload = _error_body(exc.status, exc.message, exc.code, url.path)
         except Exception as exc:
             status, headers = 500, {}
             payload = _error_body(500, f"{type(exc).__name__}: {exc}", "INTERNAL", url.path)
         self._log_route(method, route, status, url.path)
+        if callable(payload):  # a WebSocket route: it answers the upgrade and serves the connection
+            payload()
+            return
         self._send(status, payload, headers)
 
     def _log_route(self, method: str, route: str, status: int, path: str) -> None:
@@ -800,6 +805,13 @@ class Handler(BaseHTTPRequestHandler):
             raise ApiError(408, "command execution timeout", "PROCESS_EXECUTION_TIMEOUT")
         return 200, {"exitCode": code, "result": out.decode(errors="replace")}, {}
 
+    def pty_connect(self, body: bytes, q: dict[str, str], sid: str) -> tuple[int, Any, dict[str, str]]:
+        sb = self.fake.running(sid)
+        return 101, self.fake.ptys.connect(self, sb, q), {}
+
+    def pty_resize(self, body: bytes, q: dict[str, str], sid: str, session: str) -> tuple[int, Any, dict[str, str]]:
+        return 200, self.fake.ptys.resize(self.fake.running(sid), session, json.loads(body or b"{}")), {}
+
     def files_info(self, body: bytes, q: dict[str, str], sid: str) -> tuple[int, Any, dict[str, str]]:
         return 200, self.fake.file_info(self.fake.running(sid), q["path"]), {}
 
@@ -879,6 +891,13 @@ ROUTES = [
     (re.compile(rf"/api/snapshots/{_ID}"), "GET", "snapshots.get", Handler.snapshot_get),
     (re.compile(rf"/api/snapshots/{_ID}"), "DELETE", "snapshots.delete", Handler.snapshot_delete),
     (re.compile(rf"/toolbox/{_ID}/process/execute"), "POST", "process.execute", Handler.execute),
+    (
+        re.compile(rf"/toolbox/{_ID}/process/pty/create-connect"),
+        "GET",
+        "process.pty.create-connect",
+        Handler.pty_connect,
+    ),
+    (re.compile(rf"/toolbox/{_ID}/process/pty/{_ID}/resize"), "POST", "process.pty.resize", Handler.pty_resize),
     (re.compile(rf"/toolbox/{_ID}/files/info"), "GET", "files.info", Handler.files_info),
     (re.compile(rf"/toolbox/{_ID}/files/folder"), "POST", "files.folder", Handler.files_folder),
     (re.compile(rf"/toolbox/{_ID}/files"), "DELETE", "files.delete", Handler.files_delete),

@@ -180,6 +180,26 @@ class ModalEnvironment(SandboxEnvironment):
                 raise ended from exc
             raise translate(exc, "starting a command") from exc
 
+    def open_terminal(self, rows: int, cols: int) -> Any:
+        """An interactive shell on a pty in this task's sandbox (``envlayer shell``). Its
+        size is the calling terminal's (the SDK reads it; ``rows``/``cols`` are that same
+        window) and later resizes are not passed on: see :mod:`envlayer_modal.terminal`."""
+        from envlayer_modal.client import control, throttled, translate
+        from envlayer_modal.terminal import ModalTerminal
+
+        self._ensure_open()
+        sandbox, env = self._attached.sandbox, self._command_env(None, None)
+        argv, workdir = [self.options.shell, "-i"], self.options.workdir
+        try:
+            proc = control(
+                lambda: sandbox.exec(*argv, env=env, workdir=workdir, pty=True, text=False),
+                "starting an interactive shell",
+                throttled,
+            )
+        except Exception as exc:
+            raise translate(exc, "starting an interactive shell") from exc
+        return ModalTerminal(proc)
+
     def _command_env(self, extra: Mapping[str, str] | None, exec_id: str | None) -> dict[str, str]:
         env = with_command_defaults(self.options.env)
         env.update(extra or {})

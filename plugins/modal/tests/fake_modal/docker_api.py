@@ -9,7 +9,8 @@ v1.41+): ``POST /containers/create``, ``POST /containers/{id}/start``, ``DELETE
 ``GET /events`` (a stream of JSON objects), ``POST /containers/{id}/exec``,
 ``POST /exec/{id}/start`` (hijacked: ``Upgrade: tcp``, then the multiplexed stdout/stderr
 frames of a non-TTY exec, each an 8-byte header ``[stream, 0, 0, 0, size u32 BE]``) and
-``GET /exec/{id}/json``. The daemon's socket is ``$DOCKER_HOST`` when it is ``unix://...``,
+``POST /exec/{id}/resize`` (a tty's size; with a tty the stream after the hijack is raw,
+not framed) and ``GET /exec/{id}/json``. The daemon's socket is ``$DOCKER_HOST`` when it is ``unix://...``,
 else ``/var/run/docker.sock``.
 """
 
@@ -120,30 +121,56 @@ class ExecSession:
     """One exec attached over a hijacked connection: stdin to write, the demultiplexed
     stdout/stderr handed to ``sink(fd, chunk)`` (``chunk`` b"" at the end of both)."""
 
-    def __init__(self, exec_id: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(self, exec_id: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, tty: bool) -> None:
         self.exec_id = exec_id
         self._reader = reader
         self.stdin = writer
+        self._tty = tty
 
     @classmethod
-    async def start(cls, container: str, argv: list[str], *, workdir: str | None, env: dict[str, str]) -> ExecSession:
+    async def start(
+        cls,
+        container: str,
+        argv: list[str],
+        *,
+        workdir: str | None,
+        env: dict[str, str],
+        console: tuple[int, int] | None = None,
+    ) -> ExecSession:
+        """Create and attach an exec; with ``console`` (rows, cols) it gets a tty of that
+        size and its output is one raw stream. The size is set as ``docker exec -t`` does:
+        ``ConsoleSize`` at create (API v1.42+; older daemons ignore it) and ``POST
+        /exec/{id}/resize`` once started (a tty starts at 0x0 before that)."""
         spec: dict[str, Any] = {"AttachStdin": True, "AttachStdout": True, "AttachStderr": True, "Cmd": argv}
         spec["Env"] = [f"{k}={v}" for k, v in env.items()]
         if workdir is not None:
             spec["WorkingDir"] = workdir
+        if console is not None:
+            spec.update(Tty=True, ConsoleSize=list(console))
         exec_id = (await call("POST", f"/containers/{container}/exec", spec))["Id"]
         reader, writer = await asyncio.open_unix_connection(socket_path())
-        body = json.dumps({"Detach": False, "Tty": False}).encode()
+        body = json.dumps({"Detach": False, "Tty": console is not None}).encode()
         writer.write(_head("POST", f"/exec/{exec_id}/start", body, "Connection: Upgrade\r\nUpgrade: tcp\r\n"))
         status, _ = await _read_head(reader)
         if status not in (101, 200):
             writer.close()
             raise DockerError(status, f"exec start {exec_id}")
-        return cls(exec_id, reader, writer)
+        if console is not None:
+            await call("POST", f"/exec/{exec_id}/resize", query={"h": console[0], "w": console[1]})
+        return cls(exec_id, reader, writer, console is not None)
 
     async def pump(self, sink: Callable[[int, bytes], Any]) -> None:
-        """Hand every frame to ``sink`` until the daemon ends the stream."""
+        """Hand every frame to ``sink`` until the daemon ends the stream (a tty's raw
+        stream as stdout, fd 1)."""
         try:
+            while self._tty:
+                try:
+                    raw = await self._reader.read(65536)
+                except ConnectionError:
+                    return
+                if not raw:
+                    return
+                await sink(1, raw)
             while True:
                 try:
                     header = await self._reader.readexactly(8)

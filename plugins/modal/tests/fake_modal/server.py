@@ -628,6 +628,20 @@ def fs_tools_argv(op_json: str) -> list[str]:
     return ["sh", "-c", scripts[kind], "modal-sandbox-fs-tools", path]
 
 
+def _console(req: Any, env: dict[str, str]) -> tuple[int, int] | None:
+    """The tty (rows, cols) an exec asks for with ``pty_info``, else None; sets ``TERM``.
+
+    ``Sandbox.exec(pty=True)`` sends ``PTYInfo`` from ``get_pty_info`` (modal/_output/pty.py:
+    the caller's stdin window size, ``$TERM``) in ``TaskExecStartRequest.pty_info``
+    (modal/sandbox/_common.py ``exec_via_tcr``); the SDK has no call to change the size later."""
+    if not req.HasField("pty_info") or not req.pty_info.enabled:
+        return None
+    info = req.pty_info
+    if info.env_term:
+        env.setdefault("TERM", info.env_term)
+    return (info.winsz_rows or 24, info.winsz_cols or 80)
+
+
 class _Router(task_command_router_grpc.TaskCommandRouterBase):
     def __init__(self, state: State) -> None:
         self.state = state
@@ -662,9 +676,10 @@ class _Router(task_command_router_grpc.TaskCommandRouterBase):
         marker = f"MODAL_FAKE_EXEC={req.exec_id}"
         if req.HasField("timeout_secs") and req.timeout_secs:
             env["MODAL_FAKE_EXEC"] = req.exec_id
+        console = _console(req, env)
         try:
             session = await docker_api.ExecSession.start(
-                sb.container, argv, workdir=req.workdir if req.HasField("workdir") else None, env=env
+                sb.container, argv, workdir=req.workdir if req.HasField("workdir") else None, env=env, console=console
             )
         except (docker_api.DockerError, OSError) as exc:
             raise GRPCError(Status.NOT_FOUND, f"task {req.task_id}: cannot start the exec: {exc}") from None
