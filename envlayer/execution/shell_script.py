@@ -33,7 +33,7 @@ were checked by :func:`envlayer.request.check_env`.
 
 from __future__ import annotations
 
-import secrets
+import os
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -80,8 +80,9 @@ def export_lines(env: Mapping[str, str]) -> str:
 
 
 def new_seed() -> int:
-    """A random marker seed (the shell turns it into the marker, see :func:`marker_of`)."""
-    return secrets.randbelow(2**40) + 2**39
+    """A random marker seed in ``[2**39, 2**39 + 2**40)`` from the OS's CSPRNG (the shell
+    turns it into the marker, see :func:`marker_of`)."""
+    return int.from_bytes(os.urandom(5), "big") + 2**39
 
 
 def marker_of(seed: int) -> bytes:
