@@ -197,6 +197,9 @@ class ExecArguments(TypedDict, total=False):
     user: str | None
 
 
+_EXEC_ARGUMENT_NAMES = frozenset(ExecArguments.__annotations__)
+
+
 @dataclass(frozen=True, slots=True)
 class ExecRequest:
     """One validated call to ``exec``.
@@ -240,7 +243,7 @@ class ExecRequest:
 
         Raises :class:`InvalidArgument` for bad input; nothing has run then.
         """
-        unknown = set(arguments) - set(ExecArguments.__annotations__)
+        unknown = arguments.keys() - _EXEC_ARGUMENT_NAMES
         if unknown:
             raise TypeError(f"unexpected exec arguments: {', '.join(sorted(unknown))}")
         cwd, user = arguments.get("cwd"), arguments.get("user")

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 log = logging.getLogger("envlayer.cancel")
 
@@ -87,11 +87,10 @@ def takes_cancel(env: object) -> bool:
     return param is not None and param.kind in (param.KEYWORD_ONLY, param.POSITIONAL_OR_KEYWORD)
 
 
-@contextmanager
-def killer_for(token: CancelToken | None, killer: Killer) -> Iterator[None]:
-    """:meth:`CancelToken.on_cancel` when there is a token; nothing otherwise."""
-    if token is None:
-        yield
-        return
-    with token.on_cancel(killer):
-        yield
+_NO_KILLER: AbstractContextManager[None] = nullcontext()
+
+
+def killer_for(token: CancelToken | None, killer: Killer) -> AbstractContextManager[None]:
+    """:meth:`CancelToken.on_cancel` when there is a token; a shared no-op context
+    otherwise (most calls have no token: nothing is built for them)."""
+    return _NO_KILLER if token is None else token.on_cancel(killer)

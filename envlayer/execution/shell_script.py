@@ -33,7 +33,7 @@ were checked by :func:`envlayer.request.check_env`.
 
 from __future__ import annotations
 
-import secrets
+import os
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -93,8 +93,9 @@ def interactive_shell_script(shell: str, env_file: str, cwd: str) -> str:
 
 
 def new_seed() -> int:
-    """A random marker seed (the shell turns it into the marker, see :func:`marker_of`)."""
-    return secrets.randbelow(2**40) + 2**39
+    """A random marker seed in ``[2**39, 2**39 + 2**40)`` from the OS's CSPRNG (the shell
+    turns it into the marker, see :func:`marker_of`)."""
+    return int.from_bytes(os.urandom(5), "big") + 2**39
 
 
 def marker_of(seed: int) -> bytes:
@@ -110,8 +111,8 @@ _CALL_FUNCTIONS = (
     "  __el_rc=$?; __el_o=$-; set +x\n"
     f"  unset {EXEC_ID_VAR}\n"
     '  [ $# -eq 0 ] || rm -f -- "$1"\n'
-    f"  printf '%s%s %s %s %s%s' {_MARK} \"$__el_rc\" \"$$\" \"$__el_up\" \"$PWD\" {_MARK} >&7\n"
     f"  printf '%s' {_MARK} >&8\n"
+    f"  printf '%s%s %s %s %s%s' {_MARK} \"$__el_rc\" \"$$\" \"$__el_up\" \"$PWD\" {_MARK} >&7\n"
     "  case $__el_o in *x*) set -x;; esac; __el_up=-\n"
     "}\n"
     "__el_ev() { unset -f __el_cmd; command eval \"__el_cmd() { $__el_c\n}\" && __el_cmd; }\n"
@@ -121,7 +122,9 @@ _CALL_FUNCTIONS = (
 shell parses less. ``__el_pre SEED EXEC_ID`` sets the call's marker seed, exports its
 exec id and (re)sets the EXIT trap; ``__el_end [STDIN_FILE]``, run right after the
 command, takes its status, removes the staged stdin and prints the trailer (see the
-module docstring), keeping ``set -x`` as the command left it; ``__el_ev`` runs the
+module docstring; the stderr marker first: a transport that forwards each stream on its
+own, as Docker's daemon does, has then usually sent it when the stdout trailer comes,
+so the reader wakes once per call instead of twice), keeping ``set -x`` as the command left it; ``__el_ev`` runs the
 command text in ``$__el_c`` as the body of a function (see :data:`_RUN`)."""
 
 

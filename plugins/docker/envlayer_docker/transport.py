@@ -13,6 +13,7 @@ container that went away (then it raises: the command may or may not have finish
 
 from __future__ import annotations
 
+import math
 import select
 import socket
 import time
@@ -104,6 +105,8 @@ class AttachStream:
         self.sock = raw_socket(attached)
         self._early = buffered_bytes(attached)
         self.sock.setblocking(True)
+        self._poll = select.poll()
+        self._poll.register(self.sock, select.POLLIN)
         self._demux = FrameDemux()
         self._closed = False
 
@@ -127,9 +130,9 @@ class AttachStream:
                 return chunks
         while True:
             if deadline is not None:
-                wait = max(deadline - time.monotonic(), 0.0)
+                wait_ms = max(math.ceil((deadline - time.monotonic()) * 1000), 0)
                 try:
-                    ready, _, _ = select.select([self.sock], [], [], wait)
+                    ready = self._poll.poll(wait_ms)
                 except (OSError, ValueError):
                     return None
                 if not ready:
