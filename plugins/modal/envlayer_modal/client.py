@@ -126,7 +126,7 @@ CREDENTIAL_VARIABLES = (
 
 def may_have_credential() -> bool:
     """False only when the SDK is sure to find no credential, decided without importing it
-    (about 1 s of CPU: ``envlayer ls``, ``reap`` and ``doctor`` ask every installed backend).
+    (0.4-0.8 s of CPU: ``envlayer ls``, ``reap`` and ``doctor`` ask every installed backend).
 
     ``_Client.from_env`` (``modal/client.py``) reads the token or OAuth settings from the
     variables in :data:`CREDENTIAL_VARIABLES`, else from the active profile of the config file

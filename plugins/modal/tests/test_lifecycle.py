@@ -286,7 +286,7 @@ def test_importing_the_plugin_and_listing_backends_imports_no_sdk() -> None:
 
 def test_no_credential_is_reported_without_importing_the_sdk(tmp_path: Any) -> None:
     """``envlayer ls``/``reap``/``doctor`` ask every installed backend: where no credential
-    can be found, Modal says so without the SDK's import (about 1 s of CPU per command)."""
+    can be found, Modal says so without importing the SDK (0.4-0.8 s of CPU per command)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MODAL_")}
     env["MODAL_CONFIG_PATH"] = str(tmp_path / "absent.toml")
     code = (
