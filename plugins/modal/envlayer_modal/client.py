@@ -7,7 +7,8 @@ class-level lifecycle methods.
 Error mapping (:func:`translate`), each with a hint naming what to do:
 
 * no credentials / refused credentials -> :class:`BackendUnavailable` (``modal token new``,
-  ``MODAL_TOKEN_ID`` / ``MODAL_TOKEN_SECRET``);
+  ``MODAL_TOKEN_ID`` / ``MODAL_TOKEN_SECRET``); when no credential can be there at all
+  (:func:`may_have_credential`) this is said without importing the SDK;
 * the API unreachable -> :class:`BackendUnavailable`, found by a TCP probe bounded by
   ``connect_timeout`` before the SDK's own minute-long retries;
 * an image Modal cannot build or pull -> :class:`BackendUnavailable` naming the image;
@@ -112,9 +113,37 @@ def probe(urls: list[str], timeout: float) -> None:
     )
 
 
+CREDENTIAL_VARIABLES = (
+    "MODAL_TOKEN_ID",
+    "MODAL_TOKEN_SECRET",
+    "MODAL_OAUTH_REFRESH_TOKEN",
+    "MODAL_OAUTH_CLIENT_ID",
+    "MODAL_OAUTH_CLIENT_SECRET",
+    "MODAL_OAUTH_JWT_KEY",
+)
+"""The variables the SDK reads a credential from (``modal/client.py`` ``_Client.from_env``)."""
+
+
+def may_have_credential() -> bool:
+    """False only when the SDK is sure to find no credential, decided without importing it
+    (0.4-0.8 s of CPU: ``envlayer ls``, ``reap`` and ``doctor`` ask every installed backend).
+
+    ``_Client.from_env`` (``modal/client.py``) reads the token or OAuth settings from the
+    variables in :data:`CREDENTIAL_VARIABLES`, else from the active profile of the config file
+    (``modal/config.py``: ``MODAL_CONFIG_PATH``, else ``~/.modal.toml``), and inside a Modal
+    container (``MODAL_IS_REMOTE=1``) needs none. With none of these it raises ``AuthError``
+    ("Token missing"). Whenever one of them is there, the SDK decides."""
+    if os.environ.get("MODAL_IS_REMOTE") == "1" or any(os.environ.get(name) for name in CREDENTIAL_VARIABLES):
+        return True
+    return os.path.exists(os.environ.get("MODAL_CONFIG_PATH") or os.path.expanduser("~/.modal.toml"))
+
+
 def connect(options: ModalOptions) -> Connection:
-    """Probe the API, build the SDK client from the environment, look up (or create) the
-    App. Raises :class:`BackendUnavailable` (see the module docstring)."""
+    """Check for a credential, probe the API, build the SDK client from the environment,
+    look up (or create) the App. Raises :class:`BackendUnavailable` (see the module
+    docstring)."""
+    if not may_have_credential():
+        raise BackendUnavailable("no Modal credentials while connecting to Modal", hint=CREDENTIALS_HINT)
     probe(server_urls(), options.connect_timeout)
     modal = sdk()
     try:
