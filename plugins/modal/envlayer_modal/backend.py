@@ -42,7 +42,7 @@ from envlayer.execution.collector import OutputCollector
 from envlayer.environment import SandboxInfo
 from envlayer.errors import BackendUnavailable, InvalidArgument
 from envlayer.options import BaseOptions
-from envlayer.execution.proctree import EXEC_ID_VAR
+from envlayer.execution.tree_kill import EXEC_ID_VAR
 from envlayer.request import ExecRequest, check_path, file_payload
 from envlayer.result import TIMEOUT_EXIT_CODE, ExecResult
 from envlayer.sandbox.base import MANAGED_SANDBOX_CAPABILITIES, SandboxEnvironment
