@@ -11,15 +11,14 @@ from __future__ import annotations
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 
 import pytest
 
 from envlayer.backends.local import LocalEnvironment, LocalOptions
 from envlayer.capabilities import Capability
 from envlayer.execution.collector import OutputCollector
-from envlayer.execution.output import OutputCallback
-from envlayer.request import Command
+from envlayer.request import ExecRequest
 from envlayer.result import ExecResult
 from envlayer.execution.shell_session import RESTARTED_AFTER_KILL, PersistentShell
 from envlayer.execution.streams import ProcessStream
@@ -46,20 +45,9 @@ class SessionOverPipes(LocalEnvironment):
             start_dir=self.cwd,
         )
 
-    def exec(  # type: ignore[override]
-        self,
-        command: Command,
-        *,
-        cwd: str | None = None,
-        env: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-        stdin: bytes | str | None = None,
-        on_output: OutputCallback | None = None,
-    ) -> ExecResult:
-        request = self.make_request(command, cwd=cwd, env=env, timeout=timeout, stdin=stdin, on_output=on_output)
-        collector = OutputCollector.for_request(request, self.options)
-        outcome = self.session.run(request, collector)
-        return collector.result(request, outcome.exit_code, timed_out=outcome.timed_out, recovered=outcome.recovered)
+    def run_request(self, request: ExecRequest) -> ExecResult:
+        """Every call through the protocol (never one-shot, never a recovery retry)."""
+        return self.run_shell(self.session, request)
 
     def cleanup(self) -> None:
         self.session.close()
