@@ -53,15 +53,16 @@ EXEC_ID_VAR = "ENVLAYER_EXEC_ID"
 _PROC = "/proc"
 
 
-def _stat_fields(pid: int) -> tuple[str, int] | None:
-    """(state, pgid) of ``pid`` from /proc, or None if it is gone."""
+def proc_stat(pid: int) -> list[bytes] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name (``[0]`` is the state,
+    ``[2]`` the process group, ``[19]`` the start time), or None when ``pid`` is gone or
+    there is no /proc."""
     try:
         with open(f"{_PROC}/{pid}/stat", "rb") as fh:
             raw = fh.read()
     except OSError:
         return None
-    rest = raw[raw.rfind(b")") + 2 :].split()
-    return rest[0].decode(), int(rest[2])
+    return raw[raw.rfind(b")") + 2 :].split()
 
 
 def _has_marker(pid: int, marker: bytes) -> bool:
@@ -85,10 +86,10 @@ def tree_members(pgid: int, exec_id: str | None) -> list[int]:
         pid = int(entry)
         if pid == me:
             continue
-        fields = _stat_fields(pid)
-        if fields is None or fields[0] in ("Z", "X"):
+        fields = proc_stat(pid)
+        if fields is None or fields[0] in (b"Z", b"X"):
             continue
-        if fields[1] == pgid or (marker is not None and _has_marker(pid, marker)):
+        if int(fields[2]) == pgid or (marker is not None and _has_marker(pid, marker)):
             found.append(pid)
     return found
 

@@ -16,9 +16,10 @@
 
 * :func:`options_factory`: the body of an ``options`` fixture (the backend's options with the
   suite's defaults); :func:`cleaned_up`: the body of an ``env`` fixture that yields one
-  environment and cleans it up; :func:`run_python`: run code in a new interpreter of this venv
-  (for tests of what another process sees); :func:`import_by_path`: load a helper module
-  of a tests folder (not a package) by its file path.
+  environment and cleans it up; :func:`run_in_new_interpreter`: run code in a new
+  interpreter of this venv (for tests of what another process sees); :func:`import_by_path`:
+  load a helper module of a tests folder (not a package) by its file path;
+  :func:`first_line_then_kill`: what a child printed first, before it is SIGKILLed.
 
 Only the docker CLI is used (no SDK import), so any plugin's tests can call these.
 """
@@ -28,6 +29,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -126,7 +128,9 @@ def cleaned_up(environment: E) -> Iterator[E]:
         environment.cleanup()
 
 
-def run_python(code: str, *, timeout: float = 60, wait: bool = True, env: Mapping[str, str] | None = None) -> Any:
+def run_in_new_interpreter(
+    code: str, *, timeout: float = 60, wait: bool = True, env: Mapping[str, str] | None = None
+) -> Any:
     """Run ``code`` (dedented) in a new interpreter of this venv with environment ``env``
     (default: this process's); its stdout, asserting exit 0, or the ``Popen`` (text pipes)
     with ``wait=False``."""
@@ -151,3 +155,13 @@ def import_by_path(path: Path, name: str) -> ModuleType:
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def first_line_then_kill(proc: subprocess.Popen[str]) -> str:
+    """The first line ``proc`` prints on stdout (stripped; empty when it exits first); then
+    ``proc`` is SIGKILLed and reaped, also when reading fails."""
+    try:
+        return proc.stdout.readline().strip() if proc.stdout is not None else ""
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)

@@ -23,6 +23,7 @@ from envlayer.result import ExecResult
 from envlayer.execution.shell_session import RESTARTED_AFTER_KILL, PersistentShell
 from envlayer.execution.streams import ProcessStream
 from envlayer.testing import EnvironmentConformance, ExecContractConformance
+from envlayer.testing.fixtures import cleaned_up
 
 SHELLS = [s for s in (["dash"], ["bash", "--posix"], ["busybox", "sh"]) if shutil.which(s[0])]
 
@@ -56,14 +57,10 @@ class SessionOverPipes(LocalEnvironment):
 
 @pytest.fixture(params=SHELLS, ids=[s[0] for s in SHELLS])
 def session_env(request: pytest.FixtureRequest) -> Iterator[SessionOverPipes]:
-    workdir = tempfile.mkdtemp(prefix="envlayer-session-")
-    environment = SessionOverPipes(LocalOptions(cwd=workdir, timeout=60, max_output_bytes=1_000_000))
-    environment.shell_argv = request.param
-    try:
-        yield environment
-    finally:
-        environment.cleanup()
-        shutil.rmtree(workdir, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix="envlayer-session-", ignore_cleanup_errors=True) as workdir:
+        environment = SessionOverPipes(LocalOptions(cwd=workdir, timeout=60, max_output_bytes=1_000_000))
+        environment.shell_argv = request.param
+        yield from cleaned_up(environment)
 
 
 class TestProtocolConformance(EnvironmentConformance, ExecContractConformance):

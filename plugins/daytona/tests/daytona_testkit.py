@@ -176,4 +176,5 @@ def child_code(url: str, task: str, profile: str, **opts: Any) -> str:
 def run_python(code: str, *, timeout: float = 120, wait: bool = True) -> Any:
     """Run ``code`` in a new interpreter of this venv (with the fake's key in its environment).
     Returns its stdout (asserting exit 0), or the Popen with ``wait=False``."""
-    return fixtures.run_python(code, timeout=timeout, wait=wait, env={**os.environ, "DAYTONA_API_KEY": FAKE_KEY})
+    env = {**os.environ, "DAYTONA_API_KEY": FAKE_KEY}
+    return fixtures.run_in_new_interpreter(code, timeout=timeout, wait=wait, env=env)

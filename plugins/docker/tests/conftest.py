@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from envlayer.testing.fixtures import EnvironmentFactory, options_factory, require_docker, run_python
+from envlayer.testing.fixtures import EnvironmentFactory, options_factory, require_docker, run_in_new_interpreter
 from envlayer.testing.secrets import ENVLAYER_SCRIPT
 
 IMAGE = os.environ.get("ENVLAYER_TEST_IMAGE", "envlayer-test:busybox")
@@ -177,7 +177,7 @@ def _child_env_code(task: str, profile: str, **opts: Any) -> str:
 def run_python() -> Callable[..., Any]:
     """``run_python(code, timeout=60, wait=True)``: run code in a new venv interpreter;
     returns its stdout (asserting exit 0), or the Popen with ``wait=False``."""
-    return run_python
+    return run_in_new_interpreter
 
 
 @pytest.fixture

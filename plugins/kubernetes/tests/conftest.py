@@ -21,7 +21,13 @@ from typing import Any
 
 import pytest
 
-from envlayer.testing.fixtures import EnvironmentFactory, import_by_path, options_factory, require_docker, run_python
+from envlayer.testing.fixtures import (
+    EnvironmentFactory,
+    import_by_path,
+    options_factory,
+    require_docker,
+    run_in_new_interpreter,
+)
 
 
 fake_control: Any = import_by_path(Path(__file__).with_name("fake_control.py"), "envlayer_k8s_fake_control")
@@ -109,7 +115,7 @@ def _child_env_code(kubeconfig: str, task: str, profile: str, **opts: Any) -> st
 def run_python() -> Callable[..., Any]:
     """``run_python(code, timeout=120, wait=True)``: run code in a new venv interpreter
     (bytecode caching on, see ``fake_control.child_environ``)."""
-    return functools.partial(run_python, timeout=120, env=fake_control.child_environ())
+    return functools.partial(run_in_new_interpreter, timeout=120, env=fake_control.child_environ())
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from envlayer.testing.fixtures import EnvironmentFactory, options_factory, require_docker, run_python
+from envlayer.testing.fixtures import EnvironmentFactory, options_factory, require_docker, run_in_new_interpreter
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_modal"))
 
@@ -94,7 +94,7 @@ def run_python(fake_modal: launcher.FakeModal) -> Callable[..., Any]:
     (asserting exit 0), or the Popen with ``wait=False``."""
 
     def run(code: str, *, timeout: float = 90, wait: bool = True, token: str = "ak-envlayer-child") -> Any:
-        return run_python(code, timeout=timeout, wait=wait, env={**os.environ, **fake_modal.env(token)})
+        return run_in_new_interpreter(code, timeout=timeout, wait=wait, env={**os.environ, **fake_modal.env(token)})
 
     return run
 
