@@ -119,13 +119,17 @@ def options_factory(options_class: type[O], **defaults: Any) -> Callable[..., O]
     return make
 
 
-def cleaned_up(environment: E) -> Iterator[E]:
-    """Yield ``environment``, then ``cleanup()`` it, passed or failed: an ``env`` fixture's
-    body is ``yield from cleaned_up(MyEnvironment(...))``."""
+def cleaned_up(environment: E, *, force_remove: bool = False, wait: float | None = None) -> Iterator[E]:
+    """Yield ``environment``, then clean it up, passed or failed: an ``env`` fixture's body
+    is ``yield from cleaned_up(MyEnvironment(...))``. ``force_remove``: remove the sandbox
+    even in persist mode; ``wait``: then wait up to that many seconds for the teardown
+    (both through :mod:`envlayer.dispatch`, so any backend takes them)."""
     try:
         yield environment
     finally:
-        environment.cleanup()
+        dispatch.cleanup(environment, force_remove=force_remove)
+        if wait is not None:
+            dispatch.wait_for_cleanup(environment, wait)
 
 
 def run_in_new_interpreter(
