@@ -18,7 +18,6 @@ Needs a running Docker daemon and the test image (``scripts/provision``).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import sys
 import tempfile
@@ -29,24 +28,17 @@ from typing import Any
 from bench_timing import median_ms
 from envlayer.bench.interrupts import run_script
 
+from envlayer.testing.fixtures import docker_problem, import_by_path
+
 KIT = Path(__file__).resolve().parent.parent / "plugins" / "daytona" / "tests" / "daytona_testkit.py"
-
-
-def load_kit() -> Any:
-    spec = importlib.util.spec_from_file_location("envlayer_daytona_testkit", KIT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=30)
     args = parser.parse_args()
-    kit = load_kit()
-    problem = kit.docker_problem()
+    kit: Any = import_by_path(KIT, "envlayer_daytona_testkit")
+    problem = docker_problem(kit.IMAGE)
     if problem:
         print(f"cannot run: {problem}", file=sys.stderr)
         return 1

@@ -18,7 +18,6 @@ pod is left.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
 import time
 import uuid
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from envlayer.bench.interrupts import run_script
+from envlayer.testing.fixtures import docker_problem, import_by_path
 
 CONTROL = Path(__file__).resolve().parent.parent / "plugins" / "kubernetes" / "tests" / "fake_control.py"
 
@@ -34,12 +34,8 @@ CONTROL = Path(__file__).resolve().parent.parent / "plugins" / "kubernetes" / "t
 def load_control() -> Any:
     """The tests' ``fake_control`` module (loaded by path: the tests are not a package).
     Exits with status 2 and a hint when Docker or the test image is missing."""
-    spec = importlib.util.spec_from_file_location("envlayer_k8s_fake_control", CONTROL)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    problem = module.docker_problem()
+    module: Any = import_by_path(CONTROL, "envlayer_k8s_fake_control")
+    problem = docker_problem(module.IMAGE)
     if problem:
         print(f"cannot run: {problem}; run scripts/provision", file=sys.stderr)
         sys.exit(2)

@@ -24,8 +24,10 @@ MOVED: dict[str, str] = {
     "envlayer.collector": "envlayer.execution.collector",
     "envlayer.output": "envlayer.execution.output",
     "envlayer.cancel": "envlayer.execution.cancel",
-    "envlayer.proctree": "envlayer.execution.proctree",
-    "envlayer.sandbox_kill": "envlayer.execution.sandbox_kill",
+    "envlayer.proctree": "envlayer.execution.tree_kill",
+    "envlayer.sandbox_kill": "envlayer.execution.tree_kill",
+    "envlayer.execution.proctree": "envlayer.execution.tree_kill",
+    "envlayer.execution.sandbox_kill": "envlayer.execution.tree_kill",
     "envlayer.sandbox_base": "envlayer.sandbox.base",
     "envlayer.sandbox_options": "envlayer.sandbox.options",
     "envlayer.sandbox_paths": "envlayer.sandbox.paths",
@@ -62,7 +64,7 @@ DEPRECATED: frozenset[str] = frozenset(
     for name in (
         "lifecycle sandbox_base sandbox_options registry collector output streams shell_session manager "
         "task_bindings orphan_sweeps tools agent_env cancel sandbox_kill owner plugin_errors sandbox_tags "
-        "sandbox_paths idle_check archive tar_extract background retry"
+        "sandbox_paths idle_check archive tar_extract background retry execution.sandbox_kill"
     ).split()
 )
 

@@ -43,7 +43,7 @@ from envlayer.errors import (
     SandboxPermissionDenied,
 )
 from envlayer.options import option
-from envlayer.execution.proctree import EXEC_ID_VAR, kill_tree
+from envlayer.execution.tree_kill import EXEC_ID_VAR, kill_tree
 from envlayer.request import ExecRequest, file_payload
 from envlayer.result import ExecResult
 from envlayer.sandbox.base import SandboxEnvironment

@@ -38,7 +38,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from envlayer.execution.proctree import EXEC_ID_VAR
+from envlayer.execution.tree_kill import EXEC_ID_VAR
 
 SESSION_VAR = "ENVLAYER_SESSION"
 """Set in a session shell's initial environment (to a random id), so tools can tell

@@ -9,7 +9,7 @@ backend's (the conformance kit checks them):
   plus ``ENVLAYER_SESSION``, and return the stream to it;
 * ``run_aside(argv)``: run a short helper command in the sandbox through a *second*
   channel (another exec, another SSH channel), waiting for it to end; used to kill a
-  command (the core's :mod:`envlayer.execution.sandbox_kill` script) and to remove the session's
+  command (the core's :mod:`envlayer.execution.tree_kill` script) and to remove the session's
   private directory;
 * optionally ``upload(path, data)``: write a private file in the sandbox, used for
   stdin larger than :data:`INLINE_STDIN_MAX` (smaller stdin travels inside the script).
@@ -54,7 +54,7 @@ from envlayer.execution.cancel import killer_for
 from envlayer.execution.collector import OutputCollector
 from envlayer.errors import BackendUnavailable
 from envlayer.request import ExecRequest
-from envlayer.execution.sandbox_kill import kill_script_argv
+from envlayer.execution.tree_kill import kill_script_argv
 from envlayer.execution.shell_script import (
     MarkerScanner,
     Trailer,

@@ -8,7 +8,7 @@ session shell is running code (it carries the session variable and is in state R
 
 from __future__ import annotations
 
-from envlayer.execution.proctree import EXEC_ID_VAR
+from envlayer.execution.tree_kill import EXEC_ID_VAR
 
 
 def idle_check_script(lease_path: str, session_var: str) -> str:

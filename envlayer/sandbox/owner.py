@@ -18,17 +18,14 @@ import os
 import re
 import socket
 
+from envlayer.execution.tree_kill import proc_stat
+
 
 def _start_time(pid: int) -> str | None:
     """The kernel start time of ``pid``; None when it does not run: gone, or a zombie
     (it exited and its parent has not reaped it yet, as after a SIGKILL)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            raw = fh.read()
-    except OSError:
-        return None
-    fields = raw[raw.rfind(b")") + 2 :].split()
-    return None if fields[0] == b"Z" else fields[19].decode()
+    fields = proc_stat(pid)
+    return None if fields is None or fields[0] == b"Z" else fields[19].decode()
 
 
 def _host() -> str:

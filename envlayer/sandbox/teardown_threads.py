@@ -5,7 +5,8 @@ threads that the process can wait for.
 ``wait_for_cleanup`` can join it. Every pending job of the process is also joined (up to
 15 s in total) by an ``atexit`` hook, so a process that exits right after ``cleanup()``
 does not leave its sandbox behind. A job's exceptions are the job's to log: ``work``
-should not raise.
+should not raise. :class:`ThreadTeardown` gives a backend whose ``cleanup()`` keeps its job in
+``self._teardown`` the two waiting methods of the capabilities ``wait_for_cleanup``.
 """
 
 from __future__ import annotations
@@ -50,3 +51,24 @@ def wait_all(timeout: float) -> bool:
     for thread in threads:
         thread.join(max(deadline - time.monotonic(), 0))
     return not any(t.is_alive() for t in threads)
+
+
+class ThreadTeardown:
+    """Mixin for an environment whose ``cleanup()`` stores the teardown thread that
+    :func:`schedule` returned in ``self._teardown`` (None: nothing to tear down)."""
+
+    _teardown: threading.Thread | None = None
+
+    def wait_for_cleanup(self, timeout: float) -> bool:
+        """Block up to ``timeout`` seconds for this environment's teardown; True when done
+        (or when there was nothing to tear down)."""
+        thread = self._teardown
+        if thread is None:
+            return True
+        thread.join(max(timeout, 0))
+        return not thread.is_alive()
+
+    @classmethod
+    def wait_for_all_cleanups(cls, timeout: float) -> bool:
+        """Join every teardown started in this process (also run at exit, up to 15 s)."""
+        return wait_all(timeout)

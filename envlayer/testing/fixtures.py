@@ -14,16 +14,29 @@
           yield factory
           factory.remove_all()
 
+* :func:`options_factory`: the body of an ``options`` fixture (the backend's options with the
+  suite's defaults); :func:`cleaned_up`: the body of an ``env`` fixture that yields one
+  environment and cleans it up; :func:`run_in_new_interpreter`: run code in a new
+  interpreter of this venv (for tests of what another process sees); :func:`import_by_path`:
+  load a helper module of a tests folder (not a package) by its file path;
+  :func:`first_line_then_kill`: what a child printed first, before it is SIGKILLed.
+
 Only the docker CLI is used (no SDK import), so any plugin's tests can call these.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
+import signal
 import subprocess
+import sys
+import textwrap
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from types import ModuleType
 from typing import Any, Generic, TypeVar
 
 import pytest
@@ -33,6 +46,7 @@ from envlayer.environment import Environment
 from envlayer.options import BaseOptions
 
 E = TypeVar("E", bound=Environment)
+O = TypeVar("O", bound=BaseOptions)
 
 _DOCKER_ANSWER_SECONDS = 30
 
@@ -93,3 +107,65 @@ class EnvironmentFactory(Generic[E]):
             dispatch.cleanup(env, force_remove=True)
         for env in self.made:
             dispatch.wait_for_cleanup(env, timeout)
+
+
+def options_factory(options_class: type[O], **defaults: Any) -> Callable[..., O]:
+    """``make(**kw)``: ``options_class`` with ``defaults`` overridden by ``kw`` (an
+    ``options`` fixture returns it)."""
+
+    def make(**kw: Any) -> O:
+        return options_class(**{**defaults, **kw})
+
+    return make
+
+
+def cleaned_up(environment: E, *, force_remove: bool = False, wait: float | None = None) -> Iterator[E]:
+    """Yield ``environment``, then clean it up, passed or failed: an ``env`` fixture's body
+    is ``yield from cleaned_up(MyEnvironment(...))``. ``force_remove``: remove the sandbox
+    even in persist mode; ``wait``: then wait up to that many seconds for the teardown
+    (both through :mod:`envlayer.dispatch`, so any backend takes them)."""
+    try:
+        yield environment
+    finally:
+        dispatch.cleanup(environment, force_remove=force_remove)
+        if wait is not None:
+            dispatch.wait_for_cleanup(environment, wait)
+
+
+def run_in_new_interpreter(
+    code: str, *, timeout: float = 60, wait: bool = True, env: Mapping[str, str] | None = None
+) -> Any:
+    """Run ``code`` (dedented) in a new interpreter of this venv with environment ``env``
+    (default: this process's); its stdout, asserting exit 0, or the ``Popen`` (text pipes)
+    with ``wait=False``."""
+    argv = [sys.executable, "-c", textwrap.dedent(code)]
+    child_env = None if env is None else dict(env)
+    if not wait:
+        return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env)
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=child_env)
+    assert proc.returncode == 0, f"child failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+    return proc.stdout
+
+
+def import_by_path(path: Path, name: str) -> ModuleType:
+    """Import the module at ``path`` as ``name`` (registered in ``sys.modules``, so one load
+    serves every importer in the process)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path} as a module: is the path right?")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def first_line_then_kill(proc: subprocess.Popen[str]) -> str:
+    """The first line ``proc`` prints on stdout (stripped; empty when it exits first); then
+    ``proc`` is SIGKILLed and reaped, also when reading fails."""
+    try:
+        return proc.stdout.readline().strip() if proc.stdout is not None else ""
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)

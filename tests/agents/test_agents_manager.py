@@ -6,6 +6,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -48,6 +49,13 @@ def run_threads(n: int, target: Callable[[int], None]) -> None:
     assert not any(t.is_alive() for t in threads)
 
 
+def _open_after_the_others_queue(backend: Any, gate: threading.Event) -> None:
+    """Once ``backend`` is creating, let the other threads queue behind it, then open ``gate``."""
+    backend.entered.wait(30)
+    time.sleep(0.3)  # give the others time to queue behind the creation (not asserted)
+    gate.set()
+
+
 def test_32_threads_get_one_environment(make_manager, tmp_path: Path) -> None:
     gate = threading.Event()
     backend = counting_backend(gate)
@@ -58,9 +66,7 @@ def test_32_threads_get_one_environment(make_manager, tmp_path: Path) -> None:
     def worker(i: int) -> None:
         barrier.wait()
         if i == 0:
-            backend.entered.wait(30)
-            time.sleep(0.3)  # give the others time to queue behind the creation (not asserted)
-            gate.set()
+            _open_after_the_others_queue(backend, gate)
         got[i] = manager.get("task-1")
 
     run_threads(32, worker)
@@ -101,9 +107,7 @@ def test_waiters_share_a_creation_failure_and_a_later_call_retries(make_manager,
     def worker(i: int) -> None:
         barrier.wait()
         if i == 0:
-            backend.entered.wait(30)
-            time.sleep(0.3)  # give the others time to queue behind the creation (not asserted)
-            gate.set()
+            _open_after_the_others_queue(backend, gate)
         try:
             successes.append(manager.get("t"))
         except BackendUnavailable as exc:

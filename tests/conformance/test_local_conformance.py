@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import tempfile
 from collections.abc import Iterator
 
@@ -11,19 +10,15 @@ import pytest
 from envlayer.backends.local import LocalEnvironment, LocalOptions
 from envlayer.discovery.backend_registry import load_backend
 from envlayer.testing import EnvironmentConformance, ExecContractConformance
+from envlayer.testing.fixtures import cleaned_up
 from envlayer.testing.unprivileged import pytest_as_nobody
 
 
 class TestLocalConformance(EnvironmentConformance, ExecContractConformance):
     @pytest.fixture
     def env(self) -> Iterator[LocalEnvironment]:
-        workdir = tempfile.mkdtemp(prefix="envlayer-test-local-")
-        environment = LocalEnvironment(LocalOptions(cwd=workdir, timeout=60))
-        try:
-            yield environment
-        finally:
-            environment.cleanup()
-            shutil.rmtree(workdir, ignore_errors=True)
+        with tempfile.TemporaryDirectory(prefix="envlayer-test-local-", ignore_cleanup_errors=True) as workdir:
+            yield from cleaned_up(LocalEnvironment(LocalOptions(cwd=workdir, timeout=60)))
 
 
 class TestToyPluginConformance(EnvironmentConformance, ExecContractConformance):

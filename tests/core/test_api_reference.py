@@ -14,7 +14,6 @@ PUBLIC = re.findall(r"^\| `(envlayer(?:\.\w+)+)` \|", (ROOT / "docs" / "api.md")
 INTERNAL = {
     "envlayer.cli": "the command line and its session broker, documented in docs/cli.md",
     "envlayer.discovery.entrypoints": "the fast entry-point reader behind envlayer.discovery.backend_registry",
-    "envlayer.execution.proctree": "the local backend's process-tree killer",
     "envlayer.agents.exit_hook": "the manager's at-exit registry",
     "envlayer.execution.shell_script": "the shell text and framing behind envlayer.execution.shell_session",
     "envlayer.backends": "built-in backends, loaded by name through envlayer.discovery.backend_registry",

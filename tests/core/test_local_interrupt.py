@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from envlayer.execution.proctree import tree_members
+from envlayer.execution.tree_kill import tree_members
 
 CHILD = """
 import sys

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -12,6 +11,7 @@ import pytest
 from envlayer import Environment
 from envlayer.errors import BackendConflict, BackendLoadError, BackendNotFound
 from envlayer.discovery.backend_registry import backend_names, list_backends, load_backend
+from envlayer.testing.fixtures import run_in_new_interpreter
 
 PluginMaker = Callable[..., Path]
 
@@ -113,8 +113,7 @@ def test_listing_imports_no_backend_module_and_no_sdk() -> None:
         "         'envlayer_docker', 'envlayer_ssh', 'envlayer_modal', 'envlayer_toy', 'envlayer.testing', 'pytest']\n"
         "print(','.join(m for m in heavy if m in sys.modules))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == ""
+    assert run_in_new_interpreter(code).strip() == ""
 
 
 def test_fast_reader_agrees_with_importlib_metadata() -> None:

@@ -7,8 +7,7 @@ import signal
 import subprocess
 import time
 
-from envlayer.execution.proctree import tree_members
-from envlayer.execution.sandbox_kill import kill_script_argv, killed_pids
+from envlayer.execution.tree_kill import kill_script_argv, killed_pids, tree_members
 
 
 def _start(marker: str, script: str) -> subprocess.Popen[bytes]:

@@ -11,19 +11,19 @@ from __future__ import annotations
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 
 import pytest
 
 from envlayer.backends.local import LocalEnvironment, LocalOptions
 from envlayer.capabilities import Capability
 from envlayer.execution.collector import OutputCollector
-from envlayer.execution.output import OutputCallback
-from envlayer.request import Command
+from envlayer.request import ExecRequest
 from envlayer.result import ExecResult
 from envlayer.execution.shell_session import RESTARTED_AFTER_KILL, PersistentShell
 from envlayer.execution.streams import ProcessStream
 from envlayer.testing import EnvironmentConformance, ExecContractConformance
+from envlayer.testing.fixtures import cleaned_up
 
 SHELLS = [s for s in (["dash"], ["bash", "--posix"], ["busybox", "sh"]) if shutil.which(s[0])]
 
@@ -46,20 +46,9 @@ class SessionOverPipes(LocalEnvironment):
             start_dir=self.cwd,
         )
 
-    def exec(  # type: ignore[override]
-        self,
-        command: Command,
-        *,
-        cwd: str | None = None,
-        env: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-        stdin: bytes | str | None = None,
-        on_output: OutputCallback | None = None,
-    ) -> ExecResult:
-        request = self.make_request(command, cwd=cwd, env=env, timeout=timeout, stdin=stdin, on_output=on_output)
-        collector = OutputCollector.for_request(request, self.options)
-        outcome = self.session.run(request, collector)
-        return collector.result(request, outcome.exit_code, timed_out=outcome.timed_out, recovered=outcome.recovered)
+    def run_request(self, request: ExecRequest) -> ExecResult:
+        """Every call through the protocol (never one-shot, never a recovery retry)."""
+        return self.run_shell(self.session, request)
 
     def cleanup(self) -> None:
         self.session.close()
@@ -68,14 +57,10 @@ class SessionOverPipes(LocalEnvironment):
 
 @pytest.fixture(params=SHELLS, ids=[s[0] for s in SHELLS])
 def session_env(request: pytest.FixtureRequest) -> Iterator[SessionOverPipes]:
-    workdir = tempfile.mkdtemp(prefix="envlayer-session-")
-    environment = SessionOverPipes(LocalOptions(cwd=workdir, timeout=60, max_output_bytes=1_000_000))
-    environment.shell_argv = request.param
-    try:
-        yield environment
-    finally:
-        environment.cleanup()
-        shutil.rmtree(workdir, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix="envlayer-session-", ignore_cleanup_errors=True) as workdir:
+        environment = SessionOverPipes(LocalOptions(cwd=workdir, timeout=60, max_output_bytes=1_000_000))
+        environment.shell_argv = request.param
+        yield from cleaned_up(environment)
 
 
 class TestProtocolConformance(EnvironmentConformance, ExecContractConformance):

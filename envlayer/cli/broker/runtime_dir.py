@@ -17,9 +17,11 @@ Standard library only (the client imports this on every call).
 
 from __future__ import annotations
 
+import fcntl
 import os
 import stat
 import sys
+import time
 import zlib
 
 from envlayer import __version__
@@ -101,6 +103,26 @@ def still_linked(fd: int, path: str) -> bool:
     except OSError:
         return False
     return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
+
+
+def lock_linked(path: str, timeout: float, poll: float) -> int | None:
+    """An fd of the file ``path`` names, created (0600) when missing, holding its exclusive
+    ``flock``; retried every ``poll`` seconds while another process holds it, or while the
+    file won was removed meanwhile (:func:`still_linked`). None after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(poll)
+            continue
+        if still_linked(fd, path):
+            return fd
+        os.close(fd)  # removed by the process that held it: take the current file
 
 
 def unlink_held(fd: int, path: str) -> None:

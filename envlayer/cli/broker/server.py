@@ -30,7 +30,6 @@ Guarantees:
 from __future__ import annotations
 
 import argparse
-import fcntl
 import json
 import logging
 import os
@@ -227,20 +226,9 @@ class Broker:
         """The pid file, locked for this broker's life; None when another broker still
         holds it after :data:`CLAIM_WAIT` seconds (one that is exiting lets go)."""
         path = runtime_dir.broker_path(self.directory, self.digest, "pid")
-        deadline = time.monotonic() + CLAIM_WAIT
-        while True:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                if time.monotonic() > deadline:
-                    return None
-                time.sleep(0.05)
-                continue
-            if runtime_dir.still_linked(fd, path):
-                break
-            os.close(fd)  # removed by the broker that held it: take the current file
+        fd = runtime_dir.lock_linked(path, CLAIM_WAIT, poll=0.05)
+        if fd is None:
+            return None
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         return fd

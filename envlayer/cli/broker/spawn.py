@@ -16,7 +16,6 @@ Any failure returns None after one ``envlayer: note:`` line (the caller runs in-
 from __future__ import annotations
 
 import _socket
-import fcntl
 import os
 import subprocess
 import sys
@@ -57,20 +56,7 @@ def _config_allows_broker(argv: Sequence[str]) -> bool:
 def _lock(path: str) -> int | None:
     """The start lock, held (its holder removes the file before letting go: a lock won
     on a removed file is taken again on the current one); None after :data:`LOCK_TIMEOUT`."""
-    deadline = time.monotonic() + LOCK_TIMEOUT
-    while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            if time.monotonic() > deadline:
-                return None
-            time.sleep(POLL * 4)
-            continue
-        if runtime_dir.still_linked(fd, path):
-            return fd
-        os.close(fd)
+    return runtime_dir.lock_linked(path, LOCK_TIMEOUT, poll=POLL * 4)
 
 
 def _last_line(path: str) -> str:

@@ -67,20 +67,13 @@ class DaytonaEnvironment(SandboxEnvironment):
     options: DaytonaOptions
     recovery_hint = "check the sandbox in the Daytona dashboard; something keeps stopping it"
 
-    def __init__(
-        self,
-        options: BaseOptions | None = None,
-        *,
-        task_id: str = "default",
-        profile: str = "default",
-        from_snapshot: Snapshot | None = None,
-    ) -> None:
-        super().__init__(options, task_id=task_id, profile=profile, from_snapshot=from_snapshot)
+    def open_sandbox(self) -> None:
+        """Connect to the Daytona API, create or attach the sandbox, prepare the working directory."""
         from envlayer_daytona.client import get_client
         from envlayer_daytona.sandbox import build_spec
 
         self._client = get_client(self.options)
-        self._spec = build_spec(self.options, profile=profile, task=task_id)
+        self._spec = build_spec(self.options, profile=self.profile, task=self.task_id)
         self._state_lock = threading.RLock()
         self._session_lock = threading.Lock()
         self._last_refresh = time.monotonic()

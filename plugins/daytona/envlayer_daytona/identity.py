@@ -13,19 +13,18 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import secrets
-from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-MANAGED = "envlayer.managed"
-TASK = "envlayer.task"
-PROFILE = "envlayer.profile"
-FINGERPRINT = "envlayer.fingerprint"
-PERSIST = "envlayer.persist"
-CREATED_AT = "envlayer.created-at"
+from envlayer.sandbox.tags import fingerprint, managed_keys, managed_selector, managed_tags
+
+__all__ = ["fingerprint", "managed_labels", "parse_time", "private_name", "sandbox_name", "selector"]
+
+LABEL_PREFIX = "envlayer."
+MANAGED, TASK, PROFILE, FINGERPRINT, PERSIST, _OWNER = managed_keys(LABEL_PREFIX)
+CREATED_AT = LABEL_PREFIX + "created-at"
 
 PREFIX = "envlayer"
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
@@ -54,39 +53,16 @@ def private_name(profile: str, task: str) -> str:
     return f"{sandbox_name(profile, task)}-p{secrets.token_hex(4)}"
 
 
-def fingerprint(inputs: Mapping[str, Any]) -> str:
-    """``v1-<32 hex>``: a stable digest of every input that shapes a sandbox (key order does
-    not matter; values must be JSON-serializable)."""
-    blob = json.dumps(inputs, sort_keys=True, separators=(",", ":"), default=str)
-    return f"v1-{hashlib.sha256(blob.encode()).hexdigest()[:32]}"
-
-
-def managed_labels(
-    *, profile: str, task: str, fingerprint_value: str, persist: bool, extra: Mapping[str, str]
-) -> dict[str, str]:
-    """The full label set of a new sandbox; ``extra`` (user labels) never overrides ours."""
-    labels = dict(extra)
-    labels.update(
-        {
-            MANAGED: "1",
-            TASK: task,
-            PROFILE: profile,
-            FINGERPRINT: fingerprint_value,
-            PERSIST: "1" if persist else "0",
-            CREATED_AT: datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        }
-    )
-    return labels
+def managed_labels(**fields: Any) -> dict[str, str]:
+    """The full label set of a new sandbox: :func:`envlayer.sandbox.tags.managed_tags` (same
+    keywords; ``extra`` user labels never override ours; values as given) plus :data:`CREATED_AT`."""
+    created = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {**managed_tags(LABEL_PREFIX, value=str, **fields), CREATED_AT: created}
 
 
 def selector(*, profile: str | None = None, task: str | None = None) -> dict[str, str]:
     """The label filter selecting managed sandboxes of ``profile`` / ``task``."""
-    wanted = {MANAGED: "1"}
-    if profile is not None:
-        wanted[PROFILE] = profile
-    if task is not None:
-        wanted[TASK] = task
-    return wanted
+    return managed_selector(LABEL_PREFIX, profile=profile, task=task, value=str)
 
 
 def parse_time(value: object) -> float | None:

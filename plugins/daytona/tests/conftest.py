@@ -23,9 +23,11 @@ from typing import Any
 
 import pytest
 
+from envlayer.testing.fixtures import EnvironmentFactory, options_factory, require_docker
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from daytona_testkit import FAKE_KEY, IMAGE, FakeDaytona, docker_problem, start_fake, stop_fake
+from daytona_testkit import FAKE_KEY, IMAGE, FakeDaytona, start_fake, stop_fake
 
 PROFILE = f"envlayer-dt-{uuid.uuid4().hex[:8]}"
 
@@ -33,11 +35,7 @@ PROFILE = f"envlayer-dt-{uuid.uuid4().hex[:8]}"
 @pytest.fixture(scope="session")
 def docker_ready() -> None:
     """Fails (CI) or skips when Docker or the test image is not usable."""
-    problem = docker_problem()
-    if problem:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"Daytona tests cannot run: {problem}. Run scripts/provision first.", pytrace=False)
-        pytest.skip(f"{problem}; run scripts/provision (starts dockerd, builds {IMAGE}) to enable the Daytona tests")
+    require_docker(IMAGE, "the Daytona tests")
 
 
 @pytest.fixture(scope="session")
@@ -71,14 +69,7 @@ def options(fake_daytona: FakeDaytona) -> Callable[..., Any]:
     """Build DaytonaOptions for the session's fake and the test image."""
     from envlayer_daytona.options import DaytonaOptions
 
-    def make(**kw: Any) -> DaytonaOptions:
-        kw.setdefault("api_url", fake_daytona.url)
-        kw.setdefault("snapshot", IMAGE)
-        kw.setdefault("timeout", 60)
-        kw.setdefault("cwd", "/workspace")
-        return DaytonaOptions(**kw)
-
-    return make
+    return options_factory(DaytonaOptions, api_url=fake_daytona.url, snapshot=IMAGE, timeout=60, cwd="/workspace")
 
 
 @pytest.fixture
@@ -87,15 +78,6 @@ def make_env(fake_daytona: FakeDaytona, profile: str, options: Callable[..., Any
     the end of the test."""
     from envlayer_daytona.backend import DaytonaEnvironment
 
-    made: list[DaytonaEnvironment] = []
-
-    def make(task: str | None = None, prof: str | None = None, **kw: Any) -> DaytonaEnvironment:
-        env = DaytonaEnvironment(options(**kw), task_id=task or f"t-{uuid.uuid4().hex[:8]}", profile=prof or profile)
-        made.append(env)
-        return env
-
-    yield make
-    for env in made:
-        env.cleanup(force_remove=True)
-    for env in made:
-        env.wait_for_cleanup(30)
+    factory = EnvironmentFactory(DaytonaEnvironment, options, profile)
+    yield factory
+    factory.remove_all()

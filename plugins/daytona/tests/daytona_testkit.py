@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 import urllib.request
 import uuid
@@ -19,28 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from envlayer.testing import fixtures
+
 IMAGE = os.environ.get("ENVLAYER_TEST_IMAGE", "envlayer-test:busybox")
 FAKE = Path(__file__).with_name("fake_daytona.py")
 FAKE_KEY = "envlayer-fake-key"
-
-
-def docker_problem() -> str | None:
-    """Why the Docker-backed tests cannot run here, or None."""
-    try:
-        import docker
-        from docker.errors import ImageNotFound
-    except ImportError as exc:  # pragma: no cover - a dev dependency
-        return f"the docker SDK is not installed ({exc})"
-    try:
-        api = docker.APIClient(version="auto", timeout=10, **docker.utils.kwargs_from_env())
-        api.ping()
-    except Exception as exc:
-        return f"no Docker daemon answers ({type(exc).__name__}: {str(exc)[:200]})"
-    try:
-        api.inspect_image(IMAGE)
-    except ImageNotFound:
-        return f"the test image {IMAGE} is missing"
-    return None
 
 
 @dataclass
@@ -194,10 +176,5 @@ def child_code(url: str, task: str, profile: str, **opts: Any) -> str:
 def run_python(code: str, *, timeout: float = 120, wait: bool = True) -> Any:
     """Run ``code`` in a new interpreter of this venv (with the fake's key in its environment).
     Returns its stdout (asserting exit 0), or the Popen with ``wait=False``."""
-    argv = [sys.executable, "-c", textwrap.dedent(code)]
     env = {**os.environ, "DAYTONA_API_KEY": FAKE_KEY}
-    if not wait:
-        return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
-    assert proc.returncode == 0, f"child failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
-    return proc.stdout
+    return fixtures.run_in_new_interpreter(code, timeout=timeout, wait=wait, env=env)

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from envlayer.testing import EnvironmentConformance, ExecContractConformance
+from envlayer.testing.fixtures import cleaned_up
 
 pytestmark = pytest.mark.docker
 
@@ -28,11 +29,8 @@ class TestDaytonaSessionConformance(EnvironmentConformance, ExecContractConforma
     def env(self, profile: str, options: Callable[..., Any]) -> Iterator[Any]:
         from envlayer_daytona.backend import DaytonaEnvironment
 
-        environment = DaytonaEnvironment(options(exec_mode=self.mode, **self.extra), task_id=self.task, profile=profile)
-        try:
-            yield environment
-        finally:
-            environment.cleanup()
+        opts = options(exec_mode=self.mode, **self.extra)
+        yield from cleaned_up(DaytonaEnvironment(opts, task_id=self.task, profile=profile))
 
 
 class TestDaytonaOneShotConformance(TestDaytonaSessionConformance):

@@ -14,6 +14,7 @@ from daytona_testkit import FAKE_KEY, FakeDaytona
 from envlayer import dispatch as lifecycle
 from envlayer.errors import InvalidArgument
 from envlayer.snapshot import Snapshot
+from envlayer.testing.fixtures import cleaned_up
 from envlayer.testing.snapshots import SnapshotConformance
 
 pytestmark = pytest.mark.docker
@@ -25,11 +26,7 @@ class TestDaytonaSnapshotConformance(SnapshotConformance):
         from envlayer_daytona.backend import DaytonaEnvironment
 
         environment = DaytonaEnvironment(options(), task_id=f"snap-{uuid.uuid4().hex[:6]}", profile=profile)
-        try:
-            yield environment
-        finally:
-            environment.cleanup(force_remove=True)
-            environment.wait_for_cleanup(30)
+        yield from cleaned_up(environment, force_remove=True, wait=30)
 
     def leftovers(self, env: Any, snapshot: Snapshot, fork_tasks: Sequence[str]) -> list[str]:
         """Daytona snapshots and sandboxes of the forks still there."""

@@ -16,6 +16,7 @@ from envlayer_daytona.options import DaytonaOptions
 from envlayer.config import load_settings
 from envlayer.errors import ConfigError
 from envlayer.options import OptionError
+from envlayer.testing.fixtures import run_in_new_interpreter
 
 
 @pytest.mark.parametrize(
@@ -142,8 +143,7 @@ def test_listing_backends_and_loading_options_import_no_sdk() -> None:
         "print(sorted(m for m in sys.modules if m.split('.')[0] in "
         "('daytona', 'daytona_api_client', 'daytona_toolbox_api_client', 'httpx', 'aiohttp', 'pydantic')))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    assert run_in_new_interpreter(code).strip() == "[]"
 
 
 def test_cli_help_and_backends_import_no_sdk() -> None:

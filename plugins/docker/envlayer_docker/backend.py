@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import posixpath
 import re
 import threading
 import time
@@ -39,7 +38,8 @@ from envlayer.options import BaseOptions
 from envlayer.request import ExecRequest, check_path, file_payload
 from envlayer.result import ExecResult
 from envlayer.sandbox.base import MANAGED_SANDBOX_CAPABILITIES, SandboxEnvironment
-from envlayer.sandbox.paths import check_real_path
+from envlayer.sandbox.teardown_threads import ThreadTeardown
+from envlayer.sandbox.paths import confined_path
 from envlayer.snapshot import Snapshot
 from envlayer.transfer import TransferSummary
 from envlayer_docker import teardown
@@ -53,7 +53,7 @@ ALL_CAPABILITIES = MANAGED_SANDBOX_CAPABILITIES | {Capability.EXEC_AS_USER, Capa
 _NUMERIC_USER = re.compile(r"^(\d+)(?::(\d+))?$")
 
 
-class DockerEnvironment(SandboxEnvironment):
+class DockerEnvironment(ThreadTeardown, SandboxEnvironment):
     """Commands and files in a Docker container; see the module docstring."""
 
     name = "docker"
@@ -231,14 +231,8 @@ class DockerEnvironment(SandboxEnvironment):
     # --- files ------------------------------------------------------------------------------
 
     def _path(self, path: str) -> str:
-        """Absolute container path for ``path``; enforces ``file_root`` lexically and,
-        through ``readlink -f`` in the container, against symlinks."""
-        full = self.resolve_path(path, self.options.workdir)
-        root = self.options.file_root
-        if root is not None:
-            root_abs = posixpath.normpath(posixpath.join(self.options.workdir, root))
-            check_real_path(self._helper, path, full, root_abs)
-        return full
+        """Absolute container path for ``path``, confined to ``file_root`` (also against symlinks)."""
+        return confined_path(self, self._helper, path, self.options.workdir)
 
     def _owner_ids(self) -> tuple[int, int]:
         if self._owner is None:
@@ -370,20 +364,6 @@ class DockerEnvironment(SandboxEnvironment):
         from envlayer_docker.retention import note_last_use
 
         note_last_use(self._api, self.options, profile=self.profile, task=self.task_id, when=time.time())
-
-    def wait_for_cleanup(self, timeout: float) -> bool:
-        """Block up to ``timeout`` seconds for this environment's teardown; True when done
-        (or when there was nothing to tear down)."""
-        thread = self._teardown
-        if thread is None:
-            return True
-        thread.join(max(timeout, 0))
-        return not thread.is_alive()
-
-    @classmethod
-    def wait_for_all_cleanups(cls, timeout: float) -> bool:
-        """Join every teardown started in this process (also run at exit, up to 15 s)."""
-        return teardown.wait_all(timeout)
 
     @classmethod
     def _class_api(cls, options: DockerOptions | None) -> tuple[Any, DockerOptions]:

@@ -8,52 +8,27 @@ is :func:`envlayer.sandbox.tags.fingerprint`.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
-from envlayer.sandbox.tags import fingerprint, sanitize
+from envlayer.sandbox.tags import fingerprint, managed_keys, managed_selector, managed_tags, sanitize
 
-MANAGED = "envlayer.managed"
-TASK = "envlayer.task"
+RESERVED_PREFIX = "envlayer."
+MANAGED, TASK, PROFILE, FINGERPRINT, PERSIST, OWNER = managed_keys(RESERVED_PREFIX)
 TASK_ID = "envlayer.task_id"
 """The task id as given (any string, empty included), for display and ``envlayer rm``;
 :data:`TASK` holds its sanitized form, which is what filters match."""
-PROFILE = "envlayer.profile"
-FINGERPRINT = "envlayer.fingerprint"
-PERSIST = "envlayer.persist"
-OWNER = "envlayer.owner"
 DATA = "envlayer.data"
 """On a durable volume: ``workspace``, ``home``, or ``record`` (a last-use record)."""
 LAST_USED = "envlayer.last_used"
 """On a last-use record: when the task's data was last used (epoch seconds)."""
-RESERVED_PREFIX = "envlayer."
 
 __all__ = ["filters", "fingerprint", "managed_labels", "sanitize"]
 
 
-def managed_labels(
-    *,
-    profile: str,
-    task: str,
-    fingerprint_value: str,
-    persist: bool,
-    extra: Mapping[str, str],
-    owner: str | None = None,
-) -> dict[str, str]:
-    """The full label set of a new container. ``extra`` (user labels) never overrides ours.
-    ``owner`` (see :mod:`envlayer.sandbox.owner`) is set on private containers only."""
-    labels = dict(extra)
-    if owner is not None:
-        labels[OWNER] = owner
-    labels.update(
-        {
-            MANAGED: "1",
-            TASK: sanitize(task),
-            TASK_ID: task,
-            PROFILE: sanitize(profile),
-            FINGERPRINT: fingerprint_value,
-            PERSIST: "1" if persist else "0",
-        }
-    )
-    return labels
+def managed_labels(*, task: str, **fields: Any) -> dict[str, str]:
+    """The full label set of a new container: :func:`envlayer.sandbox.tags.managed_tags`
+    (same keywords; ``extra`` user labels never override ours) plus :data:`TASK_ID`."""
+    return {**managed_tags(RESERVED_PREFIX, task=task, **fields), TASK_ID: task}
 
 
 def task_id_of(labels: Mapping[str, str]) -> str:
@@ -64,9 +39,4 @@ def task_id_of(labels: Mapping[str, str]) -> str:
 
 def filters(*, profile: str | None = None, task: str | None = None) -> list[str]:
     """``label`` filter terms selecting managed containers of ``profile`` / ``task``."""
-    terms = [f"{MANAGED}=1"]
-    if profile is not None:
-        terms.append(f"{PROFILE}={sanitize(profile)}")
-    if task is not None:
-        terms.append(f"{TASK}={sanitize(task)}")
-    return terms
+    return [f"{key}={value}" for key, value in managed_selector(RESERVED_PREFIX, profile=profile, task=task).items()]

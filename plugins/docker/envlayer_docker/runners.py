@@ -33,10 +33,9 @@ from typing import Any
 from envlayer.execution.cancel import killer_for
 from envlayer.execution.collector import OutputCollector
 from envlayer.errors import BackendUnavailable
-from envlayer.execution.proctree import EXEC_ID_VAR
 from envlayer.request import ExecRequest
 from envlayer.result import ExecResult
-from envlayer.execution.sandbox_kill import kill_script_argv
+from envlayer.execution.tree_kill import EXEC_ID_VAR, kill_script_argv
 from envlayer.execution.shell_script import SESSION_VAR
 from envlayer.execution.shell_session import KILL_GRACE_SECONDS, PersistentShell, output_lost, read_framed, status_unknown
 from envlayer.execution.streams import drain_while

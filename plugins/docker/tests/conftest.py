@@ -18,16 +18,14 @@ from __future__ import annotations
 import fcntl
 import os
 import subprocess
-import sys
 import tempfile
-import textwrap
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-from envlayer.testing.fixtures import EnvironmentFactory, require_docker
+from envlayer.testing.fixtures import EnvironmentFactory, options_factory, require_docker, run_in_new_interpreter
 from envlayer.testing.secrets import ENVLAYER_SCRIPT
 
 IMAGE = os.environ.get("ENVLAYER_TEST_IMAGE", "envlayer-test:busybox")
@@ -147,12 +145,7 @@ def options() -> Callable[..., Any]:
     """Build DockerOptions for the test image."""
     from envlayer_docker.options import DockerOptions
 
-    def make(**kw: Any) -> DockerOptions:
-        kw.setdefault("image", IMAGE)
-        kw.setdefault("timeout", 60)
-        return DockerOptions(**kw)
-
-    return make
+    return options_factory(DockerOptions, image=IMAGE, timeout=60)
 
 
 @pytest.fixture
@@ -167,16 +160,6 @@ def make_env(docker_api: Any, profile: str, options: Callable[..., Any]) -> Iter
     factory.remove_all()
     for env in factory.made:
         workspace.remove(docker_api, env.options, profile=env.profile, task=env.task_id)
-
-
-def _run_python(code: str, *, timeout: float = 60, wait: bool = True) -> Any:
-    """Run ``code`` in a new interpreter of this venv. ``wait=False`` returns the Popen."""
-    argv = [sys.executable, "-c", textwrap.dedent(code)]
-    if not wait:
-        return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, f"child failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
-    return proc.stdout
 
 
 def _child_env_code(task: str, profile: str, **opts: Any) -> str:
@@ -194,7 +177,7 @@ def _child_env_code(task: str, profile: str, **opts: Any) -> str:
 def run_python() -> Callable[..., Any]:
     """``run_python(code, timeout=60, wait=True)``: run code in a new venv interpreter;
     returns its stdout (asserting exit 0), or the Popen with ``wait=False``."""
-    return _run_python
+    return run_in_new_interpreter
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from envlayer.testing import EnvironmentConformance, ExecContractConformance
+from envlayer.testing.fixtures import cleaned_up
 
 pytestmark = pytest.mark.docker
 
@@ -25,11 +26,7 @@ class TestDockerSessionConformance(EnvironmentConformance, ExecContractConforman
     def env(self, docker_api: Any, profile: str, options: Any) -> Iterator[Any]:
         from envlayer_docker.backend import DockerEnvironment
 
-        environment = DockerEnvironment(options(exec_mode=self.mode), task_id=self.task, profile=profile)
-        try:
-            yield environment
-        finally:
-            environment.cleanup()
+        yield from cleaned_up(DockerEnvironment(options(exec_mode=self.mode), task_id=self.task, profile=profile))
 
 
 class TestDockerOneShotConformance(TestDockerSessionConformance):
@@ -49,8 +46,4 @@ class TestDockerUnprivilegedConformance(EnvironmentConformance):
         from envlayer_docker.backend import DockerEnvironment
 
         opts = options(user="65534:65534", tmpfs={}, cwd="/tmp")
-        environment = DockerEnvironment(opts, task_id=self.task, profile=profile)
-        try:
-            yield environment
-        finally:
-            environment.cleanup()
+        yield from cleaned_up(DockerEnvironment(opts, task_id=self.task, profile=profile))

@@ -19,6 +19,7 @@ from envlayer_docker.naming import container_name
 
 from envlayer.execution.cancel import CancelToken
 from envlayer.errors import BackendUnavailable, ConfigError, EnvironmentClosed
+from envlayer.testing.fixtures import first_line_then_kill
 from envlayer.testing.racing import race
 
 pytestmark = pytest.mark.docker
@@ -433,9 +434,7 @@ def test_reaper_removes_private_container_of_a_dead_process(
         + "print(env.container_id, flush=True)\nimport time; time.sleep(300)\n",
         wait=False,
     )
-    orphan = proc.stdout.readline().strip()
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(10)
+    orphan = first_line_then_kill(proc)
     assert _status(docker_api, orphan) == "running"  # SIGKILL: no cleanup ran
     removed = DockerEnvironment.reap_orphans(profile=own, max_age=3600, dry_run=False, options=mine.options)
     assert [i.detail["container_id"] for i in removed] == [orphan[:12]]

@@ -20,6 +20,7 @@ from envlayer.errors import InvalidArgument
 from envlayer.factory import open_environment
 from envlayer.snapshot import Snapshot
 from envlayer.testing import SnapshotConformance
+from envlayer.testing.fixtures import cleaned_up
 
 pytestmark = pytest.mark.docker
 
@@ -46,14 +47,8 @@ class TestDockerPersistSnapshots(SnapshotConformance):
     def env(self, docker_api: Any, profile: str, options: Any) -> Iterator[Any]:
         from envlayer_docker.backend import DockerEnvironment
 
-        environment = DockerEnvironment(
-            options(persist_across_processes=self.persist), task_id=self.task, profile=profile
-        )
-        try:
-            yield environment
-        finally:
-            environment.cleanup()
-            environment.wait_for_cleanup(60)
+        opts = options(persist_across_processes=self.persist)
+        yield from cleaned_up(DockerEnvironment(opts, task_id=self.task, profile=profile), wait=60)
 
     @pytest.fixture(autouse=True)
     def _api(self, docker_api: Any) -> None:

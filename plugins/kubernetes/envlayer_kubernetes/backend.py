@@ -30,7 +30,6 @@ import logging
 import os
 import posixpath
 import threading
-import time
 import uuid
 from typing import Any
 
@@ -42,21 +41,19 @@ from envlayer.execution.shell_script import export_lines, interactive_shell_scri
 from envlayer.options import BaseOptions
 from envlayer.request import ExecRequest, check_path, file_payload
 from envlayer.result import ExecResult
+from envlayer.sandbox import teardown_threads
 from envlayer.sandbox.base import MANAGED_SANDBOX_CAPABILITIES, SandboxEnvironment
+from envlayer.sandbox.teardown_threads import ThreadTeardown
 from envlayer.snapshot import Snapshot
 from envlayer.transfer import TransferSummary
 from envlayer_kubernetes.options import KubernetesOptions
 
 log = logging.getLogger("envlayer.kubernetes")
-EXIT_WAIT = 15.0
 
 ALL_CAPABILITIES = MANAGED_SANDBOX_CAPABILITIES | {Capability.SNAPSHOT}
 
-_TEARDOWNS: set[threading.Thread] = set()
-_TEARDOWN_LOCK = threading.Lock()
 
-
-class KubernetesEnvironment(SandboxEnvironment):
+class KubernetesEnvironment(ThreadTeardown, SandboxEnvironment):
     """Commands and files in a Kubernetes pod; see the module docstring."""
 
     name = "kubernetes"
@@ -305,25 +302,6 @@ class KubernetesEnvironment(SandboxEnvironment):
             if remove and self._teardown is None and self._pod is not None:
                 self._teardown = _schedule_delete(self._cluster, self.pod_name, self.options)
 
-    def wait_for_cleanup(self, timeout: float) -> bool:
-        """Block up to ``timeout`` seconds until the pod is gone (the API answers 404);
-        True when done, or when there was nothing to delete."""
-        thread = self._teardown
-        if thread is None:
-            return True
-        thread.join(max(timeout, 0))
-        return not thread.is_alive()
-
-    @classmethod
-    def wait_for_all_cleanups(cls, timeout: float) -> bool:
-        """Join every pod deletion started in this process (also run at exit, up to 15 s)."""
-        deadline = time.monotonic() + timeout
-        with _TEARDOWN_LOCK:
-            threads = list(_TEARDOWNS)
-        for thread in threads:
-            thread.join(max(deadline - time.monotonic(), 0))
-        return not any(t.is_alive() for t in threads)
-
     @classmethod
     def _class_cluster(cls, options: BaseOptions | None) -> tuple[Any, KubernetesOptions]:
         from envlayer_kubernetes.client import connect
@@ -385,8 +363,8 @@ class KubernetesEnvironment(SandboxEnvironment):
 
 
 def _schedule_delete(cluster: Any, name: str, opts: KubernetesOptions) -> threading.Thread:
-    """Delete the pod (grace 0) and wait for its 404 on a daemon thread; every such thread
-    is joined at interpreter exit (up to 15 s in total)."""
+    """Delete the pod (grace 0) and wait for its 404 on a daemon thread of
+    :mod:`envlayer.sandbox.teardown_threads` (joined at interpreter exit, up to 15 s in total)."""
     from envlayer_kubernetes import pods
 
     def work() -> None:
@@ -395,20 +373,8 @@ def _schedule_delete(cluster: Any, name: str, opts: KubernetesOptions) -> thread
             pods.wait_gone(cluster, name, opts, 60.0)
         except Exception as exc:
             log.warning("deleting pod %s failed: %r", name, exc)
-        finally:
-            with _TEARDOWN_LOCK:
-                _TEARDOWNS.discard(threading.current_thread())
 
-    thread = threading.Thread(target=work, name=f"envlayer-k8s-delete-{name}", daemon=True)
-    with _TEARDOWN_LOCK:
-        if not _TEARDOWNS and not getattr(_schedule_delete, "hooked", False):
-            import atexit
-
-            atexit.register(KubernetesEnvironment.wait_for_all_cleanups, EXIT_WAIT)
-            _schedule_delete.hooked = True  # type: ignore[attr-defined]
-        _TEARDOWNS.add(thread)
-    thread.start()
-    return thread
+    return teardown_threads.schedule(work, f"envlayer-k8s-delete-{name}")
 
 
 def _task_taken(task: str, pod: str) -> InvalidArgument:

@@ -5,7 +5,8 @@
   the same in every process and on every machine, and two (profile, task) pairs never
   share one. Creating it is the atomic step of the cross-process attach (409 -> read).
   A private pod (``persist_across_processes = false``) adds ``-p<8 random hex>``.
-* Label values are made valid Kubernetes label values (at most 63 characters of
+* Label values (the label set and selector are :mod:`envlayer.sandbox.tags`'s, keys under
+  ``envlayer/``) are made valid Kubernetes label values (at most 63 characters of
   ``[A-Za-z0-9_.-]``, alphanumeric at both ends). The mapping is injective: a value that
   is already valid, not ``unknown`` and not shaped like a rewritten one is kept; anything
   else becomes ``<readable prefix>.h<12 hex of sha256>`` (``h<12 hex>`` when no readable
@@ -15,21 +16,17 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import secrets
-from collections.abc import Mapping
 from typing import Any
 
+from envlayer.sandbox.tags import fingerprint, managed_keys, managed_selector, managed_tags
 from envlayer_kubernetes.options import LABEL_VALUE
 
+__all__ = ["fingerprint", "label_value", "managed_labels", "pod_name", "selector"]
+
 PREFIX = "envlayer/"
-MANAGED = PREFIX + "managed"
-TASK = PREFIX + "task"
-PROFILE = PREFIX + "profile"
-FINGERPRINT = PREFIX + "fingerprint"
-PERSIST = PREFIX + "persist"
-OWNER = PREFIX + "owner"
+MANAGED, TASK, PROFILE, FINGERPRINT, PERSIST, OWNER = managed_keys(PREFIX)
 CONTAINER = "sandbox"
 """The name of the one container in every envlayer pod."""
 
@@ -39,7 +36,6 @@ _HASH = 12
 _REWRITTEN = re.compile(rf"(^|\.)h[0-9a-f]{{{_HASH}}}$")
 _UNSAFE_VALUE = re.compile(r"[^A-Za-z0-9_.-]")
 _UNSAFE_NAME = re.compile(r"[^a-z0-9]+")
-FINGERPRINT_VERSION = "v1"
 
 
 def label_value(value: str | None) -> str:
@@ -69,44 +65,13 @@ def pod_name(profile: str, task: str, *, private: bool = False) -> str:
     return f"envlayer-{profile_part}-{task_part}{suffix}"
 
 
-def fingerprint(inputs: Mapping[str, Any]) -> str:
-    """``v1-<32 hex>``: a stable digest of everything that shapes a pod (JSON, key order
-    irrelevant); a valid label value."""
-    blob = json.dumps(inputs, sort_keys=True, separators=(",", ":"), default=str)
-    return f"{FINGERPRINT_VERSION}-{hashlib.sha256(blob.encode()).hexdigest()[:32]}"
-
-
-def managed_labels(
-    *,
-    profile: str,
-    task: str,
-    fingerprint_value: str,
-    persist: bool,
-    extra: Mapping[str, str],
-    owner: str | None = None,
-) -> dict[str, str]:
-    """The full label set of a new pod; ``extra`` (user labels) never overrides ours.
-    ``owner`` (see :mod:`envlayer.sandbox.owner`) is set on private pods only."""
-    labels = dict(extra)
-    if owner is not None:
-        labels[OWNER] = owner
-    labels.update(
-        {
-            MANAGED: "1",
-            TASK: label_value(task),
-            PROFILE: label_value(profile),
-            FINGERPRINT: fingerprint_value,
-            PERSIST: "1" if persist else "0",
-        }
-    )
-    return labels
+def managed_labels(**fields: Any) -> dict[str, str]:
+    """The full label set of a new pod: :func:`envlayer.sandbox.tags.managed_tags` (same
+    keywords; ``extra`` user labels never override ours) with :func:`label_value` values."""
+    return managed_tags(PREFIX, value=label_value, **fields)
 
 
 def selector(*, profile: str | None = None, task: str | None = None) -> str:
     """A label selector for managed pods of ``profile`` / ``task`` (None: any)."""
-    terms = [f"{MANAGED}=1"]
-    if profile is not None:
-        terms.append(f"{PROFILE}={label_value(profile)}")
-    if task is not None:
-        terms.append(f"{TASK}={label_value(task)}")
-    return ",".join(terms)
+    want = managed_selector(PREFIX, profile=profile, task=task, value=label_value)
+    return ",".join(f"{key}={value}" for key, value in want.items())

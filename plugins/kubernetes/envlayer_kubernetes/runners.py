@@ -31,7 +31,7 @@ from envlayer.execution.collector import OutputCollector
 from envlayer.errors import BackendUnavailable
 from envlayer.request import ExecRequest
 from envlayer.result import INTERRUPT_EXIT_CODE, ExecResult
-from envlayer.execution.sandbox_kill import kill_script_argv
+from envlayer.execution.tree_kill import kill_script_argv
 from envlayer.execution.shell_script import SESSION_VAR
 from envlayer.execution.shell_session import KILL_GRACE_SECONDS, PersistentShell, status_unknown
 from envlayer.execution.streams import drain_while

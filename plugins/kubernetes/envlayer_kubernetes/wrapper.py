@@ -32,7 +32,7 @@ import shlex
 from urllib.parse import quote
 from collections.abc import Mapping, Sequence
 
-from envlayer.execution.proctree import EXEC_ID_VAR
+from envlayer.execution.tree_kill import EXEC_ID_VAR
 
 ONESHOT = (
     'export "$1"; __el_d=$2; __el_m=$3; __el_n=$4; shift 4\n'

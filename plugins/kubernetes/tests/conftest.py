@@ -12,11 +12,8 @@ fake API server of ``fake_apiserver.py``, whose pods are Docker containers.
 
 from __future__ import annotations
 
-import importlib.util
-import subprocess
-import sys
+import functools
 import tempfile
-import textwrap
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,20 +21,16 @@ from typing import Any
 
 import pytest
 
-from envlayer.testing.fixtures import EnvironmentFactory, require_docker
+from envlayer.testing.fixtures import (
+    EnvironmentFactory,
+    import_by_path,
+    options_factory,
+    require_docker,
+    run_in_new_interpreter,
+)
 
 
-def _load_fake_control() -> Any:
-    path = Path(__file__).with_name("fake_control.py")
-    spec = importlib.util.spec_from_file_location("envlayer_k8s_fake_control", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-fake_control = _load_fake_control()
+fake_control: Any = import_by_path(Path(__file__).with_name("fake_control.py"), "envlayer_k8s_fake_control")
 FakeApiServer = fake_control.FakeApiServer
 IMAGE = fake_control.IMAGE
 NAMESPACE = fake_control.NAMESPACE
@@ -89,14 +82,9 @@ def options(fake_apiserver: FakeApiServer) -> Callable[..., Any]:
     """Build KubernetesOptions for the session's fake and the test image."""
     from envlayer_kubernetes.options import KubernetesOptions
 
-    def make(**kw: Any) -> KubernetesOptions:
-        kw.setdefault("image", IMAGE)
-        kw.setdefault("timeout", 60)
-        kw.setdefault("kubeconfig", fake_apiserver.kubeconfig)
-        kw.setdefault("startup_timeout", 60)
-        return KubernetesOptions(**kw)
-
-    return make
+    return options_factory(
+        KubernetesOptions, image=IMAGE, timeout=60, kubeconfig=fake_apiserver.kubeconfig, startup_timeout=60
+    )
 
 
 @pytest.fixture
@@ -108,19 +96,6 @@ def make_env(profile: str, options: Callable[..., Any]) -> Iterator[Callable[...
     factory = EnvironmentFactory(KubernetesEnvironment, options, profile)
     yield factory
     factory.remove_all()
-
-
-def _run_python(code: str, *, timeout: float = 120, wait: bool = True) -> Any:
-    """Run ``code`` in a new interpreter of this venv (bytecode caching on, see
-    ``fake_control.child_environ``); its stdout (asserting exit 0), or the Popen with
-    ``wait=False``."""
-    argv = [sys.executable, "-c", textwrap.dedent(code)]
-    env = fake_control.child_environ()
-    if not wait:
-        return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
-    assert proc.returncode == 0, f"child failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
-    return proc.stdout
 
 
 def _child_env_code(kubeconfig: str, task: str, profile: str, **opts: Any) -> str:
@@ -138,8 +113,9 @@ def _child_env_code(kubeconfig: str, task: str, profile: str, **opts: Any) -> st
 
 @pytest.fixture
 def run_python() -> Callable[..., Any]:
-    """``run_python(code, timeout=120, wait=True)``: run code in a new venv interpreter."""
-    return _run_python
+    """``run_python(code, timeout=120, wait=True)``: run code in a new venv interpreter
+    (bytecode caching on, see ``fake_control.child_environ``)."""
+    return functools.partial(run_in_new_interpreter, timeout=120, env=fake_control.child_environ())
 
 
 @pytest.fixture

@@ -31,23 +31,6 @@ SERVER = Path(__file__).with_name("fake_apiserver.py")
 FAKE_LABEL = "envlayer-fake-apiserver"
 
 
-def docker_problem() -> str | None:
-    """Why the fake cannot run here (no daemon, no image), or None."""
-    try:
-        import docker
-        from docker.errors import ImageNotFound
-
-        api = docker.APIClient(version="auto", timeout=10, **docker.utils.kwargs_from_env())
-        api.ping()
-    except Exception as exc:
-        return f"no Docker daemon answers ({type(exc).__name__}: {str(exc)[:200]})"
-    try:
-        api.inspect_image(IMAGE)
-    except ImageNotFound:
-        return f"the test image {IMAGE} is missing"
-    return None
-
-
 @dataclass
 class FakeApiServer:
     """A running fake API server process."""

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from envlayer.testing import EnvironmentConformance
+from envlayer.testing.fixtures import cleaned_up
 
 
 class TestKubernetesSessionConformance(EnvironmentConformance):
@@ -30,13 +31,8 @@ class TestKubernetesSessionConformance(EnvironmentConformance):
     def env(self, profile: str, options: Any, kubeconfig: str) -> Iterator[Any]:
         from envlayer_kubernetes.backend import KubernetesEnvironment
 
-        environment = KubernetesEnvironment(
-            options(exec_mode=self.mode, kubeconfig=kubeconfig), task_id=self.task, profile=profile
-        )
-        try:
-            yield environment
-        finally:
-            environment.cleanup()
+        opts = options(exec_mode=self.mode, kubeconfig=kubeconfig)
+        yield from cleaned_up(KubernetesEnvironment(opts, task_id=self.task, profile=profile))
 
 
 class TestKubernetesOneShotConformance(TestKubernetesSessionConformance):

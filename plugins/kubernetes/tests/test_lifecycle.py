@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from envlayer.errors import BackendUnavailable
+from envlayer.testing.fixtures import first_line_then_kill
 from envlayer.testing.racing import race
 
 
@@ -512,12 +513,8 @@ def test_reaper_removes_private_pods_of_dead_owners_only(
         + "print(env.pod_name, flush=True)\nimport time\ntime.sleep(300)\n",
         wait=False,
     )
-    try:
-        orphan = child.stdout.readline().strip()
-        assert orphan, child.stderr.read()
-    finally:
-        child.kill()
-        child.wait()
+    orphan = first_line_then_kill(child)
+    assert orphan, child.stderr.read()
     mine = make_env("alive", prof, persist_across_processes=False)
     shared = make_env("shared", prof)
     core = _core(fake_apiserver)

@@ -20,6 +20,7 @@ from envlayer import dispatch as lifecycle
 from envlayer.errors import InvalidArgument
 from envlayer.snapshot import Snapshot
 from envlayer.testing import SnapshotConformance
+from envlayer.testing.fixtures import cleaned_up
 
 NAMESPACE = "envlayer-test"
 
@@ -47,12 +48,7 @@ def parent(
         workspace_volume=request.cls.workspace_volume,
         snapshot_dir=str(tmp_path_factory.mktemp("snapshots")),
     )
-    environment = KubernetesEnvironment(opts, task_id=_task(), profile=profile)
-    try:
-        yield environment
-    finally:
-        environment.cleanup(force_remove=True)
-        environment.wait_for_cleanup(60)
+    yield from cleaned_up(KubernetesEnvironment(opts, task_id=_task(), profile=profile), force_remove=True, wait=60)
 
 
 class TestKubernetesSnapshots(SnapshotConformance):

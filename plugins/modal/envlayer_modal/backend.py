@@ -29,7 +29,6 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import posixpath
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -42,11 +41,12 @@ from envlayer.execution.collector import OutputCollector
 from envlayer.environment import SandboxInfo
 from envlayer.errors import BackendUnavailable, InvalidArgument
 from envlayer.options import BaseOptions
-from envlayer.execution.proctree import EXEC_ID_VAR
+from envlayer.execution.tree_kill import EXEC_ID_VAR
 from envlayer.request import ExecRequest, check_path, file_payload
 from envlayer.result import TIMEOUT_EXIT_CODE, ExecResult
 from envlayer.sandbox.base import MANAGED_SANDBOX_CAPABILITIES, SandboxEnvironment
-from envlayer.sandbox.paths import check_real_path
+from envlayer.sandbox.teardown_threads import ThreadTeardown
+from envlayer.sandbox.paths import confined_path
 from envlayer.snapshot import Snapshot
 from envlayer.transfer import TransferSummary
 from envlayer_modal import teardown
@@ -62,7 +62,7 @@ LEASE_INTERVAL = 30.0
 _HELPER_TIMEOUT = 300.0
 
 
-class ModalEnvironment(SandboxEnvironment):
+class ModalEnvironment(ThreadTeardown, SandboxEnvironment):
     """Commands and files in a Modal sandbox; see the module docstring."""
 
     name = "modal"
@@ -334,14 +334,8 @@ class ModalEnvironment(SandboxEnvironment):
     # --- files ---------------------------------------------------------------------------------
 
     def _path(self, path: str) -> str:
-        """Absolute sandbox path for ``path``; enforces ``file_root`` lexically and, through
-        ``readlink -f`` in the sandbox, against symlinks."""
-        full = self.resolve_path(path, self.options.workdir)
-        root = self.options.file_root
-        if root is not None:
-            root_abs = posixpath.normpath(posixpath.join(self.options.workdir, root))
-            check_real_path(self._helper, path, full, root_abs)
-        return full
+        """Absolute sandbox path for ``path``, confined to ``file_root`` (also against symlinks)."""
+        return confined_path(self, self._helper, path, self.options.workdir)
 
     def _files_call(self, fn: Callable[[Any], T], doing: str) -> T:
         """``fn(sandbox)``; a sandbox found ended (asked of the control plane) is replaced
@@ -435,20 +429,6 @@ class ModalEnvironment(SandboxEnvironment):
             else:
                 detach_quietly(attached.sandbox)  # the sandbox runs on; this process lets go of it
             self._detached = True
-
-    def wait_for_cleanup(self, timeout: float) -> bool:
-        """Block up to ``timeout`` seconds for this environment's termination; True when
-        done (or when there was nothing to terminate)."""
-        thread = self._teardown
-        if thread is None:
-            return True
-        thread.join(max(timeout, 0))
-        return not thread.is_alive()
-
-    @classmethod
-    def wait_for_all_cleanups(cls, timeout: float) -> bool:
-        """Join every termination started in this process (also run at exit, up to 15 s)."""
-        return teardown.wait_all(timeout)
 
     # --- snapshots (envlayer_modal.snapshots) ------------------------------------------------
 

@@ -3,7 +3,7 @@
 Ending the client's read of an exec kills nothing in the sandbox, and an exec ``timeout``
 (Modal's own) reaches only the exec's process, so envlayer kills by itself: every command
 carries ``ENVLAYER_EXEC_ID=<id>`` in its environment and the core's kill script
-(:mod:`envlayer.execution.sandbox_kill`, which documents exactly what it kills) runs in another
+(:mod:`envlayer.execution.tree_kill`, which documents exactly what it kills) runs in another
 ``Sandbox.exec``.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from envlayer.execution.sandbox_kill import kill_script_argv, killed_pids
+from envlayer.execution.tree_kill import kill_script_argv, killed_pids
 
 _GRACE_SECONDS = 1
 _KILL_EXEC_TIMEOUT = 30

@@ -15,21 +15,17 @@ from collections.abc import Mapping
 from typing import Any
 
 from envlayer.sandbox.owner import owner_label
-from envlayer.sandbox.tags import fingerprint, sanitize
+from envlayer.sandbox.tags import fingerprint, managed_keys, managed_selector, managed_tags, sanitize
 from envlayer_modal.options import ModalOptions
 
-MANAGED = "envlayer.managed"
-TASK = "envlayer.task"
-PROFILE = "envlayer.profile"
-FINGERPRINT = "envlayer.fingerprint"
-PERSIST = "envlayer.persist"
-OWNER = "envlayer.owner"
-CREATED_AT = "envlayer.created-at"
-CREATOR = "envlayer.creator"
+PREFIX = "envlayer."
+MANAGED, TASK, PROFILE, FINGERPRINT, PERSIST, OWNER = managed_keys(PREFIX)
+CREATED_AT = PREFIX + "created-at"
+CREATOR = PREFIX + "creator"
 """``<login name>@<host>`` of the process that created the sandbox (:func:`creator_label`):
 sandbox names are shared by everyone in the Modal workspace, and only the creator's own
 user on its own host may replace a sandbox over a fingerprint mismatch."""
-IDLE_TIMEOUT = "envlayer.idle-timeout"
+IDLE_TIMEOUT = PREFIX + "idle-timeout"
 """The sandbox's ``idle_timeout`` in seconds (0: none), for the reaper: the SDK's
 ``Sandbox.list`` objects do not expose it."""
 
@@ -73,16 +69,17 @@ def create_tags(
     *, profile: str, task: str, options: ModalOptions, persist: bool, owner: str | None, now: float | None = None
 ) -> dict[str, str]:
     """The full tag set of a new sandbox. User tags never override envlayer's."""
-    tags = dict(options.tags)
-    if owner is not None:
-        tags[OWNER] = owner
+    tags = managed_tags(
+        PREFIX,
+        profile=profile,
+        task=task,
+        fingerprint_value=sandbox_fingerprint(options),
+        persist=persist,
+        extra=options.tags,
+        owner=owner,
+    )
     tags.update(
         {
-            MANAGED: "1",
-            TASK: sanitize(task),
-            PROFILE: sanitize(profile),
-            FINGERPRINT: sandbox_fingerprint(options),
-            PERSIST: "1" if persist else "0",
             CREATED_AT: str(int(time.time() if now is None else now)),
             IDLE_TIMEOUT: str(options.idle_timeout or 0),
             CREATOR: creator_label(),
@@ -93,12 +90,7 @@ def create_tags(
 
 def selector(*, profile: str | None, task: str | None = None) -> dict[str, str]:
     """Tags that select envlayer's sandboxes (of ``profile`` / ``task`` when given)."""
-    want = {MANAGED: "1"}
-    if profile is not None:
-        want[PROFILE] = sanitize(profile)
-    if task is not None:
-        want[TASK] = sanitize(task)
-    return want
+    return managed_selector(PREFIX, profile=profile, task=task)
 
 
 def created_at(tags: Mapping[str, str]) -> float | None:

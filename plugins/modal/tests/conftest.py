@@ -15,16 +15,14 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
-import textwrap
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from envlayer.testing.fixtures import EnvironmentFactory, require_docker
+from envlayer.testing.fixtures import EnvironmentFactory, options_factory, require_docker, run_in_new_interpreter
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_modal"))
 
@@ -68,13 +66,7 @@ def options() -> Callable[..., Any]:
     """Build ModalOptions for the fake (test image, the session's App)."""
     from envlayer_modal.options import ModalOptions
 
-    def make(**kw: Any) -> ModalOptions:
-        kw.setdefault("image", IMAGE)
-        kw.setdefault("app_name", APP)
-        kw.setdefault("timeout", 60)
-        return ModalOptions(**kw)
-
-    return make
+    return options_factory(ModalOptions, image=IMAGE, app_name=APP, timeout=60)
 
 
 @pytest.fixture
@@ -102,13 +94,7 @@ def run_python(fake_modal: launcher.FakeModal) -> Callable[..., Any]:
     (asserting exit 0), or the Popen with ``wait=False``."""
 
     def run(code: str, *, timeout: float = 90, wait: bool = True, token: str = "ak-envlayer-child") -> Any:
-        argv = [sys.executable, "-c", textwrap.dedent(code)]
-        env = {**os.environ, **fake_modal.env(token)}
-        if not wait:
-            return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
-        assert proc.returncode == 0, f"child failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
-        return proc.stdout
+        return run_in_new_interpreter(code, timeout=timeout, wait=wait, env={**os.environ, **fake_modal.env(token)})
 
     return run
 

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from envlayer.testing import EnvironmentConformance, ExecContractConformance
+from envlayer.testing.fixtures import cleaned_up
 
 pytestmark = pytest.mark.modal
 
@@ -26,11 +27,7 @@ class TestModalSessionConformance(EnvironmentConformance, ExecContractConformanc
     def env(self, fake_modal: Any, profile: str, options: Any) -> Iterator[Any]:
         from envlayer_modal.backend import ModalEnvironment
 
-        environment = ModalEnvironment(options(exec_mode=self.mode), task_id=self.task, profile=profile)
-        try:
-            yield environment
-        finally:
-            environment.cleanup()
+        yield from cleaned_up(ModalEnvironment(options(exec_mode=self.mode), task_id=self.task, profile=profile))
 
 
 class TestModalOneShotConformance(TestModalSessionConformance):

@@ -5,7 +5,6 @@ fingerprint rule, replacement of a terminated sandbox, and error mapping."""
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from modal_testenv import running as _running
 
 from envlayer.errors import BackendUnavailable
 from envlayer.sandbox.tags import sanitize
+from envlayer.testing.fixtures import first_line_then_kill
 from envlayer.testing.racing import race
 
 pytestmark = pytest.mark.modal
@@ -66,13 +66,8 @@ def test_sigkill_of_the_creator_then_a_new_process_attaches(run_python: Any, pro
         + "env.write_file('mark.txt', 'alive')\nprint(env.sandbox_id, flush=True)\nimport time; time.sleep(300)\n",
         wait=False,
     )
-    try:
-        assert creator.stdout is not None
-        first = creator.stdout.readline().strip()
-        assert first.startswith("sb-"), creator.stderr.read() if creator.stderr else ""
-    finally:
-        creator.send_signal(signal.SIGKILL)
-        creator.wait(10)
+    first = first_line_then_kill(creator)
+    assert first.startswith("sb-"), creator.stderr.read() if creator.stderr else ""
     out = run_python(
         child_code(task, profile)
         + "print(env.sandbox_id, env.read_text('mark.txt')); env.cleanup(force_remove=True); env.wait_for_cleanup(30)\n"
@@ -153,12 +148,7 @@ def test_reaper_ends_private_sandbox_of_a_dead_process(run_python: Any, profile:
         + "print(env.sandbox_id, flush=True)\nimport time; time.sleep(300)\n",
         wait=False,
     )
-    try:
-        assert child.stdout is not None
-        sandbox_id = child.stdout.readline().strip()
-    finally:
-        child.send_signal(signal.SIGKILL)
-        child.wait(10)
+    sandbox_id = first_line_then_kill(child)
     assert _running(task, orphan_profile) == [sandbox_id]
     reaped = ModalEnvironment.reap_orphans(profile=orphan_profile, max_age=3600, dry_run=False, options=options())
     assert [i.id for i in reaped] == [sandbox_id]
@@ -348,13 +338,8 @@ def test_every_process_dies_then_the_sandbox_ends_by_itself(run_python: Any, pro
         + "env.exec('cd /tmp').check()\nprint(env.sandbox_id, flush=True)\nimport time; time.sleep(300)\n",
         wait=False,
     )
-    try:
-        assert child.stdout is not None
-        sandbox_id = child.stdout.readline().strip()
-        assert sandbox_id.startswith("sb-"), child.stderr.read() if child.stderr else ""
-    finally:
-        child.send_signal(signal.SIGKILL)
-        child.wait(10)
+    sandbox_id = first_line_then_kill(child)
+    assert sandbox_id.startswith("sb-"), child.stderr.read() if child.stderr else ""
     assert _running(task, profile) == [sandbox_id]
     assert _wait_until(lambda: _running(task, profile) == [], timeout=60)
 

@@ -21,6 +21,7 @@ from envlayer import dispatch as lifecycle
 from envlayer.errors import InvalidArgument
 from envlayer.snapshot import Snapshot
 from envlayer.testing import SnapshotConformance
+from envlayer.testing.fixtures import cleaned_up
 from modal_testenv import fake_images
 
 pytestmark = pytest.mark.modal
@@ -35,11 +36,7 @@ class TestModalPersistSnapshots(SnapshotConformance):
 
         task = f"snap-{uuid.uuid4().hex[:6]}"
         environment = ModalEnvironment(options(persist_across_processes=self.persist), task_id=task, profile=profile)
-        try:
-            yield environment
-        finally:
-            environment.cleanup(force_remove=True)
-            environment.wait_for_cleanup(60)
+        yield from cleaned_up(environment, force_remove=True, wait=60)
 
     def leftovers(self, env: Any, snapshot: Snapshot, fork_tasks: Sequence[str]) -> list[str]:
         return fake_images(snapshot.id)

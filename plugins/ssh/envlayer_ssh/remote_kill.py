@@ -1,6 +1,6 @@
 """Kill a command's process tree on the remote host, from a separate channel.
 
-The work is done by the core's in-sandbox kill script (:mod:`envlayer.execution.sandbox_kill`,
+The work is done by the core's in-sandbox kill script (:mod:`envlayer.execution.tree_kill`,
 which documents what is killed); this module runs it over SSH for one-shot commands
 (session commands are killed by the core's :class:`~envlayer.execution.shell_session.PersistentShell`
 through the same helper channel).
@@ -13,7 +13,7 @@ import shlex
 from typing import TYPE_CHECKING
 
 from envlayer.errors import BackendUnavailable
-from envlayer.execution.sandbox_kill import kill_script_argv
+from envlayer.execution.tree_kill import kill_script_argv
 from envlayer.execution.shell_session import KILL_GRACE_SECONDS
 from envlayer_ssh.channel_io import run_simple
 
@@ -27,7 +27,7 @@ _KILL_TIMEOUT = 15.0
 
 
 def kill_remote(pool: TargetPool, shell: str, exec_id: str) -> None:
-    """Kill the tree of command ``exec_id`` on ``pool``'s host (see :mod:`envlayer.execution.sandbox_kill`).
+    """Kill the tree of command ``exec_id`` on ``pool``'s host (see :mod:`envlayer.execution.tree_kill`).
 
     Best effort and bounded
     (about ``_KILL_TIMEOUT`` seconds): a failure is logged at WARNING, never raised, so the

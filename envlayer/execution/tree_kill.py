@@ -1,4 +1,17 @@
-"""Kill one command's process tree inside a sandbox, with one POSIX ``sh`` script.
+"""Kill one command's whole process tree: on this machine, or inside a sandbox.
+
+Every command envlayer runs carries an ``ENVLAYER_EXEC_ID`` marker in its environment
+(:data:`EXEC_ID_VAR`); both killers find the tree by it.
+
+On this machine (the local backend): :func:`kill_tree`, :func:`tree_members`.
+
+Each command the local backend starts gets its own session and process group. Killing the group catches ordinary
+children; the marker catches those that called ``setsid`` or double-forked into a new
+group (they inherit the environment). Both are read from ``/proc`` on Linux; elsewhere
+only the group is signalled.
+
+Inside a sandbox (Docker, SSH, Modal, Kubernetes): :data:`KILL_SCRIPT`, :func:`kill_script_argv`,
+:func:`killed_pids`.
 
 Backends that run commands in a remote or containerized shell (Docker, SSH) cannot
 signal processes from here: they run this script in the sandbox through a second exec
@@ -31,6 +44,90 @@ session shell, ``pkill -P`` of the shell and the shell itself.
 """
 
 from __future__ import annotations
+
+import os
+import signal
+import time
+
+EXEC_ID_VAR = "ENVLAYER_EXEC_ID"
+_PROC = "/proc"
+
+
+def proc_stat(pid: int) -> list[bytes] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name (``[0]`` is the state,
+    ``[2]`` the process group, ``[19]`` the start time), or None when ``pid`` is gone or
+    there is no /proc."""
+    try:
+        with open(f"{_PROC}/{pid}/stat", "rb") as fh:
+            raw = fh.read()
+    except OSError:
+        return None
+    return raw[raw.rfind(b")") + 2 :].split()
+
+
+def _has_marker(pid: int, marker: bytes) -> bool:
+    try:
+        with open(f"{_PROC}/{pid}/environ", "rb") as fh:
+            return marker in fh.read().split(b"\0")
+    except OSError:
+        return False
+
+
+def tree_members(pgid: int, exec_id: str | None) -> list[int]:
+    """Live (non-zombie) pids in process group ``pgid`` or carrying ``exec_id``."""
+    if not os.path.isdir(_PROC):
+        return []
+    marker = f"{EXEC_ID_VAR}={exec_id}".encode() if exec_id else None
+    me = os.getpid()
+    found = []
+    for entry in os.listdir(_PROC):
+        if not entry.isdigit():
+            continue
+        pid = int(entry)
+        if pid == me:
+            continue
+        fields = proc_stat(pid)
+        if fields is None or fields[0] in (b"Z", b"X"):
+            continue
+        if int(fields[2]) == pgid or (marker is not None and _has_marker(pid, marker)):
+            found.append(pid)
+    return found
+
+
+def _signal_all(pgid: int, pids: list[int], sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _wait_gone(pgid: int, exec_id: str | None, seconds: float) -> list[int]:
+    """Poll the tree until it is empty or ``seconds`` pass; the members still alive (empty when gone)."""
+    deadline = time.monotonic() + seconds
+    members = tree_members(pgid, exec_id)
+    while members and time.monotonic() < deadline:
+        time.sleep(0.02)
+        members = tree_members(pgid, exec_id)
+    return members
+
+
+def kill_tree(pgid: int, exec_id: str | None, *, grace: float = 1.0) -> list[int]:
+    """SIGTERM the tree, wait up to ``grace`` seconds, then SIGKILL what is left.
+
+    Returns the pids still alive after SIGKILL and a final short wait (normally empty).
+    """
+    _signal_all(pgid, tree_members(pgid, exec_id), signal.SIGTERM)
+    members = _wait_gone(pgid, exec_id, grace)
+    if not members:
+        return []
+    _signal_all(pgid, members, signal.SIGKILL)
+    return _wait_gone(pgid, exec_id, 2.0)
+
 
 KILL_SCRIPT = r"""
 M="ENVLAYER_EXEC_ID=$1"; R="ENVLAYER_EXEC_I[D]=$1"; S=$2; SINCE=$3; GRACE=$4
