@@ -1,7 +1,8 @@
 """Output of a remote terminal that arrives through a blocking iterator (an SDK's stream),
 made waitable: a daemon thread copies it into a pipe, so ``envlayer shell`` can select on
 the pipe's read end. Used by the terminals of backends whose SDK gives no file descriptor
-(Modal, Daytona)."""
+(Modal, Daytona, Kubernetes: its websocket may hold decrypted bytes that
+``select`` on the socket does not show)."""
 
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ class PipedOutput:
         return os.read(self._read_fd, 65536)
 
     def close(self) -> None:
-        """Wait for the copy to end (the stream must have ended), then close the pipe."""
-        self._copier.join()
+        """Close the pipe's read end, then wait for the copy to end: the stream must have
+        ended or end now (a copy blocked on a full pipe ends with ``EPIPE``)."""
         os.close(self._read_fd)
+        self._copier.join()

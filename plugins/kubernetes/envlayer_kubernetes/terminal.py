@@ -9,16 +9,17 @@ JSON, ``{"Width": cols, "Height": rows}``, which kubelet decodes one object afte
 (kubelet's cri/streaming/remotecommand/httpstream.go ``handleResizeEvents``; the channel
 numbers are its websocket.go's), and the exit status is the channel-3 ``Status``.
 
-A thread copies the websocket's output into a pipe, so :meth:`fileno` is a plain pipe
-that ``select`` sees even when TLS holds decrypted bytes the socket does not show.
+The websocket's output is copied into a pipe (:class:`~envlayer.backends.piped_output.PipedOutput`),
+so ``fileno`` is a plain pipe that ``select`` sees even when TLS holds decrypted bytes the
+socket does not show.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import threading
+from collections.abc import Iterator
 
+from envlayer.backends.piped_output import PipedOutput
 from envlayer_kubernetes.channel import ExecChannel
 
 RESIZE = 4
@@ -26,34 +27,19 @@ NO_EXIT_STATUS = 255
 """The exit status when the stream ended without one (the pod or the connection was lost)."""
 
 
-class KubernetesTerminal:
+class KubernetesTerminal(PipedOutput):
     """The process on ``channel`` (opened with ``tty=True, stdin=True``), sized
     ``rows`` x ``cols``."""
 
     def __init__(self, channel: ExecChannel, rows: int, cols: int) -> None:
         self._channel = channel
-        self._read_fd, self._write_fd = os.pipe()
-        self._pump = threading.Thread(target=self._copy_output, name="envlayer-k8s-terminal", daemon=True)
-        self._pump.start()
+        super().__init__(self._output(), name="envlayer-k8s-terminal")
         self.resize(rows, cols)
 
-    def _copy_output(self) -> None:
-        try:
-            while (chunks := self._channel.read(None)) is not None:
-                for _, data in chunks:
-                    view = memoryview(data)
-                    while view:
-                        view = view[os.write(self._write_fd, view) :]
-        except OSError:
-            pass  # close() closed the pipe's read end: nobody reads any more
-        finally:
-            os.close(self._write_fd)
-
-    def fileno(self) -> int:
-        return self._read_fd
-
-    def read(self) -> bytes:
-        return os.read(self._read_fd, 65536)
+    def _output(self) -> Iterator[bytes]:
+        while (chunks := self._channel.read(None)) is not None:
+            for _, data in chunks:
+                yield data
 
     def write(self, data: bytes) -> None:
         self._channel.write(data)
@@ -71,7 +57,6 @@ class KubernetesTerminal:
         """The shell's exit status (from the status channel once the stream ended), after
         which the websocket and the pipe are closed."""
         self._channel.close()
-        os.close(self._read_fd)
-        self._pump.join()
+        super().close()
         code = self._channel.exit_code()
         return NO_EXIT_STATUS if code is None else code

@@ -179,17 +179,19 @@ def test_fingerprint_change_recreates_or_errors(make_env: Any, profile: str) -> 
     assert _running(first.task_id, profile) == [second.sandbox_id]
 
 
-def test_terminated_sandbox_is_replaced_and_the_next_command_says_so(make_env: Any, profile: str) -> None:
+@pytest.mark.parametrize("mode", ["oneshot", "session"])
+def test_terminated_sandbox_is_replaced_and_the_next_command_says_so(make_env: Any, profile: str, mode: str) -> None:
     import modal
 
-    env = make_env(exec_mode="oneshot")
+    env = make_env(exec_mode=mode)
+    env.exec("cd /tmp").check()
     gone = env.sandbox_id
     modal.Sandbox.from_id(gone).terminate()
     assert _wait_until(lambda: _running(env.task_id, profile) == [])
     result = env.exec("echo back")
     assert result.stdout == b"back\n" and result.recovered == "sandbox recreated"
     assert env.sandbox_id != gone
-    assert make_env(env.task_id).sandbox_id == env.sandbox_id
+    assert make_env(env.task_id, exec_mode=mode).sandbox_id == env.sandbox_id
 
 
 def test_idle_timeout_ends_a_sandbox_nobody_uses(make_env: Any, profile: str) -> None:
@@ -307,19 +309,6 @@ def test_doctor_checks_the_modal_backend(fake_modal: Any, tmp_path: Any) -> None
     env["MODAL_CONFIG_PATH"] = str(tmp_path / "empty.toml")
     bad = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
     assert bad.returncode == 1 and "FAIL modal" in bad.stdout and "modal token new" in bad.stdout, bad.stdout
-
-
-def test_session_recovers_from_a_terminated_sandbox(make_env: Any, profile: str) -> None:
-    import modal
-
-    env = make_env()
-    env.exec("cd /tmp").check()
-    gone = env.sandbox_id
-    modal.Sandbox.from_id(gone).terminate()
-    assert _wait_until(lambda: _running(env.task_id, profile) == [])
-    result = env.exec("echo back")
-    assert result.stdout == b"back\n" and result.recovered == "sandbox recreated"
-    assert env.sandbox_id != gone
 
 
 def test_session_watchdog_spares_a_long_command(make_env: Any) -> None:
