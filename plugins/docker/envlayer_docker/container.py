@@ -356,6 +356,28 @@ def _create(api: Any, spec: ContainerSpec, options: DockerOptions) -> dict[str, 
     return info
 
 
+def _is_reusable(info: dict[str, Any], spec: ContainerSpec, options: DockerOptions) -> bool:
+    """Whether the container found under ``spec``'s name is envlayer's with ``spec``'s
+    fingerprint (False: other options, to be recreated). Raises :class:`BackendUnavailable`
+    for a container envlayer does not manage, or other options under
+    ``on_fingerprint_mismatch = "error"``."""
+    found = (info.get("Config") or {}).get("Labels") or {}
+    if found.get(L.MANAGED) != "1":
+        raise BackendUnavailable(
+            f"a container named {spec.name} exists but is not managed by envlayer",
+            hint=f"remove or rename it (`docker rm -f {spec.name}`)",
+        )
+    if found.get(L.FINGERPRINT) == spec.fingerprint:
+        return True
+    if options.on_fingerprint_mismatch == "error":
+        raise BackendUnavailable(
+            f"container {spec.name} was created with different options "
+            f"(fingerprint {found.get(L.FINGERPRINT)}, now {spec.fingerprint})",
+            hint='remove it (`envlayer rm`), or set on_fingerprint_mismatch = "recreate"',
+        )
+    return False
+
+
 def ensure(api: Any, spec: ContainerSpec, options: DockerOptions) -> Attached:
     """Attach to, start, recreate or create the container of ``spec`` (module rules).
 
@@ -378,20 +400,8 @@ def ensure(api: Any, spec: ContainerSpec, options: DockerOptions) -> Attached:
             if created is None:
                 continue  # lost the race: attach to the winner on the next round
             return _attached(created, created=True)
-        found = (info.get("Config") or {}).get("Labels") or {}
-        if found.get(L.MANAGED) != "1":
-            raise BackendUnavailable(
-                f"a container named {spec.name} exists but is not managed by envlayer",
-                hint=f"remove or rename it (`docker rm -f {spec.name}`)",
-            )
-        if found.get(L.FINGERPRINT) != spec.fingerprint:
-            if options.on_fingerprint_mismatch == "error":
-                raise BackendUnavailable(
-                    f"container {spec.name} was created with different options "
-                    f"(fingerprint {found.get(L.FINGERPRINT)}, now {spec.fingerprint})",
-                    hint='remove it (`envlayer rm`), or set on_fingerprint_mismatch = "recreate"',
-                )
-            _remove(api, info["Id"])
+        if not _is_reusable(info, spec, options):
+            _remove(api, info["Id"])  # created with other options: recreate it
             continue
         state = info.get("State") or {}
         status = state.get("Status")
