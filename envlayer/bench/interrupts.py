@@ -36,8 +36,10 @@ def _raise_terminated(signum: int, frame: object) -> None:
 
 @contextmanager
 def signals_raise() -> Iterator[None]:
-    """:data:`STOP_SIGNALS` raise :class:`Terminated` in the main thread while the block runs."""
-    previous = {sig: signal.signal(sig, _raise_terminated) for sig in STOP_SIGNALS}
+    """:data:`STOP_SIGNALS` raise :class:`Terminated` in the main thread while the block runs,
+    except a SIGHUP this process was started ignoring (``nohup``: it is meant to outlive its
+    terminal)."""
+    previous = {sig: signal.signal(sig, _raise_terminated) for sig in STOP_SIGNALS if not _detached(sig)}
     try:
         yield
     finally:
@@ -62,14 +64,23 @@ def terminated_with_parent() -> Iterator[None]:
     """While the block runs, this process gets SIGTERM once its parent has died (seen within
     :data:`PARENT_CHECK_INTERVAL`): a runner killed by SIGKILL passes no signal on, and its
     orphaned child would otherwise run on and never clean up. Sent once: a cleanup running
-    with the signals ignored is not cut short."""
+    with the signals ignored is not cut short. Nothing is watched under ``nohup`` (SIGHUP
+    inherited as ignored): such a run is meant to outlive the shell that started it."""
     done = threading.Event()
+    if _detached(signal.SIGHUP):
+        yield
+        return
     args = (os.getppid(), done)
     threading.Thread(target=_watch_parent, args=args, daemon=True, name="envlayer-parent-watch").start()
     try:
         yield
     finally:
         done.set()
+
+
+def _detached(sig: int) -> bool:
+    """True for SIGHUP inherited as ignored: the process was started with ``nohup``."""
+    return sig == signal.SIGHUP and signal.getsignal(sig) == signal.SIG_IGN
 
 
 def _watch_parent(parent: int, done: threading.Event) -> None:

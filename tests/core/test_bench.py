@@ -11,6 +11,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,7 +20,14 @@ from typing import Any
 import pytest
 from cli_run import ENVLAYER, run
 
-from envlayer.bench.interrupts import STOP_SIGNALS, Terminated, exit_code_of, signals_ignored, signals_raise
+from envlayer.bench.interrupts import (
+    STOP_SIGNALS,
+    Terminated,
+    exit_code_of,
+    signals_ignored,
+    signals_raise,
+    terminated_with_parent,
+)
 from envlayer.testing.fixtures import require_docker
 from envlayer.testing.hostile import cli_env
 
@@ -235,6 +243,17 @@ def test_stop_signals_raise_terminated_and_cleanups_ignore_them() -> None:
         with signals_ignored():
             os.kill(os.getpid(), signum)  # ignored: the cleanup goes on
     assert exit_code_of(Terminated()) == 143 and exit_code_of(KeyboardInterrupt()) == 130
+
+
+def test_under_nohup_sighup_stays_ignored_and_the_parent_is_not_watched() -> None:
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # what nohup hands its command
+    try:
+        with signals_raise(), terminated_with_parent():
+            os.kill(os.getpid(), signal.SIGHUP)  # would raise Terminated without nohup
+            assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+            assert not any(t.name == "envlayer-parent-watch" for t in threading.enumerate())
+    finally:
+        signal.signal(signal.SIGHUP, previous)
 
 
 @pytest.mark.parametrize("stop", ["SIGTERM", "SIGHUP", "parent killed"])
