@@ -22,8 +22,11 @@ envlayer-test:debian image has both), in persist mode with a workspace volume.
 Everything made is removed at the end, also on Ctrl-C, SIGTERM or SIGHUP
 (:mod:`envlayer.bench.interrupts`): the containers, volumes and snapshot images of the run's
 profile (printed first), and the temporary directory holding the local working
-directories, snapshot store and wheels. After a SIGKILL, remove what is left with
-`envlayer reap --backend docker --profile PROFILE --max-age 0`.
+directories, snapshot store and wheels; also when its parent process dies (unless started
+with nohup). After a SIGKILL, all that is left carries the profile's label; remove it with
+`envlayer reap --backend docker --profile PROFILE --max-age 0 -o idle_reclaim_after=1
+-o workspace_retention=1 -o snapshot_max_age=1`, run twice a few seconds apart (the first
+removes the running containers, the second their workspace volumes and snapshot images).
 
     .venv/bin/python benchmarks/snapshot_fork.py [--backends docker,local] [--image envlayer-test:debian]
         [--rounds 3] [--forks 8] [--files 10000] [--megabytes 200]

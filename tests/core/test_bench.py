@@ -11,6 +11,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,7 +20,14 @@ from typing import Any
 import pytest
 from cli_run import ENVLAYER, run
 
-from envlayer.bench.interrupts import STOP_SIGNALS, Terminated, exit_code_of, signals_ignored, signals_raise
+from envlayer.bench.interrupts import (
+    STOP_SIGNALS,
+    Terminated,
+    exit_code_of,
+    signals_ignored,
+    signals_raise,
+    terminated_with_parent,
+)
 from envlayer.testing.fixtures import require_docker
 from envlayer.testing.hostile import cli_env
 
@@ -201,6 +209,28 @@ def _remove_profile(api: Any, profile: str) -> tuple[list[str], list[str]]:
     return containers, volumes
 
 
+def _stop(proc: subprocess.Popen[bytes], output: Path, stop: str) -> str:
+    """Send ``stop`` (a signal name, or "parent killed": SIGKILL to the shell above the
+    benchmark); the output once the benchmark has exited (killed if it does not)."""
+    if stop != "parent killed":
+        return interrupt(proc, output, getattr(signal, stop))
+    proc.kill()
+    proc.wait()
+    try:
+        wait_until(lambda: "what the run created was removed" in output.read_text(), "the orphan's cleanup")
+    finally:
+        _kill_if_running(int(re.findall(r"benchmark pid (\d+)", output.read_text())[0]))
+    return output.read_text()
+
+
+def _kill_if_running(pid: int) -> None:
+    """SIGKILL the orphaned benchmark when it is still there (the test failed)."""
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
 def _profile_images(api: Any, profile: str) -> list[str]:
     return [i["Id"] for i in api.images(all=True, filters={"label": f"envlayer.profile={profile}"})]
 
@@ -215,10 +245,28 @@ def test_stop_signals_raise_terminated_and_cleanups_ignore_them() -> None:
     assert exit_code_of(Terminated()) == 143 and exit_code_of(KeyboardInterrupt()) == 130
 
 
-def test_sigterm_stops_the_fork_benchmark_and_leaves_nothing_on_docker(tmp_path: Path, docker_api: Any) -> None:
+def test_under_nohup_sighup_stays_ignored_and_the_parent_is_not_watched() -> None:
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # what nohup hands its command
+    try:
+        with signals_raise(), terminated_with_parent():
+            os.kill(os.getpid(), signal.SIGHUP)  # would raise Terminated without nohup
+            assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+            assert not any(t.name == "envlayer-parent-watch" for t in threading.enumerate())
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+
+
+@pytest.mark.parametrize("stop", ["SIGTERM", "SIGHUP", "parent killed"])
+def test_a_stop_signal_or_a_dead_parent_ends_the_fork_benchmark_and_leaves_nothing_on_docker(
+    tmp_path: Path, docker_api: Any, stop: str
+) -> None:
+    """"parent killed": the benchmark runs under a shell that gets SIGKILL (as a runner's
+    timeout sends it); the orphaned benchmark must stop and clean up by itself."""
     require_docker(DEBIAN_IMAGE, "the fork benchmark's test")
     argv = [sys.executable, str(ROOT / "benchmarks" / "snapshot_fork.py"), "--backends", "docker"]
     argv += ["--image", DEBIAN_IMAGE, "--rounds", "1", "--forks", "2", "--files", "10", "--megabytes", "1"]
+    if stop == "parent killed":
+        argv = ["sh", "-c", '"$@" & echo "benchmark pid $!"; wait', "sh", *argv]
     proc, output = start_bench([], tmp_path, {}, argv=argv)
     profile = ""
     try:
@@ -227,8 +275,11 @@ def test_sigterm_stops_the_fork_benchmark_and_leaves_nothing_on_docker(tmp_path:
         wait_until(lambda: "source sandbox prepared" in output.read_text() or proc.poll() is not None, "the source")
         assert proc.poll() is None, output.read_text()
     finally:
-        text = interrupt(proc, output, signal.SIGTERM)
-        images = _profile_images(docker_api, profile) if profile else []
-        leftovers = _remove_profile(docker_api, profile) if profile else ([], [])
-    assert proc.returncode == 143 and "terminated; what the run created was removed" in text, text
+        try:
+            text = _stop(proc, output, stop)
+        finally:
+            images = _profile_images(docker_api, profile) if profile else []
+            leftovers = _remove_profile(docker_api, profile) if profile else ([], [])
+    assert "terminated; what the run created was removed" in text, text
+    assert stop == "parent killed" or proc.returncode == 143, text
     assert (leftovers, images) == (([], []), []), "the benchmark left containers, volumes or images of its profile"

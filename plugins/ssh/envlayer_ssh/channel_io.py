@@ -56,6 +56,37 @@ def pump(
         select.select([channel], [], [], wait)
 
 
+def send_eof(channel: paramiko.Channel) -> None:
+    """Send EOF on the remote process's stdin, never after the channel's CLOSE.
+
+    paramiko's ``Channel.shutdown_write`` marks the EOF sent under the channel's lock but
+    sends it after releasing it (``Channel.shutdown`` / ``_send_eof`` in paramiko's
+    channel.py). A CLOSE built in between (by the transport thread answering the server's
+    CLOSE in ``Channel._handle_close``, or by another thread's ``close``) then carries no
+    EOF and can go out first; sshd has freed the channel by the time the late EOF comes and
+    drops the whole connection, every other command on it included ("ieof packet referred
+    to nonexistent channel", OpenSSH channels.c ``channel_from_packet_id``). Here the EOF is
+    built and sent while holding the transport's send lock, in the way
+    ``Transport._send_user_message`` takes it (waiting out a key exchange), so a CLOSE built
+    after it is sent after it, and none is sent once the channel is closed (its CLOSE
+    carried the EOF). The channel lock is taken inside the send lock only, never the other
+    way round, as paramiko does. Does nothing when the connection is gone.
+    """
+    transport = channel.transport
+    give_up = time.monotonic() + transport.clear_to_send_timeout
+    while transport.active:
+        transport.clear_to_send.wait(0.1)
+        with transport.clear_to_send_lock:
+            if transport.clear_to_send.is_set():
+                with channel.lock:
+                    message = None if channel.closed else channel._send_eof()
+                if message is not None:
+                    transport._send_message(message)
+                return
+        if time.monotonic() > give_up:
+            return  # a key exchange that never ends: the connection is failing anyway
+
+
 def exit_code(channel: paramiko.Channel) -> int:
     """The remote exit status; 255 when the server sent none (the remote process died
     from a signal, which paramiko reports as -1; the ``ssh`` client also says 255)."""
@@ -73,7 +104,7 @@ def run_simple(pool: TargetPool, line: str, *, timeout: float) -> tuple[int, byt
     try:
         channel = lease.channel
         channel.exec_command(line)
-        channel.shutdown_write()
+        send_eof(channel)
         out: list[bytes] = []
         err: list[bytes] = []
         deadline = time.monotonic() + timeout

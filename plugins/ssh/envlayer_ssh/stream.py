@@ -8,15 +8,19 @@ that ended from a connection that dropped: the latter raises
 
 from __future__ import annotations
 
+import logging
 import select
 import time
 from typing import TYPE_CHECKING
 
 from envlayer.execution.streams import Chunks
+from envlayer_ssh.channel_io import send_eof
 from envlayer_ssh.errors import ConnectionLost
 
 if TYPE_CHECKING:
     from envlayer_ssh.pool import Lease
+
+log = logging.getLogger("envlayer.ssh")
 
 CHUNK = 262144
 
@@ -39,11 +43,11 @@ class ChannelStream:
             raise OSError(f"the channel is closed: {type(exc).__name__}: {exc}") from exc
 
     def end_input(self) -> None:
-        """Send EOF on the process's stdin."""
+        """Send EOF on the process's stdin (see :func:`~envlayer_ssh.channel_io.send_eof`)."""
         try:
-            self.channel.shutdown_write()
-        except Exception:
-            pass
+            send_eof(self.channel)
+        except Exception:  # the connection failed meanwhile; reading the channel reports it
+            log.debug("ssh: sending EOF failed", exc_info=True)
 
     def _available(self) -> Chunks:
         channel = self.channel

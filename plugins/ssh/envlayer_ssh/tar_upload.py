@@ -16,7 +16,7 @@ import time
 from typing import TYPE_CHECKING
 
 from envlayer.errors import BackendUnavailable, SandboxPermissionDenied
-from envlayer_ssh.channel_io import exit_code, run_simple
+from envlayer_ssh.channel_io import exit_code, run_simple, send_eof
 
 if TYPE_CHECKING:
     import paramiko
@@ -74,7 +74,7 @@ def upload(
                 else:
                     with open(local, "rb") as fh:
                         tar.addfile(info, fh)
-        channel.shutdown_write()
+        send_eof(channel)
         err = bytearray()
         deadline = time.monotonic() + _FINISH_TIMEOUT
         while not channel.exit_status_ready() and time.monotonic() < deadline:

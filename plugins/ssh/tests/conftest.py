@@ -18,6 +18,22 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ssh_testserver import SSHServer, running_sshd
 
 EnvFactory = Callable[..., SSHEnvironment]
+SSHD_LOG_TAIL = 6000
+"""Characters of the sshd log attached to a failed test's report."""
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed test that used a test sshd gets the end of that sshd's log in its report
+    (the server's side of a flaky failure is otherwise gone with the server)."""
+    outcome = yield
+    report = outcome.get_result()
+    if not report.failed:
+        return
+    for name, value in getattr(item, "funcargs", {}).items():
+        if isinstance(value, SSHServer):
+            title = f"sshd log ({name}, last {SSHD_LOG_TAIL} characters)"
+            report.sections.append((title, value.read_log()[-SSHD_LOG_TAIL:]))
 
 
 def _unavailable(reason: str) -> None:

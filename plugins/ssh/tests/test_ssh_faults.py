@@ -190,6 +190,20 @@ def test_twenty_concurrent_oneshot_commands_with_max_sessions_10(sshd: SSHServer
     assert len(env._pool.connections) == 1, "short commands queue on one connection"
 
 
+def test_fast_concurrent_oneshot_commands_never_drop_the_connection(sshd: SSHServer, make_env) -> None:
+    """A command that ends at once races its own stdin EOF against the server's CLOSE; an
+    EOF sent after the CLOSE makes sshd drop the connection with every command on it."""
+    env = make_env(sshd, exec_mode="oneshot")
+    log_before = len(sshd.read_log())
+    for _ in range(10):
+        results = _run_concurrently(lambda i: env.exec(f"echo {i}"), 20)
+        for i, result in enumerate(results):
+            assert not isinstance(result, BaseException), result
+            assert result.stdout == f"{i}\n".encode() and result.exit_code == 0
+    assert "nonexistent channel" not in sshd.read_log()[log_before:]
+    assert env.reconnects == 0
+
+
 def test_twenty_concurrent_sessions_spill_to_a_second_connection(sshd: SSHServer, make_env) -> None:
     envs = [make_env(sshd) for _ in range(20)]
     results = _run_concurrently(lambda i: envs[i].exec(f"sleep 0.3; echo {i}"), 20)
