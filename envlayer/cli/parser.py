@@ -93,8 +93,16 @@ def subcommand(
 
 def parse_arguments(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
     """``parser.parse_args(argv)``, except that arguments a command does not take are
-    reported with that command's usage (``envlayer exec --foo ls``), not the top level's."""
+    reported with that command's usage (``envlayer exec --foo ls``), not the top level's.
+
+    A command whose last positional is optional names it in ``late_positional``: argparse
+    takes every positional of a run together, so in ``snapshots rm --backend docker ID``
+    the optional ID is matched (empty) with ``rm`` and ID is left over; one such leftover
+    word fills it (``parse_intermixed_args`` would, but it does not support subcommands)."""
     args, extra = parser.parse_known_args(argv)
+    late = getattr(args, "late_positional", None)
+    if late and len(extra) == 1 and not extra[0].startswith("-") and getattr(args, late) is None:
+        setattr(args, late, extra.pop())
     if extra:
         getattr(args, "command_parser", parser).error(f"unrecognized arguments: {' '.join(extra)}")
     return args

@@ -79,8 +79,12 @@ def cmd_snapshots(args: argparse.Namespace) -> int:
     settings = _settings(args)
     specs, failures = sweep_targets(args, settings)
     if args.action == "ls":
+        if args.snapshot_id:
+            raise InvalidArgument("SNAPSHOT", "`snapshots ls` takes no snapshot id", hint="envlayer snapshots ls")
         profile = None if args.all_profiles else settings.profile
         return report(failures + lifecycle.list_snapshots(specs, profile=profile), args, "listed")
+    if not args.snapshot_id:
+        raise InvalidArgument("SNAPSHOT", "`snapshots rm` needs the snapshot id", hint="see `envlayer snapshots ls`")
     return report(failures + lifecycle.remove_snapshot(specs, args.snapshot_id), args, "removed")
 
 
@@ -109,26 +113,16 @@ def add_parsers(sub: Any, shared: dict[str, argparse.ArgumentParser], make: Call
     p.add_argument("new_tasks", nargs="+", metavar="NEW_TASK", help="the new tasks, each with its own sandbox")
     p.set_defaults(func=cmd_fork)
 
-    p = sub.add_parser(
+    p = make(
+        sub,
         "snapshots",
-        help="list or remove snapshots",
-        description="List (`snapshots ls`) or remove (`snapshots rm SNAPSHOT`) snapshots.",
-    )
-    p.set_defaults(command_parser=p)
-    actions = p.add_subparsers(dest="action", required=True, metavar="{ls,rm}")
-    exits = "exit codes: 0 success, 1 a backend's call failed (the others still ran), 2 usage error"
-    flags = ("settings", "json", "verbose")
-    ls = make(actions, "ls", shared, "list the profile's snapshots", "  envlayer snapshots ls --all-profiles", exits, flags=flags)
-    ls.add_argument("--all-profiles", action="store_true", help="every profile, not only the current one")
-    ls.set_defaults(func=cmd_snapshots)
-    rm = make(
-        actions,
-        "rm",
         shared,
-        "remove a snapshot",
-        "  envlayer snapshots rm --backend docker envlayer-snapshot:deps-installed-1a2b3c4d",
-        exits,
-        flags=flags,
+        "list or remove snapshots",
+        "  envlayer snapshots ls\n  envlayer snapshots rm --backend docker envlayer-snapshot:deps-installed-1a2b3c4d",
+        "exit codes: 0 success, 1 a backend's call failed (the others still ran), 2 usage error",
+        flags=("settings", "json", "verbose"),
     )
-    rm.add_argument("snapshot_id", metavar="SNAPSHOT", help="the id `snapshots ls` shows")
-    rm.set_defaults(func=cmd_snapshots)
+    p.add_argument("action", choices=["ls", "rm"])
+    p.add_argument("snapshot_id", nargs="?", metavar="SNAPSHOT", help="for rm: the id `snapshots ls` shows")
+    p.add_argument("--all-profiles", action="store_true", help="ls: every profile, not only the current one")
+    p.set_defaults(func=cmd_snapshots, late_positional="snapshot_id")

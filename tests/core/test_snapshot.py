@@ -85,11 +85,14 @@ def test_snapshot_lists_as_a_row() -> None:
 
 def test_snapshots_rm_takes_options_before_the_id() -> None:
     """`snapshots rm --backend local ID` parses (it was a usage error: argparse had taken
-    the optional SNAPSHOT positional with the action, before the options)."""
+    the optional SNAPSHOT positional with the action, before the options); options may
+    also stand before the action."""
     removed = run("snapshots", "rm", "--backend", "local", "--json", "envlayer-snapshot:nosuch-1")
     assert "unrecognized arguments" not in removed.stderr and removed.returncode != 2, removed.stderr
     assert json.loads(removed.stdout)[0]["backend"] == "local"
-    listed = run("snapshots", "ls", "--backend", "local", "--json", "--all-profiles")
+    listed = run("snapshots", "--backend", "local", "ls", "--json", "--all-profiles")
     assert listed.returncode == 0 and json.loads(listed.stdout)[0]["error"] is None, listed.stderr
     missing = run("snapshots", "rm", "--backend", "local")
-    assert missing.returncode == 2 and "required: SNAPSHOT" in missing.stderr
+    assert missing.returncode == 1 and "`snapshots rm` needs the snapshot id" in missing.stderr
+    two = run("snapshots", "rm", "--backend", "local", "a", "b")
+    assert two.returncode == 2 and "unrecognized arguments: a b" in two.stderr
