@@ -13,8 +13,8 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 """The signals that stop a run like Ctrl-C does (a ``kill``, a closed terminal)."""
@@ -35,28 +35,27 @@ def _raise_terminated(signum: int, frame: object) -> None:
 
 
 @contextmanager
-def signals_raise() -> Iterator[None]:
+def _handling(signals: Iterable[int], handler: Callable[[int, object], None] | int) -> Iterator[None]:
+    """``handler`` for each of ``signals`` while the block runs; the previous ones after."""
+    previous = {sig: signal.signal(sig, handler) for sig in signals}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def signals_raise() -> AbstractContextManager[None]:
     """:data:`STOP_SIGNALS` raise :class:`Terminated` in the main thread while the block runs,
     except a SIGHUP this process was started ignoring (``nohup``: it is meant to outlive its
     terminal)."""
-    previous = {sig: signal.signal(sig, _raise_terminated) for sig in STOP_SIGNALS if not _detached(sig)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    return _handling([sig for sig in STOP_SIGNALS if not _detached(sig)], _raise_terminated)
 
 
-@contextmanager
-def signals_ignored() -> Iterator[None]:
+def signals_ignored() -> AbstractContextManager[None]:
     """SIGINT and :data:`STOP_SIGNALS` are ignored while the block runs (a cleanup in
     progress finishes even when Ctrl-C is pressed again)."""
-    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, *STOP_SIGNALS)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    return _handling((signal.SIGINT, *STOP_SIGNALS), signal.SIG_IGN)
 
 
 @contextmanager
