@@ -230,13 +230,46 @@ _ALWAYS_DEFINED = frozenset({"__init__"})
 
 
 def _has_parameter(backend: Any, method: str, name: str) -> bool:
-    import inspect
-
     func = getattr(backend, method, None)
+    return callable(func) and names_keyword(func, name)
+
+
+def names_keyword(func: Any, name: str) -> bool:
+    """True when ``func`` takes keyword ``name`` by name: a named parameter, or a
+    ``**kwargs: Unpack[SomeTypedDict]`` whose TypedDict has ``name`` (the way
+    :class:`~envlayer.sandbox.base.SandboxEnvironment` declares ``exec``'s keywords once,
+    in :class:`~envlayer.request.ExecArguments`). A bare ``**kwargs`` does not count: a
+    wrapper forwarding it to a backend without the keyword would fail."""
+    func = getattr(func, "__func__", func)
     try:
-        return callable(func) and name in inspect.signature(func).parameters
+        return name in _keyword_names(func)
+    except TypeError:  # an unhashable callable: read it uncached
+        return name in _keyword_names.__wrapped__(func)
+
+
+@functools.lru_cache(maxsize=1024)
+def _keyword_names(func: Any) -> frozenset[str]:
+    import inspect
+    import typing
+
+    try:
+        parameters = inspect.signature(func).parameters.values()
     except (TypeError, ValueError):
-        return False
+        return frozenset()
+    names = {p.name for p in parameters if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
+    for p in parameters:
+        if p.kind is p.VAR_KEYWORD and p.annotation is not p.empty:
+            annotation = p.annotation
+            if isinstance(annotation, str):  # ``from __future__ import annotations``: evaluated
+                # in the function's own module, as typing.get_type_hints does
+                try:
+                    annotation = eval(annotation, getattr(inspect.unwrap(func), "__globals__", {}))
+                except Exception:
+                    continue  # a name only imported for type checkers: no promise we can read
+            if typing.get_origin(annotation) is typing.Unpack:
+                (typed_dict,) = typing.get_args(annotation)
+                names |= set(getattr(typed_dict, "__annotations__", ()))
+    return frozenset(names)
 
 
 def _introspect(backend: Any) -> frozenset[Capability]:

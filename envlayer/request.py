@@ -200,6 +200,14 @@ class ExecArguments(TypedDict, total=False):
 _EXEC_ARGUMENT_NAMES = frozenset(ExecArguments.__annotations__)
 
 
+def check_exec_keywords(arguments: Mapping[str, object]) -> None:
+    """Raise ``TypeError`` (as Python does for a function's unknown keyword) when
+    ``arguments`` has a key that is not an ``exec`` keyword of :class:`ExecArguments`."""
+    unknown = arguments.keys() - _EXEC_ARGUMENT_NAMES
+    if unknown:
+        raise TypeError(f"exec() got unexpected keyword arguments: {', '.join(sorted(unknown))}")
+
+
 @dataclass(frozen=True, slots=True)
 class ExecRequest:
     """One validated call to ``exec``.
@@ -243,9 +251,7 @@ class ExecRequest:
 
         Raises :class:`InvalidArgument` for bad input; nothing has run then.
         """
-        unknown = arguments.keys() - _EXEC_ARGUMENT_NAMES
-        if unknown:
-            raise TypeError(f"unexpected exec arguments: {', '.join(sorted(unknown))}")
+        check_exec_keywords(arguments)
         cwd, user = arguments.get("cwd"), arguments.get("user")
         on_output, cancel = arguments.get("on_output"), arguments.get("cancel")
         limit = normalize_timeout(arguments.get("timeout"), default=default_timeout)

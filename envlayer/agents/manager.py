@@ -47,10 +47,10 @@ import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from envlayer.agents import exit_hook
-from envlayer.execution.cancel import CancelToken, takes_cancel
+from envlayer.execution.cancel import takes_cancel
 from envlayer.capabilities import Capability, capabilities_of, supports
 from envlayer.config import Settings, load_settings
 from envlayer.environment import DEFAULT_TASK, Command, Environment
@@ -59,6 +59,7 @@ from envlayer.factory import backend_class, open_environment
 from envlayer.dispatch import CleanupOutcome, cleanup, exec_streaming, user_keywords, wait_for_cleanup
 from envlayer.agents.orphan_sweeps import OrphanSweep, orphan_sweep, start_sweep
 from envlayer.discovery.plugin_calls import plugin_call, recording
+from envlayer.request import ExecArguments, check_exec_keywords
 from envlayer.result import ExecResult
 from envlayer.agents.task_bindings import EnvKey, TaskBindingConflict, TaskBindings, TaskOverrides
 
@@ -161,27 +162,19 @@ class ManagedEnvironment(Environment):
         """True once the manager released this environment."""
         return self._entry.released or self.environment.closed
 
-    def exec(
-        self,
-        command: Command,
-        *,
-        cwd: str | None = None,
-        env: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-        stdin: bytes | str | None = None,
-        on_output: Callable[[str, bytes], None] | None = None,
-        cancel: CancelToken | None = None,
-        user: str | None = None,
-    ) -> ExecResult:
-        """:meth:`Environment.exec`, tracked. ``on_output`` goes through
+    def exec(self, command: Command, **arguments: Unpack[ExecArguments]) -> ExecResult:
+        """:meth:`Environment.exec`, tracked; the keywords are
+        :class:`~envlayer.request.ExecArguments`. ``on_output`` goes through
         :func:`envlayer.dispatch.exec_streaming`: chunks as they arrive on a streaming
         backend, once at the end on others. ``cancel`` is passed on when the backend's
         ``exec`` takes it (else the command runs to its end or its timeout, and a DEBUG
         line says so). ``user`` is passed on to a backend with ``exec_as_user``; on any
         other it raises :class:`~envlayer.errors.InvalidArgument` before anything runs
         (:func:`envlayer.dispatch.user_keywords`)."""
-        kwargs: dict[str, Any] = {"cwd": cwd, "env": env, "timeout": timeout, "stdin": stdin}
-        kwargs.update(user_keywords(self.environment, user))
+        check_exec_keywords(arguments)
+        kwargs: dict[str, Any] = dict(arguments)
+        on_output, cancel = kwargs.pop("on_output", None), kwargs.pop("cancel", None)
+        kwargs.update(user_keywords(self.environment, kwargs.pop("user", None)))
         if cancel is not None:
             if takes_cancel(self.environment):
                 kwargs["cancel"] = cancel

@@ -76,15 +76,12 @@ def _run(killer: Killer) -> None:
 
 
 def takes_cancel(env: object) -> bool:
-    """True when ``env.exec`` names a ``cancel`` parameter. A bare ``**kwargs`` does not
-    count: a wrapper forwarding it to a backend without the keyword would fail."""
-    import inspect
+    """True when ``env.exec`` takes a ``cancel`` keyword by name (see
+    :func:`envlayer.capabilities.names_keyword`)."""
+    from envlayer.capabilities import names_keyword
 
-    try:
-        param = inspect.signature(env.exec).parameters.get("cancel")  # type: ignore[attr-defined]
-    except (AttributeError, TypeError, ValueError):
-        return False
-    return param is not None and param.kind in (param.KEYWORD_ONLY, param.POSITIONAL_OR_KEYWORD)
+    func = getattr(env, "exec", None)
+    return callable(func) and names_keyword(func, "cancel")
 
 
 _NO_KILLER: AbstractContextManager[None] = nullcontext()

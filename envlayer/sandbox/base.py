@@ -41,17 +41,15 @@ import dataclasses
 import posixpath
 import time
 from abc import abstractmethod
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar, TypeVar, Unpack
 
-from envlayer.execution.cancel import CancelToken
 from envlayer.capabilities import Capability, declared_capabilities
 from envlayer.execution.collector import OutputCollector
 from envlayer.environment import Environment
 from envlayer.errors import BackendUnavailable
 from envlayer.options import BaseOptions
-from envlayer.execution.output import OutputCallback
-from envlayer.request import Command, ExecRequest
+from envlayer.request import Command, ExecArguments, ExecRequest
 from envlayer.result import ExecResult
 from envlayer.execution.shell_session import PersistentShell
 from envlayer.snapshot import Snapshot
@@ -109,6 +107,17 @@ def _restarted(request: ExecRequest) -> ExecRequest:
     return dataclasses.replace(request, deadline=time.monotonic() + request.timeout)
 
 
+def run_in_shell(
+    shell: PersistentShell, request: ExecRequest, options: BaseOptions, *, prelude: str = ""
+) -> ExecResult:
+    """Run ``request`` in the persistent ``shell`` (``prelude`` first, in the same write)
+    and return its result, output capped by ``options``: what a backend's session runner
+    does with one call."""
+    collector = OutputCollector.for_request(request, options)
+    outcome = shell.run(request, collector, prelude=prelude)
+    return collector.result(request, outcome.exit_code, timed_out=outcome.timed_out, recovered=outcome.recovered)
+
+
 class SandboxEnvironment(Environment):
     """Base of a sandbox backend; see the module docstring for what it owns and what a
     subclass implements. Subclasses declare ``capabilities`` (a frozenset; the base is
@@ -153,38 +162,29 @@ class SandboxEnvironment(Environment):
 
     # --- the exec contract ----------------------------------------------------------
 
-    def exec(
-        self,
-        command: Command,
-        *,
-        cwd: str | None = None,
-        env: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-        stdin: bytes | str | None = None,
-        on_output: OutputCallback | None = None,
-        cancel: CancelToken | None = None,
-        user: str | None = None,
-    ) -> ExecResult:
+    def exec(self, command: Command, **arguments: Unpack[ExecArguments]) -> ExecResult:
         """Run ``command`` in the sandbox; the contract is
-        :class:`~envlayer.environment.Environment`'s.
+        :class:`~envlayer.environment.Environment`'s, the keywords are
+        :class:`~envlayer.request.ExecArguments` (declared once there, so a new keyword
+        reaches every backend built on this base):
 
-        ``timeout`` defaults to ``options.timeout`` (``0``: no limit); a timeout is
-        reported in the result (``timed_out``, exit 124), never raised.
-        ``on_output(stream, chunk)`` receives ``"stdout"``/``"stderr"`` chunks as they
-        arrive (uncapped), from the calling thread. ``cancel.cancel()`` from another
-        thread kills the command's tree; the result has ``cancelled=True`` (exit 130).
-        ``user`` (capability ``exec_as_user`` only) runs this one command as that user,
-        in a process of its own.
+        ``cwd``, ``env``, ``stdin`` as in the contract. ``timeout`` defaults to
+        ``options.timeout`` (``0``: no limit); a timeout is reported in the result
+        (``timed_out``, exit 124), never raised. ``on_output(stream, chunk)`` receives
+        ``"stdout"``/``"stderr"`` chunks as they arrive (uncapped), from the calling
+        thread. ``cancel.cancel()`` from another thread kills the command's tree; the
+        result has ``cancelled=True`` (exit 130). ``user`` (capability ``exec_as_user``
+        only) runs this one command as that user, in a process of its own.
 
         Raises :class:`~envlayer.errors.InvalidArgument` for bad arguments or a ``user``
-        the backend cannot honour (nothing ran); :class:`BackendUnavailable` when the
-        sandbox cannot be reached, or was lost while the command ran (it may or may not
-        have finished and is not re-run; the next call recovers the sandbox);
+        the backend cannot honour (nothing ran), ``TypeError`` for a keyword ``exec``
+        does not have; :class:`BackendUnavailable` when the sandbox cannot be reached,
+        or was lost while the command ran (it may or may not have finished and is not
+        re-run; the next call recovers the sandbox);
         :class:`~envlayer.errors.EnvironmentClosed` after ``cleanup()``.
         """
-        request = self.make_request(
-            command, cwd=cwd, env=env, timeout=timeout, stdin=stdin, on_output=on_output, cancel=cancel, user=user
-        )
+        request = self.make_request(command, **arguments)
+        user = request.user
         if user is not None and Capability.EXEC_AS_USER not in (declared_capabilities(self) or ()):
             from envlayer.dispatch import user_refused
 
@@ -259,9 +259,7 @@ class SandboxEnvironment(Environment):
 
     def run_shell(self, shell: PersistentShell, request: ExecRequest, *, prelude: str = "") -> ExecResult:
         """Run ``request`` in a core persistent ``shell`` and return its result."""
-        collector = OutputCollector.for_request(request, self.options)
-        outcome = shell.run(request, collector, prelude=prelude)
-        return collector.result(request, outcome.exit_code, timed_out=outcome.timed_out, recovered=outcome.recovered)
+        return run_in_shell(shell, request, self.options, prelude=prelude)
 
     # --- recovery: how a backend detects "gone" and recovers ------------------------------
 

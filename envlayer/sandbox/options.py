@@ -9,11 +9,14 @@ are those every built-in backend had):
   modal, daytona).
 * :class:`ManagedSandboxOptions`: a sandbox that envlayer creates and finds again by
   (profile, task): ``persist_across_processes``, ``on_fingerprint_mismatch``,
-  ``max_transfer_bytes``, an absolute ``cwd``, valid variable names in ``env`` and
-  ``forward_env`` (docker, kubernetes, modal, daytona).
+  ``max_transfer_bytes``, an absolute ``cwd``, valid variable names in ``env``
+  (docker, kubernetes, modal, daytona).
 * :class:`ContainerOptions`: a container-like sandbox with a ``shell`` option and
   ``/workspace`` as its default working directory, :attr:`ContainerOptions.workdir`
   (docker, kubernetes, modal).
+
+:class:`HostVariablesOptions` adds ``forward_env`` to a backend whose commands can get
+variables of this machine's environment (docker, kubernetes).
 """
 
 from __future__ import annotations
@@ -81,7 +84,6 @@ class ManagedSandboxOptions(SandboxOptions):
         if self.max_transfer_bytes < 0:
             raise OptionError("max_transfer_bytes", "must be >= 0")
         check_variable_names("env", self.env)
-        check_variable_names("forward_env", getattr(self, "forward_env", ()))
 
 
 @dataclass(kw_only=True)
@@ -100,3 +102,18 @@ class ContainerOptions(ManagedSandboxOptions):
     def workdir(self) -> str:
         """The sandbox's working directory (``cwd`` or ``/workspace``)."""
         return self.cwd or DEFAULT_WORKDIR
+
+
+@dataclass(kw_only=True)
+class HostVariablesOptions(BaseOptions):
+    """``forward_env``: variables of this machine's environment passed to every command."""
+
+    forward_env: list[str] = option(
+        doc="Names of host environment variables whose values are passed to every command (read when the "
+        "environment is created; the values never go into the sandbox's spec, labels, argv or logs).",
+        factory=list,
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_variable_names("forward_env", self.forward_env)

@@ -4,7 +4,7 @@ optional capability) and against small backends that do have them."""
 from __future__ import annotations
 
 import logging
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypedDict, Unpack
 
 import pytest
 
@@ -14,6 +14,9 @@ from envlayer.backends.local import LocalEnvironment
 from envlayer.errors import InvalidArgument
 from envlayer.options import BaseOptions
 from envlayer.discovery.backend_registry import load_backend
+from envlayer.capabilities import names_keyword
+from envlayer.execution.cancel import takes_cancel
+from envlayer.request import ExecArguments
 from envlayer.result import ExecResult
 
 
@@ -309,3 +312,73 @@ def test_exec_as_user_needs_user_by_name_when_undeclared() -> None:
 
     assert Capability.EXEC_AS_USER in capabilities_of(Named)
     assert Capability.EXEC_AS_USER not in capabilities_of(Undeclared)  # **kw alone is no promise
+
+
+class _NoCancel(TypedDict, total=False):
+    cwd: str | None
+    timeout: float | None
+
+
+class _KeywordsVia(Environment):
+    """Undeclared backends whose ``exec`` keywords come from a TypedDict (as
+    SandboxEnvironment declares them) or from a bare ``**kwargs``."""
+
+    name = "keywords-via"
+    capabilities = None
+
+    def read_file(self, path: str) -> bytes:
+        return b""
+
+    def write_file(self, path: str, data: bytes | str) -> None:
+        pass
+
+    def cleanup(self) -> None:
+        self._closed = True
+
+
+class _TypedKeywords(_KeywordsVia):
+    def exec(self, command: Any, **arguments: Unpack[ExecArguments]) -> ExecResult:
+        return ExecResult(0)
+
+
+class _TypedWithoutCancel(_KeywordsVia):
+    def exec(self, command: Any, **arguments: Unpack[_NoCancel]) -> ExecResult:
+        return ExecResult(0)
+
+
+class _BareKeywords(_KeywordsVia):
+    def exec(self, command: Any, **kwargs: Any) -> ExecResult:
+        return ExecResult(0)
+
+
+@pytest.mark.parametrize(
+    ("backend", "expected"),
+    [
+        (_TypedKeywords, {"cancel", "on_output", "user", "cwd", "timeout"}),
+        (_TypedWithoutCancel, {"cwd", "timeout"}),
+        (_BareKeywords, set()),
+    ],
+)
+def test_keywords_declared_in_a_typeddict_count_as_named(backend: type[Environment], expected: set[str]) -> None:
+    names = {"cancel", "on_output", "user", "cwd", "timeout", "nosuch"}
+    assert {n for n in names if names_keyword(backend.exec, n)} == expected
+    env = backend()
+    try:
+        assert takes_cancel(env) == ("cancel" in expected)
+        found = capabilities_of(env)
+        assert (Capability.STREAMING in found) == ("on_output" in expected)
+        assert (Capability.EXEC_AS_USER in found) == ("user" in expected)
+    finally:
+        env.cleanup()
+
+
+def test_the_sandbox_base_declares_exec_keywords_once() -> None:
+    """Every built-in sandbox backend's exec takes each ExecArguments keyword by name."""
+    for name in ExecArguments.__annotations__:
+        assert names_keyword(LocalEnvironment.exec, name), name
+    with pytest.raises(TypeError, match="unexpected keyword arguments: nosuch"):
+        env = LocalEnvironment()
+        try:
+            env.exec("true", nosuch=1)  # type: ignore[call-arg]
+        finally:
+            env.cleanup()

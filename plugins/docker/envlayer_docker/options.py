@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from envlayer.options import OptionError, option
-from envlayer.sandbox.options import ContainerOptions
+from envlayer.sandbox.options import ContainerOptions, HostVariablesOptions
 from envlayer.snapshot import SnapshotRetentionOptions
 
 CAPABILITY_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
@@ -64,7 +64,7 @@ capabilities, environment) are deliberately absent: use the dedicated options.""
 
 
 @dataclass(kw_only=True)
-class DockerOptions(ContainerOptions, SnapshotRetentionOptions):
+class DockerOptions(ContainerOptions, HostVariablesOptions, SnapshotRetentionOptions):
     """Options of the Docker backend. ``cwd`` defaults to ``/workspace``."""
 
     where: ClassVar[str] = "container"
@@ -126,11 +126,6 @@ class DockerOptions(ContainerOptions, SnapshotRetentionOptions):
         None,
         doc='Host directory for `workspace = "host"` data; `$XDG_DATA_HOME/envlayer/docker` '
         "(~/.local/share/envlayer/docker) when unset.",
-    )
-    forward_env: list[str] = option(
-        doc="Names of host environment variables whose values are passed to every command "
-        "(read when the environment is created; values never go into labels, argv or logs).",
-        factory=list,
     )
     labels: dict[str, str] = option(doc="Extra container labels (keys must not start with `envlayer.`).", factory=dict)
     extra_create_kwargs: dict[str, Any] = option(

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from envlayer.options import OptionError, option
-from envlayer.sandbox.options import ContainerOptions
+from envlayer.sandbox.options import ContainerOptions, HostVariablesOptions
 from envlayer.snapshot import SnapshotRetentionOptions
 
 QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
@@ -37,7 +37,7 @@ def valid_label_key(key: str) -> bool:
 
 
 @dataclass(kw_only=True)
-class KubernetesOptions(ContainerOptions, SnapshotRetentionOptions):
+class KubernetesOptions(ContainerOptions, HostVariablesOptions, SnapshotRetentionOptions):
     """Options of the Kubernetes backend. ``cwd`` defaults to ``/workspace``."""
 
     where: ClassVar[str] = "container"
@@ -98,11 +98,6 @@ class KubernetesOptions(ContainerOptions, SnapshotRetentionOptions):
     )
     pod_labels: dict[str, str] = option(doc="Extra pod labels (keys under `envlayer/` are reserved).", factory=dict)
     pod_annotations: dict[str, str] = option(doc="Extra pod annotations.", factory=dict)
-    forward_env: list[str] = option(
-        doc="Names of host environment variables whose values are passed to every command (over the exec's "
-        "stdin; never in the pod spec, argv or logs). Per-process setting.",
-        factory=list,
-    )
     startup_timeout: float = option(
         300.0, doc="How long to wait for a Pending pod to run, in seconds. Per-process setting."
     )

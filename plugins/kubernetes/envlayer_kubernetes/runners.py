@@ -31,6 +31,7 @@ from envlayer.execution.collector import OutputCollector
 from envlayer.errors import BackendUnavailable
 from envlayer.request import ExecRequest
 from envlayer.result import INTERRUPT_EXIT_CODE, ExecResult
+from envlayer.sandbox.base import run_in_shell
 from envlayer.execution.tree_kill import kill_script_argv
 from envlayer.execution.shell_script import SESSION_VAR
 from envlayer.execution.shell_session import KILL_GRACE_SECONDS, PersistentShell, status_unknown
@@ -198,9 +199,7 @@ class SessionRunner:
 
     def run(self, request: ExecRequest) -> ExecResult:
         """Run ``request`` in the shell (the caller holds :attr:`lock`)."""
-        collector = OutputCollector.for_request(request, self.target.options)
-        outcome = self.shell.run(request, collector)
-        return collector.result(request, outcome.exit_code, timed_out=outcome.timed_out, recovered=outcome.recovered)
+        return run_in_shell(self.shell, request, self.target.options)
 
     def close(self) -> None:
         """End the shell (best effort; never raises)."""
