@@ -10,8 +10,9 @@ everything they started if they do not exit; the directory is removed at the end
 
 It also makes SIGINT deliverable to the processes tests start, even in a run started in
 the background with SIGINT ignored (see ``pytest_configure``), and ends every run that ran
-tests with a table of the slowest test files (see ``pytest_terminal_summary``), so the next
-slowdown is seen where it starts. Under pytest-xdist the backends' tests are handed out
+tests with a table of the slowest test files and, under pytest-xdist, each worker's busy
+time and when it finished (see ``pytest_terminal_summary``), so the next slowdown is seen
+where it starts. Under pytest-xdist the backends' tests are handed out
 first (see ``pytest_collection_modifyitems``).
 """
 
@@ -38,6 +39,9 @@ _file_seconds: Counter[str] = Counter()  # test file -> its tests' setup + call 
 _file_cpu: Counter[str] = Counter()  # test file -> CPU seconds (user + system, this process + waited children)
 _file_tests: Counter[str] = Counter()  # test file -> tests run (setup reports)
 _CPU_MARK = pytest.StashKey[float]()
+_worker_seconds: Counter[str] = Counter()  # pytest-xdist worker -> seconds of test phases it ran
+_worker_done: dict[str, float] = {}  # worker -> when its last report came, seconds since the run began
+_RUN_START = time.monotonic()
 
 
 def _cpu_seconds() -> float:
@@ -91,6 +95,10 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     _file_cpu[path] += getattr(report, "cpu_seconds", 0.0)
     if report.when == "setup":
         _file_tests[path] += 1
+    worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", None)
+    if worker is not None:  # the controller of a pytest-xdist run
+        _worker_seconds[worker] += report.duration
+        _worker_done[worker] = time.monotonic() - _RUN_START
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
@@ -110,6 +118,11 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     for path, seconds in _file_seconds.most_common(SLOWEST_FILES):
         terminalreporter.write_line(
             f"{seconds:8.1f} {100 * seconds / total:5.1f} % {_file_cpu[path]:8.1f} {_file_tests[path]:6d}  {path}"
+        )
+    if _worker_done:  # a worker that ends long before the others shows work units badly spread
+        terminalreporter.write_line(
+            "workers (busy s / last test ended at s): "
+            + ", ".join(f"{w} {_worker_seconds[w]:.0f}/{_worker_done[w]:.0f}" for w in sorted(_worker_done))
         )
 
 
