@@ -2,7 +2,9 @@
 the same run, interleaved.
 
 One container; an envlayer session call (`true`) and a bare shell over one attached exec
-socket (the floor of a session call: write `true; echo M`, read until M) alternate in
+socket (the floor of a session call: write `true; echo M`, read until M) and, as extra
+information, a bare shell that keeps stderr apart as a session must (a marker on each
+stream, read until both came) alternate in
 blocks (:func:`bench_timing.interleaved_medians`), so load changes hit both alike. Prints
 the median of each, envlayer's overhead per call (the difference) and the ratio, then the
 client's CPU time per call (``time.process_time`` over a further block of each), which
@@ -53,23 +55,28 @@ def main() -> int:
     env = DockerEnvironment(DockerOptions(image=args.image, timeout=60), task_id="latency", profile=profile)
     try:
         bare, sock = bare_shell(api, env.container_id)
-        variants = {"session": lambda: env.exec("true"), "floor": bare}
+        split, split_sock = bare_shell(api, env.container_id, split=True)
+        variants = {"session": lambda: env.exec("true"), "floor": bare, "split": split}
         medians = interleaved_medians(variants, args.calls, rounds=6)
         cpu = {label: cpu_per_call_us(run, args.calls // 3) for label, run in variants.items()}
         sock.close()
+        split_sock.close()
     finally:
         env.cleanup(force_remove=True)
         env.wait_for_cleanup(30)
         for volume in (api.volumes(filters={"label": "envlayer.managed=1"}) or {}).get("Volumes") or []:
             if (volume.get("Labels") or {}).get("envlayer.profile", "") == profile:
                 api.remove_volume(volume["Name"], force=True)
-    session, floor = medians["session"], medians["floor"]
+    session, floor, split = medians["session"], medians["floor"], medians["split"]
     checkout = envlayer.__file__.rsplit("/envlayer/", 1)[0]
     print(f"envlayer from {checkout}; {args.calls} calls per variant")
     print(f"session `true` median  {session:.3f} ms")
     print(f"bare shell floor       {floor:.3f} ms")
+    print(f"stderr apart (extra)   {split:.3f} ms ({split / floor:.2f}x the floor)")
     print(f"envlayer overhead      {session - floor:.3f} ms per call ({session / floor:.2f}x the floor)")
-    print(f"client CPU per call    session {cpu['session']:.0f} us, floor {cpu['floor']:.0f} us")
+    print(f"  over stderr apart    {session - split:.3f} ms per call ({session / split:.2f}x)")
+    cpus = ", ".join(f"{label} {us:.0f} us" for label, us in cpu.items())
+    print(f"client CPU per call    {cpus}")
     return 0
 
 

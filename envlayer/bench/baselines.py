@@ -7,6 +7,9 @@ core imports no backend SDK at module level).
 * Docker: the ``docker exec`` CLI and docker-py ``exec_run`` (one-shot), a bare shell
   over one attached exec socket (the session floor), the raw attach stream of one
   ``docker exec`` (the flood's floor, frames not parsed);
+* local and Docker, extra information (no ratio is taken to it): the bare shell with
+  stderr kept apart (:data:`SPLIT_FLOOR`), as a session call must, so a run shows how
+  much of the gap to the floor is the stream separation itself;
 * SSH: ``ssh`` with a ControlMaster and paramiko ``exec_command`` with its defaults
   (one-shot), a bare shell over one paramiko channel (the session floor), one channel's
   raw stream (the flood's floor).
@@ -15,6 +18,7 @@ core imports no backend SDK at module level).
 from __future__ import annotations
 
 import os
+import select
 import shutil
 import subprocess
 import uuid
@@ -26,6 +30,11 @@ from envlayer.environment import Environment
 
 SESSION_FLOOR = "bare shell"
 """The method name of the floor a session call is compared to."""
+
+SPLIT_FLOOR = "bare shell, stderr apart (extra)"
+"""The method name of the bare shell that writes a marker on stderr and one on stdout per
+call and reads until both came (see :func:`split_shell_call`). Extra information only: the
+session's ratio stays to :data:`SESSION_FLOOR`."""
 
 CHUNK = 1 << 20
 
@@ -67,27 +76,70 @@ def shell_call(send: Callable[[bytes], object], recv: Callable[[], bytes]) -> Ca
     return call
 
 
-def local_baselines(env: Environment) -> ExecBaselines:
-    """``subprocess.run`` of ``sh -c true`` and a bare shell over pipes."""
-    shell = subprocess.Popen(["/bin/sh"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+def split_shell_call(send: Callable[[bytes], object], recv: Callable[[], bytes]) -> Callable[[], None]:
+    """A call of a bare persistent shell that keeps stderr apart, as a session call must:
+    send ``true; echo MARKER-N-e >&2; echo MARKER-N-o`` and read (``recv`` returns what
+    either stream brought, in any order) until both markers came."""
+    prefix = b"__floor_" + uuid.uuid4().hex.encode() + b"_"
+    count = [0]
+
+    def call() -> None:
+        count[0] += 1
+        marker = prefix + str(count[0]).encode()
+        on_err, on_out = marker + b"-e\n", marker + b"-o\n"
+        send(b"true; echo " + on_err[:-1] + b" >&2; echo " + on_out)
+        buf = b""
+        while on_err not in buf or on_out not in buf:
+            chunk = recv()
+            if not chunk:
+                raise EOFError("the bare shell closed its output")
+            buf += chunk
+
+    return call
+
+
+def _piped_shell(stderr: bool) -> tuple[Callable[[bytes], None], Callable[[], bytes], Callable[[], None]]:
+    """A local ``/bin/sh`` over pipes: its send, its recv and its close. The recv is a
+    blocking read of stdout, or with ``stderr`` (stderr on a pipe of its own) what the
+    ready pipes hold, both polled."""
+    shell = subprocess.Popen(
+        ["/bin/sh"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE if stderr else None
+    )
     assert shell.stdin is not None and shell.stdout is not None
-    stdin, stdout = shell.stdin, shell.stdout
+    stdin = shell.stdin
+    pipes = [pipe for pipe in (shell.stdout, shell.stderr) if pipe is not None]
+    poller = select.poll()
+    for pipe in pipes:
+        poller.register(pipe.fileno(), select.POLLIN)
 
     def send(data: bytes) -> None:
         stdin.write(data)
         stdin.flush()
 
+    def recv() -> bytes:
+        if not stderr:
+            return os.read(pipes[0].fileno(), 65536)
+        return b"".join(os.read(fd, 65536) for fd, _ in poller.poll())
+
     def close() -> None:
         stdin.close()
         shell.wait()
-        stdout.close()
+        for pipe in pipes:
+            pipe.close()
 
+    return send, recv, close
+
+
+def local_baselines(env: Environment) -> ExecBaselines:
+    """``subprocess.run`` of ``sh -c true``, a bare shell over pipes, and one with stderr apart."""
+    send, recv, close = _piped_shell(stderr=False)
+    split_send, split_recv, split_close = _piped_shell(stderr=True)
     run = "subprocess.run"
     return ExecBaselines(
-        fast={SESSION_FLOOR: shell_call(send, lambda: os.read(stdout.fileno(), 65536))},
+        fast={SESSION_FLOOR: shell_call(send, recv), SPLIT_FLOOR: split_shell_call(split_send, split_recv)},
         spawning={run: lambda: subprocess.run(["/bin/sh", "-c", "true"], check=True)},
         oneshot_baseline=run,
-        closers=[close],
+        closers=[close, split_close],
     )
 
 
@@ -98,13 +150,16 @@ def docker_api() -> Any:
     return docker.APIClient(version="auto", **docker.utils.kwargs_from_env())
 
 
-def docker_bare_shell(api: Any, container_id: str) -> tuple[Callable[[], None], Any]:
+def docker_bare_shell(api: Any, container_id: str, *, split: bool = False) -> tuple[Callable[[], None], Any]:
     """The floor of a session call: a shell over one attached exec socket, sent
-    ``true; echo <marker>`` and read until the marker (frames not parsed). Returns the
-    call and the socket (close it when done)."""
+    ``true; echo <marker>`` and read until the marker (frames not parsed). With ``split``
+    the :func:`split_shell_call` instead (a marker on each stream; the daemon forwards
+    them in frames of their own, in either order). Returns the call and the socket
+    (close it when done)."""
     eid = api.exec_create(container_id, ["sh"], stdin=True, stdout=True, stderr=True, tty=False)["Id"]
     sock = api.exec_start(eid, socket=True)._sock
-    return shell_call(sock.sendall, lambda: sock.recv(65536)), sock
+    make = split_shell_call if split else shell_call
+    return make(sock.sendall, lambda: sock.recv(65536)), sock
 
 
 def docker_baselines(env: Environment) -> ExecBaselines:
@@ -114,15 +169,16 @@ def docker_baselines(env: Environment) -> ExecBaselines:
     cid = env.container_id  # type: ignore[attr-defined]
     api = docker_api()
     call, sock = docker_bare_shell(api, cid)
+    split_call, split_sock = docker_bare_shell(api, cid, split=True)
     container = docker.DockerClient(version="auto", **docker.utils.kwargs_from_env()).containers.get(cid)
     spawning: dict[str, Callable[[], object]] = {"docker-py exec_run": lambda: container.exec_run(["true"])}
     if shutil.which("docker"):
         spawning["docker exec CLI"] = lambda: subprocess.run(["docker", "exec", cid, "true"], check=True)
     return ExecBaselines(
-        fast={SESSION_FLOOR: call},
+        fast={SESSION_FLOOR: call, SPLIT_FLOOR: split_call},
         spawning=spawning,
         oneshot_baseline="docker exec CLI" if "docker exec CLI" in spawning else "docker-py exec_run",
-        closers=[sock.close, api.close],
+        closers=[sock.close, split_sock.close, api.close],
     )
 
 

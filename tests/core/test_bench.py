@@ -41,6 +41,7 @@ LOCAL_MEASURES = {
     ("start", "envlayer"),
     ("session exec", "envlayer"),
     ("session exec", "bare shell"),
+    ("session exec", "bare shell, stderr apart (extra)"),
     ("one-shot exec", "envlayer"),
     ("one-shot exec", "subprocess.run"),
     ("upload 1 MB", "envlayer"),
