@@ -58,11 +58,20 @@ def session_argv(shell: str, idle_exit: int) -> list[str]:
 class ExecStream:
     """:class:`~envlayer.execution.streams.ByteStream` over one ``Sandbox.exec`` (see the module)."""
 
-    def __init__(self, process: Process, ended: Callable[[BaseException], BaseException | None] | None = None) -> None:
+    def __init__(
+        self,
+        process: Process,
+        ended: Callable[[BaseException], BaseException | None] | None = None,
+        guard: Callable[[Callable[[], None]], None] | None = None,
+    ) -> None:
         """``ended(error)``, asked when a write fails, returns the exception meaning "the
-        sandbox had ended, so nothing was sent" (or None): :meth:`exit_status` raises it."""
+        sandbox had ended, so nothing was sent" (or None): :meth:`exit_status` raises it.
+        ``guard(send)``, when given, runs each write (e.g.
+        :func:`envlayer_modal.ended_watch.unless_ended`: a write to a sandbox that ended
+        fails once the control plane says so, not after the SDK's retries)."""
         self.process = process
         self._ended_check = ended
+        self._guard = guard
         self._refused: BaseException | None = None
         self._broken = False
         self._ended: set[int] = set()
@@ -75,7 +84,10 @@ class ExecStream:
         if self._closed:
             raise BrokenPipeError("stream closed")
         try:
-            self.process.send(data)
+            if self._guard is None:
+                self.process.send(data)
+            else:
+                self._guard(lambda: self.process.send(data))
         except Exception as exc:
             self._broken = True
             if self._ended_check is not None:
