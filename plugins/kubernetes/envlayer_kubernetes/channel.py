@@ -164,7 +164,8 @@ class ExecChannel:
                 if wait is not None and wait <= 0:
                     return chunks
             if self.keepalive is not None:
-                wait = self.keepalive.answer_within if wait is None else min(wait, self.keepalive.answer_within)
+                bound = self.keepalive.until_overdue()
+                wait = bound if wait is None else min(wait, bound)
             if self._readable(wait):
                 self._receive(chunks)
             elif chunks:

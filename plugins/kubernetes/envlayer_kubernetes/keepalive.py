@@ -21,6 +21,8 @@ PING_EVERY = 30.0
 """Seconds between keepalive pings of an idle session websocket."""
 ANSWER_WITHIN = 10.0
 """Seconds a pong may take (capped by ``api_timeout``)."""
+_AFTER = 0.01
+"""How long after a ping's answer time a read wakes to find it overdue."""
 
 
 class Keepalive:
@@ -74,6 +76,15 @@ class Keepalive:
         Only meaningful after every frame already received was read."""
         unanswered = self._unanswered
         return unanswered is not None and time.monotonic() - unanswered[1] > self.answer_within
+
+    def until_overdue(self) -> float:
+        """Seconds a read may wait before :meth:`overdue` can turn true: until the latest
+        unanswered ping's answer time ends (a hair after, as overdue is strictly later), or
+        ``answer_within`` when no ping waits (one sent later cannot be overdue sooner)."""
+        unanswered = self._unanswered
+        if unanswered is None:
+            return self.answer_within
+        return max(unanswered[1] + self.answer_within - time.monotonic(), 0.0) + _AFTER
 
     def stop(self) -> None:
         """Stop pinging (never raises)."""

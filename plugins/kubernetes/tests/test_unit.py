@@ -312,3 +312,38 @@ def test_kubeconfig_files_are_merged_as_kubectl_merges_them(tmp_path: Any, monke
     assert cluster.where == f"kubeconfig {first}{os.pathsep}{second} context work"
     other = connect(KubernetesOptions(context="other"))
     assert other.core.api_client.configuration.host == "https://other.example:6443" and other.namespace == "default"
+
+
+def test_an_unanswered_ping_is_found_overdue_when_its_answer_time_ends(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read on a silent session websocket gives up ``answer_within`` after the first
+    unanswered ping, not at the end of a further full ``answer_within`` wait that began
+    before the ping was due. Clock and socket are fakes: the read's waits advance the clock."""
+    from envlayer_kubernetes import channel as channel_module
+    from envlayer_kubernetes import keepalive as keepalive_module
+    from envlayer_kubernetes.channel import ExecChannel
+    from envlayer_kubernetes.keepalive import Keepalive
+
+    clock = [100.0]
+    monkeypatch.setattr(channel_module.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(keepalive_module.time, "monotonic", lambda: clock[0])
+
+    class SilentSocket:
+        subprotocol = channel_module.V5
+        sock = object()
+
+        def close(self, **_: Any) -> None:
+            pass
+
+    chan = ExecChannel(SilentSocket(), cluster=None, pod="p", timeout=2.0)  # type: ignore[arg-type]
+    chan.keepalive = Keepalive(lambda token: None, every=3600.0, answer_within=2.0)
+    assert chan.keepalive.ping()  # unanswered from clock 100
+    clock[0] = 101.0  # the read starts a second later
+
+    def nothing_arrives(wait: float | None) -> bool:
+        assert wait is not None, "a read with keepalive on never waits without a bound"
+        clock[0] += wait
+        return False
+
+    monkeypatch.setattr(chan, "_readable", nothing_arrives)
+    assert chan.read(deadline=None) is None and chan.lost
+    assert clock[0] - 100.0 <= 2.0 + 0.05, f"found overdue {clock[0] - 100.0:.2f} s after the ping"

@@ -167,13 +167,20 @@ class ModalEnvironment(ThreadTeardown, SandboxEnvironment):
         ran). A failure after which the control plane reports the sandbox ended becomes
         :class:`NotStarted`; every other failure :class:`BackendUnavailable`."""
         from envlayer_modal.client import control, throttled, translate
+        from envlayer_modal.ended_watch import unless_ended
         from envlayer_modal.sandbox import ended_error
 
         attached = self._attached
-        try:
+
+        def start() -> Any:
             return control(
                 lambda: attached.sandbox.exec(*argv, env=dict(env), text=False), "starting a command", throttled
             )
+
+        try:
+            return unless_ended(start, attached)
+        except NotStarted:
+            raise
         except Exception as exc:
             ended = ended_error(exc, self._conn, attached)
             if ended is not None:
@@ -309,6 +316,7 @@ class ModalEnvironment(ThreadTeardown, SandboxEnvironment):
     def _new_session(self) -> Any:
         """A (not yet started) persistent shell in the current sandbox, or None in one-shot mode."""
         from envlayer_modal import files
+        from envlayer_modal.ended_watch import unless_ended
         from envlayer_modal.sandbox import ended_error
         from envlayer_modal.session import shell_session
 
@@ -323,7 +331,8 @@ class ModalEnvironment(ThreadTeardown, SandboxEnvironment):
             cwd=self.options.workdir,
             idle_exit=self.options.session_idle_exit,
             upload=lambda path, data: self._files_call(lambda sb: files.write(sb, path, data), f"staging {path}"),
-            ended=lambda exc: ended_error(exc, self._conn, attached),
+            ended=lambda exc: exc if isinstance(exc, NotStarted) else ended_error(exc, self._conn, attached),
+            guard=lambda send: unless_ended(send, attached),
         )
 
     def _drop_session(self) -> None:
@@ -341,12 +350,13 @@ class ModalEnvironment(ThreadTeardown, SandboxEnvironment):
         """``fn(sandbox)``; a sandbox found ended (asked of the control plane) is replaced
         once (persist mode) and ``fn`` runs again: a file call is idempotent."""
         from envlayer_modal.client import translate
+        from envlayer_modal.ended_watch import unless_ended
         from envlayer_modal.sandbox import ended_error
 
         def attempt() -> T:
             attached = self._attached
             try:
-                return fn(attached.sandbox)
+                return unless_ended(lambda: fn(attached.sandbox), attached)
             except self._conn.modal.exception.Error as exc:
                 ended = ended_error(exc, self._conn, attached)
                 if ended is None:

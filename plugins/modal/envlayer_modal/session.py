@@ -38,13 +38,15 @@ def shell_session(
     idle_exit: int,
     upload: Callable[[str, bytes], None],
     ended: Callable[[BaseException], BaseException | None],
+    guard: Callable[[Callable[[], None]], None],
 ) -> PersistentShell:
     """The session shell of an environment (not started yet). ``ended`` tells a refused
-    write from a sandbox that had ended (see :class:`~envlayer_modal.stream.ExecStream`)."""
+    write from a sandbox that had ended; ``guard`` runs each write (see
+    :class:`~envlayer_modal.stream.ExecStream`)."""
 
     def open_stream() -> ByteStream:
         environment = {**env, SESSION_VAR: uuid.uuid4().hex}
-        return ExecStream(Process(start_exec(session_argv(shell, idle_exit), environment)), ended)
+        return ExecStream(Process(start_exec(session_argv(shell, idle_exit), environment)), ended, guard)
 
     def run_aside(argv: list[str]) -> None:
         code, out, err = helper(argv, None)

@@ -29,9 +29,9 @@ NAMES = {STDOUT: "stdout", STDERR: "stderr"}
 WATCHDOG_PERIOD = 5
 
 WATCHDOG = (
-    "s=$$; n=$1; shift\n"
+    "s=$$; n=$1; shift; t=" + str(WATCHDOG_PERIOD) + '; [ "$n" -lt $t ] && t=$n\n'
     "( me=; read -r me _ < /proc/self/stat; idle=0; last=\n"
-    "  while sleep " + str(WATCHDOG_PERIOD) + "; do\n"
+    "  while sleep $t; do\n"
     '    kill -0 "$s" 2>/dev/null || exit 0\n'
     '    io=$(grep rchar "/proc/$s/io" 2>/dev/null); kids=0\n'
     "    for f in /proc/[0-9]*/stat; do\n"
@@ -39,13 +39,15 @@ WATCHDOG = (
     '      p=${f#/proc/}; p=${p%/stat}; [ "$2" = "$s" ] && [ "$p" != "$me" ] && { kids=1; break; }\n'
     "    done\n"
     '    if [ "$io" != "$last" ] || [ $kids = 1 ]; then idle=0; last=$io;'
-    " else idle=$((idle + " + str(WATCHDOG_PERIOD) + ")); fi\n"
+    " else idle=$((idle + t)); fi\n"
     '    [ $idle -ge "$n" ] && { kill -KILL "$s" 2>/dev/null; exit 0; }\n'
     "  done ) < /dev/null > /dev/null 2>&1 &\n"
     'exec "$@"\n'
 )
 """``sh -c`` program: ``$1`` idle seconds, then the shell's argv (``exec``'d, so it keeps the
-exec's pid, and the watchdog is its child)."""
+exec's pid, and the watchdog is its child). It looks every :data:`WATCHDOG_PERIOD` seconds,
+or every ``$1`` seconds when that is shorter, so a shell idle since its last input ends
+within ``$1`` plus two periods (its first look always sees the shell's start as input)."""
 
 
 def session_argv(shell: str, idle_exit: int) -> list[str]:
@@ -56,11 +58,20 @@ def session_argv(shell: str, idle_exit: int) -> list[str]:
 class ExecStream:
     """:class:`~envlayer.execution.streams.ByteStream` over one ``Sandbox.exec`` (see the module)."""
 
-    def __init__(self, process: Process, ended: Callable[[BaseException], BaseException | None] | None = None) -> None:
+    def __init__(
+        self,
+        process: Process,
+        ended: Callable[[BaseException], BaseException | None] | None = None,
+        guard: Callable[[Callable[[], None]], None] | None = None,
+    ) -> None:
         """``ended(error)``, asked when a write fails, returns the exception meaning "the
-        sandbox had ended, so nothing was sent" (or None): :meth:`exit_status` raises it."""
+        sandbox had ended, so nothing was sent" (or None): :meth:`exit_status` raises it.
+        ``guard(send)``, when given, runs each write (e.g.
+        :func:`envlayer_modal.ended_watch.unless_ended`: a write to a sandbox that ended
+        fails once the control plane says so, not after the SDK's retries)."""
         self.process = process
         self._ended_check = ended
+        self._guard = guard
         self._refused: BaseException | None = None
         self._broken = False
         self._ended: set[int] = set()
@@ -73,7 +84,10 @@ class ExecStream:
         if self._closed:
             raise BrokenPipeError("stream closed")
         try:
-            self.process.send(data)
+            if self._guard is None:
+                self.process.send(data)
+            else:
+                self._guard(lambda: self.process.send(data))
         except Exception as exc:
             self._broken = True
             if self._ended_check is not None:

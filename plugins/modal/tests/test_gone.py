@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,28 @@ def test_persist_sandbox_ended_under_the_holder_is_recreated(
     assert result.recovered == "sandbox recreated", result.recovered
     assert env.sandbox_id != gone
     assert env.exec("echo again").recovered == ""
+
+
+@pytest.mark.parametrize("exec_mode", ["session", "oneshot"])
+def test_a_sandbox_ended_with_its_router_silent_is_recreated_not_waited_on(
+    make_env: Any, faults: Any, exec_mode: str
+) -> None:
+    """A worker that vanished without a word: the router never answers for the ended
+    sandbox, and the SDK puts no deadline on starting a command or writing its stdin. The
+    control plane says the sandbox ended, so the call runs in a new sandbox instead of
+    waiting forever."""
+    env = make_env(exec_mode=exec_mode)
+    env.exec("true").check()
+    gone = env.sandbox_id
+    faults(ended_router_status="SILENT")
+    _end_from_outside(gone)
+    results: list[Any] = []
+    call = threading.Thread(target=lambda: results.append(env.exec("echo back")), daemon=True)
+    call.start()
+    call.join(timeout=60)
+    assert results, "the call still waited on the silent router after 60 s"
+    assert (results[0].stdout, results[0].recovered) == (b"back\n", "sandbox recreated"), results[0]
+    assert env.sandbox_id != gone
 
 
 @pytest.mark.parametrize("answer", ROUTER_ANSWERS)

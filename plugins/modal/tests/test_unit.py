@@ -3,6 +3,7 @@ the one-shot wrapper, and the mapping of SDK errors. No server needed."""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 
@@ -181,3 +182,55 @@ def test_the_creator_label_names_the_login_and_the_host(monkeypatch: pytest.Monk
     bob = T.creator_label()
     assert alice.startswith("alice_") and bob.startswith("bob_")
     assert alice.split("_", 1)[1][:8] == bob.split("_", 1)[1][:8]  # the same host
+
+
+FAKE_SLEEP = """#!{python}
+import os, sys, time
+with open({record!r}, "a") as out:
+    out.write(sys.argv[1] + "\\n")
+# wait (bounded) until the watched shell has exec'd and blocks on its stdin, so each look
+# of the watchdog sees the same idle shell however fast the looks come
+stat = open(f"/proc/{{os.getppid()}}/stat").read()
+shell = stat.rsplit(")", 1)[1].split()[1]
+deadline = time.monotonic() + 30
+while time.monotonic() < deadline:
+    try:
+        started = b"envlayer-session" not in open(f"/proc/{{shell}}/cmdline", "rb").read()
+        state = open(f"/proc/{{shell}}/stat").read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        break
+    if started and state == "S":
+        break
+    time.sleep(0.01)
+"""
+
+
+@pytest.mark.parametrize("idle_exit", [1, 2, 7])
+def test_the_session_watchdog_looks_at_least_every_idle_exit_seconds(tmp_path, idle_exit: int) -> None:
+    """The watchdog looks at the shell at least every ``idle_exit`` seconds (5 s at most),
+    so an idle shell is killed within idle_exit plus two looks, not after two 5-s looks
+    when idle_exit is shorter. Run on this machine with a ``sleep`` that only records its
+    argument (and waits for the shell to be idle), so the count is exact and nothing waits."""
+    import sys
+
+    from envlayer_modal.stream import session_argv
+
+    record = tmp_path / "slept"
+    fake_sleep = tmp_path / "bin" / "sleep"
+    fake_sleep.parent.mkdir()
+    fake_sleep.write_text(FAKE_SLEEP.format(python=sys.executable, record=str(record)))
+    fake_sleep.chmod(0o755)
+    read_end, write_end = os.pipe()  # stdin that stays open and silent: an idle shell
+    try:
+        path = f"{fake_sleep.parent}:/usr/bin:/bin"
+        shell = subprocess.Popen(session_argv("/bin/sh", idle_exit), stdin=read_end, env={**os.environ, "PATH": path})
+        try:
+            assert shell.wait(timeout=60) == -9  # killed by the watchdog
+        finally:
+            shell.kill()
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    slept = [int(line) for line in record.read_text().split()]
+    assert max(slept) <= idle_exit, slept
+    assert sum(slept) <= idle_exit + 2 * max(slept), f"killed after {slept} (idle_exit {idle_exit})"

@@ -156,7 +156,7 @@ class Faults:
     changes, and each new text resets the counters:
 
     * ``ended_router_status``: the gRPC status name the router answers for an ended
-      sandbox's task (see :meth:`State.refuse_if_ended`);
+      sandbox's task, or ``SILENT`` for no answer at all (see :meth:`State.refuse_if_ended`);
     * ``fail_next``: ``{rpc: [status, n]}``: the next ``n`` calls of ``rpc`` answer
       ``status`` (e.g. ``RESOURCE_EXHAUSTED`` for a throttled caller, ``UNAVAILABLE`` for
       a gateway that could not serve it) before reaching the handler. Plain statuses,
@@ -255,8 +255,13 @@ class State:
         ``modal/sandbox/_task_command_router_client.py``, ``exec_wait``: "If just the task
         shuts down, the task command router will return a NOT_FOUND error") and streams in
         flight end. UNAVAILABLE is the task AND its worker gone (same comment: the client
-        then retries, ``call_with_retries_on_transient_errors``, and raises ServiceError)."""
+        then retries, ``call_with_retries_on_transient_errors``, and raises ServiceError).
+        ``SILENT`` is a worker that vanished without a word: the call is never answered
+        (:class:`Unanswered`); the SDK sets no deadline on ``TaskExecStart`` or
+        ``TaskExecStdinWrite`` (``exec_start``, ``exec_stdin_write`` in the same file)."""
         name = self.faults.current().get("ended_router_status")
+        if sb.result is not None and name == "SILENT":
+            raise Unanswered(sb.task_id)
         if sb.result is not None and name:
             raise GRPCError(Status[name], f"task {sb.task_id} has finished (its worker is gone)")
 
@@ -331,6 +336,10 @@ def caller(stream: Stream[Any, Any]) -> str:
     return str(md.get("x-modal-token-id") or _jwt_subject(md) or "?")
 
 
+class Unanswered(Exception):
+    """Raised by a handler whose call must never be answered (see :func:`serving`)."""
+
+
 def serving(cls: type, base: type) -> type:
     """``cls`` with every RPC of the service ``base`` answerable: an RPC ``cls`` does not
     implement logs and answers UNIMPLEMENTED, and every RPC first answers the failure a
@@ -349,7 +358,10 @@ def serving(cls: type, base: type) -> type:
             if status is not None:
                 self.state.log(caller(stream), name, note=f"fault {status.name}")
                 raise GRPCError(status, f"fake fault: {status.name} for {name}")
-            await inner(self, stream)
+            try:
+                await inner(self, stream)
+            except Unanswered:
+                await asyncio.Event().wait()  # until the client gives up or the server stops
 
         handler.__name__ = name
         return handler
