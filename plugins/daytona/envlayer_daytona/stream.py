@@ -44,12 +44,19 @@ octal-escaped, well under the 128 KiB argument limit); larger ones are uploaded.
 _START = r"""
 d=$1; shift
 mkdir -p "$d" && mkfifo "$d/in" && : > "$d/out" && : > "$d/err" || exit 1
-sleep 2147483647 1<>"$d/in" </dev/null 2>/dev/null &
+exec 3<>"$d/in"
+sleep 2147483647 >&3 3>&- </dev/null 2>/dev/null &
 echo $! > "$d/holder"
 ( "$@" <"$d/in" >"$d/out" 2>"$d/err"; echo $? > "$d/status.tmp"; mv "$d/status.tmp" "$d/status"
-  kill "$(cat "$d/holder")" ) </dev/null >/dev/null 2>&1 &
+  kill "$(cat "$d/holder")" ) 3>&- </dev/null >/dev/null 2>&1 &
 echo started
 """
+"""Starts the shell (see the module docstring). The script opens the FIFO itself (fd 3)
+before it forks the holder, which inherits that descriptor at the fork: the FIFO has an
+open end from before ``started`` is printed until the holder is killed. (A FIFO whose every
+end is closed drops its buffer: had the holder opened ``in`` on its own, a first write that
+came before the holder ran would be lost.) The shell's subshell closes fd 3, so killing the
+holder still gives the shell EOF."""
 
 _WRITE = 'if [ -e "$1/status" ] || [ ! -p "$1/in" ]; then echo @notsent; exit 3; fi; '
 CLOSE_TIMEOUT = 10
