@@ -44,12 +44,19 @@ octal-escaped, well under the 128 KiB argument limit); larger ones are uploaded.
 _START = r"""
 d=$1; shift
 mkdir -p "$d" && mkfifo "$d/in" && : > "$d/out" && : > "$d/err" || exit 1
-sleep 2147483647 1<>"$d/in" </dev/null 2>/dev/null &
+exec 3<>"$d/in"
+sleep 2147483647 >&3 3>&- </dev/null 2>/dev/null &
 echo $! > "$d/holder"
 ( "$@" <"$d/in" >"$d/out" 2>"$d/err"; echo $? > "$d/status.tmp"; mv "$d/status.tmp" "$d/status"
-  kill "$(cat "$d/holder")" ) </dev/null >/dev/null 2>&1 &
+  kill "$(cat "$d/holder")" ) 3>&- </dev/null >/dev/null 2>&1 &
 echo started
 """
+"""Starts the shell (see the module docstring). The script opens the FIFO itself (fd 3)
+before it forks the holder, which inherits that descriptor at the fork: the FIFO has an
+open end from before ``started`` is printed until the holder is killed. (A FIFO whose every
+end is closed drops its buffer: had the holder opened ``in`` on its own, a first write that
+came before the holder ran would be lost.) The shell's subshell closes fd 3, so killing the
+holder still gives the shell EOF."""
 
 _WRITE = 'if [ -e "$1/status" ] || [ ! -p "$1/in" ]; then echo @notsent; exit 3; fi; '
 CLOSE_TIMEOUT = 10
@@ -152,6 +159,7 @@ class DaytonaStream:
         self._failed_writing = False
         self._pending: Chunks = []
         self._closed = False
+        self._first_write_held = False
 
     def _exec(self, command: str, timeout: float) -> Any:
         return self.sandbox.process.exec(command, timeout=int(timeout + self.request_timeout))
@@ -159,10 +167,21 @@ class DaytonaStream:
     def write(self, data: bytes) -> None:
         """Send ``data`` to the shell's stdin, and in the same API call poll once (up to
         :data:`WRITE_POLL_WAIT` seconds) for its first output, which the next :meth:`read`
-        returns. Raises ``OSError`` when the shell is gone or the API refused (the caller
-        treats both as the shell being gone)."""
+        returns. The stream's first write (the session's init script, which prints nothing)
+        is held and sent with the next write or read: polling for its output would wait
+        :data:`WRITE_POLL_WAIT` in vain. Raises ``OSError`` when the shell is gone or the
+        API refused (the caller treats both as the shell being gone)."""
         if self._closed or self._ended:
             raise BrokenPipeError("the session shell has ended")
+        if not self._first_write_held:
+            self._first_write_held = True
+            self._prefix += data
+            return
+        self._send(data)
+
+    def _send(self, data: bytes) -> None:
+        """One ``process/execute``: the held bytes and ``data`` into the FIFO, then a poll
+        (see :meth:`write`)."""
         data, self._prefix = self._prefix + data, b""
         fifo = f"{self.directory}/in"
         poll = [*self._poll_args(WRITE_POLL_WAIT)]
@@ -207,6 +226,12 @@ class DaytonaStream:
 
     def read(self, deadline: float | None) -> Chunks | None:
         """See :class:`~envlayer.execution.streams.ByteStream`. Never raises for a broken transport."""
+        if self._prefix and not (self._closed or self._ended):
+            try:
+                self._send(b"")  # held bytes (see :meth:`write`) go before any poll
+            except OSError:
+                self._ended = True
+                return None
         while True:
             if self._pending:
                 chunks, self._pending = self._pending, []

@@ -277,3 +277,32 @@ def test_an_image_build_that_outlasts_create_timeout(
     env = make_env(task, create_timeout=60, **image)
     assert env.sandbox_id == building.id and env.exec("echo built").stdout == b"built\n"
     assert _statuses(fake_daytona, mark, "create") == [409]
+
+
+def test_a_write_right_after_the_shell_started_is_kept(make_env: Any) -> None:
+    """Bytes written to a stream's FIFO as soon as its start script printed ``started`` reach
+    the shell. A FIFO whose every end is closed drops what it holds: when the start script
+    returned before its background FIFO holder had opened ``in``, the first write (the
+    session's init script) opened, filled and closed the FIFO alone and was lost, so the
+    handshake then ran without ``__el_pre``/``__el_end`` (``ShellStartError``, seen under
+    load in a flood test). In the sandbox, with no round trip between the two, 40 starts each
+    followed at once by a write: every shell must echo its line."""
+    from envlayer_daytona import stream
+
+    env = make_env(f"fifo-{uuid.uuid4().hex[:8]}")
+    loop = textwrap.dedent(
+        """\
+        lost=0; i=0
+        while [ $i -lt 40 ]; do
+          i=$((i + 1)); d=/tmp/.fifo-race/$i
+          sh -c "$1" envlayer "$d" sh >/dev/null || exit 9
+          printf 'echo kept\\n' 1<>"$d/in"
+          n=0; while [ ! -s "$d/out" ] && [ $n -lt 200 ]; do sleep 0.01; n=$((n + 1)); done
+          [ -s "$d/out" ] || lost=$((lost + 1))
+          kill "$(cat "$d/holder")"
+        done
+        rm -rf /tmp/.fifo-race; echo "lost $lost of 40"
+        """
+    )
+    answer = env._sandbox.process.exec(stream._sh(loop, stream._START), timeout=120)
+    assert (answer.exit_code, answer.result.strip()) == (0, "lost 0 of 40")
