@@ -786,15 +786,21 @@ def test_dev_shm_is_1g_by_default(make_env, docker_api) -> None:
 
 @pytest.fixture(scope="module")
 def init_image(docker_api) -> Any:
-    """An image whose ENTRYPOINT is an init (``/init``) that starts a service, then
-    runs its arguments as PID 1, like s6-overlay. Removed after the module."""
+    """An image whose ENTRYPOINT is an init (``/init``) that starts a service and runs its
+    arguments, like s6-overlay. Removed after the module.
+
+    Like a real init it stays PID 1 and exits on SIGTERM (s6-overlay's /init brings its services
+    down and exits; tini forwards the signal). An init that ``exec``s its arguments would leave
+    ``sleep`` as PID 1, which the kernel shields from SIGTERM, and every removal would wait the
+    whole ``stop_timeout`` (5 s) before the SIGKILL."""
     import io
     import tarfile
 
     base = os.environ.get("ENVLAYER_TEST_IMAGE", "envlayer-test:busybox")
     files = {
         "Dockerfile": f'FROM {base}\nCOPY init /init\nRUN chmod 755 /init\nENTRYPOINT ["/init"]\n',
-        "init": '#!/bin/sh\necho "pid $$" > /tmp/init-ran\nsleep 100000 &\nexec "$@"\n',
+        "init": "#!/bin/sh\ntrap 'exit 143' TERM\n"
+        'echo "pid $$" > /tmp/init-ran\nsleep 100000 &\n"$@" &\nwait\n',
     }
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
