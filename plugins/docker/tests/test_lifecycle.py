@@ -386,6 +386,13 @@ class _FrozenClock:
         return getattr(time, name)
 
 
+def _finished_at(docker_api: Any, container_id: str) -> float:
+    """When the (stopped) container's main process ended, in epoch seconds."""
+    finished = reaper.parse_docker_time(docker_api.inspect_container(container_id)["State"]["FinishedAt"])
+    assert finished is not None, container_id
+    return finished
+
+
 def test_reaper_spares_running_recent_and_other_profile(make_env, docker_api, profile, monkeypatch) -> None:
     other = profile + "-other"
     stale = [make_env() for _ in range(2)]
@@ -398,15 +405,18 @@ def test_reaper_spares_running_recent_and_other_profile(make_env, docker_api, pr
         command=["true"],
         labels=labels.managed_labels(profile=profile, task="never", fingerprint_value="v1-x", persist=True, extra={}),
     )["Id"]
-    time.sleep(2.5)
     recent = make_env()
     docker_api.stop(recent.container_id, timeout=1)
-    # The reaper's clock stops 1 s after `recent` stopped: `recent` is 1 s old and the others
-    # over 3.5 s, however long the daemon takes to answer under load (at load 40 the real
-    # clock passed the 2 s mark before the second sweep and `recent` was removed).
-    recent_stopped = reaper.parse_docker_time(docker_api.inspect_container(recent.container_id)["State"]["FinishedAt"])
-    assert recent_stopped is not None
-    monkeypatch.setattr(reaper, "time", _FrozenClock(recent_stopped + 1.0))
+    # The reaper's clock stops max_age (2 s) after the midpoint between the last stale
+    # container's age reference (stop, or creation for never_started) and `recent`'s stop:
+    # the stale ones are older than max_age and `recent` younger, by half that gap, with no
+    # wall-clock wait and however long the daemon takes to answer under load (at load 40 a
+    # real clock passed the 2 s mark before the second sweep and `recent` was removed).
+    stale_refs = [_finished_at(docker_api, e.container_id) for e in stale]
+    stale_refs.append(reaper.parse_docker_time(docker_api.inspect_container(never_started)["Created"]))
+    recent_stopped = _finished_at(docker_api, recent.container_id)
+    assert max(stale_refs) < recent_stopped, (stale_refs, recent_stopped)
+    monkeypatch.setattr(reaper, "time", _FrozenClock((max(stale_refs) + recent_stopped) / 2 + 2.0))
 
     preview = DockerEnvironment.reap_orphans(profile=profile, max_age=2.0, dry_run=True, options=running.options)
     expected = {e.container_id[:12] for e in stale} | {never_started[:12]}
