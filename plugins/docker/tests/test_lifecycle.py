@@ -125,7 +125,10 @@ def test_sigkill_mid_session_then_attach(run_python, child_env_code, docker_api,
         wait=False,
     )
     cid = proc.stdout.readline().strip()
-    time.sleep(1.0)
+    deadline = time.monotonic() + 60
+    while "sleep 300" not in _top(docker_api, cid):  # mid-command: the marker is written
+        assert time.monotonic() < deadline, _top(docker_api, cid)
+        time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
     proc.wait(10)
     out = run_python(
