@@ -812,8 +812,9 @@ def init_image(docker_api) -> Any:
     base = os.environ.get("ENVLAYER_TEST_IMAGE", "envlayer-test:busybox")
     files = {
         "Dockerfile": f'FROM {base}\nCOPY init /init\nRUN chmod 755 /init\nENTRYPOINT ["/init"]\n',
-        "init": "#!/bin/sh\ntrap 'exit 143' TERM\n"
-        'echo "pid $$" > /tmp/init-ran\nsleep 100000 &\n"$@" &\nwait\n',
+        "init": "\n".join(
+            ["#!/bin/sh", "trap 'exit 143' TERM", 'echo "pid $$" > /tmp/init-ran', "sleep 100000 &", '"$@" &', "wait\n"]
+        ),
     }
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
