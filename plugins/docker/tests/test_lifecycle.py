@@ -471,8 +471,10 @@ def test_idle_reclaim_removes_only_truly_idle(make_env, docker_api, profile) -> 
         deadline = time.monotonic() + 60
         while "sleep 900" not in _top(docker_api, busy.container_id) and time.monotonic() < deadline:
             time.sleep(0.05)
-        time.sleep(2.2)  # idle's lease (its last command) is now older than idle_reclaim_after
-        opts = idle.options.__class__(image=idle.options.image, idle_reclaim_after=2.0)
+        # idle's lease (its last command) is now older than idle_reclaim_after: the check
+        # compares whole seconds (date +%s, stat -c %Y), which differ by >= 1 once 1 s has passed
+        time.sleep(1.1)
+        opts = idle.options.__class__(image=idle.options.image, idle_reclaim_after=1.0)
         removed = DockerEnvironment.reap_orphans(profile=own, max_age=3600, dry_run=False, options=opts)
     finally:
         stop_busy.cancel()
