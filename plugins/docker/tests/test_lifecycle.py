@@ -125,7 +125,10 @@ def test_sigkill_mid_session_then_attach(run_python, child_env_code, docker_api,
         wait=False,
     )
     cid = proc.stdout.readline().strip()
-    time.sleep(1.0)
+    deadline = time.monotonic() + 60
+    while "sleep 300" not in _top(docker_api, cid):  # mid-command: the marker is written
+        assert time.monotonic() < deadline, _top(docker_api, cid)
+        time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
     proc.wait(10)
     out = run_python(
@@ -386,6 +389,13 @@ class _FrozenClock:
         return getattr(time, name)
 
 
+def _finished_at(docker_api: Any, container_id: str) -> float:
+    """When the (stopped) container's main process ended, in epoch seconds."""
+    finished = reaper.parse_docker_time(docker_api.inspect_container(container_id)["State"]["FinishedAt"])
+    assert finished is not None, container_id
+    return finished
+
+
 def test_reaper_spares_running_recent_and_other_profile(make_env, docker_api, profile, monkeypatch) -> None:
     other = profile + "-other"
     stale = [make_env() for _ in range(2)]
@@ -398,15 +408,18 @@ def test_reaper_spares_running_recent_and_other_profile(make_env, docker_api, pr
         command=["true"],
         labels=labels.managed_labels(profile=profile, task="never", fingerprint_value="v1-x", persist=True, extra={}),
     )["Id"]
-    time.sleep(2.5)
     recent = make_env()
     docker_api.stop(recent.container_id, timeout=1)
-    # The reaper's clock stops 1 s after `recent` stopped: `recent` is 1 s old and the others
-    # over 3.5 s, however long the daemon takes to answer under load (at load 40 the real
-    # clock passed the 2 s mark before the second sweep and `recent` was removed).
-    recent_stopped = reaper.parse_docker_time(docker_api.inspect_container(recent.container_id)["State"]["FinishedAt"])
-    assert recent_stopped is not None
-    monkeypatch.setattr(reaper, "time", _FrozenClock(recent_stopped + 1.0))
+    # The reaper's clock stops max_age (2 s) after the midpoint between the last stale
+    # container's age reference (stop, or creation for never_started) and `recent`'s stop:
+    # the stale ones are older than max_age and `recent` younger, by half that gap, with no
+    # wall-clock wait and however long the daemon takes to answer under load (at load 40 a
+    # real clock passed the 2 s mark before the second sweep and `recent` was removed).
+    stale_refs = [_finished_at(docker_api, e.container_id) for e in stale]
+    stale_refs.append(reaper.parse_docker_time(docker_api.inspect_container(never_started)["Created"]))
+    recent_stopped = _finished_at(docker_api, recent.container_id)
+    assert max(stale_refs) < recent_stopped, (stale_refs, recent_stopped)
+    monkeypatch.setattr(reaper, "time", _FrozenClock((max(stale_refs) + recent_stopped) / 2 + 2.0))
 
     preview = DockerEnvironment.reap_orphans(profile=profile, max_age=2.0, dry_run=True, options=running.options)
     expected = {e.container_id[:12] for e in stale} | {never_started[:12]}
@@ -458,8 +471,10 @@ def test_idle_reclaim_removes_only_truly_idle(make_env, docker_api, profile) -> 
         deadline = time.monotonic() + 60
         while "sleep 900" not in _top(docker_api, busy.container_id) and time.monotonic() < deadline:
             time.sleep(0.05)
-        time.sleep(2.2)  # idle's lease (its last command) is now older than idle_reclaim_after
-        opts = idle.options.__class__(image=idle.options.image, idle_reclaim_after=2.0)
+        # idle's lease (its last command) is now older than idle_reclaim_after: the check
+        # compares whole seconds (date +%s, stat -c %Y), which differ by >= 1 once 1 s has passed
+        time.sleep(1.1)
+        opts = idle.options.__class__(image=idle.options.image, idle_reclaim_after=1.0)
         removed = DockerEnvironment.reap_orphans(profile=own, max_age=3600, dry_run=False, options=opts)
     finally:
         stop_busy.cancel()
@@ -786,15 +801,22 @@ def test_dev_shm_is_1g_by_default(make_env, docker_api) -> None:
 
 @pytest.fixture(scope="module")
 def init_image(docker_api) -> Any:
-    """An image whose ENTRYPOINT is an init (``/init``) that starts a service, then
-    runs its arguments as PID 1, like s6-overlay. Removed after the module."""
+    """An image whose ENTRYPOINT is an init (``/init``) that starts a service and runs its
+    arguments, like s6-overlay. Removed after the module.
+
+    Like a real init it stays PID 1 and exits on SIGTERM (s6-overlay's /init brings its services
+    down and exits; tini forwards the signal). An init that ``exec``s its arguments would leave
+    ``sleep`` as PID 1, which the kernel shields from SIGTERM, and every removal would wait the
+    whole ``stop_timeout`` (5 s) before the SIGKILL."""
     import io
     import tarfile
 
     base = os.environ.get("ENVLAYER_TEST_IMAGE", "envlayer-test:busybox")
     files = {
         "Dockerfile": f'FROM {base}\nCOPY init /init\nRUN chmod 755 /init\nENTRYPOINT ["/init"]\n',
-        "init": '#!/bin/sh\necho "pid $$" > /tmp/init-ran\nsleep 100000 &\nexec "$@"\n',
+        "init": "\n".join(
+            ["#!/bin/sh", "trap 'exit 143' TERM", 'echo "pid $$" > /tmp/init-ran', "sleep 100000 &", '"$@" &', "wait\n"]
+        ),
     }
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
