@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -77,9 +78,9 @@ def finish_at_exit() -> None:
     for job in jobs:
         if not job.join(job.deadline + EXIT_GRACE):
             log.warning("%s did not finish by its deadline at exit", job.thread.name)
-    from envlayer_daytona.client import close_all
-
-    close_all()
+    client = sys.modules.get("envlayer_daytona.client")
+    if client is not None:  # never imported: no SDK client to stop (and importing it at exit fails)
+        client.close_all()
 
 
 atexit.register(finish_at_exit)

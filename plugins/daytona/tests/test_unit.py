@@ -206,3 +206,15 @@ def test_names_pass_the_servers_display_string_check(task: str) -> None:
     html = re.compile(r"<[a-zA-Z/][^>]*>?")
     for name in (sandbox_name(task, task), private_name("p", task), sandbox_name("www.p", "t")):
         assert not url.search(name) and not html.search(name), name
+
+
+def test_a_process_that_only_imported_the_backend_exits_without_noise() -> None:
+    """The exit hook stops SDK clients only when the client module was loaded: importing it
+    during interpreter shutdown failed ("can't register atexit after shutdown")."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", "import envlayer_daytona.stream"], capture_output=True, text=True, timeout=120
+    )
+    assert (done.returncode, done.stderr) == (0, "")
