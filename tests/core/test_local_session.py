@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -87,3 +89,41 @@ def test_cleanup_ends_the_shell_but_not_its_background_jobs(make_local, tmp_path
             os.kill(job_pid, 9)
         except ProcessLookupError:
             pass
+
+
+
+def dead_pid() -> int:
+    """The pid of a process that has exited and been reaped."""
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+@pytest.mark.parametrize(
+    ("holder", "state", "hours_idle", "removed"),
+    [
+        ("dead", False, 0, True),  # its shell was killed: nothing else removes it
+        ("alive", False, 2, False),  # a running session's
+        (None, False, 2, True),  # from a shell killed before it claimed it (or an older envlayer)
+        (None, False, 0, False),  # may be being made at this instant
+        ("dead", True, 0, False),  # saved state: its session may restart the shell and restore it
+        ("dead", True, 2, True),
+    ],
+)
+def test_a_session_shell_starting_removes_dead_sessions_directories(
+    make_local, tmp_path: Path, holder: str | None, state: bool, hours_idle: int, removed: bool
+) -> None:
+    """A session shell killed by a signal (its owner killed with its process group, say)
+    cannot remove its private directory; the next local session shell that starts does."""
+    scratch = tmp_path / "tmp"
+    left = scratch / ".envlayer-session-0123456789abcdef"
+    left.mkdir(parents=True, mode=0o700)
+    if holder is not None:
+        pid = os.getpid() if holder == "alive" else dead_pid()
+        (left / "holder").write_text(f"{pid}\n")
+    if state:
+        (left / "state").write_text("export KEPT=1\n")
+    idle = time.time() - hours_idle * 3600
+    os.utime(left, (idle, idle))
+    make_local(env={"TMPDIR": str(scratch)}).exec("true").check()
+    assert left.exists() is not removed
