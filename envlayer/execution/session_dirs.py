@@ -8,7 +8,8 @@ outlives a session (local, SSH) send :func:`claim_script` before the init script
 
 * the starting shell writes its pid to ``<dir>/holder``;
 * it removes, up to :data:`SWEEP_LIMIT` per start, the session directories of the same
-  user whose holder no longer runs. Only directories of that user named
+  user whose holder no longer runs (an exited process not yet reaped, a zombie in
+  ``/proc/<pid>/stat``, counts as gone: an orphan's reaper may be slow). Only directories of that user named
   ``.envlayer-session-*`` (not symlinks) are removed, and never one whose holder runs
   (a holder pid reused by another process keeps its directory: the safe side). Two kinds
   wait until untouched for :data:`IDLE_MINUTES` minutes: a directory holding saved
@@ -41,7 +42,8 @@ def claim_script(session_id: str) -> bytes:
         '  [ "$__el_d" != "$__el_me" ] && [ -d "$__el_d" ] && [ ! -h "$__el_d" ] && [ -O "$__el_d" ] || continue\n'
         "  __el_p=; { read -r __el_p <\"$__el_d/holder\"; } 2>/dev/null\n"
         '  case "$__el_p" in ""|*[!0-9]*) __el_p=;; esac\n'
-        '  [ -n "$__el_p" ] && kill -0 "$__el_p" 2>/dev/null && continue\n'
+        '  __el_z=; { read -r __el_z <"/proc/$__el_p/stat"; } 2>/dev/null\n'
+        '  case "$__el_z" in *") Z "*) ;; *) [ -n "$__el_p" ] && kill -0 "$__el_p" 2>/dev/null && continue;; esac\n'
         '  if [ -z "$__el_p" ] || [ -e "$__el_d/state" ]; then\n'
         f'    __el_old=$(find "$__el_d" -maxdepth 0 -mmin +{IDLE_MINUTES} 2>/dev/null)\n'
         '    [ -n "$__el_old" ] || continue\n'
@@ -50,5 +52,5 @@ def claim_script(session_id: str) -> bytes:
         f'  __el_n=$((__el_n + 1)); [ "$__el_n" -lt {SWEEP_LIMIT} ] || break\n'
         "done\n"
         'mkdir -m 700 -p -- "$__el_me" 2>/dev/null && echo "$$" >| "$__el_me/holder"\n'
-        "unset __el_t __el_me __el_n __el_d __el_p __el_old\n"
+        "unset __el_t __el_me __el_n __el_d __el_p __el_z __el_old\n"
     ).encode()

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -127,3 +129,26 @@ def test_a_session_shell_starting_removes_dead_sessions_directories(
     os.utime(left, (idle, idle))
     make_local(env={"TMPDIR": str(scratch)}).exec("true").check()
     assert left.exists() is not removed
+
+
+OWNER = """
+import os, signal, sys
+from envlayer.backends.local import LocalEnvironment, LocalOptions
+env = LocalEnvironment(LocalOptions(cwd=sys.argv[1]))
+print(env.exec('echo "${TMPDIR:-/tmp}/.envlayer-session-$ENVLAYER_SESSION"').stdout_text, end="", flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_session_whose_owner_is_killed_removes_its_directory(tmp_path: Path) -> None:
+    """A local session shell's input ends only when its owner is gone (killed: no cleanup, no
+    finalizer): nobody will restore saved state, so the shell removes its directory."""
+    owner = subprocess.run(
+        [sys.executable, "-c", OWNER, str(tmp_path)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert owner.returncode == -signal.SIGKILL, owner.stderr
+    left = Path(owner.stdout.strip())
+    deadline = time.monotonic() + 10
+    while left.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not left.exists(), f"{left} holds {os.listdir(left)}"
