@@ -6,10 +6,12 @@ and removes it when it is closed (:func:`envlayer.execution.shell_script.init_sc
 after a test ends means a shell was abandoned (never closed, or killed): the test, or the
 product path it exercises, leaks. After each test the directories that appeared during it
 get :data:`GRACE` seconds to go (a broker or a manager closes its sessions in the
-background after the test's last call returns); one still there fails the test.
+background after the test's last call returns); one still there is reported: a warning, or a
+failure of the test with ``ENVLAYER_TEST_SESSION_LEAKS_FAIL=1``.
 
-The glob is of the shared temp directory, so a run started at the same time by someone else
-can be blamed for a directory it did not make: rerun a test it fails alone before
+The glob is of the shared temp directory, so another pytest-xdist worker of the same run, or
+a run started at the same time by someone else, can be blamed for a directory it did not make
+(hence a warning by default): rerun a test it names alone, with the variable set, before
 concluding anything.
 """
 
@@ -24,6 +26,8 @@ from collections.abc import Iterator
 import pytest
 
 GRACE = 10.0
+FAIL_VAR = "ENVLAYER_TEST_SESSION_LEAKS_FAIL"
+"""Set to ``1`` to fail the test (default: a warning in the run's summary)."""
 _POLL = 0.05
 
 
@@ -59,9 +63,9 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     result = yield
     left = _left_after(item.stash.get(_BEFORE, session_dirs()))
     if left:
-        raise pytest.fail.Exception(
-            f"the test left {len(left)} local session directories behind (a session shell never closed): "
-            + ", ".join(sorted(left)),
-            pytrace=False,
-        )
+        message = f"the test left {len(left)} local session directories behind (a session shell never closed): "
+        message += ", ".join(sorted(left))
+        if os.environ.get(FAIL_VAR) == "1":
+            raise pytest.fail.Exception(message, pytrace=False)
+        item.warn(pytest.PytestWarning(message))
     return result
