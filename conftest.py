@@ -32,6 +32,8 @@ import pytest
 from envlayer.cli.broker.control import running_brokers
 from envlayer.testing.hostile import make_sigint_deliverable
 
+pytest_plugins = ["tests.session_leaks"]
+
 STOP_WAIT = 20.0
 SLOWEST_FILES = 12
 

@@ -21,7 +21,8 @@ from collections.abc import Callable, Mapping
 from envlayer.execution.collector import OutputCollector
 from envlayer.request import ExecRequest
 from envlayer.result import ExecResult
-from envlayer.execution.shell_script import SESSION_VAR, quote_path
+from envlayer.execution.session_dirs import claim_script
+from envlayer.execution.shell_script import OWNER_BOUND, SESSION_VAR, quote_path
 from envlayer.execution.shell_session import PersistentShell
 from envlayer.execution.streams import ProcessStream
 
@@ -66,9 +67,17 @@ class LocalSession:
         )
 
     def _open(self) -> ProcessStream:
+        """Start the shell; it first claims its private directory and removes the ones dead
+        sessions left (:mod:`envlayer.execution.session_dirs`: a shell killed by a signal
+        cannot remove its own), and removes it when its input ends between calls (its owner
+        is gone: :data:`~envlayer.execution.shell_script.OWNER_BOUND`)."""
         env = {**self._environment(), SESSION_VAR: self.shell.session_id}
         start = nearest_existing(self.shell.cwd or self.shell.start_dir or "/")
         self._stream = ProcessStream.spawn([self.shell.shell], env=env, cwd=start)
+        try:
+            self._stream.write(claim_script(self.shell.session_id) + OWNER_BOUND.encode())
+        except OSError:
+            pass  # the shell closed its input at once: PersistentShell.start reports it
         return self._stream
 
     @property

@@ -128,6 +128,16 @@ so the reader wakes once per call instead of twice), keeping ``set -x`` as the c
 command text in ``$__el_c`` as the body of a function (see :data:`_RUN`)."""
 
 
+OWNER_BOUND = "__el_bound=1\n"
+"""Shell text a backend sends before :func:`init_script` when the shell's input ends only
+because its owner is gone (the local backend: its Python process died without closing it).
+Then an EXIT between calls (no exec id set: ``__el_end`` unsets it) removes the private
+directory instead of saving state nobody will restore. Without it (SSH, Docker), a closed
+input may be a lost connection, and the state is kept for the session's next shell."""
+
+_OWNER_GONE = f'  if [ "${{__el_bound-}}" ] && [ -z "${{{EXEC_ID_VAR}-}}" ]; then rm -rf -- "$__el_dir"; return; fi\n'
+
+
 def init_script(*, session_id: str, start_dir: str | None) -> bytes:
     """Sent once to a freshly started shell: saves fds 7/8, defines the EXIT trap that
     keeps state across ``exit N``, creates the session's private directory
@@ -149,6 +159,7 @@ def init_script(*, session_id: str, start_dir: str | None) -> bytes:
         "case ${BASH_VERSION-} in '') __el_fn=1 ;; *) __el_fn= ;; esac\n"
         "__el_exit() {\n"
         "  __el_rc=$?; set +x; trap - EXIT\n"
+        f"{_OWNER_GONE}"
         '  { export -p; set +o; } 2>/dev/null >| "$__el_dir/state"\n'
         "  { printf '' >&7; } 2>/dev/null || exec 7>&1 8>&2\n"
         f'  printf \'%s%s %s exit %s%s\' {_MARK} "$__el_rc" "$$" "$PWD" {_MARK} >&7\n'

@@ -104,9 +104,9 @@ def test_streaming_falls_back_to_one_delivery_on_toy(toy: Any) -> None:
 
 
 def test_streaming_is_forwarded_to_a_streaming_backend(tmp_path: Any) -> None:
-    env = LocalEnvironment(LocalEnvironment.Options(cwd=str(tmp_path)))
     chunks: list[bytes] = []
-    lifecycle.exec_streaming(env, "echo one; sleep 0.2; echo two", lambda s, c: chunks.append(c))
+    with LocalEnvironment(LocalEnvironment.Options(cwd=str(tmp_path))) as env:
+        lifecycle.exec_streaming(env, "echo one; sleep 0.2; echo two", lambda s, c: chunks.append(c))
     assert b"".join(chunks) == b"one\ntwo\n" and len(chunks) == 2
 
 
@@ -263,13 +263,12 @@ def test_a_plugin_exception_during_a_dispatched_call_is_a_plugin_error() -> None
 
 
 def test_the_callers_own_callback_error_is_not_blamed_on_the_plugin(tmp_path: Any) -> None:
-    env = LocalEnvironment(LocalEnvironment.Options(cwd=str(tmp_path)))
-
     def closed_reader(stream: str, chunk: bytes) -> None:
         raise BrokenPipeError("reader went away")
 
-    with pytest.raises(BrokenPipeError, match="reader went away"):
-        lifecycle.exec_streaming(env, "echo one; sleep 5", closed_reader)
+    with LocalEnvironment(LocalEnvironment.Options(cwd=str(tmp_path))) as env:
+        with pytest.raises(BrokenPipeError, match="reader went away"):
+            lifecycle.exec_streaming(env, "echo one; sleep 5", closed_reader)
 
 
 class SwitchesUsers(Recording):

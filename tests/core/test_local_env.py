@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -53,27 +54,41 @@ def _env_of(env: LocalEnvironment) -> dict[str, str]:
     return dict(item.split("=", 1) for item in out.split("\0") if "=" in item)
 
 
-def test_api_key_in_the_callers_environment_is_not_visible_to_a_local_command(monkeypatch) -> None:
+@pytest.fixture
+def local() -> Iterator[Callable[..., LocalEnvironment]]:
+    """Makes local environments (options as keywords) and cleans them all up after the test."""
+    made: list[LocalEnvironment] = []
+
+    def make(**options: object) -> LocalEnvironment:
+        made.append(LocalEnvironment(LocalOptions(**options)))  # type: ignore[arg-type]
+        return made[-1]
+
+    yield make
+    for env in made:
+        env.cleanup()
+
+
+def test_api_key_in_the_callers_environment_is_not_visible_to_a_local_command(monkeypatch, local) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-must-not-leak")
     monkeypatch.setenv("SERVICE_TOKEN", "tok-must-not-leak")
     monkeypatch.setenv("ENVLAYER_TEST_PLAIN", "plain")
-    env = LocalEnvironment(LocalOptions())
+    env = local()
     seen = _env_of(env)
     assert "OPENAI_API_KEY" not in seen and "SERVICE_TOKEN" not in seen
     assert seen["ENVLAYER_TEST_PLAIN"] == "plain" and seen["PATH"] == os.environ["PATH"]
     shell = env.exec('echo "[$OPENAI_API_KEY]"').stdout_text
     assert shell == "[]\n"
     # explicit opt-in forwarding, and per-environment / per-call values, still work
-    forwarded = LocalEnvironment(LocalOptions(forward_env=["SERVICE_TOKEN"], env={"OWN_API_KEY": "set-by-config"}))
+    forwarded = local(forward_env=["SERVICE_TOKEN"], env={"OWN_API_KEY": "set-by-config"})
     seen = _env_of(forwarded)
     assert seen["SERVICE_TOKEN"] == "tok-must-not-leak" and seen["OWN_API_KEY"] == "set-by-config"
     assert "OPENAI_API_KEY" not in seen
-    assert _env_of(LocalEnvironment(LocalOptions(env_blocklist=[])))["OPENAI_API_KEY"] == "sk-must-not-leak"
+    assert _env_of(local(env_blocklist=[]))["OPENAI_API_KEY"] == "sk-must-not-leak"
 
 
-def test_pager_is_cat_unless_configured(monkeypatch) -> None:
+def test_pager_is_cat_unless_configured(monkeypatch, local) -> None:
     monkeypatch.setenv("PAGER", "less")
-    seen = _env_of(LocalEnvironment(LocalOptions()))
+    seen = _env_of(local())
     assert seen["PAGER"] == "cat" and seen["GIT_PAGER"] == "cat"
-    assert _env_of(LocalEnvironment(LocalOptions(env={"PAGER": "more"})))["PAGER"] == "more"
-    assert LocalEnvironment(LocalOptions()).exec("echo $PAGER", env={"PAGER": "most"}).stdout_text == "most\n"
+    assert _env_of(local(env={"PAGER": "more"}))["PAGER"] == "more"
+    assert local().exec("echo $PAGER", env={"PAGER": "most"}).stdout_text == "most\n"

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -87,3 +91,64 @@ def test_cleanup_ends_the_shell_but_not_its_background_jobs(make_local, tmp_path
             os.kill(job_pid, 9)
         except ProcessLookupError:
             pass
+
+
+
+def dead_pid() -> int:
+    """The pid of a process that has exited and been reaped."""
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+@pytest.mark.parametrize(
+    ("holder", "state", "hours_idle", "removed"),
+    [
+        ("dead", False, 0, True),  # its shell was killed: nothing else removes it
+        ("alive", False, 2, False),  # a running session's
+        (None, False, 2, True),  # from a shell killed before it claimed it (or an older envlayer)
+        (None, False, 0, False),  # may be being made at this instant
+        ("dead", True, 0, False),  # saved state: its session may restart the shell and restore it
+        ("dead", True, 2, True),
+    ],
+)
+def test_a_session_shell_starting_removes_dead_sessions_directories(
+    make_local, tmp_path: Path, holder: str | None, state: bool, hours_idle: int, removed: bool
+) -> None:
+    """A session shell killed by a signal (its owner killed with its process group, say)
+    cannot remove its private directory; the next local session shell that starts does."""
+    scratch = tmp_path / "tmp"
+    left = scratch / ".envlayer-session-0123456789abcdef"
+    left.mkdir(parents=True, mode=0o700)
+    if holder is not None:
+        pid = os.getpid() if holder == "alive" else dead_pid()
+        (left / "holder").write_text(f"{pid}\n")
+    if state:
+        (left / "state").write_text("export KEPT=1\n")
+    idle = time.time() - hours_idle * 3600
+    os.utime(left, (idle, idle))
+    make_local(env={"TMPDIR": str(scratch)}).exec("true").check()
+    assert left.exists() is not removed
+
+
+OWNER = """
+import os, signal, sys
+from envlayer.backends.local import LocalEnvironment, LocalOptions
+env = LocalEnvironment(LocalOptions(cwd=sys.argv[1]))
+print(env.exec('echo "${TMPDIR:-/tmp}/.envlayer-session-$ENVLAYER_SESSION"').stdout_text, end="", flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_session_whose_owner_is_killed_removes_its_directory(tmp_path: Path) -> None:
+    """A local session shell's input ends only when its owner is gone (killed: no cleanup, no
+    finalizer): nobody will restore saved state, so the shell removes its directory."""
+    owner = subprocess.run(
+        [sys.executable, "-c", OWNER, str(tmp_path)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert owner.returncode == -signal.SIGKILL, owner.stderr
+    left = Path(owner.stdout.strip())
+    deadline = time.monotonic() + 10
+    while left.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not left.exists(), f"{left} holds {os.listdir(left)}"

@@ -28,6 +28,7 @@ import logging
 import shlex
 from typing import TYPE_CHECKING
 
+from envlayer.execution.session_dirs import IDLE_MINUTES, PREFIX, SWEEP_LIMIT, claim_script
 from envlayer_ssh.channel_io import run_simple
 
 if TYPE_CHECKING:
@@ -35,37 +36,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("envlayer.ssh")
 
-PREFIX = ".envlayer-session-"
-"""Name prefix of a session directory (as :func:`envlayer.execution.shell_script.init_script` names it)."""
-SWEEP_LIMIT = 20
-"""At most this many dead sessions' directories are removed per shell start."""
-IDLE_MINUTES = 60
-"""A directory that holds saved state, or has no holder file, is removed only when
-untouched for this long."""
+__all__ = ["IDLE_MINUTES", "PREFIX", "SWEEP_LIMIT", "claim_script", "remove_now"]
+
 _REMOVE_TIMEOUT = 15.0
-
-
-def claim_script(session_id: str) -> bytes:
-    """Shell text a session shell runs before the core's init script: removes dead
-    sessions' directories (module rules) and claims its own with its pid."""
-    own = shlex.quote(PREFIX + session_id)
-    return (
-        f'__el_t="${{TMPDIR:-/tmp}}"; __el_me="$__el_t"/{own}; __el_n=0\n'
-        f'for __el_d in "$__el_t"/{PREFIX}*; do\n'
-        '  [ "$__el_d" != "$__el_me" ] && [ -d "$__el_d" ] && [ ! -h "$__el_d" ] && [ -O "$__el_d" ] || continue\n'
-        "  __el_p=; { read -r __el_p <\"$__el_d/holder\"; } 2>/dev/null\n"
-        '  case "$__el_p" in ""|*[!0-9]*) __el_p=;; esac\n'
-        '  [ -n "$__el_p" ] && kill -0 "$__el_p" 2>/dev/null && continue\n'
-        '  if [ -z "$__el_p" ] || [ -e "$__el_d/state" ]; then\n'
-        f'    __el_old=$(find "$__el_d" -maxdepth 0 -mmin +{IDLE_MINUTES} 2>/dev/null)\n'
-        '    [ -n "$__el_old" ] || continue\n'
-        "  fi\n"
-        '  rm -rf -- "$__el_d" 2>/dev/null\n'
-        f'  __el_n=$((__el_n + 1)); [ "$__el_n" -lt {SWEEP_LIMIT} ] || break\n'
-        "done\n"
-        'mkdir -m 700 -p -- "$__el_me" 2>/dev/null && echo "$$" >| "$__el_me/holder"\n'
-        "unset __el_t __el_me __el_n __el_d __el_p __el_old\n"
-    ).encode()
 
 
 def remove_now(pool: TargetPool, state_dir: str) -> None:
