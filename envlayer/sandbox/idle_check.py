@@ -12,14 +12,18 @@ from envlayer.execution.tree_kill import EXEC_ID_VAR
 
 
 def idle_check_script(lease_path: str, session_var: str) -> str:
-    """The check's ``sh`` program (needs ``date``, ``stat``, ``grep`` and ``/proc``)."""
+    """The check's ``sh`` program (needs ``date``, ``stat``, ``grep`` and ``/proc``). It
+    prints one line on stdout and nothing on stderr, also when processes exit while it
+    scans (such a process counts as not busy)."""
     return (
         "now=$(date +%s); m=$(stat -c %Y " + lease_path + " 2>/dev/null || echo -); busy=0\n"
         "for d in /proc/[0-9]*; do\n"
         '  [ "${d#/proc/}" = "$$" ] && continue\n'
         '  if grep -qa "' + EXEC_ID_VAR + '=" "$d/environ" 2>/dev/null; then busy=1; break; fi\n'
         '  if grep -qa "' + session_var + '=" "$d/environ" 2>/dev/null; then\n'
-        '    st=; read -r st < "$d/stat" 2>/dev/null; set -- ${st##*) }\n'
+        # braces: a redirection's own failure (the process exited since the grep) is
+        # reported before a trailing 2>/dev/null applies; silenced it is just "not busy"
+        '    st=; { read -r st < "$d/stat"; } 2>/dev/null; set -- ${st##*) }\n'
         '    [ "$1" = R ] && { busy=1; break; }\n'
         "  fi\n"
         "done\n"

@@ -216,11 +216,13 @@ def reclaim_idle(
             started = parse_docker_time((info.get("State") or {}).get("StartedAt"))
             user = (info.get("Config") or {}).get("User") or ""
             eid = api.exec_create(summary["Id"], [shell, "-c", IDLE_CHECK], user=user)["Id"]
-            out = api.exec_start(eid)
+            # stdout alone: the check's verdict line, whatever a shell may say on stderr
+            out, _ = api.exec_start(eid, demux=True)
         except Exception as exc:
             log.warning("idle reclaim: skipping %s: %r", summary["Id"][:12], exc)
             return None
-        if not parse_idle_check(out, started, idle_after):
+        if not parse_idle_check(out or b"", started, idle_after):
+            log.debug("idle reclaim: keeping %s (check printed %r)", summary["Id"][:12], out)
             return None
         return _remove_running(api, summary, dry_run, "idle reclaim", options)
 
