@@ -8,6 +8,8 @@ session shell is running code (it carries the session variable and is in state R
 
 from __future__ import annotations
 
+import re
+
 from envlayer.execution.tree_kill import EXEC_ID_VAR
 
 
@@ -29,6 +31,15 @@ def idle_check_script(lease_path: str, session_var: str) -> str:
         "done\n"
         'echo "$now $m $busy"\n'
     )
+
+
+_VERDICT = re.compile(rb"\d+ (?:\d+|-) [01]\n")
+
+
+def is_whole_verdict(output: bytes) -> bool:
+    """Whether ``output`` is exactly the line the check prints. Anything else (empty, cut
+    short, other text mixed in) is a reply lost or damaged on its way, not a verdict. Pure."""
+    return _VERDICT.fullmatch(output) is not None
 
 
 def parse_idle_check(output: bytes, fallback: float | None, idle_after: float) -> bool:
