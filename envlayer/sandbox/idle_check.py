@@ -8,23 +8,38 @@ session shell is running code (it carries the session variable and is in state R
 
 from __future__ import annotations
 
+import re
+
 from envlayer.execution.tree_kill import EXEC_ID_VAR
 
 
 def idle_check_script(lease_path: str, session_var: str) -> str:
-    """The check's ``sh`` program (needs ``date``, ``stat``, ``grep`` and ``/proc``)."""
+    """The check's ``sh`` program (needs ``date``, ``stat``, ``grep`` and ``/proc``). It
+    prints one line on stdout and nothing on stderr, also when processes exit while it
+    scans (such a process counts as not busy)."""
     return (
         "now=$(date +%s); m=$(stat -c %Y " + lease_path + " 2>/dev/null || echo -); busy=0\n"
         "for d in /proc/[0-9]*; do\n"
         '  [ "${d#/proc/}" = "$$" ] && continue\n'
         '  if grep -qa "' + EXEC_ID_VAR + '=" "$d/environ" 2>/dev/null; then busy=1; break; fi\n'
         '  if grep -qa "' + session_var + '=" "$d/environ" 2>/dev/null; then\n'
-        '    st=; read -r st < "$d/stat" 2>/dev/null; set -- ${st##*) }\n'
+        # braces: a redirection's own failure (the process exited since the grep) is
+        # reported before a trailing 2>/dev/null applies; silenced it is just "not busy"
+        '    st=; { read -r st < "$d/stat"; } 2>/dev/null; set -- ${st##*) }\n'
         '    [ "$1" = R ] && { busy=1; break; }\n'
         "  fi\n"
         "done\n"
         'echo "$now $m $busy"\n'
     )
+
+
+_VERDICT = re.compile(rb"\d+ (?:\d+|-) [01]\n")
+
+
+def is_whole_verdict(output: bytes) -> bool:
+    """Whether ``output`` is exactly the line the check prints. Anything else (empty, cut
+    short, other text mixed in) is a reply lost or damaged on its way, not a verdict. Pure."""
+    return _VERDICT.fullmatch(output) is not None
 
 
 def parse_idle_check(output: bytes, fallback: float | None, idle_after: float) -> bool:

@@ -18,7 +18,8 @@ whose last-used lease (the mtime of ``/tmp/.envlayer-lease``, refreshed by comma
 most every ``lease_interval`` seconds; the container's start time when there is none)
 is older than ``idle_reclaim_after``, and in which no process started by a command is
 alive (no process carries ``ENVLAYER_EXEC_ID``) and no session shell is running code.
-Both are checked in one exec inside the container just before removal.
+Both are checked in one exec inside the container just before removal (run again, at most
+twice, when its reply is lost on the way; still no whole reply means "keep").
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from datetime import datetime
 from typing import Any
 
 from envlayer.environment import SandboxInfo
-from envlayer.sandbox.idle_check import idle_check_script, parse_idle_check
+from envlayer.sandbox.idle_check import idle_check_script, is_whole_verdict, parse_idle_check
 from envlayer.execution.shell_script import SESSION_VAR
 from envlayer_docker import labels as L
 from envlayer_docker.oneshot import LEASE_PATH
@@ -201,6 +202,25 @@ def _remove_running(
 
 
 IDLE_CHECK = idle_check_script(LEASE_PATH, SESSION_VAR)
+CHECK_ATTEMPTS = 3
+"""How many times the idle check runs in one container before an incomplete reply counts as "keep"."""
+
+
+def _idle_check_output(api: Any, container_id: str, shell: str, user: str) -> bytes:
+    """The idle check's stdout in the container (stderr is not part of the verdict).
+
+    dockerd drops what an exec printed when it has not copied it within 2 s of the exec's
+    exit (moby ``daemon/monitor.go``, ``Daemon.ProcessEvent``, case ``EventExit``:
+    ``StreamConfig.Wait`` with a 2-second timeout, then ``CloseStreams``), which a loaded
+    daemon can miss. A reply that is not a whole verdict line is therefore asked again, up
+    to :data:`CHECK_ATTEMPTS` times; the last reply is returned as it is."""
+    out = b""
+    for _ in range(CHECK_ATTEMPTS):
+        eid = api.exec_create(container_id, [shell, "-c", IDLE_CHECK], user=user)["Id"]
+        out = api.exec_start(eid, demux=True)[0] or b""
+        if is_whole_verdict(out):
+            break
+    return out
 
 
 def reclaim_idle(
@@ -215,12 +235,12 @@ def reclaim_idle(
             info = api.inspect_container(summary["Id"])
             started = parse_docker_time((info.get("State") or {}).get("StartedAt"))
             user = (info.get("Config") or {}).get("User") or ""
-            eid = api.exec_create(summary["Id"], [shell, "-c", IDLE_CHECK], user=user)["Id"]
-            out = api.exec_start(eid)
+            out = _idle_check_output(api, summary["Id"], shell, user)
         except Exception as exc:
             log.warning("idle reclaim: skipping %s: %r", summary["Id"][:12], exc)
             return None
         if not parse_idle_check(out, started, idle_after):
+            log.debug("idle reclaim: keeping %s (check printed %r)", summary["Id"][:12], out)
             return None
         return _remove_running(api, summary, dry_run, "idle reclaim", options)
 

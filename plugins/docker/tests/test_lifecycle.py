@@ -455,7 +455,8 @@ def test_reaper_removes_private_container_of_a_dead_process(
     assert _status(docker_api, mine.container_id) == "running"
 
 
-def test_idle_reclaim_removes_only_truly_idle(make_env, docker_api, profile) -> None:
+def test_idle_reclaim_removes_only_truly_idle(make_env, docker_api, profile, caplog) -> None:
+    caplog.set_level("DEBUG", logger="envlayer.docker.reaper")  # why a container was kept
     own = profile + "-idle"  # other tests' idle containers live in the main test profile
     idle = make_env(prof=own, lease_interval=0)
     idle.exec("true")
@@ -479,7 +480,7 @@ def test_idle_reclaim_removes_only_truly_idle(make_env, docker_api, profile) -> 
     finally:
         stop_busy.cancel()
         holder.join()
-    assert {i.detail["container_id"] for i in removed} == {idle.container_id[:12]}
+    assert {i.detail["container_id"] for i in removed} == {idle.container_id[:12]}, caplog.text
     assert _status(docker_api, idle.container_id) == "removed"
     assert _status(docker_api, busy.container_id) == "running"
     assert _status(docker_api, bg.container_id) == "running"
