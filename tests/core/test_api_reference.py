@@ -16,6 +16,7 @@ INTERNAL = {
     "envlayer.discovery.entrypoints": "the fast entry-point reader behind envlayer.discovery.backend_registry",
     "envlayer.agents.exit_hook": "the manager's at-exit registry",
     "envlayer.execution.shell_script": "the shell text and framing behind envlayer.execution.shell_session",
+    "envlayer.execution.session_dirs": "the sweep of dead session shells' directories (local and SSH sessions)",
     "envlayer.backends": "built-in backends, loaded by name through envlayer.discovery.backend_registry",
     "envlayer.coercion": "the one coercion engine behind envlayer.config and envlayer.options",
     "envlayer.discovery.install_hints": "install and start hints that fit where the user is",
