@@ -31,6 +31,7 @@ from datetime import datetime
 from typing import Any
 
 from envlayer.environment import SandboxInfo
+from envlayer.sandbox.retry import RetryPolicy, Transient, call_with_retries
 from envlayer_docker import labels as L
 from envlayer_docker import workspace
 from envlayer_docker.naming import container_name
@@ -120,10 +121,14 @@ def annotate(
     try:
         if uses is None:
             uses, _ = last_uses(api, options, profile=profile)
+    except Exception as exc:
+        log.warning("cannot tell the workspaces' last use: %r", exc)
+        return
+    try:
         sizes = _volume_sizes(api)
     except Exception as exc:
-        log.warning("cannot tell the workspaces' last use and size: %r", exc)
-        return
+        log.warning("cannot tell the workspaces' sizes: %r", exc)
+        sizes = {}
     for info in infos:
         if info.status != "data":
             continue
@@ -136,9 +141,25 @@ def annotate(
         info.detail["size_bytes"] = "" if size is None else str(size)
 
 
+DISK_USAGE_BUSY = "a disk usage operation is already running"
+"""What a daemon before Engine 23 (API 1.42) answers, as a 500, to ``GET /system/df``
+while another caller's is still running (moby 20.10 ``daemon/disk_usage.go``: a
+compare-and-swap guard; API 1.42's changelog: later daemons share the running result)."""
+
+DISK_USAGE_POLICY = RetryPolicy(attempts=8, base_delay=0.2, max_delay=2.0, budget=10.0)
+
+
+def _disk_usage_busy(exc: BaseException) -> Transient | None:
+    if DISK_USAGE_BUSY in str(exc):
+        return Transient("another caller's disk usage count is running")
+    return None
+
+
 def _volume_sizes(api: Any) -> dict[str, int]:
-    """Sizes the daemon reports for volumes (``docker system df -v``); -1 (unknown) left out."""
-    volumes = (api.df() or {}).get("Volumes") or []
+    """Sizes the daemon reports for volumes (``docker system df -v``); -1 (unknown) left out.
+    Waits out another caller's count on daemons that refuse concurrent ones."""
+    usage = call_with_retries(api.df, _disk_usage_busy, doing="counting volume sizes", policy=DISK_USAGE_POLICY, logger=log)
+    volumes = (usage or {}).get("Volumes") or []
     sizes = {}
     for volume in volumes:
         size = (volume.get("UsageData") or {}).get("Size", -1)

@@ -13,10 +13,12 @@ import tempfile
 import uuid
 from typing import Any
 
+import docker
 import pytest
 
+from envlayer.sandbox.retry import RetryPolicy
 from envlayer.testing.secrets import ENVLAYER_SCRIPT
-from envlayer_docker import labels
+from envlayer_docker import labels, retention, workspace
 from envlayer_docker.backend import DockerEnvironment
 
 N = 3
@@ -101,6 +103,45 @@ def test_ls_shows_a_workspace_last_use_and_size(make_env, docker_api, profile):
     DockerEnvironment.remove_sandbox("busy", profile=prof, options=env.options, force=True)
     [data] = [i for i in DockerEnvironment.list_sandboxes(profile=prof, options=env.options) if i.status == "data"]
     assert float(data.detail["last_used"]) > 0
+
+
+class _DiskUsageBusy:
+    """The real API client, except that its first ``busy`` calls of ``df`` get what a daemon
+    before Engine 23 answers while another caller's ``GET /system/df`` runs: a 500 with
+    ``a disk usage operation is already running`` (moby 20.10 ``daemon/disk_usage.go``; the
+    daemon here is 20.10, and two ``envlayer ls`` at once, or another test worker's, hit it)."""
+
+    def __init__(self, api: Any, busy: int) -> None:
+        self._api, self.busy = api, busy
+
+    def df(self) -> Any:
+        if self.busy:
+            self.busy -= 1
+            raise docker.errors.APIError("500 Server Error", explanation="a disk usage operation is already running")
+        return self._api.df()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._api, name)
+
+
+def test_a_busy_disk_usage_count_is_waited_out_and_never_hides_the_last_use(make_env, docker_api, profile, monkeypatch):
+    prof = f"{profile}-busy-{uuid.uuid4().hex[:6]}"
+    env = make_env("counted", prof=prof)
+    env.exec("head -c 3000 /dev/zero > /workspace/data")
+    data = [i for i in workspace.list_data(docker_api, env.options, profile=prof)]
+    busy = _DiskUsageBusy(docker_api, busy=2)
+    retention.annotate(busy, env.options, data, profile=prof)
+    assert busy.busy == 0
+    assert data[0].detail["last_used"] == "in use"
+    assert int(data[0].detail["size_bytes"]) >= 3000
+
+    # a daemon that stays busy (a shorter budget than the 10 s a user's `ls` waits): the
+    # size is left empty, the last use is still there
+    monkeypatch.setattr(retention, "DISK_USAGE_POLICY", RetryPolicy(attempts=3, base_delay=0.01, budget=0.1))
+    data = [i for i in workspace.list_data(docker_api, env.options, profile=prof)]
+    retention.annotate(_DiskUsageBusy(docker_api, busy=1000), env.options, data, profile=prof)
+    assert data[0].detail["last_used"] == "in use"
+    assert data[0].detail["size_bytes"] == ""
 
 
 def test_a_zero_retention_keeps_workspaces_forever(options) -> None:
