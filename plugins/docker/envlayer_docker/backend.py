@@ -77,6 +77,8 @@ class DockerEnvironment(ThreadTeardown, SandboxEnvironment):
         self._exec_env = self._build_exec_env()
         self._container: Any = None
         self._files: Any = None
+        self._fork_image = ""
+        """A fork's snapshot image id: released (deleted if its snapshot was removed) after teardown."""
         with translated("inspecting the image", opts):
             self._spec = build_spec(
                 self._api, opts, profile=self.profile, task=self.task_id, persist=opts.persist_across_processes
@@ -128,6 +130,7 @@ class DockerEnvironment(ThreadTeardown, SandboxEnvironment):
         base = self._spec
         with translated("checking the snapshot and the task", self.options):
             self._spec = fork_spec(self._api, base, snapshot)
+        self._fork_image = self._spec.image
         try:
             self._attach()
         finally:
@@ -358,7 +361,7 @@ class DockerEnvironment(ThreadTeardown, SandboxEnvironment):
             else:
                 self._note_data_use()
         if self.from_snapshot is not None:
-            snapshots.prune_unused(self._api)
+            snapshots.prune_unused(self._api, released=[self._fork_image])
 
     def _note_data_use(self) -> None:
         from envlayer_docker.retention import note_last_use
@@ -405,7 +408,7 @@ class DockerEnvironment(ThreadTeardown, SandboxEnvironment):
         removed = reaper.sweep(api, opts, profile=profile, max_age=max_age, dry_run=dry_run)
         removed += [s.info() for s in expire(api, opts, profile=profile, dry_run=dry_run)]
         if not dry_run:
-            prune_unused(api)
+            prune_unused(api, released=[r.detail.get("image", "") for r in removed if r.detail.get("image")])
         return removed
 
     @classmethod
@@ -433,7 +436,7 @@ class DockerEnvironment(ThreadTeardown, SandboxEnvironment):
         from envlayer_docker.snapshots import prune_unused
 
         removed = reaper.remove_task(api, profile=profile, task=task_id, force=force, options=None if purge else opts)
-        prune_unused(api)
+        prune_unused(api, released=[r.detail["image"] for r in removed])
         if purge:
             removed += workspace.remove(api, opts, profile=profile, task=task_id)
         return removed

@@ -24,6 +24,8 @@ import contextlib
 import dataclasses
 import logging
 import secrets
+import time
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -173,7 +175,7 @@ def fork_spec(api: Any, spec: ContainerSpec, snapshot: Snapshot) -> ContainerSpe
             hint='use workspace = "volume" (the default) or "none"',
         )
     try:
-        api.inspect_image(snapshot.id)
+        image_id = api.inspect_image(snapshot.id)["Id"]  # by id: a removal meanwhile cannot fail the create
     except (ImageNotFound, NotFound):
         raise InvalidArgument(
             "from_snapshot", f"snapshot {snapshot.id} no longer exists", hint="list them with `envlayer snapshots ls`"
@@ -186,7 +188,7 @@ def fork_spec(api: Any, spec: ContainerSpec, snapshot: Snapshot) -> ContainerSpe
             hint=f"pick a new task id, or remove it first (`envlayer rm --purge {spec.task}`)",
         )
     labels = {**spec.labels, FROM_SNAPSHOT: snapshot.id}
-    return dataclasses.replace(spec, image=snapshot.id, labels=labels)
+    return dataclasses.replace(spec, image=image_id, labels=labels)
 
 
 def _existing(api: Any, spec: ContainerSpec) -> str:
@@ -220,25 +222,94 @@ def remove(api: Any, snapshot_id: str) -> list[Snapshot]:
     if not snapshot_id.startswith(f"{REPOSITORY}:"):
         return []
     try:
-        snapshot = from_image(api.inspect_image(snapshot_id))
+        image = api.inspect_image(snapshot_id)
     except (ImageNotFound, NotFound):
         return []
+    snapshot = from_image(image)
     api.remove_image(snapshot_id, force=True)
-    prune_unused(api)
+    prune_unused(api, released=[image["Id"]])
     return [snapshot]
 
 
-def prune_unused(api: Any) -> None:
-    """Delete removed snapshots' images that no container uses any more. Never raises."""
-    from docker.errors import APIError
+PRUNE_GRACE = 60.0
+"""Seconds a dangling snapshot image is left alone by the sweep (:func:`prune_unused`):
+``docker commit`` stores an image before it tags it, and a snapshot being taken leaves its
+staging image untagged, so a younger dangling image may be another process's snapshot in
+the making. Images a caller names as released are not subject to it."""
 
+RELEASE_WAIT = 10.0
+"""Seconds :func:`prune_unused` waits for a released image that another process is
+removing at the same moment, or whose last container is still being removed."""
+
+_KEPT_FOR = ("is being used by running container", "dependent child images")
+"""Daemon refusals (moby ``daemon/image_delete.go``) that mean the image is still needed."""
+
+
+def prune_unused(api: Any, *, released: Iterable[str] = ()) -> None:
+    """Delete the images of removed snapshots that nothing uses any more: each of
+    ``released`` (image references of containers just removed, forks' among them) at
+    once, the others once older than :data:`PRUNE_GRACE`. An image that is not a removed
+    snapshot's (it has a tag, or no snapshot label) is never touched; its untagged
+    parents (a snapshot's staging image) go with it. Never raises."""
+    for image in set(released):
+        _release(api, image)
     try:
         images = api.images(filters={"label": [f"{SNAPSHOT}=1"], "dangling": True}) or []
     except Exception as exc:
         log.debug("listing removed snapshots: %r", exc)
         return
+    cutoff = time.time() - PRUNE_GRACE
     for image in images:
+        if int(image.get("Created") or 0) <= cutoff:
+            _remove_unused(api, image["Id"])
+
+
+def _is_removed_snapshot(image: dict[str, Any]) -> bool:
+    labels = (image.get("Config") or {}).get("Labels") or {}
+    tags = [t for t in image.get("RepoTags") or [] if t != "<none>:<none>"]
+    return labels.get(SNAPSHOT) == "1" and not tags
+
+
+def _release(api: Any, reference: str) -> None:
+    """Delete ``reference`` if it is a removed snapshot's image that no container uses,
+    retrying for :data:`RELEASE_WAIT` s while the daemon is busy with it elsewhere."""
+    from docker.errors import ImageNotFound, NotFound
+
+    deadline = time.monotonic() + RELEASE_WAIT
+    while True:
         try:
-            api.remove_image(image["Id"])
-        except APIError as exc:  # still used by a fork, or being removed
-            log.debug("keeping %s: %s", image["Id"][:19], exc.explanation or exc)
+            image = api.inspect_image(reference)
+        except (ImageNotFound, NotFound):
+            return
+        except Exception as exc:
+            log.debug("inspecting %s: %r", reference[:19], exc)
+            return
+        if not _is_removed_snapshot(image) or _remove_unused(api, image["Id"]) or time.monotonic() > deadline:
+            return
+        time.sleep(0.1)
+
+
+def _remove_unused(api: Any, image_id: str) -> bool:
+    """Try to delete ``image_id``; True when it is gone or still needed (a container that
+    is not being removed, a child image), False when worth trying again (its last
+    container is still being removed, another process is deleting it)."""
+    from docker.errors import APIError, ImageNotFound, NotFound
+
+    try:
+        api.remove_image(image_id)
+        return True
+    except (ImageNotFound, NotFound):
+        return True
+    except APIError as exc:
+        text = str(exc.explanation or exc)
+        log.debug("keeping %s for now: %s", image_id[:19], text)
+        return any(reason in text for reason in _KEPT_FOR) or _kept_by_a_container(api, image_id)
+
+
+def _kept_by_a_container(api: Any, image_id: str) -> bool:
+    try:
+        users = api.containers(all=True, filters={"ancestor": image_id})
+    except Exception as exc:
+        log.debug("listing the users of %s: %r", image_id[:19], exc)
+        return True
+    return any(c.get("State") not in ("removing", "dead") for c in users)

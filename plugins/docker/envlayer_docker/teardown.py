@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 from envlayer.sandbox import teardown_threads as background
 
 log = logging.getLogger("envlayer.docker.teardown")
+
+REMOVAL_WAIT = 30.0
+"""Seconds a teardown waits for a removal that another process began (the daemon's 409)."""
 
 
 def _stop_and_remove(api: Any, container_id: str, stop_timeout: float) -> None:
@@ -29,10 +33,25 @@ def _stop_and_remove(api: Any, container_id: str, stop_timeout: float) -> None:
     except NotFound:
         pass
     except APIError as exc:
-        if exc.status_code != 409:  # 409: removal already in progress
+        if exc.status_code == 409:  # removal already in progress elsewhere: gone when we return
+            _wait_until_gone(api, container_id)
+        else:
             log.warning("removing container %s failed: %s", container_id[:12], exc.explanation or exc)
     except Exception as exc:
         log.warning("removing container %s failed: %r", container_id[:12], exc)
+
+
+def _wait_until_gone(api: Any, container_id: str, timeout: float = REMOVAL_WAIT) -> None:
+    from docker.errors import NotFound
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            api.inspect_container(container_id)
+        except NotFound:
+            return
+        time.sleep(0.05)
+    log.warning("container %s still there %.0f s after another removal began", container_id[:12], timeout)
 
 
 def schedule(
