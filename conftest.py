@@ -12,8 +12,8 @@ It also makes SIGINT deliverable to the processes tests start, even in a run sta
 the background with SIGINT ignored (see ``pytest_configure``), and ends every run that ran
 tests with a table of the slowest test files and, under pytest-xdist, each worker's busy
 time and when it finished (see ``pytest_terminal_summary``), so the next slowdown is seen
-where it starts. Under pytest-xdist the backends' tests are handed out
-first (see ``pytest_collection_modifyitems``).
+where it starts. Under pytest-xdist the long work units (conformance classes, then the
+backends' tests) are handed out first (see ``pytest_collection_modifyitems``).
 """
 
 from __future__ import annotations
@@ -59,16 +59,32 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """In a pytest-xdist worker, put the tests under ``plugins/`` first (stable otherwise).
+    """In a pytest-xdist worker, hand out the long work units first (stable otherwise).
 
     xdist hands out work units (a class, or a module's functions: ``--dist loadscope
-    --no-loadscope-reorder``) in collection order. The backends' units are the long ones (a
-    conformance class or lifecycle module on a fake or in containers: minutes each), the
-    core's mostly short; a long unit handed out last would run alone at the end of the run.
-    Serial runs keep the collection order."""
+    --no-loadscope-reorder``) in collection order, and a long unit handed out last runs
+    alone at the end of the run. The long ones are the conformance kit's classes (a
+    backend's whole contract in one class: a minute or more each, the core's protocol
+    class included), then the rest of the backends' tests (lifecycles on fakes or in
+    containers), each group's bigger units first; the core's are mostly short. Serial runs
+    keep the collection order."""
     if not hasattr(config, "workerinput"):
         return
-    items.sort(key=lambda item: not item.nodeid.startswith("plugins/"))
+    sizes = Counter(_unit_of(item) for item in items)
+    items.sort(key=lambda item: (tier := _unit_tier(item), -sizes[_unit_of(item)] if tier < 2 else 0))
+
+
+def _unit_of(item: pytest.Item) -> str:
+    """The xdist ``loadscope`` unit of ``item``: its class, or its module."""
+    return item.nodeid.split("[", 1)[0].rsplit("::", 1)[0] if getattr(item, "cls", None) else item.nodeid.split("::")[0]
+
+
+def _unit_tier(item: pytest.Item) -> int:
+    """0: a conformance kit class; 1: another test under ``plugins/``; 2: the rest."""
+    cls = getattr(item, "cls", None)
+    if cls is not None and any(base.__module__.startswith("envlayer.testing.") for base in cls.__mro__[1:]):
+        return 0
+    return 1 if item.nodeid.startswith("plugins/") else 2
 
 
 @pytest.hookimpl(tryfirst=True)
