@@ -36,14 +36,16 @@ class FakeDaytona:
     proc: subprocess.Popen[bytes]
 
     def mark(self) -> int:
-        """A position in the route log; pass it to :meth:`routes_since`."""
-        return self.route_log.stat().st_size
+        """A position in the route log (after its last whole line); pass it to :meth:`routes_since`."""
+        data = self.route_log.read_bytes()
+        return data.rfind(b"\n") + 1
 
     def entries_since(self, mark: int) -> list[dict[str, Any]]:
-        """Every request logged since ``mark``."""
+        """Every request logged since ``mark`` (a last line still being written is left out)."""
         with self.route_log.open("rb") as fh:
             fh.seek(mark)
-            return [json.loads(line) for line in fh.read().decode().splitlines() if line.strip()]
+            lines = fh.read().decode().split("\n")[:-1]
+            return [json.loads(line) for line in lines if line.strip()]
 
     def routes_since(self, mark: int) -> set[str]:
         """The names of the routes requested since ``mark`` (``unknown`` for unserved ones),

@@ -324,7 +324,7 @@ class FakeCluster:
         self.open_bridges: set[web.WebSocketResponse] = set()
         self.blackholed: set[web.WebSocketResponse] = set()
         self.docker = docker.APIClient(version="auto", timeout=120, **docker.utils.kwargs_from_env())
-        self.log = open(log_path, "a", buffering=1)  # noqa: SIM115 - lives as long as the server
+        self.log_fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)  # lives as long as the server
 
     async def blocking(self, fn: Any, *args: Any, **kw: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(None, lambda: fn(*args, **kw))
@@ -938,7 +938,7 @@ def build_app(cluster: FakeCluster) -> web.Application:
             "query": request.query_string,
             "upgrade": wants_upgrade(request),
         }
-        cluster.log.write(json.dumps(entry) + "\n")
+        os.write(cluster.log_fd, (json.dumps(entry) + "\n").encode())  # one write per line: read while written
         return response
 
     app = web.Application(middlewares=[record], client_max_size=1 << 26)

@@ -43,9 +43,10 @@ class FakeApiServer:
     stderr_path: str
 
     def routes(self) -> list[dict[str, Any]]:
-        """Every request served so far: ``{"method", "route", "status", "path"}``."""
+        """Every request served so far: ``{"method", "route", "status", "path"}`` (a last
+        line the server is still writing, without its newline yet, is left for the next call)."""
         with open(self.log_path) as fh:
-            return [json.loads(line) for line in fh if line.strip()]
+            return [json.loads(line) for line in fh if line.endswith("\n") and line.strip()]
 
     def route_set(self) -> set[tuple[str, str]]:
         return {(r["method"], r["route"]) for r in self.routes()}
