@@ -32,7 +32,9 @@ What it kills, for the command whose ``ENVLAYER_EXEC_ID`` is ``exec_id``:
   0 = any age). Programs that earlier commands left running carry their own marker and
   are spared.
 
-Sequence: SIGKILL the shell; SIGSTOP the rest, SIGTERM them, SIGCONT them (``kill``
+Sequence: SIGSTOP the shell before the scan (a shell that forked during it, as when a
+cancel comes while the command starts, left a child out of the victims that ran on once
+the shell was gone); SIGKILL the shell; SIGSTOP the rest, SIGTERM them, SIGCONT them (``kill``
 signals one pid after the other: without the stop, a script's shell whose child got the
 SIGTERM first could run its next line before its own turn came); up to ``grace`` seconds
 for them (and the shell) to go, then rescan and SIGKILL whatever is left; it prints ``killed <pids>``. A
@@ -188,6 +190,7 @@ alive() {
     [ "$1" = Z ] || printf '%s ' "$p"
   done
 }
+[ "$S" != 0 ] && kill -STOP "$S" 2>/dev/null  # no child of the shell starts during the scan
 v=$(victims)
 [ "$S" != 0 ] && kill -KILL "$S" 2>/dev/null
 [ -n "$v" ] && { kill -STOP $v; kill -TERM $v; kill -CONT $v; } 2>/dev/null
