@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 from envlayer.execution.tree_kill import tree_members
@@ -69,17 +70,18 @@ def test_keyboard_interrupt_kills_the_tree(tmp_path: Path) -> None:
 
 
 def test_tree_members_finds_group_and_marker(tmp_path: Path) -> None:
-    env = dict(os.environ, ENVLAYER_EXEC_ID="probe-123")
+    probe = f"probe-{uuid.uuid4().hex}"  # this run's only: another run has the same test
+    env = dict(os.environ, ENVLAYER_EXEC_ID=probe)
     leader = subprocess.Popen(["sh", "-c", "setsid sleep 305 & sleep 306"], env=env, start_new_session=True)
     try:
         deadline = time.monotonic() + 60
         members: list[int] = []
         while len(members) < 3 and time.monotonic() < deadline:
-            members = tree_members(leader.pid, "probe-123")
+            members = tree_members(leader.pid, probe)
             time.sleep(0.02)
         assert leader.pid in members and len(members) == 3
         assert tree_members(leader.pid, None) != members  # the setsid child is found only by its marker
     finally:
-        for pid in tree_members(leader.pid, "probe-123"):
+        for pid in tree_members(leader.pid, probe):
             os.kill(pid, signal.SIGKILL)
         leader.wait()
