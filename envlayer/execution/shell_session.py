@@ -66,7 +66,7 @@ from envlayer.execution.shell_script import (
     new_seed,
     parse_trailer,
 )
-from envlayer.execution.streams import ByteStream, drain_while
+from envlayer.execution.streams import ByteStream, StreamEnded, drain_while
 
 log = logging.getLogger("envlayer.session")
 
@@ -294,6 +294,23 @@ class PersistentShell:
         callback) propagate after the command's tree and the shell were killed.
         """
         pending, self._behind = self._behind, []
+        try:
+            return self._attempt(request, collector, prelude, pending)
+        except StreamEnded:
+            # gone before the command went out (the check for an ended stream raced the
+            # end): as with an end found by that check, the command runs in a new shell
+            self._killed = True
+            self._drop_stream()
+        try:
+            return self._attempt(request, collector, prelude, pending)
+        except StreamEnded:
+            raise status_unknown("the new session shell") from None
+
+    def _attempt(
+        self, request: ExecRequest, collector: OutputCollector, prelude: str, pending: list[tuple[str, bytes]]
+    ) -> ShellOutcome:
+        """One try of :meth:`run`; raises :class:`StreamEnded` when the shell was found
+        gone as the command was being sent (none of it went out)."""
         if self.stream is not None:
             early = self.stream.read(time.monotonic())  # output of earlier background jobs, or EOF
             if early is None:
@@ -350,6 +367,8 @@ class PersistentShell:
         try:
             try:
                 stream.write(script)
+            except StreamEnded:
+                raise
             except OSError:
                 return self._ended(stream)
             with killer_for(request.cancel, lambda: self._kill_from_elsewhere(request, sent_at)):
@@ -357,6 +376,8 @@ class PersistentShell:
             if framed.timed_out:
                 self._kill(stream, request, collector, sent_at)
                 return ShellOutcome(124, timed_out=True, shell_ended=True)
+        except StreamEnded:
+            raise  # nothing was sent: nothing to kill
         except BaseException:
             if self.stream is stream:
                 self._kill(stream, request, collector, sent_at)

@@ -27,6 +27,13 @@ Chunks = list[tuple[str, bytes]]
 """What one read returns: ``("stdout" | "stderr", bytes)`` pairs, in arrival order."""
 
 
+class StreamEnded(BrokenPipeError):
+    """What :meth:`ByteStream.write` may raise when the stream had ended before any byte
+    of the data went out: the process received none of it (a shell found gone this way
+    provably did not start the command). A stream that cannot tell raises a plain
+    ``OSError``."""
+
+
 @runtime_checkable
 class ByteStream(Protocol):
     """A bidirectional byte stream to a process in the sandbox (typically a shell).
@@ -37,7 +44,8 @@ class ByteStream(Protocol):
 
     def write(self, data: bytes) -> None:
         """Send all of ``data`` to the process's stdin. Raises ``OSError`` when the
-        stream is closed or broken (the caller treats that as the process being gone)."""
+        stream is closed or broken (the caller treats that as the process being gone),
+        :class:`StreamEnded` when it knows that none of ``data`` went out."""
 
     def read(self, deadline: float | None) -> Chunks | None:
         """Wait for output until ``deadline`` (a ``time.monotonic()`` value; ``None`` =

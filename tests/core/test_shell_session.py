@@ -21,7 +21,7 @@ from envlayer.execution.collector import OutputCollector
 from envlayer.request import ExecRequest
 from envlayer.result import ExecResult
 from envlayer.execution.shell_session import RESTARTED_AFTER_KILL, PersistentShell
-from envlayer.execution.streams import ProcessStream
+from envlayer.execution.streams import ByteStream, ProcessStream, StreamEnded
 from envlayer.testing import EnvironmentConformance, ExecContractConformance
 from envlayer.testing.fixtures import cleaned_up
 
@@ -93,6 +93,37 @@ def test_shell_killed_from_outside_reports_its_status(session_env: SessionOverPi
     assert result.exit_code == 137
     after = session_env.exec("echo back")
     assert after.stdout == b"back\n" and after.recovered == RESTARTED_AFTER_KILL
+
+
+class _EndedUnnoticed:
+    """The stream of a shell that ended just after the check for an ended stream looked:
+    that read still finds nothing, and the write finds the stream gone with none of the
+    command sent (as an SSH channel whose connection dropped a moment earlier)."""
+
+    def __init__(self, stream: ByteStream) -> None:
+        self.stream = stream
+
+    def read(self, deadline: float | None) -> list[tuple[str, bytes]]:
+        return []
+
+    def write(self, data: bytes) -> None:
+        raise StreamEnded("the channel had closed")
+
+    def exit_status(self, wait: float) -> int | None:
+        return None
+
+    def close(self) -> None:
+        self.stream.close()
+
+
+def test_a_shell_found_gone_while_sending_runs_the_command_in_a_new_shell(session_env: SessionOverPipes) -> None:
+    session_env.exec("cd /tmp").check()
+    shell = session_env.session
+    assert shell.stream is not None
+    shell.stream = _EndedUnnoticed(shell.stream)  # type: ignore[assignment]
+    result = session_env.exec("echo again; pwd")
+    assert result.stdout == b"again\n/tmp\n"
+    assert result.recovered == RESTARTED_AFTER_KILL
 
 
 def test_users_exit_trap_does_not_stop_the_session(session_env: SessionOverPipes) -> None:

@@ -13,7 +13,7 @@ import select
 import time
 from typing import TYPE_CHECKING
 
-from envlayer.execution.streams import Chunks
+from envlayer.execution.streams import Chunks, StreamEnded
 from envlayer_ssh.channel_io import send_eof
 from envlayer_ssh.errors import ConnectionLost
 
@@ -34,13 +34,20 @@ class ChannelStream:
         self.channel = lease.channel
 
     def write(self, data: bytes) -> None:
-        """Send ``data``; ``OSError`` when the channel or the connection is gone."""
+        """Send ``data``; ``OSError`` when the channel or the connection is gone,
+        :class:`~envlayer.execution.streams.StreamEnded` when none of it went out
+        (paramiko's ``Channel.send`` hands bytes to the transport only when it returns)."""
+        channel, sent = self.channel, 0
         try:
-            self.channel.sendall(data)
-        except OSError:
-            raise
-        except Exception as exc:  # paramiko raises SSHException / EOFError on a dead transport
-            raise OSError(f"the channel is closed: {type(exc).__name__}: {exc}") from exc
+            while sent < len(data):
+                taken = channel.send(data[sent:])
+                if taken == 0:  # paramiko: closed or EOF sent while waiting for the window
+                    raise EOFError("the channel takes no more data")
+                sent += taken
+        except Exception as exc:  # paramiko: socket.error when closed; SSHException / EOFError on a dead transport
+            if sent == 0:
+                raise StreamEnded(f"the channel had closed: {type(exc).__name__}: {exc}") from exc
+            raise OSError(f"the channel closed while sending: {type(exc).__name__}: {exc}") from exc
 
     def end_input(self) -> None:
         """Send EOF on the process's stdin (see :func:`~envlayer_ssh.channel_io.send_eof`)."""

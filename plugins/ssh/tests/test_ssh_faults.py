@@ -16,6 +16,7 @@ from envlayer_ssh.options import SSHOptions
 from ssh_testserver import SSHServer
 
 from envlayer.errors import BackendUnavailable
+from envlayer.execution.streams import StreamEnded
 
 pytestmark = pytest.mark.ssh
 MODES = ["session", "oneshot"]
@@ -54,6 +55,18 @@ def test_sshd_restart_between_calls_reconnects_and_reports(own_sshd: SSHServer, 
     assert env.reconnects == 1
     assert env.exec("true").recovered == ""
     assert any("re-established" in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+
+
+def test_a_write_to_a_closed_channel_says_nothing_was_sent(sshd: SSHServer, make_env) -> None:
+    """What lets a session tell "gone before the command went out" (run it in a new shell)
+    from "dropped while sending" (may or may not have run): paramiko refuses a send on a
+    closed channel before handing any byte to the transport."""
+    env = make_env(sshd)
+    assert env.exec("true").exit_code == 0
+    stream = env._session.stream
+    stream.channel.close()
+    with pytest.raises(StreamEnded):
+        stream.write(b"echo never\n")
 
 
 def test_file_operations_reconnect_after_sshd_restart(own_sshd: SSHServer, make_env) -> None:
