@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Protocol, TypeVar, runtime_checkable
 
+from envlayer.errors import EnvlayerError
 from envlayer.execution.collector import OutputCollector
 
 T = TypeVar("T")
@@ -27,11 +28,18 @@ Chunks = list[tuple[str, bytes]]
 """What one read returns: ``("stdout" | "stderr", bytes)`` pairs, in arrival order."""
 
 
-class StreamEnded(BrokenPipeError):
+class StreamEnded(BrokenPipeError, EnvlayerError):
     """What :meth:`ByteStream.write` may raise when the stream had ended before any byte
     of the data went out: the process received none of it (a shell found gone this way
     provably did not start the command). A stream that cannot tell raises a plain
-    ``OSError``."""
+    ``OSError``; being one too, this reaches every handler of a broken stream."""
+
+    def __init__(self, message: str) -> None:
+        BrokenPipeError.__init__(self, message)
+        self.message, self.hint = message, ""
+
+    def __str__(self) -> str:
+        return self.message
 
 
 @runtime_checkable

@@ -236,6 +236,19 @@ def _profile_images(api: Any, profile: str) -> list[str]:
     return [i["Id"] for i in api.images(all=True, filters={"label": f"envlayer.profile={profile}"})]
 
 
+@pytest.fixture
+def hangups_delivered() -> Iterator[None]:
+    """SIGHUP at its default action in this process (and so in what it starts) for the
+    test: a suite run started under ``nohup`` inherits it ignored, and the code under test
+    rightly keeps an inherited "ignore" (see the test after next)."""
+    previous = signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+
+
+@pytest.mark.usefixtures("hangups_delivered")
 def test_stop_signals_raise_terminated_and_cleanups_ignore_them() -> None:
     for signum in STOP_SIGNALS:
         with pytest.raises(Terminated), signals_raise():
@@ -257,6 +270,7 @@ def test_under_nohup_sighup_stays_ignored_and_the_parent_is_not_watched() -> Non
         signal.signal(signal.SIGHUP, previous)
 
 
+@pytest.mark.usefixtures("hangups_delivered")
 @pytest.mark.parametrize("stop", ["SIGTERM", "SIGHUP", "parent killed"])
 def test_a_stop_signal_or_a_dead_parent_ends_the_fork_benchmark_and_leaves_nothing_on_docker(
     tmp_path: Path, docker_api: Any, stop: str
