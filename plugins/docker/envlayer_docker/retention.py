@@ -158,7 +158,9 @@ def _disk_usage_busy(exc: BaseException) -> Transient | None:
 def _volume_sizes(api: Any) -> dict[str, int]:
     """Sizes the daemon reports for volumes (``docker system df -v``); -1 (unknown) left out.
     Waits out another caller's count on daemons that refuse concurrent ones."""
-    usage = call_with_retries(api.df, _disk_usage_busy, doing="counting volume sizes", policy=DISK_USAGE_POLICY, logger=log)
+    usage = call_with_retries(
+        api.df, _disk_usage_busy, doing="counting volume sizes", policy=DISK_USAGE_POLICY, logger=log
+    )
     volumes = (usage or {}).get("Volumes") or []
     sizes = {}
     for volume in volumes:
