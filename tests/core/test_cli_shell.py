@@ -20,8 +20,14 @@ def check_shell_session(t: Tmux, prompt: str) -> None:
     t.wait_for(r"^hello$")
     t.wait_for(r"^24 80$")
     t.tmux("resize-window", "-t", "s", "-x", "100", "-y", "30")
-    t.send("stty size")
-    t.wait_for(r"^30 100$")
+    # tmux sets a pane's new size on its own schedule, and may type the next keys first:
+    # ask again until the shell sees it (the resize must arrive, not before those keys)
+    for _ in range(20):
+        t.send("stty size")
+        if t.appears(r"^30 100$", 3):
+            break
+    else:
+        t.wait_for(r"^30 100$", 0)
     t.send("exit 3")
     t.wait_for(r"^EXIT=3$")
     t.wait_for(r"^TTY=cooked$")

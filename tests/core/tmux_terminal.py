@@ -35,13 +35,20 @@ class Tmux:
 
     def wait_for(self, pattern: str, deadline: float = 60) -> str:
         """The screen once a line matches ``pattern`` (a regex); fails after ``deadline`` s."""
+        text = self.appears(pattern, deadline)
+        if text is None:
+            pytest.fail(f"no line matching {pattern!r} on the screen:\n{self.screen()}")
+        return text
+
+    def appears(self, pattern: str, deadline: float) -> str | None:
+        """The screen once a line matches ``pattern``; None if none did within ``deadline`` s."""
         end = time.monotonic() + deadline
         while True:
             text = self.screen()
             if re.search(pattern, text, re.MULTILINE):
                 return text
             if time.monotonic() > end:
-                pytest.fail(f"no line matching {pattern!r} on the screen:\n{text}")
+                return None
             time.sleep(0.1)
 
 
