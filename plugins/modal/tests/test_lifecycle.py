@@ -313,11 +313,12 @@ def test_doctor_checks_the_modal_backend(fake_modal: Any, tmp_path: Any) -> None
 
 def test_session_watchdog_spares_a_long_command(make_env: Any) -> None:
     """The command runs longer than an idle shell may live (idle_exit 1 s plus two 1-s looks
-    of the watchdog: ``envlayer_modal.stream.WATCHDOG``) and is not killed."""
+    of the watchdog: ``envlayer_modal.stream.WATCHDOG``) and is not killed. (Whether the
+    shell is still there for a next call depends on how soon that call comes: after 1 s
+    idle it may rightly be gone, so that is not asked here.)"""
     env = make_env(session_idle_exit=1)
     result = env.exec("sleep 4; echo done", timeout=60)
-    assert result.stdout == b"done\n" and result.recovered == ""
-    assert env.exec("echo again").recovered == ""
+    assert result.stdout == b"done\n" and result.exit_code == 0 and result.recovered == ""
 
 
 def test_every_process_dies_then_the_sandbox_ends_by_itself(run_python: Any, profile: str) -> None:
