@@ -18,15 +18,22 @@ IMAGE = os.environ.get("ENVLAYER_TEST_IMAGE", "envlayer-test:busybox")
 def _check_on_fake_proc(docker_api: Any, image: str, setup: str) -> bytes:
     """Run the reaper's check in a throwaway container whose ``/proc`` scan is pointed at
     ``FAKE_PROC`` (prepared by the shell text ``setup``); its stdout and stderr together,
-    as Docker returns them to a plain ``exec_start``. The container is removed."""
+    as Docker returns them to a plain ``exec_start``; asked again (up to 3 times) when the
+    reply is empty, as a loaded daemon returns it (see :class:`_FirstReplyLost`). The
+    container is removed."""
     script = reaper.IDLE_CHECK.replace("/proc/", FAKE_PROC + "/")
     assert script != reaper.IDLE_CHECK
     name = f"envlayer-idlecheck-{uuid.uuid4().hex[:8]}"
     cid = docker_api.create_container(image, ["sleep", "600"], name=name)["Id"]
     try:
         docker_api.start(cid)
-        eid = docker_api.exec_create(cid, ["/bin/sh", "-c", setup + "\n" + script])["Id"]
-        return docker_api.exec_start(eid)
+        out = b""
+        for _ in range(3):
+            eid = docker_api.exec_create(cid, ["/bin/sh", "-c", setup + "\n" + script])["Id"]
+            out = docker_api.exec_start(eid)
+            if out:
+                break
+        return out
     finally:
         docker_api.remove_container(cid, force=True, v=True)
 

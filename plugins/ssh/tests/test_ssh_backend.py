@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -268,13 +269,14 @@ def test_symlink_escape_from_file_root_refused(sshd: SSHServer, make_env) -> Non
 
 def test_relative_paths_follow_the_session_cwd(sshd: SSHServer, make_env) -> None:
     env = make_env(sshd)
-    env.exec("mkdir -p /tmp/envlayer-rel && cd /tmp/envlayer-rel").check()
+    own = uuid.uuid4().hex  # the host's /tmp and the login's home are shared with other runs
+    env.exec(f"mkdir -p /tmp/envlayer-rel-{own} && cd /tmp/envlayer-rel-{own}").check()
     env.write_file("here.txt", b"rel")
-    assert env.exec("cat /tmp/envlayer-rel/here.txt").stdout == b"rel"
+    assert env.exec(f"cat /tmp/envlayer-rel-{own}/here.txt").stdout == b"rel"
     assert env.read_file("here.txt") == b"rel"
-    env.write_file("~/home.txt", b"home")
-    assert env.exec("cat ~/home.txt; rm ~/home.txt").stdout == b"home"
-    env.exec("cd / && rm -rf /tmp/envlayer-rel")
+    env.write_file(f"~/home-{own}.txt", b"home")
+    assert env.exec(f"cat ~/home-{own}.txt; rm ~/home-{own}.txt").stdout == b"home"
+    env.exec(f"cd / && rm -rf /tmp/envlayer-rel-{own}")
 
 
 def test_write_keeps_existing_mode(sshd: SSHServer, make_env) -> None:

@@ -71,11 +71,12 @@ def test_a_write_to_a_closed_channel_says_nothing_was_sent(sshd: SSHServer, make
 
 def test_file_operations_reconnect_after_sshd_restart(own_sshd: SSHServer, make_env) -> None:
     env = make_env(own_sshd, exec_mode="oneshot", cwd="/tmp")
-    env.write_file("envlayer-reconnect.txt", b"before")
+    name = f"envlayer-reconnect-{uuid.uuid4().hex}.txt"  # the host's /tmp is shared with other runs
+    env.write_file(name, b"before")
     own_sshd.restart()
-    assert env.read_file("envlayer-reconnect.txt") == b"before"
-    env.write_file("envlayer-reconnect.txt", b"after")
-    assert env.exec("cat envlayer-reconnect.txt; rm envlayer-reconnect.txt").stdout == b"after"
+    assert env.read_file(name) == b"before"
+    env.write_file(name, b"after")
+    assert env.exec(f"cat {name}; rm {name}").stdout == b"after"
     assert env.reconnects == 1
 
 
@@ -84,17 +85,18 @@ def test_drop_mid_command_raises_may_have_run_and_is_not_rerun(
     own_sshd: SSHServer, make_env, mode: str, tmp_path
 ) -> None:
     env = make_env(own_sshd, exec_mode=mode)
-    env.exec("rm -f /tmp/envlayer-drop-count; export EXPORTED_BEFORE=1").check()
+    count = f"/tmp/envlayer-drop-count-{uuid.uuid4().hex}"  # the host's /tmp is shared with other runs
+    env.exec(f"rm -f {count}; export EXPORTED_BEFORE=1").check()
     timer = threading.Timer(0.7, own_sshd.restart)
     timer.start()
     try:
         with pytest.raises(ConnectionLost) as info:
-            env.exec("echo x >> /tmp/envlayer-drop-count; sleep 20", timeout=30)
+            env.exec(f"echo x >> {count}; sleep 20", timeout=30)
     finally:
         timer.join()
     assert isinstance(info.value, BackendUnavailable)
     assert "may or may not have run" in info.value.message
-    after = env.exec("cat /tmp/envlayer-drop-count; rm -f /tmp/envlayer-drop-count")
+    after = env.exec(f"cat {count}; rm -f {count}")
     assert after.stdout == b"x\n", "the command must not be re-run by the reconnect"
     assert env.reconnects == 1
     # docs/backends/ssh.md: a drop during a command loses the session's exports.
