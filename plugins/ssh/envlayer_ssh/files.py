@@ -17,8 +17,13 @@ Guaranteed:
   size cap before copying anything. Upload is one tar stream when the remote has
   ``tar`` (probed once per environment), else SFTP file by file.
 
+* An operation cut by a lost connection runs once more on a new connection. Each is safe
+  to repeat, and the client often learns that a connection died only when it sends (a
+  server restart it has not yet read, a forgotten NAT entry).
+
 Raised: ``SandboxFileNotFound``, ``SandboxIsADirectory``, ``SandboxPathError``,
-``FileTooLarge``, ``SandboxPermissionDenied``; ``BackendUnavailable`` when the connection fails.
+``FileTooLarge``, ``SandboxPermissionDenied``; ``BackendUnavailable`` when the connection
+fails again (or cannot be re-established).
 """
 
 from __future__ import annotations
@@ -62,29 +67,42 @@ T = TypeVar("T")
 
 
 def _transport_errors(func: Callable[..., T]) -> Callable[..., T]:
-    """Turn connection-level failures into :class:`BackendUnavailable`."""
+    """Run a file operation, once more on a new connection when a lost connection cut it
+    (every operation here is safe to repeat: reads, and writes that land whole by rename);
+    a second loss becomes :class:`BackendUnavailable`."""
 
     @functools.wraps(func)
     def wrapper(self: RemoteFiles, *args: Any, **kwargs: Any) -> T:
-        import paramiko
-
         try:
             return func(self, *args, **kwargs)
-        except OSError as exc:
-            # paramiko reports a closed channel as a bare OSError("Socket is closed").
-            if exc.errno is not None or isinstance(exc, EnvlayerError) or self.pool.sftp_alive:
+        except Exception as exc:
+            if not _connection_lost(self.pool, exc):
                 raise
-            raise BackendUnavailable(
-                f"file transfer with {self.pool.target.describe()} failed: {exc}",
-                hint="the next call reconnects; check the remote file before relying on it",
-            ) from exc
-        except (EOFError, paramiko.SSHException) as exc:
+            where = self.pool.target.describe()
+            log.info("ssh: %s on %s was cut by a lost connection; running it again", func.__name__, where)
+        try:
+            return func(self, *args, **kwargs)
+        except Exception as exc:
+            if not _connection_lost(self.pool, exc):
+                raise
             raise BackendUnavailable(
                 f"file transfer with {self.pool.target.describe()} failed: {type(exc).__name__}: {exc}",
                 hint="the next call reconnects; check the remote file before relying on it",
             ) from exc
 
     return wrapper
+
+
+def _connection_lost(pool: TargetPool, exc: BaseException) -> bool:
+    """True when ``exc`` says the connection (not the server's answer) failed."""
+    import paramiko
+
+    if isinstance(exc, EnvlayerError):
+        return False
+    if isinstance(exc, (EOFError, paramiko.SSHException)):
+        return True
+    # paramiko reports a closed channel as a bare OSError("Socket is closed").
+    return isinstance(exc, OSError) and exc.errno is None and not pool.sftp_alive
 
 
 def _read_upto(fh: paramiko.SFTPFile, most: int) -> bytes:
@@ -146,6 +164,7 @@ class RemoteFiles:
                 tail.append(posixpath.basename(current))
                 current = posixpath.dirname(current)
 
+    @_transport_errors
     def check_root(self, path: str, root: str | None, shown: str) -> None:
         """Raise :class:`SandboxPathError` when ``path`` really lies outside ``root``."""
         if root is None:

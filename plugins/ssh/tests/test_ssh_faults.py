@@ -13,6 +13,7 @@ from envlayer_ssh import pool
 from envlayer_ssh.backend import SSHEnvironment
 from envlayer_ssh.errors import ConnectionLost
 from envlayer_ssh.options import SSHOptions
+from silent_drop import SilentDropProxy
 from ssh_testserver import SSHServer
 
 from envlayer.errors import BackendUnavailable
@@ -78,6 +79,34 @@ def test_file_operations_reconnect_after_sshd_restart(own_sshd: SSHServer, make_
     env.write_file(name, b"after")
     assert env.exec(f"cat {name}; rm {name}").stdout == b"after"
     assert env.reconnects == 1
+
+
+@pytest.mark.parametrize("operation", ["read", "write", "download"])
+def test_a_file_operation_on_a_connection_that_died_silently_runs_again_on_a_new_one(
+    sshd: SSHServer, make_env, operation: str, tmp_path
+) -> None:
+    """The connection is gone but the client learns it only when it sends the request
+    (a forgotten NAT entry, a host that went away): the operation is safe to repeat, so
+    it is run again once on a new connection instead of failing."""
+    known_hosts = tmp_path / "known_hosts"
+    with SilentDropProxy(sshd.port) as proxy:
+        known_hosts.write_text(sshd.host_key_line().replace(f":{sshd.port} ", f":{proxy.port} ", 1))
+        env = make_env(sshd, port=proxy.port, known_hosts=str(known_hosts), exec_mode="oneshot", cwd="/tmp")
+        name = f"envlayer-silent-{uuid.uuid4().hex}"  # the host's /tmp is shared with other runs
+        env.write_file(f"{name}/f.txt", b"before")
+        proxy.drop_silently()
+        try:
+            if operation == "read":
+                assert env.read_file(f"{name}/f.txt") == b"before"
+            elif operation == "write":
+                env.write_file(f"{name}/f.txt", b"after")
+                assert env.read_file(f"{name}/f.txt") == b"after"
+            else:
+                assert env.download_dir(name, str(tmp_path / "copy")).files == 1
+                assert (tmp_path / "copy" / "f.txt").read_bytes() == b"before"
+            assert env.reconnects == 1
+        finally:
+            env.exec(f"rm -rf {name}")
 
 
 @pytest.mark.parametrize("mode", MODES)
