@@ -4,7 +4,10 @@ the same run, interleaved.
 One container; an envlayer session call (`true`) and a bare shell over one attached exec
 socket (the floor of a session call: write `true; echo M`, read until M) and, as extra
 information, a bare shell that keeps stderr apart as a session must (a marker on each
-stream, read until both came) alternate in
+stream, read until both came) and the session's own shell protocol driven by a minimal
+client (envlayer's init and call scripts over one attached exec socket, read until the
+call's three markers came: what the shell side of a session call costs, without
+envlayer's Python) alternate in
 blocks (:func:`bench_timing.interleaved_medians`), so load changes hit both alike. Prints
 the median of each, envlayer's overhead per call (the difference) and the ratio, then the
 client's CPU time per call (``time.process_time`` over a further block of each), which
@@ -23,11 +26,13 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 from bench_timing import interleaved_medians
 
 from envlayer.bench.baselines import docker_bare_shell as bare_shell
 from envlayer.bench.interrupts import run_script
+from envlayer.execution.shell_script import call_script, init_script, marker_of, new_seed
 
 
 def cpu_per_call_us(run: Callable[[], object], calls: int) -> float:
@@ -36,6 +41,29 @@ def cpu_per_call_us(run: Callable[[], object], calls: int) -> float:
     for _ in range(calls):
         run()
     return (time.process_time() - start) / calls * 1e6
+
+
+def protocol_shell(api: Any, container_id: str) -> tuple[Callable[[], None], Any]:
+    """The session protocol with a minimal client: a shell over one attached exec socket
+    set up with :func:`init_script`, each call one :func:`call_script` of ``true``, read
+    (frames not parsed) until the call's marker came three times (twice around the stdout
+    trailer, once on stderr). Returns the call and the socket (close it when done)."""
+    eid = api.exec_create(container_id, ["sh"], stdin=True, stdout=True, stderr=True, tty=False)["Id"]
+    sock = api.exec_start(eid, socket=True)._sock
+    sock.sendall(init_script(session_id=uuid.uuid4().hex[:12], start_dir=None))
+
+    def call() -> None:
+        seed = new_seed()
+        marker = marker_of(seed)
+        sock.sendall(call_script("true", seed=seed, exec_id=uuid.uuid4().hex))
+        buf = b""
+        while buf.count(marker) < 3:
+            chunk = sock.recv(65536)
+            if not chunk:
+                raise EOFError("the protocol shell closed its output")
+            buf += chunk
+
+    return call, sock
 
 
 def main() -> int:
@@ -56,18 +84,20 @@ def main() -> int:
     try:
         bare, sock = bare_shell(api, env.container_id)
         split, split_sock = bare_shell(api, env.container_id, split=True)
-        variants = {"session": lambda: env.exec("true"), "floor": bare, "split": split}
+        protocol, protocol_sock = protocol_shell(api, env.container_id)
+        variants = {"session": lambda: env.exec("true"), "floor": bare, "split": split, "protocol": protocol}
         medians = interleaved_medians(variants, args.calls, rounds=6)
         cpu = {label: cpu_per_call_us(run, args.calls // 3) for label, run in variants.items()}
         sock.close()
         split_sock.close()
+        protocol_sock.close()
     finally:
         env.cleanup(force_remove=True)
         env.wait_for_cleanup(30)
         for volume in (api.volumes(filters={"label": "envlayer.managed=1"}) or {}).get("Volumes") or []:
             if (volume.get("Labels") or {}).get("envlayer.profile", "") == profile:
                 api.remove_volume(volume["Name"], force=True)
-    session, floor, split = medians["session"], medians["floor"], medians["split"]
+    session, floor, split, protocol = (medians[k] for k in ("session", "floor", "split", "protocol"))
     checkout = envlayer.__file__.rsplit("/envlayer/", 1)[0]
     print(f"envlayer from {checkout}; {args.calls} calls per variant")
     print(f"session `true` median  {session:.3f} ms")
@@ -75,6 +105,8 @@ def main() -> int:
     print(f"stderr apart (extra)   {split:.3f} ms ({split / floor:.2f}x the floor)")
     print(f"envlayer overhead      {session - floor:.3f} ms per call ({session / floor:.2f}x the floor)")
     print(f"  over stderr apart    {session - split:.3f} ms per call ({session / split:.2f}x)")
+    print(f"protocol, bare client  {protocol:.3f} ms ({protocol / floor:.2f}x the floor; the shell side)")
+    print(f"  envlayer's client    {session - protocol:.3f} ms per call (session minus protocol)")
     cpus = ", ".join(f"{label} {us:.0f} us" for label, us in cpu.items())
     print(f"client CPU per call    {cpus}")
     return 0

@@ -107,6 +107,7 @@ def test_a_file_operation_on_a_connection_that_died_silently_runs_again_on_a_new
             assert env.reconnects == 1
         finally:
             env.exec(f"rm -rf {name}")
+            env.cleanup()  # while the proxy still forwards
 
 
 @pytest.mark.parametrize("mode", MODES)
