@@ -70,8 +70,11 @@ def command_text(command: str | Sequence[str]) -> str:
 
 
 def printf_format(data: bytes) -> str:
-    """A single-quoted ``printf`` format that prints exactly ``data`` (any bytes, NUL too)."""
-    return "'" + "".join(chr(b) if b in _PLAIN else f"\\{b:03o}" for b in data) + "'"
+    """A single-quoted ``printf`` format that prints exactly ``data`` (any bytes, NUL too).
+    A leading ``-`` is escaped too: dash's and bash's ``printf`` would take the format for
+    an option, print nothing and fail."""
+    text = "".join(chr(b) if b in _PLAIN else f"\\{b:03o}" for b in data)
+    return "'" + ("\\055" + text[1:] if text.startswith("-") else text) + "'"
 
 
 def export_lines(env: Mapping[str, str]) -> str:

@@ -353,6 +353,12 @@ class EnvironmentConformance:
         result = env.exec('printf %s "$ENVLAYER_CONF_VAR"', env={"ENVLAYER_CONF_VAR": value})
         assert result.stdout_text == value
 
+    def test_env_value_that_starts_with_a_dash(self, env: Environment) -> None:
+        """A value that looks like an option (``-O2``, ``--- a``) arrives as it is."""
+        for value in ("-O2", "--- a/f", "-"):
+            result = env.exec('printf %s "$ENVLAYER_CONF_DASH"', env={"ENVLAYER_CONF_DASH": value})
+            assert result.stdout_text == value
+
     def test_env_does_not_leak_to_next_call(self, env: Environment) -> None:
         env.exec("true", env={"ENVLAYER_CONF_ONCE": "1"})
         result = env.exec('printf %s "${ENVLAYER_CONF_ONCE:-unset}"')
@@ -371,6 +377,14 @@ class EnvironmentConformance:
         payload = os.urandom(300_000)
         result = env.exec("cat", stdin=payload, timeout=60)
         assert result.stdout == payload
+
+    def test_stdin_that_starts_with_a_dash(self, env: Environment) -> None:
+        """stdin that looks like an option (a patch's ``--- a/f``, ``-v``) arrives as it is."""
+        if not self.supports_stdin:
+            pytest.skip("backend declares no stdin support")
+        for payload in (b"--- a/f\n+++ b/f\n@@ -1 +1 @@\n-old\n+new\n", b"-v", b"-"):
+            result = env.exec("cat", stdin=payload)
+            assert (result.stdout, result.stderr) == (payload, b"")
 
     def test_stdin_text(self, env: Environment) -> None:
         if not self.supports_stdin:

@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+
 import pytest
 
-from envlayer.execution.shell_script import MarkerScanner, call_script, marker_of, new_seed, parse_trailer
+from envlayer.execution.shell_script import (
+    MarkerScanner,
+    call_script,
+    marker_of,
+    new_seed,
+    parse_trailer,
+    printf_format,
+)
+
+SEPARATOR = "envlayer-test-separator-7d1c"
 
 
 @pytest.mark.parametrize("step", [1, 2, 3, 7, 1000])
@@ -87,3 +100,12 @@ def test_interactive_start_in_a_missing_directory_exits_126(tmp_path) -> None:
     done = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
     assert done.returncode == 126 and "working directory does not exist" in done.stderr
     assert not env_file.exists()
+
+
+@pytest.mark.parametrize("shell", [s for s in ("dash", "bash", "busybox") if shutil.which(s)])
+def test_printf_format_prints_exactly_its_bytes_also_after_a_leading_dash(shell: str) -> None:
+    payloads = [b"-", b"--- a/f\n", b"-v", b"--", bytes(range(256))] + [b"-" + os.urandom(12) for _ in range(40)]
+    script = "".join(f"printf {printf_format(p)}; printf '\\n%s\\n' {SEPARATOR}\n" for p in payloads)
+    argv = [shell, "sh", "-c", script] if shell == "busybox" else [shell, "-c", script]
+    out = subprocess.run(argv, capture_output=True, check=True).stdout
+    assert out.split(b"\n" + SEPARATOR.encode() + b"\n")[:-1] == payloads
