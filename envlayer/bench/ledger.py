@@ -2,8 +2,8 @@
 Ctrl-C and on SIGTERM (see :func:`envlayer.bench.runner.run_bench`).
 
 Every sandbox is opened under unique task ids (``bench-LABEL-HEX``) in the run's own
-profile; scratch directories are made inside the sandboxes with ``mktemp -d``, named
-``envlayer-bench.*``."""
+profile; scratch directories are made inside the sandboxes (mode 0700), named
+``envlayer-bench.<12 hex digits>``."""
 
 from __future__ import annotations
 
@@ -35,6 +35,7 @@ class Ledger:
         self.tasks: list[tuple[BackendTarget, str]] = []
         self.environments: list[Environment] = []
         self.scratch: list[tuple[Environment, str]] = []
+        """(environment, shell text of the directory's path) of each scratch directory."""
         self.removers: list[Callable[[], None]] = []
 
     def task(self, target: BackendTarget, label: str) -> str:
@@ -51,12 +52,14 @@ class Ledger:
 
     def scratch_dir(self, env: Environment) -> str:
         """A new directory inside ``env``'s sandbox (in its ``$TMPDIR``, else /tmp),
-        removed by :meth:`release_all`."""
-        result = env.exec('mktemp -d "${TMPDIR:-/tmp}/envlayer-bench.XXXXXX"')
+        removed by :meth:`release_all`. Its name is recorded before it is made, so a
+        signal that arrives between its making and the answer leaves nothing behind."""
+        location = f'"${{TMPDIR:-/tmp}}"/envlayer-bench.{uuid.uuid4().hex[:12]}'
+        self.scratch.append((env, location))
+        result = env.exec(f"mkdir -m 700 -- {location} && printf '%s\\n' {location}")
         path = result.stdout.decode().strip()
         if result.exit_code != 0 or "/envlayer-bench." not in path:
             raise RuntimeError(f"could not make a scratch directory in the sandbox: {result.stderr!r}")
-        self.scratch.append((env, path))
         return path
 
     def on_release(self, remove: Callable[[], None]) -> None:
@@ -76,8 +79,8 @@ class Ledger:
         its tasks a backend still lists (made by a child, or by a constructor that
         failed). Never raises: returns what could not be removed."""
         problems: list[str] = []
-        for env, path in self.scratch:
-            problems += _attempt(f"remove {path}", lambda env=env, path=path: env.exec(["rm", "-rf", path]))
+        for env, location in self.scratch:
+            problems += _attempt(f"remove {location}", lambda env=env, where=location: _remove_scratch(env, where))
         self.scratch.clear()
         for env in list(self.environments):
             problems += _attempt(f"clean up {env.task_id}", lambda env=env: self.release(env))
@@ -88,6 +91,13 @@ class Ledger:
             problems += _attempt("remove the sweep's sandboxes", remove)
         self.removers.clear()
         return problems
+
+
+def _remove_scratch(env: Environment, location: str) -> None:
+    """Remove a scratch directory (``location`` is shell text: the sandbox expands ``$TMPDIR``)."""
+    result = env.exec(f"rm -rf -- {location}")
+    if result.exit_code != 0:
+        raise RuntimeError(result.stderr.decode(errors="replace").strip())
 
 
 def _remove(target: BackendTarget, task_id: str) -> None:

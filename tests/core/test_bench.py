@@ -28,6 +28,8 @@ from envlayer.bench.interrupts import (
     signals_raise,
     terminated_with_parent,
 )
+from envlayer.backends.local import LocalEnvironment, LocalOptions
+from envlayer.bench.ledger import Ledger
 from envlayer.testing.fixtures import require_docker
 from envlayer.testing.hostile import cli_env
 
@@ -161,6 +163,34 @@ def test_a_signal_mid_run_on_local_removes_the_scratch_directory(
     assert proc.returncode == code, text
     assert f"bench {word}; what it created was removed" in text
     assert scratch_dirs(sandbox_tmp) == []
+
+
+class _InterruptedAsItReturns(LocalEnvironment):
+    """Ctrl-C arriving while a command's result is on its way: the command ran."""
+
+    interrupt_next = True
+
+    def exec(self, command: Any, **arguments: Any) -> Any:
+        result = super().exec(command, **arguments)
+        if self.interrupt_next:
+            self.interrupt_next = False
+            raise KeyboardInterrupt
+        return result
+
+
+def test_a_scratch_directory_made_as_ctrl_c_arrives_is_still_removed(tmp_path: Path) -> None:
+    """The directory is recorded before it is made, so a signal between its making and
+    the answer (seen once in a suite run of the SIGINT test above) leaves nothing."""
+    env = _InterruptedAsItReturns(LocalOptions(cwd=str(tmp_path), env={"TMPDIR": str(tmp_path)}))
+    ledger = Ledger()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            ledger.scratch_dir(env)
+        assert len(scratch_dirs(tmp_path)) == 1
+        assert ledger.release_all() == []
+        assert scratch_dirs(tmp_path) == []
+    finally:
+        env.cleanup()
 
 
 @pytest.fixture
