@@ -29,10 +29,10 @@ from collections.abc import Callable
 from typing import Any
 
 from bench_timing import interleaved_medians
+from session_protocol import protocol_call
 
 from envlayer.bench.baselines import docker_bare_shell as bare_shell
 from envlayer.bench.interrupts import run_script
-from envlayer.execution.shell_script import call_script, init_script, marker_of, new_seed
 
 
 def cpu_per_call_us(run: Callable[[], object], calls: int) -> float:
@@ -44,26 +44,11 @@ def cpu_per_call_us(run: Callable[[], object], calls: int) -> float:
 
 
 def protocol_shell(api: Any, container_id: str) -> tuple[Callable[[], None], Any]:
-    """The session protocol with a minimal client: a shell over one attached exec socket
-    set up with :func:`init_script`, each call one :func:`call_script` of ``true``, read
-    (frames not parsed) until the call's marker came three times (twice around the stdout
-    trailer, once on stderr). Returns the call and the socket (close it when done)."""
+    """:func:`session_protocol.protocol_call` over one attached exec socket. Returns the
+    call and the socket (close it when done)."""
     eid = api.exec_create(container_id, ["sh"], stdin=True, stdout=True, stderr=True, tty=False)["Id"]
     sock = api.exec_start(eid, socket=True)._sock
-    sock.sendall(init_script(session_id=uuid.uuid4().hex[:12], start_dir=None))
-
-    def call() -> None:
-        seed = new_seed()
-        marker = marker_of(seed)
-        sock.sendall(call_script("true", seed=seed, exec_id=uuid.uuid4().hex))
-        buf = b""
-        while buf.count(marker) < 3:
-            chunk = sock.recv(65536)
-            if not chunk:
-                raise EOFError("the protocol shell closed its output")
-            buf += chunk
-
-    return call, sock
+    return protocol_call(sock.sendall, lambda: sock.recv(65536)), sock
 
 
 def main() -> int:

@@ -31,11 +31,11 @@ import uuid
 from collections.abc import Callable
 
 from bench_timing import interleaved_medians
+from session_protocol import protocol_call
 
 from envlayer.backends.local import LocalEnvironment, LocalOptions
 from envlayer.bench.baselines import shell_call, split_shell_call
 from envlayer.bench.interrupts import run_script
-from envlayer.execution.shell_script import call_script, init_script, marker_of, new_seed
 
 
 class PipedShell:
@@ -74,24 +74,6 @@ def on_cpu_seconds(pid: int) -> float:
         return int(fh.read().split()[0]) / 1e9
 
 
-def protocol_call(shell: PipedShell) -> Callable[[], None]:
-    """A call of the session protocol with a minimal client (see the module docstring)."""
-    shell.send(init_script(session_id=uuid.uuid4().hex[:12], start_dir=None))
-
-    def call() -> None:
-        seed = new_seed()
-        marker = marker_of(seed)
-        shell.send(call_script("true", seed=seed, exec_id=uuid.uuid4().hex))
-        buf = b""
-        while buf.count(marker) < 3:
-            chunk = shell.recv()
-            if not chunk:
-                raise EOFError("the protocol shell closed its output")
-            buf += chunk
-
-    return call
-
-
 def per_call_us(run: Callable[[], object], calls: int, clock: Callable[[], float]) -> float:
     """Microseconds of ``clock`` per call over ``calls`` calls."""
     start = clock()
@@ -112,7 +94,7 @@ def main() -> int:
             "session": lambda: env.exec("true"),
             "floor": shell_call(shells["floor"].send, shells["floor"].recv_stdout),
             "split": split_shell_call(shells["split"].send, shells["split"].recv),
-            "protocol": protocol_call(shells["protocol"]),
+            "protocol": protocol_call(shells["protocol"].send, shells["protocol"].recv),
         }
         medians = interleaved_medians(variants, args.calls, rounds=6)
         block = args.calls // 3
