@@ -88,9 +88,9 @@ class SSHEnvironment(SandboxEnvironment):
         self._finalizer = weakref.finalize(self, _release, self._pool, self._session)
         self._lock = threading.Lock()
         self._home: str | None = None
-        self._reconnects_seen = self._pool.reconnects
         try:
-            self._pool.ensure_connected()
+            self._pool.ensure_connected(prove=self._session is None)  # a session's start opens a channel anyway
+            self._reconnects_seen = self._pool.reconnects
             if self._session is not None:
                 self._session.start()
         except BaseException:

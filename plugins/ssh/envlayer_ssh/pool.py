@@ -304,13 +304,20 @@ class TargetPool:
         """True when at least one connection of the pool is up."""
         return not self._closed and any(c.alive for c in self.connections)
 
-    def ensure_connected(self) -> None:
-        """Establish the first connection now (raises what connecting raises)."""
+    def ensure_connected(self, *, prove: bool = True) -> None:
+        """Establish the first connection now (raises what connecting raises). With
+        ``prove``, a connection that was already open is proven alive by opening (and
+        closing) a channel: one that died unseen (a server restart the client has not read
+        yet, a forgotten NAT entry) is then re-established, and the server's host key
+        checked, before the caller relies on it."""
         with self._cond:
             if not self.connections:
                 self.connections.append(Connection(self))
             conn = self.connections[0]
+        was_open = conn.alive
         conn.transport()
+        if prove and was_open:
+            self.open().release()
 
     # --- jump hosts and sftp -----------------------------------------------------
 

@@ -15,6 +15,7 @@ import select
 import socket
 import struct
 import threading
+import time
 from types import TracebackType
 
 
@@ -26,6 +27,7 @@ class _Pair:
         self.upstream = upstream
         self.dropped = threading.Event()
         self.closing = threading.Event()
+        self.last_traffic = time.monotonic()
 
     def pump(self) -> None:
         """Copy bytes both ways until either side closes or the pair is dropped."""
@@ -39,6 +41,7 @@ class _Pair:
                     data = sock.recv(65536)
                     if not data:
                         return
+                    self.last_traffic = time.monotonic()
                     (self.upstream if sock is self.client else self.client).sendall(data)
         except OSError:
             return
@@ -89,6 +92,19 @@ class SilentDropProxy:
                 self._pairs.append(pair)
                 self._threads.append((pair, thread))
             thread.start()
+
+    def wait_quiet(self, seconds: float, timeout: float = 30.0) -> None:
+        """Wait until no byte has passed either way for ``seconds`` (a client's exchange
+        still settling, such as a channel close, would otherwise learn of the drop)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                last = max((pair.last_traffic for pair in self._pairs), default=0.0)
+            if time.monotonic() - last >= seconds:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the forwarded connections were not quiet for {seconds} s")
+            time.sleep(0.02)
 
     def drop_silently(self) -> None:
         """Drop every connection open now without telling the clients (see the module doc)."""

@@ -94,6 +94,7 @@ def test_a_file_operation_on_a_connection_that_died_silently_runs_again_on_a_new
         env = make_env(sshd, port=proxy.port, known_hosts=str(known_hosts), exec_mode="oneshot", cwd="/tmp")
         name = f"envlayer-silent-{uuid.uuid4().hex}"  # the host's /tmp is shared with other runs
         env.write_file(f"{name}/f.txt", b"before")
+        proxy.wait_quiet(0.5)
         proxy.drop_silently()
         try:
             if operation == "read":

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from envlayer_ssh.errors import HostKeyError
+from silent_drop import SilentDropProxy
 from ssh_testserver import SSHServer
 
 from envlayer.errors import BackendUnavailable
@@ -60,6 +61,31 @@ def test_changed_host_key_refused(own_sshd: SSHServer, make_env, policy: str) ->
     assert "CHANGED" in info.value.message
     assert f"ssh-keygen -R '[127.0.0.1]:{own_sshd.port}' -f {own_sshd.files.known_hosts}" in info.value.hint
     assert Path(own_sshd.files.known_hosts).read_text() == before
+
+
+def test_a_new_environment_on_a_connection_that_died_unseen_checks_the_new_host_key(
+    own_sshd: SSHServer, make_env, tmp_path
+) -> None:
+    """The shared connection died without the client being told (then the server came
+    back with another key): the next environment's constructor proves the connection
+    with a round trip, reconnects, and refuses the changed key, instead of taking the
+    dead connection for a verified one (seen under load after a plain restart)."""
+    known_hosts = tmp_path / "known_hosts"
+    with SilentDropProxy(own_sshd.port) as proxy:
+        known_hosts.write_text(own_sshd.host_key_line().replace(f":{own_sshd.port} ", f":{proxy.port} ", 1))
+        options = {"port": proxy.port, "known_hosts": str(known_hosts), "exec_mode": "oneshot"}
+        first = make_env(own_sshd, **options)
+        first.exec("true").check()
+        proxy.wait_quiet(0.5)
+        proxy.drop_silently()
+        own_sshd.new_host_key()
+        own_sshd.restart()
+        try:
+            with pytest.raises(HostKeyError) as info:
+                make_env(own_sshd, **options)
+            assert "CHANGED" in info.value.message
+        finally:
+            first.cleanup()  # while the proxy still forwards
 
 
 def test_changed_key_refused_on_reconnect_of_a_live_environment(own_sshd: SSHServer, make_env) -> None:
