@@ -327,6 +327,11 @@ class PersistentShell:
                 collector.write("stderr", error.encode())
                 return ShellOutcome(126, shell_ended=True)
             self._killed = False
+            # The handshake's last read may have found both outputs ready; an epoll-based
+            # stream keeps them on its ready list in that order and would report the
+            # command's output in it. A look now (as before every later command) resets that,
+            # so the output comes in the order it was written. An end seen here shows at the write.
+            pending += self.stream.read(time.monotonic()) or []
         stream = self.stream
         assert stream is not None
         stdin_path = None

@@ -11,6 +11,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -124,6 +125,35 @@ def test_a_shell_found_gone_while_sending_runs_the_command_in_a_new_shell(sessio
     result = session_env.exec("echo again; pwd")
     assert result.stdout == b"again\n/tmp\n"
     assert result.recovered == RESTARTED_AFTER_KILL
+
+
+class _LateReader(ProcessStream):
+    """A reader that looks only every 0.2 s (as one starved of CPU on a loaded machine):
+    each read finds everything written since the last one."""
+
+    def read(self, deadline: float | None) -> list[tuple[str, bytes]] | None:
+        time.sleep(0.2)
+        return super().read(deadline)
+
+
+def test_a_new_shells_first_command_delivers_its_output_in_the_order_written() -> None:
+    # The shell's start-up message (stderr) made the handshake's read find stderr ready
+    # before stdout; epoll keeps both on its ready list in that order, and the first
+    # command's read, finding both ready again, reported them so: its stderr first (a CI
+    # flake of the terminal tool's merged output). Later commands were right: the look
+    # for background output before each one reset the list.
+    with tempfile.TemporaryDirectory(prefix="envlayer-session-") as workdir:
+        argv = ["dash", "-c", "echo starting >&2; exec dash"]
+        shell = PersistentShell(lambda: _LateReader.spawn(argv, cwd=workdir), run_aside=_run_aside)
+        try:
+            for _ in range(2):
+                order: list[str] = []
+                collector = OutputCollector(1000, "head", on_output=lambda stream, chunk: order.append(stream))
+                outcome = shell.run(ExecRequest.build("echo out; echo err >&2"), collector)
+                assert (outcome.exit_code, order) == (0, ["stdout", "stderr"])
+                shell.close()  # the next run starts a new shell
+        finally:
+            shell.close()
 
 
 def test_users_exit_trap_does_not_stop_the_session(session_env: SessionOverPipes) -> None:
