@@ -78,12 +78,15 @@ def ssh_brk(brk: BrokerRun) -> Iterator[BrokerRun]:
 
 
 def _session_state(brk: BrokerRun) -> None:
-    assert (
-        brk.run("exec", "--task", "t", "--", "mkdir -p /tmp/elb-src && cd /tmp/elb-src && export V=42").returncode == 0
-    )
-    out = brk.run("exec", "--task", "t", "--", "pwd; echo $V")
-    assert out.returncode == 0 and out.stdout == "/tmp/elb-src\n42\n", out.stderr
-    assert len(brk.broker_pids()) == 1
+    # on SSH the sandbox's /tmp is this machine's: a name of this run's own, removed after
+    work = f"/tmp/elb-src-{uuid.uuid4().hex[:8]}"
+    try:
+        assert brk.run("exec", "--task", "t", "--", f"mkdir -p {work} && cd {work} && export V=42").returncode == 0
+        out = brk.run("exec", "--task", "t", "--", "pwd; echo $V")
+        assert out.returncode == 0 and out.stdout == f"{work}\n42\n", out.stderr
+        assert len(brk.broker_pids()) == 1
+    finally:
+        brk.run("exec", "--task", "t", "--", f"cd /; rm -rf {work}")
 
 
 def _killed_mid_command(brk: BrokerRun) -> None:
