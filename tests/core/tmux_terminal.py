@@ -1,5 +1,6 @@
-"""Drive a command in a real terminal: a private tmux server (``tmux -L``), keys sent with
-``send-keys``, the screen read with ``capture-pane``, polled until a deadline."""
+"""Drive a command in a real terminal: a private tmux server (``tmux -L``, its socket in a
+temporary ``TMUX_TMPDIR`` removed at the end), keys sent with ``send-keys``, the screen read
+with ``capture-pane``, polled until a deadline."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -21,10 +23,17 @@ class Tmux:
 
     def __init__(self) -> None:
         self.server = f"envlayer-test-{uuid.uuid4().hex[:8]}"
+        self.socket_dir = tempfile.mkdtemp(prefix="envlayer-tmux-")
+        """``TMUX_TMPDIR``: tmux would otherwise leave ``/tmp/tmux-<uid>`` behind."""
 
-    def tmux(self, *args: str) -> str:
+    def tmux(self, *args: str, check: bool = True) -> str:
         return subprocess.run(
-            ["tmux", "-L", self.server, *args], capture_output=True, text=True, check=True, timeout=30
+            ["tmux", "-L", self.server, *args],
+            capture_output=True,
+            text=True,
+            check=check,
+            timeout=30,
+            env={**os.environ, "TMUX_TMPDIR": self.socket_dir},
         ).stdout
 
     def send(self, keys: str) -> None:
@@ -66,11 +75,9 @@ def terminal(argv: list[str], cwd: str, env: dict[str, str]) -> Iterator[Tmux]:
         f"cd {shlex.quote(cwd)} && env {exports} {shlex.join(argv)}; echo EXIT=$?; "
         f"{restored} && echo TTY=cooked; exec sleep 600"
     )
-    t.tmux("new-session", "-d", "-s", "s", "-x", "80", "-y", "24", script)
-    socket_path = t.tmux("display-message", "-p", "#{socket_path}").strip()
     try:
+        t.tmux("new-session", "-d", "-s", "s", "-x", "80", "-y", "24", script)
         yield t
     finally:
-        subprocess.run(["tmux", "-L", t.server, "kill-server"], capture_output=True, timeout=30)
-        if socket_path and os.path.exists(socket_path):  # tmux may leave its socket file
-            os.unlink(socket_path)
+        t.tmux("kill-server", check=False)
+        shutil.rmtree(t.socket_dir, ignore_errors=True)
