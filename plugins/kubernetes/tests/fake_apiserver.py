@@ -390,8 +390,10 @@ class FakeCluster:
                 # unique per pod object: a pod re-created under the same name must not
                 # collide with its predecessor's container while that is still being removed
                 name=f"fakek8s-{self.instance}-{pod.namespace}-{pod.name}-{pod.uid[:8]}"[:200],
+                # no network (as in the Daytona fake): about 120 ms less dockerd CPU per pod
+                network_disabled=True,
                 host_config=self.docker.create_host_config(
-                    network_mode="none", group_add=[str(fs_group)] if fs_group is not None else None
+                    group_add=[str(fs_group)] if fs_group is not None else None
                 ),
             )
             pod.container_id = created["Id"]

@@ -471,13 +471,15 @@ class _Control(api_grpc.ModalClientBase):
         workdir = d.workdir or "/"
         argv = list(d.entrypoint_args) or ["sh", "-c", "exec tail -f /dev/null"]
         container = f"fake-modal-{sandbox_id}"
-        # what ``docker run -d --init --label --name -w -e [--memory] IMAGE ARGV`` sends
+        # what ``docker run -d --init --network none --label --name -w -e [--memory] IMAGE ARGV``
+        # sends, but with the network disabled outright (no namespace setup hook at all)
         spec: dict[str, Any] = {
             "Image": image,
             "Cmd": argv,
             "WorkingDir": workdir,
             "Env": [f"{k}={v}" for k, v in env.items()],
             "Labels": {CONTAINER_LABEL: st.run_id},
+            "NetworkDisabled": True,  # no network (as in the Daytona fake): ~120 ms less dockerd CPU
             "HostConfig": {"Init": True, "Memory": d.resources.memory_mb * 2**20},
         }
         try:
