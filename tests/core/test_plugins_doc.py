@@ -58,6 +58,39 @@ def test_the_documented_backend_passes_the_kit(project: tuple[Path, dict[str, st
     assert passed >= 60, proc.stdout
 
 
+def test_the_documented_backends_timeout_returns_once_the_tree_is_gone(project: tuple[Path, dict[str, str]]) -> None:
+    """A SIGKILLed process exits only when it is next scheduled, and one holding much memory
+    takes tens of milliseconds to free it, showing as running all along. The example's
+    timeout waits for its process group to go (as the core's kill does); killing the group
+    and waiting for the shell alone let the kit's ``test_timeout_kills_the_process_tree``
+    find the children still running (seen once in a suite run). Here the child holds
+    512 MiB, so the window is wide enough to see every time: this failed before."""
+    path, env = project
+    (path / "hold_memory.py").write_text(
+        "import os, time\nheld = bytearray(512 << 20)\nopen('pid', 'w').write(str(os.getpid()))\ntime.sleep(300)\n"
+    )
+    driver = f"""
+import json, os
+from envlayer_scratch.backend import ScratchEnvironment
+env = ScratchEnvironment()
+script = "{sys.executable} {path / 'hold_memory.py'} & while [ ! -s pid ]; do sleep 0.05; done; sleep 300"
+result = env.exec(script, timeout=3)
+pid = int(open(os.path.join(env.workdir, "pid")).read())
+try:
+    with open(f"/proc/{{pid}}/stat") as fh:
+        state = fh.read().rsplit(")", 1)[1].split()[0]
+except FileNotFoundError:
+    state = "gone"
+env.cleanup()
+print(json.dumps({{"timed_out": result.timed_out, "state": state}}))
+"""
+    proc = subprocess.run([sys.executable, "-c", driver], cwd=path, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["timed_out"] is True
+    assert got["state"] in ("gone", "Z"), f"the child was still running ({got['state']}) when exec returned"
+
+
 def test_the_documented_backend_runs_through_the_cli(project: tuple[Path, dict[str, str]]) -> None:
     path, env = project
 
