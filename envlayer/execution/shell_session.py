@@ -12,7 +12,11 @@ backend's (the conformance kit checks them):
   command (the core's :mod:`envlayer.execution.tree_kill` script) and to remove the session's
   private directory;
 * optionally ``upload(path, data)``: write a private file in the sandbox, used for
-  stdin larger than :data:`INLINE_STDIN_MAX` (smaller stdin travels inside the script).
+  stdin larger than :data:`INLINE_STDIN_MAX` (smaller stdin travels inside the script);
+* optionally ``ended_idle()``, for a backend whose sandbox ends session shells left idle
+  (Modal's watchdog): asked when the stream ended during a command that envlayer did not
+  kill, it answers True when the sandbox proves the shell was waiting for its next
+  command when it was ended, so the command never started.
 
 The semantics (also stated in the :class:`~envlayer.environment.Environment` contract):
 
@@ -37,6 +41,10 @@ The semantics (also stated in the :class:`~envlayer.environment.Environment` con
   session needs it to keep state across ``exit``); other traps persist.
 * The kill never depends on the command's output being read: while it runs, the stream
   keeps being read (and what exceeds the caps dropped), see :func:`drain_while`.
+* A shell ended as idle before it started the command (``ended_idle()`` says so) is
+  replaced and the command runs in the new shell, up to :data:`IDLE_END_RETRIES` times;
+  ``recovered`` then says state was reset if the ended shell held any (it had run a
+  command, or continued the state an ``exit`` saved).
 * A transport that is lost (daemon gone, connection dropped) makes the call raise the
   stream's :class:`~envlayer.errors.BackendUnavailable`: the command may or may not
   have finished, and no exit code is invented.
@@ -80,12 +88,22 @@ RESTARTED_AFTER_KILL = "session shell restarted: exported variables and shell op
 KILL_GRACE_SECONDS = 1
 """Seconds the kill script gives the command's processes between SIGTERM and SIGKILL."""
 
+IDLE_END_RETRIES = 3
+"""How many times in a row one call runs its command in a new shell because the last one
+was ended as idle before starting it; then the call raises (the sandbox's idle limit is
+shorter than a command takes to reach the shell)."""
+
 _EXIT_STATUS_WAIT = 2.0
 _START_TIMEOUT = 30.0
 
 
 class ShellStartError(BackendUnavailable):
     """The session shell could not be started or did not answer its handshake."""
+
+
+class _EndedIdle(Exception):
+    """The shell was ended as idle before it started the command (see ``ended_idle``);
+    whatever was read before the end is already in the collector."""
 
 
 @dataclass(frozen=True)
@@ -124,12 +142,14 @@ def read_framed(
 ) -> Framed:
     """Read one command's output from ``stream`` into ``collector`` until both end
     markers (see :mod:`envlayer.execution.shell_script`), the stream's end, or ``deadline``.
-    ``pending`` chunks (read earlier) are processed first. On the stream's end, bytes held
-    back as a possible marker start are delivered. Bytes read behind the markers are
-    returned in ``Framed.after``. Exceptions (from the stream or the collector's
+    ``pending`` chunks (read earlier) are processed first, and taken off that list. On
+    the stream's end, bytes held back as a possible marker start are delivered. Bytes read
+    behind the markers are returned in ``Framed.after``. Exceptions (from the stream or the collector's
     callback) propagate; the caller kills the command."""
     scanners = {"stdout": MarkerScanner(marker, trailer=True), "stderr": MarkerScanner(marker, trailer=False)}
-    chunks: list[tuple[str, bytes]] | None = pending or []
+    chunks: list[tuple[str, bytes]] | None = list(pending or [])
+    if pending:
+        pending.clear()  # delivered here, so a new try of the command does not repeat them
     while True:
         for name, data in chunks:
             collector.write(name, scanners[name].feed(data))
@@ -165,6 +185,15 @@ def output_lost(what: str) -> BackendUnavailable:
     )
 
 
+def _ended_idle_too_often() -> BackendUnavailable:
+    return BackendUnavailable(
+        f"the sandbox ended the session shell as idle before it started the command, {IDLE_END_RETRIES + 1} "
+        "times in a row: its idle limit for session shells is shorter than a command takes to reach the shell; "
+        "the command never ran",
+        hint="raise the backend's idle limit for session shells (for Modal, `session_idle_exit`)",
+    )
+
+
 class PersistentShell:
     """One session shell over a :class:`ByteStream`; see the module docstring.
 
@@ -181,9 +210,11 @@ class PersistentShell:
         shell: str = "/bin/sh",
         start_dir: str | None = None,
         upload: Callable[[str, bytes], None] | None = None,
+        ended_idle: Callable[[], bool] | None = None,
     ) -> None:
         self.open_stream = open_stream
         self.run_aside = run_aside
+        self.ended_idle = ended_idle
         self.shell = shell
         self.upload = upload
         self.start_dir = start_dir
@@ -197,6 +228,10 @@ class PersistentShell:
         self.last_used = 0.0
         self._clock: tuple[int, float] | None = None
         self._killed = False
+        self._holds_state = False
+        """The current shell holds state a new one would lose: it ran a command, or it
+        continued the state an ``exit`` saved."""
+        self._continues_exit = False
         self._behind: list[tuple[str, bytes]] = []
         """Output read behind the last command's end markers: the next call's first output."""
 
@@ -216,6 +251,7 @@ class PersistentShell:
         :class:`BackendUnavailable` when the transport fails.
         """
         self._drop_stream()
+        self._holds_state, self._continues_exit = self._continues_exit, False
         first = self.cwd is None
         target = self.cwd or self.start_dir
         stream = self.open_stream()
@@ -285,8 +321,9 @@ class PersistentShell:
     def run(self, request: ExecRequest, collector: OutputCollector, *, prelude: str = "") -> ShellOutcome:
         """Run ``request`` in the shell, starting (or restarting) it first if needed.
 
-        A shell found gone before the command was sent (its stream already ended) is
-        restarted and the command runs in the new one: it provably had not started.
+        A shell found gone before the command was sent (its stream already ended), or
+        ended as idle before it started it (``ended_idle``), is restarted and the command
+        runs in the new one: it provably had not started.
         What background jobs wrote since the last call (also what was read behind its
         end markers) comes first in this call's output: none of it is dropped.
         Raises :class:`BackendUnavailable` (from the stream) when the transport is lost;
@@ -294,17 +331,22 @@ class PersistentShell:
         callback) propagate after the command's tree and the shell were killed.
         """
         pending, self._behind = self._behind, []
-        try:
-            return self._attempt(request, collector, prelude, pending)
-        except StreamEnded:
-            # gone before the command went out (the check for an ended stream raced the
-            # end): as with an end found by that check, the command runs in a new shell
-            self._killed = True
-            self._drop_stream()
-        try:
-            return self._attempt(request, collector, prelude, pending)
-        except StreamEnded:
-            raise status_unknown("the new session shell") from None
+        found_gone = idle_ends = 0
+        while True:
+            try:
+                return self._attempt(request, collector, prelude, pending)
+            except StreamEnded:
+                # gone before the command went out (the check for an ended stream raced the
+                # end): as with an end found by that check, the command runs in a new shell
+                if found_gone:
+                    raise status_unknown("the new session shell") from None
+                found_gone = 1
+                self._killed = True
+                self._drop_stream()
+            except _EndedIdle:
+                idle_ends += 1
+                if idle_ends > IDLE_END_RETRIES:
+                    raise _ended_idle_too_often() from None
 
     def _attempt(
         self, request: ExecRequest, collector: OutputCollector, prelude: str, pending: list[tuple[str, bytes]]
@@ -339,7 +381,14 @@ class PersistentShell:
             stdin_path = f"{self.state_dir}/in-{request.exec_id}"
             if len(request.stdin) > INLINE_STDIN_MAX and self.upload is not None:
                 self.upload(stdin_path, request.stdin)
-        outcome = self._run_on(stream, request, collector, stdin_path=stdin_path, prelude=prelude, pending=pending)
+        try:
+            outcome = self._run_on(
+                stream, request, collector, stdin_path=stdin_path, prelude=prelude, pending=pending, user_command=True
+            )
+        except _EndedIdle:
+            self._killed = self._holds_state or bool(recovered)
+            raise
+        self._holds_state = True
         return ShellOutcome(outcome.exit_code, outcome.timed_out, outcome.shell_ended, recovered)
 
     def _run_on(
@@ -351,7 +400,10 @@ class PersistentShell:
         stdin_path: str | None,
         prelude: str = "",
         pending: list[tuple[str, bytes]] | None = None,
+        user_command: bool = False,
     ) -> ShellOutcome:
+        """Send ``request`` and read its outcome (see :meth:`_ended` for ``user_command``:
+        the shell's own handshake is not asked about)."""
         seed = new_seed()
         marker = marker_of(seed)
         inline = None
@@ -375,7 +427,7 @@ class PersistentShell:
             except StreamEnded:
                 raise
             except OSError:
-                return self._ended(stream)
+                return self._ended(stream, user_command)
             with killer_for(request.cancel, lambda: self._kill_from_elsewhere(request, sent_at)):
                 framed = read_framed(stream, marker, collector, request.deadline, pending=pending or [])
             if framed.timed_out:
@@ -388,7 +440,7 @@ class PersistentShell:
                 self._kill(stream, request, collector, sent_at)
             raise
         if framed.trailer is None:
-            return self._ended(stream)
+            return self._ended(stream, user_command)
         self._behind = list(framed.after)
         return self._finished(framed.trailer)
 
@@ -397,13 +449,18 @@ class PersistentShell:
         if trailer.uptime_cs is not None:
             self._clock = (trailer.uptime_cs, time.monotonic())
         if trailer.shell_exiting:
+            self._continues_exit = True  # the next shell restores what this one saved
             self._drop_stream()  # the shell saved its state and is exiting
             return ShellOutcome(trailer.exit_code, shell_ended=True)
         return ShellOutcome(trailer.exit_code)
 
-    def _ended(self, stream: ByteStream) -> ShellOutcome:
+    def _ended(self, stream: ByteStream, user_command: bool = False) -> ShellOutcome:
         """The stream ended before the trailer: the shell is gone without its trap, or the
-        transport is lost (then ``exit_status`` raises)."""
+        transport is lost (then ``exit_status`` raises). Raises :class:`_EndedIdle` when
+        the sandbox says it ended the shell as idle before a ``user_command`` started."""
+        if user_command and self.ended_idle is not None and not self._killed and self.ended_idle():
+            self._drop_stream()
+            raise _EndedIdle
         self._killed = True
         try:
             code = stream.exit_status(_EXIT_STATUS_WAIT)

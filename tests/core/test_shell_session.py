@@ -21,7 +21,8 @@ from envlayer.capabilities import Capability
 from envlayer.execution.collector import OutputCollector
 from envlayer.request import ExecRequest
 from envlayer.result import ExecResult
-from envlayer.execution.shell_session import RESTARTED_AFTER_KILL, PersistentShell
+from envlayer.errors import BackendUnavailable
+from envlayer.execution.shell_session import IDLE_END_RETRIES, RESTARTED_AFTER_KILL, PersistentShell
 from envlayer.execution.streams import ByteStream, ProcessStream, StreamEnded
 from envlayer.testing import EnvironmentConformance, ExecContractConformance
 from envlayer.testing.fixtures import cleaned_up
@@ -134,6 +135,63 @@ class _LateReader(ProcessStream):
     def read(self, deadline: float | None) -> list[tuple[str, bytes]] | None:
         time.sleep(0.2)
         return super().read(deadline)
+
+
+class _EndedAsIdle(ProcessStream):
+    """A shell that a sandbox's idle watchdog ends just before it reads a command that
+    contains :attr:`late` (the first :attr:`ends` such commands): the process is killed
+    and the command never written, as when it arrives after the watchdog's kill."""
+
+    late = b"LATE"
+    ends = 0
+    ended: list[int] = []
+
+    def write(self, data: bytes) -> None:
+        if self.late in data and len(_EndedAsIdle.ended) < self.ends:
+            _EndedAsIdle.ended.append(self.pid)
+            self.proc.kill()
+            self.proc.wait()
+            return
+        super().write(data)
+
+
+def _idle_ending_shell(ends: int) -> PersistentShell:
+    _EndedAsIdle.ends, _EndedAsIdle.ended = ends, []
+    return PersistentShell(
+        lambda: _EndedAsIdle.spawn(["dash"]), run_aside=_run_aside, ended_idle=lambda: bool(_EndedAsIdle.ended)
+    )
+
+
+def test_a_command_the_shell_was_ended_idle_before_reading_runs_in_a_new_shell() -> None:
+    """Output a background job wrote before the call comes once, however many shells the
+    command needed; the first call had no state to lose (``recovered`` empty), a later one
+    had (exported variables: the new shell has only the configured ones)."""
+    shell = _idle_ending_shell(ends=2)
+    try:
+        collector = OutputCollector(1000, "head")
+        outcome = shell.run(ExecRequest.build("echo LATE"), collector)
+        assert (outcome.exit_code, outcome.recovered, collector.buffers["stdout"].getvalue()) == (0, "", b"LATE\n")
+        assert len(_EndedAsIdle.ended) == 2
+        shell.run(ExecRequest.build("export A=1; (sleep 0.2; echo bg) &"), OutputCollector(1000, "head"))
+        time.sleep(0.5)
+        _EndedAsIdle.ends += 1
+        collector = OutputCollector(1000, "head")
+        outcome = shell.run(ExecRequest.build("echo LATE ${A-unset}"), collector)
+        assert collector.buffers["stdout"].getvalue() == b"bg\nLATE unset\n"
+        assert (outcome.exit_code, outcome.recovered, len(_EndedAsIdle.ended)) == (0, RESTARTED_AFTER_KILL, 3)
+    finally:
+        shell.close()
+
+
+def test_a_shell_ended_idle_before_every_try_fails_the_call_with_what_to_raise() -> None:
+    shell = _idle_ending_shell(ends=100)
+    try:
+        with pytest.raises(BackendUnavailable, match="never ran") as caught:
+            shell.run(ExecRequest.build("echo LATE"), OutputCollector(1000, "head"))
+        assert "session_idle_exit" in caught.value.hint
+        assert len(_EndedAsIdle.ended) == 1 + IDLE_END_RETRIES
+    finally:
+        shell.close()
 
 
 def test_a_new_shells_first_command_delivers_its_output_in_the_order_written() -> None:

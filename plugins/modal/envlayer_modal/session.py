@@ -2,7 +2,8 @@
 (:class:`~envlayer.execution.shell_session.PersistentShell`, whose docstring states the semantics)
 over one long-lived ``Sandbox.exec`` of the configured shell.
 
-The exec runs the shell under the idle watchdog of :func:`envlayer_modal.stream.session_argv`,
+The exec runs the shell under the idle watchdog of :func:`envlayer_modal.stream.session_argv`
+(a command sent as the watchdog ended the shell runs in a new one: ``ended_idle`` below),
 with the environment's configured variables and ``ENVLAYER_SESSION`` as the exec's
 environment (never in argv). Helpers (the kill script, removing the session's private
 directory) run as separate one-shot execs; stdin over the core's inline limit is written
@@ -19,7 +20,7 @@ from envlayer.execution.shell_script import SESSION_VAR
 from envlayer.execution.shell_session import PersistentShell
 from envlayer.execution.streams import ByteStream
 from envlayer_modal.process import Process
-from envlayer_modal.stream import ExecStream, session_argv
+from envlayer_modal.stream import ExecStream, idle_note, session_argv
 
 log = logging.getLogger("envlayer.modal")
 
@@ -44,9 +45,20 @@ def shell_session(
     write from a sandbox that had ended; ``guard`` runs each write (see
     :class:`~envlayer_modal.stream.ExecStream`)."""
 
+    token = ""  # ENVLAYER_SESSION of the current session exec, which names its idle note
+
     def open_stream() -> ByteStream:
-        environment = {**env, SESSION_VAR: uuid.uuid4().hex}
-        return ExecStream(Process(start_exec(session_argv(shell, idle_exit), environment)), ended, guard)
+        nonlocal token
+        token = uuid.uuid4().hex
+        argv = session_argv(shell, idle_exit, session.session_id, idle_note(token))
+        return ExecStream(Process(start_exec(argv, {**env, SESSION_VAR: token})), ended, guard)
+
+    def ended_idle() -> bool:
+        """Whether the watchdog ended the shell between commands (it left its note, which
+        this removes); one helper exec, asked only when a shell ended unexpectedly."""
+        note = f"{session.state_dir}/{idle_note(token)}"
+        code, _, _ = helper([shell, "-c", 'rm -- "$1" 2>/dev/null', "envlayer-idle", note], None)
+        return code == 0
 
     def run_aside(argv: list[str]) -> None:
         code, out, err = helper(argv, None)
@@ -55,4 +67,7 @@ def shell_session(
         else:
             log.debug("modal: %s", out.decode(errors="replace").strip())
 
-    return PersistentShell(open_stream, run_aside=run_aside, shell=shell, start_dir=cwd, upload=upload)
+    session = PersistentShell(
+        open_stream, run_aside=run_aside, shell=shell, start_dir=cwd, upload=upload, ended_idle=ended_idle
+    )
+    return session

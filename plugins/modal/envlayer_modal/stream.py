@@ -12,8 +12,13 @@ exec as activity, so a session shell left behind by a process that died without
 ``cleanup()`` would keep its sandbox alive until ``sandbox_timeout``. The watchdog (a
 background ``sh`` loop, its output sent to /dev/null so it never holds the exec's streams
 open) ends the shell once it has read no input (``rchar`` in ``/proc/<pid>/io`` unchanged)
-and had no child process for ``idle_exit`` seconds. Then the exec ends, the sandbox goes
-idle, and Modal's ``idle_timeout`` terminates it.
+and had no child process for ``idle_exit`` seconds, and only while it waits for its next
+command (the protocol's fd 7 is open: a command runs with it closed), so a command blocked
+without children is left to its own timeout. To end it, the watchdog stops the shell,
+checks that it read nothing meanwhile, writes the note :func:`idle_note` names and kills
+it: a command sent at that moment was provably never started, and the session runs it in
+a new shell (``ended_idle`` of :class:`~envlayer.execution.shell_session.PersistentShell`).
+Then the exec ends, the sandbox goes idle, and Modal's ``idle_timeout`` terminates it.
 """
 
 from __future__ import annotations
@@ -29,8 +34,9 @@ NAMES = {STDOUT: "stdout", STDERR: "stderr"}
 WATCHDOG_PERIOD = 5
 
 WATCHDOG = (
-    "s=$$; n=$1; shift; t=" + str(WATCHDOG_PERIOD) + '; [ "$n" -lt $t ] && t=$n\n'
-    "( me=; read -r me _ < /proc/self/stat; idle=0; last=\n"
+    's=$$; n=$1; note="${TMPDIR:-/tmp}/.envlayer-session-$2/$3"; shift 3\n'
+    "t=" + str(WATCHDOG_PERIOD) + '; [ "$n" -lt $t ] && t=$n\n'
+    "( me=; read -r me _ < /proc/self/stat; idle=0; last=; seen=\n"
     "  while sleep $t; do\n"
     '    kill -0 "$s" 2>/dev/null || exit 0\n'
     '    io=$(grep rchar "/proc/$s/io" 2>/dev/null); kids=0\n'
@@ -38,21 +44,39 @@ WATCHDOG = (
     '      st=; read -r st < "$f" 2>/dev/null || continue; set -- ${st##*) }\n'
     '      p=${f#/proc/}; p=${p%/stat}; [ "$2" = "$s" ] && [ "$p" != "$me" ] && { kids=1; break; }\n'
     "    done\n"
+    '    [ -e "/proc/$s/fd/7" ] && seen=1\n'
     '    if [ "$io" != "$last" ] || [ $kids = 1 ]; then idle=0; last=$io;'
     " else idle=$((idle + t)); fi\n"
-    '    [ $idle -ge "$n" ] && { kill -KILL "$s" 2>/dev/null; exit 0; }\n'
+    '    [ $idle -ge "$n" ] || continue\n'
+    '    kill -STOP "$s" 2>/dev/null; idle=0\n'
+    '    if [ "$(grep rchar "/proc/$s/io" 2>/dev/null)" = "$io" ]; then\n'
+    '      if [ -e "/proc/$s/fd/7" ]; then : > "$note" 2>/dev/null; kill -KILL "$s"; exit 0; fi\n'
+    '      [ "$seen" ] || { kill -KILL "$s"; exit 0; }\n'
+    "    fi\n"
+    '    kill -CONT "$s" 2>/dev/null\n'
     "  done ) < /dev/null > /dev/null 2>&1 &\n"
     'exec "$@"\n'
 )
-"""``sh -c`` program: ``$1`` idle seconds, then the shell's argv (``exec``'d, so it keeps the
-exec's pid, and the watchdog is its child). It looks every :data:`WATCHDOG_PERIOD` seconds,
-or every ``$1`` seconds when that is shorter, so a shell idle since its last input ends
-within ``$1`` plus two periods (its first look always sees the shell's start as input)."""
+"""``sh -c`` program: ``$1`` idle seconds, ``$2`` the session's id (naming its private
+directory, as :func:`envlayer.execution.shell_script.init_script` does), ``$3`` the note's
+file name, then the shell's argv (``exec``'d, so it keeps the exec's pid, and the watchdog
+is its child). It looks every :data:`WATCHDOG_PERIOD` seconds, or every ``$1`` seconds when
+that is shorter, so a shell idle since its last input ends within ``$1`` plus two periods
+(its first look always sees the shell's start as input). A shell that never had fd 7 open
+(it never ran its first script) ends without a note; one seen with fd 7 open before and
+now running a command (fd 7 closed) is spared."""
 
 
-def session_argv(shell: str, idle_exit: int) -> list[str]:
-    """The exec argv of a session shell that exits after ``idle_exit`` idle seconds."""
-    return [shell, "-c", WATCHDOG, "envlayer-session", str(idle_exit), shell]
+def session_argv(shell: str, idle_exit: int, session_id: str, note: str) -> list[str]:
+    """The exec argv of a session shell that exits after ``idle_exit`` idle seconds, leaving
+    the file ``note`` in the session's private directory when it ended between commands."""
+    return [shell, "-c", WATCHDOG, "envlayer-session", str(idle_exit), session_id, note, shell]
+
+
+def idle_note(token: str) -> str:
+    """The name of the note the watchdog of the session exec with ``ENVLAYER_SESSION=token``
+    leaves in the session's private directory when it ends the shell between commands."""
+    return f"ended-idle-{token}"
 
 
 class ExecStream:

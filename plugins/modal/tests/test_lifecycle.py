@@ -17,6 +17,7 @@ from modal_testenv import APP, IMAGE, QUOTA_TAG, child_code
 from modal_testenv import running as _running
 
 from envlayer.errors import BackendUnavailable
+from envlayer.execution.shell_session import RESTARTED_AFTER_KILL
 from envlayer.sandbox.tags import sanitize
 from envlayer.testing.fixtures import first_line_then_kill
 from envlayer.testing.racing import race
@@ -319,6 +320,44 @@ def test_session_watchdog_spares_a_long_command(make_env: Any) -> None:
     env = make_env(session_idle_exit=1)
     result = env.exec("sleep 4; echo done", timeout=60)
     assert result.stdout == b"done\n" and result.exit_code == 0 and result.recovered == ""
+
+
+def _delay_the_write_of(monkeypatch: Any, text: bytes, seconds: float) -> None:
+    """The first stdin write to a session shell that contains ``text`` leaves ``seconds``
+    late: as a command does on a loaded machine or network."""
+    from envlayer_modal.stream import ExecStream
+
+    write, delayed = ExecStream.write, []
+
+    def late_write(self: Any, data: bytes) -> None:
+        if text in data and not delayed:
+            delayed.append(data)
+            time.sleep(seconds)
+        write(self, data)
+
+    monkeypatch.setattr(ExecStream, "write", late_write)
+
+
+def test_a_command_arriving_as_the_idle_shell_ends_runs_in_a_new_shell(make_env: Any, monkeypatch: Any) -> None:
+    """The command reaches the session shell after the watchdog ended it as idle (1 s, looked
+    at every second): it never started, so it runs in a new shell (before: exit 137, no
+    output). The first call had no state to lose, so ``recovered`` stays empty."""
+    _delay_the_write_of(monkeypatch, b"echo ran", 3.0)
+    env = make_env(session_idle_exit=1)
+    result = env.exec("echo ran", timeout=60)
+    assert (result.stdout, result.exit_code, result.recovered) == (b"ran\n", 0, "")
+
+
+def test_a_command_arriving_after_the_idle_end_says_the_state_was_reset(make_env: Any, monkeypatch: Any) -> None:
+    """The same with a shell that held state: the command runs in a new shell, and its
+    result says exported variables were reset (they were: the new shell has only the
+    configured ones)."""
+    _delay_the_write_of(monkeypatch, b"echo ${A-unset}", 3.0)
+    env = make_env(session_idle_exit=1)
+    env.exec("export A=1").check()
+    result = env.exec("echo ${A-unset}", timeout=60)
+    assert (result.stdout, result.exit_code) == (b"unset\n", 0)
+    assert result.recovered == RESTARTED_AFTER_KILL
 
 
 def test_every_process_dies_then_the_sandbox_ends_by_itself(run_python: Any, profile: str) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import time
+from typing import Any
 
 import pytest
 from envlayer_modal import naming, reaper
@@ -223,7 +225,8 @@ def test_the_session_watchdog_looks_at_least_every_idle_exit_seconds(tmp_path, i
     read_end, write_end = os.pipe()  # stdin that stays open and silent: an idle shell
     try:
         path = f"{fake_sleep.parent}:/usr/bin:/bin"
-        shell = subprocess.Popen(session_argv("/bin/sh", idle_exit), stdin=read_end, env={**os.environ, "PATH": path})
+        argv = session_argv("/bin/sh", idle_exit, "s1", "note")
+        shell = subprocess.Popen(argv, stdin=read_end, env={**os.environ, "PATH": path, "TMPDIR": str(tmp_path)})
         try:
             assert shell.wait(timeout=60) == -9  # killed by the watchdog
         finally:
@@ -234,3 +237,83 @@ def test_the_session_watchdog_looks_at_least_every_idle_exit_seconds(tmp_path, i
     slept = [int(line) for line in record.read_text().split()]
     assert max(slept) <= idle_exit, slept
     assert sum(slept) <= idle_exit + 2 * max(slept), f"killed after {slept} (idle_exit {idle_exit})"
+
+
+class WatchedShell:
+    """A session shell under the watchdog on this machine, its stdin a pipe the test
+    writes, ``sleep`` replaced by :data:`FAKE_SLEEP` (each look recorded, none waiting)."""
+
+    def __init__(self, tmp_path: Any, idle_exit: int) -> None:
+        import sys
+
+        from envlayer_modal.stream import session_argv
+
+        self.record = tmp_path / "slept"
+        self.note = tmp_path / ".envlayer-session-s1" / "note"
+        self.note.parent.mkdir()
+        fake_sleep = tmp_path / "bin" / "sleep"
+        fake_sleep.parent.mkdir()
+        fake_sleep.write_text(FAKE_SLEEP.format(python=sys.executable, record=str(self.record)))
+        fake_sleep.chmod(0o755)
+        read_end, self.stdin = os.pipe()
+        env = {**os.environ, "PATH": f"{fake_sleep.parent}:/usr/bin:/bin", "TMPDIR": str(tmp_path)}
+        self.shell = subprocess.Popen(
+            session_argv("/bin/sh", idle_exit, "s1", "note"), stdin=read_end, stdout=subprocess.DEVNULL, env=env
+        )
+        os.close(read_end)
+
+    def send(self, script: str) -> None:
+        os.write(self.stdin, script.encode())
+
+    def looks(self) -> int:
+        return len(self.record.read_text().split()) if self.record.exists() else 0
+
+    def wait_for_looks(self, count: int) -> None:
+        deadline = time.monotonic() + 60
+        while self.looks() < count and self.shell.poll() is None:
+            assert time.monotonic() < deadline, f"{self.looks()} looks"
+            time.sleep(0.01)
+
+    def close(self) -> None:
+        self.shell.kill()
+        self.shell.wait()
+        os.close(self.stdin)
+
+
+def test_the_watchdog_ends_a_shell_waiting_between_commands_and_leaves_its_note(tmp_path: Any) -> None:
+    """A shell that ran its first script (fd 7 open, as the session's init leaves it) and
+    waits for its next command is killed, and the note says it ended between commands."""
+    watched = WatchedShell(tmp_path, 1)
+    try:
+        watched.send("exec 7>&1\n")
+        assert watched.shell.wait(timeout=60) == -9
+        assert watched.note.exists()
+    finally:
+        watched.close()
+
+
+def test_the_watchdog_spares_a_command_blocked_without_children(tmp_path: Any) -> None:
+    """A command that neither reads, nor has children, nor ends (a builtin blocked on a
+    FIFO) is not idleness: the shell stays through many looks (before, the watchdog killed
+    it within idle_exit plus two looks), and is ended only once the command returned and
+    the shell waits for the next one."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    watched = WatchedShell(tmp_path, 1)
+    try:
+        # a child keeps the shell busy while looks see fd 7 open; then the blocked command
+        watched.send(f"exec 7>&1\n/bin/sleep 0.3\n{{ read x < {fifo}; }} 7>&-\n")
+        fd7 = f"/proc/{watched.shell.pid}/fd/7"
+        for opened in (True, False):  # fd 7 opened by the first line, closed by the third
+            deadline = time.monotonic() + 60
+            while os.path.exists(fd7) != opened:
+                assert time.monotonic() < deadline and watched.shell.poll() is None, "the shell ended"
+                time.sleep(0.005)
+        looks = watched.looks()
+        watched.wait_for_looks(looks + 8)
+        assert watched.shell.poll() is None and not watched.note.exists()
+        os.close(os.open(fifo, os.O_WRONLY))  # the command's read gets end of file and returns
+        assert watched.shell.wait(timeout=60) == -9
+        assert watched.note.exists()
+    finally:
+        watched.close()
