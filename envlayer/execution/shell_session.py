@@ -144,8 +144,8 @@ def read_framed(
     markers (see :mod:`envlayer.execution.shell_script`), the stream's end, or ``deadline``.
     ``pending`` chunks (read earlier) are processed first, and taken off that list. On
     the stream's end, bytes held back as a possible marker start are delivered. Bytes read
-    behind the markers are returned in ``Framed.after``. Exceptions (from the stream or the collector's
-    callback) propagate; the caller kills the command."""
+    behind the markers are returned in ``Framed.after``. Exceptions (from the stream or
+    the collector's callback) propagate; the caller kills the command."""
     scanners = {"stdout": MarkerScanner(marker, trailer=True), "stderr": MarkerScanner(marker, trailer=False)}
     chunks: list[tuple[str, bytes]] | None = list(pending or [])
     if pending:
@@ -331,7 +331,7 @@ class PersistentShell:
         callback) propagate after the command's tree and the shell were killed.
         """
         pending, self._behind = self._behind, []
-        found_gone = idle_ends = 0
+        found_gone, idle_ends = False, 0
         while True:
             try:
                 return self._attempt(request, collector, prelude, pending)
@@ -340,7 +340,7 @@ class PersistentShell:
                 # end): as with an end found by that check, the command runs in a new shell
                 if found_gone:
                     raise status_unknown("the new session shell") from None
-                found_gone = 1
+                found_gone = True
                 self._killed = True
                 self._drop_stream()
             except _EndedIdle:
