@@ -12,9 +12,9 @@ exec as activity, so a session shell left behind by a process that died without
 ``cleanup()`` would keep its sandbox alive until ``sandbox_timeout``. The watchdog (a
 background ``sh`` loop, its output sent to /dev/null so it never holds the exec's streams
 open) ends the shell once it has read no input (``rchar`` in ``/proc/<pid>/io`` unchanged)
-and had no child process for ``idle_exit`` seconds, and only while it waits for its next
-command (the protocol's fd 7 is open: a command runs with it closed), so a command blocked
-without children is left to its own timeout. To end it, the watchdog stops the shell,
+and had no child process for ``idle_exit`` seconds, and only while it waits for input (its
+fd 0 is the exec's stdin: a command runs with ``/dev/null`` or a file there), so a command
+blocked without children is left to its own timeout. To end it, the watchdog stops the shell,
 checks that it read nothing meanwhile, writes the note :func:`idle_note` names and kills
 it: a command sent at that moment was provably never started, and the session runs it in
 a new shell (``ended_idle`` of :class:`~envlayer.execution.shell_session.PersistentShell`).
@@ -36,7 +36,8 @@ WATCHDOG_PERIOD = 5
 WATCHDOG = (
     's=$$; n=$1; note="${TMPDIR:-/tmp}/.envlayer-session-$2/$3"; shift 3\n'
     "t=" + str(WATCHDOG_PERIOD) + '; [ "$n" -lt $t ] && t=$n\n'
-    "( me=; read -r me _ < /proc/self/stat; idle=0; last=; seen=\n"
+    "exec 3<&0\n"
+    "( me=; read -r me _ < /proc/self/stat; idle=0; last=\n"
     "  while sleep $t; do\n"
     '    kill -0 "$s" 2>/dev/null || exit 0\n'
     '    io=$(grep rchar "/proc/$s/io" 2>/dev/null); kids=0\n'
@@ -44,17 +45,17 @@ WATCHDOG = (
     '      st=; read -r st < "$f" 2>/dev/null || continue; set -- ${st##*) }\n'
     '      p=${f#/proc/}; p=${p%/stat}; [ "$2" = "$s" ] && [ "$p" != "$me" ] && { kids=1; break; }\n'
     "    done\n"
-    '    [ -e "/proc/$s/fd/7" ] && seen=1\n'
     '    if [ "$io" != "$last" ] || [ $kids = 1 ]; then idle=0; last=$io;'
     " else idle=$((idle + t)); fi\n"
     '    [ $idle -ge "$n" ] || continue\n'
     '    kill -STOP "$s" 2>/dev/null; idle=0\n'
-    '    if [ "$(grep rchar "/proc/$s/io" 2>/dev/null)" = "$io" ]; then\n'
-    '      if [ -e "/proc/$s/fd/7" ]; then : > "$note" 2>/dev/null; kill -KILL "$s"; exit 0; fi\n'
-    '      [ "$seen" ] || { kill -KILL "$s"; exit 0; }\n'
+    '    if [ "$(grep rchar "/proc/$s/io" 2>/dev/null)" = "$io" ] && [ "/proc/$s/fd/0" -ef /proc/self/fd/3 ]; then\n'
+    '      [ -e "/proc/$s/fd/7" ] && : > "$note" 2>/dev/null\n'
+    '      kill -KILL "$s"; exit 0\n'
     "    fi\n"
     '    kill -CONT "$s" 2>/dev/null\n'
     "  done ) < /dev/null > /dev/null 2>&1 &\n"
+    "exec 3<&-\n"
     'exec "$@"\n'
 )
 """``sh -c`` program: ``$1`` idle seconds, ``$2`` the session's id (naming its private
@@ -62,9 +63,10 @@ directory, as :func:`envlayer.execution.shell_script.init_script` does), ``$3`` 
 file name, then the shell's argv (``exec``'d, so it keeps the exec's pid, and the watchdog
 is its child). It looks every :data:`WATCHDOG_PERIOD` seconds, or every ``$1`` seconds when
 that is shorter, so a shell idle since its last input ends within ``$1`` plus two periods
-(its first look always sees the shell's start as input). A shell that never had fd 7 open
-(it never ran its first script) ends without a note; one seen with fd 7 open before and
-now running a command (fd 7 closed) is spared."""
+(its first look always sees the shell's start as input). The watchdog keeps the exec's
+stdin as its fd 3: a shell whose fd 0 is that pipe waits for input (a command runs with
+``/dev/null`` or a file there); only such a shell is ended, with the note once it has run
+its first script (fd 7 open, the private directory made)."""
 
 
 def session_argv(shell: str, idle_exit: int, session_id: str, note: str) -> list[str]:
