@@ -125,6 +125,25 @@ def _descendants(root: int) -> list[int]:
     return found
 
 
+def _wait_exited(pids: list[int], seconds: float) -> None:
+    """Wait until none of ``pids`` is running (gone, or a zombie: its files are closed)."""
+    deadline = time.monotonic() + seconds
+    for pid in pids:
+        while _running(pid):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"process {pid} survived SIGKILL for {seconds} s")
+            time.sleep(0.01)
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            raw = fh.read()
+    except OSError:
+        return False
+    return raw[raw.rfind(b")") + 2 :].split()[0] != b"Z"
+
+
 def _tagged(tag: bytes) -> list[int]:
     """Pids whose environment holds ``tag`` (this server's ``SetEnv``): commands its
     sessions started, also those that left its process tree (``setsid``, daemons)."""
@@ -259,6 +278,11 @@ class SSHServer:
             except ProcessLookupError:
                 pass
         proc.wait(timeout=10)
+        # A SIGKILLed process closes its sockets only when it exits, which on a loaded
+        # machine can be later: until then a client's connection is up, and a command
+        # written to it is lost with the connection ("may or may not have run") instead
+        # of finding the server gone. Stopped means every connection is closed.
+        _wait_exited(victims, seconds=10)
 
     def restart(self) -> None:
         self.stop()
