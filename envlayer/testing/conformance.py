@@ -15,9 +15,9 @@ Usage, in a backend's test module::
 The fixture must yield a fresh, working environment whose working directory is
 writable. The kit sets ``env.options.timeout``, ``max_file_bytes`` and ``file_root``
 for the duration of single checks (and restores them), so the backend must read them
-from ``self.options`` at call time. The suite only uses the public interface and POSIX ``sh`` utilities
-(``echo``, ``cat``, ``printf``, ``head``, ``sleep``, ``kill``, ``pwd``, ``mkdir``), so it runs
-on a busybox image as well as on a full distribution.
+from ``self.options`` at call time. The suite only uses the public interface and POSIX ``sh``
+utilities (``echo``, ``cat``, ``printf``, ``head``, ``sleep``, ``kill``, ``pwd``, ``mkdir``, and
+``renice`` where there is one), so it runs on a busybox image as well as on a full distribution.
 
 Override a class attribute to describe the backend honestly (each default states the
 strict contract):
@@ -66,6 +66,7 @@ from envlayer.errors import (
     SandboxPermissionDenied,
 )
 from envlayer.options import BaseOptions
+from envlayer.testing.hostile import at_lowest_priority
 
 
 def _scratch() -> str:
@@ -155,8 +156,9 @@ class ExecContractConformance:
         class TestMyBackend(EnvironmentConformance, ExecContractConformance): ...
 
     ``handles_output_floods = True``: a command writing without pause (``yes``,
-    ``cat /dev/zero``) still times out on time, in bounded memory; set False only for a
-    backend documented to buffer all output.
+    ``cat /dev/zero``, run at the lowest CPU priority so that a parallel test run keeps its
+    CPU) still times out on time, in bounded memory; set False only for a backend
+    documented to buffer all output.
     """
 
     handles_output_floods: ClassVar[bool] = True
@@ -227,7 +229,8 @@ class ExecContractConformance:
                 # A flood never ends by itself: that the call returns at all, timed out with
                 # the 2 s limit, shows the timeout ended it. How soon after the deadline is a
                 # speed figure (benchmarks/timeouts.py), not a check: load stretches it.
-                result = env.exec(f"echo $$ > {pidfile}; {flood}", timeout=2)
+                # At the lowest CPU priority (see envlayer.testing.hostile.LOWEST_PRIORITY).
+                result = env.exec(f"echo $$ > {pidfile}; exec {at_lowest_priority(flood)}", timeout=2)
             finally:
                 env.options.max_output_bytes = previous_cap
             assert result.timed_out and result.exit_code == 124 and result.timeout == 2

@@ -15,11 +15,16 @@ flood never ends by itself, so the documented exit code (124, or 130 after SIGIN
 the timeout or the signal ended it; a CLI that hangs is killed and returns -9.
 ``seconds`` is for reports and benchmarks: asserting a bound on it makes a test fail
 whenever the machine is loaded.
+
+Every flood runs at the lowest CPU priority (:data:`LOWEST_PRIORITY`): it still writes
+without end, at full speed on an idle core, but it does not take the CPU from the tests
+running beside it in a parallel run.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -50,6 +55,22 @@ def cli_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ENVLAYER_")}
     env.update(extra or {})
     return env
+
+
+LOWEST_PRIORITY = "renice -n 19 -p $$ >/dev/null 2>&1; "
+"""Shell that gives the shell running it, and so every process it starts, the lowest CPU
+priority (POSIX ``renice``; busybox has it). A flood then still never ends, and writes at
+full speed on an idle core, which is all a flood check needs (a timeout, a cap or a signal
+must end it), while the tests running beside it in a parallel run keep the CPU: at normal
+priority a flood and its reader take two cores' fair share for as long as it lasts. Where
+``renice`` is missing it says nothing and the flood runs at normal priority."""
+
+
+def at_lowest_priority(flood: str) -> str:
+    """``sh -c`` running the shell command ``flood`` at the lowest CPU priority (see
+    :data:`LOWEST_PRIORITY`). Its own shell, so ``$$`` is the process reniced even where a
+    backend runs commands in a subshell; ``exec`` it to keep the caller's pid."""
+    return "sh -c " + shlex.quote(LOWEST_PRIORITY + flood)
 
 
 _TAIL = 65536
@@ -128,10 +149,11 @@ def cli_flood(
     env: Mapping[str, str] | None = None,
     cwd: Path | str | None = None,
 ) -> CliRun:
-    """``envlayer exec OPTIONS --timeout T -- sh -c FLOOD``; ``seconds`` from the start.
-    A process still running :data:`HANG_SECONDS` after its timeout is killed (exit -9)."""
+    """``envlayer exec OPTIONS --timeout T -- sh -c FLOOD``, FLOOD at the lowest CPU
+    priority; ``seconds`` from the start. A process still running :data:`HANG_SECONDS`
+    after its timeout is killed (exit -9)."""
     start = time.monotonic()
-    proc, out, err = _spawn([*options, f"--timeout={timeout}"], ["sh", "-c", flood], env=env, cwd=cwd)
+    proc, out, err = _spawn([*options, f"--timeout={timeout}"], ["sh", "-c", LOWEST_PRIORITY + flood], env=env, cwd=cwd)
     return _finish(proc, out, err, start, timeout + HANG_SECONDS)
 
 
@@ -143,11 +165,12 @@ def cli_interrupt_flood(
     cwd: Path | str | None = None,
     flooding_for: float = 1.0,
 ) -> CliRun:
-    """Start ``envlayer exec OPTIONS -- sh -c FLOOD``, wait until output flows and then
-    ``flooding_for`` seconds more, send SIGINT; ``seconds`` counts from the signal. A
-    process still running :data:`HANG_SECONDS` after the signal is killed (exit -9)."""
+    """Start ``envlayer exec OPTIONS -- sh -c FLOOD`` (FLOOD at the lowest CPU priority),
+    wait until output flows and then ``flooding_for`` seconds more, send SIGINT;
+    ``seconds`` counts from the signal. A process still running :data:`HANG_SECONDS` after
+    the signal is killed (exit -9)."""
     make_sigint_deliverable()
-    proc, out, err = _spawn(options, ["sh", "-c", flood], env=env, cwd=cwd)
+    proc, out, err = _spawn(options, ["sh", "-c", LOWEST_PRIORITY + flood], env=env, cwd=cwd)
     if not out.started.wait(120):
         proc.kill()
         raise AssertionError("the flood produced no output within 120 s")
