@@ -53,8 +53,10 @@ stop_pid() {
 }
 
 # ensure_uv: set UV=(...) to a uv that runs. The one on PATH if any; else the one in
-# $ENVLAYER_UV_DIR (default $STATE_DIR/uv), a venv of python3 into which pip installs uv
-# from PyPI the first time. A venv, because Debian's own python3 refuses
+# $ENVLAYER_UV_DIR (default ${XDG_CACHE_HOME:-$HOME/.cache}/envlayer/uv, shared by every
+# clone, so a fresh clone does not install it again), a venv of python3 into which pip
+# installs uv from PyPI the first time, under a lock (two runs at once: one installs, the
+# other waits and uses it). A venv, because Debian's own python3 refuses
 # `pip install` outside one (PEP 668); as root, python3-venv is installed with apt when
 # python3 lacks the venv module (a plain Debian python3 does).
 ensure_uv() {
@@ -62,14 +64,20 @@ ensure_uv() {
         UV=(uv)
         return 0
     fi
-    local dir="${ENVLAYER_UV_DIR:-$STATE_DIR/uv}" py
+    local dir="${ENVLAYER_UV_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/envlayer/uv}" py
     if ! "$dir/bin/uv" --version >/dev/null 2>&1; then
-        py="$(command -v python3)" || die "no python3 on PATH: apt-get install python3 (3.11 or newer)"
-        "$py" -c 'import venv, ensurepip' 2>/dev/null || apt_install python3-venv
-        log "uv is not on PATH; installing it into $dir (a venv of $py)"
-        rm -rf "$dir"
-        "$py" -m venv "$dir" || die "$py -m venv $dir failed"
-        "$dir/bin/pip" install --quiet uv || die "pip could not install uv into $dir (is PyPI reachable?)"
+        mkdir -p "$(dirname "$dir")"
+        exec 7>>"$dir.lock"
+        flock 7
+        if ! "$dir/bin/uv" --version >/dev/null 2>&1; then
+            py="$(command -v python3)" || die "no python3 on PATH: apt-get install python3 (3.11 or newer)"
+            "$py" -c 'import venv, ensurepip' 2>/dev/null || apt_install python3-venv
+            log "uv is not on PATH; installing it into $dir (a venv of $py)"
+            rm -rf "$dir"
+            "$py" -m venv "$dir" || die "$py -m venv $dir failed"
+            "$dir/bin/pip" install --quiet uv || die "pip could not install uv into $dir (is PyPI reachable?)"
+        fi
+        exec 7>&-
     fi
     UV=("$dir/bin/uv")
 }
