@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import subprocess
@@ -132,6 +133,46 @@ def docker_api() -> Iterator[Any]:
         _remove_profile(api, PROFILE)
         os.unlink(os.path.join(RUNS_DIR, f"{PROFILE}.lock"))
         os.close(claim)
+
+
+BUILD_TRIES = 2
+"""Builds of a test image before its fixture fails: the daemon's answer to a build is a
+stream whose errors are only entries in it, and one suite run found an image missing after
+a build whose stream was not read for them (why it failed is unknown)."""
+
+
+@pytest.fixture(scope="module")
+def build_image(docker_api: Any) -> Iterator[Callable[..., str]]:
+    """``build_image(tag, context, **build_kwargs)``: build ``tag`` from ``context`` (a
+    Dockerfile's bytes, or a tar's bytes with ``custom_context=True``) and return it; a
+    failed build is tried again, then fails with the daemon's messages. Every image it
+    built is removed when the test module ends."""
+    built: list[str] = []
+
+    def build(tag: str, context: bytes, **kwargs: Any) -> str:
+        import io
+
+        from docker.errors import ImageNotFound
+
+        errors: list[str] = []
+        for _ in range(BUILD_TRIES):
+            stream = docker_api.build(
+                fileobj=io.BytesIO(context), tag=tag, rm=True, forcerm=True, decode=True, **kwargs
+            )
+            errors += [str(entry.get("error")) for entry in stream if entry.get("error")]
+            try:
+                docker_api.inspect_image(tag)
+            except ImageNotFound:
+                errors.append(f"{tag} missing after the build")
+                continue
+            built.append(tag)
+            return tag
+        raise AssertionError(f"building the test image {tag} failed {BUILD_TRIES} times: {errors}")
+
+    yield build
+    for tag in built:
+        with contextlib.suppress(Exception):
+            docker_api.remove_image(tag, force=True)
 
 
 @pytest.fixture(scope="session")

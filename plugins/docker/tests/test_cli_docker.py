@@ -36,20 +36,12 @@ def test_ls_shows_the_task_id_rm_takes(cli: Any, profile: str, task: str) -> Non
 
 
 @pytest.fixture
-def failing_entrypoint_image(docker_api: Any) -> Any:
+def failing_entrypoint_image(build_image: Any) -> str:
     """An image whose entrypoint logs why it cannot start and exits 3 (removed afterwards)."""
-    import io
-
-    tag = f"envlayer-test:bad-entrypoint-{uuid.uuid4().hex[:8]}"
     dockerfile = (
         f'FROM {IMAGE}\nENTRYPOINT ["/bin/sh", "-c", "echo init: cannot start: /etc/app.conf is missing >&2; exit 3"]\n'
     )
-    for _ in docker_api.build(fileobj=io.BytesIO(dockerfile.encode()), tag=tag, rm=True, decode=True):
-        pass
-    try:
-        yield tag
-    finally:
-        docker_api.remove_image(tag, force=True)
+    return build_image(f"envlayer-test:bad-entrypoint-{uuid.uuid4().hex[:8]}", dockerfile.encode())
 
 
 def test_an_entrypoint_that_cannot_start_is_reported_with_its_exit_code_and_log(

@@ -801,7 +801,7 @@ def test_dev_shm_is_1g_by_default(make_env, docker_api) -> None:
 
 
 @pytest.fixture(scope="module")
-def init_image(docker_api) -> Any:
+def init_image(build_image) -> Any:
     """An image whose ENTRYPOINT is an init (``/init``) that starts a service and runs its
     arguments, like s6-overlay. Removed after the module.
 
@@ -826,12 +826,7 @@ def init_image(docker_api) -> Any:
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
-    buf.seek(0)
-    tag = f"envlayer-test-init:{uuid.uuid4().hex[:8]}"
-    for _ in docker_api.build(fileobj=buf, custom_context=True, tag=tag, rm=True, decode=True):
-        pass
-    yield tag
-    docker_api.remove_image(tag, force=True)
+    return build_image(f"envlayer-test-init:{uuid.uuid4().hex[:8]}", buf.getvalue(), custom_context=True)
 
 
 @pytest.mark.parametrize(("mode", "kept"), [("auto", True), ("keep", True), ("replace", False)])

@@ -4,7 +4,6 @@ workspace from the start, and keeps it when the workspace outlives the container
 
 from __future__ import annotations
 
-import io
 import os
 import uuid
 from collections.abc import Iterator
@@ -55,11 +54,8 @@ def test_unknown_uid_gets_group_zero_as_docker_gives_it(make_env) -> None:
     assert _owner(env) == "4242:0"
 
 
-def test_the_images_own_user_gets_the_working_directory(make_env, docker_api) -> None:
-    tag = f"envlayer-test-user-{uuid.uuid4().hex[:8]}:latest"
-    dockerfile = f"FROM {IMAGE}\nUSER nobody\n".encode()
-    for _ in docker_api.build(fileobj=io.BytesIO(dockerfile), tag=tag, rm=True, forcerm=True):
-        pass
+def test_the_images_own_user_gets_the_working_directory(make_env, build_image) -> None:
+    tag = build_image(f"envlayer-test-user-{uuid.uuid4().hex[:8]}:latest", f"FROM {IMAGE}\nUSER nobody\n".encode())
     env = None
     try:
         env = make_env(image=tag)
@@ -69,7 +65,6 @@ def test_the_images_own_user_gets_the_working_directory(make_env, docker_api) ->
         if env is not None:
             env.cleanup(force_remove=True)
             env.wait_for_cleanup(30)
-        docker_api.remove_image(tag)
 
 
 def test_workspace_outliving_its_container_stays_the_users(make_env) -> None:
