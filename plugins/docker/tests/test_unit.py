@@ -86,6 +86,21 @@ def test_owner_label_and_liveness() -> None:
     assert owner_is_dead("garbage") is False
 
 
+def test_every_label_the_backend_sets_is_documented_by_its_full_name() -> None:
+    """docs/backends/docker.md once named the owner label ``envlayer.sandbox.owner``: users
+    filter ``docker ps`` by these names, so each must be written as the code sets it."""
+    import re
+    from pathlib import Path
+
+    from envlayer_docker import snapshots
+
+    doc = (Path(__file__).parents[3] / "docs" / "backends" / "docker.md").read_text()
+    keys = {value for value in vars(labels).values() if isinstance(value, str) and value.startswith("envlayer.")}
+    keys = (keys - {labels.RESERVED_PREFIX}) | {snapshots.FROM_SNAPSHOT}
+    assert {labels.OWNER, labels.MANAGED, labels.TASK_ID} <= keys
+    assert [key for key in sorted(keys) if not re.search(rf"`{re.escape(key)}[`=]", doc)] == []
+
+
 def _stat(pid: int) -> list[bytes]:
     """The fields of /proc/PID/stat after the command name."""
     with open(f"/proc/{pid}/stat", "rb") as fh:

@@ -63,6 +63,17 @@ def test_create_tags_carry_identity_and_never_let_user_tags_override() -> None:
     assert T.created_at(tags) == 1000.0 and T.created_at({}) is None and T.created_at({T.CREATED_AT: "x"}) is None
 
 
+def test_every_tag_the_backend_sets_is_documented_by_its_full_name() -> None:
+    """docs/backends/modal.md once named the owner tag ``envlayer.sandbox.owner``."""
+    import re
+    from pathlib import Path
+
+    doc = (Path(__file__).parents[3] / "docs" / "backends" / "modal.md").read_text()
+    keys = {value for value in vars(T).values() if isinstance(value, str) and value.startswith(T.PREFIX)} - {T.PREFIX}
+    assert {T.OWNER, T.MANAGED, T.IDLE_TIMEOUT} <= keys
+    assert [key for key in sorted(keys) if not re.search(rf"`{re.escape(key)}[`=]", doc)] == []
+
+
 def test_fingerprint_covers_creation_options_only() -> None:
     base = T.sandbox_fingerprint(ModalOptions())
     assert T.sandbox_fingerprint(ModalOptions(memory=512)) != base
