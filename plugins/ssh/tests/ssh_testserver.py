@@ -18,6 +18,7 @@ made once per machine and kept in a root-only file, never changed by a later run
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pwd
 import secrets
@@ -83,11 +84,17 @@ def ensure_test_user() -> tuple[str, str]:
     test password (always the same value, so a concurrent run is not disturbed);
     returns (user, password)."""
     password = _machine_password()
-    try:
-        pwd.getpwnam(TEST_USER)
-    except KeyError:
-        subprocess.run(["useradd", "-m", "-s", "/bin/sh", TEST_USER], check=True, capture_output=True)
-    subprocess.run(["chpasswd"], input=f"{TEST_USER}:{password}\n", text=True, check=True, capture_output=True)
+    # One process at a time: on a new machine every pytest worker (and any other run beside
+    # this one) finds the user missing at once; the losers' useradd failed with exit 9
+    # ("already in use") or on /etc/passwd's lock, and their setup errored (seen in a run of
+    # six workers beside another suite).
+    with open(PASSWORD_FILE + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            pwd.getpwnam(TEST_USER)
+        except KeyError:
+            subprocess.run(["useradd", "-m", "-s", "/bin/sh", TEST_USER], check=True, capture_output=True)
+        subprocess.run(["chpasswd"], input=f"{TEST_USER}:{password}\n", text=True, check=True, capture_output=True)
     return TEST_USER, password
 
 
