@@ -30,8 +30,8 @@ from typing import Any
 
 from envlayer.errors import BackendUnavailable, ConfigError
 from envlayer.sandbox.owner import owner_label
-from envlayer_docker import labels as L
 from envlayer_docker import gpus as gpu_request
+from envlayer_docker import labels as L
 from envlayer_docker import ownership, workspace
 from envlayer_docker.naming import container_name, private_name
 from envlayer_docker.options import DockerOptions, parse_volume

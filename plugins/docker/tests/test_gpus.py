@@ -41,7 +41,7 @@ def test_a_bad_gpus_value_says_what_to_write(value: str) -> None:
 
 
 def test_gpus_and_a_raw_device_request_together_are_refused() -> None:
-    with pytest.raises(OptionError, match="either gpus or extra_create_kwargs.device_requests"):
+    with pytest.raises(OptionError, match=r"either gpus or extra_create_kwargs\.device_requests"):
         DockerOptions(gpus="all", extra_create_kwargs={"device_requests": []})
 
 
