@@ -30,6 +30,7 @@ from typing import Any
 
 from envlayer.errors import BackendUnavailable, ConfigError
 from envlayer.sandbox.owner import owner_label
+from envlayer_docker import gpus as gpu_request
 from envlayer_docker import labels as L
 from envlayer_docker import ownership, workspace
 from envlayer_docker.naming import container_name, private_name
@@ -163,6 +164,7 @@ def _host_config(
         "network_mode": None if options.network else "none",
         "init": options.init and not init_entrypoint,
         "shm_size": options.shm_size,
+        "device_requests": gpu_request.device_requests(options.gpus),
         **extra,
     }
     try:
@@ -349,7 +351,11 @@ def _create(api: Any, spec: ContainerSpec, options: DockerOptions) -> dict[str, 
             _remove(api, cid)
         hinted = None
         if isinstance(exc, APIError):
-            hinted = limit_failure(exc, options) or ownership.unknown_user(exc, spec.image)
+            hinted = (
+                limit_failure(exc, options)
+                or gpu_request.no_gpu_runtime(exc, options.gpus)
+                or ownership.unknown_user(exc, spec.image)
+            )
         if hinted is not None:
             raise hinted from exc
         raise

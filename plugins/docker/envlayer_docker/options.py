@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Literal
 from envlayer.options import OptionError, option
 from envlayer.sandbox.options import ContainerOptions, HostVariablesOptions
 from envlayer.snapshot import SnapshotRetentionOptions
+from envlayer_docker import gpus as gpu_request
 
 CAPABILITY_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
 VOLUME_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -86,6 +87,12 @@ class DockerOptions(ContainerOptions, HostVariablesOptions, SnapshotRetentionOpt
     cpus: float = option(0.0, doc="CPU limit in cores (0 = unlimited).")
     memory_mb: int = option(0, doc="Memory limit in MiB (0 = unlimited).")
     pids_limit: int = option(1024, doc="Maximum number of processes in the container (0 = unlimited).")
+    gpus: int | str | None = option(
+        None,
+        doc="GPUs, as `docker run --gpus`: `all`, a count (`2`), or `device=0,1` (indexes or UUIDs). Needs the "
+        "NVIDIA Container Toolkit on the Docker host; a daemon without it is an error, never a container "
+        "without the GPU. None (default) or 0: no GPU.",
+    )
     network: bool = option(True, doc="False runs the container with no network (network_mode none).")
     cap_add: list[str] = option(
         doc="Linux capabilities kept after dropping ALL. Default: what a shell needs "
@@ -163,6 +170,9 @@ class DockerOptions(ContainerOptions, HostVariablesOptions, SnapshotRetentionOpt
         super().__post_init__()
         if not self.image.strip():
             raise OptionError("image", "must not be empty")
+        self.gpus = gpu_request.normalize(self.gpus)
+        if self.gpus is not None and "device_requests" in self.extra_create_kwargs:
+            raise OptionError("gpus", "set either gpus or extra_create_kwargs.device_requests, not both")
         for key in ("cpus", "memory_mb", "pids_limit", "stop_timeout", "lease_interval"):
             if getattr(self, key) < 0:
                 raise OptionError(key, "must be >= 0")

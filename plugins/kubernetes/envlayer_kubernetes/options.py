@@ -61,6 +61,17 @@ class KubernetesOptions(ContainerOptions, HostVariablesOptions, SnapshotRetentio
     )
     requests: dict[str, str] = option(doc='Resource requests, e.g. {"cpu" = "500m", "memory" = "1Gi"}.', factory=dict)
     limits: dict[str, str] = option(doc='Resource limits, e.g. {"cpu" = "2", "memory" = "4Gi"}.', factory=dict)
+    gpus: int = option(
+        0,
+        doc="GPUs the pod asks for, as a limit on `gpu_resource` (extended resources are whole and their "
+        "request equals the limit). A cluster with no node offering them leaves the pod Unschedulable: "
+        "it fails at `startup_timeout` naming the resource, never runs without its GPUs. 0: none.",
+    )
+    gpu_resource: str = option(
+        "nvidia.com/gpu",
+        doc="The extended resource `gpus` counts, as the cluster's device plugin names it "
+        "(`nvidia.com/gpu`, `amd.com/gpu`, `gpu.intel.com/i915`).",
+    )
     node_selector: dict[str, str] = option(doc="Node labels the pod must be scheduled on.", factory=dict)
     tolerations: list[dict[str, Any]] = option(
         doc="Tolerations, each a table with key, operator, value, effect, tolerationSeconds.", factory=list
@@ -120,6 +131,12 @@ class KubernetesOptions(ContainerOptions, HostVariablesOptions, SnapshotRetentio
                     raise OptionError(key, f"{name!r} is not a resource name (e.g. cpu, memory)")
                 if not QUANTITY.match(quantity):
                     raise OptionError(key, f"{name} = {quantity!r} is not a quantity (e.g. 500m, 2, 1Gi)")
+        if self.gpus < 0:
+            raise OptionError("gpus", "must be >= 0")
+        if not RESOURCE_NAMES.match(self.gpu_resource) or "/" not in self.gpu_resource:
+            raise OptionError("gpu_resource", f"{self.gpu_resource!r} is not an extended resource name (vendor/name)")
+        if self.gpus and self.gpu_resource in self.limits:
+            raise OptionError("gpus", f"set either gpus or limits[{self.gpu_resource!r}], not both")
         for key in ("node_selector", "pod_labels"):
             for name, value in getattr(self, key).items():
                 if not valid_label_key(name) or len(value) > 63 or not LABEL_VALUE.match(value):

@@ -81,7 +81,10 @@ def build_spec(opts: KubernetesOptions, *, profile: str, task: str, persist: boo
         "command": [opts.shell, "-c", KEEPALIVE],
         "workingDir": opts.workdir,
     }
-    resources = {k: v for k, v in (("requests", dict(opts.requests)), ("limits", dict(opts.limits))) if v}
+    limits = dict(opts.limits)
+    if opts.gpus:
+        limits[opts.gpu_resource] = str(opts.gpus)
+    resources = {k: v for k, v in (("requests", dict(opts.requests)), ("limits", limits)) if v}
     if resources:
         container["resources"] = resources
     spec: dict[str, Any] = {
@@ -339,6 +342,11 @@ def _hint_for(state: Waiting) -> str:
         return "check the image name and that the cluster can pull it (image_pull_secrets, image_pull_policy)"
     if "runAsNonRoot" in state.message:
         return "set run_as_user to a non-root uid (e.g. 65534), or use an image whose USER is a numeric non-root uid"
+    if state.reason == "Unschedulable" and "Insufficient " in state.message and "/gpu" in state.message:
+        return (
+            "no node offers the GPUs asked for (gpus, gpu_resource): add GPU nodes with the vendor's device "
+            "plugin, tolerations for their taints and a node_selector for them, or unset gpus"
+        )
     if state.reason in ("Unschedulable", "SchedulingGated"):
         return (
             "no node fits: relax node_selector/requests, add tolerations or nodes, or raise startup_timeout "

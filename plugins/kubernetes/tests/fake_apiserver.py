@@ -57,6 +57,8 @@ _IMAGE_REF = re.compile(
 )
 """A Docker image reference (distribution/reference's grammar, simplified; the kubelet rejects others)."""
 NODE_NAME = "fake-node"
+NODE_ALLOCATABLE = frozenset({"cpu", "memory", "ephemeral-storage", "pods", "hugepages-2Mi", "hugepages-1Gi"})
+"""What the fake's one node offers (a node's status.allocatable without a device plugin): no GPUs."""
 NODE_LABELS = {"kubernetes.io/hostname": NODE_NAME, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"}
 V5, V4 = "v5.channel.k8s.io", "v4.channel.k8s.io"
 RESIZE = 4
@@ -348,6 +350,18 @@ class FakeCluster:
                 pod.unschedulable = "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector."
                 pod.resource_version += 1
                 return
+        missing = sorted(set((c.get("resources") or {}).get("limits") or {}) - NODE_ALLOCATABLE)
+        if missing:
+            # kube-scheduler noderesources/fit.go: one "Insufficient <resource>" reason per resource the
+            # node lacks; framework/types.go FitError.Error(): "0/N nodes are available: <reasons>." and
+            # the preemption postfilter's own sentence after it.
+            reasons = ", ".join(f"1 Insufficient {name}" for name in missing)
+            pod.unschedulable = (
+                f"0/1 nodes are available: {reasons}. preemption: 0/1 nodes are available: "
+                "1 No preemption victims found for incoming pod.."
+            )
+            pod.resource_version += 1
+            return
         try:
             await self.blocking(self.docker.inspect_image, c["image"])
         except ImageNotFound:
