@@ -7,18 +7,23 @@ core imports no backend SDK at module level).
 * Docker: the ``docker exec`` CLI and docker-py ``exec_run`` (one-shot), a bare shell
   over one attached exec socket (the session floor), the raw attach stream of one
   ``docker exec`` (the flood's floor, frames not parsed);
-* local and Docker, extra information (no ratio is taken to it): the bare shell with
-  stderr kept apart (:data:`SPLIT_FLOOR`), as a session call must, so a run shows how
-  much of the gap to the floor is the stream separation itself;
+* local and Docker, the floor a session call is compared to (:data:`SESSION_FLOOR`): the
+  same job done bare (:func:`same_job_call`): a minimal client over one persistent shell
+  that keeps stderr apart, returns the exit status, and gives each call its working
+  directory and a variable of its own, as a session call does;
+* local and Docker, extra information (no ratio is taken to them): the bare shell that
+  only echoes a marker (:data:`BARE_FLOOR`) and the one that keeps stderr apart
+  (:data:`SPLIT_FLOOR`), so a run shows what each part of the job costs;
 * SSH: ``ssh`` with a ControlMaster and paramiko ``exec_command`` with its defaults
-  (one-shot), a bare shell over one paramiko channel (the session floor), one channel's
-  raw stream (the flood's floor).
+  (one-shot), the same job done bare over one paramiko channel (the session floor) and a
+  bare shell over another (extra), one channel's raw stream (the flood's floor).
 """
 
 from __future__ import annotations
 
 import os
 import select
+import shlex
 import shutil
 import subprocess
 import uuid
@@ -28,13 +33,17 @@ from typing import Any
 
 from envlayer.environment import Environment
 
-SESSION_FLOOR = "bare shell"
-"""The method name of the floor a session call is compared to."""
+SESSION_FLOOR = "same job, bare"
+"""The method name of the floor a session call is compared to: :func:`same_job_call`."""
+
+BARE_FLOOR = "bare shell (extra)"
+"""The method name of the bare shell that only echoes a marker per call (see
+:func:`shell_call`). Extra information: it does less than a session call."""
 
 SPLIT_FLOOR = "bare shell, stderr apart (extra)"
 """The method name of the bare shell that writes a marker on stderr and one on stdout per
 call and reads until both came (see :func:`split_shell_call`). Extra information only: the
-session's ratio stays to :data:`SESSION_FLOOR`."""
+session's ratio is to :data:`SESSION_FLOOR`."""
 
 CHUNK = 1 << 20
 
@@ -98,6 +107,39 @@ def split_shell_call(send: Callable[[bytes], object], recv: Callable[[], bytes])
     return call
 
 
+def same_job_call(
+    send: Callable[[bytes], object], recv: Callable[[], bytes], cwd: str
+) -> Callable[[], int]:
+    """The same job as a session call, done by a minimal client: each call enters ``cwd``,
+    sets a variable of its own (the call's number, as a session sets ``ENVLAYER_EXEC_ID``),
+    runs ``true``, then writes a marker on stderr and the marker with the exit status on
+    stdout; the client reads (``recv`` returns what either stream brought) until both
+    markers came, keeps what came before them apart per stream, and returns the status.
+    No caps, no cancel, no tree kill, no marker hiding: the least a client must do."""
+    prefix = b"__job_" + uuid.uuid4().hex.encode() + b"_"
+    count = [0]
+    enter = b"cd -- " + shlex.quote(cwd).encode() + b" && "
+
+    def call() -> int:
+        count[0] += 1
+        number = str(count[0]).encode()
+        marker = prefix + number
+        on_err, on_out = marker + b"-e\n", marker + b"-o "
+        send(
+            enter + b"FLOOR_CALL=" + number + b"; export FLOOR_CALL; true; rc=$?; echo "
+            + on_err[:-1] + b" >&2; echo " + on_out + b"$rc\n"
+        )
+        buf = b""
+        while on_err not in buf or not buf.endswith(b"\n") or on_out not in buf:
+            chunk = recv()
+            if not chunk:
+                raise EOFError("the bare shell closed its output")
+            buf += chunk
+        return int(buf[buf.index(on_out) + len(on_out) :].split(b"\n", 1)[0])
+
+    return call
+
+
 def _piped_shell(stderr: bool) -> tuple[Callable[[bytes], None], Callable[[], bytes], Callable[[], None]]:
     """A local ``/bin/sh`` over pipes: its send, its recv and its close. The recv is a
     blocking read of stdout, or with ``stderr`` (stderr on a pipe of its own) what the
@@ -131,15 +173,22 @@ def _piped_shell(stderr: bool) -> tuple[Callable[[bytes], None], Callable[[], by
 
 
 def local_baselines(env: Environment) -> ExecBaselines:
-    """``subprocess.run`` of ``sh -c true``, a bare shell over pipes, and one with stderr apart."""
+    """``subprocess.run`` of ``sh -c true``; over pipes, the same job done bare (in the
+    environment's working directory), a bare shell, and one with stderr apart."""
     send, recv, close = _piped_shell(stderr=False)
     split_send, split_recv, split_close = _piped_shell(stderr=True)
+    job_send, job_recv, job_close = _piped_shell(stderr=True)
+    cwd = env.exec("pwd").stdout_text.strip()
     run = "subprocess.run"
     return ExecBaselines(
-        fast={SESSION_FLOOR: shell_call(send, recv), SPLIT_FLOOR: split_shell_call(split_send, split_recv)},
+        fast={
+            SESSION_FLOOR: same_job_call(job_send, job_recv, cwd),
+            BARE_FLOOR: shell_call(send, recv),
+            SPLIT_FLOOR: split_shell_call(split_send, split_recv),
+        },
         spawning={run: lambda: subprocess.run(["/bin/sh", "-c", "true"], check=True)},
         oneshot_baseline=run,
-        closers=[close, split_close],
+        closers=[close, split_close, job_close],
     )
 
 
@@ -150,16 +199,21 @@ def docker_api() -> Any:
     return docker.APIClient(version="auto", **docker.utils.kwargs_from_env())
 
 
-def docker_bare_shell(api: Any, container_id: str, *, split: bool = False) -> tuple[Callable[[], None], Any]:
-    """The floor of a session call: a shell over one attached exec socket, sent
-    ``true; echo <marker>`` and read until the marker (frames not parsed). With ``split``
-    the :func:`split_shell_call` instead (a marker on each stream; the daemon forwards
-    them in frames of their own, in either order). Returns the call and the socket
-    (close it when done)."""
+def docker_bare_shell(
+    api: Any, container_id: str, *, split: bool = False, cwd: str | None = None
+) -> tuple[Callable[[], object], Any]:
+    """A shell over one attached exec socket, sent ``true; echo <marker>`` and read until
+    the marker (frames not parsed). With ``split`` the :func:`split_shell_call` instead (a
+    marker on each stream; the daemon forwards them in frames of their own, in either
+    order); with ``cwd`` the :func:`same_job_call` in that directory. Returns the call
+    and the socket (close it when done)."""
     eid = api.exec_create(container_id, ["sh"], stdin=True, stdout=True, stderr=True, tty=False)["Id"]
     sock = api.exec_start(eid, socket=True)._sock
+    recv: Callable[[], bytes] = lambda: sock.recv(65536)  # noqa: E731
+    if cwd is not None:
+        return same_job_call(sock.sendall, recv, cwd), sock
     make = split_shell_call if split else shell_call
-    return make(sock.sendall, lambda: sock.recv(65536)), sock
+    return make(sock.sendall, recv), sock
 
 
 def docker_baselines(env: Environment) -> ExecBaselines:
@@ -170,15 +224,16 @@ def docker_baselines(env: Environment) -> ExecBaselines:
     api = docker_api()
     call, sock = docker_bare_shell(api, cid)
     split_call, split_sock = docker_bare_shell(api, cid, split=True)
+    job_call, job_sock = docker_bare_shell(api, cid, cwd=env.exec("pwd").stdout_text.strip())
     container = docker.DockerClient(version="auto", **docker.utils.kwargs_from_env()).containers.get(cid)
     spawning: dict[str, Callable[[], object]] = {"docker-py exec_run": lambda: container.exec_run(["true"])}
     if shutil.which("docker"):
         spawning["docker exec CLI"] = lambda: subprocess.run(["docker", "exec", cid, "true"], check=True)
     return ExecBaselines(
-        fast={SESSION_FLOOR: call, SPLIT_FLOOR: split_call},
+        fast={SESSION_FLOOR: job_call, BARE_FLOOR: call, SPLIT_FLOOR: split_call},
         spawning=spawning,
         oneshot_baseline="docker exec CLI" if "docker exec CLI" in spawning else "docker-py exec_run",
-        closers=[sock.close, split_sock.close, api.close],
+        closers=[sock.close, split_sock.close, job_sock.close, api.close],
     )
 
 
@@ -216,19 +271,32 @@ def ssh_cli(env: Environment, control_dir: str) -> list[str]:
 
 def ssh_baselines(env: Environment) -> ExecBaselines:
     """``ssh`` with a ControlMaster (when installed) and paramiko ``exec_command`` on one
-    connection (one-shot), a bare shell over one paramiko channel (the session floor)."""
+    connection (one-shot); over paramiko channels, the same job done bare (the session
+    floor) and a bare shell."""
     import tempfile
 
     client = ssh_client(env)
     channel = client.get_transport().open_session()
     channel.exec_command("sh")
+    job = client.get_transport().open_session()
+    job.exec_command("sh")
+
+    def job_recv() -> bytes:
+        """What either stream of ``job`` holds, waiting for one (the channel's fileno
+        turns readable on stdout and stderr data alike)."""
+        while True:
+            if job.recv_stderr_ready():
+                return job.recv_stderr(65536)
+            if job.recv_ready() or job.exit_status_ready():
+                return job.recv(65536)
+            select.select([job], [], [])
 
     def paramiko_exec() -> None:
         _, out, _ = client.exec_command("true")
         out.channel.recv_exit_status()
 
     spawning: dict[str, Callable[[], object]] = {"paramiko exec_command": paramiko_exec}
-    closers: list[Callable[[], object]] = [channel.close, client.close]
+    closers: list[Callable[[], object]] = [channel.close, job.close, client.close]
     if shutil.which("ssh"):
         control = tempfile.mkdtemp(prefix="envlayer-bench-ssh.")
         ssh = ssh_cli(env, control)
@@ -239,7 +307,10 @@ def ssh_baselines(env: Environment) -> ExecBaselines:
             *closers,
         ]
     return ExecBaselines(
-        fast={SESSION_FLOOR: shell_call(channel.sendall, lambda: channel.recv(65536))},
+        fast={
+            SESSION_FLOOR: same_job_call(job.sendall, job_recv, env.exec("pwd").stdout_text.strip()),
+            BARE_FLOOR: shell_call(channel.sendall, lambda: channel.recv(65536)),
+        },
         spawning=spawning,
         oneshot_baseline="ssh ControlMaster" if "ssh ControlMaster" in spawning else "paramiko exec_command",
         closers=closers,

@@ -42,7 +42,8 @@ WAIT = 120.0
 LOCAL_MEASURES = {
     ("start", "envlayer"),
     ("session exec", "envlayer"),
-    ("session exec", "bare shell"),
+    ("session exec", "same job, bare"),
+    ("session exec", "bare shell (extra)"),
     ("session exec", "bare shell, stderr apart (extra)"),
     ("one-shot exec", "envlayer"),
     ("one-shot exec", "subprocess.run"),
