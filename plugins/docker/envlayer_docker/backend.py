@@ -125,6 +125,7 @@ class DockerEnvironment(ThreadTeardown, SandboxEnvironment):
     def _attach_fork(self, snapshot: Snapshot) -> None:
         """Create the container from ``snapshot`` (see :func:`envlayer_docker.snapshots.fork_spec`).
         A later recovery recreates it from the configured image (the workspace volume is kept)."""
+        from envlayer_docker import cow
         from envlayer_docker.snapshots import fork_spec
 
         base = self._spec
@@ -132,9 +133,38 @@ class DockerEnvironment(ThreadTeardown, SandboxEnvironment):
             self._spec = fork_spec(self._api, base, snapshot)
         self._fork_image = self._spec.image
         try:
-            self._attach()
+            try:
+                self._attach()
+            except BackendUnavailable as exc:
+                if not any(d.lower for d in self._spec.data) or not cow.is_overlay_refusal(exc.__cause__ or exc):
+                    raise
+                self._copy_instead_of_overlay(exc)
+                self._attach()
         finally:
             self._spec = base
+
+    def _copy_instead_of_overlay(self, refusal: BackendUnavailable) -> None:
+        """The daemon would not mount an overlay volume: fill the fork's volumes by a copy
+        of the snapshot's instead (slower, the same files), and say so."""
+        from envlayer_docker import cow, workspace
+
+        log.warning(
+            "this Docker daemon cannot mount overlay volumes (%s); fork %r copies the snapshot's data instead",
+            refusal.message[:200],
+            self.task_id,
+        )
+        with translated("copying the snapshot's data into the fork", self.options):
+            for mount in self._spec.data:
+                if mount.lower:
+                    cow.fill_by_copy(
+                        self._api,
+                        self._spec.image,
+                        self.options.shell,
+                        mount.source,
+                        mount.lower,
+                        workspace.data_labels(self.profile, self.task_id, mount.kind),
+                    )
+        self._spec = dataclasses.replace(self._spec, data=[dataclasses.replace(d, lower="") for d in self._spec.data])
 
     @property
     def container_id(self) -> str:

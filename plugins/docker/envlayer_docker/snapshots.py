@@ -29,12 +29,13 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from envlayer.errors import BackendUnavailable, InvalidArgument
+from envlayer.errors import InvalidArgument
 from envlayer.sandbox.owner import owner_label
 from envlayer.sandbox.tags import slug
 from envlayer.snapshot import Snapshot, apply_retention
+from envlayer_docker import cow
 from envlayer_docker import labels as L
-from envlayer_docker.container import KEEPALIVE, ContainerSpec
+from envlayer_docker.container import ContainerSpec
 from envlayer_docker.options import DockerOptions
 from envlayer_docker.workspace import DataMount
 
@@ -107,12 +108,16 @@ def create(
     label = name or task
     tag = f"{slug(label, 40)}-{secrets.token_hex(4)}"
     labels = _labels(ref=f"{REPOSITORY}:{tag}", profile=profile, task=task, name=label, created=created)
+    sources = {d.kind: d.source for d in data}
+    if sources:
+        volumes = {kind: cow.snapshot_volume_name(tag, kind) for kind in sources}
+        labels[cow.DATA_VOLUMES] = ",".join(f"{kind}={name}" for kind, name in volumes.items())
     # Tagged from the start: an untagged snapshot image is "removed" to prune_unused,
     # which another process may run at any moment.
     image = api.commit(container_id, repository=REPOSITORY, tag=tag, conf={"Labels": labels})["Id"]
     try:
-        if data:
-            image = _copy_data(api, options, image, data, labels, tag)
+        if sources:
+            cow.freeze(api, image, options.shell, sources, tag=tag, ref=f"{REPOSITORY}:{tag}", labels=labels)
     except BaseException:
         with contextlib.suppress(Exception):
             api.remove_image(image, force=True)
@@ -131,37 +136,6 @@ def expire(api: Any, options: DockerOptions, *, profile: str, dry_run: bool = Fa
     )
 
 
-def _copy_data(
-    api: Any, options: DockerOptions, stage: str, data: list[DataMount], labels: dict[str, str], tag: str
-) -> str:
-    """A commit, tagged ``tag``, of a helper made from ``stage`` holding a copy of each of
-    ``data`` at its target path; ``stage`` is kept as the new image's parent."""
-    from docker.types import Mount
-
-    mounts = [Mount(f"{_SOURCE}/{d.kind}", d.source, type="volume", read_only=True) for d in data]
-    script = " && ".join(f"mkdir -p '{d.target}' && cp -a '{_SOURCE}/{d.kind}/.' '{d.target}/'" for d in data)
-    host_config = api.create_host_config(mounts=mounts, network_mode="none")
-    helper = api.create_container(
-        stage, entrypoint=KEEPALIVE[:1], command=KEEPALIVE[1:], labels=labels, host_config=host_config, detach=True
-    )["Id"]
-    try:
-        api.start(helper)
-        exec_id = api.exec_create(helper, [options.shell, "-c", script], user="0")["Id"]
-        output = api.exec_start(exec_id)
-        code = api.exec_inspect(exec_id).get("ExitCode")
-        if code != 0:
-            said = output[-500:].decode(errors="replace")
-            raise BackendUnavailable(
-                f"copying the workspace into the snapshot failed (exit {code}): {said}",
-                hint="the image needs `cp` and `mkdir` in its shell's PATH; check free disk space",
-            )
-        kept = {k: v for k, v in (api.inspect_image(stage).get("Config") or {}).items() if k in ("Entrypoint", "Cmd")}
-        return str(api.commit(helper, repository=REPOSITORY, tag=tag, conf={"Labels": labels, **kept})["Id"])
-    finally:
-        with contextlib.suppress(Exception):
-            api.remove_container(helper, force=True, v=True)
-
-
 def fork_spec(api: Any, spec: ContainerSpec, snapshot: Snapshot) -> ContainerSpec:
     """``spec`` made from ``snapshot``'s image, refusing a task that already has a
     container or workspace (its data would not come from the snapshot). The fingerprint
@@ -175,7 +149,8 @@ def fork_spec(api: Any, spec: ContainerSpec, snapshot: Snapshot) -> ContainerSpe
             hint='use workspace = "volume" (the default) or "none"',
         )
     try:
-        image_id = api.inspect_image(snapshot.id)["Id"]  # by id: a removal meanwhile cannot fail the create
+        image = api.inspect_image(snapshot.id)
+        image_id = image["Id"]  # by id: a removal meanwhile cannot fail the create
     except (ImageNotFound, NotFound):
         raise InvalidArgument(
             "from_snapshot", f"snapshot {snapshot.id} no longer exists", hint="list them with `envlayer snapshots ls`"
@@ -188,7 +163,26 @@ def fork_spec(api: Any, spec: ContainerSpec, snapshot: Snapshot) -> ContainerSpe
             hint=f"pick a new task id, or remove it first (`envlayer rm --purge {spec.task}`)",
         )
     labels = {**spec.labels, FROM_SNAPSHOT: snapshot.id}
-    return dataclasses.replace(spec, image=image_id, labels=labels)
+    return dataclasses.replace(spec, image=image_id, labels=labels, data=_over_snapshot(spec, image))
+
+
+def _over_snapshot(spec: ContainerSpec, image: dict[str, Any]) -> list[DataMount]:
+    """The fork's durable mounts: each one whose kind the snapshot holds in a volume
+    becomes an overlay over it (:mod:`envlayer_docker.cow`). Raises
+    :class:`InvalidArgument` when the snapshot holds data that the fork would not mount
+    (``workspace = "none"``, ``persist_home`` unset, a private fork): it would be lost."""
+    held = cow.data_volumes((image.get("Config") or {}).get("Labels") or {})
+    mounted = {d.kind for d in spec.data}
+    missing = sorted(set(held) - mounted)
+    if missing:
+        raise InvalidArgument(
+            "from_snapshot",
+            f"the snapshot holds the task's {' and '.join(missing)}, which this fork would not keep "
+            '(it needs workspace = "volume", persist_home for the home, and persist_across_processes)',
+            hint='fork with workspace = "volume" (the default), the same persist_home as the snapshot\'s task, '
+            "and persist_across_processes = true",
+        )
+    return [dataclasses.replace(d, lower=held[d.kind]) if d.kind in held else d for d in spec.data]
 
 
 def _existing(api: Any, spec: ContainerSpec) -> str:
@@ -262,6 +256,12 @@ def prune_unused(api: Any, *, released: Iterable[str] = ()) -> None:
     for image in images:
         if int(image.get("Created") or 0) <= cutoff:
             _remove_unused(api, image["Id"])
+    try:
+        live = {s.id for s in list_all(api, profile=None)}
+    except Exception as exc:
+        log.debug("listing snapshots: %r", exc)
+        return
+    cow.prune_volumes(api, live_refs=live)
 
 
 def _is_removed_snapshot(image: dict[str, Any]) -> bool:

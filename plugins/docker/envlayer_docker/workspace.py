@@ -34,6 +34,7 @@ from typing import Any, Literal
 
 from envlayer.environment import SandboxInfo
 from envlayer.errors import ConfigError
+from envlayer_docker import cow
 from envlayer_docker import labels as L
 from envlayer_docker.naming import container_name
 from envlayer_docker.options import DockerOptions
@@ -55,6 +56,8 @@ class DataMount:
     storage: Literal["volume", "host"]
     source: str
     target: str
+    lower: str = ""
+    """A fork's: the snapshot volume this volume is an overlay over (see :mod:`envlayer_docker.cow`)."""
 
 
 def default_data_dir() -> str:
@@ -98,6 +101,9 @@ def ensure(api: Any, mounts: list[DataMount], *, profile: str, task: str) -> Non
     ``envlayer.json``). Idempotent; an existing volume or directory is kept as it is.
     Raises :class:`ConfigError` (key ``data_dir``) when a host directory cannot be made."""
     for mount in mounts:
+        if mount.storage == "volume" and mount.lower:
+            cow.create_overlay(api, mount.source, mount.lower, data_labels(profile, task, mount.kind))
+            continue
         if mount.storage == "volume":
             api.create_volume(mount.source, labels=data_labels(profile, task, mount.kind))
             continue
@@ -179,7 +185,8 @@ def list_data(
     volumes = (api.volumes(filters={"label": [f"{DATA_LABEL}", *L.filters(profile=profile, task=task)]}) or {}).get(
         "Volumes"
     ) or []
-    infos = [_volume_info(v) for v in volumes]
+    # A fork's upper and work volumes belong to its overlay volume: removed with it, never listed apart.
+    infos = [_volume_info(v) for v in volumes if cow.LAYER not in (v.get("Labels") or {})]
     hosts = [_host_info(path, meta) for path, meta in _host_entries(options)]
     infos += [h for h in hosts if _matches(h, profile, task)]
     return [i for i in infos if records or i.detail["data"] != RECORD]
@@ -195,7 +202,7 @@ def remove(api: Any, options: DockerOptions, *, profile: str, task: str) -> list
     for info in list_data(api, options, profile=profile, task=task, records=True):
         try:
             if info.detail["storage"] == "volume":
-                api.remove_volume(info.id)
+                cow.remove_fork_volume(api, info.id)
             else:
                 shutil.rmtree(info.detail["name"])
         except NotFound:

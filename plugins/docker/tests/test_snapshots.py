@@ -26,8 +26,8 @@ pytestmark = pytest.mark.docker
 
 
 def docker_leftovers(api: Any, profile: str, snapshot: Snapshot, tasks: Sequence[str]) -> list[str]:
-    """Containers and volumes of ``tasks`` in ``profile``, and images of ``snapshot``
-    (tagged or not), still on the daemon."""
+    """Containers and volumes of ``tasks`` in ``profile``, and images and volumes of
+    ``snapshot`` (tagged or not), still on the daemon."""
     from envlayer_docker import labels as L
 
     left = []
@@ -36,7 +36,8 @@ def docker_leftovers(api: Any, profile: str, snapshot: Snapshot, tasks: Sequence
         left += [c["Id"][:12] for c in api.containers(all=True, filters={"label": terms})]
         left += [v["Name"] for v in (api.volumes(filters={"label": terms}) or {}).get("Volumes") or []]
     images = api.images(all=True, filters={"label": f"envlayer.snapshot.id={snapshot.id}"}) or []
-    return left + [i["Id"][:19] for i in images]
+    volumes = (api.volumes(filters={"label": f"envlayer.snapshot.volume={snapshot.id}"}) or {}).get("Volumes") or []
+    return left + [i["Id"][:19] for i in images] + [v["Name"] for v in volumes]
 
 
 class TestDockerPersistSnapshots(SnapshotConformance):
