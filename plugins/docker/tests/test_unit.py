@@ -92,11 +92,12 @@ def test_every_label_the_backend_sets_is_documented_by_its_full_name() -> None:
     import re
     from pathlib import Path
 
-    from envlayer_docker import snapshots
+    from envlayer_docker import cow, snapshots
 
     doc = (Path(__file__).parents[3] / "docs" / "backends" / "docker.md").read_text()
     keys = {value for value in vars(labels).values() if isinstance(value, str) and value.startswith("envlayer.")}
     keys = (keys - {labels.RESERVED_PREFIX}) | {snapshots.FROM_SNAPSHOT}
+    keys |= {cow.SNAPSHOT_VOLUME, cow.LAYER, cow.LOWER, cow.DATA_VOLUMES}
     assert {labels.OWNER, labels.MANAGED, labels.TASK_ID} <= keys
     assert [key for key in sorted(keys) if not re.search(rf"`{re.escape(key)}[`=]", doc)] == []
 
