@@ -20,11 +20,12 @@ import os
 import selectors
 import shutil
 import subprocess
+import tarfile
 import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -37,6 +38,8 @@ from envlayer.capabilities import Capability
 from envlayer.execution.collector import OutputCollector
 from envlayer.errors import (
     FileTooLarge,
+    InvalidArgument,
+    SandboxFileError,
     SandboxFileNotFound,
     SandboxIsADirectory,
     SandboxPathError,
@@ -48,6 +51,7 @@ from envlayer.request import ExecRequest, file_payload
 from envlayer.result import ExecResult
 from envlayer.sandbox.base import SandboxEnvironment
 from envlayer.sandbox.options import SandboxOptions
+from envlayer.sandbox.tar_stream import ChunkReader, extract_stream, tar_chunks
 from envlayer.snapshot import Snapshot, SnapshotRetentionOptions, apply_retention
 
 _READ_CHUNK = 65536
@@ -88,7 +92,9 @@ class LocalEnvironment(SandboxEnvironment):
 
     name = "local"
     Options = LocalOptions
-    capabilities = frozenset({Capability.STREAMING, Capability.PERSISTENT_SESSION, Capability.SNAPSHOT})
+    capabilities = frozenset(
+        {Capability.STREAMING, Capability.PERSISTENT_SESSION, Capability.SNAPSHOT, Capability.ARCHIVE_STREAM}
+    )
     environment_variables = ()  # commands inherit the creating process's environment: it selects nothing
     options: LocalOptions
 
@@ -318,6 +324,35 @@ class LocalEnvironment(SandboxEnvironment):
                 except FileNotFoundError:
                     pass
                 raise
+
+    def put_archive_stream(self, remote_dir: str, chunks: Iterable[bytes]) -> None:
+        """Unpack a tar stream under directory ``remote_dir`` member by member, with the
+        ``"data"`` filter's rules; see :class:`~envlayer.transfer.SupportsArchiveStream`."""
+        self._ensure_open()
+        dest = self._local_path(remote_dir)
+        if not os.path.isdir(dest):
+            raise SandboxFileNotFound(remote_dir)
+        with _denied_as(remote_dir, "write"), ChunkReader(chunks) as reader:
+            try:
+                extract_stream(reader, dest)  # type: ignore[arg-type]
+            except tarfile.TarError as exc:
+                hint = "send a tar (POSIX, GNU or PAX), e.g. `tar -c -f - DIR`"
+                raise InvalidArgument("archive", f"not a tar archive: {exc}", hint=hint) from None
+            except (PermissionError, SandboxPathError):
+                raise
+            except OSError as exc:
+                raise SandboxFileError(exc.filename or remote_dir, "unpack into", exc.strerror or str(exc)) from None
+
+    def get_archive_stream(self, remote: str) -> Iterator[bytes]:
+        """A tar stream of ``remote`` (a final symlink is followed), read as it is sent;
+        see :class:`~envlayer.transfer.SupportsArchiveStream`."""
+        self._ensure_open()
+        full = os.path.realpath(self._local_path(remote))
+        with _denied_as(remote, "read"):
+            try:
+                yield from tar_chunks(full, os.path.basename(full) or ".")
+            except FileNotFoundError:
+                raise SandboxFileNotFound(remote) from None
 
     def cleanup(self) -> None:
         """Close the handle and end the session shell (background jobs it started keep

@@ -14,20 +14,26 @@ directory on this machine; a directory's contents land in DST (created if missin
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shlex
 import sys
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from envlayer import dispatch as lifecycle
 from envlayer.capabilities import Capability, supports
+from envlayer.cli import copy_stream
+from envlayer.cli.copy_stream import CopyFailed
 from envlayer.cli.exec_plan import json_text, settings_of
 from envlayer.cli.progress import Meter, io_meter, progress
 from envlayer.environment import Environment
-from envlayer.errors import InvalidArgument, SandboxFileNotFound, SandboxIsADirectory
+from envlayer.errors import EnvlayerError, InvalidArgument, SandboxFileNotFound, SandboxIsADirectory
 from envlayer.factory import backend_specs, open_environment
+from envlayer.result import INTERRUPT_EXIT_CODE as INTERRUPTED
+from envlayer.sandbox.tar_stream import file_chunks
 
 _USAGE_HINT = "envlayer cp ./src TASK:/dst   or   envlayer cp TASK:/src ./dst"
 
@@ -84,21 +90,44 @@ def _existing_task(args: argparse.Namespace, task: str) -> Environment:
     return open_environment(settings.backend, task_id=task, settings=settings, options=options)
 
 
-def _upload(env: Environment, local: str, remote: str) -> tuple[int, int]:
-    """Copy host ``local`` to sandbox ``remote``; (files, bytes)."""
+def _upload(env: Environment, local: str, remote: str, task: str) -> tuple[int, int]:
+    """Copy host ``local`` (a path, or ``-``: a tar on stdin) to sandbox ``remote``; (files, bytes)."""
+    streams = supports(env, Capability.ARCHIVE_STREAM)
+    if local == "-":
+        if not streams:
+            raise _no_streams(env, "read a tar archive from stdin")
+        counted = _Counted(file_chunks(sys.stdin.buffer))
+        copy_stream.upload_archive(env, counted, remote, task)
+        return counted.files, counted.bytes
+    if not os.path.lexists(local):
+        raise InvalidArgument("SRC", f"{local!r} does not exist on this machine", hint=_USAGE_HINT)
+    if streams:
+        summary = copy_stream.upload(env, local, remote, task)
+        return summary.files, summary.bytes
     if os.path.isdir(local):
         if supports(env, Capability.DIRECTORY_TRANSFER):
             summary = env.upload_dir(local, remote)  # type: ignore[attr-defined]
             return summary.files, summary.bytes
         return _upload_tree(env, local, remote)
-    if not os.path.exists(local):
-        raise InvalidArgument("SRC", f"{local!r} does not exist on this machine", hint=_USAGE_HINT)
     if remote.endswith("/"):
         remote += os.path.basename(local)
+    return 1, _write_bounded(env, local, remote)
+
+
+def _write_bounded(env: Environment, local: str, remote: str) -> int:
+    """``write_file`` of host file ``local`` (a backend that cannot stream): refused before
+    anything is read when it is over the backend's ``max_file_bytes``; its size."""
+    size = os.stat(local).st_size
+    limit = getattr(env.options, "max_file_bytes", None)
+    if limit is not None and size > limit:
+        raise CopyFailed(
+            f"{local!r} is {size} bytes, over max_file_bytes ({limit}) of backend {env.name!r}, "
+            "which cannot stream files (it lacks archive_stream)",
+            hint=f"raise the cap: -o max_file_bytes={size}",
+        )
     with open(local, "rb") as fh:
-        data = fh.read()
-    env.write_file(remote, data)
-    return 1, len(data)
+        env.write_file(remote, fh.read(size + 1))
+    return size
 
 
 def _upload_tree(env: Environment, local: str, remote: str) -> tuple[int, int]:
@@ -111,13 +140,27 @@ def _upload_tree(env: Environment, local: str, remote: str) -> tuple[int, int]:
             if os.path.islink(path) or not os.path.isfile(path):
                 continue
             relative = os.path.relpath(path, local)
-            size += _upload(env, path, remote.rstrip("/") + "/" + relative)[1]
+            size += _write_bounded(env, path, remote.rstrip("/") + "/" + relative)
             files += 1
     return files, size
 
 
 def _download(env: Environment, remote: str, local: str) -> tuple[int, int]:
-    """Copy sandbox ``remote`` to host ``local``; (files, bytes)."""
+    """Copy sandbox ``remote`` to host ``local`` (a path, or ``-``: a tar on stdout); (files, bytes)."""
+    streams = supports(env, Capability.ARCHIVE_STREAM)
+    if local == "-":
+        if not streams:
+            raise _no_streams(env, "write a tar archive to stdout")
+        if sys.stdout.isatty():
+            raise InvalidArgument("DST", "`-` writes a tar archive, and stdout is a terminal", hint="pipe it: | tar -x")
+        copy_stream.check_utf8(remote, "SRC")
+        counted = _Counted(env.get_archive_stream(remote))  # type: ignore[attr-defined]
+        for chunk in counted:
+            sys.stdout.buffer.write(chunk)
+        return counted.files, counted.bytes
+    if streams:
+        summary = copy_stream.download(env, remote, local)
+        return summary.files, summary.bytes
     try:
         data = env.read_file(remote)
     except SandboxIsADirectory:
@@ -127,9 +170,24 @@ def _download(env: Environment, remote: str, local: str) -> tuple[int, int]:
         return _download_tree(env, remote, local)
     if local.endswith("/") or os.path.isdir(local):
         local = os.path.join(local, os.path.basename(remote.rstrip("/")))
-    with open(local, "wb") as fh:
-        fh.write(data)
+    _write_local(local, data)
     return 1, len(data)
+
+
+def _write_local(local: str, data: bytes) -> None:
+    """Write ``data`` to host file ``local`` through a temporary file renamed into place."""
+    folder = os.path.dirname(local) or "."
+    if not os.path.isdir(folder):
+        raise copy_stream.no_directory(folder, None)
+    fd, temp = tempfile.mkstemp(prefix=copy_stream.TEMP_PREFIX, dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(temp, local)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+        raise
 
 
 def _download_tree(env: Environment, remote: str, local: str) -> tuple[int, int]:
@@ -143,9 +201,34 @@ def _download_tree(env: Environment, remote: str, local: str) -> tuple[int, int]
         name = os.fsdecode(relative)[2:]
         target = os.path.join(local, name)
         os.makedirs(os.path.dirname(target), exist_ok=True)
-        size += _download(env, remote.rstrip("/") + "/" + name, target)[1]
+        data = env.read_file(remote.rstrip("/") + "/" + name)
+        _write_local(target, data)
+        size += len(data)
         files += 1
     return files, size
+
+
+def _no_streams(env: Environment, doing: str) -> InvalidArgument:
+    return InvalidArgument(
+        "SRC/DST",
+        f"`-` needs a backend that streams tar archives; {env.name!r} cannot {doing} (it lacks archive_stream)",
+        hint="copy a path instead: envlayer cp ./dir TASK:/dst",
+    )
+
+
+class _Counted:
+    """The chunks of a tar stream passed through, counting its bytes (``files`` is 1: the
+    archive is what was copied)."""
+
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        self._chunks = chunks
+        self.files = 1
+        self.bytes = 0
+
+    def __iter__(self) -> Iterator[bytes]:
+        for chunk in self._chunks:
+            self.bytes += len(chunk)
+            yield chunk
 
 
 def _local_size(local: str) -> int:
@@ -184,9 +267,17 @@ def cmd_cp(args: argparse.Namespace) -> int:
         what = f"copying {'to' if plan.upload else 'from'} the sandbox of task {plan.task!r}"
         with progress(what, meter=_transfer_meter(env, plan)):
             if plan.upload:
-                files, size = _upload(env, plan.local, plan.remote)
+                files, size = _upload(env, plan.local, plan.remote, plan.task)
             else:
                 files, size = _download(env, plan.remote, plan.local)
+    except KeyboardInterrupt:
+        destination = args.destination if args.destination != "-" else "stdout"
+        print(f"envlayer: cp interrupted; nothing was written to {destination}", file=sys.stderr)
+        return INTERRUPTED
+    except OSError as exc:
+        if isinstance(exc, EnvlayerError):
+            raise
+        raise CopyFailed(f"cannot copy {exc.filename or plan.local!r}: {exc.strerror or exc}") from None
     finally:
         env.cleanup()
     if args.json:
