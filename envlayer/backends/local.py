@@ -45,7 +45,7 @@ from envlayer.errors import (
     SandboxPathError,
     SandboxPermissionDenied,
 )
-from envlayer.options import option
+from envlayer.options import OptionError, option
 from envlayer.execution.tree_kill import EXEC_ID_VAR, kill_tree
 from envlayer.request import ExecRequest, file_payload
 from envlayer.result import ExecResult
@@ -85,6 +85,16 @@ class LocalOptions(SandboxOptions, SnapshotRetentionOptions):
         doc="Where snapshots (copies of `cwd`) and the working copies of forks are kept; "
         "empty: `${XDG_STATE_HOME:-~/.local/state}/envlayer/snapshots` (see docs/snapshots.md).",
     )
+    snapshot_max_bytes: int = option(
+        2 * 1024**3,
+        doc="Largest directory a snapshot copies, in bytes (the sum of its regular files, measured "
+        "before copying); a larger one is refused and nothing is copied. 0: no limit.",
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.snapshot_max_bytes < 0:
+            raise OptionError("snapshot_max_bytes", "must be >= 0 (0: no limit)")
 
 
 class LocalEnvironment(SandboxEnvironment):
@@ -366,12 +376,29 @@ class LocalEnvironment(SandboxEnvironment):
     # --- snapshots (envlayer.backends.local_snapshots) -----------------------------------
 
     def create_snapshot(self, *, name: str | None = None) -> Snapshot:
-        """A copy of the working directory (the session's current one is not followed:
-        ``cwd``, or the fork's copy) as a snapshot named ``name``; then the profile's
-        snapshots beyond the retention options (``snapshot_keep``, ``snapshot_max_age``)
-        are removed."""
+        """A copy of the task's own directory (the ``cwd`` option, or the fork's copy; the
+        session's current directory is not followed) as a snapshot named ``name``, refused
+        past ``snapshot_max_bytes``; then the profile's snapshots beyond the retention
+        options (``snapshot_keep``, ``snapshot_max_age``) are removed. Raises
+        :class:`InvalidArgument` when the task has no directory of its own (no ``cwd``
+        option): the directory this process stands in is never taken."""
+        if self.fork_directory is None and not self.options.cwd:
+            raise InvalidArgument(
+                "cwd",
+                f"a local snapshot copies the task's own directory, and task {self.task_id!r} has none: "
+                f"the cwd option is not set (the directory this process stands in, {os.getcwd()}, is not taken)",
+                hint="name the task's directory: -o cwd=DIR on the command line, cwd under [backends.local] "
+                "in the config, or LocalOptions(cwd=DIR)",
+            )
         store = local_snapshots.store_path(self.options.snapshot_dir)
-        snap = local_snapshots.create(store, self.cwd, profile=self.profile, task=self.task_id, name=name)
+        snap = local_snapshots.create(
+            store,
+            self.cwd,
+            profile=self.profile,
+            task=self.task_id,
+            name=name,
+            limit=self.options.snapshot_max_bytes,
+        )
         kept = local_snapshots.list_all(store, profile=self.profile)
         apply_retention(kept, self.options, lambda ident: local_snapshots.remove(store, ident), spare=snap.id)
         return snap
