@@ -1,14 +1,17 @@
 """``envlayer cp SRC TASK:DST`` and ``envlayer cp TASK:SRC DST``: files and directories
-between this machine and a task's sandbox, like ``docker cp``.
+between this machine and a task's sandbox, like ``docker cp``; ``-`` as SRC or DST is a tar
+archive on stdin or stdout.
 
 It runs in the calling process (not through the session broker), on the sandbox that
-``envlayer exec --task TASK`` uses, through the Environment API: ``read_file`` /
-``write_file`` for a file, ``upload_dir`` / ``download_dir`` for a directory on backends
-with ``directory_transfer``, and file by file otherwise. The API's caps
-(``max_file_bytes``, the transfer limit) and ``file_root`` confinement apply unchanged.
+``envlayer exec --task TASK`` uses. On backends with ``archive_stream`` a copy is one tar
+stream in bounded memory, placed atomically and checked (:mod:`envlayer.cli.copy_stream`).
+Elsewhere it goes through the Environment API: ``read_file`` / ``write_file`` for a file
+(refused before anything is read past ``max_file_bytes``), ``upload_dir`` / ``download_dir``
+for a directory on backends with ``directory_transfer``, and file by file otherwise.
 
 Paths: a file lands at DST, or at DST/NAME when DST ends with ``/`` or is an existing
-directory on this machine; a directory's contents land in DST (created if missing).
+directory; a directory's contents land in DST (created if missing). Ctrl-C prints one line,
+leaves nothing at DST and exits 130.
 """
 
 from __future__ import annotations
