@@ -32,7 +32,7 @@ from envlayer.transfer import TransferSummary
 
 TEMP_PREFIX = ".envlayer-cp-"
 _PROBE = (
-    'case $1 in /*) p=$1 ;; *) p=$(pwd)/$1 ;; esac; '
+    "case $1 in /*) p=$1 ;; *) p=$(pwd)/$1 ;; esac; "
     'if [ -d "$p" ]; then k=dir; elif [ -e "$p" ]; then k=file; '
     'elif [ -d "$(dirname -- "$p")" ]; then k=missing; else k=noparent; fi; printf "%s\\n%s" "$k" "$p"'
 )

@@ -144,9 +144,9 @@ def test_ctrl_c_mid_copy_prints_one_line_and_leaves_nothing(tmp_path: Path) -> N
     for argv, folder in cases:
         done = interrupt_mid_copy(argv, lambda folder=folder: copying_into(folder))
         assert done.returncode == 130, done.stderr
-        assert done.stderr.decode().splitlines() == [
-            f"envlayer: cp interrupted; nothing was written to {argv[-1]}"
-        ], "one line, no traceback"
+        assert done.stderr.decode().splitlines() == [f"envlayer: cp interrupted; nothing was written to {argv[-1]}"], (
+            "one line, no traceback"
+        )
         assert os.listdir(folder) == [], "no partial file, no temporary copy"
 
 
