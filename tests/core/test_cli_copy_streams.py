@@ -7,14 +7,11 @@ from __future__ import annotations
 
 import io
 import os
-import signal
 import subprocess
 import tarfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 
-from tests.core.cli_run import ENVLAYER, run
+from tests.core.cli_run import ENVLAYER, interrupt_when, run
 
 MB = 1_000_000
 LOCAL = ("--backend", "local")
@@ -113,25 +110,6 @@ def test_a_stream_has_no_file_size_cap(tmp_path: Path) -> None:
     assert (tmp_path / "back").read_bytes() == data
 
 
-def interrupt_mid_copy(argv: list[str], started: Callable[[], bool]) -> subprocess.CompletedProcess[bytes]:
-    """Run the CLI with ``argv``, send SIGINT once ``started()`` (the copy's temporary name
-    exists), and return how it ended."""
-    proc = subprocess.Popen([ENVLAYER, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 60
-        while not started():
-            assert proc.poll() is None, f"the copy ended before it could be interrupted: {proc.communicate()}"
-            assert time.monotonic() < deadline, "the copy's temporary name never appeared"
-            time.sleep(0.005)
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
-
-
 def test_ctrl_c_mid_copy_prints_one_line_and_leaves_nothing(tmp_path: Path) -> None:
     with open(tmp_path / "big", "wb") as fh:
         fh.truncate(2_000 * MB)  # sparse: cheap to make, long to copy
@@ -142,7 +120,7 @@ def test_ctrl_c_mid_copy_prints_one_line_and_leaves_nothing(tmp_path: Path) -> N
         (["cp", *LOCAL, f"t1:{tmp_path}/big", str(tmp_path / "down" / "big")], tmp_path / "down"),
     ]
     for argv, folder in cases:
-        done = interrupt_mid_copy(argv, lambda folder=folder: copying_into(folder))
+        done = interrupt_when(argv, lambda folder=folder: copying_into(folder))
         assert done.returncode == 130, done.stderr
         assert done.stderr.decode().splitlines() == [f"envlayer: cp interrupted; nothing was written to {argv[-1]}"], (
             "one line, no traceback"
