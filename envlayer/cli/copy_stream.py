@@ -190,24 +190,28 @@ def upload_archive(env: Environment, chunks: Iterator[bytes], remote: str, task:
 
 
 def download(env: Environment, remote: str, local: str) -> TransferSummary:
-    """Copy sandbox ``remote`` to host ``local`` (see :func:`upload` for where it lands)."""
+    """Copy sandbox ``remote`` to host ``local``: a file lands at ``local``, or
+    ``local/NAME`` when that is a directory or ends with ``/``; a directory's contents land
+    in ``local`` (created if missing, merged into an existing directory)."""
     check_utf8(remote, "SRC")
-    name = os.path.basename(remote.rstrip("/")) or "root"
-    if local.endswith("/") or os.path.isdir(local):
-        if not os.path.isdir(local):
-            raise no_directory(local, None)
-        into, final = local, os.path.join(local, name)
-    else:
-        into, final = os.path.dirname(local) or ".", local
-        if not os.path.isdir(into):
-            raise no_directory(into, None)
+    existing_dir = os.path.isdir(local)
+    if local.endswith("/") and not existing_dir:
+        raise no_directory(local, None)
+    into = local if existing_dir else (os.path.dirname(local) or ".")
+    if not os.path.isdir(into):
+        raise no_directory(into, None)
     with _temporary_directory(into) as temp:
         with closing(ChunkReader(env.get_archive_stream(remote))) as reader:  # type: ignore[attr-defined]
             summary = extract_stream(reader, temp)  # type: ignore[arg-type]
-        (entry,) = os.listdir(temp) or [None]
-        if entry is None:
-            raise SandboxFileError(remote, "pack", "the archive was empty")
-        _place_local(os.path.join(temp, entry), final)
+        entries = os.listdir(temp)
+        if len(entries) != 1:
+            raise SandboxFileError(remote, "pack", f"the archive held {len(entries)} top-level entries, not 1")
+        got = os.path.join(temp, entries[0])
+        if os.path.isdir(got) and not os.path.islink(got):
+            _place_local_dir(got, local)
+        else:
+            name = os.path.basename(remote.rstrip("/"))
+            _place_local_file(got, os.path.join(local, name) if existing_dir else local)
     return summary
 
 
@@ -221,17 +225,19 @@ def _temporary_directory(into: str) -> Iterator[str]:
         shutil.rmtree(temp, ignore_errors=True)
 
 
-def _place_local(got: str, final: str) -> None:
-    """Move the complete copy ``got`` to ``final``: a file replaces a file; a directory
-    takes a missing name or is merged into an existing directory."""
-    if os.path.isdir(got) and not os.path.islink(got):
-        if os.path.exists(final) and not os.path.isdir(final):
-            raise _dir_onto_file(final, "on this machine")
-        if os.path.isdir(final):
-            _merge(got, final)
-        else:
-            os.rename(got, final)
-        return
+def _place_local_dir(got: str, final: str) -> None:
+    """Move the complete directory ``got`` to the missing ``final``, or merge it into the
+    existing directory ``final``."""
+    if os.path.isdir(final):
+        _merge(got, final)
+    elif os.path.lexists(final):
+        raise _dir_onto_file(final, "on this machine")
+    else:
+        os.rename(got, final)
+
+
+def _place_local_file(got: str, final: str) -> None:
+    """Move the complete file ``got`` over ``final`` (not over a directory)."""
     if os.path.isdir(final) and not os.path.islink(final):
         raise CopyFailed(f"{final!r} is a directory on this machine", hint="name a file, or a directory to copy into")
     os.replace(got, final)

@@ -136,3 +136,22 @@ def test_a_backend_that_cannot_stream_refuses_before_reading_past_its_cap(tmp_pa
     assert "-o max_file_bytes=5000" in done.stderr
     dash = run("cp", "--backend", "toy", "t1:big", "-", cwd=tmp_path)
     assert dash.returncode == 1 and "lacks archive_stream" in dash.stderr
+
+
+def test_a_directory_merges_into_an_existing_one_both_ways(tmp_path: Path) -> None:
+    for side in ("src", "sandbox", "back"):
+        (tmp_path / side / "sub").mkdir(parents=True)
+        (tmp_path / side / "sub" / f"only-in-{side}").write_bytes(side.encode())
+    (tmp_path / "src" / "sub" / "shared").write_bytes(b"new")
+    (tmp_path / "sandbox" / "sub" / "shared").write_bytes(b"old")
+    assert run("cp", *LOCAL, "src", f"t1:{tmp_path}/sandbox", cwd=tmp_path).returncode == 0
+    assert sorted(os.listdir(tmp_path / "sandbox" / "sub")) == ["only-in-sandbox", "only-in-src", "shared"]
+    assert (tmp_path / "sandbox" / "sub" / "shared").read_bytes() == b"new"
+    assert run("cp", *LOCAL, f"t1:{tmp_path}/sandbox", "back", cwd=tmp_path).returncode == 0
+    assert sorted(os.listdir(tmp_path / "back" / "sub")) == [
+        "only-in-back",
+        "only-in-sandbox",
+        "only-in-src",
+        "shared",
+    ]
+    assert hidden_temps(tmp_path / "sandbox") == hidden_temps(tmp_path / "back") == []
