@@ -274,8 +274,7 @@ def cmd_cp(args: argparse.Namespace) -> int:
             else:
                 files, size = _download(env, plan.remote, plan.local)
     except KeyboardInterrupt:
-        destination = args.destination if args.destination != "-" else "stdout"
-        print(f"envlayer: cp interrupted; nothing was written to {destination}", file=sys.stderr)
+        print(f"envlayer: cp interrupted; {_left_behind(args.source, args.destination)}", file=sys.stderr)
         return INTERRUPTED
     except OSError as exc:
         if isinstance(exc, EnvlayerError):
@@ -286,6 +285,15 @@ def cmd_cp(args: argparse.Namespace) -> int:
     if args.json:
         print(json_text({"files": files, "bytes": size}))
     return 0
+
+
+def _left_behind(source: str, destination: str) -> str:
+    """What an interrupted copy left at ``destination``, in words."""
+    if destination == "-":
+        return "the tar archive on stdout is incomplete"
+    if source == "-":
+        return f"the members unpacked before it stay in {destination}"
+    return f"nothing was written to {destination}"
 
 
 def add_parsers(sub: Any, shared: dict[str, argparse.ArgumentParser], make: Callable[..., Any]) -> None:
