@@ -265,26 +265,31 @@ def _transfer_meter(env: Environment, plan: CopyPlan) -> Meter | None:
 
 def cmd_cp(args: argparse.Namespace) -> int:
     plan = plan_copy(args.source, args.destination)
+    try:
+        files, size = _copy(args, plan)
+    except KeyboardInterrupt:
+        print(f"envlayer: cp interrupted; {_left_behind(args.source, args.destination)}", file=sys.stderr)
+        return INTERRUPTED
+    except OSError as exc:
+        if isinstance(exc, (EnvlayerError, BrokenPipeError)):
+            raise
+        raise CopyFailed(f"cannot copy {exc.filename or plan.local!r}: {exc.strerror or exc}") from None
+    if args.json:
+        print(json_text({"files": files, "bytes": size}))
+    return 0
+
+
+def _copy(args: argparse.Namespace, plan: CopyPlan) -> tuple[int, int]:
+    """Make the copy ``plan`` names on the task's sandbox; (files, bytes)."""
     env = _existing_task(args, plan.task)
     try:
         what = f"copying {'to' if plan.upload else 'from'} the sandbox of task {plan.task!r}"
         with progress(what, meter=_transfer_meter(env, plan)):
             if plan.upload:
-                files, size = _upload(env, plan.local, plan.remote, plan.task)
-            else:
-                files, size = _download(env, plan.remote, plan.local)
-    except KeyboardInterrupt:
-        print(f"envlayer: cp interrupted; {_left_behind(args.source, args.destination)}", file=sys.stderr)
-        return INTERRUPTED
-    except OSError as exc:
-        if isinstance(exc, EnvlayerError):
-            raise
-        raise CopyFailed(f"cannot copy {exc.filename or plan.local!r}: {exc.strerror or exc}") from None
+                return _upload(env, plan.local, plan.remote, plan.task)
+            return _download(env, plan.remote, plan.local)
     finally:
         env.cleanup()
-    if args.json:
-        print(json_text({"files": files, "bytes": size}))
-    return 0
 
 
 def _left_behind(source: str, destination: str) -> str:

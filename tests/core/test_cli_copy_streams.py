@@ -155,3 +155,21 @@ def test_a_directory_merges_into_an_existing_one_both_ways(tmp_path: Path) -> No
         "shared",
     ]
     assert hidden_temps(tmp_path / "sandbox") == hidden_temps(tmp_path / "back") == []
+
+
+def test_a_reader_that_goes_away_ends_a_tar_on_stdout_with_141(tmp_path: Path) -> None:
+    (tmp_path / "big").write_bytes(os.urandom(5 * MB))
+    proc = subprocess.Popen(
+        [ENVLAYER, "cp", *LOCAL, f"t1:{tmp_path}/big", "-"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        assert len(proc.stdout.read(10)) == 10
+        proc.stdout.close()
+        err = proc.stderr.read()
+        assert proc.wait(timeout=60) == 141, err
+        assert b"error" not in err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
