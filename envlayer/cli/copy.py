@@ -309,8 +309,14 @@ def add_parsers(sub: Any, shared: dict[str, argparse.ArgumentParser], make: Call
         shared,
         "copy files or directories between this machine and a task's sandbox",
         "  envlayer cp ./src t1:/work/src        # a directory's contents into /work/src\n"
-        "  envlayer cp t1:/work/out.log ./       # a file into the current directory",
+        "  envlayer cp t1:/work/out.log ./       # a file into the current directory\n"
+        "  envlayer cp t1:/work/out - | tar -t   # a tar of it on stdout",
+        "exit codes: 0 success, 1 failure (reason and hint on stderr), 2 usage error, 130 interrupted (Ctrl-C)",
     )
-    p.add_argument("source", metavar="SRC", help="a host path, or TASK:PATH in the task's sandbox")
-    p.add_argument("destination", metavar="DST", help="a host path, or TASK:PATH in the task's sandbox")
+    p.add_argument(
+        "source", metavar="SRC", help="a host path, - (a tar archive on stdin), or TASK:PATH in the task's sandbox"
+    )
+    p.add_argument(
+        "destination", metavar="DST", help="a host path, - (a tar archive on stdout), or TASK:PATH in the sandbox"
+    )
     p.set_defaults(func=cmd_cp)
