@@ -26,7 +26,6 @@ import logging
 import os
 import secrets
 import shutil
-import stat
 import subprocess
 from dataclasses import asdict
 from datetime import datetime
@@ -34,6 +33,7 @@ from datetime import datetime
 from envlayer.errors import BackendUnavailable, InvalidArgument
 from envlayer.sandbox.owner import owner_label
 from envlayer.sandbox.tags import slug
+from envlayer.sandbox.tar_stream import tree_size
 from envlayer.snapshot import Snapshot
 
 FILES = "files"
@@ -80,20 +80,6 @@ def copy_tree(source: str, target: str) -> None:
             f"copying {source} failed: {done.stderr.decode(errors='replace').strip()}",
             hint="check the directory's permissions and the free space of the snapshot store",
         )
-
-
-def tree_size(root: str) -> tuple[int, int]:
-    """The regular files under ``root`` (symlinks not followed) and their total bytes."""
-    files = size = 0
-    for folder, _dirs, names in os.walk(root):
-        for name in names:
-            try:
-                st = os.lstat(os.path.join(folder, name))
-            except OSError:
-                continue  # gone since it was listed
-            if stat.S_ISREG(st.st_mode):
-                files, size = files + 1, size + st.st_size
-    return files, size
 
 
 def human_bytes(size: int) -> str:

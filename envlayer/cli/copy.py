@@ -36,7 +36,7 @@ from envlayer.environment import Environment
 from envlayer.errors import EnvlayerError, InvalidArgument, SandboxFileNotFound, SandboxIsADirectory
 from envlayer.factory import backend_specs, open_environment
 from envlayer.result import INTERRUPT_EXIT_CODE as INTERRUPTED
-from envlayer.sandbox.tar_stream import file_chunks
+from envlayer.sandbox.tar_stream import file_chunks, tree_size
 
 _USAGE_HINT = "envlayer cp ./src TASK:/dst   or   envlayer cp TASK:/src ./dst"
 
@@ -234,18 +234,6 @@ class _Counted:
             yield chunk
 
 
-def _local_size(local: str) -> int:
-    """The bytes of the regular files at host path ``local`` (what an upload sends)."""
-    if not os.path.isdir(local):
-        return os.path.getsize(local) if os.path.isfile(local) else 0
-    return sum(
-        os.path.getsize(path)
-        for folder, _dirs, names in os.walk(local)
-        for path in (os.path.join(folder, name) for name in names)
-        if os.path.isfile(path) and not os.path.islink(path)
-    )
-
-
 def _remote_size(env: Environment, remote: str) -> int:
     """The bytes of the regular files at sandbox path ``remote`` (0 when it cannot say)."""
     listed = env.exec(f"find {shlex.quote(remote)} -type f -exec stat -c %s {{}} + 2>/dev/null", timeout=60)
@@ -259,7 +247,7 @@ def _transfer_meter(env: Environment, plan: CopyPlan) -> Meter | None:
     if not sys.stderr.isatty():
         return None
     if plan.upload:
-        return io_meter(_local_size(plan.local), written=False)
+        return io_meter(tree_size(plan.local)[1], written=False)
     return io_meter(_remote_size(env, plan.remote), written=True)
 
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from envlayer.environment import Environment
 from envlayer.errors import EnvlayerError, InvalidArgument, SandboxFileError
 from envlayer.execution.shell_script import printf_format, quote
-from envlayer.sandbox.tar_stream import ChunkReader, extract_stream, tar_chunks
+from envlayer.sandbox.tar_stream import ChunkReader, extract_stream, tar_chunks, tree_size
 from envlayer.transfer import TransferSummary
 
 TEMP_PREFIX = ".envlayer-cp-"
@@ -117,7 +117,7 @@ def _remove_quietly(env: Environment, path: str) -> None:
     """Remove the temporary copy at sandbox ``path``; say so when that fails."""
     try:
         env.exec(f"rm -rf -- {sh_word(path)}", timeout=120)
-    except (Exception, KeyboardInterrupt):  # told below
+    except (Exception, KeyboardInterrupt):  # a second Ctrl-C too: the line below says what is left
         print(f"envlayer: could not remove the partial copy {path!r} in the sandbox", file=sys.stderr)
 
 
@@ -167,12 +167,7 @@ def _place_dir(env: Environment, local: str, temp: str, final: str, *, merge: bo
     t, f = sh_word(temp), sh_word(final)
     script = f"cp -a -- {t}/. {f}/ && rm -rf -- {t}" if merge else f"mv -- {t} {f}"
     run_sh(env, script, f"the sandbox did not keep {final!r}")
-    files = size = 0
-    for folder, _dirs, names in os.walk(local):
-        for name in names:
-            path = os.path.join(folder, name)
-            if os.path.isfile(path) and not os.path.islink(path):
-                files, size = files + 1, size + os.path.getsize(path)
+    files, size = tree_size(local)
     return TransferSummary(files=files, bytes=size)
 
 

@@ -87,6 +87,22 @@ def _members(namer: tarfile.TarFile, path: str, arcname: str, owner: tuple[int, 
             yield from _member_data(full, info.size)
 
 
+def tree_size(path: str) -> tuple[int, int]:
+    """The regular files at host ``path`` (a file, or a directory and everything under it;
+    symlinks not followed) and their total bytes: what :func:`tar_chunks` carries as data."""
+    files = size = 0
+    if not os.path.lexists(path):
+        return files, size
+    for full, _name in _walk(path, ""):
+        try:
+            st = os.lstat(full)
+        except OSError:
+            continue  # gone since it was listed
+        if stat.S_ISREG(st.st_mode):
+            files, size = files + 1, size + st.st_size
+    return files, size
+
+
 def _walk(path: str, arcname: str) -> Iterator[tuple[str, str]]:
     """``(host path, member name)`` for ``path`` and, for a directory, what it holds
     (symlinked directories are not entered)."""
