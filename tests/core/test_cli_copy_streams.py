@@ -81,18 +81,28 @@ def test_a_write_the_sandbox_refuses_is_an_error_naming_the_path(tmp_path: Path)
 def test_dash_is_a_tar_on_stdout_and_on_stdin(tmp_path: Path) -> None:
     (tmp_path / "tree" / "sub").mkdir(parents=True)
     (tmp_path / "tree" / "sub" / "a.bin").write_bytes(b"\x00\xffbinary")
-    out = subprocess.run([ENVLAYER, "cp", *LOCAL, f"t1:{tmp_path}/tree", "-"], capture_output=True, timeout=60)
+    out = subprocess.run(
+        [ENVLAYER, "cp", *LOCAL, f"t1:{tmp_path}/tree", "-"], capture_output=True, timeout=60, cwd=tmp_path
+    )
     assert out.returncode == 0, out.stderr
     with tarfile.open(fileobj=io.BytesIO(out.stdout)) as tar:
         assert sorted(tar.getnames()) == ["tree", "tree/sub", "tree/sub/a.bin"]
     (tmp_path / "into").mkdir()
     into = subprocess.run(
-        [ENVLAYER, "cp", *LOCAL, "-", f"t1:{tmp_path}/into"], input=out.stdout, capture_output=True, timeout=60
+        [ENVLAYER, "cp", *LOCAL, "-", f"t1:{tmp_path}/into"],
+        input=out.stdout,
+        capture_output=True,
+        timeout=60,
+        cwd=tmp_path,
     )
     assert into.returncode == 0, into.stderr
     assert (tmp_path / "into" / "tree" / "sub" / "a.bin").read_bytes() == b"\x00\xffbinary"
     not_dir = subprocess.run(
-        [ENVLAYER, "cp", *LOCAL, "-", f"t1:{tmp_path}/nope"], input=out.stdout, capture_output=True, timeout=60
+        [ENVLAYER, "cp", *LOCAL, "-", f"t1:{tmp_path}/nope"],
+        input=out.stdout,
+        capture_output=True,
+        timeout=60,
+        cwd=tmp_path,
     )
     assert not_dir.returncode == 1 and b"no such directory in the sandbox" in not_dir.stderr
 
@@ -160,7 +170,10 @@ def test_a_directory_merges_into_an_existing_one_both_ways(tmp_path: Path) -> No
 def test_a_reader_that_goes_away_ends_a_tar_on_stdout_with_141(tmp_path: Path) -> None:
     (tmp_path / "big").write_bytes(os.urandom(5 * MB))
     proc = subprocess.Popen(
-        [ENVLAYER, "cp", *LOCAL, f"t1:{tmp_path}/big", "-"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        [ENVLAYER, "cp", *LOCAL, f"t1:{tmp_path}/big", "-"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=tmp_path,
     )
     try:
         assert proc.stdout is not None and proc.stderr is not None

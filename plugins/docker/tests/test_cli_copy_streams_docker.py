@@ -86,7 +86,7 @@ def test_a_file_whose_name_is_not_utf8_is_copied_both_ways(
     assert (tmp_path / "back" / name).read_bytes() == b"latin-1 name"
 
 
-def test_dash_is_a_tar_on_stdout_and_on_stdin(make_env: Any, cli_env: dict[str, str]) -> None:
+def test_dash_is_a_tar_on_stdout_and_on_stdin(tmp_path: Path, make_env: Any, cli_env: dict[str, str]) -> None:
     env = make_env(task="cp-dash")
     in_container(env, "mkdir -p /workspace/tree/sub /workspace/into && printf 'x\\0y' > /workspace/tree/sub/b")
     out = subprocess.run(
@@ -94,6 +94,7 @@ def test_dash_is_a_tar_on_stdout_and_on_stdin(make_env: Any, cli_env: dict[str, 
         capture_output=True,
         timeout=120,
         env=cli_env,
+        cwd=tmp_path,  # the old CLI took - for a host path
     )
     assert out.returncode == 0, out.stderr
     with tarfile.open(fileobj=io.BytesIO(out.stdout)) as tar:
@@ -104,6 +105,7 @@ def test_dash_is_a_tar_on_stdout_and_on_stdin(make_env: Any, cli_env: dict[str, 
         capture_output=True,
         timeout=120,
         env=cli_env,
+        cwd=tmp_path,  # the old CLI took - for a host path
     )
     assert into.returncode == 0, into.stderr
     assert in_container(env, "od -c /tmp/tree/sub/b | head -1").split() == ["0000000", "x", "\\0", "y"]
