@@ -54,6 +54,10 @@ class Capability(StrEnum):
     DIRECTORY_TRANSFER = "directory_transfer"
     """``upload_dir(local, remote)`` and ``download_dir(remote, local)``."""
 
+    ARCHIVE_STREAM = "archive_stream"
+    """``put_archive_stream(remote_dir, chunks)`` and ``get_archive_stream(remote)``: tar
+    streams in bounded memory (see :class:`envlayer.transfer.SupportsArchiveStream`)."""
+
     PERSIST_ACROSS_PROCESSES = "persist_across_processes"
     """A later process asking for the same task attaches to the same sandbox."""
 
@@ -109,6 +113,10 @@ CALL_SHAPES: dict[Capability, tuple[CallShape, ...]] = {
     Capability.DIRECTORY_TRANSFER: (
         CallShape("upload_dir", positional=("local", "remote")),
         CallShape("download_dir", positional=("remote", "local")),
+    ),
+    Capability.ARCHIVE_STREAM: (
+        CallShape("put_archive_stream", positional=("remote_dir", "chunks")),
+        CallShape("get_archive_stream", positional=("remote",)),
     ),
     Capability.SNAPSHOT: (
         CallShape("create_snapshot", keywords=("name",)),

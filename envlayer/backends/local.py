@@ -20,11 +20,12 @@ import os
 import selectors
 import shutil
 import subprocess
+import tarfile
 import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -37,17 +38,20 @@ from envlayer.capabilities import Capability
 from envlayer.execution.collector import OutputCollector
 from envlayer.errors import (
     FileTooLarge,
+    InvalidArgument,
+    SandboxFileError,
     SandboxFileNotFound,
     SandboxIsADirectory,
     SandboxPathError,
     SandboxPermissionDenied,
 )
-from envlayer.options import option
+from envlayer.options import OptionError, option
 from envlayer.execution.tree_kill import EXEC_ID_VAR, kill_tree
 from envlayer.request import ExecRequest, file_payload
 from envlayer.result import ExecResult
 from envlayer.sandbox.base import SandboxEnvironment
 from envlayer.sandbox.options import SandboxOptions
+from envlayer.sandbox.tar_stream import ChunkReader, extract_stream, tar_chunks
 from envlayer.snapshot import Snapshot, SnapshotRetentionOptions, apply_retention
 
 _READ_CHUNK = 65536
@@ -81,6 +85,16 @@ class LocalOptions(SandboxOptions, SnapshotRetentionOptions):
         doc="Where snapshots (copies of `cwd`) and the working copies of forks are kept; "
         "empty: `${XDG_STATE_HOME:-~/.local/state}/envlayer/snapshots` (see docs/snapshots.md).",
     )
+    snapshot_max_bytes: int = option(
+        2 * 1024**3,
+        doc="Largest directory a snapshot copies, in bytes (the sum of its regular files, measured "
+        "before copying); a larger one is refused and nothing is copied. 0: no limit.",
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.snapshot_max_bytes < 0:
+            raise OptionError("snapshot_max_bytes", "must be >= 0 (0: no limit)")
 
 
 class LocalEnvironment(SandboxEnvironment):
@@ -88,7 +102,9 @@ class LocalEnvironment(SandboxEnvironment):
 
     name = "local"
     Options = LocalOptions
-    capabilities = frozenset({Capability.STREAMING, Capability.PERSISTENT_SESSION, Capability.SNAPSHOT})
+    capabilities = frozenset(
+        {Capability.STREAMING, Capability.PERSISTENT_SESSION, Capability.SNAPSHOT, Capability.ARCHIVE_STREAM}
+    )
     environment_variables = ()  # commands inherit the creating process's environment: it selects nothing
     options: LocalOptions
 
@@ -319,6 +335,35 @@ class LocalEnvironment(SandboxEnvironment):
                     pass
                 raise
 
+    def put_archive_stream(self, remote_dir: str, chunks: Iterable[bytes]) -> None:
+        """Unpack a tar stream under directory ``remote_dir`` member by member, with the
+        ``"data"`` filter's rules; see :class:`~envlayer.transfer.SupportsArchiveStream`."""
+        self._ensure_open()
+        dest = self._local_path(remote_dir)
+        if not os.path.isdir(dest):
+            raise SandboxFileNotFound(remote_dir)
+        with _denied_as(remote_dir, "write"), ChunkReader(chunks) as reader:
+            try:
+                extract_stream(reader, dest)  # type: ignore[arg-type]
+            except tarfile.TarError as exc:
+                hint = "send a tar (POSIX, GNU or PAX), e.g. `tar -c -f - DIR`"
+                raise InvalidArgument("archive", f"not a tar archive: {exc}", hint=hint) from None
+            except (PermissionError, SandboxPathError):
+                raise
+            except OSError as exc:
+                raise SandboxFileError(exc.filename or remote_dir, "unpack into", exc.strerror or str(exc)) from None
+
+    def get_archive_stream(self, remote: str) -> Iterator[bytes]:
+        """A tar stream of ``remote`` (a final symlink is followed), read as it is sent;
+        see :class:`~envlayer.transfer.SupportsArchiveStream`."""
+        self._ensure_open()
+        full = os.path.realpath(self._local_path(remote))
+        with _denied_as(remote, "read"):
+            try:
+                yield from tar_chunks(full, os.path.basename(full) or ".")
+            except FileNotFoundError:
+                raise SandboxFileNotFound(remote) from None
+
     def cleanup(self) -> None:
         """Close the handle and end the session shell (background jobs it started keep
         running); a fork's working copy is deleted. Idempotent."""
@@ -331,12 +376,29 @@ class LocalEnvironment(SandboxEnvironment):
     # --- snapshots (envlayer.backends.local_snapshots) -----------------------------------
 
     def create_snapshot(self, *, name: str | None = None) -> Snapshot:
-        """A copy of the working directory (the session's current one is not followed:
-        ``cwd``, or the fork's copy) as a snapshot named ``name``; then the profile's
-        snapshots beyond the retention options (``snapshot_keep``, ``snapshot_max_age``)
-        are removed."""
+        """A copy of the task's own directory (the ``cwd`` option, or the fork's copy; the
+        session's current directory is not followed) as a snapshot named ``name``, refused
+        past ``snapshot_max_bytes``; then the profile's snapshots beyond the retention
+        options (``snapshot_keep``, ``snapshot_max_age``) are removed. Raises
+        :class:`InvalidArgument` when the task has no directory of its own (no ``cwd``
+        option): the directory this process stands in is never taken."""
+        if self.fork_directory is None and not self.options.cwd:
+            raise InvalidArgument(
+                "cwd",
+                f"a local snapshot copies the task's own directory, and task {self.task_id!r} has none: "
+                f"the cwd option is not set (the directory this process stands in, {os.getcwd()}, is not taken)",
+                hint="name the task's directory: -o cwd=DIR on the command line, cwd under [backends.local] "
+                "in the config, or LocalOptions(cwd=DIR)",
+            )
         store = local_snapshots.store_path(self.options.snapshot_dir)
-        snap = local_snapshots.create(store, self.cwd, profile=self.profile, task=self.task_id, name=name)
+        snap = local_snapshots.create(
+            store,
+            self.cwd,
+            profile=self.profile,
+            task=self.task_id,
+            name=name,
+            limit=self.options.snapshot_max_bytes,
+        )
         kept = local_snapshots.list_all(store, profile=self.profile)
         apply_retention(kept, self.options, lambda ident: local_snapshots.remove(store, ident), spare=snap.id)
         return snap

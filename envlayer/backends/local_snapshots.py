@@ -1,9 +1,10 @@
-"""Local snapshots: a copy of the working directory, and forks that each get their own copy.
+"""Local snapshots: a copy of the task's directory, and forks that each get their own copy.
 
 The local backend has no sandbox of its own: a task runs in the ``cwd`` directory. A
-snapshot is a copy of that directory (only it: the rest of the machine, running
-processes and the environment are not carried) in the snapshot store, ``snapshot_dir``
-(default ``${XDG_STATE_HOME:-~/.local/state}/envlayer/snapshots``)::
+snapshot is a copy of the task's own directory, the ``cwd`` option (or a fork's copy),
+never the directory the calling process stands in (only it: the rest of the machine,
+running processes and the environment are not carried) in the snapshot store,
+``snapshot_dir`` (default ``${XDG_STATE_HOME:-~/.local/state}/envlayer/snapshots``)::
 
     <store>/<id>/files/        the copy
     <store>/<id>/snapshot.json the Snapshot's fields
@@ -21,6 +22,7 @@ bcachefs, ZFS 2.2+), a full copy elsewhere (ext4); without GNU ``cp`` it is
 from __future__ import annotations
 
 import json
+import logging
 import os
 import secrets
 import shutil
@@ -31,12 +33,14 @@ from datetime import datetime
 from envlayer.errors import BackendUnavailable, InvalidArgument
 from envlayer.sandbox.owner import owner_label
 from envlayer.sandbox.tags import slug
+from envlayer.sandbox.tar_stream import tree_size
 from envlayer.snapshot import Snapshot
 
 FILES = "files"
 META = "snapshot.json"
 FORKS = "forks"
 _GNU_CP: bool | None = None
+log = logging.getLogger("envlayer.snapshots")
 
 
 def default_store() -> str:
@@ -78,10 +82,38 @@ def copy_tree(source: str, target: str) -> None:
         )
 
 
-def create(store: str, cwd: str, *, profile: str, task: str, name: str | None) -> Snapshot:
-    """Copy ``cwd`` into a new snapshot in ``store``; removed again on failure."""
+def human_bytes(size: int) -> str:
+    """``size`` in the largest binary unit that keeps it at least 1 (``2.0 GiB``)."""
+    value, unit = float(size), "bytes"
+    for larger in ("KiB", "MiB", "GiB", "TiB"):
+        if value < 1024:
+            break
+        value, unit = value / 1024, larger
+    return f"{size} bytes" if unit == "bytes" else f"{value:.1f} {unit}"
+
+
+def check_size(cwd: str, limit: int, task: str) -> None:
+    """Log the size of ``cwd``; raise :class:`InvalidArgument` (nothing copied) when it is
+    over ``limit`` bytes (0: no limit)."""
+    files, size = tree_size(cwd)
+    shown = f"{human_bytes(size)} in {files} files"
+    log.info("snapshot of task %s: copying %s (%s)", task, cwd, shown)
+    if limit and size > limit:
+        raise InvalidArgument(
+            "snapshot_max_bytes",
+            f"the directory of task {task!r}, {cwd}, holds {shown}, over the local snapshot limit of "
+            f"{human_bytes(limit)}; nothing was copied",
+            hint=f"raise the limit: -o snapshot_max_bytes={size} (0: no limit), or point the cwd option "
+            "at a smaller directory",
+        )
+
+
+def create(store: str, cwd: str, *, profile: str, task: str, name: str | None, limit: int) -> Snapshot:
+    """Copy ``cwd`` into a new snapshot in ``store`` after :func:`check_size` against
+    ``limit``; removed again on failure."""
     if not os.path.isdir(cwd):
         raise InvalidArgument("cwd", f"working directory {cwd} does not exist", hint="create it, or set cwd")
+    check_size(cwd, limit, task)
     label = name or task
     ident = f"{slug(label, 40)}-{secrets.token_hex(4)}"
     created = datetime.now().astimezone().isoformat(timespec="microseconds")

@@ -1,33 +1,42 @@
 """``envlayer cp SRC TASK:DST`` and ``envlayer cp TASK:SRC DST``: files and directories
-between this machine and a task's sandbox, like ``docker cp``.
+between this machine and a task's sandbox, like ``docker cp``; ``-`` as SRC or DST is a tar
+archive on stdin or stdout.
 
 It runs in the calling process (not through the session broker), on the sandbox that
-``envlayer exec --task TASK`` uses, through the Environment API: ``read_file`` /
-``write_file`` for a file, ``upload_dir`` / ``download_dir`` for a directory on backends
-with ``directory_transfer``, and file by file otherwise. The API's caps
-(``max_file_bytes``, the transfer limit) and ``file_root`` confinement apply unchanged.
+``envlayer exec --task TASK`` uses. On backends with ``archive_stream`` a copy is one tar
+stream in bounded memory, placed atomically and checked (:mod:`envlayer.cli.copy_stream`).
+Elsewhere it goes through the Environment API: ``read_file`` / ``write_file`` for a file
+(refused before anything is read past ``max_file_bytes``), ``upload_dir`` / ``download_dir``
+for a directory on backends with ``directory_transfer``, and file by file otherwise.
 
 Paths: a file lands at DST, or at DST/NAME when DST ends with ``/`` or is an existing
-directory on this machine; a directory's contents land in DST (created if missing).
+directory; a directory's contents land in DST (created if missing). Ctrl-C prints one line,
+leaves nothing at DST and exits 130.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shlex
 import sys
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from envlayer import dispatch as lifecycle
 from envlayer.capabilities import Capability, supports
+from envlayer.cli import copy_stream
+from envlayer.cli.copy_stream import CopyFailed
 from envlayer.cli.exec_plan import json_text, settings_of
 from envlayer.cli.progress import Meter, io_meter, progress
 from envlayer.environment import Environment
-from envlayer.errors import InvalidArgument, SandboxFileNotFound, SandboxIsADirectory
+from envlayer.errors import EnvlayerError, InvalidArgument, SandboxFileNotFound, SandboxIsADirectory
 from envlayer.factory import backend_specs, open_environment
+from envlayer.result import INTERRUPT_EXIT_CODE as INTERRUPTED
+from envlayer.sandbox.tar_stream import file_chunks, tree_size
 
 _USAGE_HINT = "envlayer cp ./src TASK:/dst   or   envlayer cp TASK:/src ./dst"
 
@@ -84,21 +93,44 @@ def _existing_task(args: argparse.Namespace, task: str) -> Environment:
     return open_environment(settings.backend, task_id=task, settings=settings, options=options)
 
 
-def _upload(env: Environment, local: str, remote: str) -> tuple[int, int]:
-    """Copy host ``local`` to sandbox ``remote``; (files, bytes)."""
+def _upload(env: Environment, local: str, remote: str, task: str) -> tuple[int, int]:
+    """Copy host ``local`` (a path, or ``-``: a tar on stdin) to sandbox ``remote``; (files, bytes)."""
+    streams = supports(env, Capability.ARCHIVE_STREAM)
+    if local == "-":
+        if not streams:
+            raise _no_streams(env, "read a tar archive from stdin")
+        counted = _Counted(file_chunks(sys.stdin.buffer))
+        copy_stream.upload_archive(env, counted, remote, task)
+        return counted.files, counted.bytes
+    if not os.path.lexists(local):
+        raise InvalidArgument("SRC", f"{local!r} does not exist on this machine", hint=_USAGE_HINT)
+    if streams:
+        summary = copy_stream.upload(env, local, remote, task)
+        return summary.files, summary.bytes
     if os.path.isdir(local):
         if supports(env, Capability.DIRECTORY_TRANSFER):
             summary = env.upload_dir(local, remote)  # type: ignore[attr-defined]
             return summary.files, summary.bytes
         return _upload_tree(env, local, remote)
-    if not os.path.exists(local):
-        raise InvalidArgument("SRC", f"{local!r} does not exist on this machine", hint=_USAGE_HINT)
     if remote.endswith("/"):
         remote += os.path.basename(local)
+    return 1, _write_bounded(env, local, remote)
+
+
+def _write_bounded(env: Environment, local: str, remote: str) -> int:
+    """``write_file`` of host file ``local`` (a backend that cannot stream): refused before
+    anything is read when it is over the backend's ``max_file_bytes``; its size."""
+    size = os.stat(local).st_size
+    limit = getattr(env.options, "max_file_bytes", None)
+    if limit is not None and size > limit:
+        raise CopyFailed(
+            f"{local!r} is {size} bytes, over max_file_bytes ({limit}) of backend {env.name!r}, "
+            "which cannot stream files (it lacks archive_stream)",
+            hint=f"raise the cap: -o max_file_bytes={size}",
+        )
     with open(local, "rb") as fh:
-        data = fh.read()
-    env.write_file(remote, data)
-    return 1, len(data)
+        env.write_file(remote, fh.read(size + 1))
+    return size
 
 
 def _upload_tree(env: Environment, local: str, remote: str) -> tuple[int, int]:
@@ -111,13 +143,27 @@ def _upload_tree(env: Environment, local: str, remote: str) -> tuple[int, int]:
             if os.path.islink(path) or not os.path.isfile(path):
                 continue
             relative = os.path.relpath(path, local)
-            size += _upload(env, path, remote.rstrip("/") + "/" + relative)[1]
+            size += _write_bounded(env, path, remote.rstrip("/") + "/" + relative)
             files += 1
     return files, size
 
 
 def _download(env: Environment, remote: str, local: str) -> tuple[int, int]:
-    """Copy sandbox ``remote`` to host ``local``; (files, bytes)."""
+    """Copy sandbox ``remote`` to host ``local`` (a path, or ``-``: a tar on stdout); (files, bytes)."""
+    streams = supports(env, Capability.ARCHIVE_STREAM)
+    if local == "-":
+        if not streams:
+            raise _no_streams(env, "write a tar archive to stdout")
+        if sys.stdout.isatty():
+            raise InvalidArgument("DST", "`-` writes a tar archive, and stdout is a terminal", hint="pipe it: | tar -x")
+        copy_stream.check_utf8(remote, "SRC")
+        counted = _Counted(env.get_archive_stream(remote))  # type: ignore[attr-defined]
+        for chunk in counted:
+            sys.stdout.buffer.write(chunk)
+        return counted.files, counted.bytes
+    if streams:
+        summary = copy_stream.download(env, remote, local)
+        return summary.files, summary.bytes
     try:
         data = env.read_file(remote)
     except SandboxIsADirectory:
@@ -127,9 +173,24 @@ def _download(env: Environment, remote: str, local: str) -> tuple[int, int]:
         return _download_tree(env, remote, local)
     if local.endswith("/") or os.path.isdir(local):
         local = os.path.join(local, os.path.basename(remote.rstrip("/")))
-    with open(local, "wb") as fh:
-        fh.write(data)
+    _write_local(local, data)
     return 1, len(data)
+
+
+def _write_local(local: str, data: bytes) -> None:
+    """Write ``data`` to host file ``local`` through a temporary file renamed into place."""
+    folder = os.path.dirname(local) or "."
+    if not os.path.isdir(folder):
+        raise copy_stream.no_directory(folder, None)
+    fd, temp = tempfile.mkstemp(prefix=copy_stream.TEMP_PREFIX, dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(temp, local)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+        raise
 
 
 def _download_tree(env: Environment, remote: str, local: str) -> tuple[int, int]:
@@ -143,21 +204,34 @@ def _download_tree(env: Environment, remote: str, local: str) -> tuple[int, int]
         name = os.fsdecode(relative)[2:]
         target = os.path.join(local, name)
         os.makedirs(os.path.dirname(target), exist_ok=True)
-        size += _download(env, remote.rstrip("/") + "/" + name, target)[1]
+        data = env.read_file(remote.rstrip("/") + "/" + name)
+        _write_local(target, data)
+        size += len(data)
         files += 1
     return files, size
 
 
-def _local_size(local: str) -> int:
-    """The bytes of the regular files at host path ``local`` (what an upload sends)."""
-    if not os.path.isdir(local):
-        return os.path.getsize(local) if os.path.isfile(local) else 0
-    return sum(
-        os.path.getsize(path)
-        for folder, _dirs, names in os.walk(local)
-        for path in (os.path.join(folder, name) for name in names)
-        if os.path.isfile(path) and not os.path.islink(path)
+def _no_streams(env: Environment, doing: str) -> InvalidArgument:
+    return InvalidArgument(
+        "SRC/DST",
+        f"`-` needs a backend that streams tar archives; {env.name!r} cannot {doing} (it lacks archive_stream)",
+        hint="copy a path instead: envlayer cp ./dir TASK:/dst",
     )
+
+
+class _Counted:
+    """The chunks of a tar stream passed through, counting its bytes (``files`` is 1: the
+    archive is what was copied)."""
+
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        self._chunks = chunks
+        self.files = 1
+        self.bytes = 0
+
+    def __iter__(self) -> Iterator[bytes]:
+        for chunk in self._chunks:
+            self.bytes += len(chunk)
+            yield chunk
 
 
 def _remote_size(env: Environment, remote: str) -> int:
@@ -173,25 +247,46 @@ def _transfer_meter(env: Environment, plan: CopyPlan) -> Meter | None:
     if not sys.stderr.isatty():
         return None
     if plan.upload:
-        return io_meter(_local_size(plan.local), written=False)
+        return io_meter(tree_size(plan.local)[1], written=False)
     return io_meter(_remote_size(env, plan.remote), written=True)
 
 
 def cmd_cp(args: argparse.Namespace) -> int:
     plan = plan_copy(args.source, args.destination)
+    try:
+        files, size = _copy(args, plan)
+    except KeyboardInterrupt:
+        print(f"envlayer: cp interrupted; {_left_behind(args.source, args.destination)}", file=sys.stderr)
+        return INTERRUPTED
+    except OSError as exc:
+        if isinstance(exc, (EnvlayerError, BrokenPipeError)):
+            raise
+        raise CopyFailed(f"cannot copy {exc.filename or plan.local!r}: {exc.strerror or exc}") from None
+    if args.json:
+        print(json_text({"files": files, "bytes": size}))
+    return 0
+
+
+def _copy(args: argparse.Namespace, plan: CopyPlan) -> tuple[int, int]:
+    """Make the copy ``plan`` names on the task's sandbox; (files, bytes)."""
     env = _existing_task(args, plan.task)
     try:
         what = f"copying {'to' if plan.upload else 'from'} the sandbox of task {plan.task!r}"
         with progress(what, meter=_transfer_meter(env, plan)):
             if plan.upload:
-                files, size = _upload(env, plan.local, plan.remote)
-            else:
-                files, size = _download(env, plan.remote, plan.local)
+                return _upload(env, plan.local, plan.remote, plan.task)
+            return _download(env, plan.remote, plan.local)
     finally:
         env.cleanup()
-    if args.json:
-        print(json_text({"files": files, "bytes": size}))
-    return 0
+
+
+def _left_behind(source: str, destination: str) -> str:
+    """What an interrupted copy left at ``destination``, in words."""
+    if destination == "-":
+        return "the tar archive on stdout is incomplete"
+    if source == "-":
+        return f"the members unpacked before it stay in {destination}"
+    return f"nothing was written to {destination}"
 
 
 def add_parsers(sub: Any, shared: dict[str, argparse.ArgumentParser], make: Callable[..., Any]) -> None:
@@ -202,8 +297,14 @@ def add_parsers(sub: Any, shared: dict[str, argparse.ArgumentParser], make: Call
         shared,
         "copy files or directories between this machine and a task's sandbox",
         "  envlayer cp ./src t1:/work/src        # a directory's contents into /work/src\n"
-        "  envlayer cp t1:/work/out.log ./       # a file into the current directory",
+        "  envlayer cp t1:/work/out.log ./       # a file into the current directory\n"
+        "  envlayer cp t1:/work/out - | tar -t   # a tar of it on stdout",
+        "exit codes: 0 success, 1 failure (reason and hint on stderr), 2 usage error, 130 interrupted (Ctrl-C)",
     )
-    p.add_argument("source", metavar="SRC", help="a host path, or TASK:PATH in the task's sandbox")
-    p.add_argument("destination", metavar="DST", help="a host path, or TASK:PATH in the task's sandbox")
+    p.add_argument(
+        "source", metavar="SRC", help="a host path, - (a tar archive on stdin), or TASK:PATH in the task's sandbox"
+    )
+    p.add_argument(
+        "destination", metavar="DST", help="a host path, - (a tar archive on stdout), or TASK:PATH in the sandbox"
+    )
     p.set_defaults(func=cmd_cp)

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from collections.abc import Callable
+import logging
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from envlayer import dispatch as lifecycle
@@ -45,10 +48,28 @@ def _existing_task(args: argparse.Namespace) -> Environment:
     return open_environment(settings.backend, task_id=args.task, settings=settings, options=options)
 
 
+@contextmanager
+def _snapshot_notes() -> Iterator[None]:
+    """Within the block, what backends log at INFO on ``envlayer.snapshots`` (the local
+    backend: the size it is about to copy) is printed on stderr as ``envlayer: ...``."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("envlayer: %(message)s"))
+    handler.setLevel(logging.INFO)
+    logger = logging.getLogger("envlayer.snapshots")
+    level, logger.level = logger.level, logging.INFO
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
 def cmd_snapshot(args: argparse.Namespace) -> int:
     env = _existing_task(args)
     try:
-        snapshot = lifecycle.take_snapshot(env, args.name)
+        with _snapshot_notes():
+            snapshot = lifecycle.take_snapshot(env, args.name)
     finally:
         env.cleanup()
     print(json_text(dataclasses.asdict(snapshot)) if args.json else snapshot.id)

@@ -792,6 +792,8 @@ class EnvironmentConformance:
             assert b"".join(chunks) == b"streamed\n"
         if Capability.DIRECTORY_TRANSFER in found:
             self._check_directory_transfer(env, str(tmp_path))
+        if Capability.ARCHIVE_STREAM in found:
+            self._check_archive_stream(env, str(tmp_path))
         for outcome in [
             *(lifecycle.list_sandboxes(spec, profile=profile) if Capability.LIST_SANDBOXES in found else []),
             *(
@@ -811,6 +813,34 @@ class EnvironmentConformance:
         if Capability.WAIT_FOR_CLEANUP in found:
             lifecycle.cleanup(env)
             assert lifecycle.wait_for_cleanup(env, 60.0) is True
+
+    @staticmethod
+    def _check_archive_stream(env: Environment, local_root: str) -> None:
+        """A tar streamed in lands under the directory; one streamed out holds the path
+        under its last component; a missing path raises ``SandboxFileNotFound``."""
+        import io
+        import tarfile
+
+        from envlayer.sandbox.tar_stream import tar_chunks
+
+        source = os.path.join(local_root, "streamed")
+        os.makedirs(os.path.join(source, "sub"))
+        with open(os.path.join(source, "sub", "f.txt"), "wb") as fh:
+            fh.write(b"payload\0")
+        remote = f"/tmp/{_scratch()}"
+        env.exec(f"mkdir -p {remote}").check()
+        try:
+            env.put_archive_stream(remote, tar_chunks(source, "in"))  # type: ignore[attr-defined]
+            assert env.exec(f"cat {remote}/in/sub/f.txt").stdout == b"payload\0"
+            archive = b"".join(env.get_archive_stream(f"{remote}/in"))  # type: ignore[attr-defined]
+            with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+                assert sorted(tar.getnames()) == ["in", "in/sub", "in/sub/f.txt"]
+                member = tar.extractfile("in/sub/f.txt")
+                assert member is not None and member.read() == b"payload\0"
+            with pytest.raises(SandboxFileNotFound):
+                b"".join(env.get_archive_stream(f"{remote}/missing"))  # type: ignore[attr-defined]
+        finally:
+            env.exec(f"rm -rf {remote}")
 
     @staticmethod
     def _check_directory_transfer(env: Environment, local_root: str) -> None:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -35,3 +37,25 @@ def own_brokers(workdir: Path, **env: str) -> Iterator[dict[str, str]]:
         yield full
     finally:
         run("broker", "stop", cwd=workdir, env=full)
+
+
+def interrupt_when(
+    argv: list[str], ready: Callable[[], bool], *, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[bytes]:
+    """Run ``envlayer *argv`` (environment ``env``, default this process's), send it SIGINT
+    once ``ready()`` is true (polled while it runs; failing if it ends first), and return
+    how it ended. The process is killed if it outlives the test."""
+    proc = subprocess.Popen([ENVLAYER, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while not ready():
+            assert proc.poll() is None, f"it ended before it could be interrupted: {proc.communicate()}"
+            assert time.monotonic() < deadline, "never ready to be interrupted"
+            time.sleep(0.005)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -19,6 +21,7 @@ from envlayer.errors import InvalidArgument
 from envlayer.options import OptionError
 from envlayer.snapshot import Snapshot, expired
 from envlayer.testing import SnapshotConformance
+from tests.core.cli_run import run
 
 
 class TestLocalSnapshots(SnapshotConformance):
@@ -115,3 +118,54 @@ def test_expired_counts_and_ages_without_a_clock() -> None:
     assert [s.id for s in by_count] == ["s1", "unknown"]
     assert [s.id for s in expired(snaps, LocalOptions(snapshot_max_age=3 * 86400), now=now)] == ["s5", "s1"]
     assert expired(snaps, LocalOptions(snapshot_max_age=0), now=now) == []
+
+
+# --- the task's own directory, and the size limit (issue 39), through the real CLI --------
+
+
+def snapshot_cli(tmp_path: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``envlayer snapshot prep --backend local`` with a private snapshot store."""
+    store = ("-o", f"snapshot_dir={tmp_path / 'store'}")
+    return run("snapshot", "prep", "--backend", "local", *store, *args, cwd=cwd)
+
+
+def stored(tmp_path: Path) -> list[str]:
+    store = tmp_path / "store"
+    return sorted(os.listdir(store)) if store.is_dir() else []
+
+
+def test_a_snapshot_takes_the_tasks_directory_never_the_one_it_is_run_from(tmp_path: Path) -> None:
+    crowded = tmp_path / "crowded"  # stands for /tmp or $HOME: other programs' files
+    (crowded / ".ssh").mkdir(parents=True)
+    (crowded / ".ssh" / "id_ed25519").write_bytes(b"secret")
+    (crowded / "other-program.tmp").write_bytes(os.urandom(100_000))
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "task.txt").write_bytes(b"the task's file")
+    refused = snapshot_cli(tmp_path, cwd=crowded)
+    assert refused.returncode == 1, refused.stdout
+    assert "task 'prep' has none: the cwd option is not set" in refused.stderr and str(crowded) in refused.stderr
+    assert "-o cwd=DIR" in refused.stderr and stored(tmp_path) == []
+    taken = snapshot_cli(tmp_path, "-o", f"cwd={tmp_path / 'work'}", cwd=crowded)
+    assert taken.returncode == 0, taken.stderr
+    assert f"envlayer: snapshot of task prep: copying {tmp_path / 'work'} (15 bytes in 1 files)" in taken.stderr
+    (snap_id,) = stored(tmp_path)
+    assert os.listdir(tmp_path / "store" / snap_id / "files") == ["task.txt"]
+
+
+def test_a_snapshot_over_the_limit_is_refused_and_creates_nothing(tmp_path: Path) -> None:
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "blob").write_bytes(os.urandom(5000))
+    work = ("-o", f"cwd={tmp_path / 'work'}")
+    refused = snapshot_cli(tmp_path, *work, "-o", "snapshot_max_bytes=4096", cwd=tmp_path)
+    assert refused.returncode == 1, refused.stdout
+    assert "holds 4.9 KiB in 1 files, over the local snapshot limit of 4.0 KiB; nothing was copied" in refused.stderr
+    assert "-o snapshot_max_bytes=5000 (0: no limit)" in refused.stderr
+    assert stored(tmp_path) == []
+    assert snapshot_cli(tmp_path, *work, "-o", "snapshot_max_bytes=0", cwd=tmp_path).returncode == 0
+    assert len(stored(tmp_path)) == 1
+
+
+def test_the_default_limit_is_two_gib_and_negative_is_refused() -> None:
+    assert LocalOptions().snapshot_max_bytes == 2 * 1024**3
+    with pytest.raises(OptionError, match="must be >= 0"):
+        LocalOptions(snapshot_max_bytes=-1)

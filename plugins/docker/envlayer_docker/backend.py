@@ -27,7 +27,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 from envlayer.sandbox.command_env import with_command_defaults
@@ -49,7 +49,11 @@ from envlayer_docker.options import DockerOptions
 log = logging.getLogger("envlayer.docker")
 T = TypeVar("T")
 
-ALL_CAPABILITIES = MANAGED_SANDBOX_CAPABILITIES | {Capability.EXEC_AS_USER, Capability.SNAPSHOT}
+ALL_CAPABILITIES = MANAGED_SANDBOX_CAPABILITIES | {
+    Capability.EXEC_AS_USER,
+    Capability.SNAPSHOT,
+    Capability.ARCHIVE_STREAM,
+}
 _NUMERIC_USER = re.compile(r"^(\d+)(?::(\d+))?$")
 
 
@@ -321,6 +325,37 @@ class DockerEnvironment(ThreadTeardown, SandboxEnvironment):
         full = self._path(remote)
         limit = self.options.max_transfer_bytes
         return self._files_call(lambda f: f.download_dir(full, dest, limit), f"downloading {full}")
+
+    def put_archive_stream(self, remote_dir: str, chunks: Iterable[bytes]) -> None:
+        """Unpack a tar stream under container directory ``remote_dir`` with ``tar`` as the
+        container's user; see :class:`~envlayer.transfer.SupportsArchiveStream` and
+        :mod:`envlayer_docker.archive_stream`."""
+        from envlayer_docker.archive_stream import put_stream
+
+        self._ensure_open()
+        put_stream(self._stream_starter(), self._path(remote_dir), chunks)
+
+    def get_archive_stream(self, remote: str) -> Iterator[bytes]:
+        """A tar stream of container path ``remote`` made by ``tar`` as the container's
+        user; see :class:`~envlayer.transfer.SupportsArchiveStream`."""
+        from envlayer_docker.archive_stream import get_stream
+
+        self._ensure_open()
+        yield from get_stream(self._stream_starter(), self._path(remote))
+
+    def _stream_starter(self) -> Callable[[list[str]], Any]:
+        """Starts an argv in an attached exec with stdin open, recovering a vanished
+        container once (before any byte moved, so nothing is sent twice)."""
+        from envlayer_docker.runners import start_exec
+
+        def start(argv: list[str]) -> Any:
+            def attempt() -> Any:
+                target = self._target()
+                return start_exec(target, argv, env=target.env, workdir="/", stdin=True, doing="streaming a tar")
+
+            return self.with_recovery(attempt)[0]
+
+        return start
 
     # --- snapshots (envlayer_docker.snapshots) -------------------------------------------------
 
