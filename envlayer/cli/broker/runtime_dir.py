@@ -80,6 +80,10 @@ INSTALLATION = f"{sys.executable}\0{os.path.dirname(os.path.dirname(os.path.absp
 installation that started it, so another installation gets another broker."""
 
 
+INSTALLATION_LABEL = f"envlayer {__version__} at {os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}"
+"""The installation in words, for ``envlayer broker status`` and ``stop``."""
+
+
 INSTALLATION_DIGEST = f"{zlib.crc32(INSTALLATION.encode(errors='surrogateescape')):08x}"
 """8 hex digits naming this installation's broker in the runtime directory."""
 
