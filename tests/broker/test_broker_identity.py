@@ -207,3 +207,57 @@ def test_ssh_callers_with_two_agents_each_authenticate_as_themselves(
     assert len(brk.broker_pids()) == 1
     again = _exec(brk, {"SSH_AUTH_SOCK": known}, "echo ran")
     assert again.returncode == 0 and again.stdout == "ran\n", again.stderr
+
+
+# --- Docker: one daemon behind two addresses; the callers differ only in DOCKER_HOST --------
+
+
+@pytest.fixture
+def docker_proxy(brk: BrokerRun, tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """``(address, process)`` of a byte-for-byte proxy to this machine's Docker socket; the
+    test's containers (label ``envlayer.profile``) are removed at the end."""
+    _docker_image_usable()
+    import docker
+
+    api = docker.APIClient(version="auto", timeout=60, **docker.utils.kwargs_from_env())
+    daemon = api.base_url.removeprefix("http+docker://localhost") or "/var/run/docker.sock"
+    daemon = os.environ.get("DOCKER_HOST", f"unix://{daemon}").removeprefix("unix://")
+    if not os.path.exists(daemon):
+        _unavailable(f"the Docker daemon is not on a unix socket here ({daemon})")
+    listen = str(tmp_path / "proxy.sock")
+    proxy = subprocess.Popen(
+        [sys.executable, str(PLUGINS / "docker" / "tests" / "socket_proxy.py"), listen, daemon],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert proxy.stdout is not None and proxy.stdout.readline() == b"ready\n"
+        brk.env.update(ENVLAYER_BACKEND="docker", ENVLAYER_DOCKER_IMAGE=IMAGE, DOCKER_HOST=f"unix://{daemon}")
+        yield f"unix://{listen}", proxy
+    finally:
+        if proxy.poll() is None:
+            proxy.kill()
+        proxy.wait()
+        brk.close()
+        for summary in api.containers(all=True, filters={"label": f"envlayer.profile={brk.profile}"}):
+            api.remove_container(summary["Id"], force=True, v=True)
+        for volume in (api.volumes(filters={"label": f"envlayer.profile={brk.profile}"}) or {}).get("Volumes") or []:
+            api.remove_volume(volume["Name"], force=True)
+
+
+def test_docker_callers_with_two_daemon_addresses_each_use_their_own(
+    brk: BrokerRun, docker_proxy: tuple[str, subprocess.Popen[bytes]]
+) -> None:
+    """Caller one reaches the daemon through the proxy, caller two directly: once the proxy
+    is gone, caller one's calls fail naming its address and caller two's still run."""
+    address, proxy = docker_proxy
+    for env in ({"DOCKER_HOST": address}, {}):
+        ran = _exec(brk, env, "echo ran")
+        assert ran.returncode == 0 and ran.stdout == "ran\n", ran.stderr
+    proxy.kill()
+    proxy.wait()
+    lost = _exec(brk, {"DOCKER_HOST": address}, "echo ran")
+    assert lost.returncode == 125 and lost.stdout == "", lost.stderr
+    assert address.removeprefix("unix://") in lost.stderr, lost.stderr
+    direct = _exec(brk, {}, "echo ran")
+    assert direct.returncode == 0 and direct.stdout == "ran\n", direct.stderr
+    assert len(brk.broker_pids()) == 1
