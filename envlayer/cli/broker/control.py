@@ -179,12 +179,12 @@ def nothing_running(action: str, every: bool) -> str:
 def describe(broker: dict[str, Any]) -> str:
     """One line naming a broker and its state, for ``broker status`` and ``broker stop``."""
     if "stopped" in broker:
-        released = len(broker.get("environments") or [])
-        state = f"{'stopped' if broker['stopped'] else 'still running'} ({released} environment(s) released)"
+        state = "stopped" if broker["stopped"] else "still running"
+        held = f"; it held {len(broker.get('environments') or [])} environment(s)"
     else:
-        state = f"up {broker['uptime']:.0f}s"
+        state, held = f"up {broker['uptime']:.0f}s", ""
     where = f", {broker['installation']}" if broker.get("installation") else ""
-    return f"broker pid {broker['pid']} {state}, socket {broker['socket']}{where}"
+    return f"broker pid {broker['pid']} {state}, socket {broker['socket']}{where}{held}"
 
 
 def _signal_handing_over(directory: str, asked: set[int]) -> list[dict[str, Any]]:

@@ -80,7 +80,7 @@ INSTALLATION = f"{sys.executable}\0{os.path.dirname(os.path.dirname(os.path.absp
 installation that started it, so another installation gets another broker."""
 
 
-INSTALLATION_LABEL = f"envlayer {__version__} at {os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}"
+INSTALLATION_LABEL = f"envlayer {__version__} at {os.path.dirname(os.path.dirname(os.path.dirname(__file__)))}"
 """The installation in words, for ``envlayer broker status`` and ``stop``."""
 
 

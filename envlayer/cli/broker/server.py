@@ -377,8 +377,8 @@ class Broker:
             call.send(protocol.STATUS, json.dumps({"pid": os.getpid(), "dropped": [vars(h) for h in dropped]}).encode())
         elif verb == "exec" and (changed := self.installation.changed() or self.retiring) is not None:
             self._retire(changed)
-            note = f"the broker (pid {os.getpid()}) restarts: since it started, {changed}; "
-            call.send(protocol.IN_PROCESS, (note + "this command runs in-process, the next call starts a new one").encode())
+            note = f"the broker (pid {os.getpid()}) restarts: since it started, {changed}; this command runs "
+            call.send(protocol.IN_PROCESS, (note + "in-process, the next call starts a new one").encode())
         elif verb == "exec":
             self._exec(call, cwd, argv, environ)
 

@@ -169,7 +169,8 @@ class Sessions:
         with self._lock:
             held = self._managers.get(config.key)
             if held is None or held[1].closed:
-                held = self._managers[config.key] = (config, EnvironmentManager(settings, backends={settings.backend: cls}))
+                manager = EnvironmentManager(settings, backends={settings.backend: cls})
+                held = self._managers[config.key] = (config, manager)
             return held[1]
 
     def environment(
