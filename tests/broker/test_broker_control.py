@@ -96,6 +96,10 @@ def test_a_changed_installation_restarts_the_broker(brk: BrokerRun, tmp_path: Pa
     brk.env["PYTHONPATH"] = str(site)  # the broker started by the first call sees it
     assert brk.run("exec", "--task", "t", "--", "export KEPT=1").returncode == 0
     [first] = brk.broker_pids()
+    go = tmp_path / "go"
+    wait = f"echo started; while [ ! -e {go} ]; do sleep 0.05; done; echo finished"
+    running = brk.popen("exec", "--task", "long", "--", wait)
+    assert running.stdout is not None and running.stdout.readline() == b"started\n"
 
     _add_backend_distribution(site, "envlayer-restart-probe")
     noticed = brk.run("exec", "--task", "t", "--", "echo ran")
@@ -103,6 +107,11 @@ def test_a_changed_installation_restarts_the_broker(brk: BrokerRun, tmp_path: Pa
     assert noticed.stdout == "ran\n"
     assert f"the broker (pid {first}) restarts" in noticed.stderr
     assert "installed envlayer-restart-probe 0.1" in noticed.stderr and "restartprobe" in noticed.stderr
+
+    assert first in running_brokers(brk.runtime)  # still running its command
+    go.touch()
+    out, err = running.communicate(timeout=60)  # which finishes on the old broker
+    assert (running.returncode, out) == (0, b"finished\n"), err
 
     after = brk.run("exec", "--task", "t", "--", "echo again")
     assert after.returncode == 0 and after.stdout == "again\n" and "restarts" not in after.stderr

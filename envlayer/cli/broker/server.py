@@ -220,6 +220,8 @@ class Broker:
         self.sessions = Sessions()
         self.started = time.time()
         self._stop = threading.Event()
+        self._interrupt = threading.Event()
+        """Set by :meth:`stop`: running commands are cancelled (not when handing over)."""
         self._lock = threading.Lock()
         self._calls: set[_Call] = set()
         self._threads: set[threading.Thread] = set()
@@ -262,7 +264,9 @@ class Broker:
         return listener
 
     def stop(self) -> None:
-        """Ask the broker to exit (idempotent; returns at once)."""
+        """Ask the broker to exit, cancelling running commands, also those of a broker
+        handing over (idempotent; returns at once)."""
+        self._interrupt.set()
         self._stop.set()
 
     def serve(self) -> int:
@@ -317,10 +321,10 @@ class Broker:
             pass
         with self._lock:
             calls, threads = list(self._calls), list(self._threads)
-        if self.retiring is not None:  # handing over: its commands finish
+        if self.retiring is not None:  # handing over: its commands finish, unless stopped
             log.info("waiting for %d running command(s) to finish", len(threads))
-            for thread in threads:
-                thread.join()
+            while any(thread.is_alive() for thread in threads) and not self._interrupt.is_set():
+                self._interrupt.wait(0.2)
         for call in calls:
             call.token.cancel()
         deadline = time.monotonic() + JOIN_TIMEOUT
@@ -403,7 +407,7 @@ class Broker:
                 except OSError as exc:
                     log.warning("could not rename %s: %s", old, exc)
         self.digest, self._pid_path = retired, runtime_dir.broker_path(self.directory, retired, "pid")
-        self.stop()
+        self._stop.set()
 
     def _exec(self, call: _Call, cwd: str, argv: list[str], environ: dict[str, str]) -> None:
         args = parse_exec(argv)
