@@ -8,9 +8,9 @@ read every variable but those a shell changes by itself), those its ``forward_en
 option names, and the backend's client identity (its ``client_identity(options, environ,
 cwd)``, :mod:`envlayer.sandbox.client_identity`: the server, and a digest of the token,
 key or kubeconfig content behind it), so two callers with different credentials never
-share an environment. The caller's directory and any
-other variable do not select an environment: a task's session (``cd``, ``export``) holds
-across calls from any directory. So a broker
+share an environment. The caller's directory (but for what the identity reads there) and
+any other variable do not select an environment: a task's session (``cd``, ``export``)
+holds across calls from any directory. So a broker
 follows exactly the manager's rules (see ``docs/lifecycle.md``, "The agent manager"):
 creation at most once per task, idle release after ``lifetime_seconds`` (persist-mode
 sandboxes stay), eviction on ``BackendUnavailable``, the orphan reaper once per backend
@@ -153,7 +153,8 @@ class Sessions:
     def backend_class(self, settings: Settings) -> type[Environment]:
         """The class of the backend ``settings`` selects, loaded once per broker (finding
         and importing it takes tens of milliseconds; a backend installed or upgraded
-        while the broker runs is seen by the next broker). Raises like
+        while the broker runs is seen by the next broker, which the changed installation
+        starts: :mod:`envlayer.cli.broker.installation`). Raises like
         :func:`~envlayer.factory.load_configured_backend`; a failure is not remembered."""
         with self._lock:
             cls = self._classes.get(settings.backend)
