@@ -5,6 +5,7 @@ and a real sshd with two ssh-agents."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -43,6 +44,14 @@ def _exec(brk: BrokerRun, env: dict[str, str], *command: str) -> subprocess.Comp
     return brk.run("exec", "--task", "t", "--", *command, env=env)
 
 
+def _identities_held(brk: BrokerRun) -> list[tuple[str, str]]:
+    """(server, identity) of each environment the broker holds for task t."""
+    out = brk.run("broker", "status", "--json")
+    assert out.returncode == 0, out.stderr
+    [broker] = json.loads(out.stdout)
+    return sorted((e["server"], e["identity"]) for e in broker["environments"] if e["task"] == "t")
+
+
 # --- Modal: two tokens, one fake that names the caller of every RPC by its token ---------
 
 
@@ -71,6 +80,8 @@ def test_modal_callers_with_two_tokens_each_use_their_own(brk: BrokerRun, fake_m
         assert ran.returncode == 0 and ran.stdout == "ran\n", ran.stderr
         callers[token] = ",".join(sorted(fake_modal.rpcs(token)))
     assert len(brk.broker_pids()) == 1
+    held = _identities_held(brk)  # two environments of task t, one per token, on one server
+    assert len(held) == 2 and held[0][0] == held[1][0] == fake_modal.url and held[0][1] != held[1][1]
     for token, rpcs in callers.items():
         assert "AppGetOrCreate" in rpcs and ",Sandbox" in f",{rpcs}", (token, rpcs)
     assert brk.run("rm", "t", "--force", env=fake_modal.env("ak-caller-one")).returncode == 0
@@ -106,6 +117,7 @@ def test_daytona_callers_with_two_api_urls_each_reach_their_own(brk: BrokerRun, 
         assert ran.returncode == 0 and ran.stdout == "ran\n", ran.stderr
         assert "create" in fake.routes_since(mark), fake.routes_since(mark)
     assert len(brk.broker_pids()) == 1
+    assert [server for server, _ in _identities_held(brk)] == sorted(fake.url for fake in two_daytonas)
     for fake in two_daytonas:
         assert brk.run("rm", "t", "--force", env={"DAYTONA_API_URL": fake.url}).returncode == 0
 
