@@ -287,21 +287,17 @@ def cmd_broker(args: argparse.Namespace) -> int:
         from envlayer.cli.broker import runtime_dir, server
 
         return server.serve(control.directory(), runtime_dir.INSTALLATION_DIGEST)
-    brokers = control.status() if args.action == "status" else control.stop()
+    brokers = control.status() if args.action == "status" else control.stop(args.every)
     if args.json:
         print_json(brokers)
         return 0
     if not brokers:
-        print("no broker running")
+        print(control.nothing_running(args.action, args.every))
     for b in brokers:
-        state = ("stopped" if b["stopped"] else "still running") if "stopped" in b else f"up {b['uptime']:.0f}s"
-        print(f"broker pid {b['pid']} {state}, socket {b['socket']}")
-        rows = [
-            [e["backend"], e["profile"], task_cell(e["task"]), f"{e['idle_seconds']:.0f}s", str(e["in_flight"])]
-            for e in b["environments"]
-        ]
+        print(control.describe(b))
+        rows = control.status_rows(b["environments"], task_cell)
         if rows and "stopped" not in b:
-            print(table(rows, ["BACKEND", "PROFILE", "TASK", "IDLE", "RUNNING"]))
+            print(table(rows, control.STATUS_HEADERS))
     return 0 if all(b.get("stopped", True) for b in brokers) else 1
 
 

@@ -171,6 +171,9 @@ def _exec_arguments(p: argparse.ArgumentParser) -> None:
 
 def _broker_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("action", choices=["status", "stop", "serve"])
+    p.add_argument(
+        "--all", action="store_true", dest="every", help="stop: every broker of this user, not only this installation's"
+    )
 
 
 def _ls_arguments(p: argparse.ArgumentParser) -> None:

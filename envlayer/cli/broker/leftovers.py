@@ -68,7 +68,7 @@ def _unlink(path: str) -> None:
         pass
 
 
-def _is_my_log(path: str) -> bool:
+def is_my_log(path: str) -> bool:
     """True when ``path`` is the file this process's stderr writes to."""
     try:
         mine, there = os.fstat(2), os.stat(path)
@@ -81,7 +81,7 @@ def remove_own_log(directory: str, digest: str) -> None:
     """Remove ``broker-<digest>.log`` when it is this process's stderr (a broker run in
     the foreground, or one whose log a newer call replaced, leaves it alone)."""
     path = runtime_dir.broker_path(directory, digest, "log")
-    if _is_my_log(path):
+    if is_my_log(path):
         _unlink(path)
 
 

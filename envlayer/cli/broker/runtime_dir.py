@@ -9,8 +9,10 @@ in-process and says why).
 One broker serves a user and an envlayer installation (interpreter, location, version):
 :data:`INSTALLATION_DIGEST` names it. Each call sends its working directory and
 environment; the broker loads the configuration from them and keeps one environment per
-backend configuration, task and the variables that backend reads (see
-:mod:`envlayer.cli.broker.sessions`).
+backend configuration, task, the variables that backend reads and its client identity
+(see :mod:`envlayer.cli.broker.sessions`). A broker whose installation changed since it
+started (a plugin installed, envlayer upgraded in place) hands over to a new one
+(:mod:`envlayer.cli.broker.installation`).
 
 Standard library only (the client imports this on every call).
 """
@@ -78,6 +80,10 @@ def checked(path: str) -> str:
 INSTALLATION = f"{sys.executable}\0{os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}\0{__version__}"
 """This interpreter, envlayer's location and version: a broker runs the code of the
 installation that started it, so another installation gets another broker."""
+
+
+INSTALLATION_LABEL = f"envlayer {__version__} at {os.path.dirname(os.path.dirname(os.path.dirname(__file__)))}"
+"""The installation in words, for ``envlayer broker status`` and ``stop``."""
 
 
 INSTALLATION_DIGEST = f"{zlib.crc32(INSTALLATION.encode(errors='surrogateescape')):08x}"

@@ -25,6 +25,13 @@ Guarantees:
   stay), and removes its files (:mod:`envlayer.cli.broker.leftovers`). Killed with SIGKILL,
   it leaves what any killed process leaves (see ``docs/lifecycle.md``); the next call
   starts a new broker, and the next broker to start removes the dead one's files.
+* **A changed installation restarts it.** Before each command the broker checks that
+  the installation it runs is still the one installed
+  (:mod:`envlayer.cli.broker.installation`: a plugin installed or removed, envlayer
+  upgraded). When it changed, it hands over: it stops listening, renames its pid file and
+  log so that the next call starts a new broker at once, tells this call (``envlayer:
+  note: the broker ... restarts: <what changed>``, the command then runs in-process with
+  what is installed), lets its running commands finish, and exits as on ``broker stop``.
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ from collections.abc import Callable
 from typing import Any
 
 from envlayer.cli.broker import leftovers, protocol, runtime_dir
+from envlayer.cli.broker.installation import Installation
 from envlayer.cli.broker.caller import caller_context
 from envlayer.cli.broker.sessions import Sessions
 from envlayer.execution.cancel import CancelToken
@@ -212,6 +220,8 @@ class Broker:
         self.sessions = Sessions()
         self.started = time.time()
         self._stop = threading.Event()
+        self._interrupt = threading.Event()
+        """Set by :meth:`stop`: running commands are cancelled (not when handing over)."""
         self._lock = threading.Lock()
         self._calls: set[_Call] = set()
         self._threads: set[threading.Thread] = set()
@@ -219,14 +229,18 @@ class Broker:
         self._listener: socket.socket | None = None
         self.failures = leftovers.FailureCount()
         logging.getLogger("envlayer").addHandler(self.failures)
+        self.installation = Installation()
+        self.retiring: str | None = None
+        """What changed in the installation, once this broker hands over (module docstring)."""
+        self._pid_path = runtime_dir.broker_path(directory, digest, "pid")
+        self._socket_inode = 0
 
     # --- lifetime ----------------------------------------------------------------
 
     def _claim(self) -> int | None:
         """The pid file, locked for this broker's life; None when another broker still
         holds it after :data:`CLAIM_WAIT` seconds (one that is exiting lets go)."""
-        path = runtime_dir.broker_path(self.directory, self.digest, "pid")
-        fd = runtime_dir.lock_linked(path, CLAIM_WAIT, poll=0.05)
+        fd = runtime_dir.lock_linked(self._pid_path, CLAIM_WAIT, poll=0.05)
         if fd is None:
             return None
         os.ftruncate(fd, 0)
@@ -250,7 +264,9 @@ class Broker:
         return listener
 
     def stop(self) -> None:
-        """Ask the broker to exit (idempotent; returns at once)."""
+        """Ask the broker to exit, cancelling running commands, also those of a broker
+        handing over (idempotent; returns at once)."""
+        self._interrupt.set()
         self._stop.set()
 
     def serve(self) -> int:
@@ -263,7 +279,7 @@ class Broker:
         clean, inode = False, 0
         try:
             self._listener = listener = self._listen()
-            inode = os.stat(self.socket_path).st_ino
+            inode = self._socket_inode = os.stat(self.socket_path).st_ino
             log.info("broker %d listening on %s (idle timeout %ss)", os.getpid(), self.socket_path, self.idle_timeout)
             leftovers.sweep(self.directory, self.digest)
             self._accept(listener)
@@ -305,6 +321,10 @@ class Broker:
             pass
         with self._lock:
             calls, threads = list(self._calls), list(self._threads)
+        if self.retiring is not None:  # handing over: its commands finish, unless stopped
+            log.info("waiting for %d running command(s) to finish", len(threads))
+            while any(thread.is_alive() for thread in threads) and not self._interrupt.is_set():
+                self._interrupt.wait(0.2)
         for call in calls:
             call.token.cancel()
         deadline = time.monotonic() + JOIN_TIMEOUT
@@ -359,8 +379,35 @@ class Broker:
         elif verb == "drop" and len(argv) == 3:
             dropped = self.sessions.drop(argv[0], argv[1], argv[2] or None)
             call.send(protocol.STATUS, json.dumps({"pid": os.getpid(), "dropped": [vars(h) for h in dropped]}).encode())
+        elif verb == "exec" and (changed := self.installation.changed() or self.retiring) is not None:
+            self._retire(changed)
+            note = f"the broker (pid {os.getpid()}) restarts: since it started, {changed}; this command runs "
+            call.send(protocol.IN_PROCESS, (note + "in-process, the next call starts a new one").encode())
         elif verb == "exec":
             self._exec(call, cwd, argv, environ)
+
+    def _retire(self, changed: str) -> None:
+        """Hand over to a new broker (module docstring); idempotent."""
+        with self._lock:
+            if self.retiring is not None:
+                return
+            self.retiring = changed
+        log.info("the installation changed since this broker started (%s): handing over to a new broker", changed)
+        try:
+            if os.stat(self.socket_path).st_ino == self._socket_inode:
+                os.unlink(self.socket_path)
+        except OSError:
+            pass
+        retired = f"{self.digest}{os.getpid():x}"  # still a broker's name, of no installation
+        for suffix in ("pid", "log"):
+            old, new = (runtime_dir.broker_path(self.directory, d, suffix) for d in (self.digest, retired))
+            if suffix == "pid" or leftovers.is_my_log(old):
+                try:
+                    os.rename(old, new)
+                except OSError as exc:
+                    log.warning("could not rename %s: %s", old, exc)
+        self.digest, self._pid_path = retired, runtime_dir.broker_path(self.directory, retired, "pid")
+        self._stop.set()
 
     def _exec(self, call: _Call, cwd: str, argv: list[str], environ: dict[str, str]) -> None:
         args = parse_exec(argv)
@@ -398,13 +445,13 @@ class Broker:
             with caller_context(cwd, environ):
                 env = open_environment(task_id=args.task, settings=settings, backends={settings.backend: cls})
             return env, lambda: release_after_exec(env, args.rm, console)
-        held = self.sessions.environment(settings, args.task, environ, lambda: caller_context(cwd, environ))
+        held = self.sessions.environment(settings, args.task, environ, lambda: caller_context(cwd, environ), cwd)
         if not args.rm:
             return held, lambda: ([], True)
 
         def remove() -> tuple[list[str], bool]:
             try:
-                notes = self.sessions.remove(settings, args.task, environ)
+                notes = self.sessions.remove(settings, args.task, environ, cwd)
             except EnvlayerError as exc:
                 console.error(exc, "cleanup failed")
                 return [], False
@@ -422,6 +469,7 @@ class Broker:
         return {
             "pid": os.getpid(),
             "socket": self.socket_path,
+            "installation": runtime_dir.INSTALLATION_LABEL,
             "started": self.started,
             "uptime": round(time.time() - self.started, 1),
             "idle_timeout": self.idle_timeout,

@@ -4,10 +4,13 @@ One :class:`~envlayer.manager.EnvironmentManager` per configuration (backend, pr
 the backend's resolved options, ``lifetime_seconds``, ``orphan_reaper``) and the values of
 the environment variables that backend reads (its ``environment_variables``: names or
 ``fnmatch`` patterns, such as ``("DOCKER_*",)``; a backend that declares none is taken to
-read every variable but those a shell changes by itself), and those its ``forward_env``
-option names. The caller's directory and any
-other variable do not select an environment: a task's session (``cd``, ``export``) holds
-across calls from any directory. So a broker
+read every variable but those a shell changes by itself), those its ``forward_env``
+option names, and the backend's client identity (its ``client_identity(options, environ,
+cwd)``, :mod:`envlayer.sandbox.client_identity`: the server, and a digest of the token,
+key or kubeconfig content behind it), so two callers with different credentials never
+share an environment. The caller's directory (but for what the identity reads there) and
+any other variable do not select an environment: a task's session (``cd``, ``export``)
+holds across calls from any directory. So a broker
 follows exactly the manager's rules (see ``docs/lifecycle.md``, "The agent manager"):
 creation at most once per task, idle release after ``lifetime_seconds`` (persist-mode
 sandboxes stay), eviction on ``BackendUnavailable``, the orphan reaper once per backend
@@ -19,13 +22,11 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
-import hashlib
-import json
 import logging
 import threading
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from envlayer.config import Settings
@@ -33,6 +34,7 @@ from envlayer.environment import Environment
 from envlayer.errors import EnvlayerError
 from envlayer.factory import load_configured_backend
 from envlayer.dispatch import wait_for_cleanup
+from envlayer.sandbox.client_identity import ClientIdentity, digest
 from envlayer.agents.manager import EnvironmentManager, ManagedEnvironment
 
 log = logging.getLogger("envlayer.broker")
@@ -58,10 +60,41 @@ def _key_variables(cls: type[Environment], options: object, environ: Mapping[str
     return {**variables_read(cls, environ), **{k: v for k, v in environ.items() if k in forwarded}}
 
 
-def configuration_key(settings: Settings, cls: type[Environment], environ: Mapping[str, str]) -> str:
-    """A digest of what makes two calls share environments, for backend class ``cls`` and
-    the caller's ``environ``. Raises :class:`~envlayer.errors.ConfigError` for invalid options."""
+def client_identity(
+    cls: type[Environment], options: object, environ: Mapping[str, str], cwd: str
+) -> ClientIdentity | None:
+    """The backend's ``client_identity`` for this caller, or None when it offers none or
+    cannot tell (no configuration found: creating the environment reports that)."""
+    method = getattr(cls, "client_identity", None)
+    if method is None:
+        return None
+    try:
+        identity: ClientIdentity = method(options, environ, cwd)
+    except EnvlayerError:
+        return None
+    return identity
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """What makes two calls share environments (see the module docstring)."""
+
+    key: str
+    """A digest of all of it."""
+    identity: ClientIdentity | None
+    selectors: dict[str, str]
+    """Option and variable names, ``identity``, each with a short digest of its value:
+    how ``broker status`` says what tells two environments of one task apart."""
+
+
+def configuration(
+    settings: Settings, cls: type[Environment], environ: Mapping[str, str], cwd: str = "/"
+) -> Configuration:
+    """The :class:`Configuration` of a call with ``settings`` on backend class ``cls``,
+    from the caller's ``environ`` and ``cwd``. Raises
+    :class:`~envlayer.errors.ConfigError` for invalid options."""
     options = settings.options_for(settings.backend, cls.Options, env=environ)
+    identity = client_identity(cls, options, environ, cwd)
     data = {
         "backend": settings.backend,
         "profile": settings.profile,
@@ -69,8 +102,13 @@ def configuration_key(settings: Settings, cls: type[Environment], environ: Mappi
         "orphan_reaper": settings.orphan_reaper,
         "options": dataclasses.asdict(options),
         "variables": _key_variables(cls, options, environ),
+        "identity": dataclasses.asdict(identity) if identity is not None else None,
     }
-    return hashlib.sha256(json.dumps(data, sort_keys=True, default=repr).encode()).hexdigest()
+    selectors = {name: digest(value)[:8] for name, value in data["options"].items()}
+    selectors.update({name: digest(value)[:8] for name, value in data["variables"].items()})
+    if identity is not None:
+        selectors["identity"] = identity.short
+    return Configuration(digest(data), identity, selectors)
 
 
 @dataclass(frozen=True)
@@ -82,6 +120,26 @@ class HeldEnvironment:
     task: str
     idle_seconds: float
     in_flight: int
+    server: str = ""
+    """Where the backend's client goes (empty: the backend names none)."""
+    identity: str = ""
+    """8 hex digits of the client identity's digest (empty: the backend offers none)."""
+    selectors: dict[str, str] = field(default_factory=dict)
+    """See :attr:`Configuration.selectors`."""
+
+
+def _held(configuration: Configuration, key: Any, idle: float, in_flight: int) -> HeldEnvironment:
+    identity = configuration.identity
+    return HeldEnvironment(
+        key.backend,
+        key.profile,
+        key.task,
+        round(idle, 1),
+        in_flight,
+        identity.server if identity else "",
+        identity.short if identity else "",
+        configuration.selectors,
+    )
 
 
 class Sessions:
@@ -89,13 +147,14 @@ class Sessions:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._managers: dict[str, EnvironmentManager] = {}
+        self._managers: dict[str, tuple[Configuration, EnvironmentManager]] = {}
         self._classes: dict[str, type[Environment]] = {}
 
     def backend_class(self, settings: Settings) -> type[Environment]:
         """The class of the backend ``settings`` selects, loaded once per broker (finding
         and importing it takes tens of milliseconds; a backend installed or upgraded
-        while the broker runs is seen by the next broker). Raises like
+        while the broker runs is seen by the next broker, which the changed installation
+        starts: :mod:`envlayer.cli.broker.installation`). Raises like
         :func:`~envlayer.factory.load_configured_backend`; a failure is not remembered."""
         with self._lock:
             cls = self._classes.get(settings.backend)
@@ -105,14 +164,15 @@ class Sessions:
                 self._classes[settings.backend] = cls
         return cls
 
-    def _manager(self, settings: Settings, environ: Mapping[str, str]) -> EnvironmentManager:
+    def _manager(self, settings: Settings, environ: Mapping[str, str], cwd: str) -> EnvironmentManager:
         cls = self.backend_class(settings)
-        key = configuration_key(settings, cls, environ)
+        config = configuration(settings, cls, environ, cwd)
         with self._lock:
-            manager = self._managers.get(key)
-            if manager is None or manager.closed:
-                manager = self._managers[key] = EnvironmentManager(settings, backends={settings.backend: cls})
-            return manager
+            held = self._managers.get(config.key)
+            if held is None or held[1].closed:
+                manager = EnvironmentManager(settings, backends={settings.backend: cls})
+                held = self._managers[config.key] = (config, manager)
+            return held[1]
 
     def environment(
         self,
@@ -120,22 +180,23 @@ class Sessions:
         task: str,
         environ: Mapping[str, str],
         creating: Callable[[], AbstractContextManager[Any]],
+        cwd: str = "/",
     ) -> ManagedEnvironment:
         """The environment of ``task`` under ``settings`` and the caller's ``environ``;
         created on first use inside ``creating()`` (the caller's directory and
         environment, one creation at a time), while a live one is returned at once.
         Raises like :meth:`EnvironmentManager.get`."""
-        manager = self._manager(settings, environ)
+        manager = self._manager(settings, environ, cwd)
         if manager.key_for(task) in manager.active_keys():
             return manager.get(task)
         with creating():
             return manager.get(task)
 
-    def remove(self, settings: Settings, task: str, environ: Mapping[str, str]) -> list[str]:
+    def remove(self, settings: Settings, task: str, environ: Mapping[str, str], cwd: str = "/") -> list[str]:
         """Release ``task``'s environment with ``purge`` (``exec --rm``: the sandbox and its
         durable data) and wait for its teardown; returns the fallback notes. Raises what
         cleanup raises."""
-        manager = self._manager(settings, environ)
+        manager = self._manager(settings, environ, cwd)
         handle = manager.get(task)
         outcome = manager.release(task, purge=True)
         notes = [outcome.note] if outcome is not None and outcome.note else []
@@ -151,7 +212,7 @@ class Sessions:
         with self._lock:
             managers = list(self._managers.values())
         dropped = []
-        for manager in managers:
+        for config, manager in managers:
             for key, (idle, in_flight) in manager.activity().items():
                 if key.task != task or key.profile != profile or backend not in (None, key.backend):
                     continue
@@ -160,7 +221,7 @@ class Sessions:
                 except EnvlayerError as exc:
                     log.warning("releasing task %r on %s failed: %s", task, key.backend, exc)
                     continue
-                dropped.append(HeldEnvironment(key.backend, key.profile, key.task, round(idle, 1), in_flight))
+                dropped.append(_held(config, key, idle, in_flight))
         return dropped
 
     def held(self) -> list[HeldEnvironment]:
@@ -168,8 +229,8 @@ class Sessions:
         with self._lock:
             managers = list(self._managers.values())
         return [
-            HeldEnvironment(key.backend, key.profile, key.task, round(idle, 1), in_flight)
-            for manager in managers
+            _held(config, key, idle, in_flight)
+            for config, manager in managers
             for key, (idle, in_flight) in manager.activity().items()
         ]
 
@@ -178,5 +239,5 @@ class Sessions:
         ``timeout`` seconds in total."""
         with self._lock:
             managers, self._managers = list(self._managers.values()), {}
-        for manager in managers:
+        for _, manager in managers:
             manager.close(timeout=timeout)

@@ -27,7 +27,7 @@ import os
 import posixpath
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from envlayer.sandbox.command_env import COMMAND_DEFAULTS
@@ -38,6 +38,7 @@ from envlayer.options import BaseOptions
 from envlayer.request import ExecRequest, file_payload
 from envlayer.result import ExecResult
 from envlayer.sandbox.base import MANAGED_SANDBOX_CAPABILITIES, SandboxEnvironment
+from envlayer.sandbox.client_identity import ClientIdentity
 from envlayer.snapshot import Snapshot
 from envlayer.transfer import TransferSummary
 from envlayer_daytona.background import Job
@@ -66,6 +67,14 @@ class DaytonaEnvironment(SandboxEnvironment):
     environment_variables = ("DAYTONA_*",)  # credentials.py and the SDK's Daytona()
     options: DaytonaOptions
     recovery_hint = "check the sandbox in the Daytona dashboard; something keeps stopping it"
+
+    @classmethod
+    def client_identity(cls, options: Any, environ: Mapping[str, str], cwd: str) -> ClientIdentity:
+        """Whom a caller with ``options``, ``environ`` and ``cwd`` reaches, and as whom
+        (see :mod:`envlayer.sandbox.client_identity`)."""
+        from envlayer_daytona.client import client_identity
+
+        return client_identity(options, environ, cwd)
 
     def open_sandbox(self) -> None:
         """Connect to the Daytona API, create or attach the sandbox, prepare the working directory."""

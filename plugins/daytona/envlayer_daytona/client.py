@@ -1,29 +1,31 @@
 """The Daytona SDK client, and turning SDK failures into envlayer errors with a hint.
 
 The SDK (``daytona``, ~1 s to import) is imported here, inside functions, never at module
-level of anything the entry point loads. One ``Daytona`` client per (API URL, target,
-credential digest) is shared by every environment of the process; the credential itself
-comes only from where the SDK reads it (``DAYTONA_API_KEY``, or ``DAYTONA_JWT_TOKEN`` +
-``DAYTONA_ORGANIZATION_ID``) and is never logged or put in a message.
+level of anything the entry point loads. One ``Daytona`` client per
+:func:`client_identity` (API URL, target, and a digest of the credential, the
+organization and the ``.env`` files the SDK reads) is shared by every environment of
+the process; the credential itself comes only from where the SDK reads it
+(``DAYTONA_API_KEY``, or ``DAYTONA_JWT_TOKEN`` + ``DAYTONA_ORGANIZATION_ID``) and is
+never stored in clear, logged or put in a message.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from envlayer.errors import BackendUnavailable
+from envlayer.sandbox.client_identity import ClientIdentity, files_digest
 from envlayer.sandbox.retry import RETRYABLE_STATUSES, Transient, call_with_retries, retry_after_from_headers
 from envlayer_daytona import background  # noqa: F401 - registers the exit hook that calls close_all
 from envlayer_daytona.options import DaytonaOptions
 
 log = logging.getLogger("envlayer.daytona")
 T = TypeVar("T")
-_CLIENTS: dict[tuple[str | None, str | None, str], Any] = {}
+_CLIENTS: dict[ClientIdentity, Any] = {}
 _LOCK = threading.Lock()
 if hasattr(os, "register_at_fork"):  # a forked child must not share pooled connections
     os.register_at_fork(after_in_child=_CLIENTS.clear)
@@ -31,14 +33,29 @@ if hasattr(os, "register_at_fork"):  # a forked child must not share pooled conn
 KEY_HINT = "set DAYTONA_API_KEY (or DAYTONA_JWT_TOKEN and DAYTONA_ORGANIZATION_ID) in the environment"
 
 
-def api_url(options: DaytonaOptions) -> str:
-    """The API URL the SDK will use for ``options``."""
-    return options.api_url or os.environ.get("DAYTONA_API_URL") or "https://app.daytona.io/api"
+DEFAULT_API_URL = "https://app.daytona.io/api"
+IDENTITY_VARIABLES = ("DAYTONA_API_KEY", "DAYTONA_JWT_TOKEN", "DAYTONA_ORGANIZATION_ID", "DAYTONA_TARGET")
+"""What ``Daytona()`` reads besides the URL (``daytona/_sync/daytona.py`` ``Daytona.__init__``:
+the process environment, then ``.env.local`` and ``.env`` in the working directory)."""
 
 
-def _credential_digest() -> str:
-    secret = os.environ.get("DAYTONA_API_KEY") or os.environ.get("DAYTONA_JWT_TOKEN") or ""
-    return hashlib.sha256(secret.encode()).hexdigest()[:16]
+def api_url(options: DaytonaOptions, environ: Mapping[str, str] | None = None) -> str:
+    """The API URL the SDK will use for ``options`` (``environ``: the process's by default;
+    the SDK reads ``DAYTONA_API_URL``, then the deprecated ``DAYTONA_SERVER_URL``, from the
+    process environment only)."""
+    env = os.environ if environ is None else environ
+    return options.api_url or env.get("DAYTONA_API_URL") or env.get("DAYTONA_SERVER_URL") or DEFAULT_API_URL
+
+
+def client_identity(options: DaytonaOptions, environ: Mapping[str, str], cwd: str) -> ClientIdentity:
+    """The API URL, and a digest of the target, the credential variables and the
+    ``.env.local`` / ``.env`` files of ``cwd`` (where ``Daytona()`` also looks)."""
+    return ClientIdentity.of(
+        api_url(options, environ),
+        target=options.target,
+        variables={name: environ.get(name) for name in IDENTITY_VARIABLES},
+        dotenv=files_digest(os.path.join(cwd, name) for name in (".env.local", ".env")),
+    )
 
 
 def has_credential() -> bool:
@@ -55,10 +72,11 @@ def has_credential() -> bool:
 
 
 def get_client(options: DaytonaOptions) -> Any:
-    """The shared ``daytona.Daytona`` client for ``options``.
+    """The ``daytona.Daytona`` client for ``options`` and this process's environment and
+    directory, shared by every caller with the same :func:`client_identity`.
 
     Raises :class:`BackendUnavailable` when no credential is set."""
-    key = (options.api_url, options.target, _credential_digest())
+    key = client_identity(options, os.environ, os.getcwd())
     client = _CLIENTS.get(key)
     if client is not None:
         return client

@@ -27,7 +27,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from envlayer.sandbox.command_env import with_command_defaults
@@ -38,6 +38,7 @@ from envlayer.options import BaseOptions
 from envlayer.request import ExecRequest, check_path, file_payload
 from envlayer.result import ExecResult
 from envlayer.sandbox.base import MANAGED_SANDBOX_CAPABILITIES, SandboxEnvironment
+from envlayer.sandbox.client_identity import ClientIdentity
 from envlayer.sandbox.teardown_threads import ThreadTeardown
 from envlayer.sandbox.paths import confined_path
 from envlayer.snapshot import Snapshot
@@ -66,6 +67,14 @@ class DockerEnvironment(ThreadTeardown, SandboxEnvironment):
     environment_variables = ("DOCKER_*", "HOME", "XDG_RUNTIME_DIR", "XDG_DATA_HOME")  # read by client.py
     options: DockerOptions
     recovery_hint = "check the daemon (`docker ps -a`, its log); something keeps removing the container"
+
+    @classmethod
+    def client_identity(cls, options: Any, environ: Mapping[str, str], cwd: str) -> ClientIdentity:
+        """Whom a caller with ``options``, ``environ`` and ``cwd`` reaches, and as whom
+        (see :mod:`envlayer.sandbox.client_identity`)."""
+        from envlayer_docker.client import client_identity
+
+        return client_identity(options, environ)
 
     def open_sandbox(self) -> None:
         from envlayer_docker.client import get_client

@@ -4,10 +4,12 @@ Which daemon: the ``docker_host`` option, else ``DOCKER_HOST``, else the current
 CLI context's endpoint, else the first local socket that exists among Docker's, rootless
 Docker's and Podman's (see :func:`discover_address`).
 
-One low-level ``docker.APIClient`` per (daemon address, timeout) is shared by every
-environment of the process (it is thread-safe for our use, and sharing it saves the API
-version negotiation on every attach). The SDK is imported here, lazily, never at module
-level of anything the entry point loads.
+One low-level ``docker.APIClient`` per (:func:`client_identity`, timeout) is shared by
+every environment of the process (it is thread-safe for our use, and sharing it saves the
+API version negotiation on every attach): the daemon address, and a digest of the TLS
+settings and files and of the registry credentials file (``DOCKER_CONFIG``), so callers
+of one broker with different daemons or credentials never share a client. The SDK is
+imported here, lazily, never at module level of anything the entry point loads.
 """
 
 from __future__ import annotations
@@ -20,10 +22,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from envlayer.errors import BackendUnavailable
+from envlayer.sandbox.client_identity import ClientIdentity, file_digest, files_digest
 from envlayer.discovery.install_hints import docker_start_hint
 from envlayer_docker.options import DockerOptions
 
-_CLIENTS: dict[tuple[str, float], Any] = {}
+_CLIENTS: dict[tuple[ClientIdentity, float], Any] = {}
 _LOCK = threading.Lock()
 if hasattr(os, "register_at_fork"):  # a forked child must not share pooled connections
     os.register_at_fork(after_in_child=_CLIENTS.clear)
@@ -87,6 +90,27 @@ def _address(options: DockerOptions) -> str:
     return discover_address(options.docker_host)
 
 
+TLS_FILES = ("ca.pem", "cert.pem", "key.pem")
+"""The files ``docker.utils.kwargs_from_env`` takes from ``DOCKER_CERT_PATH`` (else ``~/.docker``)."""
+
+
+def client_identity(options: DockerOptions, environ: Mapping[str, str]) -> ClientIdentity:
+    """The daemon address, and a digest of what else ``docker.APIClient`` reads from the
+    environment: ``DOCKER_TLS_VERIFY``, ``DOCKER_CERT_PATH`` and its files
+    (``docker/utils/utils.py`` ``kwargs_from_env``), and the registry credentials in
+    ``$DOCKER_CONFIG/config.json`` or ``~/.docker/config.json`` (``docker/utils/config.py``)."""
+    home = environ.get("HOME") or os.path.expanduser("~")
+    cert_path = environ.get("DOCKER_CERT_PATH") or os.path.join(home, ".docker")
+    config_dir = environ.get("DOCKER_CONFIG") or os.path.join(home, ".docker")
+    return ClientIdentity.of(
+        discover_address(options.docker_host, environ),
+        tls_verify=environ.get("DOCKER_TLS_VERIFY"),
+        cert_path=cert_path,
+        certs=files_digest(os.path.join(cert_path, name) for name in TLS_FILES),
+        config=file_digest(os.path.join(config_dir, "config.json")),
+    )
+
+
 def unavailable(exc: BaseException, options: DockerOptions) -> BackendUnavailable:
     """A :class:`BackendUnavailable` that says why the daemon cannot be used and what to do."""
     address = _address(options)
@@ -109,9 +133,11 @@ def unavailable(exc: BaseException, options: DockerOptions) -> BackendUnavailabl
 
 
 def get_client(options: DockerOptions) -> Any:
-    """The shared ``docker.APIClient`` for ``options``. Raises :class:`BackendUnavailable`."""
-    address = _address(options)
-    key = (address, options.api_timeout)
+    """The ``docker.APIClient`` for ``options`` and this process's environment, shared by
+    every caller with the same :func:`client_identity`. Raises :class:`BackendUnavailable`."""
+    identity = client_identity(options, os.environ)
+    address = identity.server
+    key = (identity, options.api_timeout)
     client = _CLIENTS.get(key)
     if client is not None:
         return client

@@ -3,6 +3,8 @@ fingerprints, cleanup modes, the reaper and idle reclaim, recovery, errors."""
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import signal
 import subprocess
@@ -876,7 +878,30 @@ def test_daemon_found_through_the_current_docker_context(tmp_path, monkeypatch, 
     monkeypatch.setenv("DOCKER_CONFIG", str(config_dir))
     api = client.get_client(options(api_timeout=17.0))
     assert api.ping() is True
-    assert client._CLIENTS.get((f"unix://{link}", 17.0)) is api
+    assert client._CLIENTS.get((client.client_identity(options(), os.environ), 17.0)) is api
+    assert client.client_identity(options(), os.environ).server == f"unix://{link}"
+
+
+def test_callers_with_other_registry_credentials_get_their_own_client(tmp_path, monkeypatch, options) -> None:
+    """Two callers (of one broker) on one daemon whose ``DOCKER_CONFIG`` differ (registry
+    credentials, ``auths`` of config.json) get a client each, holding their own
+    credentials: docker-py reads them when the client is made (``docker/api/client.py``
+    ``APIClient.__init__``, ``auth.load_config``)."""
+    from envlayer_docker import client
+
+    monkeypatch.delenv("DOCKER_HOST", raising=False)
+    seen = []
+    for user in ("alice", "bob"):
+        config_dir = tmp_path / user
+        config_dir.mkdir()
+        auth = base64.b64encode(f"{user}:secret".encode()).decode()
+        (config_dir / "config.json").write_text(json.dumps({"auths": {"registry.example": {"auth": auth}}}))
+        monkeypatch.setenv("DOCKER_CONFIG", str(config_dir))
+        api = client.get_client(options())
+        assert api.ping() is True
+        assert api._auth_configs.resolve_authconfig("registry.example")["username"] == user
+        seen.append(api)
+    assert seen[0] is not seen[1]
 
 
 def test_podman_and_rootless_sockets_are_discovered(tmp_path) -> None:

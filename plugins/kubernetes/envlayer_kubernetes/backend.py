@@ -31,6 +31,7 @@ import os
 import posixpath
 import threading
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 from envlayer.sandbox.command_env import with_command_defaults
@@ -43,6 +44,7 @@ from envlayer.request import ExecRequest, check_path, file_payload
 from envlayer.result import ExecResult
 from envlayer.sandbox import teardown_threads
 from envlayer.sandbox.base import MANAGED_SANDBOX_CAPABILITIES, SandboxEnvironment
+from envlayer.sandbox.client_identity import ClientIdentity
 from envlayer.sandbox.teardown_threads import ThreadTeardown
 from envlayer.snapshot import Snapshot
 from envlayer.transfer import TransferSummary
@@ -62,6 +64,14 @@ class KubernetesEnvironment(ThreadTeardown, SandboxEnvironment):
     environment_variables = ("KUBECONFIG", "KUBERNETES_*", "HOME")  # kubeconfig.py, in-cluster config
     options: KubernetesOptions
     recovery_hint = "check the cluster's events; something keeps deleting the pod"
+
+    @classmethod
+    def client_identity(cls, options: Any, environ: Mapping[str, str], cwd: str) -> ClientIdentity:
+        """Whom a caller with ``options``, ``environ`` and ``cwd`` reaches, and as whom
+        (see :mod:`envlayer.sandbox.client_identity`)."""
+        from envlayer_kubernetes.client import client_identity
+
+        return client_identity(options, environ)
 
     def open_sandbox(self) -> None:
         from envlayer_kubernetes.client import connect

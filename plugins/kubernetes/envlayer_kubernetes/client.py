@@ -1,8 +1,10 @@
 """Connecting to the cluster: kubeconfig or in-cluster config, the API handle, error mapping.
 
 The ``kubernetes`` client is imported here, inside functions, never at module level.
-One :class:`Cluster` per (config source, kubeconfig, context) is kept per process and
-dropped in a forked child (the urllib3 pool must not be shared across ``fork``).
+One :class:`Cluster` per :func:`client_identity` (config source, kubeconfig files and a
+digest of their content, context, namespace; in a pod, the service account's token) is
+kept per process, so callers of one broker with different clusters or users never share
+one, and dropped in a forked child (the urllib3 pool must not be shared across ``fork``).
 """
 
 from __future__ import annotations
@@ -10,17 +12,19 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from envlayer.errors import BackendUnavailable
+from envlayer.sandbox.client_identity import ClientIdentity, file_digest, files_digest
 from envlayer.sandbox.retry import RETRYABLE_STATUSES, Transient, call_with_retries, retry_after_from_headers
 from envlayer_kubernetes.options import KubernetesOptions
 
 T = TypeVar("T")
 log = logging.getLogger("envlayer.kubernetes")
 SA_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+SA_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 RBAC_HINT = "grant the Role in docs/backends/kubernetes.md (pods: create/get/list/delete, pods/exec: create, get)"
 
 
@@ -42,7 +46,7 @@ _CACHE: dict[tuple[Any, ...], tuple[int, Cluster]] = {}
 _CACHE_LOCK = threading.Lock()
 
 
-def _kubeconfig_paths(opts: KubernetesOptions) -> list[str]:
+def _kubeconfig_paths(opts: KubernetesOptions, environ: Mapping[str, str]) -> list[str]:
     """The kubeconfig files to merge: the ``kubeconfig`` option (one file, even when it
     does not exist, so the error names it), else every existing file of ``$KUBECONFIG``,
     else ``~/.kube/config`` if it exists."""
@@ -50,17 +54,18 @@ def _kubeconfig_paths(opts: KubernetesOptions) -> list[str]:
 
     if opts.kubeconfig:
         return [os.path.expanduser(opts.kubeconfig)]
-    listed = split_paths(os.environ.get("KUBECONFIG", ""))
+    listed = split_paths(environ.get("KUBECONFIG", ""))
     if listed:
         return listed
-    default = os.path.expanduser("~/.kube/config")
+    default = os.path.join(environ.get("HOME") or os.path.expanduser("~"), ".kube", "config")
     return [default] if os.path.exists(default) else []
 
 
-def _source(opts: KubernetesOptions) -> tuple[str, str | None]:
+def _source(opts: KubernetesOptions, environ: Mapping[str, str] | None = None) -> tuple[str, str | None]:
     """(``kubeconfig`` or ``in_cluster``, the kubeconfig files joined by ``os.pathsep``)
-    per ``config_source``."""
-    paths = _kubeconfig_paths(opts)
+    per ``config_source`` (``environ``: the process's by default)."""
+    environ = os.environ if environ is None else environ
+    paths = _kubeconfig_paths(opts, environ)
     path = os.pathsep.join(paths) or None
     if opts.config_source == "in_cluster":
         return "in_cluster", None
@@ -71,7 +76,7 @@ def _source(opts: KubernetesOptions) -> tuple[str, str | None]:
                 hint="point KUBECONFIG at your cluster's kubeconfig, or set config_source = in_cluster inside a pod",
             )
         return "kubeconfig", path
-    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+    if environ.get("KUBERNETES_SERVICE_HOST"):
         return "in_cluster", None
     raise BackendUnavailable(
         "no Kubernetes configuration: no kubeconfig ($KUBECONFIG, ~/.kube/config) and not running in a pod",
@@ -113,11 +118,25 @@ def _read(path: str) -> str | None:
         return None
 
 
+def client_identity(opts: KubernetesOptions, environ: Mapping[str, str]) -> ClientIdentity:
+    """Where the configuration comes from (the kubeconfig files and context, or the pod's
+    service account), and a digest of the files' content and the namespace. Raises
+    :class:`BackendUnavailable` when there is no configuration."""
+    source, path = _source(opts, environ)
+    if source == "in_cluster":
+        host = f"{environ.get('KUBERNETES_SERVICE_HOST', '?')}:{environ.get('KUBERNETES_SERVICE_PORT', '443')}"
+        return ClientIdentity.of(f"in-cluster {host}", token=file_digest(SA_TOKEN), namespace=opts.namespace)
+    files = (path or "").split(os.pathsep)
+    where = f"kubeconfig {path}" + (f" context {opts.context}" if opts.context else "")
+    return ClientIdentity.of(where, content=files_digest(files), context=opts.context, namespace=opts.namespace)
+
+
 def connect(opts: KubernetesOptions) -> Cluster:
-    """The :class:`Cluster` for ``opts`` (cached per process). Raises
+    """The :class:`Cluster` for ``opts`` and this process's environment, shared by every
+    caller with the same :func:`client_identity` (cached per process). Raises
     :class:`BackendUnavailable` when no configuration is found or it cannot be loaded."""
     source, path = _source(opts)
-    key = (source, path, opts.context, opts.namespace)
+    key = (source, path, client_identity(opts, os.environ))
     with _CACHE_LOCK:
         cached = _CACHE.get(key)
         if cached is not None and cached[0] == os.getpid():

@@ -45,6 +45,7 @@ from envlayer.execution.tree_kill import EXEC_ID_VAR
 from envlayer.request import ExecRequest, check_path, file_payload
 from envlayer.result import TIMEOUT_EXIT_CODE, ExecResult
 from envlayer.sandbox.base import MANAGED_SANDBOX_CAPABILITIES, SandboxEnvironment
+from envlayer.sandbox.client_identity import ClientIdentity
 from envlayer.sandbox.teardown_threads import ThreadTeardown
 from envlayer.sandbox.paths import confined_path
 from envlayer.snapshot import Snapshot
@@ -71,6 +72,14 @@ class ModalEnvironment(ThreadTeardown, SandboxEnvironment):
     environment_variables = ("MODAL_*", "HOME")  # the SDK's variables and ~/.modal.toml
     options: ModalOptions
     recovery_hint = "check the Modal dashboard; something keeps terminating it"
+
+    @classmethod
+    def client_identity(cls, options: Any, environ: Mapping[str, str], cwd: str) -> ClientIdentity:
+        """Whom a caller with ``options``, ``environ`` and ``cwd`` reaches, and as whom
+        (see :mod:`envlayer.sandbox.client_identity`)."""
+        from envlayer_modal.client import client_identity
+
+        return client_identity(environ)
 
     def open_sandbox(self) -> None:
         from envlayer_modal.client import connect

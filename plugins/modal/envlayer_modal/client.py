@@ -4,6 +4,11 @@ Nothing here runs at import time: ``import envlayer_modal`` and listing backends
 part of the SDK. :func:`connect` is called by the environment's constructor and by the
 class-level lifecycle methods.
 
+One SDK client per :func:`client_identity` (the server URL, and a digest of the credential
+variables, the config file and profile), made by :func:`sdk_client` from this process's
+variables: never the SDK's process-wide ``Client.from_env()`` singleton, which would serve
+every later caller of a session broker with the first caller's server and token.
+
 Error mapping (:func:`translate`), each with a hint naming what to do:
 
 * no credentials / refused credentials -> :class:`BackendUnavailable` (``modal token new``,
@@ -36,10 +41,11 @@ import socket
 import threading
 import urllib.parse
 from dataclasses import dataclass
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from envlayer.errors import BackendUnavailable, EnvlayerError
+from envlayer.sandbox.client_identity import ClientIdentity, file_digest
 from envlayer.sandbox.retry import RetryPolicy, Transient, call_with_retries
 from envlayer_modal.options import ModalOptions
 
@@ -53,6 +59,9 @@ _LOCK = threading.Lock()
 T = TypeVar("T")
 log = logging.getLogger("envlayer.modal")
 _PROBED: set[str] = set()
+_CLIENTS: dict[ClientIdentity, Any] = {}
+_FROM_ENV: list[ClientIdentity] = []
+"""The identity the SDK's ``Client.from_env()`` singleton was made for, once made."""
 
 
 def sdk() -> Any:
@@ -138,6 +147,64 @@ def may_have_credential() -> bool:
     return os.path.exists(os.environ.get("MODAL_CONFIG_PATH") or os.path.expanduser("~/.modal.toml"))
 
 
+def client_identity(environ: Mapping[str, str]) -> ClientIdentity:
+    """The server URL (``MODAL_SERVER_URL``, else the config file's or the default), and a
+    digest of the credential variables, ``MODAL_IS_REMOTE``, the profile and the config
+    file (path and content): what ``_Client.from_env`` reads (``modal/client.py``,
+    ``modal/config.py``)."""
+    config_path = environ.get("MODAL_CONFIG_PATH") or os.path.join(
+        environ.get("HOME") or os.path.expanduser("~"), ".modal.toml"
+    )
+    return ClientIdentity.of(
+        environ.get("MODAL_SERVER_URL") or "(config file or default)",
+        variables={name: environ.get(name) for name in (*CREDENTIAL_VARIABLES, "MODAL_IS_REMOTE", "MODAL_PROFILE")},
+        config=(config_path, file_digest(config_path)),
+    )
+
+
+def sdk_client(modal: Any) -> Any:
+    """The SDK client for this process's variables, one per :func:`client_identity`.
+
+    A token (``MODAL_TOKEN_ID`` / ``MODAL_TOKEN_SECRET``, else the active profile of the
+    config file) gets a client of its own, made as ``Client.from_env`` makes one
+    (``Client.from_credentials``: the server URL from the same config). OAuth settings and
+    a Modal container's own identity exist only through ``Client.from_env()``, a
+    process-wide singleton: it serves the first identity that asks; another one is refused.
+    A config file or profile other than the one the SDK read at import is refused too (the
+    SDK reads the file once per process). Raises :class:`BackendUnavailable`, or the SDK's
+    errors."""
+    identity = client_identity(os.environ)
+    with _LOCK:
+        client = _CLIENTS.get(identity)
+        if client is None:
+            client = _CLIENTS[identity] = _new_client(modal, identity)
+    return client
+
+
+def _new_client(modal: Any, identity: ClientIdentity) -> Any:
+    config = modal.config
+    if not any(os.environ.get(name) for name in CREDENTIAL_VARIABLES):
+        path = os.environ.get("MODAL_CONFIG_PATH") or os.path.expanduser("~/.modal.toml")
+        profile = os.environ.get("MODAL_PROFILE") or config._profile
+        if (path, profile) != (config.user_config_path, config._profile):
+            raise BackendUnavailable(
+                f"this process read Modal's config file {config.user_config_path} (profile {config._profile}), "
+                f"not {path} (profile {profile}); the SDK reads it once per process",
+                hint="set MODAL_TOKEN_ID and MODAL_TOKEN_SECRET, or run with --no-broker",
+            )
+    token_id, token_secret = config.config.get("token_id"), config.config.get("token_secret")
+    if token_id and token_secret and os.environ.get("MODAL_IS_REMOTE") != "1":
+        return modal.Client.from_credentials(token_id, token_secret)
+    if _FROM_ENV:
+        raise BackendUnavailable(
+            "Modal's OAuth or in-container credentials have one client per process, and this process "
+            "(a session broker) already serves other credentials",
+            hint="run with --no-broker, or use a token (MODAL_TOKEN_ID and MODAL_TOKEN_SECRET)",
+        )
+    _FROM_ENV.append(identity)
+    return modal.Client.from_env()
+
+
 def connect(options: ModalOptions) -> Connection:
     """Check for a credential, probe the API, build the SDK client from the environment,
     look up (or create) the App. Raises :class:`BackendUnavailable` (see the module
@@ -147,8 +214,7 @@ def connect(options: ModalOptions) -> Connection:
     probe(server_urls(), options.connect_timeout)
     modal = sdk()
     try:
-        with _LOCK:
-            client = modal.Client.from_env()
+        client = sdk_client(modal)
         app = control(
             lambda: modal.App.lookup(
                 options.app_name, create_if_missing=True, environment_name=options.environment_name, client=client

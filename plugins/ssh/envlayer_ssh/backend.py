@@ -19,6 +19,7 @@ import shlex
 import threading
 import uuid
 import weakref
+from collections.abc import Mapping
 from typing import Any
 
 from envlayer.sandbox.command_env import with_command_defaults
@@ -29,6 +30,8 @@ from envlayer.options import BaseOptions
 from envlayer.request import ExecRequest, check_path, file_payload
 from envlayer.result import ExecResult
 from envlayer.sandbox.base import SandboxEnvironment
+from envlayer.sandbox.client_identity import ClientIdentity, files_digest
+from envlayer.sandbox.client_identity import digest as identity_digest
 from envlayer.execution.shell_script import command_text, export_lines, interactive_shell_script
 from envlayer.execution.shell_session import PersistentShell
 from envlayer.transfer import TransferSummary
@@ -68,9 +71,25 @@ class SSHEnvironment(SandboxEnvironment):
     name = "ssh"
     Options = SSHOptions
     capabilities = frozenset({Capability.STREAMING, Capability.PERSISTENT_SESSION, Capability.DIRECTORY_TRANSFER})
-    environment_variables = ("SSH_AUTH_SOCK", "HOME")  # the agent, ~/.ssh
+    environment_variables = ("SSH_AUTH_SOCK", "HOME", "USER", "LOGNAME")  # the agent, ~/.ssh, the default user
     options: SSHOptions
     wait_for_busy_session = True  # calls on one environment take turns in its shell
+
+    @classmethod
+    def client_identity(cls, options: Any, environ: Mapping[str, str], cwd: str) -> ClientIdentity:
+        """Whom a caller with ``options``, ``environ`` and ``cwd`` reaches, and as whom
+        (see :mod:`envlayer.sandbox.client_identity`): the host, port and user as
+        configured, and a digest of the key files' content, the password and the agent
+        socket (the ssh config file is read when the environment is made)."""
+        user = options.user or environ.get("LOGNAME") or environ.get("USER") or "?"
+        home = environ.get("HOME") or os.path.expanduser("~")
+        keys = [os.path.join(home, p[2:]) if p.startswith("~/") else p for p in options.key_files]
+        return ClientIdentity.of(
+            f"{user}@{options.host}:{options.port or 22}",
+            keys=files_digest(keys),
+            password=identity_digest(options.password) if options.password else "",
+            agent=environ.get("SSH_AUTH_SOCK", "") if options.use_agent else "",
+        )
 
     def open_sandbox(self) -> None:
         self.target: Target = resolve_target(self.options)

@@ -393,6 +393,8 @@ def _connect(target: Target, via: paramiko.Transport | None) -> paramiko.SSHClie
     timeout = target.connect_timeout
     client = paramiko.SSHClient()
     client.set_missing_host_key_policy(_Verifier(target))
+    if target.use_agent:
+        client._agent = _agent(target.agent_socket)  # what _auth would make from os.environ now
     try:
         client.connect(
             target.hostname,
@@ -421,6 +423,27 @@ def _connect(target: Target, via: paramiko.Transport | None) -> paramiko.SSHClie
         transport.set_keepalive(max(1, int(target.keepalive)))
     log.debug("ssh: connected to %s", target.describe())
     return client
+
+
+def _agent(path: str) -> paramiko.Agent:
+    """An agent client on ``path`` (the caller's ``SSH_AUTH_SOCK``, kept in the target):
+    ``paramiko.Agent()`` reads ``os.environ`` when a connection is made
+    (``paramiko/agent.py`` ``get_agent_connection``), which in a broker is not the
+    caller's. Like it, an agent that cannot be reached offers no keys."""
+    import paramiko
+
+    agent = paramiko.Agent.__new__(paramiko.Agent)
+    paramiko.agent.AgentSSH.__init__(agent)
+    if not path:
+        return agent
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.connect(path)
+    except OSError:
+        conn.close()
+        return agent
+    agent._connect(conn)
+    return agent
 
 
 def _open_socket(target: Target, via: paramiko.Transport | None) -> socket.socket | paramiko.Channel:

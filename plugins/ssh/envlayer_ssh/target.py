@@ -1,9 +1,11 @@
 """Where to connect and how to authenticate: options merged with ``~/.ssh/config``.
 
 A :class:`Target` is hashable and is the key of the shared-connection pool, so two
-environments share a connection only when host, port, user, credentials, host-key
-policy and jump chain are all the same. The password is kept out of ``repr`` and out of
-the key (a digest stands in for it).
+environments share a connection only when host, port, user, credentials (the key files'
+content, the agent socket), host-key policy and jump chain are all the same. The
+password and the keys are kept out of ``repr`` and out of the key (digests stand in for
+them). The agent socket is the ``SSH_AUTH_SOCK`` of the process that resolved the
+target, used for every connection to it (see :mod:`envlayer_ssh.pool`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import os
 from dataclasses import dataclass, field
 
 from envlayer.errors import BackendUnavailable
+from envlayer.sandbox.client_identity import digest as identity_digest
+from envlayer.sandbox.client_identity import files_digest
 from envlayer_ssh.options import SSHOptions
 
 
@@ -37,6 +41,10 @@ class Target:
     jump: Target | None = None
     password_digest: str = ""
     password: str | None = field(default=None, repr=False, compare=False, hash=False)
+    agent_socket: str = ""
+    """The ``SSH_AUTH_SOCK`` of the caller (empty: no agent, or ``use_agent`` off)."""
+    keys_digest: str = ""
+    """A digest of the key files' content: a key replaced in place is another identity."""
 
     @property
     def known_hosts_name(self) -> str:
@@ -154,6 +162,8 @@ def _resolve(
         jump=jump,
         password_digest=digest if depth == 0 else "",
         password=options.password if depth == 0 else None,
+        agent_socket=os.environ.get("SSH_AUTH_SOCK", "") if options.use_agent else "",
+        keys_digest=identity_digest(files_digest(files)),
     )
 
 
