@@ -196,11 +196,9 @@ def cmd_reap(args: argparse.Namespace) -> int:
 
 
 def cmd_rm(args: argparse.Namespace) -> int:
-    settings = _settings(args)
-    specs, failures = sweep_targets(args, settings)
-    released = _release_from_brokers(args.task, settings.profile, args.backend)
-    outcomes = lifecycle.remove_sandbox(specs, args.task, profile=settings.profile, force=args.force, purge=args.purge)
-    return report(failures + released + outcomes, args, "removed")
+    from envlayer.cli.remove import cmd_rm as remove_tasks
+
+    return remove_tasks(args, _release_from_brokers)
 
 
 def _release_from_brokers(task: str, profile: str, backend: str | None) -> list[lifecycle.SweepOutcome]:

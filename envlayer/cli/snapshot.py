@@ -120,7 +120,7 @@ def add_parsers(sub: Any, shared: dict[str, argparse.ArgumentParser], make: Call
         "list or remove snapshots",
         "  envlayer snapshots ls\n  envlayer snapshots rm --backend docker envlayer-snapshot:deps-installed-1a2b3c4d",
         "exit codes: 0 success, 1 a backend's call failed (the others still ran), 2 usage error",
-        flags=("settings", "json", "verbose"),
+        flags=("settings", "json", "verbose", "listing"),
     )
     p.add_argument("action", choices=["ls", "rm"])
     p.add_argument("snapshot_id", nargs="?", metavar="SNAPSHOT", help="for rm: the id `snapshots ls` shows")

@@ -104,11 +104,16 @@ def test_backends_options_documents_every_option(workdir: Path) -> None:
 
 
 def test_reap_ls_rm_on_backends_without_the_capability(workdir: Path) -> None:
-    for args in (["reap", "--dry-run"], ["ls"], ["rm", "some-task"]):
+    for args in (["reap", "--dry-run"], ["ls"]):
         out = run(*args, "--backend", "toy", "--json", cwd=workdir)
         assert out.returncode == 0, out.stderr
         (outcome,) = json.loads(out.stdout)
         assert outcome["supported"] is False and outcome["sandboxes"] == []
+    out = run("rm", "some-task", "--backend", "toy", "--json", cwd=workdir)
+    assert out.returncode == 1  # the task was not removed: rm says so
+    unsupported, not_removed = json.loads(out.stdout)
+    assert unsupported["supported"] is False and unsupported["sandboxes"] == []
+    assert "no backend here can remove it" in not_removed["error"]["message"]
 
 
 def test_doctor_reports_selected_backend(workdir: Path) -> None:
