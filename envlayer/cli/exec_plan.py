@@ -29,6 +29,7 @@ from typing import Any, BinaryIO
 from envlayer import dispatch as lifecycle
 from envlayer.execution.cancel import CancelToken
 from envlayer.cli.exec_env import exec_env
+from envlayer.cli.state_loss import state_loss_note
 from envlayer.config import Settings, load_settings
 from envlayer.environment import Command, Environment
 from envlayer.errors import EnvlayerError
@@ -258,6 +259,8 @@ def _report_result(
     if result.cancelled:
         console.line(INTERRUPTED_LINE)
         return INTERRUPT_EXIT_CODE
+    if result.recovered:
+        console.note(state_loss_note(result.recovered))
     if args.json:
         console.json(exec_json(result, notes))
         return result.exit_code
