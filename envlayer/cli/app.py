@@ -36,6 +36,7 @@ from envlayer.capabilities import (
     signature_problem,
 )
 from envlayer.cli.completion import completion_script
+from envlayer.cli.toml_text import toml_key, toml_line
 from envlayer.cli.exec_plan import (
     BROKEN_PIPE_EXIT_CODE,
     ENVLAYER_FAILURE,
@@ -269,12 +270,12 @@ def cmd_config(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"files": settings.files, "settings": core, "options": opts})
         return 0
-    print("files read: " + (", ".join(settings.files) or "none"))
+    print("# files read: " + (", ".join(settings.files) or "none"))
     for k, v in core.items():
-        print(f"{k} = {v['value']!r}    # {v['source']}")
-    print(f"[backends.{settings.backend}]")
+        print(toml_line(k, v["value"], v["source"]))
+    print(f"\n[backends.{toml_key(settings.backend)}]")
     for k, v in opts.items():
-        print(f"{k} = {v['value']!r}    # {v['source']}")
+        print(toml_line(k, v["value"], v["source"]))
     return 0
 
 

@@ -39,3 +39,17 @@ def test_rm_needs_tasks_or_all(workdir: Path) -> None:
     assert neither.returncode == 1 and "name the tasks to remove, or --all" in neither.stderr
     both = run("rm", "t1", "--all", "--backend", "local", cwd=workdir)
     assert both.returncode == 1 and "not both" in both.stderr
+
+
+def test_config_prints_toml_that_reads_back_equal(workdir: Path) -> None:
+    import tomllib
+
+    env = {"ENVLAYER_LOCAL_ENV": '{"A": "x\\"y"}', "ENVLAYER_LOCAL_TIMEOUT": "5"}
+    as_json = json.loads(run("config", "--json", "--backend", "local", cwd=workdir, env=env).stdout)
+    text = run("config", "--backend", "local", cwd=workdir, env=env)
+    assert text.returncode == 0, text.stderr
+    parsed = tomllib.loads(text.stdout)
+    options = parsed.pop("backends")["local"]
+    assert parsed == {k: v["value"] for k, v in as_json["settings"].items() if v["value"] is not None}
+    assert options == {k: v["value"] for k, v in as_json["options"].items() if v["value"] is not None}
+    assert options["timeout"] == 5.0 and options["inherit_env"] is True
