@@ -1,0 +1,31 @@
+"""Smaller CLI defects of issue 39, each through the real `envlayer` script: a missing
+`shell` is the user's error, not a bug in envlayer; `fork` on a backend without
+persistence hints nothing that backend lacks; a typo in `[backends.NAME]` is an error
+with a did-you-mean (and a doctor finding); `--json` says when output was not UTF-8;
+`backends --options` is compact and narrows to a backend."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from cli_run import run
+
+from envlayer.backends.local import LocalEnvironment, LocalOptions
+from envlayer.errors import InvalidArgument
+
+
+def test_a_shell_that_does_not_exist_is_a_user_error(workdir: Path) -> None:
+    out = run("exec", "--no-broker", "-o", "shell=/bin/nonexist", "true", cwd=workdir)
+    assert out.returncode == 125
+    assert "the shell /bin/nonexist does not exist in the sandbox" in out.stderr
+    assert "bug" not in out.stderr
+
+
+def test_a_missing_shell_raises_invalid_argument(tmp_path: Path) -> None:
+    env = LocalEnvironment(LocalOptions(cwd=str(tmp_path), shell="/bin/nonexist"), task_id="t")
+    try:
+        with pytest.raises(InvalidArgument, match="does not exist in the sandbox"):
+            env.exec("true")
+    finally:
+        env.cleanup()
