@@ -21,6 +21,7 @@ from envlayer.cli.report import report, sweep_targets
 from envlayer.environment import Environment
 from envlayer.errors import InvalidArgument
 from envlayer.factory import backend_specs, open_environment
+from envlayer.options import option_fields
 
 
 def _existing_task(args: argparse.Namespace) -> Environment:
@@ -59,12 +60,7 @@ def cmd_fork(args: argparse.Namespace) -> int:
     env = _existing_task(args)
     try:
         if not supports(env, Capability.PERSIST_ACROSS_PROCESSES):
-            raise InvalidArgument(
-                "persist_across_processes",
-                f"forks made by `envlayer fork` must outlive it, and backend {env.name!r} is set to remove its "
-                "sandboxes when the process ends",
-                hint="set persist_across_processes = true (the default), or fork from Python with env.fork()",
-            )
+            raise _forks_would_not_last(env)
         forks = lifecycle.open_forks(env, args.new_tasks)
     finally:
         env.cleanup()
@@ -73,6 +69,25 @@ def cmd_fork(args: argparse.Namespace) -> int:
     rows = [{"backend": f.name, "task": f.task_id, "profile": f.profile} for f in forks]
     print(json_text(rows) if args.json else "\n".join(f.task_id for f in forks))
     return 0
+
+
+def _forks_would_not_last(env: Environment) -> InvalidArgument:
+    """The error for ``fork`` on a backend whose sandboxes end with the process: the
+    option to change when the backend has it, else the backends that persist."""
+    if "persist_across_processes" in option_fields(type(env.options)):
+        return InvalidArgument(
+            "persist_across_processes",
+            f"forks made by `envlayer fork` must outlive it, and backend {env.name!r} is set to remove its "
+            "sandboxes when the process ends",
+            hint="set persist_across_processes = true (the default), or fork from Python with env.fork()",
+        )
+    lasting = ", ".join(lifecycle.backends_with(Capability.PERSIST_ACROSS_PROCESSES)) or "none is installed"
+    return InvalidArgument(
+        "backend",
+        f"forks made by `envlayer fork` must outlive it, and backend {env.name!r} keeps no sandbox after its "
+        "process ends",
+        hint=f"fork from Python with env.fork(), or use a backend whose sandboxes persist ({lasting})",
+    )
 
 
 def cmd_snapshots(args: argparse.Namespace) -> int:

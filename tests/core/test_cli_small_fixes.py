@@ -29,3 +29,14 @@ def test_a_missing_shell_raises_invalid_argument(tmp_path: Path) -> None:
             env.exec("true")
     finally:
         env.cleanup()
+
+
+def test_fork_on_local_hints_nothing_local_lacks(workdir: Path) -> None:
+    (workdir / "work").mkdir()
+    out = run(
+        "fork", "src", "n1", "--backend", "local", "-o", f"snapshot_dir={workdir / 'store'}",
+        "-o", f"cwd={workdir / 'work'}", cwd=workdir,
+    )  # fmt: skip
+    assert out.returncode == 1
+    assert "persist_across_processes" not in out.stderr  # local has no such option
+    assert "keeps no sandbox after its process ends" in out.stderr and "env.fork()" in out.stderr
