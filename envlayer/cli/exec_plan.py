@@ -28,6 +28,7 @@ from typing import Any, BinaryIO
 
 from envlayer import dispatch as lifecycle
 from envlayer.execution.cancel import CancelToken
+from envlayer.cli.config_check import check_backend_tables
 from envlayer.cli.exec_env import exec_env
 from envlayer.cli.state_loss import state_loss_note
 from envlayer.config import Settings, load_settings
@@ -90,7 +91,7 @@ def settings_of(
     ``environ`` and ``cwd``: the caller's (through the broker; default this process's)."""
     texts = parse_assignments(getattr(args, "option", None) or [], "-o")
     config = os.path.join(cwd, args.config) if cwd and args.config else args.config
-    return load_settings(
+    settings = load_settings(
         config_path=config,
         env=environ,
         cwd=cwd,
@@ -99,6 +100,8 @@ def settings_of(
         option_texts=texts or None,
         flag_names=FLAG_NAMES,
     )
+    check_backend_tables(settings)
+    return settings
 
 
 @dataclass

@@ -6,6 +6,7 @@ with a did-you-mean (and a doctor finding); `--json` says when output was not UT
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -40,3 +41,19 @@ def test_fork_on_local_hints_nothing_local_lacks(workdir: Path) -> None:
     assert out.returncode == 1
     assert "persist_across_processes" not in out.stderr  # local has no such option
     assert "keeps no sandbox after its process ends" in out.stderr and "env.fork()" in out.stderr
+
+
+def test_a_misspelt_backend_table_is_an_error_with_a_did_you_mean(workdir: Path) -> None:
+    (workdir / "envlayer.toml").write_text('backend = "local"\n[backends.lcoal]\ntimeout = 5\n')
+    out = run("exec", "--no-broker", "true", cwd=workdir)
+    assert out.returncode == 125
+    assert "[backends.lcoal]: unknown backend" in out.stderr and "did you mean [backends.local]?" in out.stderr
+    doctor = run("doctor", cwd=workdir)
+    assert doctor.returncode == 1 and "did you mean [backends.local]?" in doctor.stdout
+
+
+def test_doctor_finds_a_misspelt_option_of_a_backend_not_selected(workdir: Path) -> None:
+    (workdir / "envlayer.toml").write_text('backend = "local"\n[backends.ssh]\nhots = "example.org"\n')
+    doctor = run("doctor", "--json", cwd=workdir)
+    (ssh,) = [entry for entry in json.loads(doctor.stdout) if entry["backend"] == "ssh"]
+    assert "hots: unknown option" in ssh["error"]["message"] and ssh["error"]["hint"] == "did you mean 'host'?"
