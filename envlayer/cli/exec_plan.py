@@ -17,6 +17,7 @@ broker keeps its environments for the next call.
 from __future__ import annotations
 
 import argparse
+import base64
 import dataclasses
 import json
 import os
@@ -190,6 +191,16 @@ def plan_exec(
     return ExecPlan(command, settings, kwargs, user)
 
 
+def output_fields(stream: str, data: bytes) -> dict[str, str]:
+    """``STREAM`` and ``STREAM_encoding`` of the ``--json`` object: the text with
+    ``"utf-8"`` when ``data`` is valid UTF-8, else base64 of the exact bytes with
+    ``"base64"`` (nothing is replaced by U+FFFD)."""
+    try:
+        return {stream: data.decode("utf-8"), f"{stream}_encoding": "utf-8"}
+    except UnicodeDecodeError:
+        return {stream: base64.b64encode(data).decode("ascii"), f"{stream}_encoding": "base64"}
+
+
 def exec_json(result: ExecResult | None, notes: list[str], exc: BaseException | None = None) -> dict[str, Any]:
     """The ``--json`` object of one exec: every field always present (null when unknown)."""
 
@@ -201,8 +212,8 @@ def exec_json(result: ExecResult | None, notes: list[str], exc: BaseException | 
         "timed_out": bool(result and result.timed_out),
         "timeout": result.timeout if result else None,
         "duration": result.duration if result else None,
-        "stdout": result.stdout_text if result else "",
-        "stderr": result.stderr_text if result else "",
+        **output_fields("stdout", result.stdout if result else b""),
+        **output_fields("stderr", result.stderr if result else b""),
         "stdout_truncation": truncation(result.stdout_truncation) if result else None,
         "stderr_truncation": truncation(result.stderr_truncation) if result else None,
         "recovered": result.recovered if result else "",

@@ -98,6 +98,8 @@ EXEC_KEYS = {
     "duration",
     "stdout",
     "stderr",
+    "stdout_encoding",
+    "stderr_encoding",
     "stdout_truncation",
     "stderr_truncation",
     "recovered",

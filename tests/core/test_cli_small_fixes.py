@@ -57,3 +57,12 @@ def test_doctor_finds_a_misspelt_option_of_a_backend_not_selected(workdir: Path)
     doctor = run("doctor", "--json", cwd=workdir)
     (ssh,) = [entry for entry in json.loads(doctor.stdout) if entry["backend"] == "ssh"]
     assert "hots: unknown option" in ssh["error"]["message"] and ssh["error"]["hint"] == "did you mean 'host'?"
+
+
+def test_json_gives_output_that_is_not_utf8_as_base64_and_says_so(workdir: Path) -> None:
+    import base64
+
+    out = run("exec", "--no-broker", "--json", r"printf 'ok\377\n'; printf 'caf\303\251' >&2", cwd=workdir)
+    data = json.loads(out.stdout)
+    assert data["stdout_encoding"] == "base64" and base64.b64decode(data["stdout"]) == b"ok\xff\n"
+    assert data["stderr_encoding"] == "utf-8" and data["stderr"] == "café"
