@@ -121,7 +121,13 @@ def parse_arguments(parser: argparse.ArgumentParser, argv: Sequence[str] | None)
 
 
 def _backends_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--options", action="store_true", help="also list every option of each backend")
+    p.add_argument(
+        "--options",
+        nargs="*",
+        metavar="BACKEND",
+        help="also list the options (name, type, default) of every backend, or with their descriptions of the "
+        "BACKENDs named",
+    )
 
 
 EXEC_DESCRIPTION = (
@@ -246,7 +252,8 @@ COMMANDS: tuple[Command | str, ...] = (
     Command(
         "backends",
         "list installed backends, their package and capabilities",
-        "  envlayer backends\n  envlayer backends --options      # every option, its type and default",
+        "  envlayer backends\n  envlayer backends --options              # every option, its type and default\n"
+        "  envlayer backends --options docker       # docker's options, each with what it does",
         flags=("json",),
         arguments=_backends_arguments,
     ),
