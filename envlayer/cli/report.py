@@ -106,11 +106,11 @@ def _print_ids(outcomes: list[lifecycle.SweepOutcome]) -> None:
 
 
 def _skipped_notes(skipped: list[lifecycle.SweepOutcome], verbose: bool) -> None:
-    """Backends the user did not name that could not be reached here: each with its
-    reason under ``-v``, else one line naming them (never a failure: that is said apart)."""
+    """Backends the user did not name that cannot be reached here (``unavailable``):
+    each with its reason under ``-v``, else one line naming them all."""
     if verbose:
         for o in skipped:
-            note(o.note or f"backend {o.backend!r} skipped: {(o.error or '').splitlines()[0]}")
+            note(f"backend {o.backend!r} skipped: {(o.error or '').splitlines()[0]}")
     elif skipped:
         names = ", ".join(sorted({o.backend for o in skipped}))
         note(f"skipped backends not set up here: {names} (-v says why)")
@@ -118,21 +118,20 @@ def _skipped_notes(skipped: list[lifecycle.SweepOutcome], verbose: bool) -> None
 
 def report(outcomes: list[lifecycle.SweepOutcome], args: argparse.Namespace, verb: str) -> int:
     """Print the outcomes of a sweep; return the exit code. Without ``--backend``, a
-    backend that cannot be reached here (``unavailable``) or cannot be loaded is skipped
-    with a note (one line for all of them; each reason under ``-v``), not a failure: the
-    user did not ask for it."""
+    backend that cannot be reached here (``unavailable``) is skipped with one note for
+    all of them (each reason under ``-v``), and one that cannot be loaded with a note of
+    its own: neither is a failure, the user did not ask for it."""
     failed = [o for o in outcomes if o.error and (args.backend or not o.unavailable)]
     if args.json:
         print_json([outcome_json(o) for o in outcomes])
     else:
         _print_ids(outcomes) if getattr(args, "quiet", False) else _print_table(outcomes, verb)
-        skipped = [o for o in outcomes if o not in failed and (o.error or " skipped: " in o.note)]
         for o in outcomes:
             if o in failed:
                 print(f"{o.backend}: error: {o.error}" + (f"\n  hint: {o.hint}" if o.hint else ""), file=sys.stderr)
-            elif not o.supported and o not in skipped and (args.verbose or args.backend):
+            elif not o.supported and (args.verbose or args.backend or " skipped: " in o.note):
                 note(o.note)
-        _skipped_notes(skipped, args.verbose)
+        _skipped_notes([o for o in outcomes if o.error and o not in failed], args.verbose)
     if any(o.plugin_failure for o in failed):
         return ENVLAYER_FAILURE
     return 1 if failed else 0
