@@ -120,7 +120,7 @@ def test_reap_ls_rm_on_backends_without_the_capability(workdir: Path) -> None:
     assert out.returncode == 1  # the task was not removed: rm says so
     unsupported, not_removed = json.loads(out.stdout)
     assert unsupported["supported"] is False and unsupported["sandboxes"] == []
-    assert "no backend here can remove it" in not_removed["error"]["message"]
+    assert "no backend here can remove sandboxes" in not_removed["error"]["message"]
 
 
 def test_doctor_reports_selected_backend(workdir: Path) -> None:

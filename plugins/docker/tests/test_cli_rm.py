@@ -29,7 +29,7 @@ def test_rm_of_a_running_or_unknown_task_fails_with_the_reason(cli: Any, prof: s
     assert cli("exec", "--task", "busy", "true", profile=prof).returncode == 0
     running = cli("rm", "busy", profile=prof)
     assert running.returncode == 1
-    assert "task 'busy' is running" in running.stderr and "--force" in running.stderr
+    assert "task 'busy': docker" in running.stderr and "(running) is still there; --force removes it" in running.stderr
     assert _tasks(cli, prof) == {"busy": "running"}
     unknown = cli("rm", "no-such-task", profile=prof)
     assert unknown.returncode == 1
@@ -63,7 +63,7 @@ def test_rm_all_needs_a_terminal_or_yes(cli: Any, prof: str) -> None:
     assert "no terminal" in refused.stderr and "-y" in refused.stderr
     assert _tasks(cli, prof) == {"a1": "running", "a2": "running"}
     kept = cli("rm", "--all", "-y", profile=prof)
-    assert kept.returncode == 0 and "kept: task 'a1' is running" in kept.stderr
+    assert kept.returncode == 0 and "kept: task 'a1': docker" in kept.stderr and "(running)" in kept.stderr
     done = cli("rm", "--all", "--force", "-y", profile=prof)
     assert done.returncode == 0, done.stderr
     assert _tasks(cli, prof) == {}
