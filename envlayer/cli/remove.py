@@ -109,6 +109,12 @@ def _merged(done: Removed) -> list[lifecycle.SweepOutcome]:
     return list(merged.values())
 
 
+def _gone(done: Removed) -> set[tuple[str, str]]:
+    """(backend, id) of what the calls removed: a listing may still show it a while
+    (a Kubernetes pod ``Terminating``), and that is not a sandbox left."""
+    return {(s.backend, s.id) for _, o in done for s in o.sandboxes}
+
+
 def _verdicts(
     args: argparse.Namespace,
     asked: Asked,
@@ -119,10 +125,12 @@ def _verdicts(
 ) -> list[lifecycle.SweepOutcome]:
     """An error outcome for each named task not removed (``--all``: a note instead)."""
     out = []
+    gone = _gone(done)
     for task in tasks:
         removed = any(o.sandboxes for t, o in done if t == task)
         before = [s for s in known if s.task == task]
-        reason = why_not_removed(task, before, [s for s in after if s.task == task], removed, asked)
+        left = [s for s in after if s.task == task and (s.backend, s.id) not in gone]
+        reason = why_not_removed(task, before, left, removed, asked)
         if not reason:
             continue
         if args.all:
@@ -161,7 +169,8 @@ def cmd_rm(args: argparse.Namespace, release: Release) -> int:
         done = [pair for pairs in pool.map(remove, tasks) for pair in pairs]
     after = [s for o in lifecycle.list_sandboxes(listable, profile=settings.profile) for s in o.sandboxes]
     if not args.force:  # a task wholly gone (or held only by a broker) is let go of now
-        left = {s.task for s in after if s.status != "data"}
+        gone = _gone(done)
+        left = {s.task for s in after if s.status != "data" and (s.backend, s.id) not in gone}
         done += [(task, o) for task in tasks if task not in left for o in release(task, settings.profile, args.backend)]
     asked = Asked(args.force, args.purge, settings.profile, bool(able))
     errors = [o for o in listing if o.error] + _verdicts(args, asked, tasks, known, after, done)
