@@ -46,19 +46,24 @@ def resolve_tasks(words: Sequence[str], known: list[SandboxInfo]) -> list[str]:
     return list(dict.fromkeys(word if word in tasks else by_handle.get(word, word) for word in words))
 
 
-def confirm_all(tasks: list[str], known: list[SandboxInfo], profile: str, yes: bool) -> bool:
-    """``--all``: ask on a terminal (``-y``: do not ask). Without a terminal and ``-y``,
-    raise :class:`InvalidArgument`. True to go on."""
-    if yes or not tasks:
+def confirm_all(tasks: list[str], known: list[SandboxInfo], args: argparse.Namespace, profile: str) -> bool:
+    """``--all``: ask on a terminal, counting what ``rm`` is to remove (durable data only
+    with ``--purge``; ``-y``: do not ask). Without a terminal and ``-y``, raise
+    :class:`InvalidArgument`. True to go on."""
+    if args.yes or not tasks:
         return True
-    count = sum(1 for s in known if s.task in set(tasks))
+    count = sum(1 for s in known if s.task in set(tasks) and (args.purge or s.status != "data"))
     question = f"remove {count} sandbox(es) of {len(tasks)} task(s) in profile {profile!r}"
     if not sys.stdin.isatty():
         raise InvalidArgument(
             "--all", f"will not {question} without confirmation: no terminal to ask on", hint="add -y to confirm"
         )
     print(f"envlayer: {question}? [y/N] ", end="", file=sys.stderr, flush=True)
-    return sys.stdin.readline().strip().lower() in ("y", "yes")
+    try:
+        return sys.stdin.readline().strip().lower() in ("y", "yes")
+    except KeyboardInterrupt:  # Ctrl-C at the question: a no
+        print(file=sys.stderr)
+        return False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,7 +161,7 @@ def cmd_rm(args: argparse.Namespace, release: Release) -> int:
     able = [spec for spec in able if backend_name(spec[0]) not in broken]
     known = [s for o in listing for s in o.sandboxes]
     tasks = sorted({s.task for s in known}) if args.all else resolve_tasks(args.tasks, known)
-    if args.all and not confirm_all(tasks, known, settings.profile, args.yes):
+    if args.all and not confirm_all(tasks, known, args, settings.profile):
         print("envlayer: nothing removed", file=sys.stderr)
         return 1
 

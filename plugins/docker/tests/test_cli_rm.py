@@ -67,3 +67,46 @@ def test_rm_all_needs_a_terminal_or_yes(cli: Any, prof: str) -> None:
     done = cli("rm", "--all", "--force", "-y", profile=prof)
     assert done.returncode == 0, done.stderr
     assert _tasks(cli, prof) == {}
+
+
+def _rm_all_on_a_terminal(answer: bytes, prof: str) -> tuple[int, bytes]:
+    """``envlayer rm --all --force`` with a terminal as stdin and stderr, answering
+    ``answer`` to its question: (exit code, what the terminal showed)."""
+    import os
+    import pty
+    import select
+    import subprocess
+    import time
+
+    from envlayer.testing.secrets import ENVLAYER_SCRIPT
+
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("ENVLAYER_")}
+    environ.update(ENVLAYER_PROFILE=prof)
+    primary, secondary = pty.openpty()
+    proc = subprocess.Popen(
+        [ENVLAYER_SCRIPT, "rm", "--all", "--force", "--backend", "docker"],
+        stdin=secondary, stdout=subprocess.DEVNULL, stderr=secondary, env=environ,
+    )  # fmt: skip
+    try:
+        shown, deadline = b"", time.monotonic() + 120
+        while b"[y/N]" not in shown:
+            assert proc.poll() is None and time.monotonic() < deadline, f"no question asked: {shown!r}"
+            if select.select([primary], [], [], 1.0)[0]:
+                shown += os.read(primary, 4096)
+        os.write(primary, answer)
+        return proc.wait(timeout=120), shown
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(primary)
+        os.close(secondary)
+
+
+def test_rm_all_asks_on_a_terminal(cli: Any, prof: str) -> None:
+    assert cli("exec", "--task", "q1", "true", profile=prof).returncode == 0
+    code, shown = _rm_all_on_a_terminal(b"n\n", prof)
+    assert code == 1 and f"remove 1 sandbox(es) of 1 task(s) in profile '{prof}'?".encode() in shown
+    assert _tasks(cli, prof) == {"q1": "running"}
+    code, _ = _rm_all_on_a_terminal(b"y\n", prof)
+    assert code == 0 and _tasks(cli, prof) == {}
