@@ -23,7 +23,7 @@ from envlayer.request import ExecRequest
 from envlayer.result import ExecResult
 from envlayer.execution.session_dirs import claim_script
 from envlayer.execution.shell_script import OWNER_BOUND, SESSION_VAR, quote_path
-from envlayer.execution.shell_session import PersistentShell
+from envlayer.execution.shell_session import PersistentShell, shell_missing
 from envlayer.execution.streams import ProcessStream
 
 _ASIDE_TIMEOUT = 30.0
@@ -73,7 +73,10 @@ class LocalSession:
         is gone: :data:`~envlayer.execution.shell_script.OWNER_BOUND`)."""
         env = {**self._environment(), SESSION_VAR: self.shell.session_id}
         start = nearest_existing(self.shell.cwd or self.shell.start_dir or "/")
-        self._stream = ProcessStream.spawn([self.shell.shell], env=env, cwd=start)
+        try:
+            self._stream = ProcessStream.spawn([self.shell.shell], env=env, cwd=start)
+        except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
+            raise shell_missing(self.shell.shell) from exc
         try:
             self._stream.write(claim_script(self.shell.session_id) + OWNER_BOUND.encode())
         except OSError:

@@ -36,6 +36,8 @@ from envlayer.capabilities import (
     signature_problem,
 )
 from envlayer.cli.completion import completion_script
+from envlayer.cli.toml_text import toml_key, toml_line
+from envlayer.cli.option_table import print_backend_options
 from envlayer.cli.exec_plan import (
     BROKEN_PIPE_EXIT_CODE,
     ENVLAYER_FAILURE,
@@ -60,7 +62,7 @@ from envlayer.cli.report import (
 )
 from envlayer.config import CORE_KEYS
 from envlayer.environment import SandboxInfo
-from envlayer.errors import BackendUnavailable, EnvlayerError
+from envlayer.errors import BackendNotFound, BackendUnavailable, EnvlayerError
 from envlayer.factory import load_configured_backend, open_environment
 from envlayer.options import default_of, masked, option_fields, type_name
 from envlayer.discovery.plugin_calls import plugin_call
@@ -100,8 +102,11 @@ def _exit_code_for(exc: EnvlayerError) -> int:
 
 
 def cmd_backends(args: argparse.Namespace) -> int:
+    named = _named_backends(args.options)
     rows, payload = [], []
     for info in list_backends():
+        if named and info.name not in named:
+            continue
         entry: dict[str, Any] = {**info._asdict(), "error": None}
         if shadows_builtin(info):
             entry["error"] = {
@@ -117,7 +122,7 @@ def cmd_backends(args: argparse.Namespace) -> int:
             entry["capabilities"] = sorted(c.value for c in capabilities_of(cls))
             entry["declared"] = declared_capabilities(cls) is not None
             entry["unusable"] = _unusable(cls)
-            if args.options:
+            if args.options is not None:
                 entry["options"] = {
                     name: {"type": type_name(tp), "default": default_of(f), "doc": f.metadata.get("doc", "")}
                     for name, (tp, f) in option_fields(cls.Options).items()
@@ -125,27 +130,36 @@ def cmd_backends(args: argparse.Namespace) -> int:
         except EnvlayerError as exc:
             entry["error"] = error_object(exc)
         payload.append(entry)
-        caps = ", ".join(entry.get("capabilities", [])) or "-"
-        if entry["error"]:
-            caps = f"unavailable: {entry['error']['message']}"
-        elif not entry["declared"]:
-            caps += " (introspected)"
-        if entry.get("unusable"):
-            caps += "; unusable: " + ", ".join(entry["unusable"])
-        rows.append([info.name, info.distribution, info.version, caps])
+        rows.append([info.name, info.distribution, info.version, _capabilities_cell(entry)])
     if args.json:
         print_json(payload)
         return 0
     print(table(rows, ["BACKEND", "PACKAGE", "VERSION", "CAPABILITIES"]))
-    if args.options:
-        for entry in payload:
-            for name, spec in entry.get("options", {}).items():
-                print(
-                    f"\n[{entry['name']}] {name} ({spec['type']}, default {spec['default']!r})\n    {spec['doc']}",
-                    end="",
-                )
-        print()
+    if args.options is not None:
+        print_backend_options(payload, with_docs=bool(named))
     return 0
+
+
+def _named_backends(names: list[str] | None) -> set[str]:
+    """``--options BACKEND...``: the names, each an installed backend (else
+    :class:`BackendNotFound` with the nearest name)."""
+    installed = backend_names()
+    for name in names or ():
+        if name not in installed:
+            raise BackendNotFound(name, installed, None)
+    return set(names or ())
+
+
+def _capabilities_cell(entry: dict[str, Any]) -> str:
+    """The CAPABILITIES cell of ``backends``: the capabilities, or why it is unavailable."""
+    if entry["error"]:
+        return f"unavailable: {entry['error']['message']}"
+    caps = ", ".join(entry.get("capabilities", [])) or "-"
+    if not entry["declared"]:
+        caps += " (introspected)"
+    if entry.get("unusable"):
+        caps += "; unusable: " + ", ".join(entry["unusable"])
+    return caps
 
 
 def _unusable(cls: type) -> dict[str, str]:
@@ -196,11 +210,9 @@ def cmd_reap(args: argparse.Namespace) -> int:
 
 
 def cmd_rm(args: argparse.Namespace) -> int:
-    settings = _settings(args)
-    specs, failures = sweep_targets(args, settings)
-    released = _release_from_brokers(args.task, settings.profile, args.backend)
-    outcomes = lifecycle.remove_sandbox(specs, args.task, profile=settings.profile, force=args.force, purge=args.purge)
-    return report(failures + released + outcomes, args, "removed")
+    from envlayer.cli.remove import cmd_rm as remove_tasks
+
+    return remove_tasks(args, _release_from_brokers)
 
 
 def _release_from_brokers(task: str, profile: str, backend: str | None) -> list[lifecycle.SweepOutcome]:
@@ -271,12 +283,12 @@ def cmd_config(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"files": settings.files, "settings": core, "options": opts})
         return 0
-    print("files read: " + (", ".join(settings.files) or "none"))
+    print("# files read: " + (", ".join(settings.files) or "none"))
     for k, v in core.items():
-        print(f"{k} = {v['value']!r}    # {v['source']}")
-    print(f"[backends.{settings.backend}]")
+        print(toml_line(k, v["value"], v["source"]))
+    print(f"\n[backends.{toml_key(settings.backend)}]")
     for k, v in opts.items():
-        print(f"{k} = {v['value']!r}    # {v['source']}")
+        print(toml_line(k, v["value"], v["source"]))
     return 0
 
 

@@ -17,6 +17,7 @@ broker keeps its environments for the next call.
 from __future__ import annotations
 
 import argparse
+import base64
 import dataclasses
 import json
 import os
@@ -28,7 +29,9 @@ from typing import Any, BinaryIO
 
 from envlayer import dispatch as lifecycle
 from envlayer.execution.cancel import CancelToken
+from envlayer.cli.config_check import check_backend_tables
 from envlayer.cli.exec_env import exec_env
+from envlayer.cli.state_loss import state_loss_note
 from envlayer.config import Settings, load_settings
 from envlayer.environment import Command, Environment
 from envlayer.errors import EnvlayerError
@@ -89,7 +92,7 @@ def settings_of(
     ``environ`` and ``cwd``: the caller's (through the broker; default this process's)."""
     texts = parse_assignments(getattr(args, "option", None) or [], "-o")
     config = os.path.join(cwd, args.config) if cwd and args.config else args.config
-    return load_settings(
+    settings = load_settings(
         config_path=config,
         env=environ,
         cwd=cwd,
@@ -98,6 +101,8 @@ def settings_of(
         option_texts=texts or None,
         flag_names=FLAG_NAMES,
     )
+    check_backend_tables(settings)
+    return settings
 
 
 @dataclass
@@ -186,6 +191,16 @@ def plan_exec(
     return ExecPlan(command, settings, kwargs, user)
 
 
+def output_fields(stream: str, data: bytes) -> dict[str, str]:
+    """``STREAM`` and ``STREAM_encoding`` of the ``--json`` object: the text with
+    ``"utf-8"`` when ``data`` is valid UTF-8, else base64 of the exact bytes with
+    ``"base64"`` (nothing is replaced by U+FFFD)."""
+    try:
+        return {stream: data.decode("utf-8"), f"{stream}_encoding": "utf-8"}
+    except UnicodeDecodeError:
+        return {stream: base64.b64encode(data).decode("ascii"), f"{stream}_encoding": "base64"}
+
+
 def exec_json(result: ExecResult | None, notes: list[str], exc: BaseException | None = None) -> dict[str, Any]:
     """The ``--json`` object of one exec: every field always present (null when unknown)."""
 
@@ -197,8 +212,8 @@ def exec_json(result: ExecResult | None, notes: list[str], exc: BaseException | 
         "timed_out": bool(result and result.timed_out),
         "timeout": result.timeout if result else None,
         "duration": result.duration if result else None,
-        "stdout": result.stdout_text if result else "",
-        "stderr": result.stderr_text if result else "",
+        **output_fields("stdout", result.stdout if result else b""),
+        **output_fields("stderr", result.stderr if result else b""),
         "stdout_truncation": truncation(result.stdout_truncation) if result else None,
         "stderr_truncation": truncation(result.stderr_truncation) if result else None,
         "recovered": result.recovered if result else "",
@@ -258,6 +273,8 @@ def _report_result(
     if result.cancelled:
         console.line(INTERRUPTED_LINE)
         return INTERRUPT_EXIT_CODE
+    if result.recovered:
+        console.note(state_loss_note(result.recovered))
     if args.json:
         console.json(exec_json(result, notes))
         return result.exit_code

@@ -26,6 +26,8 @@ DEFAULT_TIMEOUT: float = default_of(option_fields(BaseOptions)["timeout"][1])
 DEBUG_HELP = "print tracebacks of errors and DEBUG logs of the envlayer loggers on stderr"
 COMMON_EXITS = "exit codes: 0 success, 1 failure (reason and hint on stderr), 2 usage error"
 SWEEP_FLAGS = ("settings", "json", "verbose")
+LISTING_FLAGS = (*SWEEP_FLAGS, "listing")
+"""The flags of the commands that print a listing (``ls``, ``reap``, ``snapshots``)."""
 
 
 def seconds(text: str) -> float:
@@ -62,9 +64,14 @@ def _shared_flags(parser_class: type[argparse.ArgumentParser]) -> dict[str, argp
     json_flag.add_argument("--json", action="store_true", help="print machine-readable JSON")
     verbose = parser_class(add_help=False)
     verbose.add_argument("-v", "--verbose", action="store_true", help="also report backends lacking the capability")
+    listing = parser_class(add_help=False)
+    listing.add_argument("-q", "--quiet", action="store_true", help="print only the ids, one a line")
+    listing.add_argument(
+        "--format", choices=["table", "json"], default="table", help="table (default), or json (same as --json)"
+    )
     debug = parser_class(add_help=False)
     debug.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
-    return {"settings": settings, "json": json_flag, "verbose": verbose, "debug": debug}
+    return {"settings": settings, "json": json_flag, "verbose": verbose, "listing": listing, "debug": debug}
 
 
 def subcommand(
@@ -105,6 +112,8 @@ def parse_arguments(parser: argparse.ArgumentParser, argv: Sequence[str] | None)
         setattr(args, late, extra.pop())
     if extra:
         getattr(args, "command_parser", parser).error(f"unrecognized arguments: {' '.join(extra)}")
+    if getattr(args, "format", None) == "json":
+        args.json = True
     return args
 
 
@@ -112,7 +121,13 @@ def parse_arguments(parser: argparse.ArgumentParser, argv: Sequence[str] | None)
 
 
 def _backends_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--options", action="store_true", help="also list every option of each backend")
+    p.add_argument(
+        "--options",
+        nargs="*",
+        metavar="BACKEND",
+        help="also list the options (name, type, default) of every backend, or with their descriptions of the "
+        "BACKENDs named",
+    )
 
 
 EXEC_DESCRIPTION = (
@@ -191,7 +206,11 @@ def _reap_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _rm_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("task", metavar="TASK", help="the task id, as `envlayer ls` shows it")
+    p.add_argument(
+        "tasks", nargs="*", metavar="TASK", help="a task id, or a sandbox's ID or NAME, as `envlayer ls` shows them"
+    )
+    p.add_argument("--all", action="store_true", help="every task of the current profile (asks first on a terminal)")
+    p.add_argument("-y", "--yes", action="store_true", help="with --all: do not ask (needed without a terminal)")
     p.add_argument("--force", action="store_true", help="also remove it while it is running")
     p.add_argument("--purge", action="store_true", help="also delete the task's durable data (Docker workspace)")
 
@@ -236,7 +255,8 @@ COMMANDS: tuple[Command | str, ...] = (
     Command(
         "backends",
         "list installed backends, their package and capabilities",
-        "  envlayer backends\n  envlayer backends --options      # every option, its type and default",
+        "  envlayer backends\n  envlayer backends --options              # every option, its type and default\n"
+        "  envlayer backends --options docker       # docker's options, each with what it does",
         flags=("json",),
         arguments=_backends_arguments,
     ),
@@ -254,7 +274,7 @@ COMMANDS: tuple[Command | str, ...] = (
         "ls",
         "list managed sandboxes (backends that can list)",
         "  envlayer ls\n  envlayer ls --all-profiles --json",
-        flags=SWEEP_FLAGS,
+        flags=LISTING_FLAGS,
         arguments=_ls_arguments,
     ),
     Command(
@@ -262,13 +282,16 @@ COMMANDS: tuple[Command | str, ...] = (
         "remove sandboxes left by dead processes",
         "  envlayer reap --dry-run         # what would be removed\n  envlayer reap --backend docker --max-age 600",
         "exit codes: 0 success, 1 a backend's sweep failed (the others still ran), 2 usage error",
-        flags=SWEEP_FLAGS,
+        flags=LISTING_FLAGS,
         arguments=_reap_arguments,
     ),
     Command(
         "rm",
-        "remove the sandbox of a task",
-        "  envlayer rm build-42\n  envlayer rm build-42 --force --purge   # running, and its durable workspace",
+        "remove the sandboxes of tasks",
+        "  envlayer rm build-42 build-43\n"
+        "  envlayer rm build-42 --force --purge   # running, and its durable workspace\n"
+        "  envlayer rm --all -y                   # every stopped sandbox of the profile, without asking",
+        "exit codes: 0 all removed, 1 a task was not removed (the reason on stderr) or a backend failed, 2 usage error",
         flags=SWEEP_FLAGS,
         arguments=_rm_arguments,
     ),

@@ -11,12 +11,12 @@ import sys
 from typing import Any
 
 from envlayer import dispatch as lifecycle
-from envlayer.cli.table_cells import last_used_cell, size_cell
 from envlayer.cli.exec_plan import ENVLAYER_FAILURE, json_text
+from envlayer.cli.table_cells import ago_cell, last_used_cell, size_cell
 from envlayer.config import Settings
+from envlayer.discovery.backend_registry import backend_names
 from envlayer.errors import BackendConflict, BackendLoadError, PluginError
 from envlayer.factory import backend_specs
-from envlayer.discovery.backend_registry import backend_names
 
 PLUGIN_FAILURES = (PluginError, BackendLoadError, BackendConflict)
 """Errors that mean a backend plugin is broken: exit code 125 from every command."""
@@ -84,10 +84,12 @@ def outcome_json(outcome: lifecycle.SweepOutcome) -> dict[str, Any]:
 
 
 def _print_table(outcomes: list[lifecycle.SweepOutcome], verb: str) -> None:
+    """The sandboxes as a table: full ids (what ``rm`` and ``snapshots rm`` take), times
+    as ``2h 5m ago``."""
     sandboxes = [s for o in outcomes for s in o.sandboxes]
     headers = ["BACKEND", "ID", "NAME", "TASK", "PROFILE", "STATUS", "CREATED"]
     rows = [
-        [s.backend, s.id[:12], s.detail.get("name", ""), task_cell(s.task), s.profile, s.status, s.created]
+        [s.backend, s.id, s.detail.get("name", ""), task_cell(s.task), s.profile, s.status, ago_cell(s.created)]
         for s in sandboxes
     ]
     if any("last_used" in s.detail or "size_bytes" in s.detail for s in sandboxes):
@@ -97,22 +99,39 @@ def _print_table(outcomes: list[lifecycle.SweepOutcome], verb: str) -> None:
     print(table(rows, headers) if rows else f"nothing {verb}")
 
 
+def _print_ids(outcomes: list[lifecycle.SweepOutcome]) -> None:
+    """``-q``: one id a line, nothing else on stdout (``envlayer rm $(envlayer ls -q)``)."""
+    for sandbox in (s for o in outcomes for s in o.sandboxes):
+        print(sandbox.id)
+
+
+def _skipped_notes(skipped: list[lifecycle.SweepOutcome], verbose: bool) -> None:
+    """Backends the user did not name that cannot be reached here (``unavailable``):
+    each with its reason under ``-v``, else one line naming them all."""
+    if verbose:
+        for o in skipped:
+            note(f"backend {o.backend!r} skipped: {(o.error or '').splitlines()[0]}")
+    elif skipped:
+        names = ", ".join(sorted({o.backend for o in skipped}))
+        note(f"skipped backends not set up here: {names} (-v says why)")
+
+
 def report(outcomes: list[lifecycle.SweepOutcome], args: argparse.Namespace, verb: str) -> int:
     """Print the outcomes of a sweep; return the exit code. Without ``--backend``, a
-    backend that cannot be reached here (``unavailable``) is a note, not a failure: the
-    user did not ask for it."""
+    backend that cannot be reached here (``unavailable``) is skipped with one note for
+    all of them (each reason under ``-v``), and one that cannot be loaded with a note of
+    its own: neither is a failure, the user did not ask for it."""
     failed = [o for o in outcomes if o.error and (args.backend or not o.unavailable)]
     if args.json:
         print_json([outcome_json(o) for o in outcomes])
     else:
-        _print_table(outcomes, verb)
+        _print_ids(outcomes) if getattr(args, "quiet", False) else _print_table(outcomes, verb)
         for o in outcomes:
             if o in failed:
                 print(f"{o.backend}: error: {o.error}" + (f"\n  hint: {o.hint}" if o.hint else ""), file=sys.stderr)
-            elif o.error:
-                note(f"backend {o.backend!r} skipped: {o.error.splitlines()[0]}")
             elif not o.supported and (args.verbose or args.backend or " skipped: " in o.note):
                 note(o.note)
+        _skipped_notes([o for o in outcomes if o.error and o not in failed], args.verbose)
     if any(o.plugin_failure for o in failed):
         return ENVLAYER_FAILURE
     return 1 if failed else 0

@@ -24,6 +24,7 @@ from envlayer.cli.report import report, sweep_targets
 from envlayer.environment import Environment
 from envlayer.errors import InvalidArgument
 from envlayer.factory import backend_specs, open_environment
+from envlayer.options import option_fields
 
 
 def _existing_task(args: argparse.Namespace) -> Environment:
@@ -80,12 +81,7 @@ def cmd_fork(args: argparse.Namespace) -> int:
     env = _existing_task(args)
     try:
         if not supports(env, Capability.PERSIST_ACROSS_PROCESSES):
-            raise InvalidArgument(
-                "persist_across_processes",
-                f"forks made by `envlayer fork` must outlive it, and backend {env.name!r} is set to remove its "
-                "sandboxes when the process ends",
-                hint="set persist_across_processes = true (the default), or fork from Python with env.fork()",
-            )
+            raise _forks_would_not_last(env)
         forks = lifecycle.open_forks(env, args.new_tasks)
     finally:
         env.cleanup()
@@ -94,6 +90,25 @@ def cmd_fork(args: argparse.Namespace) -> int:
     rows = [{"backend": f.name, "task": f.task_id, "profile": f.profile} for f in forks]
     print(json_text(rows) if args.json else "\n".join(f.task_id for f in forks))
     return 0
+
+
+def _forks_would_not_last(env: Environment) -> InvalidArgument:
+    """The error for ``fork`` on a backend whose sandboxes end with the process: the
+    option to change when the backend has it, else the backends that persist."""
+    if "persist_across_processes" in option_fields(type(env.options)):
+        return InvalidArgument(
+            "persist_across_processes",
+            f"forks made by `envlayer fork` must outlive it, and backend {env.name!r} is set to remove its "
+            "sandboxes when the process ends",
+            hint="set persist_across_processes = true (the default), or fork from Python with env.fork()",
+        )
+    lasting = ", ".join(lifecycle.backends_with(Capability.PERSIST_ACROSS_PROCESSES)) or "none is installed"
+    return InvalidArgument(
+        "backend",
+        f"forks made by `envlayer fork` must outlive it, and backend {env.name!r} keeps no sandbox after its "
+        "process ends",
+        hint=f"fork from Python with env.fork(), or use a backend whose sandboxes persist ({lasting})",
+    )
 
 
 def cmd_snapshots(args: argparse.Namespace) -> int:
@@ -106,7 +121,35 @@ def cmd_snapshots(args: argparse.Namespace) -> int:
         return report(failures + lifecycle.list_snapshots(specs, profile=profile), args, "listed")
     if not args.snapshot_id:
         raise InvalidArgument("SNAPSHOT", "`snapshots rm` needs the snapshot id", hint="see `envlayer snapshots ls`")
-    return report(failures + lifecycle.remove_snapshot(specs, args.snapshot_id), args, "removed")
+    snapshot_id = _snapshot_named(args.snapshot_id, specs, settings.profile)
+    outcomes = lifecycle.remove_snapshot(specs, snapshot_id)
+    if not any(o.sandboxes for o in outcomes):
+        outcomes.append(
+            lifecycle.SweepOutcome(
+                args.backend or "envlayer",
+                supported=True,
+                error=f"not removed: no snapshot with id or name {args.snapshot_id!r} in profile {settings.profile!r}",
+                hint="`envlayer snapshots ls` lists the ids and names snapshots rm takes",
+            )
+        )
+    return report(failures + outcomes, args, "removed")
+
+
+def _snapshot_named(word: str, specs: list[lifecycle.BackendSpec], profile: str) -> str:
+    """The id of the snapshot ``word`` names, as ``snapshots ls`` shows it: its ID, or its
+    NAME in ``profile``; ``word`` itself when none matches. Raises
+    :class:`InvalidArgument` when the name is that of several snapshots."""
+    listed = [s for o in lifecycle.list_snapshots(specs, profile=profile) for s in o.sandboxes]
+    if any(s.id == word for s in listed):
+        return word
+    named = [s for s in listed if s.detail.get("name") == word]
+    if len(named) > 1:
+        raise InvalidArgument(
+            "SNAPSHOT",
+            f"{len(named)} snapshots are named {word!r}: " + ", ".join(s.id for s in named),
+            hint="name one by its id",
+        )
+    return named[0].id if named else word
 
 
 def add_parsers(sub: Any, shared: dict[str, argparse.ArgumentParser], make: Callable[..., Any]) -> None:
@@ -140,10 +183,10 @@ def add_parsers(sub: Any, shared: dict[str, argparse.ArgumentParser], make: Call
         shared,
         "list or remove snapshots",
         "  envlayer snapshots ls\n  envlayer snapshots rm --backend docker envlayer-snapshot:deps-installed-1a2b3c4d",
-        "exit codes: 0 success, 1 a backend's call failed (the others still ran), 2 usage error",
-        flags=("settings", "json", "verbose"),
+        "exit codes: 0 success, 1 nothing removed (the reason on stderr) or a backend's call failed, 2 usage error",
+        flags=("settings", "json", "verbose", "listing"),
     )
     p.add_argument("action", choices=["ls", "rm"])
-    p.add_argument("snapshot_id", nargs="?", metavar="SNAPSHOT", help="for rm: the id `snapshots ls` shows")
+    p.add_argument("snapshot_id", nargs="?", metavar="SNAPSHOT", help="for rm: its ID or NAME, as `snapshots ls` shows")
     p.add_argument("--all-profiles", action="store_true", help="ls: every profile, not only the current one")
     p.set_defaults(func=cmd_snapshots, late_positional="snapshot_id")

@@ -60,7 +60,7 @@ from dataclasses import dataclass
 
 from envlayer.execution.cancel import killer_for
 from envlayer.execution.collector import OutputCollector
-from envlayer.errors import BackendUnavailable
+from envlayer.errors import BackendUnavailable, InvalidArgument
 from envlayer.request import ExecRequest
 from envlayer.execution.tree_kill import kill_script_argv
 from envlayer.execution.shell_script import (
@@ -99,6 +99,21 @@ _START_TIMEOUT = 30.0
 
 class ShellStartError(BackendUnavailable):
     """The session shell could not be started or did not answer its handshake."""
+
+
+_NOT_EXECUTED = (126, 127)
+"""Exit codes of a program that could not be run (POSIX ``sh``, ``docker exec``): a shell
+that ran the handshake answers it with 0."""
+
+
+def shell_missing(shell: str) -> InvalidArgument:
+    """The error for a ``shell`` option naming no program the sandbox can run: bad input
+    (the environment stays usable with another shell), not an outage."""
+    return InvalidArgument(
+        "shell",
+        f"the shell {shell} does not exist in the sandbox (or cannot be run there)",
+        hint="set the shell option to a POSIX sh the sandbox has, e.g. -o shell=/bin/sh",
+    )
 
 
 class _EndedIdle(Exception):
@@ -274,6 +289,8 @@ class PersistentShell:
         if outcome.timed_out or outcome.exit_code != 0 or len(words) != 3 or self.stream is None:
             err = collector.buffers["stderr"].getvalue().decode(errors="replace").strip()
             self._drop_stream()
+            if not outcome.timed_out and outcome.exit_code in _NOT_EXECUTED:
+                raise shell_missing(self.shell) from None
             raise ShellStartError(
                 f"the session shell {self.shell} did not start ({err or outcome})",
                 hint="check that the `shell` option names a POSIX sh that exists in the sandbox",

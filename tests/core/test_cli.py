@@ -101,15 +101,27 @@ def test_backends_json_lists_package_version_and_capabilities(workdir: Path) -> 
 def test_backends_options_documents_every_option(workdir: Path) -> None:
     out = run("backends", "--options", cwd=workdir)
     assert out.returncode == 0
-    assert "[local] inherit_env" in out.stdout and "[toy] timeout" in out.stdout
+    local = out.stdout.split("[backends.local]")[1].split("\n\n")[0]
+    assert "inherit_env" in local and "timeout" in out.stdout
+    assert "Inherit" not in out.stdout and "seconds" not in out.stdout  # compact: no descriptions
+    narrowed = run("backends", "--options", "local", cwd=workdir)
+    assert narrowed.returncode == 0 and "[backends.toy]" not in narrowed.stdout
+    assert "inherit_env (bool, default true)" in narrowed.stdout and len(narrowed.stdout) < len(out.stdout)
+    typo = run("backends", "--options", "lcoal", cwd=workdir)
+    assert typo.returncode == 1 and "did you mean 'local'?" in typo.stderr
 
 
 def test_reap_ls_rm_on_backends_without_the_capability(workdir: Path) -> None:
-    for args in (["reap", "--dry-run"], ["ls"], ["rm", "some-task"]):
+    for args in (["reap", "--dry-run"], ["ls"]):
         out = run(*args, "--backend", "toy", "--json", cwd=workdir)
         assert out.returncode == 0, out.stderr
         (outcome,) = json.loads(out.stdout)
         assert outcome["supported"] is False and outcome["sandboxes"] == []
+    out = run("rm", "some-task", "--backend", "toy", "--json", cwd=workdir)
+    assert out.returncode == 1  # the task was not removed: rm says so
+    unsupported, not_removed = json.loads(out.stdout)
+    assert unsupported["supported"] is False and unsupported["sandboxes"] == []
+    assert "no backend here can remove sandboxes" in not_removed["error"]["message"]
 
 
 def test_doctor_reports_selected_backend(workdir: Path) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from envlayer.cli.table_cells import last_used_cell, size_cell
+from envlayer.cli.table_cells import ago_cell, last_used_cell, size_cell
 
 NOW = 1_000_000.0
 
@@ -33,3 +33,19 @@ def test_last_used_cell(value: str | None, cell: str) -> None:
 )
 def test_size_cell(value: str | None, cell: str) -> None:
     assert size_cell(value) == cell
+
+
+@pytest.mark.parametrize(
+    ("value", "cell"),
+    [
+        ("", ""),
+        ("not a time", "not a time"),
+        (str(NOW - 65), "1m 5s ago"),
+        ("1970-01-12T12:45:40Z", "1h 1m ago"),  # NOW is 1970-01-12T13:46:40Z
+        ("1970-01-12T13:46:35.000000001Z", "5s ago"),  # Docker's nanoseconds
+        ("1970-01-12T14:46:30+01:00", "10s ago"),
+        ("1970-01-12T13:46:00", "40s ago"),  # no zone: UTC
+    ],
+)
+def test_ago_cell_gives_every_listing_one_time_format(value: str, cell: str) -> None:
+    assert ago_cell(value, now=NOW) == cell

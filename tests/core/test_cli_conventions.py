@@ -98,6 +98,8 @@ EXEC_KEYS = {
     "duration",
     "stdout",
     "stderr",
+    "stdout_encoding",
+    "stderr_encoding",
     "stdout_truncation",
     "stderr_truncation",
     "recovered",
@@ -183,7 +185,7 @@ def test_config_masks_env_values_and_secret_options(workdir: Path) -> None:
     assert json.loads(out.stdout)["options"]["env"]["value"] == {"API_TOKEN": "***"}
     out = run("config", "--backend", "ssh", cwd=workdir, env={"ENVLAYER_SSH_PASSWORD": "pw-456"})
     if out.returncode == 0:  # the ssh plugin is installed in the dev environment
-        assert "pw-456" not in out.stdout and "password = '***'" in out.stdout
+        assert "pw-456" not in out.stdout and 'password = "***"' in out.stdout
 
 
 def test_a_malformed_env_table_does_not_echo_other_values(workdir: Path) -> None:

@@ -381,7 +381,7 @@ def test_two_plugins_with_one_name(site: Path, workdir: Path) -> None:
 
 def test_broken_plugins_affect_only_commands_that_use_them(site: Path, workdir: Path) -> None:
     assert cli(site, workdir, "exec", "--", "echo fine").stdout == "fine\n"
-    for command in (["ls"], ["reap", "--dry-run"], ["rm", "no-such-task"]):
+    for command in (["ls"], ["reap", "--dry-run"], ["rm", "--all", "-y"]):
         out = cli(site, workdir, *command)
         assert out.returncode == 0, (command, out.stderr)
         assert "backend 'dup' skipped" in out.stderr and "backend 'notenv' skipped" in out.stderr
@@ -398,8 +398,11 @@ def test_broken_plugins_affect_only_commands_that_use_them(site: Path, workdir: 
 def test_an_unreachable_backend_fails_ls_only_when_named(site: Path, workdir: Path) -> None:
     out = cli(site, workdir, "ls")
     assert out.returncode == 0, out.stderr
+    summary = [line for line in out.stderr.splitlines() if "skipped backends not set up here" in line]
+    assert len(summary) == 1 and "down" in summary[0] and "not reachable" not in out.stderr, out.stderr
+    verbose = cli(site, workdir, "ls", "-v")
     note = "envlayer: note: backend 'down' skipped: BackendUnavailable: the down service is not reachable\n"
-    assert note in out.stderr and out.stderr.count("not reachable") == 1, out.stderr
+    assert note in verbose.stderr and verbose.stderr.count("not reachable") == 1, verbose.stderr
     listed = {o["backend"]: o for o in json.loads(cli(site, workdir, "ls", "--json").stdout)}
     assert listed["down"]["unavailable"] is True and "not reachable" in listed["down"]["error"]["message"]
     named = cli(site, workdir, "ls", "--backend", "down")
@@ -411,7 +414,7 @@ def test_an_unreachable_backend_fails_ls_only_when_named(site: Path, workdir: Pa
 def test_sweep_commands_say_why_nothing_happened_when_the_backend_is_named(site: Path, workdir: Path) -> None:
     for command in (["ls"], ["reap"], ["rm", "some-task"]):
         out = cli(site, workdir, *command, "--backend", "toy")
-        assert out.returncode == 0
+        assert out.returncode == (1 if command[0] == "rm" else 0)  # rm: the task was not removed
         assert "backend 'toy' has no" in out.stderr, (command, out.stderr)
         quiet = cli(site, workdir, *command)
         assert "backend 'toy' has no" not in quiet.stderr

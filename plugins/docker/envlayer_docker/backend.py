@@ -249,6 +249,18 @@ class DockerEnvironment(ThreadTeardown, SandboxEnvironment):
             return True
         return False
 
+    def run_request(self, request: ExecRequest) -> ExecResult:
+        """The base's run, plus: a command killed by the memory limit (exit 137) says so in
+        the result's ``notice`` (see :mod:`envlayer_docker.oom`)."""
+        from envlayer_docker.oom import oom_notice
+        from envlayer_docker.runners import run_helper
+
+        result = super().run_request(request)
+        notice = oom_notice(result.exit_code, self.options.memory_mb, lambda argv: run_helper(self._target(), argv))
+        if notice:
+            return result.with_notice("; ".join(n for n in (result.notice, notice) if n))
+        return result
+
     def session_lock(self) -> Any:
         return self._session.lock if self._session is not None else None
 

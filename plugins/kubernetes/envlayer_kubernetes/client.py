@@ -210,6 +210,25 @@ def rejection(exc: BaseException, cluster: Cluster, doing: str) -> BackendUnavai
     return None
 
 
+def certificate_refusal(exc: BaseException) -> str | None:
+    """Why TLS verification refused the server's certificate, when that is what ``exc``
+    (an urllib3 ``MaxRetryError`` wrapping an ``SSLError``, or a chained exception)
+    comes from; None otherwise."""
+    import ssl
+
+    seen: set[int] = set()
+    pending: list[object] = [exc]
+    while pending:
+        current = pending.pop()
+        if not isinstance(current, BaseException) or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, ssl.SSLCertVerificationError):
+            return str(current.verify_message or current.reason or current)
+        pending += [getattr(current, "reason", None), current.__cause__, current.__context__, *current.args]
+    return None
+
+
 def unavailable(exc: BaseException, cluster: Cluster, doing: str) -> BackendUnavailable:
     """A :class:`BackendUnavailable` for a failed API call, with what to do about it."""
     status = status_of(exc)
@@ -231,6 +250,15 @@ def unavailable(exc: BaseException, cluster: Cluster, doing: str) -> BackendUnav
         return BackendUnavailable(
             f"the Kubernetes API answered {status} to {doing}: {message_of(exc)}",
             hint="check the pod and the cluster's events (`kubectl get events -n " + cluster.namespace + "`)",
+        )
+    untrusted = certificate_refusal(exc)
+    if untrusted is not None:
+        return BackendUnavailable(
+            f"the Kubernetes API ({cluster.where}) answered, but its certificate is not signed by the CA the "
+            f"kubeconfig trusts ({untrusted}) while {doing}",
+            hint="the kubeconfig's certificate-authority(-data) is stale (the cluster was re-created or its CA "
+            "rotated) or belongs to another cluster: fetch a fresh kubeconfig (your provider's get-credentials, "
+            "`kind export kubeconfig`, ...)",
         )
     return BackendUnavailable(
         f"cannot reach the Kubernetes API ({cluster.where}) while {doing}: {type(exc).__name__}: {str(exc)[:300]}",

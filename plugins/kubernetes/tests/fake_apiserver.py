@@ -33,6 +33,7 @@ import os
 import re
 import signal
 import socket
+import ssl
 import sys
 import time
 import uuid
@@ -973,7 +974,7 @@ async def serve(args: argparse.Namespace) -> None:
     limits = {"max_line_size": MAX_HEADER_BYTES, "max_field_size": MAX_HEADER_BYTES}
     runner = web.AppRunner(build_app(cluster), handle_signals=False, access_log=None, **limits)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=_tls_context(args.tls_cert, args.tls_key))
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     tmp = args.port_file + ".tmp"
@@ -988,6 +989,15 @@ async def serve(args: argparse.Namespace) -> None:
     watchdog.cancel()
     await cluster.blocking(cluster.remove_all_containers)
     await runner.cleanup()
+
+
+def _tls_context(cert: str | None, key: str | None) -> ssl.SSLContext | None:
+    """HTTPS with this certificate (as the API server serves, `--tls-cert-file`), or None: HTTP."""
+    if not cert:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    return context
 
 
 async def stop_when_orphaned(stop: asyncio.Event, parent: int) -> None:
@@ -1008,6 +1018,8 @@ def main() -> None:
     parser.add_argument("--log", required=True)
     parser.add_argument("--protocols", default=f"{V5},{V4}")
     parser.add_argument("--parent-pid", type=int, default=0, help="exit (removing containers) when it is gone")
+    parser.add_argument("--tls-cert", help="serve HTTPS with this certificate (PEM)")
+    parser.add_argument("--tls-key", help="the certificate's private key (PEM)")
     asyncio.run(serve(parser.parse_args()))
 
 

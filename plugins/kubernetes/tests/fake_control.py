@@ -110,7 +110,12 @@ def remove_containers(instance: str) -> list[str]:
     return removed
 
 
-def write_kubeconfig(path: str, port: int, namespace: str, *, token: str = "fake-token") -> None:
+def write_kubeconfig(
+    path: str, port: int, namespace: str, *, token: str = "fake-token", ca_file: str | None = None
+) -> None:
+    """A kubeconfig for the fake on ``port``; with ``ca_file``, over HTTPS trusting that CA."""
+    scheme = "https" if ca_file else "http"
+    trust = f"\n            certificate-authority: {ca_file}" if ca_file else ""
     text = textwrap.dedent(
         f"""\
         apiVersion: v1
@@ -118,7 +123,7 @@ def write_kubeconfig(path: str, port: int, namespace: str, *, token: str = "fake
         clusters:
         - name: fake
           cluster:
-            server: http://127.0.0.1:{port}
+            server: {scheme}://127.0.0.1:{port}{trust}
         users:
         - name: fake
           user:
@@ -141,8 +146,11 @@ def write_kubeconfig(path: str, port: int, namespace: str, *, token: str = "fake
         fh.write(text)
 
 
-def start_fake(workdir: str, *, protocols: str | None = None) -> FakeApiServer:
-    """Start a fake API server process; wait until it listens (up to 30 s)."""
+def start_fake(
+    workdir: str, *, protocols: str | None = None, tls: tuple[str, str, str] | None = None
+) -> FakeApiServer:
+    """Start a fake API server process; wait until it listens (up to 30 s). ``tls``:
+    (certificate, key, CA file the kubeconfig trusts) to serve HTTPS."""
     instance = uuid.uuid4().hex[:10]
     port_file = os.path.join(workdir, f"port-{instance}")
     log_path = os.path.join(workdir, f"routes-{instance}.jsonl")
@@ -151,6 +159,8 @@ def start_fake(workdir: str, *, protocols: str | None = None) -> FakeApiServer:
     argv += ["--parent-pid", str(os.getpid())]
     if protocols:
         argv += ["--protocols", protocols]
+    if tls:
+        argv += ["--tls-cert", tls[0], "--tls-key", tls[1]]
     with open(stderr_path, "wb") as err:
         proc = subprocess.Popen(argv, stdout=err, stderr=err, stdin=subprocess.DEVNULL)
     end = time.monotonic() + 120  # a loaded machine imports slowly; a crash is seen at once
@@ -161,7 +171,7 @@ def start_fake(workdir: str, *, protocols: str | None = None) -> FakeApiServer:
         time.sleep(0.05)
     port = int(Path(port_file).read_text())
     kubeconfig = os.path.join(workdir, f"kubeconfig-{instance}")
-    write_kubeconfig(kubeconfig, port, NAMESPACE)
+    write_kubeconfig(kubeconfig, port, NAMESPACE, ca_file=tls[2] if tls else None)
     return FakeApiServer(proc, instance, port, kubeconfig, log_path, stderr_path)
 
 
