@@ -149,6 +149,11 @@ class InvalidArgument(EnvlayerError, ValueError):
         super().__init__(f"{argument}: {message}", hint=hint)
 
 
+class UnsupportedArgument(InvalidArgument):
+    """A well-formed ``exec`` keyword that this backend lacks the capability for and that
+    must not be dropped (``user`` without ``exec_as_user``): refused before anything ran."""
+
+
 class EnvironmentClosed(EnvlayerError):
     """The environment was cleaned up; create a new one."""
 

@@ -30,13 +30,12 @@ import math
 import os
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TypedDict, Unpack
+from typing import Literal, TypedDict, Unpack
 
-from envlayer.execution.cancel import CancelToken
+from envlayer.cancel_token import CancelToken
 from envlayer.errors import FileTooLarge, InvalidArgument
-from envlayer.execution.output import OutputCallback
 
 MAX_TIMEOUT = 7 * 24 * 3600.0
 """The largest timeout accepted, in seconds (one week). Longer work belongs in the
@@ -48,6 +47,10 @@ _USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\$?(:[A-Za-z0-9_][A-Za-z0-9_.-]*
 _NO_LIMIT_HINT = "pass a number of seconds up to one week, or 0 for no limit"
 
 Command = str | Sequence[str]
+
+OutputCallback = Callable[[str, bytes], None]
+"""``on_output(stream, chunk)``: ``stream`` is ``"stdout"`` or ``"stderr"``; ``chunk`` is
+what just arrived (uncapped)."""
 
 
 def normalize_timeout(value: object, *, default: float | None, argument: str = "timeout") -> float | None:
@@ -183,10 +186,11 @@ def new_exec_id() -> str:
 
 
 class ExecArguments(TypedDict, total=False):
-    """The keyword arguments of ``exec`` after ``command``, as
-    :meth:`ExecRequest.build` and :meth:`~envlayer.environment.Environment.make_request`
-    take them (a new ``exec`` keyword is added here and to
-    :meth:`envlayer.sandbox.base.SandboxEnvironment.exec`)."""
+    """The ``exec`` keywords after ``command``: the one list of them. A new keyword is
+    added here, to :class:`ExecRequest` (its checked form) and, when only some backends
+    can honour it, to :data:`KEYWORD_RULES`; :func:`envlayer.run`, ``Environment.exec``,
+    the manager, :mod:`envlayer.aio`, the tools, the CLI and the adapters take it from
+    here."""
 
     cwd: str | None
     env: Mapping[str, str] | None
@@ -197,7 +201,46 @@ class ExecArguments(TypedDict, total=False):
     user: str | None
 
 
-_EXEC_ARGUMENT_NAMES = frozenset(ExecArguments.__annotations__)
+EXEC_KEYWORDS: tuple[str, ...] = tuple(ExecArguments.__annotations__)
+"""Every ``exec`` keyword, in order."""
+
+
+@dataclass(frozen=True)
+class KeywordRule:
+    """How :func:`envlayer.run` treats an ``exec`` keyword that only a backend with
+    ``capability`` (a :class:`~envlayer.capabilities.Capability` value) receives, when the
+    caller sets it and the backend lacks the capability:
+
+    * ``"refuse"``: :class:`~envlayer.errors.InvalidArgument` before anything runs; the
+      message says the backend cannot ``refusal`` (``{value}`` is the caller's value);
+    * ``"drop"``: the keyword is not passed on (a DEBUG line says so);
+    * ``"at_end"``: the keyword is not passed on; the output is delivered to it once,
+      when the command has finished (``on_output``)."""
+
+    capability: str
+    when_absent: Literal["refuse", "drop", "at_end"]
+    refusal: str = ""
+    hint: str = ""
+
+
+KEYWORD_RULES: dict[str, KeywordRule] = {
+    "on_output": KeywordRule("streaming", "at_end"),
+    "cancel": KeywordRule("cancel", "drop"),
+    "user": KeywordRule(
+        "exec_as_user",
+        "refuse",
+        "run a command as {value!r}",
+        "leave user unset to run as the backend's configured user (its `user` option, where it has one), "
+        "or use a backend that has exec_as_user (docker)",
+    ),
+}
+"""The keywords that need a capability, and what happens without it. Running a command
+other than as asked (as another user) is never the nearest correct thing: refused."""
+
+PLAIN_KEYWORDS: tuple[str, ...] = tuple(k for k in EXEC_KEYWORDS if k not in KEYWORD_RULES)
+"""The keywords every backend takes (``cwd``, ``env``, ``timeout``, ``stdin``)."""
+
+_EXEC_ARGUMENT_NAMES = frozenset(EXEC_KEYWORDS)
 
 
 def check_exec_keywords(arguments: Mapping[str, object]) -> None:
@@ -233,7 +276,7 @@ class ExecRequest:
     deadline: float | None = None
     cancel: CancelToken | None = None
     """Cancelled from another thread: the backend kills the command as on a timeout and
-    the result says ``cancelled`` (see :mod:`envlayer.execution.cancel`)."""
+    the result says ``cancelled`` (see :mod:`envlayer.cancel_token`)."""
     user: str | None = None
 
     @property
@@ -258,7 +301,7 @@ class ExecRequest:
         if on_output is not None and not callable(on_output):
             raise InvalidArgument("on_output", "must be a callable (stream, chunk) -> None")
         if cancel is not None and not isinstance(cancel, CancelToken):
-            raise InvalidArgument("cancel", f"must be an envlayer.execution.cancel.CancelToken, got {type(cancel).__name__}")
+            raise InvalidArgument("cancel", f"must be an envlayer.CancelToken, got {type(cancel).__name__}")
         start = time.monotonic()
         return cls(
             command=check_command(command),

@@ -88,7 +88,7 @@ class LocalEnvironment(SandboxEnvironment):
 
     name = "local"
     Options = LocalOptions
-    capabilities = frozenset({Capability.STREAMING, Capability.PERSISTENT_SESSION, Capability.SNAPSHOT})
+    capabilities = frozenset({Capability.STREAMING, Capability.CANCEL, Capability.PERSISTENT_SESSION, Capability.SNAPSHOT})
     environment_variables = ()  # commands inherit the creating process's environment: it selects nothing
     options: LocalOptions
 

@@ -89,6 +89,7 @@ def test_exec_bad_config_names_file_and_key(workdir: Path) -> None:
 def test_backends_json_lists_package_version_and_capabilities(workdir: Path) -> None:
     data = {b["name"]: b for b in json.loads(run("backends", "--json", cwd=workdir).stdout)}
     assert data["local"]["distribution"] == "envlayer" and data["local"]["capabilities"] == [
+        "cancel",
         "persistent_session",
         "snapshot",
         "streaming",

@@ -35,7 +35,6 @@ from envlayer.execution.collector import OutputCollector
 from envlayer.errors import BackendUnavailable
 from envlayer.request import ExecRequest
 from envlayer.result import ExecResult
-from envlayer.sandbox.base import run_in_shell
 from envlayer.execution.tree_kill import EXEC_ID_VAR, kill_script_argv
 from envlayer.execution.shell_script import SESSION_VAR
 from envlayer.execution.shell_session import KILL_GRACE_SECONDS, PersistentShell, output_lost, read_framed, status_unknown
@@ -225,7 +224,7 @@ class SessionRunner:
             and not stream.running()
         ):
             self.shell.abandon()
-        return run_in_shell(self.shell, request, self.options, prelude=LEASE_PRELUDE if touch_lease else "")
+        return self.shell.run_request(request, self.options, prelude=LEASE_PRELUDE if touch_lease else "")
 
     def close(self) -> None:
         """End the shell (best effort; never raises)."""

@@ -67,7 +67,9 @@ class SSHEnvironment(SandboxEnvironment):
 
     name = "ssh"
     Options = SSHOptions
-    capabilities = frozenset({Capability.STREAMING, Capability.PERSISTENT_SESSION, Capability.DIRECTORY_TRANSFER})
+    capabilities = frozenset(
+        {Capability.STREAMING, Capability.CANCEL, Capability.PERSISTENT_SESSION, Capability.DIRECTORY_TRANSFER}
+    )
     environment_variables = ("SSH_AUTH_SOCK", "HOME")  # the agent, ~/.ssh
     options: SSHOptions
     wait_for_busy_session = True  # calls on one environment take turns in its shell
