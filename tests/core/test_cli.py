@@ -200,4 +200,4 @@ def test_building_the_parser_leaves_the_bench_modules_unimported() -> None:
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "['envlayer.bench.command']"
+    assert proc.stdout.strip() == "[]"

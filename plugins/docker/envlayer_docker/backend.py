@@ -312,6 +312,15 @@ class DockerEnvironment(ThreadTeardown, SandboxEnvironment):
             )
 
     @classmethod
+    def managed_labels(cls, *, profile: str, task: str) -> dict[str, str]:
+        """The labels of a persist-mode container of ``(profile, task)``: what makes a
+        container the reaper's to sweep (for tools that make stale ones on purpose, such
+        as ``envlayer bench``'s sweep; they need not import this package)."""
+        from envlayer_docker import labels
+
+        return labels.managed_labels(profile=profile, task=task, fingerprint_value="bench", persist=True, extra={})
+
+    @classmethod
     def list_snapshots(cls, *, profile: str | None, options: DockerOptions) -> list[Snapshot]:
         """The snapshots of ``profile`` (None: all), newest first."""
         from envlayer_docker import snapshots
