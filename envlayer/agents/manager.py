@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Unpack
 
 from envlayer.agents import exit_hook
-from envlayer.capabilities import Capability, capabilities_of, supports
+from envlayer.capabilities import EXEC_KEYWORD_OF, Capability, capabilities_of, supports
 from envlayer.config import Settings, load_settings
 from envlayer.environment import DEFAULT_TASK, Command, Environment
 from envlayer.errors import BackendUnavailable, EnvironmentClosed, EnvlayerError
@@ -85,17 +85,10 @@ DEFAULT_REAP_INTERVAL = 60.0
 DEFAULT_EXIT_TIMEOUT = 15.0
 """Total seconds :meth:`EnvironmentManager.close` waits for background teardowns."""
 
-_PASSTHROUGH = frozenset(
-    {
-        Capability.STREAMING,
-        Capability.CANCEL,
-        Capability.PERSISTENT_SESSION,
-        Capability.PERSIST_ACROSS_PROCESSES,
-        Capability.EXEC_AS_USER,
-    }
-)
-"""Capabilities a managed handle keeps from its environment; the lifecycle ones stay
-with the manager."""
+_PASSTHROUGH = frozenset({Capability.PERSISTENT_SESSION, Capability.PERSIST_ACROSS_PROCESSES, *EXEC_KEYWORD_OF})
+"""Capabilities a managed handle keeps from its environment: every ``exec`` keyword's
+(:data:`envlayer.capabilities.EXEC_KEYWORD_OF`) and the session ones; the lifecycle ones
+stay with the manager."""
 
 
 class ManagerClosed(EnvlayerError):
