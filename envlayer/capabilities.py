@@ -70,6 +70,10 @@ class Capability(StrEnum):
     EXEC_AS_USER = "exec_as_user"
     """``exec(..., user=NAME)`` runs that one command as another user of the sandbox."""
 
+    UNSET_ENV = "unset_env"
+    """``exec(..., unset_env=["NAME", ...])`` removes those variables from that command's
+    environment (configured or the sandbox's own)."""
+
     CANCEL = "cancel"
     """``exec(..., cancel=token)``: ``token.cancel()`` from another thread kills the
     command's tree; the result says ``cancelled`` (see :mod:`envlayer.cancel_token`)."""

@@ -74,7 +74,7 @@ def prepare_call(env: Any, command: Command, /, **arguments: Unpack[ExecArgument
         ensure_open()
     options = getattr(env, "options", None)
     request = ExecRequest.build(command, default_timeout=getattr(options, "timeout", None), **arguments)
-    keywords: dict[str, Any] = {k: v for k, v in arguments.items() if v is not None or k not in KEYWORD_RULES}
+    keywords = {k: v for k, v in arguments.items() if k not in KEYWORD_RULES or getattr(request, k) is not None}
     have = capabilities_of(env)
     late: OutputCallback | None = None
     note = ""

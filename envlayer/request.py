@@ -16,6 +16,8 @@ refuse the same inputs with the same :class:`~envlayer.errors.InvalidArgument`:
 * ``env``: names are shell identifiers (``[A-Za-z_][A-Za-z0-9_]*``), values strings;
   no NUL byte in either.
 * ``stdin``: bytes, or a string (sent as UTF-8).
+* ``unset_env``: variable names (identifiers, none also in ``env``) removed from the
+  command's environment (:func:`check_unset_env`).
 * ``user``: ``None`` (the sandbox's configured user), or a user name or numeric uid,
   optionally followed by ``:group`` (name or gid), as ``docker exec --user`` takes it
   (:func:`check_user`). Only backends with the ``exec_as_user`` capability take it.
@@ -139,6 +141,32 @@ def check_env(env: Mapping[str, str] | None, argument: str = "env") -> dict[str,
     return checked
 
 
+def check_unset_env(names: Sequence[str] | None, env: Mapping[str, str]) -> tuple[str, ...]:
+    """``unset_env`` as a tuple of variable names, each once, in order (``None`` -> ``()``).
+
+    Raises :class:`InvalidArgument` for a name that is not an identifier, a bare string
+    (``unset_env="HOME"`` would be five names), or a name that ``env`` also sets."""
+    if names is None:
+        return ()
+    if isinstance(names, str | bytes) or not isinstance(names, Sequence):
+        raise InvalidArgument(
+            "unset_env", f"must be a list of variable names, got {type(names).__name__}", hint='e.g. ["HTTP_PROXY"]'
+        )
+    checked: list[str] = []
+    for name in names:
+        if not isinstance(name, str) or not ENV_NAME.match(name):
+            raise InvalidArgument(
+                "unset_env",
+                f"{name!r} is not a valid environment variable name",
+                hint="use letters, digits and underscores, not starting with a digit",
+            )
+        if name in env:
+            raise InvalidArgument("unset_env", f"{name} is also set by env", hint="set it or unset it, not both")
+        if name not in checked:
+            checked.append(name)
+    return tuple(checked)
+
+
 def check_user(user: object) -> str:
     """``user`` as ``exec`` takes it: ``NAME``, ``UID``, ``NAME:GROUP`` or ``UID:GID``
     (POSIX portable names: letters, digits, ``_``, ``.``, ``-``, not starting with ``.``
@@ -199,6 +227,7 @@ class ExecArguments(TypedDict, total=False):
     on_output: OutputCallback | None
     cancel: CancelToken | None
     user: str | None
+    unset_env: Sequence[str] | None
 
 
 EXEC_KEYWORDS: tuple[str, ...] = tuple(ExecArguments.__annotations__)
@@ -233,9 +262,17 @@ KEYWORD_RULES: dict[str, KeywordRule] = {
         "leave user unset to run as the backend's configured user (its `user` option, where it has one), "
         "or use a backend that has exec_as_user (docker)",
     ),
+    "unset_env": KeywordRule(
+        "unset_env",
+        "refuse",
+        "remove {value} from a command's environment",
+        "leave unset_env empty, or use a backend that has unset_env (every built-in backend)",
+    ),
 }
 """The keywords that need a capability, and what happens without it. Running a command
-other than as asked (as another user) is never the nearest correct thing: refused."""
+other than as asked (as another user, with a variable it must not see) is never the
+nearest correct thing: refused. An unset keyword (``None``, or an empty ``unset_env``)
+asks for nothing and needs nothing."""
 
 PLAIN_KEYWORDS: tuple[str, ...] = tuple(k for k in EXEC_KEYWORDS if k not in KEYWORD_RULES)
 """The keywords every backend takes (``cwd``, ``env``, ``timeout``, ``stdin``)."""
@@ -278,6 +315,10 @@ class ExecRequest:
     """Cancelled from another thread: the backend kills the command as on a timeout and
     the result says ``cancelled`` (see :mod:`envlayer.cancel_token`)."""
     user: str | None = None
+    unset_env: tuple[str, ...] | None = None
+    """Variables removed from the command's environment (the environment's configured
+    ones, the sandbox's own, e.g. an image's ``ENV``): ``None`` or a non-empty tuple of
+    checked names (capability ``unset_env``)."""
 
     @property
     def cancelled(self) -> bool:
@@ -302,11 +343,13 @@ class ExecRequest:
             raise InvalidArgument("on_output", "must be a callable (stream, chunk) -> None")
         if cancel is not None and not isinstance(cancel, CancelToken):
             raise InvalidArgument("cancel", f"must be an envlayer.CancelToken, got {type(cancel).__name__}")
+        env = check_env(arguments.get("env"))
+        unset = check_unset_env(arguments.get("unset_env"), env)
         start = time.monotonic()
         return cls(
             command=check_command(command),
             cwd=None if cwd is None else check_text(cwd, "cwd"),
-            env=check_env(arguments.get("env")),
+            env=env,
             timeout=limit,
             stdin=encode_stdin(arguments.get("stdin")),
             on_output=on_output,
@@ -315,7 +358,20 @@ class ExecRequest:
             deadline=None if limit is None else start + limit,
             cancel=cancel,
             user=None if user is None else check_user(user),
+            unset_env=unset or None,
         )
+
+    def process_command(self, shell: str) -> str | tuple[str, ...]:
+        """The command to start as a process of its own: :attr:`command`, or with
+        :attr:`unset_env`, the same command after ``unset -v`` of those names (a string
+        gets an ``unset -v`` line first; an argv runs as ``shell -c 'unset -v ...; exec
+        "$@"'``). The names are checked identifiers: nothing needs quoting."""
+        if not self.unset_env:
+            return self.command
+        unset = "unset -v " + " ".join(self.unset_env)
+        if isinstance(self.command, str):
+            return f"{unset}\n{self.command}"
+        return (shell, "-c", f'{unset}; exec "$@"', "envlayer", *self.command)
 
     def remaining(self) -> float | None:
         """Seconds left before the deadline (never negative); ``None`` without a limit."""

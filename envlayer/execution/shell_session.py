@@ -427,6 +427,7 @@ class PersistentShell:
             exec_id=request.exec_id,
             cwd=request.cwd,
             env=request.env,
+            unset=request.unset_env or (),
             stdin_path=stdin_path,
             stdin_inline=inline,
             prelude=prelude,

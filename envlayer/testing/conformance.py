@@ -64,6 +64,7 @@ from envlayer.errors import (
     SandboxIsADirectory,
     SandboxPathError,
     SandboxPermissionDenied,
+    UnsupportedArgument,
 )
 from envlayer.options import BaseOptions
 from envlayer.testing.hostile import at_lowest_priority
@@ -547,6 +548,49 @@ class EnvironmentConformance:
         with _scratch_file(env) as path:
             with pytest.raises(InvalidArgument):
                 env.exec(f"echo ran > {path}", user="nobody")  # type: ignore[call-arg]
+            assert env.exec(f"test -e {path}").exit_code != 0, "the refused command ran"
+
+    # --- unset_env (only on backends that declare it) -------------------------------------
+
+    @staticmethod
+    def _needs_unset_env(env: Environment) -> None:
+        if Capability.UNSET_ENV not in capabilities_of(env):
+            pytest.skip("backend has no unset_env")
+
+    def test_unset_env_removes_a_variable_for_that_call_only(self, env: Environment) -> None:
+        """``unset_env`` removes the sandbox's own variables (``PATH``, and ``PAGER`` or
+        another one it sets) from that one command, a shell string or an argv; the next
+        call has them again. (An argv is checked with a variable that ``sh`` does not
+        give itself a default for, as it does ``PATH``.)"""
+        self._needs_unset_env(env)
+        listed = {line.partition("=")[0] for line in env.exec("env").stdout_text.splitlines()}
+        name = next((n for n in ("PAGER", "HOME", "LANG", "USER") if n in listed), None)
+        if "PATH" not in listed or name is None:
+            pytest.skip("the sandbox sets none of PATH, PAGER, HOME, LANG, USER")
+        show = f'echo "${{PATH-unset}}" "${{{name}-unset}}"'
+        result = env.exec(show, unset_env=["PATH", name])  # type: ignore[call-arg]
+        assert (result.exit_code, result.stdout_text.split()) == (0, ["unset", "unset"]), result
+        argv = env.exec(["/bin/sh", "-c", f'echo "${{{name}-unset}}"'], unset_env=[name])  # type: ignore[call-arg]
+        assert (argv.exit_code, argv.stdout_text.strip()) == (0, "unset"), argv
+        assert "unset" not in env.exec(show).stdout_text.split(), "the next call must have them again"
+
+    @pytest.mark.parametrize(
+        ("names", "env_vars"), [(["1BAD"], None), ("PATH", None), (["A"], {"A": "1"}), (["A\0"], None)]
+    )
+    def test_bad_unset_env_is_refused(self, env: Environment, names: Any, env_vars: Any) -> None:
+        """A name that is not an identifier, a bare string, or a name ``env`` also sets:
+        ``InvalidArgument``, on every backend, before anything runs."""
+        with pytest.raises(InvalidArgument, match="unset_env"):
+            lifecycle.run(env, "true", env=env_vars, unset_env=names)
+
+    def test_unset_env_is_refused_without_the_capability(self, env: Environment) -> None:
+        """Without ``unset_env`` a call asking for it raises ``UnsupportedArgument`` and
+        nothing runs: a command never sees a variable it was to run without."""
+        if Capability.UNSET_ENV in capabilities_of(env):
+            pytest.skip("backend has unset_env")
+        with _scratch_file(env) as path:
+            with pytest.raises(UnsupportedArgument):
+                lifecycle.run(env, f"echo ran > {path}", unset_env=["HOME"])
             assert env.exec(f"test -e {path}").exit_code != 0, "the refused command ran"
 
     def test_next_call_works_after_timeout(self, env: Environment) -> None:

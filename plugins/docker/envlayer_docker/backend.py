@@ -49,7 +49,7 @@ from envlayer_docker.options import DockerOptions
 log = logging.getLogger("envlayer.docker")
 T = TypeVar("T")
 
-ALL_CAPABILITIES = MANAGED_SANDBOX_CAPABILITIES | {Capability.EXEC_AS_USER, Capability.SNAPSHOT}
+ALL_CAPABILITIES = MANAGED_SANDBOX_CAPABILITIES | {Capability.EXEC_AS_USER, Capability.UNSET_ENV, Capability.SNAPSHOT}
 _NUMERIC_USER = re.compile(r"^(\d+)(?::(\d+))?$")
 
 

@@ -128,7 +128,7 @@ def run_helper(
 def run_oneshot(target: ExecTarget, request: ExecRequest, *, cwd: str, touch_lease: bool) -> ExecResult:
     """Run ``request`` in its own exec (see the module docstring)."""
     options = target.options
-    argv, marker = oneshot_argv(options.shell, request.command, cwd=cwd, touch_lease=touch_lease)
+    argv, marker = oneshot_argv(options.shell, request.process_command(options.shell), cwd=cwd, touch_lease=touch_lease)
     env = {**target.env, **request.env, EXEC_ID_VAR: request.exec_id}
     stream = start_exec(target, argv, env=env, workdir="/", stdin=request.stdin is not None, doing="starting a command")
     writer = _feed(stream, request.stdin) if request.stdin is not None else None

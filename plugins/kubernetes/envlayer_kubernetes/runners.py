@@ -113,10 +113,11 @@ def run_oneshot(target: ExecTarget, request: ExecRequest, *, cwd: str) -> ExecRe
     options = target.options
     data = request.stdin
     closable = target.cluster.protocol == V5
-    script = command_over_stdin(request.command)
+    command = request.process_command(options.shell)
+    script = command_over_stdin(command)
     argv = oneshot_argv(
         options.shell,
-        request.command if script is None else RUN_COMMAND_VAR,
+        command if script is None else RUN_COMMAND_VAR,
         exec_id=request.exec_id,
         cwd=cwd,
         stdin=None if data is None else len(data),

@@ -68,7 +68,13 @@ class SSHEnvironment(SandboxEnvironment):
     name = "ssh"
     Options = SSHOptions
     capabilities = frozenset(
-        {Capability.STREAMING, Capability.CANCEL, Capability.PERSISTENT_SESSION, Capability.DIRECTORY_TRANSFER}
+        {
+            Capability.STREAMING,
+            Capability.CANCEL,
+            Capability.UNSET_ENV,
+            Capability.PERSISTENT_SESSION,
+            Capability.DIRECTORY_TRANSFER,
+        }
     )
     environment_variables = ("SSH_AUTH_SOCK", "HOME")  # the agent, ~/.ssh
     options: SSHOptions
@@ -168,7 +174,7 @@ class SSHEnvironment(SandboxEnvironment):
         cwd = request.cwd
         run_cwd = posixpath.join(base, cwd) if base and cwd else (cwd or base)
         shell = None if self._login_shell_is_shell() else self.options.shell
-        body = command_text(request.command)
+        body = command_text(request.process_command(self.options.shell))
         variables = {**with_command_defaults(self.options.env), **request.env}
         line = script.oneshot_command(shell, request.exec_id, body, cwd=run_cwd, env_from_stdin=bool(variables))
         if variables:  # ahead of the caller's stdin: never in the remote command line
