@@ -1,19 +1,24 @@
 """The ``Environment`` contract every backend implements.
 
-Required (abstract): :meth:`Environment.exec`, :meth:`Environment.read_file`,
-:meth:`Environment.write_file`, :meth:`Environment.cleanup`.
+Required: :meth:`Environment.handle_request` (run one checked
+:class:`~envlayer.request.ExecRequest`; a plugin written to the older keyword contract
+implements :meth:`Environment.exec` instead), and the abstract
+:meth:`Environment.read_file`, :meth:`Environment.write_file`, :meth:`Environment.cleanup`.
 
 Optional, declared through ``capabilities`` (see :mod:`envlayer.capabilities`) and never
 called by envlayer on a backend that lacks them:
 
 * ``cleanup(force_remove=...)``, ``wait_for_cleanup(timeout) -> bool``;
 * classmethods ``reap_orphans``, ``list_sandboxes``, ``remove_sandbox``;
-* ``exec(..., on_output=...)`` streaming; ``upload_dir`` / ``download_dir`` returning a
-  :class:`~envlayer.transfer.TransferSummary` (see :mod:`envlayer.transfer`);
-* ``exec(..., user=...)`` (``exec_as_user``): that one command runs as another user of
-  the sandbox, in a process of its own (see "Running as another user" below).
+* the request's ``on_output`` (``streaming``), ``cancel`` (``cancel``), ``user``
+  (``exec_as_user``: that one command runs as another user of the sandbox, in a process
+  of its own; see "Running as another user" below) and ``unset_env`` (``unset_env``);
+  the rule for each without it is :data:`envlayer.request.KEYWORD_RULES`;
+* ``upload_dir`` / ``download_dir`` returning a
+  :class:`~envlayer.transfer.TransferSummary` (see :mod:`envlayer.transfer`).
 
-Call the optional parts through :mod:`envlayer.dispatch`, which checks first.
+Run commands through :func:`envlayer.run` (or ``env.exec``, the same call) and the other
+optional parts through :mod:`envlayer.dispatch`, which checks first.
 
 Contract shared by all backends:
 
@@ -32,10 +37,12 @@ Contract shared by all backends:
   (about two seconds). The next call works normally.
 * If the calling thread is interrupted (``KeyboardInterrupt``) during ``exec``, the
   command's process tree is killed before the exception propagates.
-* Optional: a backend whose ``exec`` takes ``cancel`` (a
-  :class:`~envlayer.execution.cancel.CancelToken`) kills the command's tree when the token is
-  cancelled from another thread, and returns the output so far with ``cancelled=True``
-  and exit code 130 (every built-in backend does).
+* Optional (``cancel``): ``cancel=token`` (a :class:`~envlayer.cancel_token.CancelToken`)
+  kills the command's tree when the token is cancelled from another thread, and returns
+  the output so far with ``cancelled=True`` and exit code 130 (every built-in backend).
+* Optional (``unset_env``): ``unset_env=["NAME", ...]`` runs the command without those
+  variables, whether the configuration or the sandbox itself sets them (every built-in
+  backend); a name also in ``env`` is refused.
 * stdout and stderr are captured separately, capped at ``max_output_bytes`` each.
 * When the sandbox or the connection to it is lost while a command runs, ``exec``
   raises :class:`~envlayer.errors.BackendUnavailable` (or a subclass) saying the command

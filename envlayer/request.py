@@ -1,10 +1,11 @@
 """One call to ``exec``, validated and normalised in one place: :class:`ExecRequest`.
 
-Every backend builds its request with :meth:`Environment.make_request
-<envlayer.environment.Environment.make_request>` (or :meth:`ExecRequest.build`) as the
-first thing its ``exec`` does, and hands the request, not a list of arguments, to
-whatever runs the command. All argument checks live here, so every backend and the CLI
-refuse the same inputs with the same :class:`~envlayer.errors.InvalidArgument`:
+The ``exec`` keywords are listed once, here (:class:`ExecArguments`, and
+:data:`KEYWORD_RULES` for those that need a capability). :func:`envlayer.run` and
+``Environment.exec`` build the request (:func:`envlayer.exec_call.prepare_call`) and hand
+it, not a list of arguments, to the backend's ``handle_request``. All argument checks
+live here, so every backend and the CLI refuse the same inputs with the same
+:class:`~envlayer.errors.InvalidArgument`:
 
 * ``timeout``: ``None`` means the environment's default; ``0`` means no limit; a
   positive finite number up to :data:`MAX_TIMEOUT` seconds is the limit. Negative, NaN,
