@@ -348,9 +348,18 @@ def capabilities_of(backend: Any) -> frozenset[Capability]:
     if declared is None:
         return _introspect(backend)
     usable = frozenset(c for c in map(Capability, declared) if signature_problem(backend, c) is None)
-    if Capability.CANCEL not in usable and not handles_requests(backend) and _has_parameter(backend, "exec", "cancel"):
+    if Capability.CANCEL not in usable and _bridges_cancel(backend):
         usable |= {Capability.CANCEL}
     return usable
+
+
+def _bridges_cancel(backend: Any) -> bool:
+    """True for a backend of the older keyword contract whose ``exec`` names ``cancel``
+    and whose capabilities are its class's (an instance's own set, as a managed handle
+    narrows its backend's, is the whole truth)."""
+    if handles_requests(backend) or "capabilities" in getattr(backend, "__dict__", {}):
+        return False
+    return _has_parameter(backend, "exec", "cancel")
 
 
 def declared_capabilities(backend: Any) -> frozenset[Capability] | None:

@@ -74,10 +74,7 @@ class Spy(Environment):
 
     name = "spy"
     capabilities = frozenset({Capability.STREAMING, Capability.CANCEL})
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.requests: list[ExecRequest] = []
+    requests: list[ExecRequest] = []  # noqa: RUF012 - every instance records into the test's list
 
     def handle_request(self, request: ExecRequest) -> ExecResult:
         self.requests.append(request)
@@ -123,10 +120,50 @@ def _through_minisweagent(env: Spy) -> Any:
     return adapter.execute({"command": "echo x"})
 
 
-@pytest.mark.parametrize("front", [_through_aio, _through_tools, _through_minisweagent])
-def test_fronts_hand_the_backend_a_request_built_by_the_entry(front: Any) -> None:
-    spy = Spy()
-    front(spy)
-    (request,) = spy.requests
-    assert request.timeout is not None and request.exec_id
-    assert request.user is None
+def _through_the_manager(env: Spy, tmp_path: Path) -> Any:
+    from envlayer.agents.manager import EnvironmentManager
+    from envlayer.config import load_settings
+
+    empty = tmp_path / "empty.toml"
+    empty.write_text("")
+    settings = load_settings(config_path=empty, env={}, backend="spy", orphan_reaper=False)
+    manager = EnvironmentManager(settings, backends={"spy": Spy})
+    try:
+        return manager.get("t1").exec("echo x", timeout=5, on_output=lambda stream, chunk: None)
+    finally:
+        manager.close(timeout=10)
+
+
+def _through_inspect(env: Spy) -> Any:
+    anyio = pytest.importorskip("anyio")
+    pytest.importorskip("envlayer_inspect")
+    from envlayer_inspect.sandbox import EnvlayerSandboxEnvironment
+
+    return anyio.run(lambda: EnvlayerSandboxEnvironment(env, None, "task").exec(["echo", "x"], timeout=5))
+
+
+FRONTS = [_through_aio, _through_tools, _through_minisweagent, _through_the_manager, _through_inspect]
+
+
+@pytest.mark.parametrize("front", FRONTS, ids=lambda f: f.__name__.removeprefix("_through_"))
+def test_fronts_hand_the_backend_a_request_built_by_the_entry(
+    front: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each front reaches the backend as one checked request (a fresh exec id, the
+    timeout it asked for), and only through :func:`envlayer.run`."""
+    import envlayer.dispatch
+
+    monkeypatch.setattr(Spy, "requests", [])
+    entered: list[str] = []
+    real = envlayer.dispatch.run_with_output
+
+    def counted(environment: Any, command: Any, /, **arguments: Any) -> Any:
+        entered.append(type(environment).__name__)
+        return real(environment, command, **arguments)
+
+    monkeypatch.setattr(envlayer.dispatch, "run_with_output", counted)
+    args = (Spy(), tmp_path) if front is _through_the_manager else (Spy(),)
+    front(*args)
+    (request,) = Spy.requests
+    assert request.timeout is not None and len(request.exec_id) == 32 and request.user is None
+    assert entered and entered[-1] == "Spy", entered
