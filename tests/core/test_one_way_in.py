@@ -74,7 +74,7 @@ class Spy(Environment):
 
     name = "spy"
     capabilities = frozenset({Capability.STREAMING, Capability.CANCEL})
-    requests: list[ExecRequest] = []  # noqa: RUF012 - every instance records into the test's list
+    requests: list[ExecRequest] = []  # every instance records into the test's list
 
     def handle_request(self, request: ExecRequest) -> ExecResult:
         self.requests.append(request)
