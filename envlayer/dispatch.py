@@ -37,10 +37,10 @@ from envlayer.capabilities import (
 )
 from envlayer.discovery.plugin_calls import plugin_call, recording
 from envlayer.environment import Command, Environment, SandboxInfo
-from envlayer.errors import BackendUnavailable, EnvlayerError, InvalidArgument, PluginError, UnsupportedArgument
+from envlayer.errors import BackendUnavailable, EnvlayerError, InvalidArgument, PluginError
 from envlayer.exec_call import prepare_call
 from envlayer.options import BaseOptions
-from envlayer.request import KEYWORD_RULES, ExecArguments, check_user
+from envlayer.request import ExecArguments
 from envlayer.result import ExecResult
 
 if TYPE_CHECKING:
@@ -184,25 +184,17 @@ def run_with_output(
 
 def user_keywords(environment: Environment, user: str | None) -> dict[str, str]:
     """The keyword arguments that ask ``exec`` to run as ``user``: none for ``None``,
-    ``{"user": user}`` when the backend has ``exec_as_user``. (:func:`run` applies this
-    rule itself; kept for callers that build keywords.)
+    ``{"user": user}`` when :func:`run` would pass it on. Kept for one release: ``run``
+    applies the rule itself (:data:`envlayer.request.KEYWORD_RULES`).
 
-    Raises :class:`~envlayer.errors.InvalidArgument` (nothing ran) for a backend without
-    the capability, or for a malformed ``user``.
+    Raises :class:`~envlayer.errors.UnsupportedArgument` (nothing ran) for a backend
+    without ``exec_as_user``, :class:`~envlayer.errors.InvalidArgument` for a malformed
+    ``user``.
     """
     if user is None:
         return {}
-    check_user(user)
-    if supports(environment, Capability.EXEC_AS_USER):
-        return {"user": user}
-    raise user_refused(environment, user)
-
-
-def user_refused(environment: Environment, user: str) -> UnsupportedArgument:
-    """The error for ``exec(..., user=user)`` on a backend without ``exec_as_user``."""
-    rule = KEYWORD_RULES["user"]
-    why = absence_note(environment, Capability.EXEC_AS_USER)
-    return UnsupportedArgument("user", f"{why}: it cannot {rule.refusal.format(value=user)}", hint=rule.hint)
+    prepare_call(environment, "true", user=user)  # the check run() makes; nothing runs
+    return {"user": user}
 
 
 def exec_streaming(
