@@ -93,6 +93,7 @@ def test_backends_json_lists_package_version_and_capabilities(workdir: Path) -> 
         "persistent_session",
         "snapshot",
         "streaming",
+        "unset_env",
     ]
     assert data["toy"]["distribution"] == "envlayer-toy" and data["toy"]["declared"] is False
     assert data["toy"]["capabilities"] == []
