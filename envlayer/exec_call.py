@@ -74,14 +74,17 @@ def prepare_call(env: Any, command: Command, /, **arguments: Unpack[ExecArgument
         ensure_open()
     options = getattr(env, "options", None)
     request = ExecRequest.build(command, default_timeout=getattr(options, "timeout", None), **arguments)
-    keywords = {k: v for k, v in arguments.items() if k not in KEYWORD_RULES or getattr(request, k) is not None}
-    have = capabilities_of(env)
+    asked = [name for name in KEYWORD_RULES if getattr(request, name) is not None]
+    keywords = {k: v for k, v in arguments.items() if k not in KEYWORD_RULES or k in asked}
     late: OutputCallback | None = None
     note = ""
-    for name, rule in KEYWORD_RULES.items():
-        value = getattr(request, name)
+    if not asked:  # most calls: nothing that needs a capability, nothing to look up
+        return PreparedCall(command, request, keywords)
+    have = capabilities_of(env)
+    for name in asked:
+        rule, value = KEYWORD_RULES[name], getattr(request, name)
         capability = Capability(rule.capability)
-        if value is None or capability in have:
+        if capability in have:
             continue
         why = absence_note(env, capability)
         if rule.when_absent == "refuse":
