@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from envlayer import dispatch as lifecycle
-from envlayer.execution.cancel import CancelToken
+from envlayer.cancel_token import CancelToken
 from envlayer.cli.exec_env import exec_env
 from envlayer.config import Settings, load_settings
 from envlayer.environment import Command, Environment
