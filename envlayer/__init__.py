@@ -23,9 +23,11 @@ _EXPORTS: dict[str, str] = {
     "SandboxInfo": "envlayer.environment",
     "BaseOptions": "envlayer.options",
     "option": "envlayer.options",
-    "Truncation": "envlayer.execution.output",
+    "Truncation": "envlayer.result",
     "ExecResult": "envlayer.result",
     "ExecRequest": "envlayer.request",
+    "CancelToken": "envlayer.cancel_token",
+    "run": "envlayer.dispatch",
     "TransferSummary": "envlayer.transfer",
     "open_environment": "envlayer.factory",
     "load_settings": "envlayer.config",
@@ -52,6 +54,7 @@ _EXPORTS: dict[str, str] = {
             "SandboxPathError",
             "SandboxPermissionDenied",
             "ToolArgumentError",
+            "UnsupportedArgument",
         )
     },
 }

@@ -56,6 +56,7 @@ MOVED: dict[str, str] = {
     "envlayer.cli_snapshot": "envlayer.cli.snapshot",
     "envlayer.progress": "envlayer.cli.progress",
     "envlayer.broker": "envlayer.cli.broker",
+    "envlayer.bench.command": "envlayer.cli.bench",
 }
 
 #: old paths that docs/api.md listed as public: importing them warns.

@@ -9,14 +9,14 @@ cancels the command too.
 
 * A call still queued for a worker thread is dropped and never runs.
 * A running ``exec`` (``AsyncEnvironment.exec``, or the ``terminal`` tool through
-  ``AsyncToolRegistry.run_tool``) on a backend that takes a
-  :class:`~envlayer.execution.cancel.CancelToken` (every built-in backend) is killed with its whole
+  ``AsyncToolRegistry.run_tool``) on a backend with the ``cancel`` capability (a
+  :class:`~envlayer.cancel_token.CancelToken`; every built-in backend) is killed with its whole
   process tree in the sandbox; the task waits until the command's thread has returned
   (so nothing is left running), then ``CancelledError`` propagates as asyncio requires.
   To get the partial output instead of an exception, pass your own token,
   ``await env.exec(cmd, cancel=token)``, and call ``token.cancel()``: the call returns
   the result with ``cancelled=True``.
-* Other calls (file transfer, a backend without the keyword) go on in their thread until
+* Other calls (file transfer, a backend without ``cancel``) go on in their thread until
   they return; their result is discarded. The manager counts them as in flight meanwhile.
 * ``close()`` waits for running calls only as long as the backends' own timeouts.
 """
@@ -32,9 +32,9 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from envlayer.execution.cancel import CancelToken, takes_cancel
+from envlayer.cancel_token import CancelToken
 from envlayer.environment import DEFAULT_TASK, Command, Environment
-from envlayer.dispatch import CleanupOutcome
+from envlayer.dispatch import CleanupOutcome, run
 from envlayer.agents.manager import EnvironmentManager, EnvKey
 from envlayer.result import ExecResult
 from envlayer.agents.tools import ToolRegistry
@@ -95,12 +95,10 @@ class AsyncEnvironment:
         return self.env.closed
 
     async def exec(self, command: Command, **kwargs: Any) -> ExecResult:
-        """:meth:`Environment.exec` in a worker thread. Cancelling the awaiting task kills
+        """:func:`envlayer.run` in a worker thread. Cancelling the awaiting task kills
         the command (see the module docstring)."""
         token = kwargs.pop("cancel", None) or CancelToken()
-        if takes_cancel(self.env):
-            kwargs["cancel"] = token
-        return await _cancellable(self._executor, token, self.env.exec, command, **kwargs)
+        return await _cancellable(self._executor, token, run, self.env, command, cancel=token, **kwargs)
 
     async def read_file(self, path: str) -> bytes:
         """:meth:`Environment.read_file` in a worker thread."""

@@ -1,14 +1,22 @@
 """Optional capabilities: what a backend may support beyond the required interface.
 
 A backend declares its capabilities in the class attribute ``capabilities``. A backend
-that declares nothing (``capabilities = None``, typical of a third-party plugin written
-against an older envlayer) is introspected instead. Nothing is ever assumed.
+that implements the request contract (``handle_request``, see
+:class:`~envlayer.environment.Environment`) is taken at its word for the ``exec``
+keywords it declares (``streaming``, ``cancel``, ``exec_as_user``): its ``exec`` is
+never read.
 
-Either way, a capability backed by a method counts as present only when that method
-exists and its signature accepts every argument the dispatcher (:mod:`envlayer.dispatch`)
-passes, by name and kind (``*args``/``**kwargs`` count). A declared capability whose
-method does not fit is dropped too, so the dispatcher falls back instead of raising
-``TypeError``; :func:`signature_problem` says why, and the conformance kit fails on it.
+Reading signatures is a bridge for plugins written to the older keyword contract (they
+implement ``exec(command, cwd=..., ...)`` themselves): such a backend that declares
+nothing (``capabilities = None``) is introspected, and its ``exec`` counts as taking
+``cancel`` when it names that keyword (``cancel`` was never declared before it became a
+capability). Nothing is ever assumed.
+
+A capability backed by a method counts as present only when that method exists and its
+signature accepts every argument the dispatcher (:mod:`envlayer.dispatch`) passes, by
+name and kind (``*args``/``**kwargs`` count). A declared capability whose method does not
+fit is dropped too, so the dispatcher falls back instead of raising ``TypeError``;
+:func:`signature_problem` says why, and the conformance kit fails on it.
 
 **Partial signatures.** One keyword may be left out of a signature: ``dry_run`` of
 ``reap_orphans``. Such a reaper can only reap, so the dispatcher calls it without the
@@ -22,6 +30,8 @@ import functools
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
+
+from envlayer.request import KEYWORD_RULES, PLAIN_KEYWORDS
 
 if TYPE_CHECKING:
     import inspect
@@ -64,6 +74,14 @@ class Capability(StrEnum):
     EXEC_AS_USER = "exec_as_user"
     """``exec(..., user=NAME)`` runs that one command as another user of the sandbox."""
 
+    UNSET_ENV = "unset_env"
+    """``exec(..., unset_env=["NAME", ...])`` removes those variables from that command's
+    environment (configured or the sandbox's own)."""
+
+    CANCEL = "cancel"
+    """``exec(..., cancel=token)``: ``token.cancel()`` from another thread kills the
+    command's tree; the result says ``cancelled`` (see :mod:`envlayer.cancel_token`)."""
+
     SNAPSHOT = "snapshot"
     """``create_snapshot(name=...) -> Snapshot``, a constructor that takes
     ``from_snapshot=``, and classmethods ``list_snapshots(*, profile, options)`` and
@@ -88,8 +106,11 @@ class CallShape:
         return f"{self.method}({', '.join(args)})"
 
 
-EXEC_KEYWORDS = ("cwd", "env", "timeout", "stdin")
-"""The keywords every ``exec`` call may receive."""
+EXEC_KEYWORDS = PLAIN_KEYWORDS
+"""The keywords every ``exec`` call may receive (:data:`envlayer.request.PLAIN_KEYWORDS`)."""
+
+EXEC_KEYWORD_OF: dict[Capability, str] = {Capability(rule.capability): name for name, rule in KEYWORD_RULES.items()}
+"""The capabilities that are one ``exec`` keyword (:data:`envlayer.request.KEYWORD_RULES`)."""
 
 CALL_SHAPES: dict[Capability, tuple[CallShape, ...]] = {
     Capability.FORCE_REMOVE: (CallShape("cleanup", keywords=("force_remove",)),),
@@ -108,8 +129,10 @@ CALL_SHAPES: dict[Capability, tuple[CallShape, ...]] = {
             "remove_sandbox", positional=("task_id",), keywords=("profile", "options", "force"), classmethod=True
         ),
     ),
-    Capability.STREAMING: (CallShape("exec", positional=("command",), keywords=(*EXEC_KEYWORDS, "on_output")),),
-    Capability.EXEC_AS_USER: (CallShape("exec", positional=("command",), keywords=(*EXEC_KEYWORDS, "user")),),
+    **{
+        capability: (CallShape("exec", positional=("command",), keywords=(*EXEC_KEYWORDS, keyword)),)
+        for capability, keyword in EXEC_KEYWORD_OF.items()
+    },
     Capability.DIRECTORY_TRANSFER: (
         CallShape("upload_dir", positional=("local", "remote")),
         CallShape("download_dir", positional=("remote", "local")),
@@ -132,8 +155,7 @@ count only when declared."""
 
 MARKER_PARAMETERS: dict[Capability, tuple[str, str]] = {
     Capability.FORCE_REMOVE: ("cleanup", "force_remove"),
-    Capability.STREAMING: ("exec", "on_output"),
-    Capability.EXEC_AS_USER: ("exec", "user"),
+    **{capability: ("exec", keyword) for capability, keyword in EXEC_KEYWORD_OF.items()},
 }
 """Capabilities that are one parameter of a required method, as (method, parameter): an
 undeclared backend has them only when that parameter is named in the signature."""
@@ -212,10 +234,36 @@ def _shape_problem(backend: Any, shape: CallShape) -> str | None:
 _class_shape_problem = functools.lru_cache(maxsize=1024)(_shape_problem)
 
 
+def handles_requests(backend: Any) -> bool:
+    """True when ``backend`` (class or instance) implements the request contract: the
+    nearest definition of ``exec`` or ``handle_request`` (an instance's own first, then
+    along its class's MRO) is a ``handle_request``. False for a plugin written to the
+    older keyword contract, whose own ``exec`` is what :func:`envlayer.run` calls."""
+    if not isinstance(backend, type):
+        own = getattr(backend, "__dict__", {})
+        if "exec" in own or "handle_request" in own:
+            return "handle_request" in own
+        backend = type(backend)
+    return _class_handles_requests(backend)
+
+
+@functools.lru_cache(maxsize=1024)
+def _class_handles_requests(cls: type) -> bool:
+    for klass in cls.__mro__:
+        if "handle_request" in vars(klass):
+            return True
+        if "exec" in vars(klass):
+            return False
+    return False
+
+
 def signature_problem(backend: Any, capability: Capability) -> str | None:
     """Why ``capability`` cannot be used on ``backend`` (class or instance) through the
     dispatcher, or None when every method it needs exists and accepts the dispatcher's
-    arguments. Always None for capabilities that are behaviour, not methods."""
+    arguments. Always None for capabilities that are behaviour, not methods, and for
+    the ``exec`` keywords of a backend with the request contract (declared, not read)."""
+    if capability in EXEC_KEYWORD_OF and handles_requests(backend):
+        return None
     for shape in CALL_SHAPES.get(capability, ()):
         problem = shape_problem(backend, shape)
         if problem is not None:
@@ -282,7 +330,10 @@ def _keyword_names(func: Any) -> frozenset[str]:
 
 def _introspect(backend: Any) -> frozenset[Capability]:
     found = set()
+    requests = handles_requests(backend)
     for capability, shapes in CALL_SHAPES.items():
+        if requests and capability in EXEC_KEYWORD_OF:
+            continue  # the request contract declares these; its ``exec`` is never read
         if capability in MARKER_PARAMETERS and not _has_parameter(backend, *MARKER_PARAMETERS[capability]):
             continue  # a bare ``**kwargs`` is no promise to stream, force or switch users
         if all(shape_problem(backend, shape) is None for shape in shapes):
@@ -297,12 +348,26 @@ def capabilities_of(backend: Any) -> frozenset[Capability]:
     Declared capabilities win, minus any whose method the dispatcher could not call
     (see :func:`signature_problem`). An instance may narrow its class's set (e.g. a
     Docker environment in one-shot mode has no persistent session) through an instance
-    attribute of the same name. Undeclared backends are introspected.
+    attribute of the same name. Undeclared backends are introspected. A backend written
+    to the older keyword contract has ``cancel`` when its ``exec`` names the keyword (the
+    bridge; see the module docstring).
     """
     declared = getattr(backend, "capabilities", None)
     if declared is None:
         return _introspect(backend)
-    return frozenset(c for c in map(Capability, declared) if signature_problem(backend, c) is None)
+    usable = frozenset(c for c in map(Capability, declared) if signature_problem(backend, c) is None)
+    if Capability.CANCEL not in usable and _bridges_cancel(backend):
+        usable |= {Capability.CANCEL}
+    return usable
+
+
+def _bridges_cancel(backend: Any) -> bool:
+    """True for a backend of the older keyword contract whose ``exec`` names ``cancel``
+    and whose capabilities are its class's (an instance's own set, as a managed handle
+    narrows its backend's, is the whole truth)."""
+    if handles_requests(backend) or "capabilities" in getattr(backend, "__dict__", {}):
+        return False
+    return _has_parameter(backend, "exec", "cancel")
 
 
 def declared_capabilities(backend: Any) -> frozenset[Capability] | None:
@@ -315,3 +380,19 @@ def declared_capabilities(backend: Any) -> frozenset[Capability] | None:
 def supports(backend: Any, capability: Capability) -> bool:
     """True when ``backend`` (class or instance) has ``capability``."""
     return capability in capabilities_of(backend)
+
+
+def backend_name(backend: Any) -> str:
+    """The backend name of a class or instance (its ``name``, else its class name)."""
+    cls = backend if isinstance(backend, type) else type(backend)
+    return getattr(backend, "name", "") or cls.__name__
+
+
+def absence_note(backend: Any, capability: Capability) -> str:
+    """Why ``backend`` lacks ``capability``, for a fallback's note or a refusal: names a
+    signature the dispatcher cannot call when the backend evidently tried to have it."""
+    name = backend_name(backend)
+    problem = signature_problem(backend, capability)
+    if problem is not None and defines_method_for(backend, capability):
+        return f"backend {name!r} has no usable {capability.value} ({problem})"
+    return f"backend {name!r} has no {capability.value}"

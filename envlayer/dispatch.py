@@ -1,12 +1,20 @@
-"""The capability dispatcher: lifecycle calls that work on every backend.
+"""The capability dispatcher: the one way in for ``exec`` (:func:`run`), and lifecycle
+calls that work on every backend.
 
-Each function checks the backend's capabilities (declared, or introspected for
+:func:`run` is what every front end calls to run a command (the manager,
+:mod:`envlayer.aio`, the agent tools, the CLI and its broker, the framework adapters): it
+prepares the call for the backend (:func:`envlayer.exec_call.prepare_call`: keywords
+checked against what the backend declares, the :class:`~envlayer.request.ExecRequest`
+built) and hands the request to the backend's ``handle_request``, or, for a plugin written
+to the older keyword contract, calls its ``exec`` with the keywords it takes.
+
+Each other function checks the backend's capabilities (declared, or introspected for
 backends that declare nothing; in both cases only methods whose signature accepts the
 call, see :mod:`envlayer.capabilities`) before forwarding anything. A keyword is never
 passed to a backend that lacks it, and a missing capability is never an error: the
 dispatcher does the nearest correct thing, logs it at DEBUG, and says so in its return
-value (``note``). The one exception is ``user`` (:func:`user_keywords`): running a
-command as another user than the one asked for is never correct. Anything but an
+value (``note``). The one exception is ``user``: running a command as another user than
+the one asked for is never correct (:data:`envlayer.request.KEYWORD_RULES`). Anything but an
 envlayer error raised by the backend during the call becomes a
 :class:`~envlayer.errors.PluginError` naming the backend and its distribution.
 """
@@ -16,21 +24,23 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from envlayer.capabilities import (
     Capability,
+    absence_note,
     accepts_keyword,
+    backend_name,
     declared_capabilities,
-    defines_method_for,
-    signature_problem,
+    handles_requests,
     supports,
 )
+from envlayer.discovery.plugin_calls import plugin_call, recording
 from envlayer.environment import Command, Environment, SandboxInfo
 from envlayer.errors import BackendUnavailable, EnvlayerError, InvalidArgument, PluginError
+from envlayer.exec_call import prepare_call
 from envlayer.options import BaseOptions
-from envlayer.discovery.plugin_calls import backend_name, plugin_call, recording
-from envlayer.request import check_user
+from envlayer.request import ExecArguments
 from envlayer.result import ExecResult
 
 if TYPE_CHECKING:
@@ -84,13 +94,6 @@ class SweepOutcome:
     """What to do about ``error`` (the envlayer error's hint), when there is one."""
 
 
-def _absent(backend: Any, capability: Capability) -> str:
-    """The fallback note for a backend without ``capability``: says why."""
-    name = backend_name(backend)
-    problem = signature_problem(backend, capability)
-    if problem is not None and defines_method_for(backend, capability):
-        return f"backend {name!r} has no usable {capability.value} ({problem})"
-    return f"backend {name!r} has no {capability.value}"
 
 
 def cleanup(env: Environment, *, force_remove: bool = False, purge: bool = False) -> CleanupOutcome:
@@ -116,7 +119,7 @@ def cleanup(env: Environment, *, force_remove: bool = False, purge: bool = False
     with plugin_call(env, "cleanup"):
         env.cleanup()
     if force_remove:
-        note = f"{_absent(env, Capability.FORCE_REMOVE)}; ran plain cleanup(), which may keep the sandbox"
+        note = f"{absence_note(env, Capability.FORCE_REMOVE)}; ran plain cleanup(), which may keep the sandbox"
         log.debug(note)
         if not _keeps_nothing(env):
             return CleanupOutcome(name, forced=False, note=note)
@@ -139,39 +142,59 @@ def wait_for_cleanup(env: Environment, timeout: float) -> bool:
     :func:`cleanup`.
     """
     if not supports(env, Capability.WAIT_FOR_CLEANUP):
-        log.debug("%s; nothing to wait for", _absent(env, Capability.WAIT_FOR_CLEANUP))
+        log.debug("%s; nothing to wait for", absence_note(env, Capability.WAIT_FOR_CLEANUP))
         return True
     with plugin_call(env, "wait_for_cleanup"):
         return bool(env.wait_for_cleanup(timeout))  # type: ignore[attr-defined]
 
 
+def run(environment: Environment, command: Command, /, **arguments: Unpack[ExecArguments]) -> ExecResult:
+    """Run ``command`` on ``environment``: the one way in for every front end.
+
+    The keywords are :class:`~envlayer.request.ExecArguments`; one the backend lacks the
+    capability for follows :data:`~envlayer.request.KEYWORD_RULES` (``user`` refused,
+    ``cancel`` not passed on, ``on_output`` given the output when the command ends).
+    Raises like ``exec``: ``TypeError`` for an unknown keyword,
+    :class:`~envlayer.errors.InvalidArgument` (nothing ran),
+    :class:`~envlayer.errors.BackendUnavailable`,
+    :class:`~envlayer.errors.EnvironmentClosed`; anything else the backend raises becomes
+    :class:`~envlayer.errors.PluginError`, except what ``on_output`` itself raises.
+    :func:`run_with_output` also says whether the output was streamed.
+    """
+    return run_with_output(environment, command, **arguments).result
+
+
+def run_with_output(
+    environment: Environment, command: Command, /, **arguments: Unpack[ExecArguments]
+) -> StreamOutcome:
+    """:func:`run`, returning a :class:`StreamOutcome`: whether ``on_output`` got the
+    output as it arrived, and the fallback note when it did not."""
+    on_output = arguments.get("on_output")
+    callers: list[BaseException] = []
+    if on_output is not None:
+        arguments["on_output"], callers = recording(on_output)  # the callback's own exceptions are not the plugin's
+    call = prepare_call(environment, command, **arguments)
+    with plugin_call(environment, "exec", passthrough=callers):
+        if handles_requests(environment):
+            result = environment.handle_request(call.request)
+        else:  # the older keyword contract: its own exec, with the keywords it takes
+            result = environment.exec(command, **call.keywords)
+    return StreamOutcome(call.finish(result), streamed=call.streamed, note=call.note)
+
+
 def user_keywords(environment: Environment, user: str | None) -> dict[str, str]:
-    """The keyword arguments that ask ``environment.exec`` to run as ``user``: none for
-    ``None``, ``{"user": user}`` when the backend has ``exec_as_user``.
+    """The keyword arguments that ask ``exec`` to run as ``user``: none for ``None``,
+    ``{"user": user}`` when :func:`run` would pass it on. Kept for one release: ``run``
+    applies the rule itself (:data:`envlayer.request.KEYWORD_RULES`).
 
-    The one exception to "a missing capability is never an error": running a command as
-    another user than the one asked for is never the nearest correct thing.
-
-    Raises :class:`~envlayer.errors.InvalidArgument` (nothing ran) for a backend without
-    the capability, or for a malformed ``user``.
+    Raises :class:`~envlayer.errors.UnsupportedArgument` (nothing ran) for a backend
+    without ``exec_as_user``, :class:`~envlayer.errors.InvalidArgument` for a malformed
+    ``user``.
     """
     if user is None:
         return {}
-    check_user(user)
-    if supports(environment, Capability.EXEC_AS_USER):
-        return {"user": user}
-    raise user_refused(environment, user)
-
-
-def user_refused(environment: Environment, user: str) -> InvalidArgument:
-    """The error for ``exec(..., user=user)`` on a backend without ``exec_as_user``
-    (raised here and by :class:`~envlayer.sandbox.base.SandboxEnvironment`)."""
-    return InvalidArgument(
-        "user",
-        f"{_absent(environment, Capability.EXEC_AS_USER)}: it cannot run a command as {user!r}",
-        hint="leave user unset to run as the backend's configured user (its `user` option, where it has one), "
-        "or use a backend that has exec_as_user (docker)",
-    )
+    prepare_call(environment, "true", user=user)  # the check run() makes; nothing runs
+    return {"user": user}
 
 
 def exec_streaming(
@@ -180,12 +203,9 @@ def exec_streaming(
     on_output: Callable[[str, bytes], None],
     **kwargs: Any,
 ) -> ExecResult:
-    """Run ``command`` delivering output to ``on_output(stream, chunk)`` as it arrives
-    when the backend can stream; otherwise once, when the command has finished.
-    ``kwargs`` are ``exec``'s (``cwd``, ``env``, ``timeout``, ``stdin``). Raises like
-    ``exec``, plus :class:`~envlayer.errors.PluginError` for a contract-breaking
-    exception. :func:`exec_with_output` also says whether it streamed."""
-    return exec_with_output(environment, command, on_output, **kwargs).result
+    """:func:`run` with ``on_output``: chunks as they arrive when the backend can stream;
+    otherwise once, when the command has finished."""
+    return run(environment, command, on_output=on_output, **kwargs)
 
 
 def exec_with_output(
@@ -194,21 +214,8 @@ def exec_with_output(
     on_output: Callable[[str, bytes], None],
     **kwargs: Any,
 ) -> StreamOutcome:
-    """:func:`exec_streaming`, returning a :class:`StreamOutcome` with the fallback note."""
-    if supports(environment, Capability.STREAMING):
-        relay, callers = recording(on_output)  # the callback's own exceptions are not the plugin's
-        with plugin_call(environment, "exec", passthrough=callers):
-            result = environment.exec(command, on_output=relay, **kwargs)  # type: ignore[call-arg]
-        return StreamOutcome(result, streamed=True)
-    note = f"{_absent(environment, Capability.STREAMING)}; output is shown when the command ends"
-    log.debug(note)
-    with plugin_call(environment, "exec"):
-        result = environment.exec(command, **kwargs)
-    if result.stdout:
-        on_output("stdout", result.stdout)
-    if result.stderr:
-        on_output("stderr", result.stderr)
-    return StreamOutcome(result, streamed=False, note=note)
+    """:func:`run_with_output` with ``on_output``."""
+    return run_with_output(environment, command, on_output=on_output, **kwargs)
 
 
 BackendSpec = tuple[type[Environment], BaseOptions]
@@ -225,7 +232,7 @@ def _sweep(
     for cls, options in backends:
         name = backend_name(cls)
         if not supports(cls, capability):
-            note = _absent(cls, capability)
+            note = absence_note(cls, capability)
             log.debug(note)
             outcomes.append(SweepOutcome(name, supported=False, note=note))
             continue
@@ -331,7 +338,7 @@ def snapshot_refused(backend: Any, doing: str) -> InvalidArgument:
     having = backends_with(Capability.SNAPSHOT)
     return InvalidArgument(
         "backend",
-        f"{_absent(backend, Capability.SNAPSHOT)}: it cannot {doing}",
+        f"{absence_note(backend, Capability.SNAPSHOT)}: it cannot {doing}",
         hint=f"use a backend that has snapshot ({', '.join(having) or 'none is installed'}); docs/snapshots.md "
         "lists what each backend carries",
     )

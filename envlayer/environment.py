@@ -1,19 +1,24 @@
 """The ``Environment`` contract every backend implements.
 
-Required (abstract): :meth:`Environment.exec`, :meth:`Environment.read_file`,
-:meth:`Environment.write_file`, :meth:`Environment.cleanup`.
+Required: :meth:`Environment.handle_request` (run one checked
+:class:`~envlayer.request.ExecRequest`; a plugin written to the older keyword contract
+implements :meth:`Environment.exec` instead), and the abstract
+:meth:`Environment.read_file`, :meth:`Environment.write_file`, :meth:`Environment.cleanup`.
 
 Optional, declared through ``capabilities`` (see :mod:`envlayer.capabilities`) and never
 called by envlayer on a backend that lacks them:
 
 * ``cleanup(force_remove=...)``, ``wait_for_cleanup(timeout) -> bool``;
 * classmethods ``reap_orphans``, ``list_sandboxes``, ``remove_sandbox``;
-* ``exec(..., on_output=...)`` streaming; ``upload_dir`` / ``download_dir`` returning a
-  :class:`~envlayer.transfer.TransferSummary` (see :mod:`envlayer.transfer`);
-* ``exec(..., user=...)`` (``exec_as_user``): that one command runs as another user of
-  the sandbox, in a process of its own (see "Running as another user" below).
+* the request's ``on_output`` (``streaming``), ``cancel`` (``cancel``), ``user``
+  (``exec_as_user``: that one command runs as another user of the sandbox, in a process
+  of its own; see "Running as another user" below) and ``unset_env`` (``unset_env``);
+  the rule for each without it is :data:`envlayer.request.KEYWORD_RULES`;
+* ``upload_dir`` / ``download_dir`` returning a
+  :class:`~envlayer.transfer.TransferSummary` (see :mod:`envlayer.transfer`).
 
-Call the optional parts through :mod:`envlayer.dispatch`, which checks first.
+Run commands through :func:`envlayer.run` (or ``env.exec``, the same call) and the other
+optional parts through :mod:`envlayer.dispatch`, which checks first.
 
 Contract shared by all backends:
 
@@ -32,10 +37,12 @@ Contract shared by all backends:
   (about two seconds). The next call works normally.
 * If the calling thread is interrupted (``KeyboardInterrupt``) during ``exec``, the
   command's process tree is killed before the exception propagates.
-* Optional: a backend whose ``exec`` takes ``cancel`` (a
-  :class:`~envlayer.execution.cancel.CancelToken`) kills the command's tree when the token is
-  cancelled from another thread, and returns the output so far with ``cancelled=True``
-  and exit code 130 (every built-in backend does).
+* Optional (``cancel``): ``cancel=token`` (a :class:`~envlayer.cancel_token.CancelToken`)
+  kills the command's tree when the token is cancelled from another thread, and returns
+  the output so far with ``cancelled=True`` and exit code 130 (every built-in backend).
+* Optional (``unset_env``): ``unset_env=["NAME", ...]`` runs the command without those
+  variables, whether the configuration or the sandbox itself sets them (every built-in
+  backend); a name also in ``env`` is refused.
 * stdout and stderr are captured separately, capped at ``max_output_bytes`` each.
 * When the sandbox or the connection to it is lost while a command runs, ``exec``
   raises :class:`~envlayer.errors.BackendUnavailable` (or a subclass) saying the command
@@ -90,6 +97,7 @@ from typing import Any, ClassVar, Unpack
 
 from envlayer.capabilities import Capability
 from envlayer.errors import EnvironmentClosed, SandboxPathError
+from envlayer.exec_call import prepare_call
 from envlayer.options import BaseOptions
 from envlayer.request import Command, ExecArguments, ExecRequest, check_path
 from envlayer.result import ExecResult
@@ -140,25 +148,41 @@ class Environment(ABC):
         self.profile = profile
         self._closed = False
 
-    # --- required -------------------------------------------------------------
+    # --- required: run a request (or, the older contract, exec) -----------------------
 
-    @abstractmethod
-    def exec(
-        self,
-        command: Command,
-        *,
-        cwd: str | None = None,
-        env: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-        stdin: bytes | str | None = None,
-    ) -> ExecResult:
-        """Run ``command`` and return its result.
+    def handle_request(self, request: ExecRequest) -> ExecResult:
+        """Run one checked :class:`~envlayer.request.ExecRequest` and return its result:
+        what a backend implements (the request contract; httpx's ``handle_request``
+        shape). The request holds only what the backend declared it can take:
+        ``on_output`` only with ``streaming``, ``cancel`` only with ``cancel``, ``user``
+        only with ``exec_as_user``; its ``timeout`` is the effective limit (``None``: no
+        limit) and ``deadline`` the monotonic time at which to kill the command.
+
+        A plugin written to the older keyword contract implements :meth:`exec` instead
+        (it keeps working; see :mod:`envlayer.capabilities`). Raises like :meth:`exec`.
+        """
+        raise NotImplementedError(f"{type(self).__name__} implements neither handle_request nor exec")
+
+    def exec(self, command: Command, **arguments: Unpack[ExecArguments]) -> ExecResult:
+        """Run ``command`` and return its result; the keywords are
+        :class:`~envlayer.request.ExecArguments` (``cwd``, ``env``, ``timeout``,
+        ``stdin``, ``on_output``, ``cancel``, ``user``).
 
         ``timeout`` defaults to ``options.timeout``; a timeout never raises, it is
-        reported in the result. Raises :class:`~envlayer.errors.BackendUnavailable`
-        when the sandbox cannot be reached (the command may not have run), and
-        :class:`~envlayer.errors.EnvironmentClosed` after :meth:`cleanup`.
+        reported in the result. A keyword the backend lacks the capability for follows
+        :data:`~envlayer.request.KEYWORD_RULES`: ``user`` is refused, ``cancel`` is not
+        passed on, ``on_output`` gets the output when the command ends. The same call as
+        :func:`envlayer.run` (:func:`envlayer.exec_call.prepare_call`, then
+        :meth:`handle_request`), which front ends use.
+
+        Raises ``TypeError`` for a keyword ``exec`` does not have;
+        :class:`~envlayer.errors.InvalidArgument` (nothing ran);
+        :class:`~envlayer.errors.BackendUnavailable` when the sandbox cannot be reached
+        (the command may not have run); :class:`~envlayer.errors.EnvironmentClosed`
+        after :meth:`cleanup`.
         """
+        call = prepare_call(self, command, **arguments)
+        return call.finish(self.handle_request(call.request))
 
     @abstractmethod
     def read_file(self, path: str) -> bytes:
@@ -207,16 +231,15 @@ class Environment(ABC):
             )
 
     def make_request(self, command: Command, **arguments: Unpack[ExecArguments]) -> ExecRequest:
-        """The validated :class:`~envlayer.request.ExecRequest` for one ``exec`` call
-        (``arguments`` are ``exec``'s keywords: ``cwd``, ``env``, ``timeout``, ``stdin``,
-        ``on_output``, ``cancel``, ``user``), with ``options.timeout`` as the default
-        timeout. Checks that the environment is open.
+        """The checked :class:`~envlayer.request.ExecRequest` for ``exec(command,
+        **arguments)`` on this environment, as :func:`envlayer.exec_call.prepare_call`
+        builds it (``options.timeout`` as the default timeout; keywords this backend
+        lacks the capability for refused or left out).
 
         Raises :class:`~envlayer.errors.InvalidArgument` (nothing ran) and
         :class:`~envlayer.errors.EnvironmentClosed`.
         """
-        self._ensure_open()
-        return ExecRequest.build(command, default_timeout=self.options.timeout, **arguments)
+        return prepare_call(self, command, **arguments).request
 
     def resolve_path(self, path: str, cwd: str) -> str:
         """Normalize ``path`` (relative to ``cwd``) and enforce ``options.file_root``.

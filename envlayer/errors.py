@@ -29,23 +29,27 @@ class EnvlayerError(Exception):
 
 
 class BackendNotFound(EnvlayerError):
-    """No installed distribution registers a backend under this name."""
+    """No installed distribution registers a backend under this name. ``package`` is the
+    distribution known to provide it (None when none is known), ``install`` how to install
+    it from where the user is (default: ``pip install``; the registry says more, see
+    :mod:`envlayer.discovery.install_hints`)."""
 
-    def __init__(self, name: str, installed: Iterable[str], package: str | None, *, source: str = "") -> None:
+    def __init__(
+        self, name: str, installed: Iterable[str], package: str | None, *, source: str = "", install: str = ""
+    ) -> None:
         self.name = name
         self.installed = sorted(installed)
         self.package = package
         self.source = source
         """Where the name was configured (a file and key, ``$ENVLAYER_BACKEND``); "" when
         it was passed in code or on the command line."""
+        self.install = install or (f"install it with `pip install {package}`" if package else "")
         listed = ", ".join(self.installed) or "none"
         import difflib
 
         close = difflib.get_close_matches(name, self.installed, n=1)
         if package:
-            from envlayer.discovery.install_hints import install_hint
-
-            hint = install_hint(package)
+            hint = self.install
         elif close:
             hint = f"did you mean {close[0]!r}?"
         else:
@@ -147,6 +151,11 @@ class InvalidArgument(EnvlayerError, ValueError):
     def __init__(self, argument: str, message: str, *, hint: str = "") -> None:
         self.argument = argument
         super().__init__(f"{argument}: {message}", hint=hint)
+
+
+class UnsupportedArgument(InvalidArgument):
+    """A well-formed ``exec`` keyword that this backend lacks the capability for and that
+    must not be dropped (``user`` without ``exec_as_user``): refused before anything ran."""
 
 
 class EnvironmentClosed(EnvlayerError):

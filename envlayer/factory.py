@@ -48,7 +48,7 @@ def load_configured_backend(
         if source in ("default", "argument"):
             raise
         where = source if source.startswith(("$", "--")) else f"{source}: backend"
-        raise BackendNotFound(exc.name, exc.installed, exc.package, source=where) from None
+        raise BackendNotFound(exc.name, exc.installed, exc.package, source=where, install=exc.install) from None
 
 
 def open_environment(

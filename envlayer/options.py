@@ -18,8 +18,8 @@ from typing import Any, Literal
 
 from envlayer.coercion import coerce, describe, parse_text, shown
 from envlayer.errors import ConfigError, EnvlayerError, InvalidArgument
-from envlayer.execution.output import POLICIES
 from envlayer.request import normalize_timeout
+from envlayer.result import POLICIES
 
 
 def option(

@@ -1,10 +1,11 @@
 """One call to ``exec``, validated and normalised in one place: :class:`ExecRequest`.
 
-Every backend builds its request with :meth:`Environment.make_request
-<envlayer.environment.Environment.make_request>` (or :meth:`ExecRequest.build`) as the
-first thing its ``exec`` does, and hands the request, not a list of arguments, to
-whatever runs the command. All argument checks live here, so every backend and the CLI
-refuse the same inputs with the same :class:`~envlayer.errors.InvalidArgument`:
+The ``exec`` keywords are listed once, here (:class:`ExecArguments`, and
+:data:`KEYWORD_RULES` for those that need a capability). :func:`envlayer.run` and
+``Environment.exec`` build the request (:func:`envlayer.exec_call.prepare_call`) and hand
+it, not a list of arguments, to the backend's ``handle_request``. All argument checks
+live here, so every backend and the CLI refuse the same inputs with the same
+:class:`~envlayer.errors.InvalidArgument`:
 
 * ``timeout``: ``None`` means the environment's default; ``0`` means no limit; a
   positive finite number up to :data:`MAX_TIMEOUT` seconds is the limit. Negative, NaN,
@@ -16,6 +17,8 @@ refuse the same inputs with the same :class:`~envlayer.errors.InvalidArgument`:
 * ``env``: names are shell identifiers (``[A-Za-z_][A-Za-z0-9_]*``), values strings;
   no NUL byte in either.
 * ``stdin``: bytes, or a string (sent as UTF-8).
+* ``unset_env``: variable names (identifiers, none also in ``env``) removed from the
+  command's environment (:func:`check_unset_env`).
 * ``user``: ``None`` (the sandbox's configured user), or a user name or numeric uid,
   optionally followed by ``:group`` (name or gid), as ``docker exec --user`` takes it
   (:func:`check_user`). Only backends with the ``exec_as_user`` capability take it.
@@ -30,13 +33,12 @@ import math
 import os
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TypedDict, Unpack
+from typing import Literal, TypedDict, Unpack
 
-from envlayer.execution.cancel import CancelToken
+from envlayer.cancel_token import CancelToken
 from envlayer.errors import FileTooLarge, InvalidArgument
-from envlayer.execution.output import OutputCallback
 
 MAX_TIMEOUT = 7 * 24 * 3600.0
 """The largest timeout accepted, in seconds (one week). Longer work belongs in the
@@ -48,6 +50,10 @@ _USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\$?(:[A-Za-z0-9_][A-Za-z0-9_.-]*
 _NO_LIMIT_HINT = "pass a number of seconds up to one week, or 0 for no limit"
 
 Command = str | Sequence[str]
+
+OutputCallback = Callable[[str, bytes], None]
+"""``on_output(stream, chunk)``: ``stream`` is ``"stdout"`` or ``"stderr"``; ``chunk`` is
+what just arrived (uncapped)."""
 
 
 def normalize_timeout(value: object, *, default: float | None, argument: str = "timeout") -> float | None:
@@ -136,6 +142,32 @@ def check_env(env: Mapping[str, str] | None, argument: str = "env") -> dict[str,
     return checked
 
 
+def check_unset_env(names: Sequence[str] | None, env: Mapping[str, str]) -> tuple[str, ...]:
+    """``unset_env`` as a tuple of variable names, each once, in order (``None`` -> ``()``).
+
+    Raises :class:`InvalidArgument` for a name that is not an identifier, a bare string
+    (``unset_env="HOME"`` would be five names), or a name that ``env`` also sets."""
+    if names is None:
+        return ()
+    if isinstance(names, str | bytes) or not isinstance(names, Sequence):
+        raise InvalidArgument(
+            "unset_env", f"must be a list of variable names, got {type(names).__name__}", hint='e.g. ["HTTP_PROXY"]'
+        )
+    checked: list[str] = []
+    for name in names:
+        if not isinstance(name, str) or not ENV_NAME.match(name):
+            raise InvalidArgument(
+                "unset_env",
+                f"{name!r} is not a valid environment variable name",
+                hint="use letters, digits and underscores, not starting with a digit",
+            )
+        if name in env:
+            raise InvalidArgument("unset_env", f"{name} is also set by env", hint="set it or unset it, not both")
+        if name not in checked:
+            checked.append(name)
+    return tuple(checked)
+
+
 def check_user(user: object) -> str:
     """``user`` as ``exec`` takes it: ``NAME``, ``UID``, ``NAME:GROUP`` or ``UID:GID``
     (POSIX portable names: letters, digits, ``_``, ``.``, ``-``, not starting with ``.``
@@ -183,10 +215,11 @@ def new_exec_id() -> str:
 
 
 class ExecArguments(TypedDict, total=False):
-    """The keyword arguments of ``exec`` after ``command``, as
-    :meth:`ExecRequest.build` and :meth:`~envlayer.environment.Environment.make_request`
-    take them (a new ``exec`` keyword is added here and to
-    :meth:`envlayer.sandbox.base.SandboxEnvironment.exec`)."""
+    """The ``exec`` keywords after ``command``: the one list of them. A new keyword is
+    added here, to :class:`ExecRequest` (its checked form) and, when only some backends
+    can honour it, to :data:`KEYWORD_RULES`; :func:`envlayer.run`, ``Environment.exec``,
+    the manager, :mod:`envlayer.aio`, the tools, the CLI and the adapters take it from
+    here."""
 
     cwd: str | None
     env: Mapping[str, str] | None
@@ -195,9 +228,57 @@ class ExecArguments(TypedDict, total=False):
     on_output: OutputCallback | None
     cancel: CancelToken | None
     user: str | None
+    unset_env: Sequence[str] | None
 
 
-_EXEC_ARGUMENT_NAMES = frozenset(ExecArguments.__annotations__)
+EXEC_KEYWORDS: tuple[str, ...] = tuple(ExecArguments.__annotations__)
+"""Every ``exec`` keyword, in order."""
+
+
+@dataclass(frozen=True)
+class KeywordRule:
+    """How :func:`envlayer.run` treats an ``exec`` keyword that only a backend with
+    ``capability`` (a :class:`~envlayer.capabilities.Capability` value) receives, when the
+    caller sets it and the backend lacks the capability:
+
+    * ``"refuse"``: :class:`~envlayer.errors.InvalidArgument` before anything runs; the
+      message says the backend cannot ``refusal`` (``{value}`` is the caller's value);
+    * ``"drop"``: the keyword is not passed on (a DEBUG line says so);
+    * ``"at_end"``: the keyword is not passed on; the output is delivered to it once,
+      when the command has finished (``on_output``)."""
+
+    capability: str
+    when_absent: Literal["refuse", "drop", "at_end"]
+    refusal: str = ""
+    hint: str = ""
+
+
+KEYWORD_RULES: dict[str, KeywordRule] = {
+    "on_output": KeywordRule("streaming", "at_end"),
+    "cancel": KeywordRule("cancel", "drop"),
+    "user": KeywordRule(
+        "exec_as_user",
+        "refuse",
+        "run a command as {value!r}",
+        "leave user unset to run as the backend's configured user (its `user` option, where it has one), "
+        "or use a backend that has exec_as_user (docker)",
+    ),
+    "unset_env": KeywordRule(
+        "unset_env",
+        "refuse",
+        "remove {value} from a command's environment",
+        "leave unset_env empty, or use a backend that has unset_env (every built-in backend)",
+    ),
+}
+"""The keywords that need a capability, and what happens without it. Running a command
+other than as asked (as another user, with a variable it must not see) is never the
+nearest correct thing: refused. An unset keyword (``None``, or an empty ``unset_env``)
+asks for nothing and needs nothing."""
+
+PLAIN_KEYWORDS: tuple[str, ...] = tuple(k for k in EXEC_KEYWORDS if k not in KEYWORD_RULES)
+"""The keywords every backend takes (``cwd``, ``env``, ``timeout``, ``stdin``)."""
+
+_EXEC_ARGUMENT_NAMES = frozenset(EXEC_KEYWORDS)
 
 
 def check_exec_keywords(arguments: Mapping[str, object]) -> None:
@@ -233,8 +314,12 @@ class ExecRequest:
     deadline: float | None = None
     cancel: CancelToken | None = None
     """Cancelled from another thread: the backend kills the command as on a timeout and
-    the result says ``cancelled`` (see :mod:`envlayer.execution.cancel`)."""
+    the result says ``cancelled`` (see :mod:`envlayer.cancel_token`)."""
     user: str | None = None
+    unset_env: tuple[str, ...] | None = None
+    """Variables removed from the command's environment (the environment's configured
+    ones, the sandbox's own, e.g. an image's ``ENV``): ``None`` or a non-empty tuple of
+    checked names (capability ``unset_env``)."""
 
     @property
     def cancelled(self) -> bool:
@@ -258,12 +343,14 @@ class ExecRequest:
         if on_output is not None and not callable(on_output):
             raise InvalidArgument("on_output", "must be a callable (stream, chunk) -> None")
         if cancel is not None and not isinstance(cancel, CancelToken):
-            raise InvalidArgument("cancel", f"must be an envlayer.execution.cancel.CancelToken, got {type(cancel).__name__}")
+            raise InvalidArgument("cancel", f"must be an envlayer.CancelToken, got {type(cancel).__name__}")
+        env = check_env(arguments.get("env"))
+        unset = check_unset_env(arguments.get("unset_env"), env)
         start = time.monotonic()
         return cls(
             command=check_command(command),
             cwd=None if cwd is None else check_text(cwd, "cwd"),
-            env=check_env(arguments.get("env")),
+            env=env,
             timeout=limit,
             stdin=encode_stdin(arguments.get("stdin")),
             on_output=on_output,
@@ -272,7 +359,20 @@ class ExecRequest:
             deadline=None if limit is None else start + limit,
             cancel=cancel,
             user=None if user is None else check_user(user),
+            unset_env=unset or None,
         )
+
+    def process_command(self, shell: str) -> str | tuple[str, ...]:
+        """The command to start as a process of its own: :attr:`command`, or with
+        :attr:`unset_env`, the same command after ``unset -v`` of those names (a string
+        gets an ``unset -v`` line first; an argv runs as ``shell -c 'unset -v ...; exec
+        "$@"'``). The names are checked identifiers: nothing needs quoting."""
+        if not self.unset_env:
+            return self.command
+        unset = "unset -v " + " ".join(self.unset_env)
+        if isinstance(self.command, str):
+            return f"{unset}\n{self.command}"
+        return (shell, "-c", f'{unset}; exec "$@"', "envlayer", *self.command)
 
     def remaining(self) -> float | None:
         """Seconds left before the deadline (never negative); ``None`` without a limit."""

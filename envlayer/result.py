@@ -4,15 +4,39 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Literal
 
 from envlayer.errors import CommandFailed, ExecTimeout
-from envlayer.execution.output import Truncation
 
 TIMEOUT_EXIT_CODE = 124
 """Exit code reported for a command killed by its timeout (as GNU ``timeout`` does)."""
 
 INTERRUPT_EXIT_CODE = 130
 """Exit code reported for a command killed because the caller was interrupted."""
+
+TruncationPolicy = Literal["head_tail", "head", "tail"]
+POLICIES: tuple[str, ...] = ("head_tail", "head", "tail")
+"""The output policies (``output_policy``): what an output cap keeps of a stream."""
+
+
+@dataclass(frozen=True)
+class Truncation:
+    """What a cap removed from one stream.
+
+    ``kept_head`` bytes from the start and ``kept_tail`` bytes from the end were kept;
+    ``dropped`` bytes in between (or at one end) were discarded; ``total`` is the
+    full length the command produced.
+    """
+
+    policy: str
+    total: int
+    dropped: int
+    kept_head: int
+    kept_tail: int
+
+    def marker(self) -> bytes:
+        """The notice inserted where bytes were dropped."""
+        return f"\n[... {self.dropped} bytes omitted of {self.total} ({self.policy}) ...]\n".encode()
 
 
 @dataclass(frozen=True)
@@ -39,7 +63,7 @@ class ExecResult:
     stderr_truncation: Truncation | None = None
     recovered: str = ""
     cancelled: bool = False
-    """The call's :class:`~envlayer.execution.cancel.CancelToken` was cancelled: the command's tree
+    """The call's :class:`~envlayer.cancel_token.CancelToken` was cancelled: the command's tree
     was killed, ``exit_code`` is 130 and the output is what it wrote until then."""
     notice: str = ""
     """Something the caller (or a model) should know about how the command ran, e.g. that

@@ -50,16 +50,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Unpack
 
 from envlayer.agents import exit_hook
-from envlayer.execution.cancel import takes_cancel
-from envlayer.capabilities import Capability, capabilities_of, supports
+from envlayer.capabilities import EXEC_KEYWORD_OF, Capability, capabilities_of, supports
 from envlayer.config import Settings, load_settings
 from envlayer.environment import DEFAULT_TASK, Command, Environment
 from envlayer.errors import BackendUnavailable, EnvironmentClosed, EnvlayerError
 from envlayer.factory import backend_class, open_environment
-from envlayer.dispatch import CleanupOutcome, cleanup, exec_streaming, user_keywords, wait_for_cleanup
+from envlayer.dispatch import CleanupOutcome, cleanup, run, wait_for_cleanup
 from envlayer.agents.orphan_sweeps import OrphanSweep, orphan_sweep, start_sweep
 from envlayer.discovery.plugin_calls import plugin_call, recording
-from envlayer.request import ExecArguments, check_exec_keywords
+from envlayer.request import ExecArguments
 from envlayer.result import ExecResult
 from envlayer.agents.task_bindings import EnvKey, TaskBindingConflict, TaskBindings, TaskOverrides
 
@@ -86,11 +85,10 @@ DEFAULT_REAP_INTERVAL = 60.0
 DEFAULT_EXIT_TIMEOUT = 15.0
 """Total seconds :meth:`EnvironmentManager.close` waits for background teardowns."""
 
-_PASSTHROUGH = frozenset(
-    {Capability.STREAMING, Capability.PERSISTENT_SESSION, Capability.PERSIST_ACROSS_PROCESSES, Capability.EXEC_AS_USER}
-)
-"""Capabilities a managed handle keeps from its environment; the lifecycle ones stay
-with the manager."""
+_PASSTHROUGH = frozenset({Capability.PERSISTENT_SESSION, Capability.PERSIST_ACROSS_PROCESSES, *EXEC_KEYWORD_OF})
+"""Capabilities a managed handle keeps from its environment: every ``exec`` keyword's
+(:data:`envlayer.capabilities.EXEC_KEYWORD_OF`) and the session ones; the lifecycle ones
+stay with the manager."""
 
 
 class ManagerClosed(EnvlayerError):
@@ -163,29 +161,16 @@ class ManagedEnvironment(Environment):
         return self._entry.released or self.environment.closed
 
     def exec(self, command: Command, **arguments: Unpack[ExecArguments]) -> ExecResult:
-        """:meth:`Environment.exec`, tracked; the keywords are
-        :class:`~envlayer.request.ExecArguments`. ``on_output`` goes through
-        :func:`envlayer.dispatch.exec_streaming`: chunks as they arrive on a streaming
-        backend, once at the end on others. ``cancel`` is passed on when the backend's
-        ``exec`` takes it (else the command runs to its end or its timeout, and a DEBUG
-        line says so). ``user`` is passed on to a backend with ``exec_as_user``; on any
-        other it raises :class:`~envlayer.errors.InvalidArgument` before anything runs
-        (:func:`envlayer.dispatch.user_keywords`)."""
-        check_exec_keywords(arguments)
-        kwargs: dict[str, Any] = dict(arguments)
-        on_output, cancel = kwargs.pop("on_output", None), kwargs.pop("cancel", None)
-        kwargs.update(user_keywords(self.environment, kwargs.pop("user", None)))
-        if cancel is not None:
-            if takes_cancel(self.environment):
-                kwargs["cancel"] = cancel
-            else:
-                log.debug("backend %r cannot cancel a running command", self.environment.name)
-        if on_output is None:
-            with self._manager._activity(self._entry, "exec"):
-                return self.environment.exec(command, **kwargs)
-        relay, callers = recording(on_output)  # the caller's own exceptions are not the plugin's
+        """:meth:`Environment.exec`, tracked: :func:`envlayer.dispatch.run` on the backend
+        environment, whose rules apply (``on_output`` streamed or given the output at the
+        end, ``cancel`` passed on only to a backend with ``cancel``, ``user`` refused
+        without ``exec_as_user``)."""
+        on_output = arguments.get("on_output")
+        callers: list[BaseException] = []
+        if on_output is not None:  # the caller's own exceptions are not the plugin's
+            arguments["on_output"], callers = recording(on_output)
         with self._manager._activity(self._entry, "exec", passthrough=callers):
-            return exec_streaming(self.environment, command, relay, **kwargs)
+            return run(self.environment, command, **arguments)
 
     def read_file(self, path: str) -> bytes:
         """:meth:`Environment.read_file`, tracked."""

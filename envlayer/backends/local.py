@@ -103,7 +103,14 @@ class LocalEnvironment(SandboxEnvironment):
     name = "local"
     Options = LocalOptions
     capabilities = frozenset(
-        {Capability.STREAMING, Capability.PERSISTENT_SESSION, Capability.SNAPSHOT, Capability.ARCHIVE_STREAM}
+        {
+            Capability.STREAMING,
+            Capability.CANCEL,
+            Capability.UNSET_ENV,
+            Capability.PERSISTENT_SESSION,
+            Capability.SNAPSHOT,
+            Capability.ARCHIVE_STREAM,
+        }
     )
     environment_variables = ()  # commands inherit the creating process's environment: it selects nothing
     options: LocalOptions
@@ -170,6 +177,8 @@ class LocalEnvironment(SandboxEnvironment):
             [self.options.shell, "-c", request.command] if isinstance(request.command, str) else list(request.command)
         )
         child_env = {**self._base_environment(), **request.env, EXEC_ID_VAR: request.exec_id}
+        for name in request.unset_env or ():
+            child_env.pop(name, None)
         run_cwd = os.path.join(base, request.cwd) if request.cwd else base
         try:
             proc = subprocess.Popen(

@@ -42,10 +42,10 @@ def flood_once(target: BackendTarget, task_id: str, case: str, size: int) -> flo
             def count(stream: str, chunk: bytes) -> None:
                 received[0] += len(chunk)
 
-            lifecycle.exec_streaming(env, command, count, timeout=3600)
+            lifecycle.run(env, command, on_output=count, timeout=3600)
             total = received[0]
         else:
-            result = env.exec(command, timeout=3600)
+            result = lifecycle.run(env, command, timeout=3600)
             total = result.stdout_truncation.total if result.stdout_truncation else len(result.stdout)
         seconds = time.perf_counter() - start
     finally:

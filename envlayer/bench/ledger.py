@@ -56,7 +56,7 @@ class Ledger:
         signal that arrives between its making and the answer leaves nothing behind."""
         location = f'"${{TMPDIR:-/tmp}}"/envlayer-bench.{uuid.uuid4().hex[:12]}'
         self.scratch.append((env, location))
-        result = env.exec(f"mkdir -m 700 -- {location} && printf '%s\\n' {location}")
+        result = lifecycle.run(env, f"mkdir -m 700 -- {location} && printf '%s\\n' {location}")
         path = result.stdout.decode().strip()
         if result.exit_code != 0 or "/envlayer-bench." not in path:
             raise RuntimeError(f"could not make a scratch directory in the sandbox: {result.stderr!r}")
@@ -95,7 +95,7 @@ class Ledger:
 
 def _remove_scratch(env: Environment, location: str) -> None:
     """Remove a scratch directory (``location`` is shell text: the sandbox expands ``$TMPDIR``)."""
-    result = env.exec(f"rm -rf -- {location}")
+    result = lifecycle.run(env, f"rm -rf -- {location}")
     if result.exit_code != 0:
         raise RuntimeError(result.stderr.decode(errors="replace").strip())
 

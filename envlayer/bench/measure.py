@@ -14,6 +14,7 @@ from envlayer.bench.flood import run_flood
 from envlayer.bench.ledger import Ledger
 from envlayer.bench.target import BackendTarget
 from envlayer.bench.timing import Spread, interleaved_samples
+from envlayer.dispatch import run
 from envlayer.environment import Environment
 
 MB = 1_000_000
@@ -59,7 +60,7 @@ def measure_start(target: BackendTarget, ledger: Ledger, plan: Plan) -> list[Fig
         task_id = ledger.task(target, "start")
         began = time.perf_counter()
         env = ledger.open(target, task_id)
-        env.exec("true")
+        run(env, "true")
         samples.append(time.perf_counter() - began)
         ledger.release(env)
     return [Figure(target.name, "start", ENVLAYER, "ms", Spread.of(samples).scaled(1000))]
@@ -87,7 +88,7 @@ def measure_exec(
     """Warm ``exec("true")``: the session (interleaved with the persistent-shell floor)
     and one-shot (interleaved with the baselines that spawn a process per call).
     Without a one-shot environment, only the session's figures."""
-    fast = {ENVLAYER: lambda: session.exec("true"), **baselines.fast}
+    fast = {ENVLAYER: lambda: run(session, "true"), **baselines.fast}
     figures = _exec_figures(
         backend,
         "session exec",
@@ -95,7 +96,7 @@ def measure_exec(
         SESSION_FLOOR if baselines.fast else None,
     )
     if oneshot is not None:
-        spawning = {ENVLAYER: lambda: oneshot.exec("true"), **baselines.spawning}
+        spawning = {ENVLAYER: lambda: run(oneshot, "true"), **baselines.spawning}
         samples = interleaved_samples(spawning, plan.spawning_calls, plan.rounds, warmup=2)
         figures += _exec_figures(backend, "one-shot exec", samples, baselines.oneshot_baseline)
     return figures

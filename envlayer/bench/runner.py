@@ -17,7 +17,6 @@ from envlayer.bench.sweep import SWEEPS
 from envlayer.bench.target import BackendTarget
 from envlayer.capabilities import Capability, supports
 from envlayer.factory import backend_class
-from envlayer.cli.progress import progress
 
 Step = Callable[[str], Any]
 """``with step("docker: flood"):``, a context manager showing what the run is doing."""
@@ -49,9 +48,10 @@ def bench_backend(target: BackendTarget, ledger: Ledger, plan: Plan, step: Step)
     return figures
 
 
-def run_bench(targets: list[BackendTarget], plan: Plan, step: Step = progress) -> tuple[list[Figure], list[str]]:
-    """Measure every target in turn; the figures and the cleanup problems (empty when
-    everything was removed). The cleanup runs in ``finally`` with SIGINT and SIGTERM
+def run_bench(targets: list[BackendTarget], plan: Plan, step: Step) -> tuple[list[Figure], list[str]]:
+    """Measure every target in turn, each stage under ``step(text)`` (a status line: the
+    CLI passes :func:`envlayer.cli.progress.progress`); the figures and the cleanup
+    problems (empty when everything was removed). The cleanup runs in ``finally`` with SIGINT and SIGTERM
     ignored; an interrupt (KeyboardInterrupt, :class:`~envlayer.bench.interrupts.Terminated`)
     propagates after it."""
     ledger = Ledger()

@@ -3,8 +3,8 @@ sweep of an identical set, on backends where the bench can make stale sandboxes.
 
 Docker: N exited containers carrying envlayer's labels in a profile of their own; the
 baseline lists them with ``docker ps`` and runs ``docker inspect`` and ``docker rm`` for
-each (what a script without envlayer does). docker-py and the plugin's label helper are
-imported lazily."""
+each (what a script without envlayer does). The labels come from the backend class
+(``managed_labels``): the core never imports a plugin. docker-py is imported lazily."""
 
 from __future__ import annotations
 
@@ -24,11 +24,10 @@ from envlayer.factory import backend_class
 CLI_SWEEP = "CLI ps, inspect + rm each"
 
 
-def _docker_stale(api: Any, image: str, profile: str, count: int) -> list[str]:
-    """``count`` exited containers with envlayer's labels in ``profile``."""
-    from envlayer_docker import labels
-
-    marks = labels.managed_labels(profile=profile, task="sweep", fingerprint_value="bench", persist=True, extra={})
+def _docker_stale(api: Any, image: str, profile: str, count: int, backend: Any) -> list[str]:
+    """``count`` exited containers with envlayer's labels in ``profile`` (the ``backend``
+    class says which: ``managed_labels``)."""
+    marks = backend.managed_labels(profile=profile, task="sweep")
     ids = [api.create_container(image, command=["true"], labels=marks)["Id"] for _ in range(count)]
     for cid in ids:
         api.start(cid)
@@ -65,7 +64,7 @@ def _docker_remove_profile(profile: str) -> Callable[[], None]:
 
 def _docker_round(api: Any, image: str, profiles: tuple[str, str], count: int, spec: Any) -> dict[str, float]:
     """One round: make a stale set, reap it; make another, sweep it with the CLI."""
-    _docker_stale(api, image, profiles[0], count)
+    _docker_stale(api, image, profiles[0], count, spec[0])
     began = time.perf_counter()
     outcome = lifecycle.reap_orphans([spec], profile=profiles[0], max_age=0.0)[0]
     seconds = {ENVLAYER: time.perf_counter() - began}
@@ -73,7 +72,7 @@ def _docker_round(api: Any, image: str, profiles: tuple[str, str], count: int, s
         removed = len(outcome.sandboxes)
         raise RuntimeError(f"reap_orphans removed {removed} of {count} stale containers: {outcome.error}")
     if shutil.which("docker"):
-        _docker_stale(api, image, profiles[1], count)
+        _docker_stale(api, image, profiles[1], count, spec[0])
         began = time.perf_counter()
         _docker_cli_sweep(profiles[1])
         seconds[CLI_SWEEP] = time.perf_counter() - began

@@ -196,7 +196,7 @@ def _write_local(local: str, data: bytes) -> None:
 def _download_tree(env: Environment, remote: str, local: str) -> tuple[int, int]:
     """``download_dir`` for backends without it: the regular files ``find`` lists in
     the sandbox, one ``read_file`` each."""
-    listing = env.exec(f"cd {shlex.quote(remote)} && find . -type f -print0")
+    listing = lifecycle.run(env, f"cd {shlex.quote(remote)} && find . -type f -print0")
     if listing.exit_code != 0:
         raise SandboxFileNotFound(remote)
     files = size = 0
@@ -236,7 +236,7 @@ class _Counted:
 
 def _remote_size(env: Environment, remote: str) -> int:
     """The bytes of the regular files at sandbox path ``remote`` (0 when it cannot say)."""
-    listed = env.exec(f"find {shlex.quote(remote)} -type f -exec stat -c %s {{}} + 2>/dev/null", timeout=60)
+    listed = lifecycle.run(env, f"find {shlex.quote(remote)} -type f -exec stat -c %s {{}} + 2>/dev/null", timeout=60)
     return sum(int(word) for word in listed.stdout.split() if word.isdigit())
 
 

@@ -28,14 +28,13 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from envlayer import dispatch as lifecycle
-from envlayer.execution.cancel import CancelToken
+from envlayer.cancel_token import CancelToken
 from envlayer.cli.config_check import check_backend_tables
 from envlayer.cli.exec_env import exec_env
 from envlayer.cli.state_loss import state_loss_note
 from envlayer.config import Settings, load_settings
 from envlayer.environment import Command, Environment
 from envlayer.errors import EnvlayerError
-from envlayer.discovery.plugin_calls import plugin_call
 from envlayer.request import check_user, normalize_timeout
 from envlayer.result import INTERRUPT_EXIT_CODE, ExecResult
 
@@ -154,7 +153,7 @@ class ExecPlan:
     command: Command
     settings: Settings
     exec_kwargs: dict[str, Any]
-    """``cwd``, ``env``, ``timeout``, ``stdin`` for ``Environment.exec``."""
+    """``cwd``, ``env``, ``timeout``, ``stdin`` for :func:`envlayer.run`."""
     user: str | None = None
     """``--user``: passed on only to a backend with ``exec_as_user`` (else exit 125)."""
 
@@ -246,14 +245,10 @@ def _execute(
 ) -> tuple[ExecResult, bool]:
     """Run ``plan``'s command on ``env``: its result, and whether its output was streamed
     through ``forward`` (never under ``--json``, which prints one object at the end)."""
-    kwargs = dict(plan.exec_kwargs)
-    if cancel is not None:
-        kwargs["cancel"] = cancel
-    kwargs.update(lifecycle.user_keywords(env, plan.user))
+    kwargs = {**plan.exec_kwargs, "cancel": cancel, "user": plan.user}
     if args.json:
-        with plugin_call(env, "exec"):
-            return env.exec(plan.command, **kwargs), False
-    outcome = lifecycle.exec_with_output(env, plan.command, forward, **kwargs)
+        return lifecycle.run(env, plan.command, **kwargs), False
+    outcome = lifecycle.run_with_output(env, plan.command, on_output=forward, **kwargs)
     if outcome.note and args.backend:
         console.note(outcome.note)
     return outcome.result, outcome.streamed

@@ -328,7 +328,7 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = argparse.Argument
     every subcommand) lets the broker parse without printing or exiting."""
     import importlib
 
-    from envlayer.bench.command import add_bench_parser
+    from envlayer.cli.bench import add_bench_parser
 
     shared = _shared_flags(parser_class)
     parser = parser_class(

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import namedtuple
 
 from envlayer.discovery.entrypoints import EntryPointRecord, read_group
+from envlayer.discovery.install_hints import install_hint
 from envlayer.errors import BackendConflict, BackendLoadError, BackendNotFound
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~17 ms here)
@@ -131,7 +132,8 @@ def load_backend(name: str) -> type[Environment]:
         return _load_builtin(name)
     matches = [r for r in _entry_points() if r.name == name]
     if not matches:
-        raise BackendNotFound(name, backend_names(), KNOWN_PACKAGES.get(name))
+        package = KNOWN_PACKAGES.get(name)
+        raise BackendNotFound(name, backend_names(), package, install=install_hint(package) if package else "")
     distributions = {r.distribution for r in matches}
     if len(matches) > 1:
         raise BackendConflict(

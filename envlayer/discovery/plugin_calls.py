@@ -14,13 +14,8 @@ from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from envlayer.capabilities import backend_name
 from envlayer.errors import EnvlayerError, PluginError
-
-
-def backend_name(backend: Any) -> str:
-    """The backend name of a class or instance (its ``name``, else its class name)."""
-    cls = backend if isinstance(backend, type) else type(backend)
-    return getattr(backend, "name", "") or cls.__name__
 
 
 def recording(callback: Callable[[str, bytes], None]) -> tuple[Callable[[str, bytes], None], list[BaseException]]:

@@ -14,38 +14,17 @@ It always counts the total, so the result can say exactly how much was dropped.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Literal
 
-TruncationPolicy = Literal["head_tail", "head", "tail"]
-POLICIES: tuple[str, ...] = ("head_tail", "head", "tail")
+from envlayer.request import OutputCallback
+from envlayer.result import POLICIES, Truncation, TruncationPolicy
+
+__all__ = ["HEAD_SHARE", "POLICIES", "CappedBuffer", "OutputCallback", "Truncation", "TruncationPolicy"]
+"""``Truncation``, ``TruncationPolicy``, ``POLICIES`` (:mod:`envlayer.result`) and
+``OutputCallback`` (:mod:`envlayer.request`) are the contract's; this old path still
+exports them (for one release)."""
+
 HEAD_SHARE = 0.4
 """Share of a ``head_tail`` budget kept from the beginning; the rest keeps the end."""
-
-OutputCallback = Callable[[str, bytes], None]
-"""``on_output(stream, chunk)``: ``stream`` is ``"stdout"`` or ``"stderr"``; ``chunk`` is
-what just arrived (uncapped)."""
-
-
-@dataclass(frozen=True)
-class Truncation:
-    """What a cap removed from one stream.
-
-    ``kept_head`` bytes from the start and ``kept_tail`` bytes from the end were kept;
-    ``dropped`` bytes in between (or at one end) were discarded; ``total`` is the
-    full length the command produced.
-    """
-
-    policy: str
-    total: int
-    dropped: int
-    kept_head: int
-    kept_tail: int
-
-    def marker(self) -> bytes:
-        """The notice inserted where bytes were dropped."""
-        return f"\n[... {self.dropped} bytes omitted of {self.total} ({self.policy}) ...]\n".encode()
 
 
 class CappedBuffer:

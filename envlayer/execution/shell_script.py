@@ -204,13 +204,14 @@ def call_script(
     stdin_path: str | None = None,
     stdin_inline: bytes | None = None,
     prelude: str = "",
+    unset: Sequence[str] = (),
 ) -> bytes:
     """The text that runs one command in the session shell.
 
-    Without ``cwd``/``env`` the command runs in the shell itself (through ``command
-    eval``, see :data:`_RUN`: a syntax error stays inside it), so ``cd``, ``export`` and
-    ``set`` persist. With
-    either, it runs in a subshell that applies them: nothing the command changes
+    Without ``cwd``/``env``/``unset`` (checked variable names to remove) the command runs
+    in the shell itself (through ``command eval``, see :data:`_RUN`: a syntax error stays
+    inside it), so ``cd``, ``export`` and ``set`` persist. With any of them, it runs in a
+    subshell that applies them: nothing the command changes
     persists, and the session's directory and variables are untouched. stdin is
     ``/dev/null``, or the file ``stdin_path`` (removed afterwards), which the script
     itself first fills with ``stdin_inline`` when given. The command runs with the
@@ -229,7 +230,7 @@ def call_script(
         redirect = f"<{quote(stdin_path)}"
         end = f"__el_end {quote(stdin_path)}"
     run = f"__el_c={quote(command_text(command))}; {_RUN}"
-    if cwd is not None or env:
+    if cwd is not None or env or unset:
         setup = ""
         if cwd is not None:
             q = quote(cwd)
@@ -237,7 +238,8 @@ def call_script(
                 f"cd -- {q} 2>/dev/null || {{ printf 'envlayer: working directory does not exist: %s\\n' {q} >&2; "
                 "exit 126; }\n"
             )
-        run = f"( {setup}{export_lines(env or {})}{run}\n)"
+        removed = f"unset -v {' '.join(unset)}\n" if unset else ""
+        run = f"( {setup}{export_lines(env or {})}{removed}{run}\n)"
     lines.append(f"{run} {redirect} 7>&- 8>&-")
     lines.append(end)
     text = "\n".join(lines) + "\n"

@@ -57,11 +57,13 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from envlayer.execution.cancel import killer_for
 from envlayer.execution.collector import OutputCollector
 from envlayer.errors import BackendUnavailable, InvalidArgument
 from envlayer.request import ExecRequest
+from envlayer.result import ExecResult
 from envlayer.execution.tree_kill import kill_script_argv
 from envlayer.execution.shell_script import (
     MarkerScanner,
@@ -75,6 +77,9 @@ from envlayer.execution.shell_script import (
     parse_trailer,
 )
 from envlayer.execution.streams import ByteStream, StreamEnded, drain_while
+
+if TYPE_CHECKING:
+    from envlayer.options import BaseOptions
 
 log = logging.getLogger("envlayer.session")
 
@@ -335,6 +340,13 @@ class PersistentShell:
 
     # --- commands -------------------------------------------------------------------------
 
+    def run_request(self, request: ExecRequest, options: BaseOptions, *, prelude: str = "") -> ExecResult:
+        """Run ``request`` (``prelude`` first, in the same write) and return its result,
+        output capped by ``options``: what a backend's session does with one call."""
+        collector = OutputCollector.for_request(request, options)
+        outcome = self.run(request, collector, prelude=prelude)
+        return collector.result(request, outcome.exit_code, timed_out=outcome.timed_out, recovered=outcome.recovered)
+
     def run(self, request: ExecRequest, collector: OutputCollector, *, prelude: str = "") -> ShellOutcome:
         """Run ``request`` in the shell, starting (or restarting) it first if needed.
 
@@ -432,6 +444,7 @@ class PersistentShell:
             exec_id=request.exec_id,
             cwd=request.cwd,
             env=request.env,
+            unset=request.unset_env or (),
             stdin_path=stdin_path,
             stdin_inline=inline,
             prelude=prelude,

@@ -100,7 +100,7 @@ class EnvlayerEnvironment:
         env.update(self.config.env)
         argv = ["sh", "-c", _MERGE_STREAMS, "sh", *self.config.interpreter, command]
         try:
-            result = self.env.exec(argv, cwd=cwd or self.config.cwd or None, env=env, timeout=seconds)
+            result = lifecycle.run(self.env, argv, cwd=cwd or self.config.cwd or None, env=env, timeout=seconds)
         except Exception as exc:
             return {
                 "output": "",

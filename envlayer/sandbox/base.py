@@ -5,10 +5,10 @@ shares, once, and a backend implements running one request over its transport.
 
 The base owns:
 
-* the ``exec`` signature, its contract (see :class:`~envlayer.environment.Environment`)
-  and the validated :class:`~envlayer.request.ExecRequest` (``make_request``);
-* refusing ``user=`` unless the class declares ``exec_as_user``
-  (:class:`~envlayer.errors.InvalidArgument`, nothing runs);
+* ``handle_request``, the contract's one method for ``exec`` (see
+  :class:`~envlayer.environment.Environment`): it receives a checked
+  :class:`~envlayer.request.ExecRequest` holding only what the class declares
+  (``user`` only with ``exec_as_user``, ``cancel`` only with ``cancel``);
 * the session-or-one-shot choice: a call runs in the session shell when its lock is
   free, else as a one-shot command (or, with ``wait_for_busy_session``, it waits for the
   shell, and its timeout counts from when it gets it); a call with ``user`` always runs
@@ -31,8 +31,8 @@ A backend implements:
 * :meth:`open_sandbox` (connect and find or create the sandbox, instead of ``__init__``);
 * its file moves (``read_file``, ``write_file``, ...) and ``cleanup``.
 
-Plugins that implement :meth:`Environment.exec` directly are unaffected: the base is
-opt-in, and the dispatcher checks every backend's signatures the same way.
+Plugins that implement :meth:`Environment.handle_request` (or, the older contract,
+``exec``) directly are unaffected: the base is opt-in.
 """
 
 from __future__ import annotations
@@ -42,14 +42,13 @@ import posixpath
 import time
 from abc import abstractmethod
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar, TypeVar, Unpack
+from typing import Any, ClassVar, TypeVar
 
 from envlayer.capabilities import Capability, declared_capabilities
-from envlayer.execution.collector import OutputCollector
 from envlayer.environment import Environment
 from envlayer.errors import BackendUnavailable
 from envlayer.options import BaseOptions
-from envlayer.request import Command, ExecArguments, ExecRequest
+from envlayer.request import ExecRequest
 from envlayer.result import ExecResult
 from envlayer.execution.shell_session import PersistentShell
 from envlayer.snapshot import Snapshot
@@ -64,6 +63,7 @@ MANAGED_SANDBOX_CAPABILITIES = frozenset(
         Capability.LIST_SANDBOXES,
         Capability.REMOVE_SANDBOX,
         Capability.STREAMING,
+        Capability.CANCEL,
         Capability.PERSISTENT_SESSION,
         Capability.DIRECTORY_TRANSFER,
         Capability.PERSIST_ACROSS_PROCESSES,
@@ -105,17 +105,6 @@ def _restarted(request: ExecRequest) -> ExecRequest:
     if request.timeout is None:
         return request
     return dataclasses.replace(request, deadline=time.monotonic() + request.timeout)
-
-
-def run_in_shell(
-    shell: PersistentShell, request: ExecRequest, options: BaseOptions, *, prelude: str = ""
-) -> ExecResult:
-    """Run ``request`` in the persistent ``shell`` (``prelude`` first, in the same write)
-    and return its result, output capped by ``options``: what a backend's session runner
-    does with one call."""
-    collector = OutputCollector.for_request(request, options)
-    outcome = shell.run(request, collector, prelude=prelude)
-    return collector.result(request, outcome.exit_code, timed_out=outcome.timed_out, recovered=outcome.recovered)
 
 
 class SandboxEnvironment(Environment):
@@ -162,33 +151,13 @@ class SandboxEnvironment(Environment):
 
     # --- the exec contract ----------------------------------------------------------
 
-    def exec(self, command: Command, **arguments: Unpack[ExecArguments]) -> ExecResult:
-        """Run ``command`` in the sandbox; the contract is
-        :class:`~envlayer.environment.Environment`'s, the keywords are
-        :class:`~envlayer.request.ExecArguments` (declared once there, so a new keyword
-        reaches every backend built on this base):
+    def handle_request(self, request: ExecRequest) -> ExecResult:
+        """Run a checked request (the contract's; ``exec`` and :func:`envlayer.run` build
+        it): :meth:`run_request`.
 
-        ``cwd``, ``env``, ``stdin`` as in the contract. ``timeout`` defaults to
-        ``options.timeout`` (``0``: no limit); a timeout is reported in the result
-        (``timed_out``, exit 124), never raised. ``on_output(stream, chunk)`` receives
-        ``"stdout"``/``"stderr"`` chunks as they arrive (uncapped), from the calling
-        thread. ``cancel.cancel()`` from another thread kills the command's tree; the
-        result has ``cancelled=True`` (exit 130). ``user`` (capability ``exec_as_user``
-        only) runs this one command as that user, in a process of its own.
-
-        Raises :class:`~envlayer.errors.InvalidArgument` for bad arguments or a ``user``
-        the backend cannot honour (nothing ran), ``TypeError`` for a keyword ``exec``
-        does not have; :class:`BackendUnavailable` when the sandbox cannot be reached,
-        or was lost while the command ran (it may or may not have finished and is not
-        re-run; the next call recovers the sandbox);
-        :class:`~envlayer.errors.EnvironmentClosed` after ``cleanup()``.
-        """
-        request = self.make_request(command, **arguments)
-        user = request.user
-        if user is not None and Capability.EXEC_AS_USER not in (declared_capabilities(self) or ()):
-            from envlayer.dispatch import user_refused
-
-            raise user_refused(self, user)
+        Raises :class:`BackendUnavailable` when the sandbox cannot be reached, or was lost
+        while the command ran (it may or may not have finished and is not re-run; the
+        next call recovers the sandbox)."""
         return self.run_request(request)
 
     def run_request(self, request: ExecRequest) -> ExecResult:
@@ -259,7 +228,7 @@ class SandboxEnvironment(Environment):
 
     def run_shell(self, shell: PersistentShell, request: ExecRequest, *, prelude: str = "") -> ExecResult:
         """Run ``request`` in a core persistent ``shell`` and return its result."""
-        return run_in_shell(shell, request, self.options, prelude=prelude)
+        return shell.run_request(request, self.options, prelude=prelude)
 
     # --- recovery: how a backend detects "gone" and recovers ------------------------------
 

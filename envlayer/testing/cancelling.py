@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from envlayer.execution.cancel import CancelToken
+from envlayer.cancel_token import CancelToken
 from envlayer.environment import Command, Environment
 from envlayer.result import ExecResult
 

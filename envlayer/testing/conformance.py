@@ -64,6 +64,7 @@ from envlayer.errors import (
     SandboxIsADirectory,
     SandboxPathError,
     SandboxPermissionDenied,
+    UnsupportedArgument,
 )
 from envlayer.options import BaseOptions
 from envlayer.testing.hostile import at_lowest_priority
@@ -483,14 +484,13 @@ class EnvironmentConformance:
         assert env.exec("echo fine").stdout == b"fine\n"
 
     def test_cancel_from_another_thread_kills_the_tree(self, env: Environment) -> None:
-        """A backend whose ``exec`` takes ``cancel`` kills the command's tree when the
+        """A backend with the ``cancel`` capability kills the command's tree when the
         token is cancelled from another thread, and returns the output so far with
         ``cancelled=True`` and exit code 130."""
-        from envlayer.execution.cancel import takes_cancel
         from envlayer.testing.cancelling import exec_cancelled_after_output
 
-        if not takes_cancel(env) or Capability.STREAMING not in capabilities_of(env):
-            pytest.skip("backend's exec takes no cancel token (or cannot stream)")
+        if not {Capability.CANCEL, Capability.STREAMING} <= capabilities_of(env):
+            pytest.skip("backend has no cancel (or cannot stream)")
         with _pidfile(env) as pidfile:
             script = f"sleep 312 & echo $! > {pidfile}; echo ready; sleep 313"
             result = exec_cancelled_after_output(env, script, timeout=60)
@@ -548,6 +548,49 @@ class EnvironmentConformance:
         with _scratch_file(env) as path:
             with pytest.raises(InvalidArgument):
                 env.exec(f"echo ran > {path}", user="nobody")  # type: ignore[call-arg]
+            assert env.exec(f"test -e {path}").exit_code != 0, "the refused command ran"
+
+    # --- unset_env (only on backends that declare it) -------------------------------------
+
+    @staticmethod
+    def _needs_unset_env(env: Environment) -> None:
+        if Capability.UNSET_ENV not in capabilities_of(env):
+            pytest.skip("backend has no unset_env")
+
+    def test_unset_env_removes_a_variable_for_that_call_only(self, env: Environment) -> None:
+        """``unset_env`` removes a variable of the sandbox's own (``HOME``, or another it
+        sets) and one of the configuration's (``PAGER``, set by every built-in backend)
+        from that one command, a shell string or an argv; the next call has them again.
+        (``PATH`` is no probe: a shell started without it gives itself a default.)"""
+        self._needs_unset_env(env)
+        listed = {line.partition("=")[0] for line in env.exec("env").stdout_text.splitlines()}
+        names = [n for n in ("HOME", "USER", "LANG", "PAGER") if n in listed][:2]
+        if not names:
+            pytest.skip("the sandbox sets none of HOME, USER, LANG, PAGER")
+        show = " ".join(f'"${{{n}-unset}}"' for n in names)
+        result = env.exec(f"echo {show}", unset_env=names)  # type: ignore[call-arg]
+        assert (result.exit_code, result.stdout_text.split()) == (0, ["unset"] * len(names)), result
+        argv = env.exec(["/bin/sh", "-c", f"echo {show}"], unset_env=names)  # type: ignore[call-arg]
+        assert (argv.exit_code, argv.stdout_text.split()) == (0, ["unset"] * len(names)), argv
+        assert "unset" not in env.exec(f"echo {show}").stdout_text.split(), "the next call must have them again"
+
+    @pytest.mark.parametrize(
+        ("names", "env_vars"), [(["1BAD"], None), ("PATH", None), (["A"], {"A": "1"}), (["A\0"], None)]
+    )
+    def test_bad_unset_env_is_refused(self, env: Environment, names: Any, env_vars: Any) -> None:
+        """A name that is not an identifier, a bare string, or a name ``env`` also sets:
+        ``InvalidArgument``, on every backend, before anything runs."""
+        with pytest.raises(InvalidArgument, match="unset_env"):
+            lifecycle.run(env, "true", env=env_vars, unset_env=names)
+
+    def test_unset_env_is_refused_without_the_capability(self, env: Environment) -> None:
+        """Without ``unset_env`` a call asking for it raises ``UnsupportedArgument`` and
+        nothing runs: a command never sees a variable it was to run without."""
+        if Capability.UNSET_ENV in capabilities_of(env):
+            pytest.skip("backend has unset_env")
+        with _scratch_file(env) as path:
+            with pytest.raises(UnsupportedArgument):
+                lifecycle.run(env, f"echo ran > {path}", unset_env=["HOME"])
             assert env.exec(f"test -e {path}").exit_code != 0, "the refused command ran"
 
     def test_next_call_works_after_timeout(self, env: Environment) -> None:

@@ -26,7 +26,7 @@ def _alive(pattern: str) -> list[int]:
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
                 state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
             except OSError:
                 continue

@@ -90,9 +90,11 @@ def test_backends_json_lists_package_version_and_capabilities(workdir: Path) -> 
     data = {b["name"]: b for b in json.loads(run("backends", "--json", cwd=workdir).stdout)}
     assert data["local"]["distribution"] == "envlayer" and data["local"]["capabilities"] == [
         "archive_stream",
+        "cancel",
         "persistent_session",
         "snapshot",
         "streaming",
+        "unset_env",
     ]
     assert data["toy"]["distribution"] == "envlayer-toy" and data["toy"]["declared"] is False
     assert data["toy"]["capabilities"] == []
@@ -212,4 +214,4 @@ def test_building_the_parser_leaves_the_bench_modules_unimported() -> None:
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "['envlayer.bench.command']"
+    assert proc.stdout.strip() == "[]"

@@ -99,3 +99,37 @@ def test_malformed_users_are_refused_naming_the_argument(user: object) -> None:
 
 def test_no_user_means_the_sandbox_user() -> None:
     assert ExecRequest.build("id").user is None
+
+
+def test_unset_env_is_kept_as_checked_names_once_each() -> None:
+    request = ExecRequest.build("true", unset_env=["HOME", "PAGER", "HOME"])
+    assert request.unset_env == ("HOME", "PAGER")
+    assert ExecRequest.build("true", unset_env=[]).unset_env is None
+    assert ExecRequest.build("true").unset_env is None
+
+
+@pytest.mark.parametrize(
+    ("names", "env"), [("HOME", None), (["1X"], None), (["A B"], None), ([b"A"], None), (["A"], {"A": "1"})]
+)
+def test_bad_unset_env_is_refused(names: object, env: dict[str, str] | None) -> None:
+    with pytest.raises(InvalidArgument, match="unset_env"):
+        ExecRequest.build("true", env=env, unset_env=names)  # type: ignore[arg-type]
+
+
+def test_process_command_unsets_first_in_the_shell_or_around_the_argv() -> None:
+    assert ExecRequest.build("echo hi").process_command("/bin/sh") == "echo hi"
+    text = ExecRequest.build("echo hi", unset_env=["A", "B"]).process_command("/bin/sh")
+    assert text == "unset -v A B\necho hi"
+    argv = ExecRequest.build(["printenv", "A"], unset_env=["A"]).process_command("/bin/bash")
+    assert argv == ("/bin/bash", "-c", 'unset -v A; exec "$@"', "envlayer", "printenv", "A")
+
+
+@pytest.mark.parametrize("mode", ["session", "oneshot"])
+def test_local_unset_env_reaches_the_command_in_both_modes(mode: str, tmp_path: object) -> None:
+    from envlayer.backends.local import LocalEnvironment
+
+    options = LocalEnvironment.Options(cwd=str(tmp_path), exec_mode=mode, env={"EL_CONFIGURED": "yes"})
+    with LocalEnvironment(options) as env:
+        shown = env.exec(["sh", "-c", 'echo "${EL_CONFIGURED-gone}"'], unset_env=["EL_CONFIGURED"])
+        assert shown.stdout_text == "gone\n"
+        assert env.exec('echo "${EL_CONFIGURED-gone}"').stdout_text == "yes\n"

@@ -20,6 +20,7 @@ import shlex
 import uuid
 from dataclasses import dataclass
 
+from envlayer.dispatch import run
 from envlayer.environment import Environment
 from envlayer.errors import JobError
 from envlayer.agents.tools.truncate import HEAD_SHARE
@@ -76,7 +77,7 @@ def start(env: Environment, command: str, *, jobs_dir: str | None, workdir: str 
         + f'$S sh -c {shlex.quote(job)} sh "$D" "$U" </dev/null >/dev/null 2>&1 & '
         + 'echo $! > "$D/pid" && echo "$D/output.log" )'
     )
-    result = env.exec(script, stdin=command, timeout=30)
+    result = run(env, script, stdin=command, timeout=30)
     if not result.ok:
         raise JobError(f"could not start the job (exit {result.exit_code}): {result.stderr_text.strip()}")
     return job_id, result.stdout_text.strip().splitlines()[-1]
@@ -100,7 +101,7 @@ def status(env: Environment, *, jobs_dir: str | None, job_id: str, budget: int) 
         f"showing the first {head} and the last {budget - head} ...]\\n' $((N - {budget})) $N; "
         f'tail -c {budget - head} "$D/output.log"; fi )'
     )
-    result = env.exec(script, timeout=30)
+    result = run(env, script, timeout=30)
     first, _, rest = result.stdout_text.partition("\n")
     size_line, _, rest = rest.partition("\n")
     log_file, _, output = rest.partition("\n")
@@ -122,7 +123,7 @@ def running(env: Environment, *, jobs_dir: str | None, job_ids: list[str]) -> se
         'if [ ! -f "$D/exit" ] && kill -0 "$(cat "$D/pid" 2>/dev/null)" 2>/dev/null; '
         'then echo "$J"; fi; done )'
     )
-    result = env.exec(script, timeout=30)
+    result = run(env, script, timeout=30)
     return set(result.stdout_text.split()) & set(job_ids)
 
 
@@ -136,4 +137,4 @@ def kill(env: Environment, *, jobs_dir: str | None, job_id: str) -> None:
         'if kill -0 "$P" 2>/dev/null; then sleep 1; kill -KILL -"$P" 2>/dev/null || kill -KILL "$P" 2>/dev/null; fi; '
         "exit 0 )"
     )
-    env.exec(script, timeout=30)
+    run(env, script, timeout=30)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import shlex
 import uuid
 
+from envlayer.dispatch import run
 from envlayer.environment import Environment
 from envlayer.errors import EnvlayerError
 
@@ -35,7 +36,7 @@ def save(env: Environment, data: bytes, *, output_dir: str | None) -> str:
     base = shlex.quote(output_dir.rstrip("/") or "/") if output_dir else DEFAULT_OUTPUT_DIR
     name = f"{uuid.uuid4().hex[:12]}.log"
     script = f'( umask 077; B={base}; mkdir -p "$B" && cat > "$B/{name}" && echo "$B/{name}" )'
-    result = env.exec(script, stdin=data, timeout=60)
+    result = run(env, script, stdin=data, timeout=60)
     lines = result.stdout_text.strip().splitlines()
     if not result.ok or not lines:
         raise SpillError(

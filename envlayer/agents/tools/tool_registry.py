@@ -39,7 +39,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from envlayer.execution.cancel import CancelToken, takes_cancel
+from envlayer.cancel_token import CancelToken
 from envlayer.capabilities import Capability, supports
 from envlayer.environment import DEFAULT_TASK, Environment
 from envlayer.errors import (
@@ -56,7 +56,7 @@ from envlayer.errors import (
     SandboxIsADirectory,
     SandboxPathError,
 )
-from envlayer.dispatch import exec_streaming
+from envlayer.dispatch import run
 from envlayer.agents.manager import EnvironmentManager, EnvKey
 from envlayer.result import ExecResult
 from envlayer.agents.tools import definitions, jobs, spill
@@ -273,9 +273,8 @@ class ToolRegistry:
             )
         merged = MergedOutput(c.output_chars, c.spill_bytes)
         token = cancel or CancelToken()
-        extra = {"cancel": token} if takes_cancel(env) else {}
         with self._running_call(env.task_id, token):
-            result = exec_streaming(env, args["command"], merged, cwd=args.get("workdir"), timeout=timeout, **extra)
+            result = run(env, args["command"], cwd=args.get("workdir"), timeout=timeout, on_output=merged, cancel=token)
         out = self._output(result, merged, separate=bool(args.get("separate_streams")))
         if out.get("truncated"):
             out.update(self._spill(env, merged))

@@ -47,7 +47,7 @@ from envlayer_daytona.options import DaytonaOptions
 log = logging.getLogger("envlayer.daytona")
 T = TypeVar("T")
 
-ALL_CAPABILITIES = MANAGED_SANDBOX_CAPABILITIES | {Capability.SNAPSHOT}
+ALL_CAPABILITIES = MANAGED_SANDBOX_CAPABILITIES | {Capability.UNSET_ENV, Capability.SNAPSHOT}
 
 
 class _NotStarted(BackendUnavailable):

@@ -52,6 +52,7 @@ T = TypeVar("T")
 
 ALL_CAPABILITIES = MANAGED_SANDBOX_CAPABILITIES | {
     Capability.EXEC_AS_USER,
+    Capability.UNSET_ENV,
     Capability.SNAPSHOT,
     Capability.ARCHIVE_STREAM,
 }
@@ -396,6 +397,15 @@ class DockerEnvironment(ThreadTeardown, SandboxEnvironment):
                 task=self.task_id,
                 name=name,
             )
+
+    @classmethod
+    def managed_labels(cls, *, profile: str, task: str) -> dict[str, str]:
+        """The labels of a persist-mode container of ``(profile, task)``: what makes a
+        container the reaper's to sweep (for tools that make stale ones on purpose, such
+        as ``envlayer bench``'s sweep; they need not import this package)."""
+        from envlayer_docker import labels
+
+        return labels.managed_labels(profile=profile, task=task, fingerprint_value="bench", persist=True, extra={})
 
     @classmethod
     def list_snapshots(cls, *, profile: str | None, options: DockerOptions) -> list[Snapshot]:

@@ -35,7 +35,7 @@ def exited_container_error(api: Any, container_id: str, task_id: str) -> Backend
     it started (waiting up to :data:`STOPPING_WAIT_SECONDS` for a young one that still
     runs); None otherwise, or when it cannot be inspected (then the caller's own error
     stands)."""
-    from envlayer_docker.reaper import parse_docker_time
+    from envlayer_docker.listing import parse_docker_time
 
     try:
         state = api.inspect_container(container_id).get("State") or {}

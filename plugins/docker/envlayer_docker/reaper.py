@@ -25,9 +25,8 @@ twice, when its reply is lost on the way; still no whole reply means "keep").
 from __future__ import annotations
 
 import logging
-import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
@@ -36,33 +35,11 @@ from envlayer.environment import SandboxInfo
 from envlayer.sandbox.idle_check import idle_check_script, is_whole_verdict, parse_idle_check
 from envlayer.execution.shell_script import SESSION_VAR
 from envlayer_docker import labels as L
+from envlayer_docker.listing import STALE_STATES, list_managed, parse_docker_time
 from envlayer_docker.oneshot import LEASE_PATH
 
 log = logging.getLogger("envlayer.docker.reaper")
-_TIME = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)$")
 _WORKERS = 8
-STALE_STATES = ("exited", "created", "dead")
-
-
-def parse_docker_time(value: object) -> float | None:
-    """Epoch seconds of a Docker timestamp (RFC 3339, nanoseconds allowed).
-
-    ``None`` for anything that is not one: empty, non-string, Docker's zero time
-    (``0001-01-01T00:00:00Z``) or malformed text. Pure; never raises.
-    """
-    if not isinstance(value, str):
-        return None
-    m = _TIME.match(value.strip())
-    if not m:
-        return None
-    base, frac, tz = m.groups()
-    if base.startswith("0001-"):
-        return None
-    micro = ((frac or "") + "000000")[:6]
-    try:
-        return datetime.fromisoformat(f"{base}.{micro}{'+00:00' if tz == 'Z' else tz}").timestamp()
-    except ValueError:
-        return None
 
 
 def info_from(summary: dict[str, Any], status: str | None = None) -> SandboxInfo:
@@ -91,16 +68,6 @@ def info_from(summary: dict[str, Any], status: str | None = None) -> SandboxInfo
             "image": str(summary.get("Image") or (summary.get("Config") or {}).get("Image", "")),
         },
     )
-
-
-def list_managed(
-    api: Any, *, profile: str | None, task: str | None = None, states: Iterable[str] | None = None
-) -> list[dict[str, Any]]:
-    """Container summaries of managed containers (``profile`` None: every profile)."""
-    filters: dict[str, Any] = {"label": L.filters(profile=profile, task=task)}
-    if states:
-        filters["status"] = list(states)
-    return api.containers(all=True, filters=filters)
 
 
 def _age_reference(info: dict[str, Any]) -> float | None:

@@ -34,9 +34,9 @@ from envlayer.environment import SandboxInfo
 from envlayer.sandbox.retry import RetryPolicy, Transient, call_with_retries
 from envlayer_docker import labels as L
 from envlayer_docker import workspace
+from envlayer_docker.listing import STALE_STATES, list_managed, parse_docker_time
 from envlayer_docker.naming import container_name
 from envlayer_docker.options import DockerOptions
-from envlayer_docker.reaper import STALE_STATES, list_managed, parse_docker_time
 
 log = logging.getLogger("envlayer.docker.retention")
 

@@ -35,7 +35,6 @@ from envlayer.execution.collector import OutputCollector
 from envlayer.errors import BackendUnavailable
 from envlayer.request import ExecRequest
 from envlayer.result import ExecResult
-from envlayer.sandbox.base import run_in_shell
 from envlayer.execution.tree_kill import EXEC_ID_VAR, kill_script_argv
 from envlayer.execution.shell_script import SESSION_VAR
 from envlayer.execution.shell_session import KILL_GRACE_SECONDS, PersistentShell, output_lost, read_framed, status_unknown
@@ -129,7 +128,7 @@ def run_helper(
 def run_oneshot(target: ExecTarget, request: ExecRequest, *, cwd: str, touch_lease: bool) -> ExecResult:
     """Run ``request`` in its own exec (see the module docstring)."""
     options = target.options
-    argv, marker = oneshot_argv(options.shell, request.command, cwd=cwd, touch_lease=touch_lease)
+    argv, marker = oneshot_argv(options.shell, request.process_command(options.shell), cwd=cwd, touch_lease=touch_lease)
     env = {**target.env, **request.env, EXEC_ID_VAR: request.exec_id}
     stream = start_exec(target, argv, env=env, workdir="/", stdin=request.stdin is not None, doing="starting a command")
     writer = _feed(stream, request.stdin) if request.stdin is not None else None
@@ -225,7 +224,7 @@ class SessionRunner:
             and not stream.running()
         ):
             self.shell.abandon()
-        return run_in_shell(self.shell, request, self.options, prelude=LEASE_PRELUDE if touch_lease else "")
+        return self.shell.run_request(request, self.options, prelude=LEASE_PRELUDE if touch_lease else "")
 
     def close(self) -> None:
         """End the shell (best effort; never raises)."""

@@ -21,7 +21,7 @@ Lifecycle (Inspect's hooks onto envlayer's):
 
 Calls run on worker threads (``anyio.to_thread``): the event loop never waits on a
 backend. A cancelled ``exec`` (a sample's time limit, Ctrl-C) returns at once and, on
-backends whose ``exec`` takes a cancel token (every built-in backend), kills the command's
+backends with the ``cancel`` capability (every built-in backend), kills the command's
 process tree; elsewhere the command goes on until its own timeout kills it, or until
 ``sample_cleanup`` removes the sandbox (on backends with a sandbox per task, which kills
 it at once). ``timeout_retry`` is not honoured: a timed-out command was killed, and
@@ -50,8 +50,9 @@ from inspect_ai.util import (
 from pydantic import BaseModel
 
 from envlayer import dispatch as lifecycle
-from envlayer.execution.cancel import CancelToken, takes_cancel
+from envlayer.cancel_token import CancelToken
 from envlayer.capabilities import Capability, supports
+from envlayer.errors import UnsupportedArgument
 from envlayer.environment import Environment
 from envlayer.integrations.selection import Selection
 from envlayer_inspect.config import EnvlayerSandboxConfig, resolve
@@ -76,17 +77,17 @@ async def _blocking(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
 
 
 async def _cancellable_exec(environment: Environment, /, *args: Any, **kwargs: Any) -> Any:
-    """``env.exec`` on a worker thread, where a cancelled await (a sample's time limit,
-    Ctrl-C) returns at once and also kills the command's process tree, on backends whose
-    ``exec`` takes a cancel token (every built-in backend). The token is cancelled on a
+    """:func:`envlayer.run` on a worker thread, where a cancelled await (a sample's time
+    limit, Ctrl-C) returns at once and also kills the command's process tree, on backends
+    with the ``cancel`` capability (every built-in backend). The token is cancelled on a
     thread of its own, so the event loop never waits for the kill. On other backends the
     command goes on until it ends, its own timeout kills it, or ``sample_cleanup`` removes
     the sandbox."""
     token = CancelToken()
-    if takes_cancel(environment):
-        kwargs["cancel"] = token
     try:
-        return await anyio.to_thread.run_sync(partial(environment.exec, *args, **kwargs), abandon_on_cancel=True)
+        return await anyio.to_thread.run_sync(
+            partial(lifecycle.run, environment, *args, cancel=token, **kwargs), abandon_on_cancel=True
+        )
     except anyio.get_cancelled_exc_class():
         threading.Thread(target=token.cancel, name="envlayer-inspect-cancel", daemon=True).start()
         raise
@@ -106,7 +107,7 @@ def _sample_task_id(task_name: str) -> str:
 
 
 def _make_sample_dir(env: Environment) -> str:
-    result = env.exec('mktemp -d "${TMPDIR:-/tmp}/envlayer-inspect-XXXXXXXX"', timeout=60)
+    result = lifecycle.run(env, 'mktemp -d "${TMPDIR:-/tmp}/envlayer-inspect-XXXXXXXX"', timeout=60)
     path = result.stdout_text.strip()
     if result.exit_code != 0 or not path.startswith("/"):
         raise RuntimeError(f"could not make a sample directory in the sandbox: {result.stderr_text.strip()[:300]}")
@@ -242,33 +243,32 @@ class EnvlayerSandboxEnvironment(SandboxEnvironment):
         timeout_retry: bool = True,
         concurrency: bool = True,
     ) -> ExecResult[str]:
-        as_user = await self._user_keywords(user)
         run_cwd = self._resolve(cwd) if cwd is not None else self.sample_dir
+        arguments: dict[str, Any] = {"cwd": run_cwd, "env": env, "timeout": timeout, "stdin": input}
         with unavailable_as_inspect():
-            result = await _cancellable_exec(
-                self.env, list(cmd), cwd=run_cwd, env=env, timeout=timeout, stdin=input, **as_user
-            )
+            try:
+                result = await _cancellable_exec(self.env, list(cmd), user=user, **arguments)
+            except UnsupportedArgument as refused:
+                if refused.argument != "user" or user is None:
+                    raise
+                await self._check_own_user(user, refused)  # the backend has no exec_as_user
+                result = await _cancellable_exec(self.env, list(cmd), **arguments)
         return to_inspect(result, cmd, timeout)
 
-    async def _user_keywords(self, user: str | None) -> dict[str, str]:
-        """``exec``'s keywords for Inspect's ``user``: passed on to a backend with
-        ``exec_as_user`` (Docker); on others accepted only when it is the sandbox's own
-        user (by name or uid), else ``SandboxUserUnsupportedError``."""
-        if user is None:
-            return {}
-        if supports(self.env, Capability.EXEC_AS_USER):
-            return {"user": user}
+    async def _check_own_user(self, user: str, refused: UnsupportedArgument) -> None:
+        """Inspect's ``user`` on a backend that cannot switch users (:func:`envlayer.run`
+        refused it): accepted when it is the sandbox's own user (by name or uid), else
+        ``SandboxUserUnsupportedError``."""
         if self._identity is None:
             with unavailable_as_inspect():
-                probe = await _blocking(self.env.exec, "id -un 2>/dev/null; id -u", timeout=30)
+                probe = await _blocking(lifecycle.run, self.env, "id -un 2>/dev/null; id -u", timeout=30)
             self._identity = tuple(probe.stdout_text.split())
         if user not in self._identity:
             raise SandboxUserUnsupportedError(
                 f"the envlayer {self.env.name} sandbox runs every command as "
                 f"{'/'.join(self._identity) or 'its configured user'}; the {self.env.name} backend cannot run "
                 f"a command as {user!r} (set its user option instead, or use the docker backend)"
-            )
-        return {}
+            ) from refused
 
     # --- files ----------------------------------------------------------------------------
 
@@ -300,7 +300,7 @@ def _release(env: Environment, sample_dir: str | None) -> None:
     are logged (a cleanup must not fail the sample), never raised."""
     try:
         if sample_dir is not None and not env.closed:
-            env.exec(["rm", "-rf", "--", sample_dir], timeout=120)
+            lifecycle.run(env, ["rm", "-rf", "--", sample_dir], timeout=120)
     except Exception as exc:
         log.warning("envlayer sandbox %s: removing %s failed: %s", env.task_id, sample_dir, exc)
     try:

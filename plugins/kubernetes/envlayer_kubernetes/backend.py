@@ -52,7 +52,7 @@ from envlayer_kubernetes.options import KubernetesOptions
 
 log = logging.getLogger("envlayer.kubernetes")
 
-ALL_CAPABILITIES = MANAGED_SANDBOX_CAPABILITIES | {Capability.SNAPSHOT}
+ALL_CAPABILITIES = MANAGED_SANDBOX_CAPABILITIES | {Capability.UNSET_ENV, Capability.SNAPSHOT}
 
 
 class KubernetesEnvironment(ThreadTeardown, SandboxEnvironment):

@@ -31,7 +31,6 @@ from envlayer.execution.collector import OutputCollector
 from envlayer.errors import BackendUnavailable
 from envlayer.request import ExecRequest
 from envlayer.result import INTERRUPT_EXIT_CODE, ExecResult
-from envlayer.sandbox.base import run_in_shell
 from envlayer.execution.tree_kill import kill_script_argv
 from envlayer.execution.shell_script import SESSION_VAR
 from envlayer.execution.shell_session import KILL_GRACE_SECONDS, PersistentShell, status_unknown
@@ -114,10 +113,11 @@ def run_oneshot(target: ExecTarget, request: ExecRequest, *, cwd: str) -> ExecRe
     options = target.options
     data = request.stdin
     closable = target.cluster.protocol == V5
-    script = command_over_stdin(request.command)
+    command = request.process_command(options.shell)
+    script = command_over_stdin(command)
     argv = oneshot_argv(
         options.shell,
-        request.command if script is None else RUN_COMMAND_VAR,
+        command if script is None else RUN_COMMAND_VAR,
         exec_id=request.exec_id,
         cwd=cwd,
         stdin=None if data is None else len(data),
@@ -199,7 +199,7 @@ class SessionRunner:
 
     def run(self, request: ExecRequest) -> ExecResult:
         """Run ``request`` in the shell (the caller holds :attr:`lock`)."""
-        return run_in_shell(self.shell, request, self.target.options)
+        return self.shell.run_request(request, self.target.options)
 
     def close(self) -> None:
         """End the shell (best effort; never raises)."""

@@ -58,7 +58,7 @@ from envlayer_modal.sandbox import NotStarted
 log = logging.getLogger("envlayer.modal")
 T = TypeVar("T")
 
-ALL_CAPABILITIES = MANAGED_SANDBOX_CAPABILITIES | {Capability.SNAPSHOT}
+ALL_CAPABILITIES = MANAGED_SANDBOX_CAPABILITIES | {Capability.UNSET_ENV, Capability.SNAPSHOT}
 LEASE_INTERVAL = 30.0
 _HELPER_TIMEOUT = 300.0
 
@@ -267,11 +267,12 @@ class ModalEnvironment(ThreadTeardown, SandboxEnvironment):
 
         shell, lease = self.options.shell, self._touch_lease()
         cwd = self.call_directory(request, self.options.workdir)
-        argv = oneshot.oneshot_argv(shell, request.command, cwd=cwd, touch_lease=lease)
+        command = request.process_command(shell)
+        argv = oneshot.oneshot_argv(shell, command, cwd=cwd, touch_lease=lease)
         if not oneshot.too_long(argv):
             return argv
         path = f"/tmp/.envlayer-cmd-{request.exec_id}"
-        script = oneshot.script_of(request.command)
+        script = oneshot.script_of(command)
         self._files_call(lambda sb: files.write(sb, path, script), "staging a long command")
         return oneshot.script_argv(shell, path, cwd=cwd, touch_lease=lease)
 

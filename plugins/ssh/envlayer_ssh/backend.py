@@ -70,7 +70,15 @@ class SSHEnvironment(SandboxEnvironment):
 
     name = "ssh"
     Options = SSHOptions
-    capabilities = frozenset({Capability.STREAMING, Capability.PERSISTENT_SESSION, Capability.DIRECTORY_TRANSFER})
+    capabilities = frozenset(
+        {
+            Capability.STREAMING,
+            Capability.CANCEL,
+            Capability.UNSET_ENV,
+            Capability.PERSISTENT_SESSION,
+            Capability.DIRECTORY_TRANSFER,
+        }
+    )
     environment_variables = ("SSH_AUTH_SOCK", "HOME", "USER", "LOGNAME")  # the agent, ~/.ssh, the default user
     options: SSHOptions
     wait_for_busy_session = True  # calls on one environment take turns in its shell
@@ -185,7 +193,7 @@ class SSHEnvironment(SandboxEnvironment):
         cwd = request.cwd
         run_cwd = posixpath.join(base, cwd) if base and cwd else (cwd or base)
         shell = None if self._login_shell_is_shell() else self.options.shell
-        body = command_text(request.command)
+        body = command_text(request.process_command(self.options.shell))
         variables = {**with_command_defaults(self.options.env), **request.env}
         line = script.oneshot_command(shell, request.exec_id, body, cwd=run_cwd, env_from_stdin=bool(variables))
         if variables:  # ahead of the caller's stdin: never in the remote command line

@@ -105,6 +105,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from envlayer.bench.report import document, text_table, write_output, write_page
     from envlayer.bench.interrupts import Terminated, exit_code_of
     from envlayer.bench.runner import run_bench
+    from envlayer.cli.progress import progress
 
     targets = targets_of(args)
     if args.output:
@@ -114,7 +115,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     machine = machine_info([t.name for t in targets])
     print(f"envlayer: bench: sandboxes in profile {targets[0].profile}, all removed at the end", file=sys.stderr)
     try:
-        figures, problems = run_bench(targets, Plan.of(args.quick))
+        figures, problems = run_bench(targets, Plan.of(args.quick), progress)
     except KeyboardInterrupt as stop:
         word = "terminated" if isinstance(stop, Terminated) else "interrupted"
         print(f"envlayer: bench {word}; what it created was removed", file=sys.stderr)
