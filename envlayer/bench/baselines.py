@@ -31,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from envlayer.dispatch import run
 from envlayer.environment import Environment
 
 SESSION_FLOOR = "same job, bare"
@@ -178,7 +179,7 @@ def local_baselines(env: Environment) -> ExecBaselines:
     send, recv, close = _piped_shell(stderr=False)
     split_send, split_recv, split_close = _piped_shell(stderr=True)
     job_send, job_recv, job_close = _piped_shell(stderr=True)
-    cwd = env.exec("pwd").stdout_text.strip()
+    cwd = run(env, "pwd").stdout_text.strip()
     run = "subprocess.run"
     return ExecBaselines(
         fast={
@@ -224,7 +225,7 @@ def docker_baselines(env: Environment) -> ExecBaselines:
     api = docker_api()
     call, sock = docker_bare_shell(api, cid)
     split_call, split_sock = docker_bare_shell(api, cid, split=True)
-    job_call, job_sock = docker_bare_shell(api, cid, cwd=env.exec("pwd").stdout_text.strip())
+    job_call, job_sock = docker_bare_shell(api, cid, cwd=run(env, "pwd").stdout_text.strip())
     container = docker.DockerClient(version="auto", **docker.utils.kwargs_from_env()).containers.get(cid)
     spawning: dict[str, Callable[[], object]] = {"docker-py exec_run": lambda: container.exec_run(["true"])}
     if shutil.which("docker"):
@@ -308,7 +309,7 @@ def ssh_baselines(env: Environment) -> ExecBaselines:
         ]
     return ExecBaselines(
         fast={
-            SESSION_FLOOR: same_job_call(job.sendall, job_recv, env.exec("pwd").stdout_text.strip()),
+            SESSION_FLOOR: same_job_call(job.sendall, job_recv, run(env, "pwd").stdout_text.strip()),
             BARE_FLOOR: shell_call(channel.sendall, lambda: channel.recv(65536)),
         },
         spawning=spawning,

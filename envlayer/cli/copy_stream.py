@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
 
+from envlayer.dispatch import run
 from envlayer.environment import Environment
 from envlayer.errors import EnvlayerError, InvalidArgument, SandboxFileError
 from envlayer.execution.shell_script import printf_format, quote
@@ -82,7 +83,7 @@ def check_utf8(path: str, side: str) -> None:
 def run_sh(env: Environment, script: str, what: str) -> bytes:
     """Run ``script`` in the sandbox; its stdout. Raises :class:`CopyFailed` naming
     ``what`` and quoting stderr when it fails."""
-    done = env.exec(script, timeout=600)
+    done = run(env, script, timeout=600)
     if done.exit_code != 0:
         detail = done.stderr.decode(errors="replace").strip() or f"exit {done.exit_code}"
         raise CopyFailed(f"{what}: {detail}")
@@ -116,7 +117,7 @@ def _dir_onto_file(path: str, where: str) -> CopyFailed:
 def _remove_quietly(env: Environment, path: str) -> None:
     """Remove the temporary copy at sandbox ``path``; say so when that fails."""
     try:
-        env.exec(f"rm -rf -- {sh_word(path)}", timeout=120)
+        run(env, f"rm -rf -- {sh_word(path)}", timeout=120)
     except (Exception, KeyboardInterrupt):  # a second Ctrl-C too: the line below says what is left
         print(f"envlayer: could not remove the partial copy {path!r} in the sandbox", file=sys.stderr)
 

@@ -33,11 +33,11 @@ from envlayer.sandbox.owner import owner_label
 from envlayer_docker import gpus as gpu_request
 from envlayer_docker import labels as L
 from envlayer_docker import ownership, workspace
+from envlayer_docker.keepalive import KEEPALIVE
 from envlayer_docker.naming import container_name, private_name
 from envlayer_docker.options import DockerOptions, parse_volume
 from envlayer_docker.uninterrupted import finish_then_interrupt
 
-KEEPALIVE = ["sleep", "2147483647"]
 _MAX_ATTEMPTS = 12
 _CONFIG_KWARGS = {"hostname", "domainname", "stop_signal"}
 

@@ -33,6 +33,7 @@ from typing import Any
 
 from envlayer.errors import BackendUnavailable
 from envlayer_docker import labels as L
+from envlayer_docker.keepalive import KEEPALIVE
 
 log = logging.getLogger("envlayer.docker.cow")
 
@@ -63,8 +64,6 @@ def data_volumes(image_labels: dict[str, str]) -> dict[str, str]:
 def _run_copy(api: Any, image: str, shell: str, mounts: list[Any], script: str, labels: dict[str, str]) -> None:
     """Run ``script`` as root in a helper container made from ``image`` with ``mounts``;
     remove the helper. Raises :class:`BackendUnavailable` naming the output on failure."""
-    from envlayer_docker.container import KEEPALIVE
-
     host_config = api.create_host_config(mounts=mounts, network_mode="none")
     helper = api.create_container(
         image, entrypoint=KEEPALIVE[:1], command=KEEPALIVE[1:], labels=labels, host_config=host_config, detach=True
