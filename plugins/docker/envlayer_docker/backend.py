@@ -66,9 +66,11 @@ class DockerEnvironment(ThreadTeardown, SandboxEnvironment):
     def open_sandbox(self) -> None:
         from envlayer_docker.client import get_client
         from envlayer_docker.container import build_spec
+        from envlayer_docker.image import prepared_options
 
-        opts = self.options
-        self._api = get_client(opts)
+        self._api = get_client(self.options)
+        with translated("preparing the image", self.options):
+            self.options = opts = prepared_options(self._api, self.options)
         self._state_lock = threading.RLock()
         self._last_lease = 0.0
         self._teardown: threading.Thread | None = None
@@ -377,12 +379,17 @@ class DockerEnvironment(ThreadTeardown, SandboxEnvironment):
 
     @classmethod
     def check_available(cls, options: BaseOptions) -> None:
-        """Raise :class:`BackendUnavailable` unless the daemon answers and the image is present."""
+        """Raise :class:`BackendUnavailable` unless the daemon answers and the image is present
+        (or, with ``dockerfile``, :class:`ConfigError` unless the Dockerfile and its context exist)."""
         from docker.errors import ImageNotFound, NotFound
+
+        from envlayer.sandbox.dockerfile import resolve_build
 
         api, opts = cls._class_api(options)  # type: ignore[arg-type]
         with translated("answering", opts):
             api.ping()
+            if resolve_build(opts.dockerfile, opts.build_context) is not None:
+                return  # built when an environment opens
             try:
                 api.inspect_image(opts.image)
             except (ImageNotFound, NotFound):
