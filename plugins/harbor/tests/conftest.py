@@ -12,7 +12,7 @@ import importlib.util
 import os
 import sys
 
-NEEDS_HARBOR = ["test_oracle_docker.py"]
+NEEDS_HARBOR = ["test_oracle_docker.py", "test_environment_docker.py"]
 
 if importlib.util.find_spec("harbor") is None:
     if sys.version_info >= (3, 12) and os.environ.get("CI") == "true":
