@@ -12,7 +12,9 @@ import importlib.util
 import os
 import sys
 
-NEEDS_HARBOR = ["test_oracle_docker.py", "test_environment_docker.py"]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # harbor_runs
+
+NEEDS_HARBOR = ["test_oracle_docker.py", "test_environment_docker.py", "test_oracle_fakes.py"]
 
 if importlib.util.find_spec("harbor") is None:
     if sys.version_info >= (3, 12) and os.environ.get("CI") == "true":

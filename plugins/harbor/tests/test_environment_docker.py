@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from envlayer_harbor import Environment
 from harbor.models.task.config import EnvironmentConfig
 from harbor.models.trial.paths import TrialPaths
 
 from envlayer.testing.fixtures import require_docker
-from envlayer_harbor import Environment
 
 TASK = Path(__file__).parent / "tasks" / "hello-world"
 SLEEPERS = "for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f; echo; done 2>/dev/null | grep '^sleep 60' || true"

@@ -9,24 +9,14 @@ which this machine lacks.
 from __future__ import annotations
 
 import contextlib
-import json
-import os
-import subprocess
-import sys
-import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
+from harbor_runs import BASE_IMAGE, TASKS, harbor_run, reward
 
 from envlayer.sandbox.dockerfile import resolve_build
 from envlayer.testing.fixtures import require_docker
-
-TASKS = Path(__file__).parent / "tasks"
-BASE_IMAGE = "envlayer-test:debian"
-"""What the tasks' Dockerfiles start FROM (scripts/provision builds it)."""
-HARBOR = Path(sys.executable).parent / "harbor"
 
 
 def _task_tags() -> list[str]:
@@ -48,27 +38,18 @@ def docker_api() -> Iterator[Any]:
 
 @pytest.fixture(scope="module")
 def run(docker_api: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """Run the oracle over every task once; yields {"profile", "trials": {task: result.json}}
-    and removes what the run built and (on failure) left."""
-    profile = f"envlayer-test-harbor-{uuid.uuid4().hex[:8]}"
-    jobs = tmp_path_factory.mktemp("jobs")
+    """The oracle over every task once (:func:`harbor_runs.harbor_run`); removes the images
+    the run built and (on failure) what it left."""
     existing = {tag for tag in _task_tags() if _exists(docker_api, tag)}
-    argv = [
-        str(HARBOR), "run", "-p", str(TASKS), "-a", "oracle", "--env", "envlayer_harbor:Environment",
-        "--ek", "backend=docker", "--ek", f"profile={profile}", "-o", str(jobs), "-y", "-q",
-    ]  # fmt: skip
-    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "HARBOR_TELEMETRY": "0"}
+    result: dict[str, Any] = {"profile": "", "existing": existing}
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=900, env=env)
-        trials = {}
-        for path in jobs.glob("*/*/result.json"):
-            result = json.loads(path.read_text())
-            trials[result["task_name"]] = {**result, "dir": path.parent}
-        yield {"profile": profile, "trials": trials, "proc": proc, "existing": existing}
+        result.update(harbor_run(tmp_path_factory.mktemp("jobs"), ["--ek", "backend=docker"]))
+        yield result
     finally:
-        for summary in docker_api.containers(all=True, filters={"label": f"envlayer.profile={profile}"}):
-            with contextlib.suppress(Exception):
-                docker_api.remove_container(summary["Id"], force=True, v=True)
+        if result["profile"]:
+            for summary in docker_api.containers(all=True, filters={"label": f"envlayer.profile={result['profile']}"}):
+                with contextlib.suppress(Exception):
+                    docker_api.remove_container(summary["Id"], force=True, v=True)
         for tag in set(_task_tags()) - existing:
             with contextlib.suppress(Exception):
                 docker_api.remove_image(tag, force=True)
@@ -84,32 +65,22 @@ def _exists(api: Any, tag: str) -> bool:
         return False
 
 
-def _trial(run: dict[str, Any], task: str) -> dict[str, Any]:
-    assert task in run["trials"], f"no result for {task}: {run['proc'].stdout[-3000:]}{run['proc'].stderr[-3000:]}"
-    return run["trials"][task]
-
-
-def _reward(trial: dict[str, Any]) -> float:
-    return trial["verifier_result"]["rewards"]["reward"]
-
-
 def test_hello_world_gets_reward_one(run: dict[str, Any]) -> None:
-    trial = _trial(run, "hello-world")
-    assert trial["exception_info"] is None
-    assert _reward(trial) == 1.0  # the test script also checks it ran in the image's WORKDIR
+    assert reward(run, "hello-world") == 1.0  # the test script also checks it ran in the image's WORKDIR
+    assert run["trials"]["hello-world"]["exception_info"] is None
 
 
 def test_several_files_and_a_test_script_get_reward_one(run: dict[str, Any]) -> None:
-    trial = _trial(run, "several-files")
-    stdout = (trial["dir"] / "verifier" / "test-stdout.txt").read_text()
-    assert _reward(trial) == 1.0, stdout
+    trial = run["trials"].get("several-files") or {}
+    stdout = (trial["dir"] / "verifier" / "test-stdout.txt").read_text() if trial else ""
+    assert reward(run, "several-files") == 1.0, stdout
     assert "4 of 4 checks passed" in stdout  # totals, file list, .dockerignore, no network
 
 
 def test_a_command_past_the_agent_timeout_is_killed_with_its_tree(run: dict[str, Any]) -> None:
-    trial = _trial(run, "times-out")
+    assert reward(run, "times-out") == 0.0
+    trial = run["trials"]["times-out"]
     assert trial["exception_info"]["exception_type"] == "AgentTimeoutError"
-    assert _reward(trial) == 0.0
     assert (trial["dir"] / "verifier" / "leftover.txt").read_text() == ""  # no `sleep 600` survived
 
 
