@@ -66,9 +66,10 @@ class DockerEnvironment(ThreadTeardown, SandboxEnvironment):
     def open_sandbox(self) -> None:
         from envlayer_docker.client import get_client
         from envlayer_docker.container import build_spec
-        from envlayer_docker.image import prepared_options
+        from envlayer_docker.image import prepared_options, warn_if_workspace_hides_image
 
         self._api = get_client(self.options)
+        cwd_given = self.options.cwd is not None
         with translated("preparing the image", self.options):
             self.options = opts = prepared_options(self._api, self.options)
         self._state_lock = threading.RLock()
@@ -85,6 +86,8 @@ class DockerEnvironment(ThreadTeardown, SandboxEnvironment):
             self._spec = build_spec(
                 self._api, opts, profile=self.profile, task=self.task_id, persist=opts.persist_across_processes
             )
+            if not cwd_given and opts.cwd is not None:
+                warn_if_workspace_hides_image(self._api, opts.cwd, self._spec.data, opts.image)
         if self.from_snapshot is None:
             self._attach()
         else:

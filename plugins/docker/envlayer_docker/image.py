@@ -15,6 +15,8 @@ from __future__ import annotations
 import collections
 import dataclasses
 import logging
+import re
+from datetime import datetime
 from typing import Any
 
 from envlayer.errors import ImageBuildFailed
@@ -110,3 +112,39 @@ def image_workdir(api: Any, options: DockerOptions) -> str:
         )
         return ""
     return workdir
+
+
+def warn_if_workspace_hides_image(api: Any, workdir: str, data: list[Any], image: str) -> None:
+    """Say so (WARNING) when the task's durable workspace volume sits at ``workdir`` (the
+    image's ``WORKDIR``) and is older than ``image``: Docker filled the volume from an older
+    image once, and it now hides what the newer image put in that directory."""
+    from docker.errors import NotFound
+
+    for mount in data:
+        if mount.storage != "volume" or mount.target != workdir:
+            continue
+        try:
+            volume_created = _when(api.inspect_volume(mount.source).get("CreatedAt"))
+        except NotFound:
+            return
+        image_created = _when(api.inspect_image(image).get("Created"))
+        # the daemon gives volumes whole seconds: an image of the same second is not newer
+        if volume_created and image_created and volume_created < image_created.replace(microsecond=0):
+            log.warning(
+                "the task's workspace volume %s at the image's WORKDIR %s was filled from an older image; it hides "
+                "what image %s put there (workspace = \"none\" follows each image; `envlayer rm --purge` the task "
+                "to start from this one)",
+                mount.source,
+                workdir,
+                image,
+            )
+
+
+def _when(text: Any) -> datetime | None:
+    """A daemon timestamp (RFC 3339, nanoseconds allowed) as a datetime, None when unreadable."""
+    if not isinstance(text, str):
+        return None
+    try:
+        return datetime.fromisoformat(re.sub(r"(\.\d{6})\d+", r"\1", text).replace("Z", "+00:00"))
+    except ValueError:
+        return None

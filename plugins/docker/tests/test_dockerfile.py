@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -56,8 +58,13 @@ def test_builds_from_the_dockerfile_and_starts_in_its_workdir(
 
 
 def test_unchanged_context_reuses_image_and_container_a_change_replaces_both(
-    built_images: list[str], make_env: Callable[..., Any], docker_api: Any, tmp_path: Path
+    built_images: list[str],
+    make_env: Callable[..., Any],
+    docker_api: Any,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    caplog.set_level(logging.WARNING, logger="envlayer.docker")
     dockerfile = _write(tmp_path, {"Dockerfile": APP, "greeting.txt": "v1\n"})
     task = _task()
     first = make_env(task, dockerfile=str(dockerfile))
@@ -67,10 +74,13 @@ def test_unchanged_context_reuses_image_and_container_a_change_replaces_both(
     assert again.options.image == first.options.image
     assert docker_api.inspect_image(again.options.image)["Id"] == image_id  # not rebuilt
     assert again.container_id == first.container_id  # same fingerprint: the container is reused
+    assert "hides" not in caplog.text
+    time.sleep(1.1)  # the daemon dates volumes to the second: the new image must be a second newer
     (tmp_path / "greeting.txt").write_text("v2\n")
     changed = make_env(task, dockerfile=str(dockerfile))
     built_images.append(changed.options.image)
     assert changed.options.image != first.options.image
+    assert "was filled from an older image; it hides what image" in caplog.text  # said, never silent
     assert changed.container_id != first.container_id
     # the durable workspace (a volume at the WORKDIR, filled from the first image) outlives the
     # container, so the new image's files there stay hidden; the layer outside it is new
