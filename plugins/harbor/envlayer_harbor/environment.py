@@ -23,6 +23,7 @@ Every blocking envlayer call runs in a worker thread (:func:`asyncio.to_thread`)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import os
@@ -117,7 +118,7 @@ class Environment(BaseEnvironment):
                 "force_build: envlayer rebuilds an image only when the Dockerfile or a file of its context changed"
             )
         self._selection = await asyncio.to_thread(resolve, self._keywords, self._task())
-        self._sandbox = await asyncio.to_thread(self._selection.open, self.session_id)
+        self._sandbox = await self._open(self._selection)
         self.logger.debug(
             "envlayer %s sandbox for %s (profile %s)", self._selection.settings.backend, self.session_id,
             self._selection.profile,
@@ -129,6 +130,20 @@ class Environment(BaseEnvironment):
         upload = getattr(self, "_upload_environment_dir_after_start", None)
         if upload is not None:
             await upload()
+
+    async def _open(self, selection: Selection) -> EnvlayerEnvironment:
+        """Build the image and create the sandbox in a worker thread. Cancelled meanwhile
+        (Harbor's build timeout), it waits for the thread and removes what it made before
+        passing the cancellation on: a sandbox nobody holds would be left running."""
+        opening = asyncio.ensure_future(asyncio.to_thread(selection.open, self.session_id))
+        try:
+            return await asyncio.shield(opening)
+        except asyncio.CancelledError:
+            self.logger.warning("start of %s cancelled; removing its sandbox once it exists", self.session_id)
+            with contextlib.suppress(Exception):
+                made = await opening
+                await asyncio.to_thread(_remove, made)
+            raise
 
     async def stop(self, delete: bool) -> None:
         sandbox = self._sandbox
@@ -147,8 +162,7 @@ class Environment(BaseEnvironment):
                 "delete=False, but the sandbox of %s is private to this process and is removed now "
                 "(--ek persist_across_processes=true keeps it)", self.session_id,
             )
-        await asyncio.to_thread(dispatch.cleanup, sandbox, force_remove=True)
-        if not await asyncio.to_thread(dispatch.wait_for_cleanup, sandbox, TEARDOWN_WAIT):
+        if not await asyncio.to_thread(_remove, sandbox):
             self.logger.warning("the removal of %s had not finished after %s s", self.session_id, TEARDOWN_WAIT)
 
     async def exec(
@@ -224,6 +238,13 @@ class Environment(BaseEnvironment):
 def _harbor_keyword(name: str) -> bool:
     """Whether ``name`` is one of ``BaseEnvironment.__init__``'s own parameters."""
     return name in inspect.signature(BaseEnvironment.__init__).parameters
+
+
+def _remove(sandbox: EnvlayerEnvironment) -> bool:
+    """Remove the sandbox and wait for the removal (at most :data:`TEARDOWN_WAIT` seconds);
+    False when it had not finished."""
+    dispatch.cleanup(sandbox, force_remove=True)
+    return dispatch.wait_for_cleanup(sandbox, TEARDOWN_WAIT)
 
 
 def _upload_dir(sandbox: EnvlayerEnvironment, source: Path, target: str) -> None:

@@ -6,6 +6,7 @@ travel both ways, and ``stop`` returns once the container is gone."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -109,3 +110,38 @@ def test_workdir_logs_and_files_both_ways(harbor_env: Any, tmp_path: Path) -> No
 def test_stop_returns_once_the_container_is_gone(harbor_env: Any) -> None:
     asyncio.run(harbor_env.stop(delete=True))
     assert harbor_env.api.containers(all=True, filters={"label": f"envlayer.profile={harbor_env.profile}"}) == []
+
+
+def test_a_start_cancelled_during_the_build_leaves_no_sandbox(tmp_path: Path) -> None:
+    """Harbor's build timeout cancels ``start`` while the image builds; the worker thread
+    goes on and creates the sandbox, which ``start`` then removes."""
+    require_docker("envlayer-test:debian", "the Harbor tests on Docker")
+    import docker
+
+    from envlayer.sandbox.dockerfile import resolve_build
+
+    api = docker.APIClient(version="auto", timeout=60, **docker.utils.kwargs_from_env())
+    dockerfile = tmp_path / "environment" / "Dockerfile"
+    dockerfile.parent.mkdir()
+    dockerfile.write_text(f"FROM envlayer-test:debian\nRUN echo {uuid.uuid4().hex} > /id && sleep 3\n")
+    build = resolve_build(str(dockerfile), None)
+    assert build is not None
+    profile = f"envlayer-test-harbor-{uuid.uuid4().hex[:8]}"
+    env = Environment(
+        environment_dir=dockerfile.parent,
+        environment_name="slow-build",
+        session_id=f"slow-build__{uuid.uuid4().hex[:7]}__env",
+        trial_paths=TrialPaths(trial_dir=tmp_path / "trial"),
+        task_env_config=EnvironmentConfig(),
+        backend="docker",
+        profile=profile,
+    )
+    try:
+        with pytest.raises(TimeoutError):
+            asyncio.run(asyncio.wait_for(env.start(force_build=False), 1))
+        assert api.containers(all=True, filters={"label": f"envlayer.profile={profile}"}) == []
+    finally:
+        for summary in api.containers(all=True, filters={"label": f"envlayer.profile={profile}"}):
+            api.remove_container(summary["Id"], force=True, v=True)
+        with contextlib.suppress(Exception):
+            api.remove_image(build.tag, force=True)
