@@ -145,3 +145,12 @@ def test_a_start_cancelled_during_the_build_leaves_no_sandbox(tmp_path: Path) ->
             api.remove_container(summary["Id"], force=True, v=True)
         with contextlib.suppress(Exception):
             api.remove_image(build.tag, force=True)
+
+
+def test_preflight_names_an_unknown_keyword_before_any_trial() -> None:
+    from envlayer.errors import ConfigError
+
+    Environment.preflight({"backend": "docker", "cpus": 2})
+    with pytest.raises(ConfigError, match="cpu") as refused:
+        Environment.preflight({"backend": "docker", "cpu": 2})
+    assert "did you mean 'cpus'" in refused.value.hint
