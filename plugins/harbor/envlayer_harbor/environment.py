@@ -27,6 +27,7 @@ import contextlib
 import inspect
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,7 @@ from envlayer.capabilities import Capability, supports
 from envlayer.environment import Environment as EnvlayerEnvironment
 from envlayer.execution.cancel import CancelToken
 from envlayer.integrations.selection import Selection, select
+from envlayer.result import ExecResult as EnvlayerResult
 from envlayer_harbor.selection import TaskSpec, resolve, split_keywords
 
 log = logging.getLogger("envlayer.harbor")
@@ -195,7 +197,13 @@ class Environment(BaseEnvironment):
         return ExecResult(stdout=result.stdout_text, stderr=result.stderr_text, return_code=result.exit_code)
 
     @staticmethod
-    def _runner(sandbox: EnvlayerEnvironment, argv: list[str], keywords: dict[str, Any], callback: Any, loop: Any):
+    def _runner(
+        sandbox: EnvlayerEnvironment,
+        argv: list[str],
+        keywords: dict[str, Any],
+        callback: Any,
+        loop: asyncio.AbstractEventLoop,
+    ) -> Callable[[], EnvlayerResult]:
         """The blocking call: streamed to Harbor's async ``callback`` when one is set."""
         if callback is None:
             return lambda: sandbox.exec(argv, **keywords)
