@@ -28,8 +28,17 @@ SLEEPERS = "for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f; echo; done 2>/d
 def harbor_env(tmp_path: Path) -> Iterator[Any]:
     require_docker("envlayer-test:debian", "the Harbor tests on Docker")
     import docker
+    from docker.errors import ImageNotFound
+
+    from envlayer.sandbox.dockerfile import resolve_build
 
     api = docker.APIClient(version="auto", timeout=60, **docker.utils.kwargs_from_env())
+    build = resolve_build(str(TASK / "environment" / "Dockerfile"), None)
+    assert build is not None
+    try:
+        built_before = bool(api.inspect_image(build.tag))
+    except ImageNotFound:
+        built_before = False
     profile = f"envlayer-test-harbor-{uuid.uuid4().hex[:8]}"
     env = Environment(
         environment_dir=TASK / "environment",
@@ -48,6 +57,9 @@ def harbor_env(tmp_path: Path) -> Iterator[Any]:
         asyncio.run(env.stop(delete=True))
         for summary in api.containers(all=True, filters={"label": f"envlayer.profile={profile}"}):
             api.remove_container(summary["Id"], force=True, v=True)
+        if not built_before:
+            with contextlib.suppress(Exception):
+                api.remove_image(build.tag)  # not forced: another run may use it
 
 
 def test_a_cancelled_exec_kills_the_commands_tree(harbor_env: Any) -> None:
