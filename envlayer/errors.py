@@ -121,6 +121,16 @@ class BackendUnavailable(EnvlayerError):
     connection lost, credentials refused. The environment may be rebuilt later."""
 
 
+class ImageBuildFailed(EnvlayerError):
+    """Building the sandbox's image from its ``dockerfile`` failed: a step of the Dockerfile
+    failed (``log`` holds the end of the build log) or the builder refused the context.
+    Nothing was created; fix the Dockerfile and try again."""
+
+    def __init__(self, message: str, *, log: str = "", hint: str = "") -> None:
+        self.log = log
+        super().__init__(message + (f"\n{log}" if log else ""), hint=hint)
+
+
 # --- configuration ------------------------------------------------------------
 
 

@@ -16,7 +16,9 @@ are those every built-in backend had):
   (docker, kubernetes, modal).
 
 :class:`HostVariablesOptions` adds ``forward_env`` to a backend whose commands can get
-variables of this machine's environment (docker, kubernetes).
+variables of this machine's environment (docker, kubernetes). :class:`DockerfileOptions`
+adds ``dockerfile`` and ``build_context``: an image built from a Dockerfile (docker,
+modal, daytona; kubernetes refuses them, it needs an image in a registry).
 """
 
 from __future__ import annotations
@@ -117,3 +119,27 @@ class HostVariablesOptions(BaseOptions):
     def __post_init__(self) -> None:
         super().__post_init__()
         check_variable_names("forward_env", self.forward_env)
+
+
+@dataclass(kw_only=True)
+class DockerfileOptions(BaseOptions):
+    """``dockerfile`` and ``build_context``: the sandbox's image built from a Dockerfile
+    (see :mod:`envlayer.sandbox.dockerfile`)."""
+
+    dockerfile: str | None = option(
+        None,
+        doc="Build the sandbox's image from this Dockerfile (a path on this machine; relative to the current "
+        "directory) instead of using `image`. The image is cached by a digest of the Dockerfile and every file of "
+        "the build context (.dockerignore respected): an unchanged context reuses it, a changed one rebuilds and "
+        "replaces the sandbox.",
+    )
+    build_context: str | None = option(
+        None,
+        doc="Directory whose files the Dockerfile's COPY and ADD read (its `.dockerignore` applies); the "
+        "Dockerfile's own directory when unset. Only with `dockerfile`.",
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.build_context and not self.dockerfile:
+            raise OptionError("build_context", "is only used with dockerfile; set dockerfile too, or remove it")

@@ -12,17 +12,18 @@ fingerprint (see :func:`envlayer_daytona.identity.fingerprint`).
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from envlayer.options import OptionError, option
-from envlayer.sandbox.options import ManagedSandboxOptions
+from envlayer.sandbox.options import DockerfileOptions, ManagedSandboxOptions
 from envlayer.snapshot import SnapshotRetentionOptions
 
 RESERVED_LABEL_PREFIX = "envlayer."
 
 
 @dataclass(kw_only=True)
-class DaytonaOptions(ManagedSandboxOptions, SnapshotRetentionOptions):
+class DaytonaOptions(ManagedSandboxOptions, DockerfileOptions, SnapshotRetentionOptions):
     """Options of the Daytona backend. ``cwd`` defaults to the sandbox's working directory.
     The snapshot retention options (``snapshot_keep``, ``snapshot_max_age``) are applied by
     :func:`envlayer_daytona.snapshots.expire`."""
@@ -80,6 +81,16 @@ class DaytonaOptions(ManagedSandboxOptions, SnapshotRetentionOptions):
         super().__post_init__()
         if self.image is not None and self.snapshot is not None:
             raise OptionError("image", "set either `image` or `snapshot`, not both")
+        if self.dockerfile and (self.image is not None or self.snapshot is not None):
+            raise OptionError("dockerfile", "set one of `dockerfile`, `image` and `snapshot`")
+        if self.build_context and self.dockerfile:
+            context = os.path.abspath(os.path.expanduser(self.build_context))
+            if context != os.path.dirname(os.path.abspath(os.path.expanduser(self.dockerfile))):
+                raise OptionError(
+                    "build_context",
+                    "Daytona's builder reads COPY sources from the Dockerfile's own directory: move the "
+                    "Dockerfile into the build context, or leave build_context unset",
+                )
         if self.user is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]*\$?", self.user):
             raise OptionError("user", f"{self.user!r} is not a user name (letters, digits, `_`, `.`, `-`)")
         for key in ("image", "snapshot", "api_url", "target"):
@@ -93,8 +104,10 @@ class DaytonaOptions(ManagedSandboxOptions, SnapshotRetentionOptions):
             if value is not None:
                 if value < 0:
                     raise OptionError(key, "must be >= 0")
-                if self.image is None:
-                    raise OptionError(key, "resources apply only to `image` sandboxes; a snapshot fixes its own")
+                if self.image is None and self.dockerfile is None:
+                    raise OptionError(
+                        key, "resources apply only to `image` or `dockerfile` sandboxes; a snapshot fixes its own"
+                    )
         for key in ("auto_stop_interval", "ttl_minutes"):
             if getattr(self, key) < 0:
                 raise OptionError(key, "must be >= 0 minutes")

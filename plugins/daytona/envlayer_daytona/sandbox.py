@@ -22,7 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from envlayer.errors import BackendUnavailable, InvalidArgument
+from envlayer.errors import BackendUnavailable, ImageBuildFailed, InvalidArgument
+from envlayer.sandbox.dockerfile import resolve_build
 from envlayer.sandbox.retry import DEFAULT_POLICY
 from envlayer_daytona import identity
 from envlayer_daytona.client import retrying, translate
@@ -84,8 +85,10 @@ class Spec:
 
 def build_spec(options: DaytonaOptions, *, profile: str, task: str) -> Spec:
     """The name, labels and fingerprint of (profile, task)'s sandbox under ``options``."""
+    build = resolve_build(options.dockerfile, options.build_context)
     shaping = {
         "image": options.image,
+        **({"dockerfile": build.digest} if build is not None else {}),
         "snapshot": options.snapshot,
         "target": options.target,
         **({"user": options.user} if options.user else {}),  # unset: fingerprints of earlier sandboxes hold
@@ -119,10 +122,13 @@ def create_params(options: DaytonaOptions, spec: Spec, from_snapshot: str | None
     }
     if from_snapshot is not None:
         return CreateSandboxFromSnapshotParams(snapshot=from_snapshot, **common)
-    if options.image is not None:
+    if options.image is not None or options.dockerfile:
+        from daytona import Image
+
         sizes = {"cpu": options.cpu, "memory": options.memory_gib, "disk": options.disk_gib, "gpu": options.gpu}
         resources = Resources(**{k: v for k, v in sizes.items() if v is not None}) if any(sizes.values()) else None
-        return CreateSandboxFromImageParams(image=options.image, resources=resources, **common)
+        image = Image.from_dockerfile(options.dockerfile) if options.dockerfile else options.image
+        return CreateSandboxFromImageParams(image=image, resources=resources, **common)
     return CreateSandboxFromSnapshotParams(snapshot=options.snapshot, **common)
 
 
@@ -185,18 +191,27 @@ def _fork_target_taken(spec: Spec) -> InvalidArgument:
 def _create(client: Any, options: DaytonaOptions, spec: Spec, from_snapshot: str | None = None) -> Any:
     """``client.create`` for ``spec``, waiting up to ``create_timeout`` for it to start.
     From an image, Daytona builds a snapshot first (minutes for a large image): say so."""
-    if options.image is not None and from_snapshot is None:
+    if (options.image is not None or options.dockerfile) and from_snapshot is None:
         log.warning(
             "creating sandbox %s from image %s: Daytona builds a snapshot of it first, which can take "
             "minutes; waiting up to %g s",
             spec.name,
-            options.image,
+            options.image or options.dockerfile,
             options.create_timeout,
         )
-    return retrying(
-        lambda: client.create(create_params(options, spec, from_snapshot), timeout=options.create_timeout),
-        f"creating sandbox {spec.name}",
-    )
+    try:
+        return retrying(
+            lambda: client.create(create_params(options, spec, from_snapshot), timeout=options.create_timeout),
+            f"creating sandbox {spec.name}",
+        )
+    except Exception as exc:
+        if options.dockerfile and from_snapshot is None and "build_failed" in str(exc).lower():
+            raise ImageBuildFailed(
+                f"Daytona could not build the image from {options.dockerfile}: {exc}",
+                hint="fix the Dockerfile or the files it copies (the reason above is Daytona's errorReason); "
+                f"the failed sandbox {spec.name} is removed by `envlayer rm` or the reaper",
+            ) from None
+        raise
 
 
 def _create_timed_out(client: Any, options: DaytonaOptions, spec: Spec, exc: Any) -> BackendUnavailable:

@@ -44,6 +44,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import docker
 from docker.errors import APIError, ImageNotFound, NotFound
+import fake_daytona_builds
 from fake_daytona_agent import AGENT_DIR, Agents
 from fake_daytona_pty import PtyRefused, PtySessions
 from fake_daytona_snapshots import Snapshots, SnapshotError
@@ -220,9 +221,11 @@ class Fake:
     def create(self, body: dict[str, Any]) -> dict[str, Any]:
         image = body.get("snapshot") and (self.snapshots.image_of(body["snapshot"]) or body["snapshot"])
         build_info = body.get("buildInfo") or {}
+        failure = ""
         if build_info.get("dockerfileContent"):
-            m = re.match(r"\s*FROM\s+(\S+)", build_info["dockerfileContent"])
-            image = m.group(1) if m else None
+            image, failure = self._image_of(build_info)
+        if failure:
+            return self._build_failed(body, failure)
         if not image:
             raise ApiError(400, "a snapshot or an image is required (the fake has no default snapshot)")
         try:
@@ -276,6 +279,38 @@ class Fake:
             self.hold(sb, {"state": "pending_build", "then": "started", "seconds": build})
             return sb
         self._state(sb, "started")
+        return sb
+
+    def _image_of(self, build_info: dict[str, Any]) -> tuple[str | None, str]:
+        """(image, build failure) of a create's ``buildInfo`` (see ``fake_daytona_builds``)."""
+        content = build_info["dockerfileContent"]
+        plain = fake_daytona_builds.plain_image(content)
+        if plain is not None:
+            return plain, ""
+        if build_info.get("contextHashes"):
+            raise ApiError(
+                400, "the fake Daytona server takes no build context (contextHashes): it has no object storage"
+            )
+        tag, failure = fake_daytona_builds.build(self.api, content, self.instance)
+        return (tag or None), failure
+
+    def _build_failed(self, body: dict[str, Any], reason: str) -> dict[str, Any]:
+        """A sandbox whose snapshot build failed: state ``build_failed``, ``errorReason`` the
+        build's failure, no container (what the SDK's ``wait_for_sandbox_start`` raises on)."""
+        now = _now()
+        sid = str(uuid.uuid4())
+        sb = {
+            "id": sid, "name": body.get("name") or sid, "env": body.get("env") or {},
+            "labels": body.get("labels") or {}, "target": body.get("target") or "local", "cpu": 1, "gpu": 0,
+            "memory": 1, "disk": 3, "state": "build_failed", "errorReason": reason, "recoverable": False,
+            "user": body.get("user"), "snapshot": None, "autoStopInterval": 15, "autoDeleteInterval": -1,
+            "ttlMinutes": 0, "createdAt": now, "updatedAt": now, "lastActivityAt": now, "created": self.now(),
+            "activity": self.now(), "stoppedAt": None, "container": None,
+        }  # fmt: skip
+        with self.lock:
+            if any(s["name"] == sb["name"] for s in self.sandboxes.values()):
+                raise ApiError(409, f"Sandbox with name {sb['name']} already exists", "CONFLICT")
+            self.sandboxes[sid] = sb
         return sb
 
     def _make_container(self, sb: dict[str, Any], image: str, *, start: bool) -> None:

@@ -80,9 +80,12 @@ class DockerEnvironment(ThreadTeardown, SandboxEnvironment):
     def open_sandbox(self) -> None:
         from envlayer_docker.client import get_client
         from envlayer_docker.container import build_spec
+        from envlayer_docker.image import prepared_options, warn_if_workspace_hides_image
 
-        opts = self.options
-        self._api = get_client(opts)
+        self._api = get_client(self.options)
+        cwd_given = self.options.cwd is not None
+        with translated("preparing the image", self.options):
+            self.options = opts = prepared_options(self._api, self.options)
         self._state_lock = threading.RLock()
         self._last_lease = 0.0
         self._teardown: threading.Thread | None = None
@@ -97,6 +100,8 @@ class DockerEnvironment(ThreadTeardown, SandboxEnvironment):
             self._spec = build_spec(
                 self._api, opts, profile=self.profile, task=self.task_id, persist=opts.persist_across_processes
             )
+            if not cwd_given and opts.cwd is not None:
+                warn_if_workspace_hides_image(self._api, opts.cwd, self._spec.data, opts.image)
         if self.from_snapshot is None:
             self._attach()
         else:
@@ -473,12 +478,17 @@ class DockerEnvironment(ThreadTeardown, SandboxEnvironment):
 
     @classmethod
     def check_available(cls, options: BaseOptions) -> None:
-        """Raise :class:`BackendUnavailable` unless the daemon answers and the image is present."""
+        """Raise :class:`BackendUnavailable` unless the daemon answers and the image is present
+        (or, with ``dockerfile``, :class:`ConfigError` unless the Dockerfile and its context exist)."""
         from docker.errors import ImageNotFound, NotFound
+
+        from envlayer.sandbox.dockerfile import resolve_build
 
         api, opts = cls._class_api(options)  # type: ignore[arg-type]
         with translated("answering", opts):
             api.ping()
+            if resolve_build(opts.dockerfile, opts.build_context) is not None:
+                return  # built when an environment opens
             try:
                 api.inspect_image(opts.image)
             except (ImageNotFound, NotFound):

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from envlayer.options import OptionError, option
-from envlayer.sandbox.options import ContainerOptions, HostVariablesOptions
+from envlayer.sandbox.options import ContainerOptions, DockerfileOptions, HostVariablesOptions
 from envlayer.snapshot import SnapshotRetentionOptions
 from envlayer_docker import gpus as gpu_request
 
@@ -65,12 +65,15 @@ capabilities, environment) are deliberately absent: use the dedicated options.""
 
 
 @dataclass(kw_only=True)
-class DockerOptions(ContainerOptions, HostVariablesOptions, SnapshotRetentionOptions):
-    """Options of the Docker backend. ``cwd`` defaults to ``/workspace``."""
+class DockerOptions(ContainerOptions, HostVariablesOptions, DockerfileOptions, SnapshotRetentionOptions):
+    """Options of the Docker backend. ``cwd`` defaults to the image's ``WORKDIR``, else ``/workspace``."""
 
     where: ClassVar[str] = "container"
 
-    image: str = option("python:3.11-slim", doc="Image to run. Must be present locally unless `pull` is true.")
+    image: str = option(
+        "python:3.11-slim",
+        doc="Image to run. Must be present locally unless `pull` is true. Not used when `dockerfile` is set.",
+    )
     pull: bool = option(
         False, doc="Pull `image` when it is missing locally. Off by default: a missing image fails at once."
     )

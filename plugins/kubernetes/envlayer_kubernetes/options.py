@@ -43,6 +43,13 @@ class KubernetesOptions(ContainerOptions, HostVariablesOptions, SnapshotRetentio
     where: ClassVar[str] = "container"
 
     image: str = option("python:3.11-slim", doc="Container image of the sandbox pod.")
+    dockerfile: str | None = option(
+        None,
+        doc="Not available on Kubernetes: a pod runs an image its nodes pull from a registry. Setting it is an "
+        "error that says so; build and push the image (`docker build -t REGISTRY/NAME .`, `docker push`) and set "
+        "`image`.",
+    )
+    build_context: str | None = option(None, doc="Not available on Kubernetes (see `dockerfile`).")
     namespace: str | None = option(
         None,
         doc="Namespace of the pods; the kubeconfig context's namespace (or the service account's, "
@@ -121,6 +128,14 @@ class KubernetesOptions(ContainerOptions, HostVariablesOptions, SnapshotRetentio
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        for key in ("dockerfile", "build_context"):
+            if getattr(self, key):
+                raise OptionError(
+                    key,
+                    "a Kubernetes pod needs an image in a registry its nodes can pull from; envlayer does not build "
+                    "images for Kubernetes. Build and push the image (docker build -t REGISTRY/NAME DIR; docker push "
+                    "REGISTRY/NAME), then set image = REGISTRY/NAME and remove " + key,
+                )
         if not self.image.strip():
             raise OptionError("image", "must not be empty")
         if self.namespace is not None and (len(self.namespace) > 63 or not DNS_LABEL.match(self.namespace)):

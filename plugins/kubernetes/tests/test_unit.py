@@ -347,3 +347,11 @@ def test_an_unanswered_ping_is_found_overdue_when_its_answer_time_ends(monkeypat
     monkeypatch.setattr(chan, "_readable", nothing_arrives)
     assert chan.read(deadline=None) is None and chan.lost
     assert clock[0] - 100.0 <= 2.0 + 0.05, f"found overdue {clock[0] - 100.0:.2f} s after the ping"
+
+
+@pytest.mark.parametrize("key", ["dockerfile", "build_context"])
+def test_an_image_from_a_dockerfile_is_refused_with_what_to_do(key: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        build_options(KubernetesOptions, {key: "/tmp/Dockerfile"}, sources={key: "envlayer.toml"})
+    assert info.value.key == key
+    assert "image in a registry" in str(info.value) and "docker push" in str(info.value)

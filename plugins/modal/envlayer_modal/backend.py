@@ -83,8 +83,10 @@ class ModalEnvironment(ThreadTeardown, SandboxEnvironment):
 
     def open_sandbox(self) -> None:
         from envlayer_modal.client import connect
+        from envlayer_modal.image import prepare
 
         self._conn = connect(self.options)
+        self.options = self._conn.options = prepare(self._conn)
         if self.from_snapshot is not None:
             self._prepare_fork(self.from_snapshot)
         self._state_lock = threading.RLock()

@@ -81,6 +81,8 @@ class Connection:
     options: ModalOptions
     snapshot_image: Any = None
     """The Image of the snapshot new sandboxes start from (a fork), else None."""
+    built_image: Any = None
+    """The Image built from the ``dockerfile`` option (:mod:`envlayer_modal.image`), else None."""
 
     @property
     def app_id(self) -> str:

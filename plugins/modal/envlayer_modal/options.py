@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from envlayer.options import OptionError, option
-from envlayer.sandbox.options import ContainerOptions
+from envlayer.sandbox.options import ContainerOptions, DockerfileOptions
 from envlayer.snapshot import SnapshotRetentionOptions
 
 APP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
@@ -25,8 +25,9 @@ RESERVED_TAG_PREFIX = "envlayer."
 
 
 @dataclass(kw_only=True)
-class ModalOptions(ContainerOptions, SnapshotRetentionOptions):
-    """Options of the Modal backend. ``cwd`` defaults to ``/workspace``."""
+class ModalOptions(ContainerOptions, DockerfileOptions, SnapshotRetentionOptions):
+    """Options of the Modal backend. ``cwd`` defaults to the ``WORKDIR`` of an image built from
+    ``dockerfile``, else ``/workspace``."""
 
     app_name: str = option(
         "envlayer",
@@ -38,7 +39,8 @@ class ModalOptions(ContainerOptions, SnapshotRetentionOptions):
     )
     image: str = option(
         "python:3.11-slim",
-        doc="Registry image tag (`Image.from_registry`), or a Modal image id (`im-...`, `Image.from_id`).",
+        doc="Registry image tag (`Image.from_registry`), or a Modal image id (`im-...`, `Image.from_id`). "
+        "Not used when `dockerfile` is set.",
     )
     cpu: float | None = option(None, doc="CPU cores to reserve (Modal's default when unset).")
     memory: int | None = option(None, doc="Memory to reserve, in MiB (Modal's default when unset).")

@@ -80,10 +80,12 @@ class Attached:
 
 
 def image_for(conn: Connection) -> Any:
-    """The SDK image object: the snapshot a fork starts from, else the ``image`` option
-    (a registry tag or an ``im-`` id)."""
+    """The SDK image object: the snapshot a fork starts from, else the one built from
+    ``dockerfile``, else the ``image`` option (a registry tag or an ``im-`` id)."""
     if conn.snapshot_image is not None:
         return conn.snapshot_image
+    if conn.built_image is not None:
+        return conn.built_image
     image = conn.options.image
     if image.startswith("im-"):
         return conn.modal.Image.from_id(image, client=conn.client)

@@ -6,7 +6,8 @@ a second per sandbox to see whether its container still ran).
 Endpoints and bodies follow the Engine API reference (https://docs.docker.com/reference/api/engine/,
 v1.41+): ``POST /containers/create``, ``POST /containers/{id}/start``, ``DELETE
 /containers/{id}?force=1``, ``GET /containers/json``, ``GET /images/{name}/json``,
-``GET /events`` (a stream of JSON objects), ``POST /containers/{id}/exec``,
+``GET /events`` (a stream of JSON objects), ``POST /build`` (a tar context; a stream of
+JSON objects, a failed step an ``error`` entry), ``POST /containers/{id}/exec``,
 ``POST /exec/{id}/start`` (hijacked: ``Upgrade: tcp``, then the multiplexed stdout/stderr
 frames of a non-TTY exec, each an 8-byte header ``[stream, 0, 0, 0, size u32 BE]``) and
 ``POST /exec/{id}/resize`` (a tty's size; with a tty the stream after the hijack is raw,
@@ -90,6 +91,42 @@ async def call(method: str, path: str, body: Any = None, query: dict[str, Any] |
             message = json.loads(data)["message"]
         raise DockerError(status, message)
     return json.loads(data) if data.strip() else None
+
+
+async def build(context: bytes, tag: str, labels: dict[str, str]) -> tuple[list[str], str]:
+    """``POST /build`` of a tar ``context`` (its ``Dockerfile`` at the root), tagged ``tag``
+    with ``labels``: (the build's log lines, the error the daemon reported or ""). The
+    answer is a stream of JSON objects; a failed step is an ``error`` entry in it, not an
+    HTTP status (the Engine API's ``/build``)."""
+    reader, writer = await asyncio.open_unix_connection(socket_path())
+    query = {"t": tag, "labels": json.dumps(labels), "rm": "1", "forcerm": "1"}
+    try:
+        head = (
+            f"POST {_target('/build', query)} HTTP/1.1\r\nHost: docker\r\nContent-Type: application/x-tar\r\n"
+            f"Content-Length: {len(context)}\r\nConnection: close\r\n\r\n"
+        )
+        writer.write(head.encode() + context)
+        status, headers = await _read_head(reader)
+        data = b"".join([chunk async for chunk in _body_chunks(reader, headers)])
+    finally:
+        writer.close()
+    if status >= 400:
+        return [], data.decode(errors="replace")
+    lines: list[str] = []
+    error = ""
+    decoder = json.JSONDecoder()
+    text = data.decode(errors="replace")
+    pos = 0
+    while pos < len(text):
+        while pos < len(text) and text[pos].isspace():
+            pos += 1
+        if pos >= len(text):
+            break
+        entry, pos = decoder.raw_decode(text, pos)
+        if entry.get("error"):
+            error = str(entry["error"]).strip()
+        lines += [line for line in str(entry.get("stream", "")).splitlines() if line.strip()]
+    return lines, error
 
 
 async def events(

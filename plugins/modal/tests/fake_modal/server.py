@@ -45,6 +45,7 @@ from modal_proto import api_grpc, api_pb2, task_command_router_grpc
 from modal_proto import task_command_router_pb2 as sr_pb2
 
 import docker_api
+from image_builds import ImageBuilds
 
 FS_TOOLS = "/__modal/.bin/modal-sandbox-fs-tools"
 CONTAINER_LABEL = "envlayer-fake-modal"
@@ -210,6 +211,7 @@ class State:
         self.apps: dict[tuple[str, str], str] = {}
         self.app_names: dict[str, str] = {}
         self.images: dict[str, str] = {}
+        self.image_builds = ImageBuilds({CONTAINER_LABEL: run_id})
         self.sandboxes: dict[str, Sandbox] = {}
         self.by_task: dict[str, Sandbox] = {}
         self.names: dict[tuple[str, str], str] = {}
@@ -404,10 +406,39 @@ class _Control(api_grpc.ModalClientBase):
         meta = api_pb2.EnvironmentMetadata(name="main", settings=settings)
         await stream.send_message(api_pb2.EnvironmentGetOrCreateResponse(environment_id="en-fake", metadata=meta))
 
+    async def MountBatchedCheckExistence(self, stream: Stream[Any, Any]) -> None:
+        """Which context files the fake lacks (see ``image_builds``)."""
+        req = await stream.recv_message()
+        assert req is not None
+        missing = self.state.image_builds.missing(list(req.sha256_hex_hashes))
+        await stream.send_message(api_pb2.MountBatchedCheckExistenceResponse(missing_sha256_hex_hashes=missing))
+
+    async def MountPutFile(self, stream: Stream[Any, Any]) -> None:
+        """One context file, inline; a blob (over 4 MiB) is refused: the fake has no blob store."""
+        req = await stream.recv_message()
+        assert req is not None
+        if req.data_blob_id:
+            raise GRPCError(Status.UNIMPLEMENTED, "the fake Modal server takes context files up to 4 MiB (no blobs)")
+        stored = self.state.image_builds.put(req.sha256_hex, req.data)
+        await stream.send_message(api_pb2.MountPutFileResponse(exists=stored))
+
+    async def MountGetOrCreate(self, stream: Stream[Any, Any]) -> None:
+        """A mount of the files put before (``_Mount._load_mount``'s last call)."""
+        req = await stream.recv_message()
+        assert req is not None
+        builds = self.state.image_builds
+        files = [(f.filename, f.sha256_hex, f.mode) for f in req.files]
+        if missing := builds.missing([sha for _, sha, _ in files]):
+            raise GRPCError(Status.FAILED_PRECONDITION, f"mount files not uploaded: {missing}")
+        await stream.send_message(api_pb2.MountGetOrCreateResponse(mount_id=builds.mount(files)))
+
     async def ImageGetOrCreate(self, stream: Stream[Any, Any]) -> None:
         req = await stream.recv_message()
         assert req is not None
         commands = list(req.image.dockerfile_commands)
+        if req.image.context_mount_id or req.image.base_images or len(commands) > 1:
+            await self._dockerfile_image(stream, req.image, commands)
+            return
         tag = commands[0].split(None, 1)[1].strip() if commands and commands[0].startswith("FROM ") else ""
         if len(commands) != 1 or not tag:
             result = R(status=R.GENERIC_STATUS_FAILURE, exception=f"the fake only serves `FROM tag` images: {commands}")
@@ -424,6 +455,54 @@ class _Control(api_grpc.ModalClientBase):
         await stream.send_message(
             api_pb2.ImageGetOrCreateResponse(image_id=image_id, result=R(status=R.GENERIC_STATUS_SUCCESS))
         )
+
+    async def _dockerfile_image(self, stream: Stream[Any, Any], image: Any, commands: list[str]) -> None:
+        """``Image.from_dockerfile``: the definition's id, with ``result`` SUCCESS when it was
+        built before (a cache hit), else none: the SDK then joins the build
+        (:meth:`ImageJoinStreaming`). See ``image_builds``."""
+        builds = self.state.image_builds
+        base_refs = [(b.docker_tag, b.image_id) for b in image.base_images]
+        for _, base_id in base_refs:
+            if base_id not in self.state.images:
+                raise GRPCError(Status.NOT_FOUND, f"Image {base_id} not found")
+        image_id = builds.image_id(commands, image.context_mount_id, base_refs)
+        bases = {tag: self.state.images[base_id] for tag, base_id in base_refs}
+        build = builds.start(image_id, commands, image.context_mount_id, bases, self.state.spawn)
+        if build.done.is_set() and not build.error:
+            self.state.images[image_id] = build.tag
+            meta = api_pb2.ImageMetadata(workdir=build.workdir)
+            result = R(status=R.GENERIC_STATUS_SUCCESS)
+            await stream.send_message(api_pb2.ImageGetOrCreateResponse(image_id=image_id, result=result, metadata=meta))
+            return
+        await stream.send_message(api_pb2.ImageGetOrCreateResponse(image_id=image_id))
+
+    async def ImageJoinStreaming(self, stream: Stream[Any, Any]) -> None:
+        """The build's log lines, then its result (``_image_await_build_result`` reads
+        ``task_logs`` and keeps joining until a response carries ``result.status``). A
+        failed step: FAILURE with no exception, the reason only in the logs."""
+        req = await stream.recv_message()
+        assert req is not None
+        builds = self.state.image_builds
+        build = builds.builds.get(req.image_id)
+        if build is None:
+            raise GRPCError(Status.NOT_FOUND, f"Image {req.image_id} not found")
+        try:
+            await asyncio.wait_for(build.done.wait(), req.timeout or 55)
+        except TimeoutError:
+            await stream.send_message(api_pb2.ImageJoinStreamingResponse())  # still building: join again
+            return
+        lines = [*build.logs, *([f"ERROR: {build.error}"] if build.error else [])]
+        logs = [api_pb2.TaskLogs(data=line + "\n", file_descriptor=api_pb2.FILE_DESCRIPTOR_STDOUT) for line in lines]
+        await stream.send_message(api_pb2.ImageJoinStreamingResponse(task_logs=logs, entry_id=str(len(lines))))
+        if build.error:
+            builds.builds.pop(req.image_id, None)  # a later request builds again
+            result = R(status=R.GENERIC_STATUS_FAILURE)
+            await stream.send_message(api_pb2.ImageJoinStreamingResponse(result=result, eof=True))
+            return
+        self.state.images[req.image_id] = build.tag
+        meta = api_pb2.ImageMetadata(workdir=build.workdir)
+        result = R(status=R.GENERIC_STATUS_SUCCESS)
+        await stream.send_message(api_pb2.ImageJoinStreamingResponse(result=result, metadata=meta, eof=True))
 
     async def ImageFromId(self, stream: Stream[Any, Any]) -> None:
         """``Image.from_id``: the Image's id back (``_Image.from_id`` in ``modal/_image.py``
