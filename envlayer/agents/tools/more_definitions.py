@@ -121,6 +121,23 @@ def download_files(max_bytes: int) -> ToolDefinition:
     )
 
 
+def create_sandbox() -> ToolDefinition:
+    return ToolDefinition(
+        "create_sandbox",
+        "Create a sandbox with this name (or attach to the one kept from an earlier run). Every other tool "
+        "also creates its sandbox on first use with the server's defaults: call this first only to choose a "
+        "backend or options, within what the server allows (anything else is refused with a not_allowed error).",
+        obj(
+            {
+                "name": _NAME,
+                "backend": {"type": "string", "minLength": 1, "description": "Backend (default: the server's)."},
+                "options": {"type": "object", "description": 'Backend options, e.g. {"image": "python:3.12"}.'},
+            },
+            ["name"],
+        ),
+    )
+
+
 def list_sandboxes() -> ToolDefinition:
     return ToolDefinition(
         "list_sandboxes",

@@ -114,6 +114,7 @@ OUTPUTS: dict[str, dict[str, Any]] = {
         },
         ["directory", "files", "skipped"],
     ),
+    "create_sandbox": _out({"name": _STR, "task": _STR, "backend": _STR}, ["name", "task", "backend"]),
     "list_sandboxes": _out({"sandboxes": {"type": "array", "items": SANDBOX}, "notice": _STR}, ["sandboxes"]),
     "remove_sandbox": _out(
         {"name": _STR, "removed": {"type": "array", "items": _STR}, "notice": _STR}, ["name", "removed"]

@@ -1,16 +1,23 @@
-"""Handlers of the tools about sandboxes themselves: ``list_sandboxes``,
-``remove_sandbox``, ``snapshot`` and ``fork``.
+"""Handlers of the tools about sandboxes themselves: ``create_sandbox``,
+``list_sandboxes``, ``remove_sandbox``, ``snapshot`` and ``fork``.
 
 A registry's sandboxes are the tasks whose id starts with its ``task_prefix``
 (:class:`~envlayer.agents.tools.tool_registry.ToolConfig`); these tools name them
 without it ("sandbox names"), so a front end (the MCP server) can keep its sandboxes apart
 from every other task of the same profile by giving them a prefix of its own. Names are
 ``[A-Za-z0-9][A-Za-z0-9_.-]*``, at most 63 characters, so every backend can carry them.
+
+``create_sandbox`` lets the caller pick a backend and options for one sandbox, within a
+:class:`SandboxPolicy`: anything the policy does not allow is refused
+(:class:`ToolNotAllowed`, the ``not_allowed`` error) before anything is created.
 """
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from envlayer import dispatch
@@ -30,6 +37,44 @@ NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 Result = dict[str, Any]
 
 
+ANY = "*"
+"""In :attr:`SandboxPolicy.options`: every value of that option is allowed."""
+
+
+class ToolNotAllowed(EnvlayerError):
+    """The caller asked for a backend or option value its policy does not allow."""
+
+
+@dataclass(frozen=True)
+class SandboxPolicy:
+    """What a ``create_sandbox`` caller may choose. ``backends``: backends it may name
+    besides the configured one; ``options``: option keys it may set, each with the
+    values allowed (a tuple) or :data:`ANY`. The default allows no choice at all."""
+
+    backends: tuple[str, ...] = ()
+    options: Mapping[str, tuple[Any, ...] | str] = field(default_factory=dict)
+
+    def check(self, configured: str, backend: str | None, options: Mapping[str, Any]) -> None:
+        """Raise :class:`ToolNotAllowed` for a backend or option value not allowed."""
+        if backend is not None and backend != configured and backend not in self.backends:
+            allowed = ", ".join([configured, *self.backends])
+            raise ToolNotAllowed(f"backend {backend!r} is not allowed by this server", hint=f"use one of: {allowed}")
+        for key, value in options.items():
+            allowed_values = self.options.get(key)
+            if allowed_values is None:
+                keys = ", ".join(self.options) or "none"
+                raise ToolNotAllowed(f"option {key!r} is not allowed by this server", hint=f"options allowed: {keys}")
+            if allowed_values != ANY and _canonical(value) not in {_canonical(a) for a in allowed_values}:
+                shown = ", ".join(map(repr, allowed_values))
+                raise ToolNotAllowed(f"option {key}={value!r} is not allowed by this server", hint=f"allowed: {shown}")
+
+
+def _canonical(value: Any) -> str:
+    """An option value as text, so a value written as text (a flag's ``2``) matches the
+    same value in JSON (a client's ``2``)."""
+    return value if isinstance(value, str) else json.dumps(value)
+
+
 def check_name(name: str, argument: str = "name") -> str:
     """``name`` when it is a valid sandbox name; else :class:`ToolArgumentError`."""
     if not NAME.match(name):
@@ -44,9 +89,22 @@ class SandboxTools:
     """The sandbox-level tools over ``manager``'s configured backend and profile, for
     the tasks named ``prefix + name``."""
 
-    def __init__(self, manager: EnvironmentManager, prefix: str) -> None:
+    def __init__(self, manager: EnvironmentManager, prefix: str, policy: SandboxPolicy | None = None) -> None:
         self.manager = manager
         self.prefix = prefix
+        self.policy = policy if policy is not None else SandboxPolicy()
+
+    def create_sandbox(self, args: dict[str, Any]) -> Result:
+        """Check the choice against the policy, register it for the task, create the
+        sandbox (or attach to the one kept from an earlier run)."""
+        name = check_name(args["name"])
+        backend, options = args.get("backend"), args.get("options", {})
+        self.policy.check(self.manager.settings.backend, backend, options)
+        task = self.prefix + name
+        if backend is not None or options:
+            self.manager.register_overrides(task, backend=backend, options=options)
+        env = self.manager.get(task)
+        return {"name": name, "task": task, "backend": env.name}
 
     def _spec(self) -> BackendSpec:
         specs, failures = backend_specs(self.manager.settings, [self.manager.settings.backend])

@@ -17,6 +17,8 @@ Error types:
 ``file_not_found``           no such file
 ``is_a_directory``           a directory where a file was expected
 ``file_too_large``           over the backend's ``max_file_bytes``
+``not_allowed``              ``create_sandbox`` asked for a backend or option value that
+                             ``ToolConfig.policy`` does not allow (nothing was created)
 ``file_error``               the sandbox refused a file operation (``delete_file``,
                              ``move_file``, ``make_dir``...; its message is included)
 ``binary_file``              ``read_file`` on a file that is not text
@@ -66,7 +68,7 @@ from envlayer.agents.tools import definitions, file_tools, jobs, more_definition
 from envlayer.agents.tools.definitions import ToolDefinition
 from envlayer.agents.tools.file_ops import FileOpError
 from envlayer.agents.tools.output_schemas import OUTPUTS
-from envlayer.agents.tools.sandbox_tools import SandboxTools
+from envlayer.agents.tools.sandbox_tools import SandboxPolicy, SandboxTools, ToolNotAllowed
 from envlayer.agents.tools.merged import MergedOutput
 from envlayer.agents.tools.schema import ToolArgumentError, validate
 from envlayer.agents.tools.truncate import truncate_middle
@@ -85,10 +87,12 @@ DEFAULT_TOOLS = ("terminal", "terminal_job", "read_file", "write_file")
 """The tools a registry offers unless told otherwise."""
 FILE_TOOLS = ("list_files", "file_info", "delete_file", "move_file", "make_dir", "upload_files", "download_files")
 """File management, and a directory moved as a list of files."""
-SANDBOX_TOOLS = ("list_sandboxes", "remove_sandbox", "snapshot", "fork")
+SANDBOX_TOOLS = ("create_sandbox", "list_sandboxes", "remove_sandbox", "snapshot", "fork")
 """The registry's sandboxes (see :mod:`envlayer.agents.tools.sandbox_tools`); ``snapshot``
 and ``fork`` need a backend with the ``snapshot`` capability."""
 ALL_TOOLS = DEFAULT_TOOLS + FILE_TOOLS + SANDBOX_TOOLS
+NO_TASK_TOOLS = frozenset({"create_sandbox", "list_sandboxes", "remove_sandbox"})
+"""Tools that name their sandbox in their arguments instead of running in the caller's task."""
 
 
 @dataclass(frozen=True)
@@ -115,6 +119,8 @@ class ToolConfig:
     """The registry's sandboxes are the tasks whose id starts with this; the sandbox tools
     (``list_sandboxes``, ``remove_sandbox``, ``fork``) see only those, and name them
     without it."""
+    policy: SandboxPolicy = dataclasses.field(default_factory=SandboxPolicy)
+    """What ``create_sandbox`` callers may choose (default: nothing beyond the configuration)."""
 
     def __post_init__(self) -> None:
         if self.output_chars < 200:
@@ -175,7 +181,7 @@ class ToolRegistry:
     def _available(self) -> dict[str, tuple[ToolDefinition, Handler | SandboxHandler]]:
         """Every tool this registry can offer, with its handler."""
         c = self.config
-        sandboxes = SandboxTools(self.manager, c.task_prefix)
+        sandboxes = SandboxTools(self.manager, c.task_prefix, c.policy)
         more = more_definitions
         return {
             "terminal": (definitions.terminal(c.default_timeout, c.max_timeout, c.jobs_dir), self._terminal),
@@ -198,6 +204,7 @@ class ToolRegistry:
                 more.download_files(c.transfer_bytes),
                 functools.partial(file_tools.download_files, max_bytes=c.transfer_bytes, max_entries=c.list_entries),
             ),
+            "create_sandbox": (more.create_sandbox(), sandboxes.create_sandbox),
             "list_sandboxes": (more.list_sandboxes(), sandboxes.list_sandboxes),
             "remove_sandbox": (more.remove_sandbox(), sandboxes.remove_sandbox),
             "snapshot": (more.snapshot(), sandboxes.snapshot),
@@ -265,7 +272,7 @@ class ToolRegistry:
 
         def call() -> Result:
             args = validate(_parse(arguments), definition.parameters)
-            if name in ("list_sandboxes", "remove_sandbox"):
+            if name in NO_TASK_TOOLS:
                 return handler(args)  # type: ignore[call-arg,arg-type]
             if handler == self._terminal and cancel is not None:
                 return self._call(functools.partial(self._terminal, cancel=cancel), args, task_id)
@@ -508,6 +515,8 @@ def _as_result(call: Callable[[], Result], what: str, task_id: str, *, bad_argum
         return error("file_not_found", exc.message, "check the path, e.g. with terminal `ls`")
     except SandboxIsADirectory as exc:
         return error("is_a_directory", exc.message, "name a file; list the directory with terminal `ls`")
+    except ToolNotAllowed as exc:
+        return error("not_allowed", exc.message, exc.hint)
     except FileOpError as exc:
         return error("file_error", exc.message, exc.hint)
     except FileTooLarge as exc:

@@ -1,0 +1,164 @@
+"""The MCP server over envlayer's tool registry, on the official ``mcp`` SDK (low-level
+``Server``): stdio by default, streamable HTTP behind a bearer token.
+
+One :class:`Runtime` per server process holds the environment manager and the tool
+registry; every tool call goes through :meth:`AsyncToolRegistry.run_tool`, so a call the
+client cancels (``notifications/cancelled``, or its own timeout) kills the command with
+its process tree in the sandbox. When the server ends (the client closed stdin, SIGTERM,
+SIGINT), the runtime closes the manager (force-removing the sandboxes unless
+``keep_sandboxes``) and then sweeps what the backends still list of the tasks it used
+(:func:`envlayer.aio.list_sandboxes` / :func:`~envlayer.aio.remove_sandbox`), saying on
+stderr what it removed.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+import sys
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp.server.lowlevel import Server
+from mcp.server.stdio import stdio_server
+
+from envlayer import __version__, aio
+from envlayer.agents.manager import EnvironmentManager
+from envlayer.agents.tools import ToolConfig, ToolRegistry
+from envlayer.agents.tools.schema import ToolArgumentError
+from envlayer.capabilities import Capability, supports
+from envlayer.discovery.backend_registry import load_backend
+from envlayer.integrations.mcp import mapping
+from envlayer.integrations.mcp.config import ServerConfig
+from envlayer.integrations.mcp.http_auth import BearerTokenGate
+
+log = logging.getLogger("envlayer.mcp")
+
+SERVER_NAME = "envlayer"
+NEEDS_SNAPSHOT = ("snapshot", "fork")
+INSTRUCTIONS = (
+    "Run commands and manage files in sandboxes. Every tool takes an optional `sandbox` name (default "
+    "'default'); a sandbox is created on first use with the server's backend and options."
+)
+
+
+class Runtime:
+    """The server's manager and tool registry, for one process."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        manager = EnvironmentManager(config.settings)
+        offered = offered_tools(config)
+        tools = ToolRegistry(manager, ToolConfig(task_prefix=config.task_prefix, policy=config.policy), tools=offered)
+        self.manager = aio.AsyncEnvironmentManager(manager)
+        self.registry = aio.AsyncToolRegistry(self.manager, tools)
+        self.listing = mapping.mcp_tools(tools.definitions)
+        self.tasks_used: set[str] = set()
+
+    async def call(self, name: str, arguments: dict[str, Any] | None) -> types.CallToolResult:
+        """Run one tool call; every failure is a tool error result, never an exception
+        (cancellation excepted: it propagates after the command was killed)."""
+        try:
+            task, args = mapping.split_arguments(name, arguments, self.config.task_prefix)
+        except ToolArgumentError as exc:
+            return mapping.call_result(mapping.bad_arguments(exc, name))
+        self.tasks_used.add(task)
+        result = await self.registry.run_tool(name, args, task)
+        if name == "fork" and "sandboxes" in result:
+            self.tasks_used.update(self.config.task_prefix + n for n in result["sandboxes"])
+        if name == "create_sandbox" and "task" in result:
+            self.tasks_used.add(result["task"])
+        return mapping.call_result(result)
+
+    async def close(self) -> None:
+        """Close the manager (removing the sandboxes unless ``keep_sandboxes``), then remove
+        what the backends still list of the tasks this server used."""
+        keep = self.config.keep_sandboxes
+        await self.manager.close(force_remove=not keep)
+        if not keep and self.tasks_used:
+            await self._sweep()
+
+    async def _sweep(self) -> None:
+        settings = self.config.settings
+        backends = [settings.backend, *self.config.policy.backends]
+        for outcome in await aio.list_sandboxes(backends, settings=settings):
+            for task in sorted({info.task for info in outcome.sandboxes} & self.tasks_used):
+                swept = await aio.remove_sandbox(task, [outcome.backend], settings=settings, force=True, purge=True)
+                for gone in (info for removed in swept for info in removed.sandboxes):
+                    print(f"envlayer mcp: removed leftover {gone.status} {gone.id} of task {task!r}", file=sys.stderr)
+
+
+def offered_tools(config: ServerConfig) -> list[str]:
+    """The configured tools, less ``snapshot`` and ``fork`` when the backend cannot snapshot
+    (said on stderr when they were asked for by name)."""
+    if supports(load_backend(config.settings.backend), Capability.SNAPSHOT):
+        return list(config.tools)
+    dropped = [t for t in config.tools if t in NEEDS_SNAPSHOT]
+    if dropped:
+        log.warning(
+            "backend %r has no snapshot capability: not offering %s", config.settings.backend, ", ".join(dropped)
+        )
+    return [t for t in config.tools if t not in NEEDS_SNAPSHOT]
+
+
+def build_server(runtime: Runtime) -> Server[Any]:
+    """The low-level MCP server whose tools are the runtime's registry."""
+
+    async def list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=runtime.listing)
+
+    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        return await runtime.call(params.name, params.arguments)
+
+    return Server(
+        SERVER_NAME,
+        version=__version__,
+        instructions=INSTRUCTIONS,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+    )
+
+
+async def _until_signalled(scope: anyio.CancelScope) -> None:
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for signum in signals:
+            log.warning("envlayer mcp: %s received, shutting down", signal.Signals(signum).name)
+            scope.cancel()
+            return
+
+
+async def serve_stdio(config: ServerConfig) -> None:
+    """Serve one client on stdin/stdout until it closes them or a signal arrives."""
+    runtime = Runtime(config)
+    server = build_server(runtime)
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(_until_signalled, group.cancel_scope)
+            async with stdio_server() as (read, write):
+                await server.run(read, write, server.create_initialization_options())
+            group.cancel_scope.cancel()
+    finally:
+        with anyio.CancelScope(shield=True):
+            await runtime.close()
+
+
+async def serve_http(config: ServerConfig, host: str, port: int, token: str) -> None:
+    """Serve streamable HTTP at ``http://HOST:PORT/mcp`` (every request needs the bearer
+    token) until SIGTERM/SIGINT. Prints the address on stderr once it listens."""
+    import uvicorn
+
+    runtime = Runtime(config)
+    app = BearerTokenGate(build_server(runtime).streamable_http_app(host=host), token)
+    sock = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
+    bound = sock.getsockname()
+    shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    print(f"envlayer mcp: listening on http://{shown}:{bound[1]}/mcp", file=sys.stderr, flush=True)
+    try:
+        await server.serve(sockets=[sock])
+    finally:
+        sock.close()
+        with anyio.CancelScope(shield=True):
+            await runtime.close()
