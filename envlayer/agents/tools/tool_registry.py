@@ -236,6 +236,27 @@ class ToolRegistry:
             self._track_job(key, job_id, running=False)
         return bool(alive)
 
+    def stop_jobs(self) -> int:
+        """Kill every background job this registry started that may still run, in the
+        environments still open (a server ending calls this before it closes the manager:
+        a job runs detached, so on a backend whose sandbox is the host it would outlive
+        it). Returns how many jobs were killed; a failure is logged and the others go on."""
+        with self._jobs_lock:
+            started = {key: sorted(ids) for key, ids in self._jobs.items()}
+        open_keys = set(self.manager.active_keys())
+        killed = 0
+        for key, ids in started.items():
+            if key not in open_keys:
+                continue
+            for job_id in ids:
+                try:
+                    jobs.kill(self.manager.get(key.task), jobs_dir=self.config.jobs_dir, job_id=job_id)
+                    self._track_job(key, job_id, running=False)
+                    killed += 1
+                except EnvlayerError as exc:
+                    log.warning("could not stop background job %s of task %r: %s", job_id, key.task, exc.message)
+        return killed
+
     # --- definitions ------------------------------------------------------------------
 
     @property

@@ -73,9 +73,14 @@ class Runtime:
         return mapping.call_result(result)
 
     async def close(self) -> None:
-        """Close the manager (removing the sandboxes unless ``keep_sandboxes``), then remove
-        what the backends still list of the tasks this server used."""
+        """Unless ``keep_sandboxes``: stop the background jobs started here, close the manager
+        removing the sandboxes, then remove what the backends still list of the tasks this
+        server used. With it: close the manager only (sandboxes and jobs stay)."""
         keep = self.config.keep_sandboxes
+        if not keep:
+            stopped = await anyio.to_thread.run_sync(self.registry.tools.stop_jobs)
+            if stopped:
+                print(f"envlayer mcp: stopped {stopped} background job(s) at exit", file=sys.stderr)
         await self.manager.close(force_remove=not keep)
         if not keep and self.tasks_used:
             await self._sweep()
