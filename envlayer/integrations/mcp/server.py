@@ -13,10 +13,12 @@ stderr what it removed.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
 import socket
 import sys
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import anyio
@@ -126,11 +128,12 @@ def build_server(runtime: Runtime) -> Server[Any]:
     )
 
 
-async def _until_signalled(scope: anyio.CancelScope) -> None:
+async def _until_signalled(stop: Callable[[], Any]) -> None:
+    """Call ``stop()`` at the first SIGTERM or SIGINT (said on stderr)."""
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async for signum in signals:
-            log.warning("envlayer mcp: %s received, shutting down", signal.Signals(signum).name)
-            scope.cancel()
+            print(f"envlayer mcp: {signal.Signals(signum).name} received, shutting down", file=sys.stderr)
+            stop()
             return
 
 
@@ -140,7 +143,7 @@ async def serve_stdio(config: ServerConfig) -> None:
     server = build_server(runtime)
     try:
         async with anyio.create_task_group() as group:
-            group.start_soon(_until_signalled, group.cancel_scope)
+            group.start_soon(_until_signalled, group.cancel_scope.cancel)
             async with stdio_server() as (read, write):
                 await server.run(read, write, server.create_initialization_options())
             group.cancel_scope.cancel()
@@ -154,15 +157,25 @@ async def serve_http(config: ServerConfig, host: str, port: int, token: str) -> 
     token) until SIGTERM/SIGINT. Prints the address on stderr once it listens."""
     import uvicorn
 
+    class Uvicorn(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            """Ours instead (:func:`_until_signalled`): uvicorn's would re-raise the signal
+            once it stopped, killing the process before the runtime is closed."""
+            yield
+
     runtime = Runtime(config)
     app = BearerTokenGate(build_server(runtime).streamable_http_app(host=host), token)
     sock = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
     bound = sock.getsockname()
     shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    server = Uvicorn(uvicorn.Config(app, log_level="warning", lifespan="on"))
     print(f"envlayer mcp: listening on http://{shown}:{bound[1]}/mcp", file=sys.stderr, flush=True)
     try:
-        await server.serve(sockets=[sock])
+        async with anyio.create_task_group() as group:
+            group.start_soon(_until_signalled, lambda: setattr(server, "should_exit", True))
+            await server.serve(sockets=[sock])
+            group.cancel_scope.cancel()
     finally:
         sock.close()
         with anyio.CancelScope(shield=True):
