@@ -240,19 +240,35 @@ def _specs(settings: Settings, backends: Sequence[str] | None) -> tuple[list[dis
     return specs, failed
 
 
+async def _sweep(
+    settings: Settings | None,
+    backends: Sequence[str] | None,
+    sweep: Callable[[list[dispatch.BackendSpec], Settings], list[SweepOutcome]],
+) -> list[SweepOutcome]:
+    """``sweep(specs, settings)`` in a worker thread, with the outcomes of the backends
+    that could not be loaded, in the order of ``backends``."""
+    settings = settings if settings is not None else await asyncio.to_thread(load_settings)
+    specs, failed = await asyncio.to_thread(_specs, settings, backends)
+    outcomes = failed + await asyncio.to_thread(sweep, specs, settings)
+    names = list(backends) if backends is not None else [settings.backend]
+    return sorted(outcomes, key=lambda o: names.index(o.backend) if o.backend in names else len(names))
+
+
 async def list_sandboxes(
     backends: Sequence[str] | None = None, *, settings: Settings | None = None, all_profiles: bool = False
 ) -> list[SweepOutcome]:
     """The managed sandboxes of ``settings.profile`` (every profile with ``all_profiles``)
     on each of ``backends`` (names; default: the configured backend), one
-    :class:`~envlayer.dispatch.SweepOutcome` per backend, listed in a worker thread.
-    ``settings`` defaults to :func:`envlayer.config.load_settings`. Never raises for one
-    backend: a backend that cannot list, or failed, or could not be loaded has an outcome
-    saying so (``supported``, ``error``). Runs on the event loop's default executor."""
-    settings = settings if settings is not None else await asyncio.to_thread(load_settings)
-    specs, failed = await asyncio.to_thread(_specs, settings, backends)
-    profile = None if all_profiles else settings.profile
-    return failed + await asyncio.to_thread(dispatch.list_sandboxes, specs, profile=profile)
+    :class:`~envlayer.dispatch.SweepOutcome` per backend in that order, listed in a worker
+    thread. ``settings`` defaults to :func:`envlayer.config.load_settings`. Never raises
+    for one backend: a backend that cannot list, or failed, or could not be loaded has an
+    outcome saying so (``supported``, ``error``, ``hint``). Runs on the event loop's
+    default executor."""
+    return await _sweep(
+        settings,
+        backends,
+        lambda specs, chosen: dispatch.list_sandboxes(specs, profile=None if all_profiles else chosen.profile),
+    )
 
 
 async def remove_sandbox(
@@ -269,8 +285,8 @@ async def remove_sandbox(
     durable data. Each outcome lists what was removed; failures are in the outcomes,
     never raised. A sandbox that an :class:`AsyncEnvironmentManager` of this process holds
     open is removed under it: release it there instead (``release(task, force_remove=True)``)."""
-    settings = settings if settings is not None else await asyncio.to_thread(load_settings)
-    specs, failed = await asyncio.to_thread(_specs, settings, backends)
-    return failed + await asyncio.to_thread(
-        dispatch.remove_sandbox, specs, task_id, profile=settings.profile, force=force, purge=purge
+    return await _sweep(
+        settings,
+        backends,
+        lambda specs, chosen: dispatch.remove_sandbox(specs, task_id, profile=chosen.profile, force=force, purge=purge),
     )

@@ -57,11 +57,13 @@ def make_dir(env: Environment, args: dict[str, Any]) -> Result:
     return file_ops.make_dir(env, args["path"]).as_dict()
 
 
-def upload_files(env: Environment, args: dict[str, Any], max_bytes: int) -> Result:
+def upload_files(env: Environment, args: dict[str, Any], max_bytes: int, max_files: int) -> Result:
     """Decode and check every file first (nothing is written when one is bad), then
     write them one by one."""
     directory = args["directory"]
     file_ops.confine(env, directory)
+    if len(args["files"]) > max_files:
+        raise ToolArgumentError(f"{len(args['files'])} files in one call, more than {max_files}; send fewer at a time")
     decoded: list[tuple[str, bytes]] = []
     for i, item in enumerate(args["files"]):
         try:

@@ -112,7 +112,7 @@ class ToolConfig:
     spill_bytes: int = 10_485_760
     """Most bytes of a command's output kept in the spill file (0: no spill file)."""
     list_entries: int = 1000
-    """Most entries ``list_files`` and ``download_files`` return."""
+    """Most entries ``list_files`` and ``download_files`` return, and files ``upload_files`` takes."""
     transfer_bytes: int = 10_485_760
     """Most bytes of file content ``upload_files`` takes and ``download_files`` returns per call."""
     task_prefix: str = ""
@@ -198,7 +198,7 @@ class ToolRegistry:
             "make_dir": (more.make_dir(), file_tools.make_dir),
             "upload_files": (
                 more.upload_files(c.transfer_bytes),
-                functools.partial(file_tools.upload_files, max_bytes=c.transfer_bytes),
+                functools.partial(file_tools.upload_files, max_bytes=c.transfer_bytes, max_files=c.list_entries),
             ),
             "download_files": (
                 more.download_files(c.transfer_bytes),

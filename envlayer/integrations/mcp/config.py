@@ -41,6 +41,7 @@ from envlayer.integrations.selection import framework_owned
 TABLE = "mcp"
 DEFAULT_TOKEN_ENV = "ENVLAYER_MCP_TOKEN"
 DEFAULT_TASK_PREFIX = "mcp-"
+_TOML_NAMES = {bool: "boolean (true/false)", str: "string", list: "array", dict: "table"}
 KEYS = (
     "backend",
     "profile",
@@ -144,7 +145,10 @@ def _value(settings: Settings, table: Mapping[str, Any], key: str, kind: type, f
     value = table[key]
     if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
         raise ConfigError(
-            f"must be a {kind.__name__}, got {value!r}", source=_source(settings, key), key=f"{TABLE}.{key}"
+            f"must be a {kind.__name__}, got {value!r}",
+            source=_source(settings, key),
+            key=f"{TABLE}.{key}",
+            hint=f"write {key} as a TOML {_TOML_NAMES[kind]}; docs/mcp.md lists the keys",
         )
     return value
 
