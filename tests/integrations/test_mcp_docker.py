@@ -5,8 +5,10 @@ once the server exits (its sandboxes are private to it: owner label, removed at 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +18,15 @@ import pytest
 from mcp.shared.exceptions import MCPError
 
 from envlayer.testing.fixtures import require_docker
-from tests.integrations.mcp_harness import error_of, stdio_session, structured, unique_profile, write_config
+from tests.integrations.mcp_harness import (
+    SCRIPT,
+    error_of,
+    server_env,
+    stdio_session,
+    structured,
+    unique_profile,
+    write_config,
+)
 
 IMAGE = os.environ.get("ENVLAYER_TEST_IMAGE", "envlayer-test:busybox")
 
@@ -150,3 +160,30 @@ def test_keep_sandboxes_leaves_them_for_the_next_run(tmp_path: Path, profile: st
     assert anyio.run(go, "second") == "first\nfirst\n"
     labels = json.loads(subprocess.check_output(["docker", "inspect", _managed("ps", profile)[0]], timeout=60))
     assert labels[0]["Config"]["Labels"]["envlayer.task_id"] == "mcp-default"
+
+
+def test_a_killed_servers_sandboxes_are_reaped_as_its_own(tmp_path: Path, profile: str) -> None:
+    config = docker_config(tmp_path, profile)
+    made: list[str] = []
+
+    async def go() -> None:
+        async with stdio_session(tmp_path, config) as s:
+            structured(await s.call_tool("terminal", {"command": "true"}))
+            made.extend(_managed("ps", profile))
+            labels = json.loads(subprocess.check_output(["docker", "inspect", made[0]], timeout=60))[0]["Config"]
+            os.kill(int(labels["Labels"]["envlayer.owner"].split("-")[0]), signal.SIGKILL)  # no cleanup possible
+
+    with contextlib.suppress(Exception):  # the client's session may end in an error: its server died
+        anyio.run(go)
+    assert len(made) == 1 and _managed("ps", profile) == made  # left behind, still running
+    reaped = subprocess.run(
+        [str(Path(SCRIPT).with_name("envlayer")), "reap", "--config", config, "--json"],
+        env=server_env(tmp_path),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert reaped.returncode == 0, reaped.stderr
+    assert [s["task"] for o in json.loads(reaped.stdout) for s in o["sandboxes"]] == ["mcp-default"]
+    assert _managed("ps", profile) == []
