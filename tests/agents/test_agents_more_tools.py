@@ -122,10 +122,14 @@ def test_the_policy_matches_values_given_as_text_and_as_json() -> None:
         assert info.value.hint  # type: ignore[attr-defined]
 
 
-def test_stop_jobs_kills_the_registrys_background_jobs(tools: ToolRegistry, work: Path) -> None:
+def test_stop_jobs_kills_the_registrys_background_jobs_and_deletes_their_files(tools: ToolRegistry, work: Path) -> None:
+    quick = tools.run_tool("terminal", {"command": "echo done", "background": True}, "t")
     started = tools.run_tool("terminal", {"command": f"echo $$ > {work}/pid; sleep 300", "background": True}, "t")
     wait_until(lambda: (work / "pid").exists() and (work / "pid").read_text().strip() != "", "the job wrote its pid")
-    assert tools.stop_jobs() == 1
-    assert tools.run_tool("terminal_job", {"job_id": started["job_id"]}, "t")["status"] == "killed"
+    job_dirs = [Path(quick["log_file"]).parent, Path(started["log_file"]).parent]
+    assert all(d.is_dir() for d in job_dirs)
+    assert tools.stop_jobs() == 2
     wait_until(lambda: not alive(int((work / "pid").read_text())), "the job is gone")
+    assert not any(d.exists() for d in job_dirs)
+    assert tools.run_tool("terminal_job", {"job_id": started["job_id"]}, "t")["error"]["type"] == "job_error"
     assert tools.stop_jobs() == 0

@@ -252,13 +252,19 @@ def test_an_unknown_mcp_key_stops_the_server_with_the_file_and_key(home: Path, t
 
 def test_nothing_is_left_running_after_the_server_exits(home: Path) -> None:
     pids = home / "work" / "job-pids"
+    logs: list[Path] = []
 
     async def go() -> None:
         async with stdio_session(home, local_config(home)) as s:
-            structured(await s.call_tool("terminal", {"command": f"echo $$ > {pids}; sleep 300", "background": True}))
+            job = structured(
+                await s.call_tool("terminal", {"command": f"echo $$ > {pids}; sleep 300", "background": True})
+            )
+            logs.append(Path(job["log_file"]))
             structured(await s.call_tool("terminal", {"command": "echo $$ >> " + str(pids), "sandbox": "other"}))
 
     run(go)
     recorded = [int(p) for p in pids.read_text().split()]
     assert len(recorded) == 2
     wait_until(lambda: not any(alive(p) for p in recorded), "the server's shells and jobs are gone")
+    assert not logs[0].parent.exists()  # the job's files (command, log) went with it
+    assert "stopped 1 background job(s) at exit" in (home / "server.stderr").read_text()

@@ -174,6 +174,8 @@ class ToolRegistry:
             name: (dataclasses.replace(available[name][0], output=OUTPUTS[name]), available[name][1]) for name in tools
         }
         self._jobs: dict[EnvKey, set[str]] = {}
+        self._started: dict[EnvKey, set[str]] = {}
+        """Every job started, running or not (for :meth:`stop_jobs`)."""
         self._jobs_lock = threading.Lock()
         self._cancel_tokens: dict[str, set[CancelToken]] = {}
         self.manager.add_idle_guard(self._jobs_running)
@@ -237,25 +239,28 @@ class ToolRegistry:
         return bool(alive)
 
     def stop_jobs(self) -> int:
-        """Kill every background job this registry started that may still run, in the
-        environments still open (a server ending calls this before it closes the manager:
-        a job runs detached, so on a backend whose sandbox is the host it would outlive
-        it). Returns how many jobs were killed; a failure is logged and the others go on."""
+        """Kill every background job this registry started that still runs, and delete
+        the files of every job it started (command, log), in the environments still open.
+        A server ending calls this before it closes the manager: a job runs detached, and
+        on a backend whose sandbox is the host it and its files would outlive the server.
+        Returns how many jobs were cleaned up; a failure is logged and the others go on."""
         with self._jobs_lock:
-            started = {key: sorted(ids) for key, ids in self._jobs.items()}
+            started, self._started = self._started, {}
         open_keys = set(self.manager.active_keys())
-        killed = 0
+        done = 0
         for key, ids in started.items():
             if key not in open_keys:
                 continue
-            for job_id in ids:
+            env = self.manager.get(key.task)
+            for job_id in sorted(ids):
                 try:
-                    jobs.kill(self.manager.get(key.task), jobs_dir=self.config.jobs_dir, job_id=job_id)
+                    jobs.kill(env, jobs_dir=self.config.jobs_dir, job_id=job_id)
+                    jobs.remove(env, jobs_dir=self.config.jobs_dir, job_id=job_id)
                     self._track_job(key, job_id, running=False)
-                    killed += 1
+                    done += 1
                 except EnvlayerError as exc:
                     log.warning("could not stop background job %s of task %r: %s", job_id, key.task, exc.message)
-        return killed
+        return done
 
     # --- definitions ------------------------------------------------------------------
 
@@ -358,6 +363,9 @@ class ToolRegistry:
         if args.get("background"):
             job_id, log_file = jobs.start(env, args["command"], jobs_dir=c.jobs_dir, workdir=args.get("workdir"))
             self._track_job(getattr(env, "key", None), job_id, running=True)
+            if getattr(env, "key", None) is not None:
+                with self._jobs_lock:
+                    self._started.setdefault(env.key, set()).add(job_id)  # type: ignore[attr-defined]
             return {
                 "job_id": job_id,
                 "status": "running",

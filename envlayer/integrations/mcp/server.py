@@ -75,7 +75,8 @@ class Runtime:
         return mapping.call_result(result)
 
     async def close(self) -> None:
-        """Unless ``keep_sandboxes``: stop the background jobs started here, close the manager
+        """Unless ``keep_sandboxes``: stop the background jobs started here (deleting their
+        files), close the manager
         removing the sandboxes, then remove what the backends still list of the tasks this
         server used. With it: close the manager only (sandboxes and jobs stay)."""
         keep = self.config.keep_sandboxes
