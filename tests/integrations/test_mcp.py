@@ -268,3 +268,16 @@ def test_nothing_is_left_running_after_the_server_exits(home: Path) -> None:
     wait_until(lambda: not any(alive(p) for p in recorded), "the server's shells and jobs are gone")
     assert not logs[0].parent.exists()  # the job's files (command, log) went with it
     assert "stopped 1 background job(s) at exit" in (home / "server.stderr").read_text()
+
+
+def test_a_backend_without_snapshot_offers_no_snapshot_or_fork_and_says_so(home: Path) -> None:
+    async def go() -> None:
+        config = write_config(home, f'backend = "toy"\nprofile = "{unique_profile()}"\n')
+        async with stdio_session(home, config) as s:
+            names = [t.name for t in (await s.list_tools()).tools]
+            assert names == [n for n in ALL if n not in ("snapshot", "fork")]
+            assert structured(await s.call_tool("terminal", {"command": "echo toy"}))["output"] == "toy\n"
+            assert error_of(await s.call_tool("snapshot", {}))["type"] == "unknown_tool"
+
+    run(go)
+    assert "no snapshot capability: not offering snapshot, fork" in (home / "server.stderr").read_text()
