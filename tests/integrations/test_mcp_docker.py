@@ -187,3 +187,21 @@ def test_a_killed_servers_sandboxes_are_reaped_as_its_own(tmp_path: Path, profil
     assert reaped.returncode == 0, reaped.stderr
     assert [s["task"] for o in json.loads(reaped.stdout) for s in o["sandboxes"]] == ["mcp-default"]
     assert _managed("ps", profile) == []
+
+
+def test_a_server_exiting_leaves_another_servers_sandbox_of_the_same_task_alone(tmp_path: Path, profile: str) -> None:
+    config = docker_config(tmp_path, profile)
+
+    async def go() -> None:
+        async with stdio_session(tmp_path, config) as first:
+            structured(await first.call_tool("terminal", {"command": "echo first > /who"}))
+            (first_container,) = _managed("ps", profile)
+            (tmp_path / "second").mkdir()
+            async with stdio_session(tmp_path / "second", config) as second:
+                structured(await second.call_tool("terminal", {"command": "echo second > /who"}))
+                assert len(_managed("ps", profile)) == 2  # each server's private sandbox of task mcp-default
+            assert _managed("ps", profile) == [first_container]  # the second's exit removed its own only
+            assert structured(await first.call_tool("terminal", {"command": "cat /who"}))["output"] == "first\n"
+
+    anyio.run(go)
+    assert _managed("ps", profile) == []

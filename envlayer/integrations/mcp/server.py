@@ -5,10 +5,10 @@ One :class:`Runtime` per server process holds the environment manager and the to
 registry; every tool call goes through :meth:`AsyncToolRegistry.run_tool`, so a call the
 client cancels (``notifications/cancelled``, or its own timeout) kills the command with
 its process tree in the sandbox. When the server ends (the client closed stdin, SIGTERM,
-SIGINT), the runtime closes the manager (force-removing the sandboxes unless
-``keep_sandboxes``) and then sweeps what the backends still list of the tasks it used
-(:func:`envlayer.aio.list_sandboxes` / :func:`~envlayer.aio.remove_sandbox`), saying on
-stderr what it removed.
+SIGINT), the runtime stops its background jobs and closes the manager (force-removing the
+sandboxes unless ``keep_sandboxes``), then removes what the backends still list of its own
+sandboxes (:func:`envlayer.aio.list_sandboxes` / :func:`~envlayer.aio.remove_sandbox`),
+saying on stderr what it removed.
 """
 
 from __future__ import annotations
@@ -31,10 +31,13 @@ from envlayer.agents.manager import EnvironmentManager
 from envlayer.agents.tools import ToolConfig, ToolRegistry
 from envlayer.agents.tools.schema import ToolArgumentError
 from envlayer.capabilities import Capability, supports
+from envlayer.config import Settings
 from envlayer.discovery.backend_registry import load_backend
+from envlayer.environment import SandboxInfo
 from envlayer.integrations.mcp import mapping
 from envlayer.integrations.mcp.config import ServerConfig
 from envlayer.integrations.mcp.http_auth import BearerTokenGate
+from envlayer.sandbox.owner import owner_label
 
 log = logging.getLogger("envlayer.mcp")
 
@@ -76,9 +79,8 @@ class Runtime:
 
     async def close(self) -> None:
         """Unless ``keep_sandboxes``: stop the background jobs started here (deleting their
-        files), close the manager
-        removing the sandboxes, then remove what the backends still list of the tasks this
-        server used. With it: close the manager only (sandboxes and jobs stay)."""
+        files), close the manager removing the sandboxes, then sweep (:meth:`_sweep`).
+        With it: close the manager only (sandboxes and jobs stay)."""
         keep = self.config.keep_sandboxes
         if not keep:
             stopped = await anyio.to_thread.run_sync(self.registry.tools.stop_jobs)
@@ -89,13 +91,33 @@ class Runtime:
             await self._sweep()
 
     async def _sweep(self) -> None:
-        settings = self.config.settings
+        """Remove what the backends still list of this process's own sandboxes (owner label:
+        :mod:`envlayer.sandbox.owner`): a task is removed only when every sandbox listed for
+        it is this process's, so another server or the CLI using the same task id in the
+        profile loses nothing; a task shared so is named on stderr instead."""
+        settings, mine = self.config.settings, owner_label()
+        if mine is None:
+            return
         backends = [settings.backend, *self.config.policy.backends]
         for outcome in await aio.list_sandboxes(backends, settings=settings):
-            for task in sorted({info.task for info in outcome.sandboxes} & self.tasks_used):
-                swept = await aio.remove_sandbox(task, [outcome.backend], settings=settings, force=True, purge=True)
-                for gone in (info for removed in swept for info in removed.sandboxes):
-                    print(f"envlayer mcp: removed leftover {gone.status} {gone.id} of task {task!r}", file=sys.stderr)
+            by_task: dict[str, list[SandboxInfo]] = {}
+            for info in outcome.sandboxes:
+                if info.task in self.tasks_used and info.status != "data":
+                    by_task.setdefault(info.task, []).append(info)
+            for task, infos in sorted(by_task.items()):
+                owners = {info.detail.get("owner", "") for info in infos}
+                if owners == {mine}:
+                    await self._remove(task, outcome.backend, settings)
+                elif mine in owners:
+                    print(f"envlayer mcp: task {task!r} is shared with another owner; not removing it", file=sys.stderr)
+
+    async def _remove(self, task: str, backend: str, settings: Settings) -> None:
+        swept = await aio.remove_sandbox(task, [backend], settings=settings, force=True, purge=True)
+        for outcome in swept:
+            for gone in outcome.sandboxes:
+                print(f"envlayer mcp: removed leftover {gone.status} {gone.id} of task {task!r}", file=sys.stderr)
+            if outcome.error:
+                print(f"envlayer mcp: could not remove task {task!r}: {outcome.error}", file=sys.stderr)
 
 
 def offered_tools(config: ServerConfig) -> list[str]:
