@@ -73,7 +73,7 @@ def parse_listen(text: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
     host = host.strip("[]")
     if not sep or not host or not port.isdigit() or int(port) > 65535:
-        raise ConfigError(f"--http {text!r} is not HOST:PORT", source="--http", hint="e.g. --http 127.0.0.1:8765")
+        raise ConfigError(f"{text!r} is not HOST:PORT", source="--http", hint="e.g. --http 127.0.0.1:8765")
     return host, int(port)
 
 
