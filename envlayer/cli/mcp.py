@@ -12,6 +12,7 @@ from typing import Any
 
 from envlayer.errors import ConfigError, EnvlayerError
 
+DEFAULT_HOST = "127.0.0.1"
 EXAMPLES = (
     "  envlayer mcp                                  # stdio, for Claude Desktop/Code, Cursor, Agents SDK\n"
     "  envlayer mcp --backend docker -o image=python:3.12-slim --allow-option cpus\n"
@@ -38,7 +39,7 @@ def add_parsers(sub: Any, shared: dict[str, argparse.ArgumentParser], make: Call
         "--http",
         metavar="HOST:PORT",
         help="serve streamable HTTP at http://HOST:PORT/mcp instead of stdio "
-        "(needs a token: --token-env / --token-file); bind 127.0.0.1 unless you mean otherwise",
+        "(needs a token: --token-env / --token-file); PORT alone binds 127.0.0.1",
     )
     p.add_argument(
         "--token-env", metavar="VAR", help="variable holding the HTTP bearer token (default ENVLAYER_MCP_TOKEN)"
@@ -69,10 +70,11 @@ def add_parsers(sub: Any, shared: dict[str, argparse.ArgumentParser], make: Call
 
 
 def parse_listen(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[::1]:PORT`` for IPv6; port 0 picks a free one). Raises ConfigError."""
-    host, sep, port = text.rpartition(":")
-    host = host.strip("[]")
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
+    """``HOST:PORT``, ``[::1]:PORT`` for IPv6, or ``PORT`` / ``:PORT`` for 127.0.0.1 (port 0
+    picks a free one). Raises ConfigError."""
+    host, _, port = text.rpartition(":")
+    host = host.strip("[]") or DEFAULT_HOST
+    if not port.isdigit() or int(port) > 65535:
         raise ConfigError(f"{text!r} is not HOST:PORT", source="--http", hint="e.g. --http 127.0.0.1:8765")
     return host, int(port)
 

@@ -72,7 +72,7 @@ def http_server(home: Path, config: str, *args: str, **env: str) -> Iterator[tup
     """``envlayer-mcp --http 127.0.0.1:0`` running; yields the process and its URL (read
     from its stderr). Stopped with SIGTERM (then killed) when the block ends."""
     proc = subprocess.Popen(
-        [SCRIPT, "--config", config, "--http", "127.0.0.1:0", *args],
+        [SCRIPT, "--config", config, "--http", "0", *args],  # PORT alone: 127.0.0.1, a free port
         env=server_env(home, **env),
         cwd=home,
         stdin=subprocess.DEVNULL,

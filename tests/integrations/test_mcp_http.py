@@ -47,6 +47,7 @@ def config(tmp_path: Path) -> str:
 @pytest.mark.parametrize("authorization", [None, "Bearer wrong-token", f"Basic {TOKEN}", f"bearer  {TOKEN}x"])
 def test_a_request_without_the_right_token_gets_401(tmp_path: Path, config: str, authorization: str | None) -> None:
     with http_server(tmp_path, config, ENVLAYER_MCP_TOKEN=TOKEN) as (_, url):
+        assert url.startswith("http://127.0.0.1:") and url.endswith("/mcp")  # loopback unless told otherwise
         headers = dict(HEADERS) if authorization is None else {**HEADERS, "authorization": authorization}
         response = httpx.post(url, json=INITIALIZE, headers=headers, timeout=30)
         assert response.status_code == 401
@@ -95,7 +96,7 @@ def test_http_without_a_token_refuses_to_start(tmp_path: Path, config: str) -> N
 
 def test_a_bad_listen_address_is_a_clear_error(tmp_path: Path, config: str) -> None:
     done = subprocess.run(
-        [SCRIPT, "--config", config, "--http", "8765"],
+        [SCRIPT, "--config", config, "--http", "localhost:http"],
         env=server_env(tmp_path, ENVLAYER_MCP_TOKEN=TOKEN),
         cwd=tmp_path,
         capture_output=True,

@@ -34,6 +34,7 @@ from envlayer.capabilities import Capability, supports
 from envlayer.config import Settings
 from envlayer.discovery.backend_registry import load_backend
 from envlayer.environment import SandboxInfo
+from envlayer.errors import EnvlayerError
 from envlayer.integrations.mcp import mapping
 from envlayer.integrations.mcp.config import ServerConfig
 from envlayer.integrations.mcp.http_auth import BearerTokenGate
@@ -187,9 +188,14 @@ async def serve_http(config: ServerConfig, host: str, port: int, token: str) -> 
             once it stopped, killing the process before the runtime is closed."""
             yield
 
+    try:
+        sock = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
+    except OSError as exc:
+        raise EnvlayerError(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc}", hint="choose a free port and a local address"
+        ) from None
     runtime = Runtime(config)
     app = BearerTokenGate(build_server(runtime).streamable_http_app(host=host), token)
-    sock = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
     bound = sock.getsockname()
     shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
     server = Uvicorn(uvicorn.Config(app, log_level="warning", lifespan="on"))
