@@ -193,7 +193,7 @@ def test_a_cancelled_call_kills_the_commands_process_tree(home: Path) -> None:
     async def go() -> None:
         async with stdio_session(home, local_config(home)) as s:
             command = (
-                f"sleep 300 & echo $! >> {pids}; sh -c 'sleep 301 & echo $! >> {pids}; wait' & echo $$ >> {pids}; wait"
+                f"sleep 300 & echo $! >> {pids}; sh -c 'sleep 301 & echo $! >> {pids}; wait' & echo $! >> {pids}; wait"
             )
             with pytest.raises(MCPError):  # the client's timeout cancels the request (notifications/cancelled)
                 await s.call_tool("terminal", {"command": command, "timeout": 600}, read_timeout_seconds=2)

@@ -14,12 +14,14 @@ import httpx2
 import pytest
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 
 from tests.integrations.mcp_harness import (
     SCRIPT,
     alive,
     http_server,
     server_env,
+    settle,
     structured,
     unique_profile,
     wait_until,
@@ -57,7 +59,7 @@ def test_a_request_without_the_right_token_gets_401(tmp_path: Path, config: str,
         assert admitted.status_code == 200  # the same request with the token passes
 
 
-def test_the_sdk_client_runs_tools_over_http_with_a_token_from_a_file(tmp_path: Path, config: str) -> None:
+def test_the_sdk_client_runs_and_cancels_tools_over_http_with_a_token_from_a_file(tmp_path: Path, config: str) -> None:
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
     pid_file = tmp_path / "work" / "pid"
@@ -73,6 +75,14 @@ def test_the_sdk_client_runs_tools_over_http_with_a_token_from_a_file(tmp_path: 
             assert "terminal" in names and "upload_files" in names
             out = structured(await session.call_tool("terminal", {"command": f"echo $$ > {pid_file}; echo over http"}))
             assert out["output"] == "over http\n"
+            sleeper = tmp_path / "work" / "sleeper"
+            with pytest.raises(MCPError):  # the client's timeout sends notifications/cancelled over HTTP too
+                await session.call_tool(
+                    "terminal", {"command": f"sleep 300 & echo $! > {sleeper}; wait"}, read_timeout_seconds=2
+                )
+            await settle(
+                lambda: sleeper.exists() and not alive(int(sleeper.read_text())), "the cancelled command ended"
+            )
 
     with http_server(tmp_path, config, "--token-file", str(token_file)) as (proc, url):
         anyio.run(go, url)
