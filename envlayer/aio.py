@@ -19,6 +19,10 @@ cancels the command too.
 * Other calls (file transfer, a backend without ``cancel``) go on in their thread until
   they return; their result is discarded. The manager counts them as in flight meanwhile.
 * ``close()`` waits for running calls only as long as the backends' own timeouts.
+
+Backend-level calls: :func:`list_sandboxes` and :func:`remove_sandbox` are the awaitable
+:func:`envlayer.dispatch.list_sandboxes` / :func:`~envlayer.dispatch.remove_sandbox`
+(what ``envlayer ls`` and ``envlayer rm`` do), for servers that must not block their loop.
 """
 
 from __future__ import annotations
@@ -34,7 +38,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from envlayer.cancel_token import CancelToken
 from envlayer.environment import DEFAULT_TASK, Command, Environment
-from envlayer.dispatch import CleanupOutcome, run
+from envlayer import dispatch
+from envlayer.config import Settings, load_settings
+from envlayer.dispatch import CleanupOutcome, SweepOutcome, run
+from envlayer.factory import backend_specs
 from envlayer.agents.manager import EnvironmentManager, EnvKey
 from envlayer.result import ExecResult
 from envlayer.agents.tools import ToolRegistry
@@ -216,3 +223,68 @@ class AsyncToolRegistry:
         return await _cancellable(
             self.manager.executor, token, self.tools.run_tool, name, arguments, task_id, cancel=token
         )
+
+
+def _specs(settings: Settings, backends: Sequence[str] | None) -> tuple[list[dispatch.BackendSpec], list[SweepOutcome]]:
+    """The (class, options) of ``backends`` (default: the configured backend), and an
+    outcome with the error for each that could not be loaded or configured."""
+    specs, failures = backend_specs(settings, list(backends) if backends is not None else [settings.backend])
+    failed = [
+        SweepOutcome(
+            f.backend, supported=False, error=f"{type(f.error).__name__}: {f.error.message}", hint=f.error.hint
+        )
+        for f in failures
+    ]
+    return specs, failed
+
+
+async def _sweep(
+    settings: Settings | None,
+    backends: Sequence[str] | None,
+    sweep: Callable[[list[dispatch.BackendSpec], Settings], list[SweepOutcome]],
+) -> list[SweepOutcome]:
+    """``sweep(specs, settings)`` in a worker thread, with the outcomes of the backends
+    that could not be loaded, in the order of ``backends``."""
+    settings = settings if settings is not None else await asyncio.to_thread(load_settings)
+    specs, failed = await asyncio.to_thread(_specs, settings, backends)
+    outcomes = failed + await asyncio.to_thread(sweep, specs, settings)
+    names = list(backends) if backends is not None else [settings.backend]
+    return sorted(outcomes, key=lambda o: names.index(o.backend) if o.backend in names else len(names))
+
+
+async def list_sandboxes(
+    backends: Sequence[str] | None = None, *, settings: Settings | None = None, all_profiles: bool = False
+) -> list[SweepOutcome]:
+    """The managed sandboxes of ``settings.profile`` (every profile with ``all_profiles``)
+    on each of ``backends`` (names; default: the configured backend), one
+    :class:`~envlayer.dispatch.SweepOutcome` per backend in that order, listed in a worker
+    thread. ``settings`` defaults to :func:`envlayer.config.load_settings`. Never raises
+    for one backend: a backend that cannot list, or failed, or could not be loaded has an
+    outcome saying so (``supported``, ``error``, ``hint``). Runs on the event loop's
+    default executor."""
+    return await _sweep(
+        settings,
+        backends,
+        lambda specs, chosen: dispatch.list_sandboxes(specs, profile=None if all_profiles else chosen.profile),
+    )
+
+
+async def remove_sandbox(
+    task_id: str,
+    backends: Sequence[str] | None = None,
+    *,
+    settings: Settings | None = None,
+    force: bool = False,
+    purge: bool = False,
+) -> list[SweepOutcome]:
+    """Remove the sandbox(es) of ``task_id`` in ``settings.profile`` on each of
+    ``backends`` (default: the configured backend), in a worker thread, like
+    ``envlayer rm``: ``force`` also removes a running sandbox, ``purge`` the task's
+    durable data. Each outcome lists what was removed; failures are in the outcomes,
+    never raised. A sandbox that an :class:`AsyncEnvironmentManager` of this process holds
+    open is removed under it: release it there instead (``release(task, force_remove=True)``)."""
+    return await _sweep(
+        settings,
+        backends,
+        lambda specs, chosen: dispatch.remove_sandbox(specs, task_id, profile=chosen.profile, force=force, purge=purge),
+    )

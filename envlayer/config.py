@@ -57,6 +57,9 @@ CORE_KEYS: dict[str, tuple[type, Any, str]] = {
     "broker_idle_timeout": (float, 300.0, "Idle seconds after which the session broker exits."),
 }
 """Top-level keys: (type, default, doc)."""
+FRONT_END_TABLES = ("mcp",)
+"""Top-level tables that belong to a front end (``[mcp]``: the MCP server,
+:mod:`envlayer.integrations.mcp.config`), kept as written in :attr:`Settings.front_ends`."""
 
 
 def user_config_path() -> Path:
@@ -91,6 +94,9 @@ class Settings:
     argument_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     argument_texts: dict[str, set[str]] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)
+    front_ends: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """The tables of front ends (:data:`FRONT_END_TABLES`, e.g. ``[mcp]``) as the files
+    wrote them; each front end checks its own (``sources`` names the file of each key)."""
     files: list[str] = field(default_factory=list)
 
     def source_of(self, key: str) -> str:
@@ -194,11 +200,22 @@ def _check_core(key: str, value: Any, source: str) -> Any:
     return value
 
 
+def _merge_front_end(settings: Settings, key: str, value: Any, source: str) -> None:
+    if not isinstance(value, dict):
+        raise ConfigError("must be a table", source=source, key=key, hint=f"write its keys under a [{key}] table")
+    settings.front_ends.setdefault(key, {}).update(value)
+    for sub in value:
+        settings.sources[f"{key}.{sub}"] = source
+
+
 def _merge_file(settings: Settings, path: Path) -> None:
     data = _read_toml(path)
     source = str(path)
     settings.files.append(source)
     for key, value in data.items():
+        if key in FRONT_END_TABLES:
+            _merge_front_end(settings, key, value, source)
+            continue
         if key == "backends":
             if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
                 raise ConfigError(
@@ -214,7 +231,7 @@ def _merge_file(settings: Settings, path: Path) -> None:
                     settings.sources[f"backends.{backend}.{opt}"] = source
             continue
         if key not in CORE_KEYS:
-            close = difflib.get_close_matches(key, [*CORE_KEYS, "backends"], n=1)
+            close = difflib.get_close_matches(key, [*CORE_KEYS, "backends", *FRONT_END_TABLES], n=1)
             hint = (
                 f"did you mean {close[0]!r}?"
                 if close

@@ -247,7 +247,7 @@ EXEC_EXAMPLES = (
     "  envlayer exec --backend docker -o image=python:3.11-slim python -V\n"
     "  envlayer exec --backend docker -u nobody -- id -u         # as another user of the container"
 )
-COMMAND_MODULES = ("envlayer.cli.snapshot", "envlayer.cli.copy", "envlayer.cli.shell")
+COMMAND_MODULES = ("envlayer.cli.snapshot", "envlayer.cli.copy", "envlayer.cli.shell", "envlayer.cli.mcp")
 """Modules that register their own commands (``add_parsers(sub, shared, subcommand)``,
 setting ``args.func``); a module's name in :data:`COMMANDS` says where they go."""
 

@@ -9,14 +9,17 @@ from typing import Any
 
 @dataclass(frozen=True)
 class ToolDefinition:
-    """One tool as an LLM sees it. ``parameters`` is a JSON schema of an object."""
+    """One tool as an LLM sees it. ``parameters`` is a JSON schema of an object;
+    ``output`` (optional) a JSON schema of the tool's successful result (an error result
+    is ``{"error": {...}}`` instead, see :mod:`envlayer.agents.tools.tool_registry`)."""
 
     name: str
     description: str
     parameters: dict[str, Any] = field(default_factory=dict)
+    output: dict[str, Any] | None = None
 
 
-def _obj(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+def obj(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
     return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
 
 
@@ -37,7 +40,7 @@ def terminal(default_timeout: float, max_timeout: float, jobs_dir: str | None) -
         f"every process it started. For long-running work (servers, builds over {max_timeout:g} s) "
         "set background=true: the command starts detached and you get a job_id and the path of its "
         f"log file (under {jobs_dir or 'a private per-user directory'}); check it with the terminal_job tool.",
-        _obj(
+        obj(
             {
                 "command": {"type": "string", "minLength": 1, "description": "The shell command to run."},
                 "timeout": {
@@ -73,7 +76,7 @@ def terminal_job() -> ToolDefinition:
         "Check a background job started with terminal(background=true): its status "
         "(running, exited with exit_code, killed, lost) and its output so far. action=kill stops "
         "the job and everything it started.",
-        _obj(
+        obj(
             {
                 "job_id": {"type": "string", "minLength": 1, "description": "The job_id terminal returned."},
                 "action": {"type": "string", "enum": ["status", "kill"], "description": "status (default) or kill."},
@@ -90,7 +93,7 @@ def read_file(default_lines: int) -> ToolDefinition:
         "Read a text file in this task's sandbox. Returns up to `limit` lines starting at line "
         f"`offset` (1-based; defaults 1 and {default_lines}), with total_lines so you can page "
         "through larger files.",
-        _obj(
+        obj(
             {
                 "path": {
                     "type": "string",
@@ -111,7 +114,7 @@ def write_file() -> ToolDefinition:
         "write_file",
         "Create or replace a file in this task's sandbox with the given content (UTF-8). "
         "Missing parent directories are created.",
-        _obj(
+        obj(
             {
                 "path": {
                     "type": "string",

@@ -138,3 +138,11 @@ def kill(env: Environment, *, jobs_dir: str | None, job_id: str) -> None:
         "exit 0 )"
     )
     run(env, script, timeout=30)
+
+
+def remove(env: Environment, *, jobs_dir: str | None, job_id: str) -> None:
+    """Delete the job's directory (command, pid, log); the job must have ended
+    (:func:`kill` it first). Raises JobError when the sandbox could not delete it."""
+    result = run(env, "( " + _dir_line(jobs_dir, job_id) + 'rm -rf -- "$D" )', timeout=30)
+    if not result.ok:
+        raise JobError(f"could not delete job {job_id}'s files (exit {result.exit_code}): {result.stderr_text.strip()}")

@@ -2,7 +2,8 @@
 
 Supported: ``type: object`` with ``properties``, ``required`` and
 ``additionalProperties: false``; property types ``string``, ``integer``, ``number``,
-``boolean``; ``enum``; ``minimum``; ``minLength``. An explicit ``null`` for an optional
+``boolean``, ``object`` (checked by the same rules) and ``array`` (``items``,
+``minItems``); ``enum``; ``minimum``; ``minLength``. An explicit ``null`` for an optional
 property counts as absent (models often send them).
 """
 
@@ -16,7 +17,14 @@ from envlayer.errors import ToolArgumentError
 
 __all__ = ["ToolArgumentError", "validate"]
 
-_TYPES: dict[str, tuple[type, ...]] = {"string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,)}
+_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "object": (Mapping,),
+    "array": (list, tuple),
+}
 
 
 def validate(arguments: Any, schema: Mapping[str, Any]) -> dict[str, Any]:
@@ -51,10 +59,21 @@ def _check(name: str, value: Any, spec: Mapping[str, Any]) -> None:
     if kind is not None:
         ok = isinstance(value, _TYPES[kind]) and (kind == "boolean" or not isinstance(value, bool))
         if not ok:
-            raise ToolArgumentError(f"argument {name!r} must be a {kind}, got {type(value).__name__} {value!r}")
+            article = "an" if kind[0] in "aeiou" else "a"
+            raise ToolArgumentError(f"argument {name!r} must be {article} {kind}, got {type(value).__name__} {value!r}")
     if "enum" in spec and value not in spec["enum"]:
         raise ToolArgumentError(f"argument {name!r} must be one of {', '.join(map(repr, spec['enum']))}")
     if "minimum" in spec and value < spec["minimum"]:
         raise ToolArgumentError(f"argument {name!r} must be >= {spec['minimum']}, got {value!r}")
     if "minLength" in spec and len(value) < spec["minLength"]:
         raise ToolArgumentError(f"argument {name!r} must not be empty")
+    if kind == "array":
+        if len(value) < spec.get("minItems", 0):
+            raise ToolArgumentError(f"argument {name!r} needs at least {spec['minItems']} item(s)")
+        for i, item in enumerate(value):
+            _check(f"{name}[{i}]", item, spec.get("items", {}))
+    elif kind == "object" and "properties" in spec:
+        try:
+            validate(value, spec)
+        except ToolArgumentError as exc:
+            raise ToolArgumentError(f"argument {name!r}: {exc.message}") from None

@@ -17,6 +17,10 @@ Error types:
 ``file_not_found``           no such file
 ``is_a_directory``           a directory where a file was expected
 ``file_too_large``           over the backend's ``max_file_bytes``
+``not_allowed``              ``create_sandbox`` asked for a backend or option value that
+                             ``ToolConfig.policy`` does not allow (nothing was created)
+``file_error``               the sandbox refused a file operation (``delete_file``,
+                             ``move_file``, ``make_dir``...; its message is included)
 ``binary_file``              ``read_file`` on a file that is not text
 ``job_error``                a background job could not be started, or a bad job id
 ``backend_unavailable``      the sandbox could not be reached; the environment was dropped
@@ -30,6 +34,7 @@ Error types:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
@@ -59,8 +64,11 @@ from envlayer.errors import (
 from envlayer.dispatch import run
 from envlayer.agents.manager import EnvironmentManager, EnvKey
 from envlayer.result import ExecResult
-from envlayer.agents.tools import definitions, jobs, spill
+from envlayer.agents.tools import definitions, file_tools, jobs, more_definitions, spill
 from envlayer.agents.tools.definitions import ToolDefinition
+from envlayer.agents.tools.file_ops import FileOpError
+from envlayer.agents.tools.output_schemas import OUTPUTS
+from envlayer.agents.tools.sandbox_tools import SandboxPolicy, SandboxTools, ToolNotAllowed
 from envlayer.agents.tools.merged import MergedOutput
 from envlayer.agents.tools.schema import ToolArgumentError, validate
 from envlayer.agents.tools.truncate import truncate_middle
@@ -72,6 +80,19 @@ log = logging.getLogger("envlayer.tools")
 
 Result = dict[str, Any]
 Handler = Callable[[Environment, dict[str, Any]], Result]
+SandboxHandler = Callable[[dict[str, Any]], Result]
+"""A tool about the registry's sandboxes, not run in one task's environment."""
+
+DEFAULT_TOOLS = ("terminal", "terminal_job", "read_file", "write_file")
+"""The tools a registry offers unless told otherwise."""
+FILE_TOOLS = ("list_files", "file_info", "delete_file", "move_file", "make_dir", "upload_files", "download_files")
+"""File management, and a directory moved as a list of files."""
+SANDBOX_TOOLS = ("create_sandbox", "list_sandboxes", "remove_sandbox", "snapshot", "fork")
+"""The registry's sandboxes (see :mod:`envlayer.agents.tools.sandbox_tools`); ``snapshot``
+and ``fork`` need a backend with the ``snapshot`` capability."""
+ALL_TOOLS = DEFAULT_TOOLS + FILE_TOOLS + SANDBOX_TOOLS
+NO_TASK_TOOLS = frozenset({"create_sandbox", "list_sandboxes", "remove_sandbox"})
+"""Tools that name their sandbox in their arguments instead of running in the caller's task."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +111,16 @@ class ToolConfig:
     the per-user default of :mod:`envlayer.agents.tools.spill` (``~/.cache/envlayer/output``)."""
     spill_bytes: int = 10_485_760
     """Most bytes of a command's output kept in the spill file (0: no spill file)."""
+    list_entries: int = 1000
+    """Most entries ``list_files`` and ``download_files`` return, and files ``upload_files`` takes."""
+    transfer_bytes: int = 10_485_760
+    """Most bytes of file content ``upload_files`` takes and ``download_files`` returns per call."""
+    task_prefix: str = ""
+    """The registry's sandboxes are the tasks whose id starts with this; the sandbox tools
+    (``list_sandboxes``, ``remove_sandbox``, ``fork``) see only those, and name them
+    without it."""
+    policy: SandboxPolicy = dataclasses.field(default_factory=SandboxPolicy)
+    """What ``create_sandbox`` callers may choose (default: nothing beyond the configuration)."""
 
     def __post_init__(self) -> None:
         if self.output_chars < 200:
@@ -100,6 +131,8 @@ class ToolConfig:
             raise ValueError("read_lines must be >= 1")
         if self.spill_bytes < 0:
             raise ValueError("spill_bytes must be >= 0")
+        if self.list_entries < 1 or self.transfer_bytes < 1:
+            raise ValueError("list_entries and transfer_bytes must be >= 1")
         if self.output_dir is not None and not self.output_dir.startswith("/"):
             raise ValueError("output_dir must be an absolute path (or None for the per-user default)")
         if self.jobs_dir is not None and not self.jobs_dir.startswith("/"):
@@ -118,22 +151,67 @@ class ToolRegistry:
     variables), so the backend is a configuration choice. The registry adds an idle
     guard to the manager: an environment with a background job it started that is
     still running is not reaped as idle.
+
+    ``tools`` names the tools offered, in order (default :data:`DEFAULT_TOOLS`; every
+    one: :data:`ALL_TOOLS`); an unknown name is a ``ValueError``. Each definition carries
+    the JSON schema of its successful result (``ToolDefinition.output``).
     """
 
-    def __init__(self, manager: EnvironmentManager | None = None, config: ToolConfig | None = None) -> None:
+    def __init__(
+        self,
+        manager: EnvironmentManager | None = None,
+        config: ToolConfig | None = None,
+        *,
+        tools: Sequence[str] = DEFAULT_TOOLS,
+    ) -> None:
         self.manager = manager if manager is not None else EnvironmentManager()
         self.config = config if config is not None else ToolConfig()
+        unknown = [name for name in tools if name not in ALL_TOOLS]
+        if unknown:
+            raise ValueError(f"unknown tool(s) {', '.join(unknown)}; known: {', '.join(ALL_TOOLS)}")
+        available = self._available()
+        self._tools: dict[str, tuple[ToolDefinition, Handler | SandboxHandler]] = {
+            name: (dataclasses.replace(available[name][0], output=OUTPUTS[name]), available[name][1]) for name in tools
+        }
+        self._jobs: dict[EnvKey, set[str]] = {}
+        self._started: dict[EnvKey, set[str]] = {}
+        """Every job started, running or not (for :meth:`stop_jobs`)."""
+        self._jobs_lock = threading.Lock()
+        self._cancel_tokens: dict[str, set[CancelToken]] = {}
+        self.manager.add_idle_guard(self._jobs_running)
+
+    def _available(self) -> dict[str, tuple[ToolDefinition, Handler | SandboxHandler]]:
+        """Every tool this registry can offer, with its handler."""
         c = self.config
-        self._tools: dict[str, tuple[ToolDefinition, Handler]] = {
+        sandboxes = SandboxTools(self.manager, c.task_prefix, c.policy)
+        more = more_definitions
+        return {
             "terminal": (definitions.terminal(c.default_timeout, c.max_timeout, c.jobs_dir), self._terminal),
             "terminal_job": (definitions.terminal_job(), self._terminal_job),
             "read_file": (definitions.read_file(c.read_lines), self._read_file),
             "write_file": (definitions.write_file(), self._write_file),
+            "list_files": (
+                more.list_files(c.list_entries),
+                functools.partial(file_tools.list_files, max_entries=c.list_entries),
+            ),
+            "file_info": (more.file_info(), file_tools.file_info),
+            "delete_file": (more.delete_file(), file_tools.delete_file),
+            "move_file": (more.move_file(), file_tools.move_file),
+            "make_dir": (more.make_dir(), file_tools.make_dir),
+            "upload_files": (
+                more.upload_files(c.transfer_bytes),
+                functools.partial(file_tools.upload_files, max_bytes=c.transfer_bytes, max_files=c.list_entries),
+            ),
+            "download_files": (
+                more.download_files(c.transfer_bytes),
+                functools.partial(file_tools.download_files, max_bytes=c.transfer_bytes, max_entries=c.list_entries),
+            ),
+            "create_sandbox": (more.create_sandbox(), sandboxes.create_sandbox),
+            "list_sandboxes": (more.list_sandboxes(), sandboxes.list_sandboxes),
+            "remove_sandbox": (more.remove_sandbox(), sandboxes.remove_sandbox),
+            "snapshot": (more.snapshot(), sandboxes.snapshot),
+            "fork": (more.fork(), sandboxes.fork),
         }
-        self._jobs: dict[EnvKey, set[str]] = {}
-        self._jobs_lock = threading.Lock()
-        self._cancel_tokens: dict[str, set[CancelToken]] = {}
-        self.manager.add_idle_guard(self._jobs_running)
 
     # --- background jobs keep their environment -----------------------------------------
 
@@ -159,6 +237,30 @@ class ToolRegistry:
         for job_id in set(ids) - alive:
             self._track_job(key, job_id, running=False)
         return bool(alive)
+
+    def stop_jobs(self) -> int:
+        """Kill every background job this registry started that still runs, and delete
+        the files of every job it started (command, log), in the environments still open.
+        A server ending calls this before it closes the manager: a job runs detached, and
+        on a backend whose sandbox is the host it and its files would outlive the server.
+        Returns how many jobs were cleaned up; a failure is logged and the others go on."""
+        with self._jobs_lock:
+            started, self._started = self._started, {}
+        open_keys = set(self.manager.active_keys())
+        done = 0
+        for key, ids in started.items():
+            if key not in open_keys:
+                continue
+            env = self.manager.get(key.task)
+            for job_id in sorted(ids):
+                try:
+                    jobs.kill(env, jobs_dir=self.config.jobs_dir, job_id=job_id)
+                    jobs.remove(env, jobs_dir=self.config.jobs_dir, job_id=job_id)
+                    self._track_job(key, job_id, running=False)
+                    done += 1
+                except EnvlayerError as exc:
+                    log.warning("could not stop background job %s of task %r: %s", job_id, key.task, exc.message)
+        return done
 
     # --- definitions ------------------------------------------------------------------
 
@@ -196,9 +298,11 @@ class ToolRegistry:
 
         def call() -> Result:
             args = validate(_parse(arguments), definition.parameters)
+            if name in NO_TASK_TOOLS:
+                return handler(args)  # type: ignore[call-arg,arg-type]
             if handler == self._terminal and cancel is not None:
                 return self._call(functools.partial(self._terminal, cancel=cancel), args, task_id)
-            return self._call(handler, args, task_id)
+            return self._call(handler, args, task_id)  # type: ignore[arg-type]
 
         hint = f"call {name} with arguments matching its JSON schema"
         return _as_result(call, f"tool {name}", task_id, bad_arguments=hint)
@@ -259,6 +363,9 @@ class ToolRegistry:
         if args.get("background"):
             job_id, log_file = jobs.start(env, args["command"], jobs_dir=c.jobs_dir, workdir=args.get("workdir"))
             self._track_job(getattr(env, "key", None), job_id, running=True)
+            if getattr(env, "key", None) is not None:
+                with self._jobs_lock:
+                    self._started.setdefault(env.key, set()).add(job_id)  # type: ignore[attr-defined]
             return {
                 "job_id": job_id,
                 "status": "running",
@@ -436,6 +543,10 @@ def _as_result(call: Callable[[], Result], what: str, task_id: str, *, bad_argum
         return error("file_not_found", exc.message, "check the path, e.g. with terminal `ls`")
     except SandboxIsADirectory as exc:
         return error("is_a_directory", exc.message, "name a file; list the directory with terminal `ls`")
+    except ToolNotAllowed as exc:
+        return error("not_allowed", exc.message, exc.hint)
+    except FileOpError as exc:
+        return error("file_error", exc.message, exc.hint)
     except FileTooLarge as exc:
         return error("file_too_large", exc.message, "read parts of it with terminal, e.g. `head -n 100 FILE`")
     except BackendUnavailable as exc:

@@ -65,6 +65,7 @@ def info_from(summary: dict[str, Any], status: str | None = None) -> SandboxInfo
             "name": name,
             "fingerprint": labels.get(L.FINGERPRINT, ""),
             "persist": labels.get(L.PERSIST, ""),
+            "owner": labels.get(L.OWNER, ""),
             "image": str(summary.get("Image") or (summary.get("Config") or {}).get("Image", "")),
         },
     )
