@@ -16,6 +16,7 @@ import shlex
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from envlayer.dispatch import run
 from envlayer.environment import Environment
 from envlayer.errors import EnvlayerError, SandboxFileNotFound, SandboxIsADirectory
 from envlayer.result import ExecResult
@@ -67,7 +68,7 @@ def confine(env: Environment, path: str) -> str:
 
 
 def _run(env: Environment, script: str, *paths: str, timeout: float = 60) -> ExecResult:
-    return env.exec(["sh", "-c", script, "sh", *paths], timeout=timeout)
+    return run(env, ["sh", "-c", script, "sh", *paths], timeout=timeout)
 
 
 def _parse(stdout: bytes) -> list[Entry]:
