@@ -27,7 +27,8 @@ from envlayer.cli.exec_plan import json_text, settings_of
 from envlayer.cli.progress import Meter, io_meter, progress
 from envlayer.environment import Environment
 from envlayer.errors import InvalidArgument, SandboxFileNotFound, SandboxIsADirectory
-from envlayer.factory import backend_specs, open_environment
+from envlayer.cli.task_sandbox import open_task_environment
+from envlayer.factory import backend_specs
 
 _USAGE_HINT = "envlayer cp ./src TASK:/dst   or   envlayer cp TASK:/src ./dst"
 
@@ -72,7 +73,7 @@ def _existing_task(args: argparse.Namespace, task: str) -> Environment:
     specs, failures = backend_specs(settings, [settings.backend])
     if failures:
         raise failures[0].error
-    cls, options = specs[0]
+    cls = specs[0][0]
     if supports(cls, Capability.LIST_SANDBOXES):
         (listed,) = lifecycle.list_sandboxes(specs, profile=settings.profile)
         if listed.error is None and task not in {s.task for s in listed.sandboxes if s.status != "data"}:
@@ -81,7 +82,7 @@ def _existing_task(args: argparse.Namespace, task: str) -> Environment:
                 f"task {task!r} has no {listed.backend} sandbox in profile {settings.profile!r}",
                 hint="`envlayer ls` lists them; make it first (`envlayer exec --task TASK ...`)",
             )
-    return open_environment(settings.backend, task_id=task, settings=settings, options=options)
+    return open_task_environment(settings, task)
 
 
 def _upload(env: Environment, local: str, remote: str) -> tuple[int, int]:

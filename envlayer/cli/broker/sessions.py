@@ -91,6 +91,13 @@ class Sessions:
         self._lock = threading.Lock()
         self._managers: dict[str, EnvironmentManager] = {}
         self._classes: dict[str, type[Environment]] = {}
+        self.remembered: dict[str, Settings] = {}
+        """The settings a task's calls open it with: its recorded options as defaults
+        (see :func:`envlayer.cli.task_sandbox.open_task`), by :meth:`task_key`."""
+
+    def task_key(self, settings: Settings, task: str, environ: Mapping[str, str]) -> str:
+        """What selects the remembered settings of ``task``'s calls under ``settings``."""
+        return configuration_key(settings, self.backend_class(settings), environ) + "\0" + task
 
     def backend_class(self, settings: Settings) -> type[Environment]:
         """The class of the backend ``settings`` selects, loaded once per broker (finding
@@ -162,6 +169,13 @@ class Sessions:
                     continue
                 dropped.append(HeldEnvironment(key.backend, key.profile, key.task, round(idle, 1), in_flight))
         return dropped
+
+    def forget(self, task: str, profile: str, backend: str) -> None:
+        """Before ``exec --replace`` of ``task``: :meth:`drop` its environments and the
+        settings remembered for it."""
+        self.drop(task, profile, backend)
+        for key in [key for key in self.remembered if key.endswith("\0" + task)]:
+            self.remembered.pop(key, None)
 
     def held(self) -> list[HeldEnvironment]:
         """Every environment alive now."""

@@ -65,7 +65,7 @@ class DockerEnvironment(ThreadTeardown, SandboxEnvironment):
 
     def open_sandbox(self) -> None:
         from envlayer_docker.client import get_client
-        from envlayer_docker.container import build_spec
+        from envlayer_docker.container import build_spec, refuse_other_options
 
         opts = self.options
         self._api = get_client(opts)
@@ -79,10 +79,15 @@ class DockerEnvironment(ThreadTeardown, SandboxEnvironment):
         self._files: Any = None
         self._fork_image = ""
         """A fork's snapshot image id: released (deleted if its snapshot was removed) after teardown."""
-        with translated("inspecting the image", opts):
-            self._spec = build_spec(
-                self._api, opts, profile=self.profile, task=self.task_id, persist=opts.persist_across_processes
-            )
+        try:
+            with translated("inspecting the image", opts):
+                self._spec = build_spec(
+                    self._api, opts, profile=self.profile, task=self.task_id, persist=opts.persist_across_processes
+                )
+        except BackendUnavailable:
+            with translated("inspecting the task's container", opts):
+                refuse_other_options(self._api, opts, profile=self.profile, task=self.task_id)
+            raise
         if self.from_snapshot is None:
             self._attach()
         else:
@@ -113,6 +118,8 @@ class DockerEnvironment(ThreadTeardown, SandboxEnvironment):
         spec = self._spec
         with translated("creating or attaching the container", self.options):
             attached = ensure(self._api, spec, self.options)
+        if attached.replaced:
+            self.announce(attached.replaced)
         with self._state_lock:
             self._container = attached
             self._files = FileTransfer(

@@ -1,0 +1,111 @@
+"""A CLI command's way to a task's sandbox: the options the sandbox was created with are
+the defaults, and a call whose options differ never replaces it unless ``--replace``.
+
+Every command that opens a task's sandbox (``exec`` in-process and through the broker,
+``shell``, ``cp``, ``snapshot``, ``fork``) goes through :func:`open_task`:
+
+1. open with the configured options under ``on_fingerprint_mismatch = "error"`` (the
+   common case: the options agree, or there is no sandbox yet);
+2. when the sandbox records other options
+   (:class:`~envlayer.sandbox.recorded_options.SandboxOptionsDiffer`), open again with the
+   recorded values as the defaults of every option no file, variable or ``-o`` sets;
+3. when an explicitly set option still differs: with ``--replace``, open under
+   ``"recreate"`` (the backend replaces the sandbox and says so in the first result's
+   notice); without it, refuse (:class:`~envlayer.sandbox.recorded_options.SandboxOptionsDiffer`
+   naming each option, old -> new, exit 125).
+
+A backend without ``on_fingerprint_mismatch`` (``ssh``) records nothing and is opened as
+configured.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, MutableMapping
+from typing import Any
+
+from envlayer.config import Settings
+from envlayer.environment import Environment
+from envlayer.factory import load_configured_backend, open_environment
+from envlayer.options import option_fields
+from envlayer.sandbox.recorded_options import REPLACE_HINT, SandboxOptionsDiffer, defaults_from
+
+MODE = "on_fingerprint_mismatch"
+REPLACE_HELP = (
+    "replace the task's sandbox if it was created with other options than this call's (default: refuse, exit "
+    "125); the old sandbox's files outside a durable workspace and its processes are lost"
+)
+
+
+def with_arguments(settings: Settings, values: Mapping[str, Any]) -> Settings:
+    """``settings`` with ``values`` added to the selected backend's argument options
+    (a copy; ``settings`` is not changed)."""
+    arguments = {name: dict(given) for name, given in settings.argument_options.items()}
+    arguments.setdefault(settings.backend, {}).update(values)
+    return dataclasses.replace(settings, argument_options=arguments)
+
+
+def _mode(settings: Settings, options_cls: type, mode: str) -> Settings:
+    """``settings`` with ``on_fingerprint_mismatch = mode`` when the backend has that option."""
+    return with_arguments(settings, {MODE: mode}) if MODE in option_fields(options_cls) else settings
+
+
+def refusal(differ: SandboxOptionsDiffer) -> SandboxOptionsDiffer:
+    """``differ`` as the CLI reports it: the hint names ``--replace``."""
+    return SandboxOptionsDiffer(differ.what, differ.changes, differ.recorded, hint=REPLACE_HINT)
+
+
+def open_task(
+    settings: Settings,
+    options_cls: type,
+    open_with: Callable[[Settings], Environment],
+    *,
+    replace: bool = False,
+    environ: Mapping[str, str] | None = None,
+    remembered: MutableMapping[str, Settings] | None = None,
+    key: str = "",
+) -> tuple[Environment, Settings]:
+    """The environment ``open_with(settings)`` opens, following the module's steps, and
+    the settings it was opened with.
+    ``options_cls`` is the backend's options class; ``environ`` the caller's variables (for
+    which options they set); ``remembered[key]`` (the broker's) keeps the settings a
+    call needed, so the next call with the same ``key`` opens with them at once.
+
+    Raises :class:`SandboxOptionsDiffer` (refused: the hint names ``--replace``) and
+    whatever ``open_with`` raises."""
+    if remembered is not None and key in remembered and not replace:
+        try:
+            return open_with(remembered[key]), remembered[key]
+        except SandboxOptionsDiffer:
+            remembered.pop(key, None)  # the sandbox was replaced since: learn its options again
+    chosen = _mode(settings, options_cls, "error")
+    try:
+        return open_with(chosen), chosen
+    except SandboxOptionsDiffer as exc:
+        differ = exc
+    if differ.recorded:
+        explicit = settings.option_sources(settings.backend, env=environ)
+        chosen = with_arguments(chosen, defaults_from(differ.recorded, explicit))
+        try:
+            env = open_with(chosen)
+        except SandboxOptionsDiffer as exc:
+            differ = exc
+        else:
+            if remembered is not None:
+                remembered[key] = chosen
+            return env, chosen
+    if not replace:
+        raise refusal(differ) from None
+    chosen = _mode(chosen, options_cls, "recreate")
+    return open_with(chosen), chosen
+
+
+def open_task_environment(settings: Settings, task: str, *, replace: bool = False) -> Environment:
+    """:func:`open_task` in this process: the environment of ``task`` on the backend
+    ``settings`` select (raises like :func:`~envlayer.factory.open_environment`)."""
+    cls = load_configured_backend(settings)
+
+    def open_with(chosen: Settings) -> Environment:
+        return open_environment(task_id=task, settings=chosen, backends={chosen.backend: cls})
+
+    return open_task(settings, cls.Options, open_with, replace=replace)[0]
