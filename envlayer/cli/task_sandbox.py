@@ -9,9 +9,10 @@ Every command that opens a task's sandbox (``exec`` in-process and through the b
 2. when the sandbox records other options
    (:class:`~envlayer.sandbox.recorded_options.SandboxOptionsDiffer`), open again with the
    recorded values as the defaults of every option no file, variable or ``-o`` sets;
-3. when an explicitly set option still differs: with ``--replace``, open under
-   ``"recreate"`` (the backend replaces the sandbox and says so in the first result's
-   notice); without it, refuse (:class:`~envlayer.sandbox.recorded_options.SandboxOptionsDiffer`
+3. when an explicitly set option still differs: with ``--replace``, or on a backend whose
+   options change in place (``options_change_in_place``: local), open under
+   ``"recreate"`` (the backend replaces the sandbox, or takes the options, and says so in
+   the first result's notice); without it, refuse (:class:`~envlayer.sandbox.recorded_options.SandboxOptionsDiffer`
    naming each option, old -> new, exit 125).
 
 A backend without ``on_fingerprint_mismatch`` (``ssh``) records nothing and is opened as
@@ -57,7 +58,7 @@ def refusal(differ: SandboxOptionsDiffer) -> SandboxOptionsDiffer:
 
 def open_task(
     settings: Settings,
-    options_cls: type,
+    cls: type[Environment],
     open_with: Callable[[Settings], Environment],
     *,
     replace: bool = False,
@@ -67,7 +68,7 @@ def open_task(
 ) -> tuple[Environment, Settings]:
     """The environment ``open_with(settings)`` opens, following the module's steps, and
     the settings it was opened with.
-    ``options_cls`` is the backend's options class; ``environ`` the caller's variables (for
+    ``cls`` is the backend's class; ``environ`` the caller's variables (for
     which options they set); ``remembered[key]`` (the broker's) keeps the settings a
     call needed, so the next call with the same ``key`` opens with them at once.
 
@@ -78,7 +79,7 @@ def open_task(
             return open_with(remembered[key]), remembered[key]
         except SandboxOptionsDiffer:
             remembered.pop(key, None)  # the sandbox was replaced since: learn its options again
-    chosen = _mode(settings, options_cls, "error")
+    chosen = _mode(settings, cls.Options, "error")
     try:
         return open_with(chosen), chosen
     except SandboxOptionsDiffer as exc:
@@ -94,9 +95,9 @@ def open_task(
             if remembered is not None:
                 remembered[key] = chosen
             return env, chosen
-    if not replace:
+    if not (replace or getattr(cls, "options_change_in_place", False)):
         raise refusal(differ) from None
-    chosen = _mode(chosen, options_cls, "recreate")
+    chosen = _mode(chosen, cls.Options, "recreate")
     return open_with(chosen), chosen
 
 
@@ -108,4 +109,4 @@ def open_task_environment(settings: Settings, task: str, *, replace: bool = Fals
     def open_with(chosen: Settings) -> Environment:
         return open_environment(task_id=task, settings=chosen, backends={chosen.backend: cls})
 
-    return open_task(settings, cls.Options, open_with, replace=replace)[0]
+    return open_task(settings, cls, open_with, replace=replace)[0]

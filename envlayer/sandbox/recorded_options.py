@@ -30,7 +30,8 @@ from envlayer.options import BaseOptions, is_secret, option_fields
 from envlayer.sandbox.command_env import is_credential
 
 REPLACE_HINT = (
-    "run it again with --replace to replace the sandbox (its files and processes are lost), "
+    "run it again with --replace to replace the sandbox (a container or remote sandbox loses its processes and "
+    "the files outside its durable workspace), "
     "drop the options that differ, or use another --task"
 )
 """What the CLI tells a user whose options differ from the task's (see :class:`SandboxOptionsDiffer`)."""
@@ -53,7 +54,7 @@ class OptionChange:
 
 
 class SandboxOptionsDiffer(BackendUnavailable):
-    """The task's sandbox was created with other options and was not replaced
+    """The task's sandbox was created with different options and was not replaced
     (``on_fingerprint_mismatch = "error"``, the CLI without ``--replace``).
 
     ``changes`` names each differing option (empty when the sandbox carries no record,
@@ -65,7 +66,7 @@ class SandboxOptionsDiffer(BackendUnavailable):
         self.what = what
         self.changes = changes
         self.recorded = recorded
-        super().__init__(f"{what} was created with other options: {describe(changes)}", hint=hint)
+        super().__init__(f"{what} was created with different options: {describe(changes)}", hint=hint)
 
 
 def record_of(options: BaseOptions, names: Iterable[str]) -> dict[str, Any]:
@@ -132,21 +133,27 @@ def defaults_from(recorded: Mapping[str, Any], explicit: Collection[str]) -> dic
     return defaults
 
 
+REPLACED = "was replaced (its processes, and its files outside a durable workspace, are gone)"
+"""What happened to a sandbox with other options, as :func:`settle_mismatch`'s notice says by default."""
+
+
 def settle_mismatch(
-    *, what: str, mode: str, found: str | None, requested: Mapping[str, Any], logger: logging.Logger
+    *,
+    what: str,
+    mode: str,
+    found: str | None,
+    requested: Mapping[str, Any],
+    logger: logging.Logger,
+    outcome: str = REPLACED,
 ) -> str:
     """The one decision on a sandbox ``what`` found with another fingerprint: its stored
     record ``found`` against the ``requested`` record. ``mode`` ``"error"`` raises
     :class:`SandboxOptionsDiffer`; otherwise a warning is logged on ``logger`` and the
-    notice for the first result after the replacement is returned (the caller replaces)."""
+    notice for the first result after the replacement is returned (the caller replaces it; ``outcome`` says what happened to it)."""
     recorded = decode(found)
     changes = option_changes(recorded or {}, requested)
     if mode == "error":
         raise SandboxOptionsDiffer(what, changes, recorded)
-    notice = (
-        f"{what} was created with other options and was replaced (its processes, and its files outside a durable "
-        f"workspace, are gone): "
-        f"{describe(changes)}"
-    )
+    notice = f"{what} was created with different options and {outcome}: {describe(changes)}"
     logger.warning("%s", notice)
     return notice

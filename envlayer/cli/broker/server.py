@@ -403,11 +403,11 @@ class Broker:
                 with caller_context(cwd, environ):
                     return open_environment(task_id=args.task, settings=chosen, backends={chosen.backend: cls})
 
-            env = open_task(settings, cls.Options, fresh, replace=args.replace, environ=environ)[0]
+            env = open_task(settings, cls, fresh, replace=args.replace, environ=environ)[0]
             return env, lambda: release_after_exec(env, args.rm, console)
         held, settings = open_task(
             settings,
-            cls.Options,
+            cls,
             lambda chosen: self.sessions.environment(chosen, args.task, environ, lambda: caller_context(cwd, environ)),
             replace=args.replace,
             environ=environ,
