@@ -65,12 +65,15 @@ def open_task(
     environ: Mapping[str, str] | None = None,
     remembered: MutableMapping[str, Settings] | None = None,
     key: str = "",
+    before_replacing: Callable[[], None] = lambda: None,
 ) -> tuple[Environment, Settings]:
     """The environment ``open_with(settings)`` opens, following the module's steps, and
     the settings it was opened with.
     ``cls`` is the backend's class; ``environ`` the caller's variables (for
     which options they set); ``remembered[key]`` (the broker's) keeps the settings a
-    call needed, so the next call with the same ``key`` opens with them at once.
+    call needed, so the next call with the same ``key`` opens with them at once;
+    ``before_replacing()`` is called before the sandbox is replaced (or its options changed
+    in place), so the broker lets go of what the old options made.
 
     Raises :class:`SandboxOptionsDiffer` (refused: the hint names ``--replace``) and
     whatever ``open_with`` raises."""
@@ -97,6 +100,7 @@ def open_task(
             return env, chosen
     if not (replace or getattr(cls, "options_change_in_place", False)):
         raise refusal(differ) from None
+    before_replacing()
     chosen = _mode(chosen, cls.Options, "recreate")
     return open_with(chosen), chosen
 

@@ -395,8 +395,6 @@ class Broker:
         which a new environment is created), and what to do with it afterwards."""
         cwd, environ = caller
         cls = self.sessions.backend_class(settings)
-        if args.replace:  # sessions on the sandbox it may replace would find it gone: let them go now
-            self.sessions.forget(args.task, settings.profile, settings.backend)
         if args.fresh:
 
             def fresh(chosen: Any) -> Any:
@@ -413,6 +411,7 @@ class Broker:
             environ=environ,
             remembered=self.sessions.remembered,
             key=self.sessions.task_key(settings, args.task, environ),
+            before_replacing=lambda: self.sessions.forget(args.task, settings.profile, settings.backend),
         )
         if not args.rm:
             return held, lambda: ([], True)

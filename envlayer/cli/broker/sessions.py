@@ -171,8 +171,8 @@ class Sessions:
         return dropped
 
     def forget(self, task: str, profile: str, backend: str) -> None:
-        """Before ``exec --replace`` of ``task``: :meth:`drop` its environments and the
-        settings remembered for it."""
+        """Before ``task``'s sandbox is replaced (``exec --replace``) or its options change
+        in place: :meth:`drop` its environments and the settings remembered for it."""
         self.drop(task, profile, backend)
         for key in [key for key in self.remembered if key.endswith("\0" + task)]:
             self.remembered.pop(key, None)
