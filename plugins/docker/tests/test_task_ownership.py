@@ -26,10 +26,10 @@ Run = Callable[..., "subprocess.CompletedProcess[str]"]
 
 
 @pytest.fixture
-def task_cli(docker_api: Any, profile: str) -> Iterator[tuple[Run, str]]:
+def task_cli(docker_api: Any, profile: str) -> Iterator[tuple[Run, str, dict[str, str]]]:
     """``run(COMMAND, *args)``: ``envlayer COMMAND --backend docker *args`` in a profile of
     its own with no ``ENVLAYER_*`` variable (no image set: only ``-o`` and the task's record
-    choose it), and the task id to use; the task's container, workspace and snapshots are
+    choose it), the task id to use and that environment; the task's container, workspace and snapshots are
     removed afterwards."""
     prof = f"{profile}-own-{uuid.uuid4().hex[:6]}"
     environ = {k: v for k, v in os.environ.items() if not k.startswith("ENVLAYER_")}
@@ -39,7 +39,7 @@ def task_cli(docker_api: Any, profile: str) -> Iterator[tuple[Run, str]]:
         argv = [ENVLAYER_SCRIPT, command, "--backend", "docker", *args]
         return subprocess.run(argv, capture_output=True, text=True, timeout=120, env=environ, input=stdin)
 
-    yield run, "t"
+    yield run, "t", environ
     run("rm", "t", "--force", "--purge")
     for image in docker_api.images(filters={"label": f"envlayer.profile={prof}"}) or []:
         docker_api.remove_image(image["Id"], force=True)
@@ -52,9 +52,9 @@ def _container_ids(docker_api: Any, run: Run) -> list[str]:
 
 @pytest.mark.parametrize("broker", ["broker", "no-broker"])
 def test_a_differing_option_is_refused_and_the_recorded_ones_are_the_defaults(
-    task_cli: tuple[Run, str], docker_api: Any, broker: str
+    task_cli: tuple[Run, str, dict[str, str]], docker_api: Any, broker: str
 ) -> None:
-    run, task = task_cli
+    run, task, _ = task_cli
     via = ["--no-broker"] if broker == "no-broker" else []
     made = run("exec", *via, "--task", task, "-o", f"image={DEBIAN}", "echo precious > /opt/state")
     assert made.returncode == 0, made.stderr
@@ -87,8 +87,8 @@ def test_a_differing_option_is_refused_and_the_recorded_ones_are_the_defaults(
     assert _container_ids(docker_api, run) == [second]
 
 
-def test_a_typo_destroys_nothing(task_cli: tuple[Run, str], docker_api: Any) -> None:
-    run, task = task_cli
+def test_a_typo_destroys_nothing(task_cli: tuple[Run, str, dict[str, str]], docker_api: Any) -> None:
+    run, task, _ = task_cli
     assert run("exec", "--task", task, "-o", f"image={DEBIAN}", "echo precious > /opt/state").returncode == 0
     before = _container_ids(docker_api, run)
     misspelt_key = run("exec", "--task", task, "-o", "memroy_mb=512", "true")
@@ -101,8 +101,28 @@ def test_a_typo_destroys_nothing(task_cli: tuple[Run, str], docker_api: Any) -> 
     assert _container_ids(docker_api, run) == before
 
 
-def test_cp_and_shell_stdin_need_only_the_task(task_cli: tuple[Run, str], docker_api: Any, tmp_path: Any) -> None:
-    run, task = task_cli
+def test_shell_needs_only_the_task_and_refuses_a_differing_option(
+    task_cli: tuple[Run, str, dict[str, str]], docker_api: Any, tmp_path: Any
+) -> None:
+    from tests.core.tmux_terminal import terminal
+
+    run, task, environ = task_cli
+    assert run("exec", "--task", task, "-o", f"image={DEBIAN}", "echo precious > /opt/state").returncode == 0
+    before = _container_ids(docker_api, run)
+    shell = [ENVLAYER_SCRIPT, "shell", "--backend", "docker", "--task", task]
+    with terminal(shell, str(tmp_path), environ) as t:
+        t.wait_for(r"^# ?$")  # the debian image's sh prompt
+        t.send("cat /opt/state; exit 3")
+        t.wait_for(r"^precious$")
+        t.wait_for(r"^EXIT=3$")
+    with terminal([*shell, "-o", f"image={BUSYBOX}"], str(tmp_path), environ) as t:
+        t.wait_for(r"different options: image")
+        t.wait_for(r"^EXIT=125$")
+    assert _container_ids(docker_api, run) == before
+
+
+def test_cp_and_exec_stdin_need_only_the_task(task_cli: tuple[Run, str, dict[str, str]], docker_api: Any, tmp_path: Any) -> None:
+    run, task, _ = task_cli
     assert run("exec", "--task", task, "-o", f"image={DEBIAN}", "echo precious > /opt/state").returncode == 0
     copied = run("cp", f"{task}:/opt/state", str(tmp_path / "state"))
     assert copied.returncode == 0, copied.stderr
