@@ -70,7 +70,8 @@ def container_ids(label: str) -> list[str]:
 
 
 def shell_with_keys(run: Run, keys: bytes) -> tuple[int, str]:
-    """``envlayer shell --task TASK`` on a pseudo-terminal fed ``keys``; (status, output)."""
+    """``envlayer shell --task TASK`` on a pseudo-terminal, fed ``keys`` once its prompt
+    (``# ``) shows (keys typed earlier may be lost, see docs/cli.md); (status, output)."""
     master, slave = os.openpty()
     proc = subprocess.Popen(
         [ENVLAYER, "shell", "--backend", "docker", "--task", TASK],
@@ -81,28 +82,29 @@ def shell_with_keys(run: Run, keys: bytes) -> tuple[int, str]:
         start_new_session=True,
     )
     os.close(slave)
-    os.write(master, keys)
-    output = b""
+    output, sent = b"", False
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([master], [], [], 0.5)
-        if ready:
+    while time.monotonic() < deadline and proc.poll() is None:
+        if not sent and output.rstrip().endswith(b"#"):
+            os.write(master, keys)
+            sent = True
+        if select.select([master], [], [], 0.2)[0]:
             try:
-                chunk = os.read(master, 65536)
+                output += os.read(master, 65536)
             except OSError:  # EIO: the terminal's other side closed
                 break
-            if not chunk:
-                break
-            output += chunk
-        elif proc.poll() is not None:
+    while select.select([master], [], [], 0.2)[0]:  # what it wrote just before it ended
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO
             break
+        if not chunk:
+            break
+        output += chunk
     os.close(master)
-    try:
-        status = proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
+    if proc.poll() is None:
         proc.kill()
-        status = proc.wait()
-    return status, output.decode(errors="replace")
+    return proc.wait(), output.decode(errors="replace")
 
 
 def repeated(run: Run) -> list[str]:
