@@ -149,7 +149,8 @@ def settle_mismatch(
     """The one decision on a sandbox ``what`` found with another fingerprint: its stored
     record ``found`` against the ``requested`` record. ``mode`` ``"error"`` raises
     :class:`SandboxOptionsDiffer`; otherwise a warning is logged on ``logger`` and the
-    notice for the first result after the replacement is returned (the caller replaces it; ``outcome`` says what happened to it)."""
+    notice for the first result after the replacement is returned (the caller replaces it;
+    ``outcome`` says what happened to it)."""
     recorded = decode(found)
     changes = option_changes(recorded or {}, requested)
     if mode == "error":

@@ -45,7 +45,7 @@ def task_cli(docker_api: Any, profile: str) -> Iterator[tuple[Run, str, dict[str
         docker_api.remove_image(image["Id"], force=True)
 
 
-def _container_ids(docker_api: Any, run: Run) -> list[str]:
+def _container_ids(run: Run) -> list[str]:
     listed = json.loads(run("ls", "--json").stdout)
     return [s["id"] for outcome in listed for s in outcome["sandboxes"] if s["status"] not in ("data",)]
 
@@ -58,7 +58,7 @@ def test_a_differing_option_is_refused_and_the_recorded_ones_are_the_defaults(
     via = ["--no-broker"] if broker == "no-broker" else []
     made = run("exec", *via, "--task", task, "-o", f"image={DEBIAN}", "echo precious > /opt/state")
     assert made.returncode == 0, made.stderr
-    first = _container_ids(docker_api, run)
+    first = _container_ids(run)
     assert len(first) == 1
 
     refused = run("exec", *via, "--task", task, "-o", f"image={DEBIAN}", "-o", "memory_mb=512", "cat /opt/state")
@@ -73,24 +73,24 @@ def test_a_differing_option_is_refused_and_the_recorded_ones_are_the_defaults(
     other = run("snapshot", "-o", f"image={BUSYBOX}", task)
     assert other.returncode == 125
     assert f'image: "{DEBIAN}" -> "{BUSYBOX}"' in other.stderr
-    assert _container_ids(docker_api, run) == first
+    assert _container_ids(run) == first
 
     replaced = run("exec", *via, "--task", task, "-o", "memory_mb=512", "--replace", "test ! -e /opt/state")
     assert replaced.returncode == 0, replaced.stderr
     assert "was replaced" in replaced.stderr and "memory_mb: 0 -> 512" in replaced.stderr
-    (second,) = _container_ids(docker_api, run)
+    (second,) = _container_ids(run)
     assert second != first[0]
     labels = docker_api.inspect_container(second)["Config"]["Labels"]
     assert json.loads(labels["envlayer.options"])["image"] == DEBIAN  # kept from the record
     again = run("exec", *via, "--task", task, "echo ok")  # the new record is the default now
     assert (again.returncode, again.stdout) == (0, "ok\n"), again.stderr
-    assert _container_ids(docker_api, run) == [second]
+    assert _container_ids(run) == [second]
 
 
 def test_a_typo_destroys_nothing(task_cli: tuple[Run, str, dict[str, str]], docker_api: Any) -> None:
     run, task, _ = task_cli
     assert run("exec", "--task", task, "-o", f"image={DEBIAN}", "echo precious > /opt/state").returncode == 0
-    before = _container_ids(docker_api, run)
+    before = _container_ids(run)
     misspelt_key = run("exec", "--task", task, "-o", "memroy_mb=512", "true")
     assert misspelt_key.returncode == 125 and "memory_mb" in misspelt_key.stderr  # "did you mean"
     misspelt_value = run("exec", "--task", task, "-o", "image=envlayer-test:debain", "true")
@@ -98,7 +98,7 @@ def test_a_typo_destroys_nothing(task_cli: tuple[Run, str, dict[str, str]], dock
     assert 'image: "envlayer-test:debian" -> "envlayer-test:debain"' in misspelt_value.stderr
     kept = run("exec", "--task", task, "cat /opt/state")
     assert (kept.returncode, kept.stdout) == (0, "precious\n"), kept.stderr
-    assert _container_ids(docker_api, run) == before
+    assert _container_ids(run) == before
 
 
 def test_shell_needs_only_the_task_and_refuses_a_differing_option(
@@ -108,7 +108,7 @@ def test_shell_needs_only_the_task_and_refuses_a_differing_option(
 
     run, task, environ = task_cli
     assert run("exec", "--task", task, "-o", f"image={DEBIAN}", "echo precious > /opt/state").returncode == 0
-    before = _container_ids(docker_api, run)
+    before = _container_ids(run)
     shell = [ENVLAYER_SCRIPT, "shell", "--backend", "docker", "--task", task]
     with terminal(shell, str(tmp_path), environ) as t:
         t.wait_for(r"^# ?$")  # the debian image's sh prompt
@@ -118,10 +118,12 @@ def test_shell_needs_only_the_task_and_refuses_a_differing_option(
     with terminal([*shell, "-o", f"image={BUSYBOX}"], str(tmp_path), environ) as t:
         t.wait_for(r"different options: image")
         t.wait_for(r"^EXIT=125$")
-    assert _container_ids(docker_api, run) == before
+    assert _container_ids(run) == before
 
 
-def test_cp_and_exec_stdin_need_only_the_task(task_cli: tuple[Run, str, dict[str, str]], docker_api: Any, tmp_path: Any) -> None:
+def test_cp_and_exec_stdin_need_only_the_task(
+    task_cli: tuple[Run, str, dict[str, str]], docker_api: Any, tmp_path: Any
+) -> None:
     run, task, _ = task_cli
     assert run("exec", "--task", task, "-o", f"image={DEBIAN}", "echo precious > /opt/state").returncode == 0
     copied = run("cp", f"{task}:/opt/state", str(tmp_path / "state"))
