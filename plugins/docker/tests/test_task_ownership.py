@@ -40,7 +40,9 @@ def task_cli(docker_api: Any, profile: str) -> Iterator[tuple[Run, str, dict[str
         return subprocess.run(argv, capture_output=True, text=True, timeout=120, env=environ, input=stdin)
 
     yield run, "t", environ
-    run("rm", "t", "--force", "--purge")
+    listed = json.loads(run("ls", "--json").stdout)
+    for task in {"t"} | {s["task"] for outcome in listed for s in outcome["sandboxes"]}:
+        run("rm", task, "--force", "--purge")
     for image in docker_api.images(filters={"label": f"envlayer.profile={prof}"}) or []:
         docker_api.remove_image(image["Id"], force=True)
 
@@ -119,6 +121,15 @@ def test_shell_needs_only_the_task_and_refuses_a_differing_option(
         t.wait_for(r"different options: image")
         t.wait_for(r"^EXIT=125$")
     assert _container_ids(run) == before
+
+
+def test_a_fork_keeps_the_tasks_options(task_cli: tuple[Run, str, dict[str, str]]) -> None:
+    run, task, _ = task_cli
+    assert run("exec", "--task", task, "-o", f"image={DEBIAN}", "echo precious > /opt/state").returncode == 0
+    forked = run("fork", task, f"{task}-fork")
+    assert forked.returncode == 0, forked.stderr
+    fork = run("exec", "--task", f"{task}-fork", "cat /opt/state")  # the fork records the task's options
+    assert (fork.returncode, fork.stdout) == (0, "precious\n"), fork.stderr
 
 
 def test_cp_and_exec_stdin_need_only_the_task(
