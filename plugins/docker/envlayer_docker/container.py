@@ -436,14 +436,12 @@ def refuse_other_options(api: Any, options: DockerOptions, *, profile: str, task
         found = (api.inspect_container(name).get("Config") or {}).get("Labels") or {}
     except NotFound:
         return
+    stored = found.get(L.OPTIONS)
     requested = recorded_options.record_of(options, SHAPING_OPTIONS)
-    if found.get(L.MANAGED) == "1" and recorded_options.option_changes(
-        recorded_options.decode(found.get(L.OPTIONS)) or {}, requested
-    ):
-        recorded_options.settle_mismatch(
-            what=f"container {name} of task {task!r}", mode="error", found=found.get(L.OPTIONS), requested=requested,
-            logger=log,
-        )
+    differs = recorded_options.option_changes(recorded_options.decode(stored) or {}, requested)
+    if found.get(L.MANAGED) == "1" and differs:
+        what = f"container {name} of task {task!r}"
+        recorded_options.settle_mismatch(what=what, mode="error", found=stored, requested=requested, logger=log)
 
 
 def ensure(api: Any, spec: ContainerSpec, options: DockerOptions) -> Attached:
