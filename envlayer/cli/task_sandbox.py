@@ -64,24 +64,26 @@ def open_task(
     replace: bool = False,
     environ: Mapping[str, str] | None = None,
     remembered: MutableMapping[str, Settings] | None = None,
-    key: str = "",
+    key: Callable[[], str] = str,
     before_replacing: Callable[[], None] = lambda: None,
 ) -> tuple[Environment, Settings]:
     """The environment ``open_with(settings)`` opens, following the module's steps, and
     the settings it was opened with.
     ``cls`` is the backend's class; ``environ`` the caller's variables (for
-    which options they set); ``remembered[key]`` (the broker's) keeps the settings a
-    call needed, so the next call with the same ``key`` opens with them at once;
+    which options they set); ``remembered[key()]`` (the broker's) keeps the settings a
+    call needed, so the next call with the same key opens with them at once (``key`` is
+    called only when something is or will be remembered);
     ``before_replacing()`` is called before the sandbox is replaced (or its options changed
     in place), so the broker lets go of what the old options made.
 
     Raises :class:`SandboxOptionsDiffer` (refused: the hint names ``--replace``) and
     whatever ``open_with`` raises."""
-    if remembered is not None and key in remembered and not replace:
+    known = remembered.get(key()) if remembered and not replace else None
+    if remembered is not None and known is not None:
         try:
-            return open_with(remembered[key]), remembered[key]
+            return open_with(known), known
         except SandboxOptionsDiffer:
-            remembered.pop(key, None)  # the sandbox was replaced since: learn its options again
+            remembered.pop(key(), None)  # the sandbox was replaced since: learn its options again
     chosen = _mode(settings, cls.Options, "error")
     try:
         return open_with(chosen), chosen
@@ -96,7 +98,7 @@ def open_task(
             differ = exc
         else:
             if remembered is not None:
-                remembered[key] = chosen
+                remembered[key()] = chosen
             return env, chosen
     if not (replace or getattr(cls, "options_change_in_place", False)):
         raise refusal(differ) from None

@@ -410,7 +410,7 @@ class Broker:
             replace=args.replace,
             environ=environ,
             remembered=self.sessions.remembered,
-            key=self.sessions.task_key(settings, args.task, environ),
+            key=lambda: self.sessions.task_key(settings, args.task, environ),
             before_replacing=lambda: self.sessions.forget(args.task, settings.profile, settings.backend),
         )
         if not args.rm:

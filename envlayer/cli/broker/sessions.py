@@ -28,7 +28,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
-from envlayer.config import Settings
+from envlayer.config import Settings, env_prefix
 from envlayer.environment import Environment
 from envlayer.errors import EnvlayerError
 from envlayer.factory import load_configured_backend
@@ -96,8 +96,20 @@ class Sessions:
         (see :func:`envlayer.cli.task_sandbox.open_task`), by :meth:`task_key`."""
 
     def task_key(self, settings: Settings, task: str, environ: Mapping[str, str]) -> str:
-        """What selects the remembered settings of ``task``'s calls under ``settings``."""
-        return configuration_key(settings, self.backend_class(settings), environ) + "\0" + task
+        """What selects the remembered settings of ``task``'s calls: the raw inputs of the
+        backend's options (files, ``ENVLAYER_<BACKEND>_*`` variables, arguments) and the
+        variables it reads, not the validated options (:func:`configuration_key` costs
+        milliseconds; a stale entry only costs one more open, see ``open_task``)."""
+        backend, prefix = settings.backend, env_prefix(settings.backend)
+        data = [
+            backend,
+            settings.profile,
+            settings.backend_options.get(backend, {}),
+            settings.argument_options.get(backend, {}),
+            {k: v for k, v in environ.items() if k.startswith(prefix)},
+            variables_read(self.backend_class(settings), environ),
+        ]
+        return json.dumps(data, sort_keys=True, default=repr) + "\0" + task
 
     def backend_class(self, settings: Settings) -> type[Environment]:
         """The class of the backend ``settings`` selects, loaded once per broker (finding
