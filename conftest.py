@@ -168,17 +168,21 @@ def _stop_brokers(directory: str) -> None:
 
 @pytest.fixture(scope="session")
 def _broker_runtime_dir() -> Iterator[str]:
+    """Also points ``XDG_STATE_HOME`` inside it: what envlayer records there (local tasks'
+    options, local snapshots) stays out of the user's home and goes with the run."""
     directory = tempfile.mkdtemp(prefix="envlayer-test-run-", dir="/tmp")
-    old = os.environ.get("XDG_RUNTIME_DIR")
+    old = {name: os.environ.get(name) for name in ("XDG_RUNTIME_DIR", "XDG_STATE_HOME")}
     os.environ["XDG_RUNTIME_DIR"] = directory
+    os.environ["XDG_STATE_HOME"] = os.path.join(directory, "state")
     try:
         yield directory
     finally:
         _stop_brokers(directory)
-        if old is None:
-            os.environ.pop("XDG_RUNTIME_DIR", None)
-        else:
-            os.environ["XDG_RUNTIME_DIR"] = old
+        for name, value in old.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
         shutil.rmtree(directory, ignore_errors=True)
 
 

@@ -28,13 +28,15 @@ import weakref
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Literal
 
 from envlayer.sandbox.command_env import CREDENTIAL_PATTERNS, inherited_environment, with_command_defaults
-from envlayer.backends import local_snapshots
+from envlayer.backends import local_snapshots, local_tasks
 from envlayer.backends.local_terminal import PtyTerminal
 from envlayer.backends.local_session import LocalSession, moved_notice, nearest_existing
 from envlayer.execution.cancel import killer_for
 from envlayer.capabilities import Capability
+from envlayer.environment import DEFAULT_TASK
 from envlayer.execution.collector import OutputCollector
 from envlayer.errors import (
     FileTooLarge,
@@ -80,6 +82,12 @@ class LocalOptions(SandboxOptions, SnapshotRetentionOptions):
         doc="Names of variables inherited even when `env_blocklist` matches them (explicit opt-in).",
         factory=list,
     )
+    on_fingerprint_mismatch: Literal["none", "recreate", "error"] = option(
+        "none",
+        doc="`none`: keep no record of the task's options (commands on this machine leave nothing to replace); "
+        "`error` or `recreate` (the CLI sets one): record them in a file (see docs/backends/local.md) and, when a "
+        "call's options differ from the task's, raise, or take the new ones with a notice. Per-process setting.",
+    )
     snapshot_dir: str = option(
         "",
         doc="Where snapshots (copies of `cwd`) and the working copies of forks are kept; "
@@ -113,6 +121,9 @@ class LocalEnvironment(SandboxEnvironment):
         }
     )
     environment_variables = ()  # commands inherit the creating process's environment: it selects nothing
+    options_change_in_place = True
+    """A local task's options change without losing anything: the CLI takes a call's
+    differing options (with a notice) instead of refusing them (see local_tasks)."""
     options: LocalOptions
 
     def open_sandbox(self) -> None:
@@ -121,6 +132,11 @@ class LocalEnvironment(SandboxEnvironment):
         :mod:`envlayer.backends.local_snapshots`."""
         self.fork_directory: str | None = None
         from_snapshot = self.from_snapshot
+        mode = self.options.on_fingerprint_mismatch
+        if mode != "none" and from_snapshot is None and self.task_id != DEFAULT_TASK:
+            notice = local_tasks.claim(self.options, profile=self.profile, task=self.task_id, mode=mode)
+            if notice:
+                self.announce(notice)
         if from_snapshot is None:
             self.cwd = os.path.abspath(os.path.expanduser(self.options.cwd or os.getcwd()))
         else:

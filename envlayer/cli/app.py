@@ -62,8 +62,10 @@ from envlayer.cli.report import (
 )
 from envlayer.config import CORE_KEYS
 from envlayer.environment import SandboxInfo
+from envlayer.cli.task_sandbox import open_task_environment
 from envlayer.errors import BackendNotFound, BackendUnavailable, EnvlayerError
-from envlayer.factory import load_configured_backend, open_environment
+from envlayer.factory import load_configured_backend
+from envlayer.sandbox.recorded_options import SandboxOptionsDiffer
 from envlayer.options import default_of, masked, option_fields, type_name
 from envlayer.discovery.plugin_calls import plugin_call
 from envlayer.cli.progress import progress
@@ -180,7 +182,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
     try:
         plan = plan_exec(args, sys.stdin.buffer.read)
         with progress(f"starting the {plan.settings.backend} sandbox of task {args.task!r}"):
-            env = open_environment(task_id=args.task, settings=plan.settings)
+            env = open_task_environment(plan.settings, args.task, replace=args.replace)
     except EnvlayerError as exc:
         return exec_failed(args, console, exc)
 
@@ -362,6 +364,9 @@ def _run(argv: Sequence[str] | None) -> int:
         logging.getLogger("envlayer").addHandler(logging.NullHandler())
     try:
         return int(_handler(args)(args))
+    except SandboxOptionsDiffer as exc:  # refused to replace the task's sandbox: envlayer did not run it
+        _error(exc)
+        return ENVLAYER_FAILURE
     except BackendUnavailable as exc:
         _error(exc, "backend unavailable")
         return 1

@@ -33,8 +33,9 @@ from envlayer.cli.copy_stream import CopyFailed
 from envlayer.cli.exec_plan import json_text, settings_of
 from envlayer.cli.progress import Meter, io_meter, progress
 from envlayer.environment import Environment
+from envlayer.cli.task_sandbox import open_task_environment
 from envlayer.errors import EnvlayerError, InvalidArgument, SandboxFileNotFound, SandboxIsADirectory
-from envlayer.factory import backend_specs, open_environment
+from envlayer.factory import backend_specs
 from envlayer.result import INTERRUPT_EXIT_CODE as INTERRUPTED
 from envlayer.sandbox.tar_stream import file_chunks, tree_size
 
@@ -81,7 +82,7 @@ def _existing_task(args: argparse.Namespace, task: str) -> Environment:
     specs, failures = backend_specs(settings, [settings.backend])
     if failures:
         raise failures[0].error
-    cls, options = specs[0]
+    cls = specs[0][0]
     if supports(cls, Capability.LIST_SANDBOXES):
         (listed,) = lifecycle.list_sandboxes(specs, profile=settings.profile)
         if listed.error is None and task not in {s.task for s in listed.sandboxes if s.status != "data"}:
@@ -90,7 +91,7 @@ def _existing_task(args: argparse.Namespace, task: str) -> Environment:
                 f"task {task!r} has no {listed.backend} sandbox in profile {settings.profile!r}",
                 hint="`envlayer ls` lists them; make it first (`envlayer exec --task TASK ...`)",
             )
-    return open_environment(settings.backend, task_id=task, settings=settings, options=options)
+    return open_task_environment(settings, task)
 
 
 def _upload(env: Environment, local: str, remote: str, task: str) -> tuple[int, int]:

@@ -37,6 +37,8 @@ from envlayer.environment import Command, Environment
 from envlayer.errors import EnvlayerError
 from envlayer.request import check_user, normalize_timeout
 from envlayer.result import INTERRUPT_EXIT_CODE, ExecResult
+from envlayer.cli.task_sandbox import refusal
+from envlayer.sandbox.recorded_options import SandboxOptionsDiffer
 
 ENVLAYER_FAILURE = 125
 """Exit code when envlayer or a backend plugin failed (for ``exec``: before or around the
@@ -223,7 +225,11 @@ def exec_json(result: ExecResult | None, notes: list[str], exc: BaseException | 
 
 
 def exec_failed(args: argparse.Namespace, console: Console, exc: EnvlayerError, notes: list[str] | None = None) -> int:
-    """Report a failure of envlayer itself (``--json``: the exec object with ``error``); 125."""
+    """Report a failure of envlayer itself (``--json``: the exec object with ``error``); 125.
+    A sandbox found with other options mid-call (replaced by another process) gets the
+    CLI's hint (``--replace``)."""
+    if isinstance(exc, SandboxOptionsDiffer):
+        exc = refusal(exc)
     if args.json:
         console.json(exec_json(None, notes or [], exc))
     console.error(exc)

@@ -18,6 +18,7 @@ from typing import Any
 
 from envlayer import __version__
 from envlayer.cli.completion import SHELLS
+from envlayer.cli.task_sandbox import REPLACE_HELP
 from envlayer.options import BaseOptions, default_of, option_fields
 
 DEFAULT_TIMEOUT: float = default_of(option_fields(BaseOptions)["timeout"][1])
@@ -171,6 +172,7 @@ def _exec_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="remove the sandbox and its durable workspace afterwards, even in persist mode (like docker run --rm)",
     )
+    p.add_argument("--replace", action="store_true", help=REPLACE_HELP)
     p.add_argument(
         "--fresh",
         action="store_true",
@@ -237,7 +239,8 @@ class Command:
 
 EXEC_EXITS = (
     "exit codes: the command's own; 124 timed out (its process tree was killed); 130 interrupted;\n"
-    "125 envlayer failed (unknown backend, bad config, backend unavailable), reason and hint on stderr"
+    "125 envlayer failed (unknown backend, bad config, backend unavailable, the task's sandbox was created with\n"
+    "other options and --replace was not given), reason and hint on stderr"
 )
 EXEC_EXAMPLES = (
     "  envlayer exec ls -la /tmp                         # the rest of the line is the command\n"

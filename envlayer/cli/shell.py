@@ -25,7 +25,7 @@ from typing import Any
 from envlayer.cli.exec_plan import settings_of
 from envlayer.cli.progress import progress
 from envlayer.errors import InvalidArgument
-from envlayer.factory import open_environment
+from envlayer.cli.task_sandbox import REPLACE_HELP, open_task_environment
 
 TERMINAL_BACKENDS = ("local", "docker", "ssh", "kubernetes", "modal", "daytona")
 """The built-in backends with ``open_terminal``, named when another one is refused."""
@@ -79,7 +79,7 @@ def cmd_shell(args: argparse.Namespace) -> int:
         )
     settings = settings_of(args)
     with progress(f"starting the {settings.backend} sandbox of task {args.task!r}"):
-        env = open_environment(task_id=args.task, settings=settings)
+        env = open_task_environment(settings, args.task, replace=args.replace)
     try:
         opener = getattr(env, "open_terminal", None)
         if opener is None:
@@ -108,8 +108,9 @@ def add_parsers(sub: Any, shared: dict[str, argparse.ArgumentParser], make: Call
         "open an interactive terminal in a task's sandbox",
         "  envlayer shell --task t1\n  envlayer shell --backend docker --task t1",
         "exit codes: the shell's own exit status; 1 envlayer failed (no terminal, backend without one), "
-        "2 usage error",
+        "2 usage error, 125 the task's sandbox was created with other options (see --replace)",
         flags=("settings",),
     )
     p.add_argument("--task", default="default", metavar="ID", help="the task whose sandbox to enter (default: default)")
+    p.add_argument("--replace", action="store_true", help=REPLACE_HELP)
     p.set_defaults(func=cmd_shell)

@@ -23,7 +23,8 @@ from envlayer.cli.exec_plan import settings_of as _settings
 from envlayer.cli.report import report, sweep_targets
 from envlayer.environment import Environment
 from envlayer.errors import InvalidArgument
-from envlayer.factory import backend_specs, open_environment
+from envlayer.cli.task_sandbox import open_task_environment
+from envlayer.factory import backend_specs
 from envlayer.options import option_fields
 
 
@@ -35,7 +36,7 @@ def _existing_task(args: argparse.Namespace) -> Environment:
     specs, failures = backend_specs(settings, [settings.backend])
     if failures:
         raise failures[0].error
-    cls, options = specs[0]
+    cls = specs[0][0]
     if not supports(cls, Capability.SNAPSHOT):
         raise lifecycle.snapshot_refused(cls, "take a snapshot")
     if supports(cls, Capability.LIST_SANDBOXES):
@@ -46,7 +47,7 @@ def _existing_task(args: argparse.Namespace) -> Environment:
                 f"task {args.task!r} has no {listed.backend} sandbox in profile {settings.profile!r}",
                 hint="`envlayer ls` lists them; make it first (`envlayer exec --task TASK ...`)",
             )
-    return open_environment(settings.backend, task_id=args.task, settings=settings, options=options)
+    return open_task_environment(settings, args.task)
 
 
 @contextmanager

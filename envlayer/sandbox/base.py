@@ -171,7 +171,14 @@ class SandboxEnvironment(Environment):
             return self._run_once(request if attempts == 1 else _restarted(request))
 
         result, recovered = self.with_recovery(attempt)
-        return dataclasses.replace(result, recovered=recovered) if recovered else result
+        result = dataclasses.replace(result, recovered=recovered) if recovered else result
+        notice, self._announcement = getattr(self, "_announcement", ""), ""
+        return result.with_notice(f"{notice}; {result.notice}" if result.notice else notice) if notice else result
+
+    def announce(self, notice: str) -> None:
+        """Put ``notice`` on the next :class:`~envlayer.result.ExecResult` (something the
+        caller must hear of, such as a sandbox replaced because its options differed)."""
+        self._announcement = notice
 
     def _run_once(self, request: ExecRequest) -> ExecResult:
         lock = self.session_lock() if request.user is None else None

@@ -65,6 +65,7 @@ from envlayer.cli.exec_plan import (
 )
 from envlayer.config import load_settings
 from envlayer.errors import EnvlayerError
+from envlayer.cli.task_sandbox import open_task
 from envlayer.factory import open_environment
 
 log = logging.getLogger("envlayer.broker")
@@ -440,12 +441,27 @@ class Broker:
         """The environment for this call (``caller``: its directory and environment, in
         which a new environment is created), and what to do with it afterwards."""
         cwd, environ = caller
+        cls = self.sessions.backend_class(settings)
         if args.fresh:
-            cls = self.sessions.backend_class(settings)
-            with caller_context(cwd, environ):
-                env = open_environment(task_id=args.task, settings=settings, backends={settings.backend: cls})
+
+            def fresh(chosen: Any) -> Any:
+                with caller_context(cwd, environ):
+                    return open_environment(task_id=args.task, settings=chosen, backends={chosen.backend: cls})
+
+            env = open_task(settings, cls, fresh, replace=args.replace, environ=environ)[0]
             return env, lambda: release_after_exec(env, args.rm, console)
-        held = self.sessions.environment(settings, args.task, environ, lambda: caller_context(cwd, environ), cwd)
+        held, settings = open_task(
+            settings,
+            cls,
+            lambda chosen: self.sessions.environment(
+                chosen, args.task, environ, lambda: caller_context(cwd, environ), cwd
+            ),
+            replace=args.replace,
+            environ=environ,
+            remembered=self.sessions.remembered,
+            key=lambda: self.sessions.task_key(settings, args.task, environ),
+            before_replacing=lambda: self.sessions.forget(args.task, settings.profile, settings.backend),
+        )
         if not args.rm:
             return held, lambda: ([], True)
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import json
 import logging
 import threading
 from collections.abc import Callable, Mapping
@@ -29,7 +30,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
-from envlayer.config import Settings
+from envlayer.config import Settings, env_prefix
 from envlayer.environment import Environment
 from envlayer.errors import EnvlayerError
 from envlayer.factory import load_configured_backend
@@ -149,6 +150,25 @@ class Sessions:
         self._lock = threading.Lock()
         self._managers: dict[str, tuple[Configuration, EnvironmentManager]] = {}
         self._classes: dict[str, type[Environment]] = {}
+        self.remembered: dict[str, Settings] = {}
+        """The settings a task's calls open it with: its recorded options as defaults
+        (see :func:`envlayer.cli.task_sandbox.open_task`), by :meth:`task_key`."""
+
+    def task_key(self, settings: Settings, task: str, environ: Mapping[str, str]) -> str:
+        """What selects the remembered settings of ``task``'s calls: the raw inputs of the
+        backend's options (files, ``ENVLAYER_<BACKEND>_*`` variables, arguments) and the
+        variables it reads, not the validated options (:func:`configuration_key` costs
+        milliseconds; a stale entry only costs one more open, see ``open_task``)."""
+        backend, prefix = settings.backend, env_prefix(settings.backend)
+        data = [
+            backend,
+            settings.profile,
+            settings.backend_options.get(backend, {}),
+            settings.argument_options.get(backend, {}),
+            {k: v for k, v in environ.items() if k.startswith(prefix)},
+            variables_read(self.backend_class(settings), environ),
+        ]
+        return json.dumps(data, sort_keys=True, default=repr) + "\0" + task
 
     def backend_class(self, settings: Settings) -> type[Environment]:
         """The class of the backend ``settings`` selects, loaded once per broker (finding
@@ -223,6 +243,13 @@ class Sessions:
                     continue
                 dropped.append(_held(config, key, idle, in_flight))
         return dropped
+
+    def forget(self, task: str, profile: str, backend: str) -> None:
+        """Before ``task``'s sandbox is replaced (``exec --replace``) or its options change
+        in place: :meth:`drop` its environments and the settings remembered for it."""
+        self.drop(task, profile, backend)
+        for key in [key for key in self.remembered if key.endswith("\0" + task)]:
+            self.remembered.pop(key, None)
 
     def held(self) -> list[HeldEnvironment]:
         """Every environment alive now."""

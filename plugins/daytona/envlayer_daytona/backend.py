@@ -106,6 +106,7 @@ class DaytonaEnvironment(SandboxEnvironment):
         what = "recovered" if attached.recovered else what
         if attached.lost:
             log.warning("task %r: %s", self.task_id, attached.lost)
+            self.announce(attached.lost)
         log.debug("%s sandbox %s for task %r", what, self._spec.name, self.task_id)
         return what
 

@@ -25,6 +25,9 @@ __all__ = ["fingerprint", "managed_labels", "parse_time", "private_name", "sandb
 LABEL_PREFIX = "envlayer."
 MANAGED, TASK, PROFILE, FINGERPRINT, PERSIST, _OWNER = managed_keys(LABEL_PREFIX)
 CREATED_AT = LABEL_PREFIX + "created-at"
+OPTIONS = LABEL_PREFIX + "options"
+"""The options the sandbox was created with, as JSON (see
+:mod:`envlayer.sandbox.recorded_options`; no secret values)."""
 
 PREFIX = "envlayer"
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")

@@ -19,10 +19,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from envlayer.errors import BackendUnavailable, ImageBuildFailed, InvalidArgument
+from envlayer.sandbox import recorded_options
 from envlayer.sandbox.dockerfile import resolve_build
 from envlayer.sandbox.retry import DEFAULT_POLICY
 from envlayer_daytona import identity
@@ -81,6 +82,25 @@ class Spec:
     fingerprint: str
     profile: str
     task: str
+    record: dict[str, Any] = field(default_factory=dict)
+    """The options it is created with, as its :data:`~envlayer_daytona.identity.OPTIONS` label records them."""
+
+
+SHAPING_OPTIONS = (
+    "image",
+    "snapshot",
+    "target",
+    "user",
+    "cpu",
+    "memory_gib",
+    "disk_gib",
+    "gpu",
+    "labels",
+    "auto_stop_interval",
+    "auto_delete_interval",
+    "ttl_minutes",
+)
+"""The options that shape a sandbox (its fingerprint's inputs), recorded in its labels."""
 
 
 def build_spec(options: DaytonaOptions, *, profile: str, task: str) -> Spec:
@@ -104,7 +124,9 @@ def build_spec(options: DaytonaOptions, *, profile: str, task: str) -> Spec:
     labels = identity.managed_labels(
         profile=profile, task=task, fingerprint_value=value, persist=persist, extra=options.labels
     )
-    return Spec(name=name, labels=labels, fingerprint=value, profile=profile, task=task)
+    record = recorded_options.record_of(options, SHAPING_OPTIONS)
+    labels[identity.OPTIONS] = recorded_options.encode(record)
+    return Spec(name=name, labels=labels, fingerprint=value, profile=profile, task=task, record=record)
 
 
 def create_params(options: DaytonaOptions, spec: Spec, from_snapshot: str | None = None) -> Any:
@@ -240,7 +262,8 @@ def _create_timed_out(client: Any, options: DaytonaOptions, spec: Spec, exc: Any
 
 def _adopt(found: Any, options: DaytonaOptions, spec: Spec) -> Attached | str:
     """Attach to an existing sandbox of the same name, or delete it and return why (try
-    again): "" for another fingerprint, the data-loss notice for a broken one."""
+    again): the notice of its replacement (another fingerprint: see
+    :func:`envlayer.sandbox.recorded_options.settle_mismatch`; a broken one: its data is lost)."""
     from daytona.common.errors import DaytonaError
 
     labels = found.labels or {}
@@ -250,16 +273,15 @@ def _adopt(found: Any, options: DaytonaOptions, spec: Spec) -> Attached | str:
             hint="delete or rename it in Daytona; envlayer never touches sandboxes it did not label",
         )
     if labels.get(identity.FINGERPRINT) != spec.fingerprint:
-        if options.on_fingerprint_mismatch == "error":
-            raise BackendUnavailable(
-                f"sandbox {spec.name} was created with different options (fingerprint "
-                f"{labels.get(identity.FINGERPRINT)} != {spec.fingerprint})",
-                hint="use the same options, remove it (`envlayer rm TASK --force`), "
-                'or set on_fingerprint_mismatch = "recreate"',
-            )
-        log.info("sandbox %s has another fingerprint; deleting and re-creating it", spec.name)
+        notice = recorded_options.settle_mismatch(
+            what=f"sandbox {spec.name}",
+            mode=options.on_fingerprint_mismatch,
+            found=labels.get(identity.OPTIONS),
+            requested=spec.record,
+            logger=log,
+        )
         remove(found, options)
-        return ""
+        return notice
     try:
         done = bring_up(found, options, _state(found))
         if done == RECREATE:

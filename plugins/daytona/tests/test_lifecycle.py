@@ -8,6 +8,7 @@ the API routes it used, so an SDK upgrade that changes the wire shows up here.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import socket
@@ -191,12 +192,23 @@ def test_persist_vs_opt_out_vs_force(fake_daytona: FakeDaytona, make_env: Callab
     assert _managed(fake_daytona, profile, kept.task_id) == []
 
 
-def test_fingerprint_mismatch(fake_daytona: FakeDaytona, make_env: Callable[..., Any]) -> None:
+def test_fingerprint_mismatch(
+    fake_daytona: FakeDaytona, make_env: Callable[..., Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    from envlayer.sandbox.recorded_options import OptionChange, SandboxOptionsDiffer
+
     env = make_env(labels={"team": "a"})
-    with pytest.raises(BackendUnavailable, match="different options"):
+    with pytest.raises(SandboxOptionsDiffer, match="different options") as info:
         make_env(env.task_id, labels={"team": "b"}, on_fingerprint_mismatch="error")
-    replaced = make_env(env.task_id, labels={"team": "b"})
+    assert info.value.changes == [OptionChange("labels", {"team": "a"}, {"team": "b"})]  # read back from its labels
+    assert info.value.recorded is not None and info.value.recorded["image"] == env.options.image
+    with caplog.at_level(logging.WARNING, logger="envlayer.daytona"):
+        replaced = make_env(env.task_id, labels={"team": "b"})
     assert replaced.sandbox_id != env.sandbox_id
+    notice = replaced.exec("true").notice
+    assert "was replaced" in notice and 'labels: {"team": "a"} -> {"team": "b"}' in notice
+    assert any(notice in r.getMessage() for r in caplog.records if r.name == "envlayer.daytona")
+    assert replaced.exec("true").notice == ""
 
 
 def test_reaper_rules(fake_daytona: FakeDaytona, make_env: Callable[..., Any], options: Callable[..., Any]) -> None:

@@ -79,7 +79,7 @@ class DockerEnvironment(ThreadTeardown, SandboxEnvironment):
 
     def open_sandbox(self) -> None:
         from envlayer_docker.client import get_client
-        from envlayer_docker.container import build_spec
+        from envlayer_docker.container import build_spec, refuse_other_options
         from envlayer_docker.image import prepared_options, warn_if_workspace_hides_image
 
         self._api = get_client(self.options)
@@ -96,12 +96,17 @@ class DockerEnvironment(ThreadTeardown, SandboxEnvironment):
         self._files: Any = None
         self._fork_image = ""
         """A fork's snapshot image id: released (deleted if its snapshot was removed) after teardown."""
-        with translated("inspecting the image", opts):
-            self._spec = build_spec(
-                self._api, opts, profile=self.profile, task=self.task_id, persist=opts.persist_across_processes
-            )
-            if not cwd_given and opts.cwd is not None:
-                warn_if_workspace_hides_image(self._api, opts.cwd, self._spec.data, opts.image)
+        try:
+            with translated("inspecting the image", opts):
+                self._spec = build_spec(
+                    self._api, opts, profile=self.profile, task=self.task_id, persist=opts.persist_across_processes
+                )
+        except BackendUnavailable:
+            with translated("inspecting the task's container", opts):
+                refuse_other_options(self._api, opts, profile=self.profile, task=self.task_id)
+            raise
+        if not cwd_given and opts.cwd is not None:
+            warn_if_workspace_hides_image(self._api, opts.cwd, self._spec.data, opts.image)
         if self.from_snapshot is None:
             self._attach()
         else:
@@ -132,6 +137,8 @@ class DockerEnvironment(ThreadTeardown, SandboxEnvironment):
         spec = self._spec
         with translated("creating or attaching the container", self.options):
             attached = ensure(self._api, spec, self.options)
+        if attached.replaced:
+            self.announce(attached.replaced)
         with self._state_lock:
             self._container = attached
             self._files = FileTransfer(

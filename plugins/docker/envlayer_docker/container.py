@@ -23,12 +23,14 @@ Rules (see docs/backends/docker.md, "Reuse"):
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from envlayer.errors import BackendUnavailable, ConfigError
+from envlayer.sandbox import recorded_options
 from envlayer.sandbox.owner import owner_label
 from envlayer_docker import gpus as gpu_request
 from envlayer_docker import labels as L
@@ -38,8 +40,38 @@ from envlayer_docker.naming import container_name, private_name
 from envlayer_docker.options import DockerOptions, parse_volume
 from envlayer_docker.uninterrupted import finish_then_interrupt
 
+log = logging.getLogger("envlayer.docker")
 _MAX_ATTEMPTS = 12
 _CONFIG_KWARGS = {"hostname", "domainname", "stop_signal"}
+SHAPING_OPTIONS = (
+    "image",
+    "user",
+    "run_as_host_user",
+    "mount_cwd",
+    "host_cwd",
+    "volumes",
+    "cpus",
+    "memory_mb",
+    "pids_limit",
+    "network",
+    "cap_add",
+    "no_new_privileges",
+    "tmpfs",
+    "shm_size",
+    "init",
+    "image_entrypoint",
+    "workspace",
+    "persist_home",
+    "home_dir",
+    "data_dir",
+    "labels",
+    "extra_create_kwargs",
+    "cwd",
+    "env",
+    "forward_env",
+)
+"""The options that shape the container (its fingerprint's inputs), recorded in its
+:data:`~envlayer_docker.labels.OPTIONS` label (see :mod:`envlayer.sandbox.recorded_options`)."""
 
 
 @dataclass
@@ -59,6 +91,8 @@ class ContainerSpec:
     task: str = ""
     owned_dirs: list[str] = field(default_factory=list)
     """Directories handed to ``user`` when the container is created (see :mod:`envlayer_docker.ownership`)."""
+    record: dict[str, Any] = field(default_factory=dict)
+    """The options it is created with, as recorded in its labels (:data:`SHAPING_OPTIONS`)."""
 
 
 @dataclass
@@ -70,6 +104,8 @@ class Attached:
     created: bool
     tmpfs_paths: list[str] = field(default_factory=list)
     image_user: str = ""
+    replaced: str = ""
+    """When a container with other options was replaced to make this one: the notice saying so."""
 
 
 def effective_user(options: DockerOptions) -> str | None:
@@ -213,18 +249,20 @@ def build_spec(api: Any, options: DockerOptions, *, profile: str, task: str, per
         }
     )
     name = container_name(profile, task) if persist else private_name(profile, task)
+    record = recorded_options.record_of(options, SHAPING_OPTIONS)
+    labels = L.managed_labels(
+        profile=profile,
+        task=task,
+        fingerprint_value=fp,
+        persist=persist,
+        extra=options.labels,
+        owner=None if persist else owner_label(),
+    )
     return ContainerSpec(
         name=name,
         image=options.image,
         user=user,
-        labels=L.managed_labels(
-            profile=profile,
-            task=task,
-            fingerprint_value=fp,
-            persist=persist,
-            extra=options.labels,
-            owner=None if persist else owner_label(),
-        ),
+        labels={**labels, L.OPTIONS: recorded_options.encode(record)},
         fingerprint=fp,
         config=config,
         host_config=host_config,
@@ -233,10 +271,11 @@ def build_spec(api: Any, options: DockerOptions, *, profile: str, task: str, per
         profile=profile,
         task=task,
         owned_dirs=owned,
+        record=record,
     )
 
 
-def _attached(info: dict[str, Any], created: bool) -> Attached:
+def _attached(info: dict[str, Any], created: bool, replaced: str = "") -> Attached:
     tmpfs = list((info.get("HostConfig") or {}).get("Tmpfs") or {})
     tmpfs += [m["Destination"] for m in info.get("Mounts") or [] if m.get("Type") == "tmpfs"]
     return Attached(
@@ -245,6 +284,7 @@ def _attached(info: dict[str, Any], created: bool) -> Attached:
         created=created,
         tmpfs_paths=sorted(set(tmpfs)),
         image_user=(info.get("Config") or {}).get("User") or "",
+        replaced=replaced,
     )
 
 
@@ -362,11 +402,13 @@ def _create(api: Any, spec: ContainerSpec, options: DockerOptions) -> dict[str, 
     return info
 
 
-def _is_reusable(info: dict[str, Any], spec: ContainerSpec, options: DockerOptions) -> bool:
-    """Whether the container found under ``spec``'s name is envlayer's with ``spec``'s
-    fingerprint (False: other options, to be recreated). Raises :class:`BackendUnavailable`
-    for a container envlayer does not manage, or other options under
-    ``on_fingerprint_mismatch = "error"``."""
+def _replacement(info: dict[str, Any], spec: ContainerSpec, options: DockerOptions) -> str:
+    """"" when the container found under ``spec``'s name is envlayer's with ``spec``'s
+    fingerprint; else the notice of its replacement (other options, to be recreated,
+    see :func:`envlayer.sandbox.recorded_options.settle_mismatch`). Raises
+    :class:`BackendUnavailable` for a container envlayer does not manage, and
+    :class:`~envlayer.sandbox.recorded_options.SandboxOptionsDiffer` for other options
+    under ``on_fingerprint_mismatch = "error"``."""
     found = (info.get("Config") or {}).get("Labels") or {}
     if found.get(L.MANAGED) != "1":
         raise BackendUnavailable(
@@ -374,14 +416,37 @@ def _is_reusable(info: dict[str, Any], spec: ContainerSpec, options: DockerOptio
             hint=f"remove or rename it (`docker rm -f {spec.name}`)",
         )
     if found.get(L.FINGERPRINT) == spec.fingerprint:
-        return True
-    if options.on_fingerprint_mismatch == "error":
-        raise BackendUnavailable(
-            f"container {spec.name} was created with different options "
-            f"(fingerprint {found.get(L.FINGERPRINT)}, now {spec.fingerprint})",
-            hint='remove it (`envlayer rm`), or set on_fingerprint_mismatch = "recreate"',
-        )
-    return False
+        return ""
+    return recorded_options.settle_mismatch(
+        what=f"container {spec.name} of task {spec.task!r}",
+        mode=options.on_fingerprint_mismatch,
+        found=found.get(L.OPTIONS),
+        requested=spec.record,
+        logger=log,
+    )
+
+
+def refuse_other_options(api: Any, options: DockerOptions, *, profile: str, task: str) -> None:
+    """Under ``on_fingerprint_mismatch = "error"``, raise
+    :class:`~envlayer.sandbox.recorded_options.SandboxOptionsDiffer` when the task's
+    persist-mode container exists with other recorded options: called when its spec
+    cannot be built (its image is missing), so a call whose defaults differ from the
+    task's options learns them instead of failing on an image it would not use."""
+    from docker.errors import NotFound
+
+    if options.on_fingerprint_mismatch != "error" or not options.persist_across_processes:
+        return
+    name = container_name(profile, task)
+    try:
+        found = (api.inspect_container(name).get("Config") or {}).get("Labels") or {}
+    except NotFound:
+        return
+    stored = found.get(L.OPTIONS)
+    requested = recorded_options.record_of(options, SHAPING_OPTIONS)
+    differs = recorded_options.option_changes(recorded_options.decode(stored) or {}, requested)
+    if found.get(L.MANAGED) == "1" and differs:
+        what = f"container {name} of task {task!r}"
+        recorded_options.settle_mismatch(what=what, mode="error", found=stored, requested=requested, logger=log)
 
 
 def ensure(api: Any, spec: ContainerSpec, options: DockerOptions) -> Attached:
@@ -394,6 +459,7 @@ def ensure(api: Any, spec: ContainerSpec, options: DockerOptions) -> Attached:
     from docker.errors import APIError, NotFound
 
     restarted_once = False
+    replaced = ""
     for _ in range(_MAX_ATTEMPTS):
         try:
             info = api.inspect_container(spec.name)
@@ -405,8 +471,10 @@ def ensure(api: Any, spec: ContainerSpec, options: DockerOptions) -> Attached:
             )
             if created is None:
                 continue  # lost the race: attach to the winner on the next round
-            return _attached(created, created=True)
-        if not _is_reusable(info, spec, options):
+            return _attached(created, created=True, replaced=replaced)
+        notice = _replacement(info, spec, options)
+        if notice:
+            replaced = notice
             _remove(api, info["Id"])  # created with other options: recreate it
             continue
         state = info.get("State") or {}

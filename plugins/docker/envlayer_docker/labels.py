@@ -19,6 +19,9 @@ TASK_ID = "envlayer.task_id"
 :data:`TASK` holds its sanitized form, which is what filters match."""
 DATA = "envlayer.data"
 """On a durable volume: ``workspace``, ``home``, or ``record`` (a last-use record)."""
+OPTIONS = "envlayer.options"
+"""On a container: the options it was created with, as JSON (see
+:mod:`envlayer.sandbox.recorded_options`; no secret values)."""
 LAST_USED = "envlayer.last_used"
 """On a last-use record: when the task's data was last used (epoch seconds)."""
 

@@ -101,6 +101,8 @@ class KubernetesEnvironment(ThreadTeardown, SandboxEnvironment):
         from envlayer_kubernetes.pods import ensure
 
         attached = ensure(self._cluster, self._spec, self.options)
+        if attached.replaced:
+            self.announce(attached.replaced)
         with self._state_lock:
             self._pod = attached
         log.debug(

@@ -27,6 +27,9 @@ __all__ = ["fingerprint", "label_value", "managed_labels", "pod_name", "selector
 
 PREFIX = "envlayer/"
 MANAGED, TASK, PROFILE, FINGERPRINT, PERSIST, OWNER = managed_keys(PREFIX)
+OPTIONS = PREFIX + "options"
+"""Annotation of a pod: the options it was created with, as JSON (see
+:mod:`envlayer.sandbox.recorded_options`; no secret values)."""
 CONTAINER = "sandbox"
 """The name of the one container in every envlayer pod."""
 

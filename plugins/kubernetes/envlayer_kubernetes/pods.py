@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from envlayer.errors import BackendUnavailable
+from envlayer.sandbox import recorded_options
 from envlayer.sandbox.owner import owner_label
 from envlayer_kubernetes import naming
 from envlayer_kubernetes.client import Cluster, call, message_of
@@ -45,6 +46,31 @@ QUIET_WAITING = frozenset({"ContainerCreating", "PodInitializing", "Pending"})
 ENDED = frozenset({"Succeeded", "Failed"})
 WORKSPACE_VOLUME = "envlayer-workspace"
 PROGRESS_EVERY = 5.0
+SHAPING_OPTIONS = (
+    "image",
+    "cwd",
+    "shell",
+    "requests",
+    "limits",
+    "node_selector",
+    "tolerations",
+    "service_account",
+    "automount_service_account_token",
+    "runtime_class",
+    "image_pull_policy",
+    "image_pull_secrets",
+    "active_deadline",
+    "security_preset",
+    "run_as_user",
+    "run_as_group",
+    "fs_group",
+    "workspace_volume",
+    "pod_labels",
+    "pod_annotations",
+)
+"""The options that shape the pod (its fingerprint's inputs), recorded in its
+:data:`~envlayer_kubernetes.naming.OPTIONS` annotation (see
+:mod:`envlayer.sandbox.recorded_options`)."""
 
 
 @dataclass(frozen=True)
@@ -54,6 +80,8 @@ class PodSpec:
     name: str
     manifest: dict[str, Any]
     fingerprint: str
+    record: dict[str, Any]
+    """The options it is created with, as its :data:`~envlayer_kubernetes.naming.OPTIONS` annotation records them."""
 
 
 @dataclass(frozen=True)
@@ -63,6 +91,8 @@ class Attached:
     name: str
     uid: str
     created: bool
+    replaced: str = ""
+    """When a pod with other options was replaced to make this one: the notice saying so."""
 
 
 def build_spec(opts: KubernetesOptions, *, profile: str, task: str, persist: bool) -> PodSpec:
@@ -117,10 +147,11 @@ def build_spec(opts: KubernetesOptions, *, profile: str, task: str, persist: boo
         extra=opts.pod_labels,
         owner=None if persist else owner_label(),
     )
-    metadata: dict[str, Any] = {"name": name, "labels": labels}
-    if opts.pod_annotations:
-        metadata["annotations"] = dict(opts.pod_annotations)
-    return PodSpec(name, {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}, fingerprint)
+    record = recorded_options.record_of(opts, SHAPING_OPTIONS)
+    annotations = {**opts.pod_annotations, naming.OPTIONS: recorded_options.encode(record)}
+    metadata: dict[str, Any] = {"name": name, "labels": labels, "annotations": annotations}
+    manifest = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+    return PodSpec(name, manifest, fingerprint, record)
 
 
 def _apply_security(spec: dict[str, Any], container: dict[str, Any], opts: KubernetesOptions) -> None:
@@ -214,6 +245,7 @@ def ensure(cluster: Cluster, spec: PodSpec, opts: KubernetesOptions) -> Attached
     Raises :class:`BackendUnavailable` for a pod envlayer does not manage, a fingerprint
     mismatch under ``on_fingerprint_mismatch = "error"``, a pod that cannot start, or
     when the API cannot be reached."""
+    replaced = ""
     for _ in range(5):
         pod = _create(cluster, spec, opts)
         created = pod is not None
@@ -221,18 +253,24 @@ def ensure(cluster: Cluster, spec: PodSpec, opts: KubernetesOptions) -> Attached
             pod = read(cluster, spec.name, opts)
             if pod is None:
                 continue  # deleted between our create and read: try again
-            if not _usable(cluster, spec, opts, pod):
+            usable, notice = _usable(cluster, spec, opts, pod)
+            replaced = notice or replaced
+            if not usable:
                 continue
         pod = wait_running(cluster, spec.name, opts, created=created)
-        return Attached(spec.name, pod.metadata.uid or "", created)
+        return Attached(spec.name, pod.metadata.uid or "", created, replaced)
     raise BackendUnavailable(
         f"pod {spec.name} in namespace {cluster.namespace!r} kept changing while attaching",
         hint="another process keeps deleting or recreating it (different options for the same task?)",
     )
 
 
-def _usable(cluster: Cluster, spec: PodSpec, opts: KubernetesOptions, pod: Any) -> bool:
-    """True to attach to the existing ``pod``; False after deleting it (create again)."""
+def _usable(cluster: Cluster, spec: PodSpec, opts: KubernetesOptions, pod: Any) -> tuple[bool, str]:
+    """(True, "") to attach to the existing ``pod``; (False, the notice of its replacement
+    when its options differed, else "") after deleting it (create again). Raises
+    :class:`~envlayer.sandbox.recorded_options.SandboxOptionsDiffer` for other options
+    under ``on_fingerprint_mismatch = "error"``."""
+    notice = ""
     labels = pod.metadata.labels or {}
     if labels.get(naming.MANAGED) != "1":
         raise BackendUnavailable(
@@ -242,14 +280,14 @@ def _usable(cluster: Cluster, spec: PodSpec, opts: KubernetesOptions, pod: Any) 
     phase = pod.status.phase if pod.status else None
     if pod.metadata.deletion_timestamp is None and phase not in ENDED:
         if labels.get(naming.FINGERPRINT) == spec.fingerprint:
-            return True
-        if opts.on_fingerprint_mismatch == "error":
-            raise BackendUnavailable(
-                f"pod {spec.name} was made from other options (fingerprint "
-                f"{labels.get(naming.FINGERPRINT)} != {spec.fingerprint})",
-                hint='delete it (`envlayer rm TASK --force`) or set on_fingerprint_mismatch = "recreate"',
-            )
-        log.info("pod %s was made from other options: recreating it", spec.name)
+            return True, ""
+        notice = recorded_options.settle_mismatch(
+            what=f"pod {spec.name}",
+            mode=opts.on_fingerprint_mismatch,
+            found=(pod.metadata.annotations or {}).get(naming.OPTIONS),
+            requested=spec.record,
+            logger=log,
+        )
     else:
         log.info("pod %s is %s: replacing it", spec.name, "being deleted" if phase not in ENDED else phase)
     delete(cluster, spec.name, opts)
@@ -258,7 +296,7 @@ def _usable(cluster: Cluster, spec: PodSpec, opts: KubernetesOptions, pod: Any) 
             f"pod {spec.name} is still there {opts.startup_timeout:.0f} s after deleting it",
             hint="check the pod's finalizers and the kubelet (`kubectl describe pod`)",
         )
-    return False
+    return False, notice
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ routes the real client used."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import time
@@ -305,13 +306,24 @@ def test_active_deadline_ends_the_pod_and_the_next_environment_replaces_it(
     assert second.exec("echo new").stdout == b"new\n"
 
 
-def test_fingerprint_mismatch_recreates_or_raises(make_env: Callable[..., Any]) -> None:
+def test_fingerprint_mismatch_recreates_or_raises(
+    make_env: Callable[..., Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    from envlayer.sandbox.recorded_options import OptionChange, SandboxOptionsDiffer
+
     task = _task()
     first = make_env(task, pod_labels={"version": "1"})
-    with pytest.raises(BackendUnavailable, match="other options"):
+    with pytest.raises(SandboxOptionsDiffer, match="different options") as info:
         make_env(task, pod_labels={"version": "2"}, on_fingerprint_mismatch="error")
-    second = make_env(task, pod_labels={"version": "2"})
+    assert info.value.changes == [OptionChange("pod_labels", {"version": "1"}, {"version": "2"})]
+    assert info.value.recorded is not None and info.value.recorded["image"] == first.options.image  # the annotation
+    with caplog.at_level(logging.WARNING, logger="envlayer.kubernetes"):
+        second = make_env(task, pod_labels={"version": "2"})
     assert second._pod.uid != first._pod.uid
+    notice = second.exec("true").notice
+    assert "was replaced" in notice and 'pod_labels: {"version": "1"} -> {"version": "2"}' in notice
+    assert notice in [r.getMessage() for r in caplog.records if r.name == "envlayer.kubernetes"]
+    assert second.exec("true").notice == ""
 
 
 def test_vanished_pod_is_recreated_before_the_command_runs(fake_apiserver: Any, make_env: Callable[..., Any]) -> None:

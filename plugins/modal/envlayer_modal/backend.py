@@ -128,6 +128,8 @@ class ModalEnvironment(ThreadTeardown, SandboxEnvironment):
             )
 
     def _use(self, attached: Any) -> None:
+        if attached.replaced:
+            self.announce(attached.replaced)
         with self._state_lock:
             self._attached = attached
             self._drop_session()

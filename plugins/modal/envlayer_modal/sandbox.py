@@ -29,12 +29,14 @@ then replaces it (persist mode) or raises (a private environment).
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from envlayer.errors import BackendUnavailable, InvalidArgument
+from envlayer.sandbox import recorded_options
 from envlayer.sandbox.owner import owner_label
 from envlayer_modal import tags as T
 from envlayer_modal.client import Connection, control, translate
@@ -77,6 +79,8 @@ class Attached:
     id: str
     name: str
     created: bool
+    replaced: str = ""
+    """When a sandbox with other options was replaced to make this one: the notice saying so."""
 
 
 def image_for(conn: Connection) -> Any:
@@ -167,6 +171,7 @@ def ensure(conn: Connection, *, profile: str, task: str, persist: bool) -> Attac
         return Attached(sb, sb.object_id, name, created=True)
     name = sandbox_name(profile, task)
     deadline = time.monotonic() + SETTLE_TIMEOUT
+    replaced = ""
     while time.monotonic() < deadline:
         try:
             sb = _lookup(conn, name)
@@ -177,7 +182,7 @@ def ensure(conn: Connection, *, profile: str, task: str, persist: bool) -> Attac
                 except exc_mod.AlreadyExistsError:
                     time.sleep(_SETTLE)
                     continue  # lost the race: attach to the winner on the next round
-                return Attached(sb, sb.object_id, name, created=True)
+                return Attached(sb, sb.object_id, name, created=True, replaced=replaced)
             found = control(sb.get_tags, f"reading the tags of {name}")
             if control(sb.poll, f"polling {name}") is not None:
                 time.sleep(_SETTLE)  # terminated; its name is released shortly
@@ -193,7 +198,7 @@ def ensure(conn: Connection, *, profile: str, task: str, persist: bool) -> Attac
                 hint=f"terminate it (`modal sandbox terminate {sb.object_id}`) or set another app_name",
             )
         if found.get(T.FINGERPRINT) != fingerprint:
-            refuse_mismatch(conn, name, sb.object_id, found, fingerprint)
+            replaced = refuse_mismatch(conn, name, sb.object_id, found, fingerprint)
             terminate_quietly(sb)
             time.sleep(_SETTLE)
             continue
@@ -204,15 +209,25 @@ def ensure(conn: Connection, *, profile: str, task: str, persist: bool) -> Attac
     )
 
 
-def refuse_mismatch(conn: Connection, name: str, sandbox_id: str, found: dict[str, str], fingerprint: str) -> None:
+def refuse_mismatch(conn: Connection, name: str, sandbox_id: str, found: dict[str, str], fingerprint: str) -> str:
     """Raise :class:`BackendUnavailable` unless the running sandbox ``name``, made with
     other options, may be replaced: ``on_fingerprint_mismatch = "recreate"`` AND this user
     on this host created it (tag ``envlayer.creator``; names are shared by the whole Modal
-    workspace, so another user's or machine's sandbox is never terminated)."""
+    workspace, so another user's or machine's sandbox is never terminated). Returns the
+    notice of its replacement (logged); raises
+    :class:`~envlayer.sandbox.recorded_options.SandboxOptionsDiffer` under ``"error"``."""
     theirs = found.get(T.FINGERPRINT)
     differs = f"sandbox {name} was created with different options (fingerprint {theirs}, now {fingerprint})"
+    requested = recorded_options.record_of(conn.options, T.SHAPING_OPTIONS)
+    settle = functools.partial(
+        recorded_options.settle_mismatch,
+        what=f"sandbox {name}",
+        found=found.get(T.OPTIONS),
+        requested=requested,
+        logger=log,
+    )
     if conn.options.on_fingerprint_mismatch == "error":
-        raise BackendUnavailable(differs, hint='remove it (`envlayer rm`), or set on_fingerprint_mismatch = "recreate"')
+        settle(mode="error")
     creator, me = found.get(T.CREATOR), T.creator_label()
     if creator != me:
         raise BackendUnavailable(
@@ -221,6 +236,7 @@ def refuse_mismatch(conn: Connection, name: str, sandbox_id: str, found: dict[st
             hint="use the same options as its creator, another profile or app_name, or, if it is yours, "
             f"remove it (`envlayer rm TASK --force`, `modal sandbox terminate {sandbox_id}`)",
         )
+    return settle(mode="recreate")
 
 
 def terminate_quietly(sb: Any) -> bool:

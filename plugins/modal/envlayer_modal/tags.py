@@ -14,6 +14,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from envlayer.sandbox import recorded_options
 from envlayer.sandbox.owner import owner_label
 from envlayer.sandbox.tags import fingerprint, managed_keys, managed_selector, managed_tags, sanitize
 from envlayer_modal.options import ModalOptions
@@ -25,6 +26,25 @@ CREATOR = PREFIX + "creator"
 """``<login name>@<host>`` of the process that created the sandbox (:func:`creator_label`):
 sandbox names are shared by everyone in the Modal workspace, and only the creator's own
 user on its own host may replace a sandbox over a fingerprint mismatch."""
+OPTIONS = PREFIX + "options"
+"""The options the sandbox was created with, as JSON (:data:`SHAPING_OPTIONS`; see
+:mod:`envlayer.sandbox.recorded_options`; no secret values)."""
+SHAPING_OPTIONS = (
+    "image",
+    "cpu",
+    "memory",
+    "gpu",
+    "region",
+    "cloud",
+    "block_network",
+    "secrets",
+    "sandbox_timeout",
+    "idle_timeout",
+    "cwd",
+    "environment_name",
+    "tags",
+)
+"""The options that shape a sandbox (those :func:`fingerprint_inputs` reads)."""
 IDLE_TIMEOUT = PREFIX + "idle-timeout"
 """The sandbox's ``idle_timeout`` in seconds (0: none), for the reaper: the SDK's
 ``Sandbox.list`` objects do not expose it."""
@@ -83,6 +103,7 @@ def create_tags(
             CREATED_AT: str(int(time.time() if now is None else now)),
             IDLE_TIMEOUT: str(options.idle_timeout or 0),
             CREATOR: creator_label(),
+            OPTIONS: recorded_options.encode(recorded_options.record_of(options, SHAPING_OPTIONS)),
         }
     )
     return tags

@@ -4,6 +4,7 @@ fingerprint rule, replacement of a terminated sandbox, and error mapping."""
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import subprocess
@@ -170,14 +171,25 @@ def test_list_and_remove_sandbox(make_env: Any, profile: str, options: Any) -> N
     assert _running(env.task_id, profile) == []
 
 
-def test_fingerprint_change_recreates_or_errors(make_env: Any, profile: str) -> None:
+def test_fingerprint_change_recreates_or_errors(
+    make_env: Any, profile: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    from envlayer.sandbox.recorded_options import OptionChange, SandboxOptionsDiffer
+
     first = make_env()
-    with pytest.raises(BackendUnavailable, match="different options"):
+    with pytest.raises(SandboxOptionsDiffer, match="different options") as info:
         make_env(first.task_id, memory=256, on_fingerprint_mismatch="error")
+    assert info.value.changes == [OptionChange("memory", None, 256)]  # read back from the sandbox's tag
+    assert info.value.recorded is not None and info.value.recorded["image"] == first.options.image
     assert _running(first.task_id, profile) == [first.sandbox_id]
-    second = make_env(first.task_id, memory=256)
+    with caplog.at_level(logging.WARNING, logger="envlayer.modal"):
+        second = make_env(first.task_id, memory=256)
     assert second.sandbox_id != first.sandbox_id
     assert _running(first.task_id, profile) == [second.sandbox_id]
+    notice = second.exec("true").notice
+    assert "was replaced" in notice and "memory: null -> 256" in notice
+    assert notice in [r.getMessage() for r in caplog.records if r.name == "envlayer.modal"]
+    assert second.exec("true").notice == ""
 
 
 @pytest.mark.parametrize("mode", ["oneshot", "session"])

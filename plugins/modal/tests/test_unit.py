@@ -3,6 +3,7 @@ the one-shot wrapper, and the mapping of SDK errors. No server needed."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -19,6 +20,7 @@ from envlayer_modal.options import ModalOptions
 from envlayer.errors import BackendUnavailable
 from envlayer.sandbox.idle_check import parse_idle_check
 from envlayer.options import OptionError
+from envlayer.sandbox import recorded_options
 from envlayer.sandbox.tags import sanitize
 
 
@@ -54,7 +56,9 @@ def test_create_tags_carry_identity_and_never_let_user_tags_override() -> None:
         T.CREATED_AT: "1000",
         T.IDLE_TIMEOUT: "900",
         T.CREATOR: T.creator_label(),
+        T.OPTIONS: recorded_options.encode(recorded_options.record_of(opts, T.SHAPING_OPTIONS)),
     }
+    assert json.loads(tags[T.OPTIONS])["tags"] == {"team": "ml"}
     assert T.selector(profile="team/alpha", task="t 1") == {
         T.MANAGED: "1",
         T.PROFILE: sanitize("team/alpha"),
