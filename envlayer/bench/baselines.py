@@ -180,15 +180,15 @@ def local_baselines(env: Environment) -> ExecBaselines:
     split_send, split_recv, split_close = _piped_shell(stderr=True)
     job_send, job_recv, job_close = _piped_shell(stderr=True)
     cwd = run(env, "pwd").stdout_text.strip()
-    run = "subprocess.run"
+    spawn = "subprocess.run"
     return ExecBaselines(
         fast={
             SESSION_FLOOR: same_job_call(job_send, job_recv, cwd),
             BARE_FLOOR: shell_call(send, recv),
             SPLIT_FLOOR: split_shell_call(split_send, split_recv),
         },
-        spawning={run: lambda: subprocess.run(["/bin/sh", "-c", "true"], check=True)},
-        oneshot_baseline=run,
+        spawning={spawn: lambda: subprocess.run(["/bin/sh", "-c", "true"], check=True)},
+        oneshot_baseline=spawn,
         closers=[close, split_close, job_close],
     )
 
