@@ -49,6 +49,9 @@ class ManagedSandboxEnvironment(SandboxEnvironment):
     _state_lock: threading.RLock
     _teardown: threading.Thread | None = None
     """The removal scheduled by :meth:`cleanup` (None: none yet)."""
+    _session: Any = None
+    """This process's session shell, an object with ``close()`` (None: none), for the
+    default :meth:`close_session`."""
 
     # --- cleanup: the template -------------------------------------------------------------
 
@@ -95,7 +98,10 @@ class ManagedSandboxEnvironment(SandboxEnvironment):
 
     def close_session(self) -> None:
         """End this process's session shell (idempotent; the sandbox is not touched).
-        Called under the state lock; an exception is logged."""
+        Called under the state lock; an exception is logged. The default closes
+        ``self._session`` when there is one."""
+        if self._session is not None:
+            self._session.close()
 
     def removal(self) -> Callable[[], None]:
         """The work that removes the sandbox, run on a teardown thread: it must take what

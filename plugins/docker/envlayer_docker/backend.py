@@ -429,10 +429,6 @@ class DockerEnvironment(ManagedSandboxEnvironment):
                 self._purge = purge  # before the worker starts: it reads it
             super().cleanup(force_remove=force_remove or purge)
 
-    def close_session(self) -> None:
-        if self._session is not None:
-            self._session.close()
-
     def holds_sandbox(self) -> bool:
         return self._container is not None
 

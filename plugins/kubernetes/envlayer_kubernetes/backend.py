@@ -297,10 +297,6 @@ class KubernetesEnvironment(ManagedSandboxEnvironment):
 
     # --- lifecycle ----------------------------------------------------------------------------
 
-    def close_session(self) -> None:
-        if self._session is not None:
-            self._session.close()
-
     def holds_sandbox(self) -> bool:
         return self._pod is not None
 
