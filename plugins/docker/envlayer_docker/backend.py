@@ -433,30 +433,30 @@ class DockerEnvironment(ManagedSandboxEnvironment):
         return self._container is not None
 
     def removal(self) -> Callable[[], None]:
-        """Stop and remove the container (see :mod:`envlayer_docker.teardown`), then
-        :meth:`_after_removal` when the task has durable data or is a fork."""
+        """Stop and remove the container (:func:`envlayer_docker.teardown.stop_and_remove`),
+        then :meth:`_after_removal`."""
         api, container_id, stop_timeout = self._api, self._container.id, self.options.stop_timeout
-        then = self._after_removal if self._spec.data or self.from_snapshot is not None else None
 
         def work() -> None:
             teardown.stop_and_remove(api, container_id, stop_timeout)
-            if then is not None:
-                then()
+            self._after_removal()
 
         return work
 
     def _after_removal(self) -> None:
         """After the container is gone: its durable data removed (``purge``) or its last use
         recorded for the retention rule, and the images of removed snapshots a fork was the
-        last user of."""
-        from envlayer_docker import snapshots, workspace
-
+        last user of. Nothing for a container with neither data nor a snapshot."""
         if self._spec.data:
+            from envlayer_docker import workspace
+
             if self._purge:
                 workspace.remove(self._api, self.options, profile=self.profile, task=self.task_id)
             else:
                 self._note_data_use()
         if self.from_snapshot is not None:
+            from envlayer_docker import snapshots
+
             snapshots.prune_unused(self._api, released=[self._fork_image])
 
     def _note_data_use(self) -> None:
