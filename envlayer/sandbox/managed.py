@@ -20,7 +20,8 @@ On top of :class:`~envlayer.sandbox.base.SandboxEnvironment`, it owns, once:
   :mod:`envlayer.agents.orphan_sweeps`).
 
 A backend supplies: ``_state_lock`` (a reentrant lock, set in ``open_sandbox``; its
-recovery takes it too), :meth:`holds_sandbox`, :meth:`close_session`, :meth:`removal`
+recovery takes it too), :meth:`holds_sandbox`, :meth:`close_session` (the default closes
+``self._session``), :meth:`removal`
 (and :meth:`removal_bound` when its removal needs longer than the exit's shared wait),
 :meth:`release_sandbox` when keeping the sandbox means more than doing nothing, and for the
 reaper :meth:`reaper_context`, :meth:`sweep_orphans`, :meth:`expire_snapshots`.
