@@ -496,11 +496,8 @@ class DockerEnvironment(ManagedSandboxEnvironment):
     def sweep_orphans(
         cls, context: tuple[Any, DockerOptions], *, profile: str, max_age: float, dry_run: bool
     ) -> list[SandboxInfo]:
-        """This profile's stopped managed containers older than ``max_age`` seconds,
-        running private containers whose owner process died, and (when
-        ``idle_reclaim_after`` is set, as by default) idle running ones, and (when
-        ``workspace_retention`` is set, as by default) the durable workspaces of tasks unused
-        that long; see :func:`envlayer_docker.reaper.sweep`."""
+        """Stopped containers, those of dead owners, idle ones and unused workspaces, by the
+        rules of :func:`envlayer_docker.reaper.sweep`."""
         from envlayer_docker import reaper
 
         api, opts = context
