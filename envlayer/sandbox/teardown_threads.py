@@ -1,46 +1,75 @@
-"""Background teardown work (removing a container, terminating a sandbox) on worker
-threads that the process can wait for.
+"""Background teardown work (removing a container, terminating a sandbox, ending a
+session shell) on worker threads that the process waits for.
 
 ``schedule`` starts ``work`` on a daemon thread and returns it, so an environment's
-``wait_for_cleanup`` can join it. Every pending job of the process is also joined (up to
-15 s in total) by an ``atexit`` hook, so a process that exits right after ``cleanup()``
-does not leave its sandbox behind. A job's exceptions are the job's to log: ``work``
-should not raise. :class:`ThreadTeardown` gives a backend whose ``cleanup()`` keeps its job in
-``self._teardown`` the two waiting methods of the capabilities ``wait_for_cleanup``.
+``wait_for_cleanup`` can join it; an exception ``work`` raises is logged (a warning),
+never lost. At interpreter exit an ``atexit`` hook joins every pending job: one given a
+``bound`` (the seconds it can take at most, each of its calls carrying a timeout) until
+that bound has passed, plus :data:`EXIT_GRACE`; the others for up to :data:`EXIT_WAIT`
+seconds in total. A job still running then is named in a warning: CPython ends daemon
+threads at shutdown, and one caught inside a socket call aborts the process (SIGABRT).
+Then the hooks given to :func:`after_teardowns` run (a backend stopping its SDK clients'
+own threads, which its jobs were still using), so a process that exits right after
+``cleanup()`` neither leaves its sandbox behind nor dies in a thread of it.
 """
 
 from __future__ import annotations
 
 import atexit
+import logging
 import threading
 import time
 from collections.abc import Callable
 
-_PENDING: set[threading.Thread] = set()
+log = logging.getLogger("envlayer.teardown")
+
+_PENDING: dict[threading.Thread, float | None] = {}
+"""Every job not yet ended, with the monotonic time its ``bound`` ends (None: no bound)."""
+_AFTER: list[Callable[[], None]] = []
 _LOCK = threading.Lock()
 _HOOKED = False
 EXIT_WAIT = 15.0
+"""Seconds, in total, the exit hook waits for the jobs that have no bound."""
+EXIT_GRACE = 2.0
+"""Seconds the exit hook allows a bounded job past its bound (its last connection's teardown)."""
 
 
-def schedule(work: Callable[[], None], name: str) -> threading.Thread:
-    """Run ``work`` on a new daemon thread called ``name``; return the thread."""
+def _hook_exit() -> None:
+    """Register :func:`_finish_at_exit` once; the caller holds ``_LOCK``."""
     global _HOOKED
+    if not _HOOKED:
+        atexit.register(_finish_at_exit)
+        _HOOKED = True
+
+
+def schedule(work: Callable[[], None], name: str, *, bound: float | None = None) -> threading.Thread:
+    """Run ``work`` on a new daemon thread called ``name``; return the thread. ``bound``:
+    the seconds ``work`` can take at most, which the process waits for at exit (module
+    docstring); None: it shares the exit's :data:`EXIT_WAIT`."""
 
     def run() -> None:
         try:
             work()
+        except Exception as exc:
+            log.warning("%s failed: %r", name, exc)
         finally:
             with _LOCK:
-                _PENDING.discard(threading.current_thread())
+                _PENDING.pop(threading.current_thread(), None)
 
     thread = threading.Thread(target=run, name=name, daemon=True)
     with _LOCK:
-        _PENDING.add(thread)
-        if not _HOOKED:
-            atexit.register(wait_all, EXIT_WAIT)
-            _HOOKED = True
+        _PENDING[thread] = None if bound is None else time.monotonic() + bound
+        _hook_exit()
     thread.start()
     return thread
+
+
+def after_teardowns(hook: Callable[[], None]) -> None:
+    """Run ``hook`` at interpreter exit once every pending job has been waited for (module
+    docstring); its exceptions are logged. Call it once per hook (e.g. at import)."""
+    with _LOCK:
+        _AFTER.append(hook)
+        _hook_exit()
 
 
 def wait_all(timeout: float) -> bool:
@@ -53,22 +82,20 @@ def wait_all(timeout: float) -> bool:
     return not any(t.is_alive() for t in threads)
 
 
-class ThreadTeardown:
-    """Mixin for an environment whose ``cleanup()`` stores the teardown thread that
-    :func:`schedule` returned in ``self._teardown`` (None: nothing to tear down)."""
-
-    _teardown: threading.Thread | None = None
-
-    def wait_for_cleanup(self, timeout: float) -> bool:
-        """Block up to ``timeout`` seconds for this environment's teardown; True when done
-        (or when there was nothing to tear down)."""
-        thread = self._teardown
-        if thread is None:
-            return True
-        thread.join(max(timeout, 0))
-        return not thread.is_alive()
-
-    @classmethod
-    def wait_for_all_cleanups(cls, timeout: float) -> bool:
-        """Join every teardown started in this process (also run at exit, up to 15 s)."""
-        return wait_all(timeout)
+def _finish_at_exit() -> None:
+    """Join every pending job (each until its bound, the others within :data:`EXIT_WAIT`),
+    warn about any still running, then run the :func:`after_teardowns` hooks."""
+    shared = time.monotonic() + EXIT_WAIT
+    with _LOCK:
+        jobs = list(_PENDING.items())
+        hooks = list(_AFTER)
+    for thread, bound_end in jobs:
+        until = shared if bound_end is None else bound_end + EXIT_GRACE
+        thread.join(max(until - time.monotonic(), 0))
+        if thread.is_alive():
+            log.warning("%s did not finish by its deadline at exit", thread.name)
+    for hook in hooks:
+        try:
+            hook()
+        except Exception as exc:
+            log.warning("an exit hook of the teardown threads failed: %r", exc)

@@ -37,11 +37,11 @@ from envlayer.errors import BackendUnavailable, SandboxPathError
 from envlayer.options import BaseOptions
 from envlayer.request import ExecRequest, file_payload
 from envlayer.result import ExecResult
-from envlayer.sandbox.base import MANAGED_SANDBOX_CAPABILITIES, SandboxEnvironment
+from envlayer.sandbox.base import MANAGED_SANDBOX_CAPABILITIES
 from envlayer.sandbox.client_identity import ClientIdentity
+from envlayer.sandbox.managed import ManagedSandboxEnvironment
 from envlayer.snapshot import Snapshot
 from envlayer.transfer import TransferSummary
-from envlayer_daytona.background import Job
 from envlayer_daytona.options import DaytonaOptions
 
 log = logging.getLogger("envlayer.daytona")
@@ -58,7 +58,7 @@ class _NotStarted(BackendUnavailable):
         super().__init__(message, hint="the next call starts the sandbox again")
 
 
-class DaytonaEnvironment(SandboxEnvironment):
+class DaytonaEnvironment(ManagedSandboxEnvironment):
     """Commands and files in a Daytona sandbox; see the module docstring."""
 
     name = "daytona"
@@ -86,7 +86,6 @@ class DaytonaEnvironment(SandboxEnvironment):
         self._state_lock = threading.RLock()
         self._session_lock = threading.Lock()
         self._last_refresh = time.monotonic()
-        self._teardown: Job | None = None
         self._sandbox: Any = None
         self._attach()
         self._workdir = self._guard(self._prepare_workdir, "preparing the working directory")
@@ -377,50 +376,26 @@ class DaytonaEnvironment(SandboxEnvironment):
 
     # --- lifecycle ----------------------------------------------------------------------
 
-    def cleanup(self, *, force_remove: bool = False) -> None:
-        """Release this handle. Persist mode: this process's shell ends and the sandbox is left
-        to auto-stop. With ``force_remove`` or ``persist_across_processes = false``: the sandbox
-        is deleted in the background (see :meth:`wait_for_cleanup`). Idempotent;
-        ``cleanup(force_remove=True)`` after a plain ``cleanup()`` still deletes it. Never raises."""
-        with self._state_lock:
-            self._closed = True
-            try:
-                self._shell.close()
-            except Exception:
-                pass
-            remove = force_remove or not self.options.persist_across_processes
-            if remove and self._teardown is None and self._sandbox is not None:
-                from envlayer_daytona import background
-                from envlayer_daytona.sandbox import removal_bound
+    def close_session(self) -> None:
+        self._shell.close()
 
-                sandbox = self._sandbox
-                self._teardown = background.start(
-                    lambda: self._delete_quietly(sandbox),
-                    name="envlayer-daytona-teardown",
-                    bound=removal_bound(self.options),
-                )
+    def holds_sandbox(self) -> bool:
+        return self._sandbox is not None
 
-    def _delete_quietly(self, sandbox: Any) -> None:
+    def removal(self) -> Callable[[], None]:
+        """Delete the sandbox and wait until Daytona says it is gone
+        (:func:`envlayer_daytona.sandbox.remove`)."""
         from envlayer_daytona.sandbox import remove
 
-        try:
-            remove(sandbox, self.options)
-        except Exception as exc:
-            log.warning("could not delete sandbox %s: %s", getattr(sandbox, "name", "?"), exc)
+        sandbox, options = self._sandbox, self.options
+        return lambda: remove(sandbox, options)
 
-    def wait_for_cleanup(self, timeout: float) -> bool:
-        """Block up to ``timeout`` seconds for this environment's teardown; True when done
-        (or when there was nothing to tear down)."""
-        job = self._teardown
-        return job is None or job.join(time.monotonic() + max(timeout, 0))
+    def removal_bound(self) -> float:
+        """:func:`envlayer_daytona.sandbox.removal_bound`: every request of the removal has a
+        timeout, and the process waits that long for it at exit."""
+        from envlayer_daytona.sandbox import removal_bound
 
-    @classmethod
-    def wait_for_all_cleanups(cls, timeout: float) -> bool:
-        """Join every teardown started in this process (also done at exit, each up to its
-        own bound: see :mod:`envlayer_daytona.background`)."""
-        from envlayer_daytona import background
-
-        return background.join_all(timeout)
+        return removal_bound(self.options)
 
     # --- snapshots (envlayer_daytona.snapshots) ---------------------------------------------
 
@@ -482,19 +457,27 @@ class DaytonaEnvironment(SandboxEnvironment):
         cls._sweep(options, "checking the Daytona API", lambda c, o: list_managed(c, profile="envlayer-doctor"))
 
     @classmethod
-    def reap_orphans(cls, *, profile: str, max_age: float, dry_run: bool, options: BaseOptions) -> list[SandboxInfo]:
-        """Delete this profile's stopped/archived/errored sandboxes older than ``max_age``
-        seconds (see :mod:`envlayer_daytona.sweep`), then its snapshots beyond the retention
-        options (:func:`envlayer_daytona.snapshots.expire`). Returns what was (or would be)
-        removed; snapshots as rows with status ``snapshot``."""
-        from envlayer_daytona import snapshots, sweep
+    def sweep_orphans(cls, context: Any, *, profile: str, max_age: float, dry_run: bool) -> list[SandboxInfo]:
+        """This profile's stopped/archived/errored sandboxes older than ``max_age`` seconds
+        (see :mod:`envlayer_daytona.sweep`)."""
+        from envlayer_daytona import sweep
 
         def reap(client: Any, opts: DaytonaOptions) -> list[SandboxInfo]:
             timeout = opts.request_timeout
-            removed = sweep.reap(client, profile=profile, max_age=max_age, dry_run=dry_run, timeout=timeout)
-            return removed + [s.info() for s in snapshots.expire(client, opts, profile=profile, dry_run=dry_run)]
+            return sweep.reap(client, profile=profile, max_age=max_age, dry_run=dry_run, timeout=timeout)
 
-        return cls._sweep(options, "reaping sandboxes", reap)
+        return cls._sweep(context, "reaping sandboxes", reap)
+
+    @classmethod
+    def expire_snapshots(cls, context: Any, *, profile: str, dry_run: bool) -> list[Snapshot]:
+        """Its snapshots beyond the retention options (:func:`envlayer_daytona.snapshots.expire`)."""
+        from envlayer_daytona import snapshots
+
+        return cls._sweep(
+            context,
+            "expiring snapshots",
+            lambda c, o: snapshots.expire(c, o, profile=profile, dry_run=dry_run),
+        )
 
     @classmethod
     def list_sandboxes(cls, *, profile: str | None, options: BaseOptions) -> list[SandboxInfo]:

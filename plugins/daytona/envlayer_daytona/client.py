@@ -18,9 +18,9 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from envlayer.errors import BackendUnavailable
+from envlayer.sandbox import teardown_threads
 from envlayer.sandbox.client_identity import ClientIdentity, files_digest
 from envlayer.sandbox.retry import RETRYABLE_STATUSES, Transient, call_with_retries, retry_after_from_headers
-from envlayer_daytona import background  # noqa: F401 - registers the exit hook that calls close_all
 from envlayer_daytona.options import DaytonaOptions
 
 log = logging.getLogger("envlayer.daytona")
@@ -97,7 +97,8 @@ def get_client(options: DaytonaOptions) -> Any:
 
 def close_all() -> None:
     """Stop the event threads of every client made here (called once, at interpreter exit,
-    by :mod:`envlayer_daytona.background`), and wait a moment for each to end. Never raises.
+    after the teardown threads: :func:`envlayer.sandbox.teardown_threads.after_teardowns`,
+    registered when this module is imported), and wait a moment for each to end. Never raises.
 
     The 0.226 sync client has no ``close()``, yet it starts a Socket.IO connection
     (``internal/event_dispatcher.py`` ``SyncEventDispatcher.ensure_connected``), a shared
@@ -117,6 +118,9 @@ def close_all() -> None:
         for thread in threads:
             if isinstance(thread, threading.Thread):
                 thread.join(1.0)
+
+
+teardown_threads.after_teardowns(close_all)
 
 
 def _quietly(method: Callable[[], Any] | None) -> None:

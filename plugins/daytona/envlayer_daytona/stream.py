@@ -32,7 +32,7 @@ from typing import Any
 from envlayer.errors import BackendUnavailable
 from envlayer.execution.shell_script import SESSION_VAR, printf_format
 from envlayer.execution.streams import Chunks
-from envlayer_daytona import background
+from envlayer.sandbox import teardown_threads
 
 SPOOL = "/tmp/.envlayer-daytona"
 MAX_CHUNK = 256 * 1024
@@ -264,8 +264,8 @@ class DaytonaStream:
     def close(self) -> None:
         """Stop the FIFO's holder (the shell sees EOF) and remove the spool directory
         (in the background in the sandbox: after a flood the output files can be large), in
-        one call of at most :data:`CLOSE_TIMEOUT` seconds on a background job of
-        :mod:`envlayer_daytona.background` (the process waits for it at exit). Idempotent;
+        one call of at most :data:`CLOSE_TIMEOUT` seconds on a thread of
+        :mod:`envlayer.sandbox.teardown_threads` (the process waits for it at exit). Idempotent;
         never raises."""
         if self._closed:
             return
@@ -278,7 +278,7 @@ class DaytonaStream:
             except Exception:
                 pass  # the sandbox stopped or is unreachable: nothing is left to end
 
-        background.start(remove, name="envlayer-daytona-stream-close", bound=CLOSE_TIMEOUT + SDK_HTTP_MARGIN)
+        teardown_threads.schedule(remove, "envlayer-daytona-stream-close", bound=CLOSE_TIMEOUT + SDK_HTTP_MARGIN)
 
 
 def open_stream(

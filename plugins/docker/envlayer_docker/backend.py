@@ -37,9 +37,9 @@ from envlayer.errors import BackendUnavailable
 from envlayer.options import BaseOptions
 from envlayer.request import ExecRequest, check_path, file_payload
 from envlayer.result import ExecResult
-from envlayer.sandbox.base import MANAGED_SANDBOX_CAPABILITIES, SandboxEnvironment
+from envlayer.sandbox.base import MANAGED_SANDBOX_CAPABILITIES
 from envlayer.sandbox.client_identity import ClientIdentity
-from envlayer.sandbox.teardown_threads import ThreadTeardown
+from envlayer.sandbox.managed import ManagedSandboxEnvironment
 from envlayer.sandbox.paths import confined_path
 from envlayer.snapshot import Snapshot
 from envlayer.transfer import TransferSummary
@@ -59,7 +59,7 @@ ALL_CAPABILITIES = MANAGED_SANDBOX_CAPABILITIES | {
 _NUMERIC_USER = re.compile(r"^(\d+)(?::(\d+))?$")
 
 
-class DockerEnvironment(ThreadTeardown, SandboxEnvironment):
+class DockerEnvironment(ManagedSandboxEnvironment):
     """Commands and files in a Docker container; see the module docstring."""
 
     name = "docker"
@@ -88,7 +88,6 @@ class DockerEnvironment(ThreadTeardown, SandboxEnvironment):
             self.options = opts = prepared_options(self._api, self.options)
         self._state_lock = threading.RLock()
         self._last_lease = 0.0
-        self._teardown: threading.Thread | None = None
         self._purge = False
         self._owner: tuple[int, int] | None = None
         self._exec_env = self._build_exec_env()
@@ -448,27 +447,38 @@ class DockerEnvironment(ThreadTeardown, SandboxEnvironment):
         ``cleanup(force_remove=True)`` after a plain ``cleanup()`` still removes the
         container. Never raises."""
         with self._state_lock:
-            self._closed = True
-            if self._session is not None:
-                self._session.close()
-            remove = force_remove or purge or not self.options.persist_across_processes
-            if remove and self._teardown is None and self._container is not None:
+            if self._teardown is None:
                 self._purge = purge  # before the worker starts: it reads it
-                then = self._after_removal if self._spec.data or self.from_snapshot is not None else None
-                self._teardown = teardown.schedule(self._api, self._container.id, self.options.stop_timeout, then=then)
+            super().cleanup(force_remove=force_remove or purge)
+
+    def holds_sandbox(self) -> bool:
+        return self._container is not None
+
+    def removal(self) -> Callable[[], None]:
+        """Stop and remove the container (:func:`envlayer_docker.teardown.stop_and_remove`),
+        then :meth:`_after_removal`."""
+        api, container_id, stop_timeout = self._api, self._container.id, self.options.stop_timeout
+
+        def work() -> None:
+            teardown.stop_and_remove(api, container_id, stop_timeout)
+            self._after_removal()
+
+        return work
 
     def _after_removal(self) -> None:
         """After the container is gone: its durable data removed (``purge``) or its last use
         recorded for the retention rule, and the images of removed snapshots a fork was the
-        last user of."""
-        from envlayer_docker import snapshots, workspace
-
+        last user of. Nothing for a container with neither data nor a snapshot."""
         if self._spec.data:
+            from envlayer_docker import workspace
+
             if self._purge:
                 workspace.remove(self._api, self.options, profile=self.profile, task=self.task_id)
             else:
                 self._note_data_use()
         if self.from_snapshot is not None:
+            from envlayer_docker import snapshots
+
             snapshots.prune_unused(self._api, released=[self._fork_image])
 
     def _note_data_use(self) -> None:
@@ -506,23 +516,34 @@ class DockerEnvironment(ThreadTeardown, SandboxEnvironment):
                     ) from None
 
     @classmethod
-    def reap_orphans(cls, *, profile: str, max_age: float, dry_run: bool, options: DockerOptions) -> list[SandboxInfo]:
-        """Remove this profile's stopped managed containers older than ``max_age`` seconds,
-        running private containers whose owner process died, and (when
-        ``idle_reclaim_after`` is set, as by default) idle running ones, and (when
-        ``workspace_retention`` is set, as by default) the durable workspaces of tasks unused
-        that long; see :func:`envlayer_docker.reaper.sweep`; then the snapshots beyond the
-        retention options (:func:`envlayer_docker.snapshots.expire`). Returns what was (or
-        would be) removed."""
-        from envlayer_docker import reaper
-        from envlayer_docker.snapshots import expire, prune_unused
+    def reaper_context(cls, options: BaseOptions) -> tuple[Any, DockerOptions]:
+        return cls._class_api(options)  # type: ignore[arg-type]
 
-        api, opts = cls._class_api(options)
-        removed = reaper.sweep(api, opts, profile=profile, max_age=max_age, dry_run=dry_run)
-        removed += [s.info() for s in expire(api, opts, profile=profile, dry_run=dry_run)]
-        if not dry_run:
-            prune_unused(api, released=[r.detail.get("image", "") for r in removed if r.detail.get("image")])
-        return removed
+    @classmethod
+    def sweep_orphans(
+        cls, context: tuple[Any, DockerOptions], *, profile: str, max_age: float, dry_run: bool
+    ) -> list[SandboxInfo]:
+        """Stopped containers, those of dead owners, idle ones and unused workspaces, by the
+        rules of :func:`envlayer_docker.reaper.sweep`."""
+        from envlayer_docker import reaper
+
+        api, opts = context
+        return reaper.sweep(api, opts, profile=profile, max_age=max_age, dry_run=dry_run)
+
+    @classmethod
+    def expire_snapshots(cls, context: tuple[Any, DockerOptions], *, profile: str, dry_run: bool) -> list[Snapshot]:
+        """The snapshots beyond the retention options (:func:`envlayer_docker.snapshots.expire`)."""
+        from envlayer_docker.snapshots import expire
+
+        api, opts = context
+        return expire(api, opts, profile=profile, dry_run=dry_run)
+
+    @classmethod
+    def release_reaped(cls, context: tuple[Any, DockerOptions], removed: list[SandboxInfo]) -> None:
+        """The images of removed snapshots that the reaped containers were the last users of."""
+        from envlayer_docker.snapshots import prune_unused
+
+        prune_unused(context[0], released=[r.detail.get("image", "") for r in removed if r.detail.get("image")])
 
     @classmethod
     def list_sandboxes(cls, *, profile: str | None, options: DockerOptions) -> list[SandboxInfo]:

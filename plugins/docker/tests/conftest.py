@@ -127,9 +127,9 @@ def docker_api() -> Iterator[Any]:
     try:
         yield api
     finally:
-        from envlayer_docker import teardown
+        from envlayer.sandbox import teardown_threads
 
-        teardown.wait_all(30)
+        teardown_threads.wait_all(30)
         _remove_profile(api, PROFILE)
         os.unlink(os.path.join(RUNS_DIR, f"{PROFILE}.lock"))
         os.close(claim)

@@ -127,7 +127,7 @@ def test_a_teardown_returns_once_a_removal_begun_elsewhere_is_done(docker_api: A
     container = docker_api.create_container(IMAGE, "true")["Id"]
     made.append(container)
     api = _RemovalInProgress(docker_api, delay=0.5)
-    teardown.schedule(api, container, 0).join(30)
+    teardown.stop_and_remove(api, container, 0)
     try:
         with pytest.raises(NotFound):
             docker_api.inspect_container(container)

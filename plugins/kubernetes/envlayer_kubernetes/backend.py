@@ -31,7 +31,7 @@ import os
 import posixpath
 import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from envlayer.sandbox.command_env import with_command_defaults
@@ -42,10 +42,9 @@ from envlayer.execution.shell_script import export_lines, interactive_shell_scri
 from envlayer.options import BaseOptions
 from envlayer.request import ExecRequest, check_path, file_payload
 from envlayer.result import ExecResult
-from envlayer.sandbox import teardown_threads
-from envlayer.sandbox.base import MANAGED_SANDBOX_CAPABILITIES, SandboxEnvironment
+from envlayer.sandbox.base import MANAGED_SANDBOX_CAPABILITIES
 from envlayer.sandbox.client_identity import ClientIdentity
-from envlayer.sandbox.teardown_threads import ThreadTeardown
+from envlayer.sandbox.managed import ManagedSandboxEnvironment
 from envlayer.snapshot import Snapshot
 from envlayer.transfer import TransferSummary
 from envlayer_kubernetes.options import KubernetesOptions
@@ -55,7 +54,7 @@ log = logging.getLogger("envlayer.kubernetes")
 ALL_CAPABILITIES = MANAGED_SANDBOX_CAPABILITIES | {Capability.UNSET_ENV, Capability.SNAPSHOT}
 
 
-class KubernetesEnvironment(ThreadTeardown, SandboxEnvironment):
+class KubernetesEnvironment(ManagedSandboxEnvironment):
     """Commands and files in a Kubernetes pod; see the module docstring."""
 
     name = "kubernetes"
@@ -82,7 +81,6 @@ class KubernetesEnvironment(ThreadTeardown, SandboxEnvironment):
         self._base_env = {n: os.environ[n] for n in opts.forward_env if n in os.environ}
         self._base_env.update(with_command_defaults(opts.env))
         self._state_lock = threading.RLock()
-        self._teardown: threading.Thread | None = None
         self._spec = build_spec(opts, profile=self.profile, task=self.task_id, persist=opts.persist_across_processes)
         self._pod: Any = None
         snapshot = self.from_snapshot
@@ -301,18 +299,20 @@ class KubernetesEnvironment(ThreadTeardown, SandboxEnvironment):
 
     # --- lifecycle ----------------------------------------------------------------------------
 
-    def cleanup(self, *, force_remove: bool = False) -> None:
-        """Release this handle. Persist mode: the pod keeps running. With ``force_remove``
-        or ``persist_across_processes = false``: delete it (grace 0) in the background (see
-        :meth:`wait_for_cleanup`). Idempotent; ``cleanup(force_remove=True)`` after a plain
-        ``cleanup()`` still deletes the pod. Never raises."""
-        with self._state_lock:
-            self._closed = True
-            if self._session is not None:
-                self._session.close()
-            remove = force_remove or not self.options.persist_across_processes
-            if remove and self._teardown is None and self._pod is not None:
-                self._teardown = _schedule_delete(self._cluster, self.pod_name, self.options)
+    def holds_sandbox(self) -> bool:
+        return self._pod is not None
+
+    def removal(self) -> Callable[[], None]:
+        """Delete the pod (grace 0) and wait for the API's 404 (up to 60 s)."""
+        from envlayer_kubernetes import pods
+
+        cluster, name, opts = self._cluster, self.pod_name, self.options
+
+        def work() -> None:
+            pods.delete(cluster, name, opts)
+            pods.wait_gone(cluster, name, opts, 60.0)
+
+        return work
 
     @classmethod
     def _class_cluster(cls, options: BaseOptions | None) -> tuple[Any, KubernetesOptions]:
@@ -335,19 +335,30 @@ class KubernetesEnvironment(ThreadTeardown, SandboxEnvironment):
         )
 
     @classmethod
-    def reap_orphans(
-        cls, *, profile: str, max_age: float, dry_run: bool, options: KubernetesOptions
-    ) -> list[SandboxInfo]:
-        """Delete this profile's ended pods older than ``max_age`` seconds and its stuck
-        Pending pods, in the configured namespace only (see :mod:`envlayer_kubernetes.sweep`),
-        then its snapshots of the namespace and API server beyond the retention options
-        (:func:`envlayer_kubernetes.snapshots.expire`). Returns what was (or would be) removed."""
-        from envlayer_kubernetes import snapshots, sweep
+    def reaper_context(cls, options: BaseOptions) -> tuple[Any, KubernetesOptions]:
+        return cls._class_cluster(options)
 
-        cluster, opts = cls._class_cluster(options)
-        removed = sweep.reap(cluster, opts, profile=profile, max_age=max_age, dry_run=dry_run)
-        expired = snapshots.expire(opts, **cls._scope(cluster), profile=profile, dry_run=dry_run)
-        return removed + [s.info() for s in expired]
+    @classmethod
+    def sweep_orphans(
+        cls, context: tuple[Any, KubernetesOptions], *, profile: str, max_age: float, dry_run: bool
+    ) -> list[SandboxInfo]:
+        """This profile's ended pods older than ``max_age`` seconds and its stuck Pending
+        pods, in the configured namespace only (see :mod:`envlayer_kubernetes.sweep`)."""
+        from envlayer_kubernetes import sweep
+
+        cluster, opts = context
+        return sweep.reap(cluster, opts, profile=profile, max_age=max_age, dry_run=dry_run)
+
+    @classmethod
+    def expire_snapshots(
+        cls, context: tuple[Any, KubernetesOptions], *, profile: str, dry_run: bool
+    ) -> list[Snapshot]:
+        """Its snapshots of the namespace and API server beyond the retention options
+        (:func:`envlayer_kubernetes.snapshots.expire`)."""
+        from envlayer_kubernetes import snapshots
+
+        cluster, opts = context
+        return snapshots.expire(opts, **cls._scope(cluster), profile=profile, dry_run=dry_run)
 
     @classmethod
     def list_sandboxes(cls, *, profile: str | None, options: KubernetesOptions) -> list[SandboxInfo]:
@@ -372,21 +383,6 @@ class KubernetesEnvironment(ThreadTeardown, SandboxEnvironment):
             if force or (p.status is None or p.status.phase != "Running")
         ]
         return sweep.delete_all(cluster, opts, victims, dry_run=False)
-
-
-def _schedule_delete(cluster: Any, name: str, opts: KubernetesOptions) -> threading.Thread:
-    """Delete the pod (grace 0) and wait for its 404 on a daemon thread of
-    :mod:`envlayer.sandbox.teardown_threads` (joined at interpreter exit, up to 15 s in total)."""
-    from envlayer_kubernetes import pods
-
-    def work() -> None:
-        try:
-            pods.delete(cluster, name, opts)
-            pods.wait_gone(cluster, name, opts, 60.0)
-        except Exception as exc:
-            log.warning("deleting pod %s failed: %r", name, exc)
-
-    return teardown_threads.schedule(work, f"envlayer-k8s-delete-{name}")
 
 
 def _task_taken(task: str, pod: str) -> InvalidArgument:

@@ -44,9 +44,9 @@ from envlayer.options import BaseOptions
 from envlayer.execution.tree_kill import EXEC_ID_VAR
 from envlayer.request import ExecRequest, check_path, file_payload
 from envlayer.result import TIMEOUT_EXIT_CODE, ExecResult
-from envlayer.sandbox.base import MANAGED_SANDBOX_CAPABILITIES, SandboxEnvironment
+from envlayer.sandbox.base import MANAGED_SANDBOX_CAPABILITIES
 from envlayer.sandbox.client_identity import ClientIdentity
-from envlayer.sandbox.teardown_threads import ThreadTeardown
+from envlayer.sandbox.managed import ManagedSandboxEnvironment
 from envlayer.sandbox.paths import confined_path
 from envlayer.snapshot import Snapshot
 from envlayer.transfer import TransferSummary
@@ -63,7 +63,7 @@ LEASE_INTERVAL = 30.0
 _HELPER_TIMEOUT = 300.0
 
 
-class ModalEnvironment(ThreadTeardown, SandboxEnvironment):
+class ModalEnvironment(ManagedSandboxEnvironment):
     """Commands and files in a Modal sandbox; see the module docstring."""
 
     name = "modal"
@@ -91,7 +91,6 @@ class ModalEnvironment(ThreadTeardown, SandboxEnvironment):
             self._prepare_fork(self.from_snapshot)
         self._state_lock = threading.RLock()
         self._last_lease = 0.0
-        self._teardown: threading.Thread | None = None
         self._attached: Any = None
         self._notice = ""
         self._detached = False
@@ -422,36 +421,32 @@ class ModalEnvironment(ThreadTeardown, SandboxEnvironment):
 
     # --- lifecycle -------------------------------------------------------------------------------
 
-    def cleanup(self, *, force_remove: bool = False) -> None:
-        """Release this handle (also this process's connection to the sandbox,
-        ``Sandbox.detach``). Persist mode: the sandbox keeps running (until
-        ``idle_timeout``). With ``force_remove`` or ``persist_across_processes = false``:
-        terminate it in the background (see :meth:`wait_for_cleanup`). Idempotent;
-        ``cleanup(force_remove=True)`` after a plain ``cleanup()`` still terminates it.
-        Never raises."""
+    def close_session(self) -> None:
+        self._drop_session()
+
+    def holds_sandbox(self) -> bool:
+        return self._attached is not None
+
+    def removal(self) -> Callable[[], None]:
+        """Terminate the sandbox (see :mod:`envlayer_modal.teardown`); a handle released by an
+        earlier plain ``cleanup()`` is looked up again by id."""
+        conn, attached, detached = self._conn, self._attached, self._detached
+        self._detached = True
+
+        def handle() -> Any:
+            if detached:
+                return conn.modal.Sandbox.from_id(attached.id, client=conn.client)
+            return attached.sandbox
+
+        return lambda: teardown.terminate(handle, attached.id)
+
+    def release_sandbox(self) -> None:
+        """Let go of the sandbox (``Sandbox.detach``): it runs on, this process keeps no
+        connection to it."""
         from envlayer_modal.sandbox import detach_quietly
 
-        with self._state_lock:
-            self._closed = True
-            try:
-                self._drop_session()
-            except Exception:
-                pass
-            attached, detached = self._attached, self._detached
-            remove = force_remove or not self.options.persist_across_processes
-            if attached is None or (self._teardown is not None) or (detached and not remove):
-                return
-            if remove:
-                conn = self._conn
-
-                def handle() -> Any:
-                    if detached:  # released by an earlier plain cleanup(): look it up again
-                        return conn.modal.Sandbox.from_id(attached.id, client=conn.client)
-                    return attached.sandbox
-
-                self._teardown = teardown.schedule(handle, attached.id)
-            else:
-                detach_quietly(attached.sandbox)  # the sandbox runs on; this process lets go of it
+        if not self._detached:
+            detach_quietly(self._attached.sandbox)
             self._detached = True
 
     # --- snapshots (envlayer_modal.snapshots) ------------------------------------------------
@@ -495,15 +490,22 @@ class ModalEnvironment(ThreadTeardown, SandboxEnvironment):
         cls._class_conn(options)
 
     @classmethod
-    def reap_orphans(cls, *, profile: str, max_age: float, dry_run: bool, options: ModalOptions) -> list[SandboxInfo]:
-        """Terminate this profile's orphaned sandboxes (see :mod:`envlayer_modal.reaper`),
-        then remove its snapshots beyond the retention options
-        (:func:`envlayer_modal.snapshots.expire`). Returns what was (or would be) removed."""
-        from envlayer_modal import reaper, snapshots
+    def reaper_context(cls, options: BaseOptions) -> Any:
+        return cls._class_conn(options)
 
-        conn = cls._class_conn(options)
-        removed = reaper.reap(conn, profile=profile, max_age=max_age, dry_run=dry_run)
-        return removed + [s.info() for s in snapshots.expire(conn, profile=profile, dry_run=dry_run)]
+    @classmethod
+    def sweep_orphans(cls, context: Any, *, profile: str, max_age: float, dry_run: bool) -> list[SandboxInfo]:
+        """This profile's orphaned sandboxes (see :mod:`envlayer_modal.reaper`)."""
+        from envlayer_modal import reaper
+
+        return reaper.reap(context, profile=profile, max_age=max_age, dry_run=dry_run)
+
+    @classmethod
+    def expire_snapshots(cls, context: Any, *, profile: str, dry_run: bool) -> list[Snapshot]:
+        """Its snapshots beyond the retention options (:func:`envlayer_modal.snapshots.expire`)."""
+        from envlayer_modal import snapshots
+
+        return snapshots.expire(context, profile=profile, dry_run=dry_run)
 
     @classmethod
     def list_sandboxes(cls, *, profile: str | None, options: ModalOptions) -> list[SandboxInfo]:

@@ -38,9 +38,9 @@ def fake_modal() -> Iterator[launcher.FakeModal]:
     try:
         yield fake
     finally:
-        from envlayer_modal import teardown
+        from envlayer.sandbox import teardown_threads
 
-        teardown.wait_all(30)
+        teardown_threads.wait_all(30)
         fake.stop()
 
 
