@@ -42,7 +42,7 @@ class Plan:
         """The quick plan (seconds on local) or the full one (minutes)."""
         if quick:
             return cls(2, 24, 4, 6, 2, (1 * MB, 8 * MB), 2, 64 * MIB, 1, 2, 5, 1)
-        return cls(5, 600, 20, 40, 5, (1 * MB, 100 * MB), 5, 1024 * MIB, 3, 1, 30, 3)
+        return cls(5, 600, 40, 40, 5, (1 * MB, 100 * MB), 5, 1024 * MIB, 3, 1, 30, 3)
 
 
 def size_label(size: int) -> str:

@@ -70,15 +70,17 @@ def interleaved_rounds(
     """Seconds of each timed call per variant and round, after ``warmup`` untimed calls of each.
 
     Each variant runs back to back in blocks of ``calls // rounds`` (as an agent's calls
-    would), and the blocks of all variants alternate over ``rounds`` rounds, so a change
-    in machine load during the run affects every variant alike."""
+    would), and the blocks of all variants alternate over ``rounds`` rounds, in the
+    given order and then in reverse (so no variant always follows the same one), so a
+    change in machine load during the run affects every variant alike."""
     for run in variants.values():
         for _ in range(warmup):
             run()
     times: dict[str, list[list[float]]] = {label: [] for label in variants}
     block = max(1, calls // rounds)
-    for _ in range(rounds):
-        for label, run in variants.items():
+    order = list(variants.items())
+    for index in range(rounds):
+        for label, run in order if index % 2 == 0 else reversed(order):
             times[label].append([seconds_of(run) for _ in range(block)])
     return times
 
