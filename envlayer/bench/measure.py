@@ -13,7 +13,7 @@ from envlayer.bench.figures import ENVLAYER, Figure
 from envlayer.bench.flood import run_flood
 from envlayer.bench.ledger import Ledger
 from envlayer.bench.target import BackendTarget
-from envlayer.bench.timing import Spread, interleaved_samples
+from envlayer.bench.timing import Spread, interleaved_rounds
 from envlayer.dispatch import run
 from envlayer.environment import Environment
 
@@ -27,6 +27,7 @@ class Plan:
 
     start_runs: int
     session_calls: int
+    session_rounds: int
     spawning_calls: int
     rounds: int
     transfer_sizes: tuple[int, ...]
@@ -41,8 +42,8 @@ class Plan:
     def of(cls, quick: bool) -> Plan:
         """The quick plan (seconds on local) or the full one (minutes)."""
         if quick:
-            return cls(2, 20, 6, 2, (1 * MB, 8 * MB), 2, 64 * MIB, 1, 2, 5, 1)
-        return cls(5, 300, 40, 5, (1 * MB, 100 * MB), 5, 1024 * MIB, 3, 1, 30, 3)
+            return cls(2, 24, 4, 6, 2, (1 * MB, 8 * MB), 2, 64 * MIB, 1, 2, 5, 1)
+        return cls(5, 600, 40, 40, 5, (1 * MB, 100 * MB), 5, 1024 * MIB, 3, 1, 30, 3)
 
 
 def size_label(size: int) -> str:
@@ -67,15 +68,16 @@ def measure_start(target: BackendTarget, ledger: Ledger, plan: Plan) -> list[Fig
 
 
 def _exec_figures(
-    backend: str, measure: str, samples: dict[str, list[float]], baseline: str | None
+    backend: str, measure: str, samples: dict[str, list[list[float]]], baseline: str | None
 ) -> list[Figure]:
+    """One figure per method from its samples per round (the median of the round medians)."""
     return [
         Figure(
             backend,
             measure,
             method,
             "ms",
-            Spread.of(times).scaled(1000),
+            Spread.of_rounds(times).scaled(1000),
             baseline=baseline if method == ENVLAYER else None,
         )
         for method, times in samples.items()
@@ -85,19 +87,21 @@ def _exec_figures(
 def measure_exec(
     backend: str, session: Environment, oneshot: Environment | None, baselines: ExecBaselines, plan: Plan
 ) -> list[Figure]:
-    """Warm ``exec("true")``: the session (interleaved with the persistent-shell floor)
-    and one-shot (interleaved with the baselines that spawn a process per call).
-    Without a one-shot environment, only the session's figures."""
+    """Warm ``exec("true")``: the session (interleaved with the persistent-shell floor, in
+    ``session_rounds`` short rounds: the calls take tens of microseconds, so many rounds
+    cost little and keep a burst of other load to a round or two) and one-shot
+    (interleaved with the baselines that spawn a process per call). Each figure is the
+    median of its round medians. Without a one-shot environment, only the session's figures."""
     fast = {ENVLAYER: lambda: run(session, "true"), **baselines.fast}
     figures = _exec_figures(
         backend,
         "session exec",
-        interleaved_samples(fast, plan.session_calls, plan.rounds),
+        interleaved_rounds(fast, plan.session_calls, plan.session_rounds),
         SESSION_FLOOR if baselines.fast else None,
     )
     if oneshot is not None:
         spawning = {ENVLAYER: lambda: run(oneshot, "true"), **baselines.spawning}
-        samples = interleaved_samples(spawning, plan.spawning_calls, plan.rounds, warmup=2)
+        samples = interleaved_rounds(spawning, plan.spawning_calls, plan.rounds, warmup=2)
         figures += _exec_figures(backend, "one-shot exec", samples, baselines.oneshot_baseline)
     return figures
 

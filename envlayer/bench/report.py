@@ -84,7 +84,9 @@ def markdown_page(doc: dict[str, Any], images: str | None) -> str:
     parts = [
         "# Benchmarks",
         "",
-        "Produced by `envlayer bench`; run it on your own machine to get your own figures. Each figure is the median of repeated runs with its 10th-90th percentile spread; "
+        "Produced by `envlayer bench`; run it on your own machine to get your own figures. "
+        "Each figure is the median of repeated runs with its 10th-90th percentile spread "
+        "(warm exec: the median of the medians of interleaved rounds); "
         "a baseline (the same work without envlayer) is measured in the same run, and the ratio "
         "to it matters more than the absolute figure.",
         "",

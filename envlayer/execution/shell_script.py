@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -95,10 +96,25 @@ def interactive_shell_script(shell: str, env_file: str, cwd: str) -> str:
     )
 
 
+_SEED_BYTES = 5
+_SEED_POOL_SEEDS = 256
+_seed_pool = bytearray()
+_seed_lock = threading.Lock()
+os.register_at_fork(after_in_child=_seed_pool.clear)  # a forked child never reuses the parent's seeds
+
+
 def new_seed() -> int:
     """A random marker seed in ``[2**39, 2**39 + 2**40)`` from the OS's CSPRNG (the shell
-    turns it into the marker, see :func:`marker_of`)."""
-    return int.from_bytes(os.urandom(5), "big") + 2**39
+    turns it into the marker, see :func:`marker_of`). The bytes are taken from a pool
+    filled by one ``os.urandom`` call per 256 seeds (a call then makes no ``getrandom``
+    syscall of its own); each seed is used once and dropped from the pool, so it is as
+    unguessable as a fresh ``os.urandom(5)`` (a forked child starts with an empty pool)."""
+    with _seed_lock:
+        if not _seed_pool:
+            _seed_pool.extend(os.urandom(_SEED_BYTES * _SEED_POOL_SEEDS))
+        seed = int.from_bytes(_seed_pool[-_SEED_BYTES:], "big")
+        del _seed_pool[-_SEED_BYTES:]
+    return seed + 2**39
 
 
 def marker_of(seed: int) -> bytes:
@@ -194,6 +210,12 @@ the text becomes the body of a function defined by ``eval`` and called after it
 function's origin instead, evaluates the text directly."""
 
 
+_CLOSED = "7>&- 8>&-"
+"""The redirection that closes the protocol's fds for the command (see the module docstring)."""
+
+_RUN_CLOSED = f"{_RUN} </dev/null {_CLOSED}"
+
+
 def call_script(
     command: str | Sequence[str],
     *,
@@ -218,6 +240,10 @@ def call_script(
     protocol's fds 7 and 8 closed (see the module docstring). ``prelude`` is shell text
     a backend runs before the command (e.g. refreshing a lease file).
     """
+    if cwd is None and not env and not unset and stdin_path is None and not prelude:  # the common call, in one go
+        return f"__el_pre {seed} {exec_id}\n__el_c={quote(command_text(command))}; {_RUN_CLOSED}\n__el_end\n".encode(
+            "utf-8", "surrogateescape"
+        )
     lines = [f"__el_pre {seed} {exec_id}"]
     if prelude:
         lines.append(prelude)
@@ -240,7 +266,7 @@ def call_script(
             )
         removed = f"unset -v {' '.join(unset)}\n" if unset else ""
         run = f"( {setup}{export_lines(env or {})}{removed}{run}\n)"
-    lines.append(f"{run} {redirect} 7>&- 8>&-")
+    lines.append(f"{run} {redirect} {_CLOSED}")
     lines.append(end)
     text = "\n".join(lines) + "\n"
     return text.encode("utf-8", "surrogateescape")

@@ -166,20 +166,22 @@ def read_framed(
     the stream's end, bytes held back as a possible marker start are delivered. Bytes read
     behind the markers are returned in ``Framed.after``. Exceptions (from the stream or
     the collector's callback) propagate; the caller kills the command."""
-    scanners = {"stdout": MarkerScanner(marker, trailer=True), "stderr": MarkerScanner(marker, trailer=False)}
-    chunks: list[tuple[str, bytes]] | None = list(pending or [])
+    out, err = MarkerScanner(marker, trailer=True), MarkerScanner(marker, trailer=False)
+    write = collector.write
+    chunks = pending[:] if pending else None
     if pending:
         pending.clear()  # delivered here, so a new try of the command does not repeat them
     while True:
-        for name, data in chunks:
-            collector.write(name, scanners[name].feed(data))
-        if scanners["stdout"].done and scanners["stderr"].done:
-            after = tuple((name, scanner.after) for name, scanner in scanners.items() if scanner.after)
-            return Framed(trailer=parse_trailer(scanners["stdout"].trailer), after=after)
+        if chunks:
+            for name, data in chunks:
+                write(name, (out if name == "stdout" else err).feed(data))
+            if out.done and err.done:
+                after = tuple((name, s.after) for name, s in (("stdout", out), ("stderr", err)) if s.after)
+                return Framed(trailer=parse_trailer(out.trailer), after=after)
         chunks = stream.read(deadline)
         if chunks is None:
-            for name, scanner in scanners.items():
-                collector.write(name, scanner.flush())
+            write("stdout", out.flush())
+            write("stderr", err.flush())
             return Framed()
         if not chunks:
             return Framed(timed_out=True)
@@ -418,7 +420,7 @@ class PersistentShell:
             self._killed = self._holds_state or bool(recovered)
             raise
         self._holds_state = True
-        return ShellOutcome(outcome.exit_code, outcome.timed_out, outcome.shell_ended, recovered)
+        return ShellOutcome(outcome.exit_code, outcome.timed_out, outcome.shell_ended, recovered) if recovered else outcome
 
     def _run_on(
         self,

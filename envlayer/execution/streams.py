@@ -11,8 +11,9 @@ by local shells).
 
 from __future__ import annotations
 
+import contextlib
 import os
-import selectors
+import select
 import subprocess
 import threading
 import time
@@ -113,15 +114,22 @@ makes CPython allocate that much for each read (above glibc's 128 KiB threshold:
 
 
 class ProcessStream:
-    """:class:`ByteStream` over a local process's stdin/stdout/stderr pipes."""
+    """:class:`ByteStream` over a local process's stdin/stdout/stderr pipes.
+
+    Reads wait on one ``epoll`` of the two output pipes and read each ready pipe once;
+    writes go to the stdin pipe with ``os.write`` (no buffer in between). A session call
+    makes one write and one or two reads, so this path is kept to the syscalls it needs."""
 
     def __init__(self, proc: subprocess.Popen[bytes]) -> None:
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
         self.proc = proc
-        self._selector = selectors.DefaultSelector()
+        self._stdin = proc.stdin.fileno()
+        self._poll = select.epoll()
+        self._names: dict[int, str] = {}
         for name, pipe in (("stdout", proc.stdout), ("stderr", proc.stderr)):
             os.set_blocking(pipe.fileno(), False)
-            self._selector.register(pipe, selectors.EVENT_READ, name)
+            self._poll.register(pipe.fileno(), select.EPOLLIN)
+            self._names[pipe.fileno()] = name
         self._closed = False
 
     @classmethod
@@ -145,30 +153,37 @@ class ProcessStream:
 
     def write(self, data: bytes) -> None:
         """Send ``data``; raises ``OSError`` (``BrokenPipeError``) when the process is gone."""
-        stdin = self.proc.stdin
-        if self._closed or stdin is None:
+        if self._closed:
             raise BrokenPipeError("stream closed")
-        stdin.write(data)
-        stdin.flush()
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._stdin, view) :]
 
     def read(self, deadline: float | None) -> Chunks | None:
         """See :meth:`ByteStream.read`."""
+        names = self._names
         while True:
-            if self._closed or not self._selector.get_map():
+            if self._closed or not names:
                 return None
-            wait = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            wait = -1.0 if deadline is None else max(deadline - time.monotonic(), 0.0)
             chunks: Chunks = []
-            for key, _ in self._selector.select(wait):
+            try:
+                ready = self._poll.poll(wait)
+            except (OSError, ValueError):
+                return None  # closed from another thread
+            for fd, _ in ready:
                 try:
-                    data = os.read(key.fd, _READ_CHUNK)
+                    data = os.read(fd, _READ_CHUNK)
                 except BlockingIOError:
                     continue
                 except OSError:
                     data = b""
                 if data:
-                    chunks.append((key.data, data))
+                    chunks.append((names[fd], data))
                 else:
-                    self._selector.unregister(key.fileobj)
+                    del names[fd]
+                    with contextlib.suppress(OSError, ValueError):  # ValueError: closed meanwhile
+                        self._poll.unregister(fd)
             if chunks or (deadline is not None and time.monotonic() >= deadline):
                 return chunks
 
@@ -187,10 +202,7 @@ class ProcessStream:
             return
         self._closed = True
         self.proc.poll()
-        try:
-            self._selector.close()
-        except (OSError, ValueError):
-            pass
+        self._poll.close()
         for pipe in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
             try:
                 if pipe is not None:
