@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from bench_timing import median_ms
-from envlayer.bench.interrupts import run_script
 
+from envlayer.bench.interrupts import run_script
 from envlayer.testing.fixtures import docker_problem, import_by_path
 
 KIT = Path(__file__).resolve().parent.parent / "plugins" / "daytona" / "tests" / "daytona_testkit.py"

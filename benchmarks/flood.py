@@ -28,7 +28,8 @@ import uuid
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from bench_sshd import start_optional_sshd  # noqa: E402
+from bench_sshd import start_optional_sshd
+
 from envlayer.bench.interrupts import run_script
 
 CHILD = r"""

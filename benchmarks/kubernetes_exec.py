@@ -27,6 +27,7 @@ import uuid
 
 from bench_timing import median_ms
 from kubernetes_scale import load_control
+
 from envlayer.bench.interrupts import run_script
 
 ATTACH_CHILD = """

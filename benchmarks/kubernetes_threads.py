@@ -19,6 +19,7 @@ import sys
 import uuid
 
 from kubernetes_scale import load_control
+
 from envlayer.bench.interrupts import run_script
 
 
@@ -40,8 +41,10 @@ def main() -> int:
             lifecycles_per_thread=args.lifecycles,
         )
         upgrades = [r for r in server.routes() if r.get("upgrade") and not r["route"].endswith("/exec")]
-    print(f"{args.threads} threads x {args.execs} one-shot execs, {args.lifecycle_threads} threads x "
-          f"{args.lifecycles} create+remove, one process (fake API server, pods = Docker containers)")
+    print(
+        f"{args.threads} threads x {args.execs} one-shot execs, {args.lifecycle_threads} threads x "
+        f"{args.lifecycles} create+remove, one process (fake API server, pods = Docker containers)"
+    )
     print(f"  execs ok           : {storm.execs} of {args.threads * args.execs}")
     print(f"  lifecycles ok      : {storm.lifecycles} of {args.lifecycle_threads * args.lifecycles}")
     print(f"  errors             : {len(storm.errors)}")

@@ -10,10 +10,9 @@ Run: ``uv run --no-sync python benchmarks/local_exec.py [--calls 300]``
 
 from __future__ import annotations
 
-import sys
-
 import argparse
 import subprocess
+import sys
 import tempfile
 
 from bench_timing import WARMUP, interleaved_medians

@@ -18,11 +18,10 @@ Docker exec per call, like mini-swe-agent's). Target: with ``sh -c`` the session
 
 from __future__ import annotations
 
-import sys
-
 import argparse
 import logging
 import os
+import sys
 import tempfile
 import uuid
 from typing import Any
@@ -31,6 +30,7 @@ os.environ.setdefault("MSWEA_SILENT_STARTUP", "1")
 os.environ.setdefault("MSWEA_GLOBAL_CONFIG_DIR", tempfile.mkdtemp(prefix="envlayer-bench-mswea-"))
 
 from bench_timing import median_ms
+
 from envlayer.bench.interrupts import run_script
 
 PROFILE = f"envlayer-bench-mswea-{uuid.uuid4().hex[:8]}"

@@ -29,7 +29,8 @@ from bench_timing import median_ms
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "plugins", "modal", "tests", "fake_modal"))
 
-import modal_fake_launcher  # noqa: E402
+import modal_fake_launcher
+
 from envlayer.bench.interrupts import run_script
 
 PROFILE = f"envlayer-bench-{uuid.uuid4().hex[:8]}"

@@ -33,6 +33,7 @@ from bench_timing import WARMUP, interleaved_medians
 from envlayer_ssh.backend import SSHEnvironment
 from envlayer_ssh.options import SSHOptions
 from ssh_testserver import SSHServer, requirements_missing
+
 from envlayer.bench.interrupts import run_script
 
 

@@ -24,6 +24,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "plugins", "ssh
 from envlayer_ssh.backend import SSHEnvironment
 from envlayer_ssh.options import SSHOptions
 from ssh_testserver import SSHServer, requirements_missing
+
 from envlayer.bench.interrupts import run_script
 
 

@@ -241,7 +241,7 @@ def clean_up(run: Run) -> None:
 def spans(numbers: list[int]) -> str:
     """``1-3,7`` for ``[1, 2, 3, 7]``."""
     out, start = [], numbers[0]
-    for previous, current in zip(numbers, numbers[1:] + [None]):
+    for previous, current in zip(numbers, [*numbers[1:], None], strict=False):
         if current != previous + 1:
             out.append(f"{start}-{previous}" if previous != start else str(start))
             start = current

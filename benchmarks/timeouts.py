@@ -29,7 +29,8 @@ from typing import Any
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from bench_sshd import start_optional_sshd  # noqa: E402
+from bench_sshd import start_optional_sshd
+
 from envlayer.bench.interrupts import run_script
 
 TIMEOUT = 1.0

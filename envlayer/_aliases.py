@@ -62,11 +62,33 @@ MOVED: dict[str, str] = {
 #: old paths that docs/api.md listed as public: importing them warns.
 DEPRECATED: frozenset[str] = frozenset(
     f"envlayer.{name}"
-    for name in (
-        "lifecycle sandbox_base sandbox_options registry collector output streams shell_session manager "
-        "task_bindings orphan_sweeps tools agent_env cancel sandbox_kill owner plugin_errors sandbox_tags "
-        "sandbox_paths idle_check archive tar_extract background retry execution.sandbox_kill"
-    ).split()
+    for name in [
+        "lifecycle",
+        "sandbox_base",
+        "sandbox_options",
+        "registry",
+        "collector",
+        "output",
+        "streams",
+        "shell_session",
+        "manager",
+        "task_bindings",
+        "orphan_sweeps",
+        "tools",
+        "agent_env",
+        "cancel",
+        "sandbox_kill",
+        "owner",
+        "plugin_errors",
+        "sandbox_tags",
+        "sandbox_paths",
+        "idle_check",
+        "archive",
+        "tar_extract",
+        "background",
+        "retry",
+        "execution.sandbox_kill",
+    ]
 )
 
 
@@ -97,7 +119,9 @@ class _AliasFinder:
     """A meta-path finder that resolves old ``envlayer`` module paths to the moved modules."""
 
     @classmethod
-    def find_spec(cls, fullname: str, path: object = None, target: object = None) -> importlib.machinery.ModuleSpec | None:
+    def find_spec(
+        cls, fullname: str, path: object = None, target: object = None
+    ) -> importlib.machinery.ModuleSpec | None:
         new = new_path(fullname) if fullname.startswith("envlayer.") else None
         if new is None:
             return None

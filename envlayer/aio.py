@@ -36,16 +36,16 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from envlayer.cancel_token import CancelToken
-from envlayer.environment import DEFAULT_TASK, Command, Environment
 from envlayer import dispatch
-from envlayer.config import Settings, load_settings
-from envlayer.dispatch import CleanupOutcome, SweepOutcome, run
-from envlayer.factory import backend_specs
 from envlayer.agents.manager import EnvironmentManager, EnvKey
-from envlayer.result import ExecResult
 from envlayer.agents.tools import ToolRegistry
 from envlayer.agents.tools.definitions import ToolDefinition
+from envlayer.cancel_token import CancelToken
+from envlayer.config import Settings, load_settings
+from envlayer.dispatch import CleanupOutcome, SweepOutcome, run
+from envlayer.environment import DEFAULT_TASK, Command, Environment
+from envlayer.factory import backend_specs
+from envlayer.result import ExecResult
 
 if TYPE_CHECKING:
     from envlayer.snapshot import Snapshot

@@ -94,8 +94,6 @@ class SweepOutcome:
     """What to do about ``error`` (the envlayer error's hint), when there is one."""
 
 
-
-
 def cleanup(env: Environment, *, force_remove: bool = False, purge: bool = False) -> CleanupOutcome:
     """Clean ``env`` up, forwarding ``force_remove`` only to backends that support it.
 
@@ -164,9 +162,7 @@ def run(environment: Environment, command: Command, /, **arguments: Unpack[ExecA
     return run_with_output(environment, command, **arguments).result
 
 
-def run_with_output(
-    environment: Environment, command: Command, /, **arguments: Unpack[ExecArguments]
-) -> StreamOutcome:
+def run_with_output(environment: Environment, command: Command, /, **arguments: Unpack[ExecArguments]) -> StreamOutcome:
     """:func:`run`, returning a :class:`StreamOutcome`: whether ``on_output`` got the
     output as it arrived, and the fallback note when it did not."""
     on_output = arguments.get("on_output")
@@ -360,9 +356,7 @@ def take_snapshot(env: Environment, name: str | None = None) -> Snapshot:
         return env.create_snapshot(name=name)  # type: ignore[attr-defined,no-any-return]
 
 
-def open_forks(
-    env: Environment, task_ids: Sequence[str], *, snapshot: Snapshot | None = None
-) -> list[Environment]:
+def open_forks(env: Environment, task_ids: Sequence[str], *, snapshot: Snapshot | None = None) -> list[Environment]:
     """New environments for ``task_ids`` (same backend, options and profile as ``env``),
     each started from ``snapshot``, or from a snapshot of ``env`` taken now and removed
     once the forks exist (they keep working; the backend frees its storage when the last

@@ -11,14 +11,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from envlayer.capabilities import Capability, supports
 from envlayer.config import Settings, load_settings
+from envlayer.discovery.backend_registry import backend_names, load_backend
+from envlayer.discovery.plugin_calls import plugin_call
+from envlayer.dispatch import BackendSpec, snapshot_refused
 from envlayer.environment import Environment
 from envlayer.errors import BackendNotFound, EnvlayerError
-from envlayer.capabilities import Capability, supports
-from envlayer.dispatch import BackendSpec, snapshot_refused
 from envlayer.options import BaseOptions
-from envlayer.discovery.plugin_calls import plugin_call
-from envlayer.discovery.backend_registry import backend_names, load_backend
 from envlayer.snapshot import Snapshot
 
 

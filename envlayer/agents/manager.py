@@ -50,17 +50,17 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Unpack
 
 from envlayer.agents import exit_hook
+from envlayer.agents.orphan_sweeps import OrphanSweep, orphan_sweep, start_sweep
+from envlayer.agents.task_bindings import EnvKey, TaskBindingConflict, TaskBindings, TaskOverrides
 from envlayer.capabilities import EXEC_KEYWORD_OF, Capability, capabilities_of, supports
 from envlayer.config import Settings, load_settings
+from envlayer.discovery.plugin_calls import plugin_call, recording
+from envlayer.dispatch import CleanupOutcome, cleanup, run, wait_for_cleanup
 from envlayer.environment import DEFAULT_TASK, Command, Environment
 from envlayer.errors import BackendUnavailable, EnvironmentClosed, EnvlayerError
 from envlayer.factory import backend_class, open_environment
-from envlayer.dispatch import CleanupOutcome, cleanup, run, wait_for_cleanup
-from envlayer.agents.orphan_sweeps import OrphanSweep, orphan_sweep, start_sweep
-from envlayer.discovery.plugin_calls import plugin_call, recording
 from envlayer.request import ExecArguments
 from envlayer.result import ExecResult
-from envlayer.agents.task_bindings import EnvKey, TaskBindingConflict, TaskBindings, TaskOverrides
 
 if TYPE_CHECKING:
     from envlayer.snapshot import Snapshot

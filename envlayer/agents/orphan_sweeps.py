@@ -14,8 +14,8 @@ import logging
 import threading
 from dataclasses import dataclass, field
 
-from envlayer.environment import Environment
 from envlayer.dispatch import SweepOutcome, reap_orphans
+from envlayer.environment import Environment
 from envlayer.options import BaseOptions
 
 log = logging.getLogger("envlayer.manager")

@@ -30,14 +30,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Literal
 
-from envlayer.sandbox.command_env import CREDENTIAL_PATTERNS, inherited_environment, with_command_defaults
 from envlayer.backends import local_snapshots, local_tasks
-from envlayer.backends.local_terminal import PtyTerminal
 from envlayer.backends.local_session import LocalSession, moved_notice, nearest_existing
-from envlayer.execution.cancel import killer_for
+from envlayer.backends.local_terminal import PtyTerminal
 from envlayer.capabilities import Capability
 from envlayer.environment import DEFAULT_TASK
-from envlayer.execution.collector import OutputCollector
 from envlayer.errors import (
     FileTooLarge,
     InvalidArgument,
@@ -47,11 +44,14 @@ from envlayer.errors import (
     SandboxPathError,
     SandboxPermissionDenied,
 )
-from envlayer.options import OptionError, option
+from envlayer.execution.cancel import killer_for
+from envlayer.execution.collector import OutputCollector
 from envlayer.execution.tree_kill import EXEC_ID_VAR, kill_tree
+from envlayer.options import OptionError, option
 from envlayer.request import ExecRequest, file_payload
 from envlayer.result import ExecResult
 from envlayer.sandbox.base import SandboxEnvironment
+from envlayer.sandbox.command_env import CREDENTIAL_PATTERNS, inherited_environment, with_command_defaults
 from envlayer.sandbox.options import SandboxOptions
 from envlayer.sandbox.tar_stream import ChunkReader, extract_stream, tar_chunks
 from envlayer.snapshot import Snapshot, SnapshotRetentionOptions, apply_retention

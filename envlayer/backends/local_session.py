@@ -19,12 +19,12 @@ import threading
 from collections.abc import Callable, Mapping
 
 from envlayer.execution.collector import OutputCollector
-from envlayer.request import ExecRequest
-from envlayer.result import ExecResult
 from envlayer.execution.session_dirs import claim_script
 from envlayer.execution.shell_script import OWNER_BOUND, SESSION_VAR, quote_path
 from envlayer.execution.shell_session import PersistentShell, shell_missing
 from envlayer.execution.streams import ProcessStream
+from envlayer.request import ExecRequest
+from envlayer.result import ExecResult
 
 _ASIDE_TIMEOUT = 30.0
 _CLOSE_WAIT = 2.0

@@ -108,9 +108,7 @@ def split_shell_call(send: Callable[[bytes], object], recv: Callable[[], bytes])
     return call
 
 
-def same_job_call(
-    send: Callable[[bytes], object], recv: Callable[[], bytes], cwd: str
-) -> Callable[[], int]:
+def same_job_call(send: Callable[[bytes], object], recv: Callable[[], bytes], cwd: str) -> Callable[[], int]:
     """The same job as a session call, done by a minimal client: each call enters ``cwd``,
     sets a variable of its own (the call's number, as a session sets ``ENVLAYER_EXEC_ID``),
     runs ``true``, then writes a marker on stderr and the marker with the exit status on
@@ -127,8 +125,14 @@ def same_job_call(
         marker = prefix + number
         on_err, on_out = marker + b"-e\n", marker + b"-o "
         send(
-            enter + b"FLOOR_CALL=" + number + b"; export FLOOR_CALL; true; rc=$?; echo "
-            + on_err[:-1] + b" >&2; echo " + on_out + b"$rc\n"
+            enter
+            + b"FLOOR_CALL="
+            + number
+            + b"; export FLOOR_CALL; true; rc=$?; echo "
+            + on_err[:-1]
+            + b" >&2; echo "
+            + on_out
+            + b"$rc\n"
         )
         buf = b""
         while on_err not in buf or not buf.endswith(b"\n") or on_out not in buf:

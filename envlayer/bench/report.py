@@ -16,7 +16,6 @@ SCHEMA = 1
 HEADERS = ["BACKEND", "MEASURE", "METHOD", "MEDIAN", "P10-P90", "MIB/S", "PEAK RSS", "VS BASELINE"]
 
 
-
 def document(figures: list[Figure], machine: dict[str, Any], command: list[str], quick: bool) -> dict[str, Any]:
     """The run as one JSON-ready document (``schema``, ``command``, ``quick``,
     ``machine``, ``backends``, ``figures``)."""

@@ -36,8 +36,6 @@ from envlayer.capabilities import (
     signature_problem,
 )
 from envlayer.cli.completion import completion_script
-from envlayer.cli.toml_text import toml_key, toml_line
-from envlayer.cli.option_table import print_backend_options
 from envlayer.cli.exec_plan import (
     BROKEN_PIPE_EXIT_CODE,
     ENVLAYER_FAILURE,
@@ -50,7 +48,9 @@ from envlayer.cli.exec_plan import (
     silence_stdout,
 )
 from envlayer.cli.exec_plan import settings_of as _settings
+from envlayer.cli.option_table import print_backend_options
 from envlayer.cli.parser import DEFAULT_TIMEOUT, build_parser, parse_arguments
+from envlayer.cli.progress import progress
 from envlayer.cli.report import (
     PLUGIN_FAILURES,
     print_json,
@@ -60,16 +60,16 @@ from envlayer.cli.report import (
     table,
     task_cell,
 )
-from envlayer.config import CORE_KEYS
-from envlayer.environment import SandboxInfo
 from envlayer.cli.task_sandbox import open_task_environment
+from envlayer.cli.toml_text import toml_key, toml_line
+from envlayer.config import CORE_KEYS
+from envlayer.discovery.backend_registry import backend_names, list_backends, load_backend, shadows_builtin
+from envlayer.discovery.plugin_calls import plugin_call
+from envlayer.environment import SandboxInfo
 from envlayer.errors import BackendNotFound, BackendUnavailable, EnvlayerError
 from envlayer.factory import load_configured_backend
-from envlayer.sandbox.recorded_options import SandboxOptionsDiffer
 from envlayer.options import default_of, masked, option_fields, type_name
-from envlayer.discovery.plugin_calls import plugin_call
-from envlayer.cli.progress import progress
-from envlayer.discovery.backend_registry import backend_names, list_backends, load_backend, shadows_builtin
+from envlayer.sandbox.recorded_options import SandboxOptionsDiffer
 
 __all__ = ["DEFAULT_TIMEOUT", "build_parser", "main", "parse_arguments"]
 

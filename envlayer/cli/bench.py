@@ -38,9 +38,7 @@ def add_bench_parser(sub: Any) -> argparse.ArgumentParser:
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument(
-        "--config", metavar="PATH", help="read only this config file (default: user and ./envlayer.toml)"
-    )
+    p.add_argument("--config", metavar="PATH", help="read only this config file (default: user and ./envlayer.toml)")
     p.add_argument(
         "--backend",
         metavar="NAME",
@@ -100,10 +98,10 @@ def command_line(args: argparse.Namespace, targets: list[BackendTarget]) -> list
 
 def cmd_bench(args: argparse.Namespace) -> int:
     """Run the bench; print the figures (a table, or JSON with ``--json``)."""
+    from envlayer.bench.interrupts import Terminated, exit_code_of
     from envlayer.bench.machine import machine_info
     from envlayer.bench.measure import Plan
     from envlayer.bench.report import document, text_table, write_output, write_page
-    from envlayer.bench.interrupts import Terminated, exit_code_of
     from envlayer.bench.runner import run_bench
     from envlayer.cli.progress import progress
 

@@ -32,8 +32,8 @@ from envlayer.cli import copy_stream
 from envlayer.cli.copy_stream import CopyFailed
 from envlayer.cli.exec_plan import json_text, settings_of
 from envlayer.cli.progress import Meter, io_meter, progress
-from envlayer.environment import Environment
 from envlayer.cli.task_sandbox import open_task_environment
+from envlayer.environment import Environment
 from envlayer.errors import EnvlayerError, InvalidArgument, SandboxFileNotFound, SandboxIsADirectory
 from envlayer.factory import backend_specs
 from envlayer.result import INTERRUPT_EXIT_CODE as INTERRUPTED

@@ -32,12 +32,12 @@ from envlayer.cancel_token import CancelToken
 from envlayer.cli.config_check import check_backend_tables
 from envlayer.cli.exec_env import exec_env
 from envlayer.cli.state_loss import state_loss_note
+from envlayer.cli.task_sandbox import refusal
 from envlayer.config import Settings, load_settings
 from envlayer.environment import Command, Environment
 from envlayer.errors import EnvlayerError
 from envlayer.request import check_user, normalize_timeout
 from envlayer.result import INTERRUPT_EXIT_CODE, ExecResult
-from envlayer.cli.task_sandbox import refusal
 from envlayer.sandbox.recorded_options import SandboxOptionsDiffer
 
 ENVLAYER_FAILURE = 125

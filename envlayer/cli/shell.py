@@ -24,8 +24,8 @@ from typing import Any
 
 from envlayer.cli.exec_plan import settings_of
 from envlayer.cli.progress import progress
-from envlayer.errors import InvalidArgument
 from envlayer.cli.task_sandbox import REPLACE_HELP, open_task_environment
+from envlayer.errors import InvalidArgument
 
 TERMINAL_BACKENDS = ("local", "docker", "ssh", "kubernetes", "modal", "daytona")
 """The built-in backends with ``open_terminal``, named when another one is refused."""

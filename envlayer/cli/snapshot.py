@@ -21,9 +21,9 @@ from envlayer.capabilities import Capability, supports
 from envlayer.cli.exec_plan import json_text
 from envlayer.cli.exec_plan import settings_of as _settings
 from envlayer.cli.report import report, sweep_targets
+from envlayer.cli.task_sandbox import open_task_environment
 from envlayer.environment import Environment
 from envlayer.errors import InvalidArgument
-from envlayer.cli.task_sandbox import open_task_environment
 from envlayer.factory import backend_specs
 from envlayer.options import option_fields
 

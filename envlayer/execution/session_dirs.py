@@ -40,7 +40,7 @@ def claim_script(session_id: str) -> bytes:
         f'__el_t="${{TMPDIR:-/tmp}}"; __el_me="$__el_t"/{own}; __el_n=0\n'
         f'for __el_d in "$__el_t"/{PREFIX}*; do\n'
         '  [ "$__el_d" != "$__el_me" ] && [ -d "$__el_d" ] && [ ! -h "$__el_d" ] && [ -O "$__el_d" ] || continue\n'
-        "  __el_p=; { read -r __el_p <\"$__el_d/holder\"; } 2>/dev/null\n"
+        '  __el_p=; { read -r __el_p <"$__el_d/holder"; } 2>/dev/null\n'
         '  case "$__el_p" in ""|*[!0-9]*) __el_p=;; esac\n'
         '  __el_z=; { read -r __el_z <"/proc/$__el_p/stat"; } 2>/dev/null\n'
         '  case "$__el_z" in *") Z "*) ;; *) [ -n "$__el_p" ] && kill -0 "$__el_p" 2>/dev/null && continue;; esac\n'

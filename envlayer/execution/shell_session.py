@@ -59,12 +59,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from envlayer.errors import BackendUnavailable, InvalidArgument
 from envlayer.execution.cancel import killer_for
 from envlayer.execution.collector import OutputCollector
-from envlayer.errors import BackendUnavailable, InvalidArgument
-from envlayer.request import ExecRequest
-from envlayer.result import ExecResult
-from envlayer.execution.tree_kill import kill_script_argv
 from envlayer.execution.shell_script import (
     MarkerScanner,
     Trailer,
@@ -77,6 +74,9 @@ from envlayer.execution.shell_script import (
     parse_trailer,
 )
 from envlayer.execution.streams import ByteStream, StreamEnded, drain_while
+from envlayer.execution.tree_kill import kill_script_argv
+from envlayer.request import ExecRequest
+from envlayer.result import ExecResult
 
 if TYPE_CHECKING:
     from envlayer.options import BaseOptions
@@ -420,7 +420,9 @@ class PersistentShell:
             self._killed = self._holds_state or bool(recovered)
             raise
         self._holds_state = True
-        return ShellOutcome(outcome.exit_code, outcome.timed_out, outcome.shell_ended, recovered) if recovered else outcome
+        return (
+            ShellOutcome(outcome.exit_code, outcome.timed_out, outcome.shell_ended, recovered) if recovered else outcome
+        )
 
     def _run_on(
         self,

@@ -14,9 +14,9 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from envlayer.config import Settings, load_settings
+from envlayer.discovery.backend_registry import load_backend
 from envlayer.environment import Environment
 from envlayer.options import BaseOptions
-from envlayer.discovery.backend_registry import load_backend
 
 AdapterDefaults = Callable[[Mapping[str, Any]], Mapping[str, Any]]
 """Given the backend's declared option defaults (name -> default), the adapter's defaults."""

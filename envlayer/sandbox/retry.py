@@ -122,7 +122,11 @@ def call_with_retries(
                 raise
             log.warning(
                 "%s: %s; retrying in %.1f s (attempt %d of %d)",
-                doing, transient.reason, delay, attempt + 1, policy.attempts,
+                doing,
+                transient.reason,
+                delay,
+                attempt + 1,
+                policy.attempts,
             )
             sleep(delay)
             waited += delay

@@ -46,7 +46,7 @@ from envlayer.environment import Environment
 from envlayer.options import BaseOptions
 
 E = TypeVar("E", bound=Environment)
-O = TypeVar("O", bound=BaseOptions)
+OptionsT = TypeVar("OptionsT", bound=BaseOptions)
 
 _DOCKER_ANSWER_SECONDS = 30
 
@@ -109,11 +109,11 @@ class EnvironmentFactory(Generic[E]):
             dispatch.wait_for_cleanup(env, timeout)
 
 
-def options_factory(options_class: type[O], **defaults: Any) -> Callable[..., O]:
+def options_factory(options_class: type[OptionsT], **defaults: Any) -> Callable[..., OptionsT]:
     """``make(**kw)``: ``options_class`` with ``defaults`` overridden by ``kw`` (an
     ``options`` fixture returns it)."""
 
-    def make(**kw: Any) -> O:
+    def make(**kw: Any) -> OptionsT:
         return options_class(**{**defaults, **kw})
 
     return make

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from envlayer.config import Settings, load_settings
 from envlayer.agents.manager import EnvironmentManager
+from envlayer.config import Settings, load_settings
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 TEST_IMAGE = os.environ.get("ENVLAYER_TEST_IMAGE", "envlayer-test:busybox")

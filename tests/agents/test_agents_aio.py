@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from envlayer.aio import AsyncEnvironmentManager, AsyncToolRegistry
 from envlayer.agents.tools import ToolRegistry
+from envlayer.aio import AsyncEnvironmentManager, AsyncToolRegistry
 
 
 def test_exec_does_not_block_the_loop(make_manager, local_settings) -> None:  # type: ignore[no-untyped-def]

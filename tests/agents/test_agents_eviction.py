@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from envlayer_toy import ToyEnvironment
 
-from envlayer.errors import BackendUnavailable, InvalidArgument
 from envlayer.agents.tools import ToolRegistry
+from envlayer.errors import BackendUnavailable, InvalidArgument
 
 
 class FlakyToy(ToyEnvironment):

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from envlayer.aio import AsyncEnvironmentManager, AsyncToolRegistry
-from envlayer.config import Settings
 from envlayer.agents.manager import EnvironmentManager, TaskBindingConflict
 from envlayer.agents.tools import ToolRegistry
+from envlayer.aio import AsyncEnvironmentManager, AsyncToolRegistry
+from envlayer.config import Settings
 
 BACKENDS = ["local", pytest.param("docker", marks=pytest.mark.docker)]
 

@@ -169,8 +169,8 @@ def test_renderers(tools: ToolRegistry) -> None:
 def test_recovered_sandbox_is_stated_to_the_model(tools: ToolRegistry) -> None:
     """The notice an ExecResult.recovered turns into (the Docker and SSH suites show the
     backends set it after a real container removal and a real sshd restart)."""
-    from envlayer.result import ExecResult
     from envlayer.agents.tools.merged import MergedOutput
+    from envlayer.result import ExecResult
 
     merged = MergedOutput(400)
     merged("stdout", b"ok\n")

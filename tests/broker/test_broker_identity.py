@@ -194,7 +194,7 @@ def ssh_two_agents(brk: BrokerRun, tmp_path: Path) -> Iterator[tuple[str, str]]:
         (brk.workdir / "envlayer.toml").write_text(
             'backend = "ssh"\n[backends.ssh]\n'
             f'host = "{opts["host"]}"\nport = {opts["port"]}\nuser = "{opts["user"]}"\n'
-            'key_files = []\nuse_agent = true\nlook_for_keys = false\n'
+            "key_files = []\nuse_agent = true\nlook_for_keys = false\n"
             f'ssh_config = ""\nknown_hosts = "{opts["known_hosts"]}"\n'
         )
         known, known_pid = _agent(tmp_path, "known", str(opts["key_files"][0]))

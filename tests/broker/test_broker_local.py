@@ -390,8 +390,9 @@ def test_the_client_path_imports_no_sdk_and_no_cli(brk: BrokerRun) -> None:
     probe = (
         "import sys; from envlayer.cli.broker.client import exec_via_broker; "
         "code = exec_via_broker(['exec', '--task', 't', '--', 'true']); "
-        "heavy = [m for m in sys.modules if m.startswith(('envlayer.cli.app', 'envlayer.cli.exec', 'envlayer.config', 'stevedore', 'docker', "
-        "'paramiko', 'json', 'typing', 'socket', 'subprocess'))]; print(code, heavy)"
+        "heavy = [m for m in sys.modules if m.startswith(('envlayer.cli.app', 'envlayer.cli.exec', "
+        "'envlayer.config', 'stevedore', 'docker', 'paramiko', 'json', 'typing', 'socket', 'subprocess'))]; "
+        "print(code, heavy)"
     )
     brk.run("exec", "--task", "t", "--", "true")  # a broker is running
     out = subprocess.run(

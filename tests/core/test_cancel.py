@@ -91,8 +91,8 @@ def _executor():  # type: ignore[no-untyped-def]
 
 
 def test_tools_expose_cancellation(tmp_path: Path) -> None:
-    from envlayer.config import load_settings
     from envlayer.agents.tools import ToolConfig
+    from envlayer.config import load_settings
 
     empty = tmp_path / "empty.toml"
     empty.write_text("")

@@ -29,7 +29,15 @@ def test_last_used_cell(value: str | None, cell: str) -> None:
 
 @pytest.mark.parametrize(
     ("value", "cell"),
-    [(None, ""), ("", "?"), ("-1x", "?"), ("0", "0 B"), ("1023", "1023 B"), ("1536", "1.5 KiB"), (str(5 << 30), "5.0 GiB")],
+    [
+        (None, ""),
+        ("", "?"),
+        ("-1x", "?"),
+        ("0", "0 B"),
+        ("1023", "1023 B"),
+        ("1536", "1.5 KiB"),
+        (str(5 << 30), "5.0 GiB"),
+    ],
 )
 def test_size_cell(value: str | None, cell: str) -> None:
     assert size_cell(value) == cell

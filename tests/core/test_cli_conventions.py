@@ -15,11 +15,10 @@ import pytest
 from cli_run import ENVLAYER, run
 
 import envlayer
+from envlayer.cli.progress import progress
 from envlayer.config import load_settings
 from envlayer.errors import BackendNotFound
 from envlayer.factory import open_environment
-from envlayer.cli.progress import progress
-
 
 # --- the command line ----------------------------------------------------------------------
 

@@ -9,9 +9,9 @@ import pytest
 from envlayer.capabilities import Capability
 from envlayer.cli.app import build_parser
 from envlayer.config import CORE_KEYS
+from envlayer.discovery.backend_registry import load_backend
 from envlayer.errors import EnvlayerError
 from envlayer.options import option_fields
-from envlayer.discovery.backend_registry import load_backend
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 BACKEND_DOCS = {

@@ -33,8 +33,7 @@ def test_every_public_exception_is_an_envlayer_error() -> None:
     outside = [
         name
         for name, cls in _envlayer_exceptions().items()
-        if not name.rsplit(".", 1)[1].startswith("_")
-        and not issubclass(cls, (EnvlayerError, KeyboardInterrupt))
+        if not name.rsplit(".", 1)[1].startswith("_") and not issubclass(cls, (EnvlayerError, KeyboardInterrupt))
     ]
     assert outside == []
 

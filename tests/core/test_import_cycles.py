@@ -14,8 +14,6 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
-
 import envlayer
 
 PACKAGE_ROOT = Path(envlayer.__file__).parent

@@ -11,11 +11,11 @@ import pytest
 from envlayer import Capability, Environment, SandboxInfo, capabilities_of
 from envlayer import dispatch as lifecycle
 from envlayer.backends.local import LocalEnvironment
-from envlayer.errors import InvalidArgument
-from envlayer.options import BaseOptions
-from envlayer.discovery.backend_registry import load_backend
 from envlayer.capabilities import names_keyword
+from envlayer.discovery.backend_registry import load_backend
+from envlayer.errors import InvalidArgument
 from envlayer.execution.cancel import takes_cancel
+from envlayer.options import BaseOptions
 from envlayer.request import ExecArguments
 from envlayer.result import ExecResult
 
@@ -266,9 +266,11 @@ def test_the_callers_own_callback_error_is_not_blamed_on_the_plugin(tmp_path: An
     def closed_reader(stream: str, chunk: bytes) -> None:
         raise BrokenPipeError("reader went away")
 
-    with LocalEnvironment(LocalEnvironment.Options(cwd=str(tmp_path))) as env:
-        with pytest.raises(BrokenPipeError, match="reader went away"):
-            lifecycle.exec_streaming(env, "echo one; sleep 5", closed_reader)
+    with (
+        LocalEnvironment(LocalEnvironment.Options(cwd=str(tmp_path))) as env,
+        pytest.raises(BrokenPipeError, match="reader went away"),
+    ):
+        lifecycle.exec_streaming(env, "echo one; sleep 5", closed_reader)
 
 
 class SwitchesUsers(Recording):

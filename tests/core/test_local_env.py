@@ -7,8 +7,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from envlayer.sandbox.command_env import CREDENTIAL_PATTERNS, inherited_environment, is_credential
 from envlayer.backends.local import LocalEnvironment, LocalOptions
+from envlayer.sandbox.command_env import CREDENTIAL_PATTERNS, inherited_environment, is_credential
 
 
 @pytest.mark.parametrize(

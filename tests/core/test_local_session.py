@@ -93,7 +93,6 @@ def test_cleanup_ends_the_shell_but_not_its_background_jobs(make_local, tmp_path
             pass
 
 
-
 def dead_pid() -> int:
     """The pid of a process that has exited and been reaped."""
     proc = subprocess.Popen(["true"])

@@ -12,7 +12,7 @@ import pytest
 
 from envlayer._aliases import DEPRECATED, MOVED, new_path
 
-OLD_PATHS = sorted(MOVED) + ["envlayer.tools.jobs", "envlayer.broker.client", "envlayer.broker.protocol"]
+OLD_PATHS = [*sorted(MOVED), "envlayer.tools.jobs", "envlayer.broker.client", "envlayer.broker.protocol"]
 
 
 @pytest.mark.parametrize("old", OLD_PATHS)
@@ -42,4 +42,3 @@ def test_only_the_old_public_paths_warn() -> None:
 def test_a_path_that_never_existed_is_still_an_import_error() -> None:
     with pytest.raises(ModuleNotFoundError):
         importlib.import_module("envlayer.no_such_module")
-

@@ -76,7 +76,7 @@ def test_the_documented_backends_timeout_returns_once_the_tree_is_gone(project: 
 import json, os
 from envlayer_scratch.backend import ScratchEnvironment
 env = ScratchEnvironment()
-script = "{sys.executable} {path / 'hold_memory.py'} & while [ ! -s pid ]; do sleep 0.05; done; sleep 300"
+script = "{sys.executable} {path / "hold_memory.py"} & while [ ! -s pid ]; do sleep 0.05; done; sleep 300"
 result = env.exec(script, timeout=6)
 pid = int(open(os.path.join(env.workdir, "pid")).read())
 try:

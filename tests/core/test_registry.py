@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from envlayer import Environment
-from envlayer.errors import BackendConflict, BackendLoadError, BackendNotFound
 from envlayer.discovery.backend_registry import backend_names, list_backends, load_backend
+from envlayer.errors import BackendConflict, BackendLoadError, BackendNotFound
 from envlayer.testing.fixtures import run_in_new_interpreter
 
 PluginMaker = Callable[..., Path]

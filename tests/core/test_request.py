@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from envlayer.execution.collector import OutputCollector
 from envlayer.errors import BackendUnavailable, FileTooLarge, InvalidArgument
+from envlayer.execution.collector import OutputCollector
 from envlayer.request import MAX_TIMEOUT, ExecRequest, check_env, file_payload, normalize_timeout
 
 

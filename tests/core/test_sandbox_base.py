@@ -27,7 +27,7 @@ PAGE = Path(__file__).resolve().parents[2] / "docs" / "plugins.md"
 EXAMPLE = re.search(r"^```python\n# example: dir_sandbox.py\n(.*?)^```$", PAGE.read_text(), re.MULTILINE | re.DOTALL)
 assert EXAMPLE is not None, "docs/plugins.md lost its SandboxEnvironment example"
 dir_sandbox = types.ModuleType("dir_sandbox")
-exec(compile(EXAMPLE.group(1), f"{PAGE}:dir_sandbox.py", "exec"), dir_sandbox.__dict__)  # noqa: S102
+exec(compile(EXAMPLE.group(1), f"{PAGE}:dir_sandbox.py", "exec"), dir_sandbox.__dict__)
 DirSandbox: Any = dir_sandbox.DirSandbox
 
 

@@ -18,12 +18,12 @@ import pytest
 
 from envlayer.backends.local import LocalEnvironment, LocalOptions
 from envlayer.capabilities import Capability
-from envlayer.execution.collector import OutputCollector
-from envlayer.request import ExecRequest
-from envlayer.result import ExecResult
 from envlayer.errors import BackendUnavailable
+from envlayer.execution.collector import OutputCollector
 from envlayer.execution.shell_session import IDLE_END_RETRIES, RESTARTED_AFTER_KILL, PersistentShell
 from envlayer.execution.streams import ByteStream, ProcessStream, StreamEnded
+from envlayer.request import ExecRequest
+from envlayer.result import ExecResult
 from envlayer.testing import EnvironmentConformance, ExecContractConformance
 from envlayer.testing.fixtures import cleaned_up
 
@@ -206,7 +206,9 @@ def test_a_new_shells_first_command_delivers_its_output_in_the_order_written() -
         try:
             for _ in range(2):
                 order: list[str] = []
-                collector = OutputCollector(1000, "head", on_output=lambda stream, chunk: order.append(stream))
+                collector = OutputCollector(
+                    1000, "head", on_output=lambda stream, chunk, order=order: order.append(stream)
+                )
                 outcome = shell.run(ExecRequest.build("echo out; echo err >&2"), collector)
                 assert (outcome.exit_code, order) == (0, ["stdout", "stderr"])
                 shell.close()  # the next run starts a new shell

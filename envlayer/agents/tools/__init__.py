@@ -13,8 +13,8 @@ See ``docs/agents.md``.
 
 from envlayer.agents.tools.definitions import ToolDefinition, to_anthropic, to_openai
 from envlayer.agents.tools.sandbox_tools import SandboxPolicy
-from envlayer.agents.tools.tool_registry import ALL_TOOLS, DEFAULT_TOOLS, ToolConfig, ToolRegistry, error
 from envlayer.agents.tools.schema import ToolArgumentError, validate
+from envlayer.agents.tools.tool_registry import ALL_TOOLS, DEFAULT_TOOLS, ToolConfig, ToolRegistry, error
 from envlayer.agents.tools.truncate import truncate_middle
 
 __all__ = [

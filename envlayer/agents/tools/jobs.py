@@ -20,10 +20,10 @@ import shlex
 import uuid
 from dataclasses import dataclass
 
+from envlayer.agents.tools.truncate import HEAD_SHARE
 from envlayer.dispatch import run
 from envlayer.environment import Environment
 from envlayer.errors import JobError
-from envlayer.agents.tools.truncate import HEAD_SHARE
 
 JOB_ID = re.compile(r"^[0-9a-f]{12}$")
 DEFAULT_JOBS_DIR = '"${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/envlayer/jobs"'

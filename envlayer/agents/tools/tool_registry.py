@@ -44,8 +44,18 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from envlayer.agents.manager import EnvironmentManager, EnvKey
+from envlayer.agents.tools import definitions, file_tools, jobs, more_definitions, spill
+from envlayer.agents.tools.definitions import ToolDefinition
+from envlayer.agents.tools.file_ops import FileOpError
+from envlayer.agents.tools.merged import MergedOutput
+from envlayer.agents.tools.output_schemas import OUTPUTS
+from envlayer.agents.tools.sandbox_tools import SandboxPolicy, SandboxTools, ToolNotAllowed
+from envlayer.agents.tools.schema import ToolArgumentError, validate
+from envlayer.agents.tools.truncate import truncate_middle
 from envlayer.cancel_token import CancelToken
 from envlayer.capabilities import Capability, supports
+from envlayer.dispatch import run
 from envlayer.environment import DEFAULT_TASK, Environment
 from envlayer.errors import (
     BackendConflict,
@@ -61,17 +71,7 @@ from envlayer.errors import (
     SandboxIsADirectory,
     SandboxPathError,
 )
-from envlayer.dispatch import run
-from envlayer.agents.manager import EnvironmentManager, EnvKey
 from envlayer.result import ExecResult
-from envlayer.agents.tools import definitions, file_tools, jobs, more_definitions, spill
-from envlayer.agents.tools.definitions import ToolDefinition
-from envlayer.agents.tools.file_ops import FileOpError
-from envlayer.agents.tools.output_schemas import OUTPUTS
-from envlayer.agents.tools.sandbox_tools import SandboxPolicy, SandboxTools, ToolNotAllowed
-from envlayer.agents.tools.merged import MergedOutput
-from envlayer.agents.tools.schema import ToolArgumentError, validate
-from envlayer.agents.tools.truncate import truncate_middle
 
 if TYPE_CHECKING:
     from envlayer.snapshot import Snapshot

@@ -150,10 +150,7 @@ def stop(every: bool = False) -> list[dict[str, Any]]:
     """Stop this installation's broker (``every``: every broker of this user, those that
     hand over to a new one included) and wait (up to :data:`STOP_WAIT` seconds in total)
     for each to exit; returns their last status, with ``"stopped": bool``."""
-    if every:
-        paths = _sockets()
-    else:
-        paths = [runtime_dir.broker_path(directory(), runtime_dir.INSTALLATION_DIGEST, "sock")]
+    paths = _sockets() if every else [runtime_dir.broker_path(directory(), runtime_dir.INSTALLATION_DIGEST, "sock")]
     stopped = [data for path in paths if (data := _ask(path, "stop")) is not None]
     if every:
         stopped += _signal_handing_over(directory(), {data["pid"] for data in stopped})

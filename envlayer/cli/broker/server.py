@@ -50,10 +50,9 @@ from collections.abc import Callable
 from typing import Any
 
 from envlayer.cli.broker import leftovers, protocol, runtime_dir
-from envlayer.cli.broker.installation import Installation
 from envlayer.cli.broker.caller import caller_context
+from envlayer.cli.broker.installation import Installation
 from envlayer.cli.broker.sessions import Sessions
-from envlayer.execution.cancel import CancelToken
 from envlayer.cli.exec_plan import (
     ENVLAYER_FAILURE,
     Console,
@@ -63,9 +62,10 @@ from envlayer.cli.exec_plan import (
     run_exec,
     settings_of,
 )
+from envlayer.cli.task_sandbox import open_task
 from envlayer.config import load_settings
 from envlayer.errors import EnvlayerError
-from envlayer.cli.task_sandbox import open_task
+from envlayer.execution.cancel import CancelToken
 from envlayer.factory import open_environment
 
 log = logging.getLogger("envlayer.broker")

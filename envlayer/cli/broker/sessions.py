@@ -30,13 +30,13 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
+from envlayer.agents.manager import EnvironmentManager, ManagedEnvironment
 from envlayer.config import Settings, env_prefix
+from envlayer.dispatch import wait_for_cleanup
 from envlayer.environment import Environment
 from envlayer.errors import EnvlayerError
 from envlayer.factory import load_configured_backend
-from envlayer.dispatch import wait_for_cleanup
 from envlayer.sandbox.client_identity import ClientIdentity, digest
-from envlayer.agents.manager import EnvironmentManager, ManagedEnvironment
 
 log = logging.getLogger("envlayer.broker")
 

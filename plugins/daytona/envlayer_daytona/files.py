@@ -39,11 +39,11 @@ from envlayer.sandbox.archive import check_data, extract_data
 from envlayer.transfer import TransferSummary
 from envlayer_daytona.stream import SPOOL
 
-
 PACK_TIMEOUT = 900
 """Seconds a tar of a transfer (up to ``max_transfer_bytes``) may take in the sandbox."""
 REMOVE_TIMEOUT = 60
 """Seconds the removal of a staged archive may take."""
+
 
 def _info(sandbox: Any, path: str) -> Any | None:
     """The toolbox's FileInfo for ``path``, or None when it does not exist."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+
 from envlayer.options import OptionError, option
 from envlayer.sandbox.options import DockerfileOptions, ManagedSandboxOptions
 from envlayer.snapshot import SnapshotRetentionOptions

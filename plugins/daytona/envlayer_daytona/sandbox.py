@@ -332,10 +332,14 @@ def bring_up(sandbox: Any, options: DaytonaOptions, state: str) -> str:
             continue
         name = sandbox.name
         if action == START:
-            after_transition(lambda: sandbox.start(timeout=options.create_timeout), sandbox, options, f"starting {name}")
+            after_transition(
+                lambda: sandbox.start(timeout=options.create_timeout), sandbox, options, f"starting {name}"
+            )
         else:
             log.warning("sandbox %s is in a recoverable error (%s); recovering it", name, sandbox.error_reason)
-            after_transition(lambda: sandbox.recover(timeout=options.create_timeout), sandbox, options, f"recovering {name}")
+            after_transition(
+                lambda: sandbox.recover(timeout=options.create_timeout), sandbox, options, f"recovering {name}"
+            )
         done = action
         state = state_of(sandbox)
 

@@ -43,11 +43,11 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import docker
-from docker.errors import APIError, ImageNotFound, NotFound
 import fake_daytona_builds
+from docker.errors import APIError, ImageNotFound, NotFound
 from fake_daytona_agent import AGENT_DIR, Agents
 from fake_daytona_pty import PtyRefused, PtySessions
-from fake_daytona_snapshots import Snapshots, SnapshotError
+from fake_daytona_snapshots import SnapshotError, Snapshots
 from fake_daytona_user import ROOT, OsUser, find_user, home_archive
 
 ORG = "org-envlayer-fake"
@@ -574,7 +574,9 @@ class Fake:
     # --- toolbox: files ---------------------------------------------------------------
 
     def file_info(self, sb: dict[str, Any], path: str) -> dict[str, Any]:
-        script = 'if [ -d "$1" ]; then echo d 0; elif [ -e "$1" ]; then echo f $(stat -L -c %s -- "$1"); else echo none; fi'
+        script = (
+            'if [ -d "$1" ]; then echo d 0; elif [ -e "$1" ]; then echo f $(stat -L -c %s -- "$1"); else echo none; fi'
+        )
         _, out = self.exec(sb, ["sh", "-c", script, "info", path])
         kind, *rest = out.decode().split() or ["none"]
         if kind == "none":

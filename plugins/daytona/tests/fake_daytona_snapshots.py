@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import threading
 import uuid
-from datetime import datetime
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 REPOSITORY = "fake-daytona-snapshot"
@@ -136,7 +136,7 @@ class Snapshots:
             self.records.pop(record["id"], None)
         try:
             self.api.remove_image(record["image"], force=True)
-        except Exception as exc:  # noqa: BLE001 - already gone is fine
+        except Exception as exc:
             if "No such image" not in str(exc):
                 raise
 
@@ -144,7 +144,7 @@ class Snapshots:
         for image in self.api.images(filters={"label": f"envlayer-fake-daytona={self.instance}"}):
             try:
                 self.api.remove_image(image["Id"], force=True)
-            except Exception:  # noqa: BLE001 - best effort at exit
+            except Exception:
                 pass
 
     def dto(self, record: dict[str, Any]) -> dict[str, Any]:

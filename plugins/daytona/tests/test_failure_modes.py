@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import uuid
+from typing import Any
 
 import pytest
 from daytona_testkit import FAKE_KEY, IMAGE, FakeDaytona, child_code
@@ -53,12 +54,17 @@ def test_a_script_exits_with_its_own_status(fake_daytona: FakeDaytona, profile: 
     left alive once the exit hooks ran (the script reports any on stderr)."""
     task = f"exit-{uuid.uuid4().hex[:8]}"
     opts = {"persist_across_processes": ending != "private"}
-    code = _REPORT_THREADS_AT_EXIT + child_code(fake_daytona.url, task, profile, **opts) + textwrap.dedent(
-        """\
+    code = (
+        _REPORT_THREADS_AT_EXIT
+        + child_code(fake_daytona.url, task, profile, **opts)
+        + textwrap.dedent(
+            """\
         result = env.exec("echo hello")
         print(result.stdout.decode(), end="")
         """
-    ) + _ENDINGS[ending]
+        )
+        + _ENDINGS[ending]
+    )
     try:
         proc = subprocess.run(
             [sys.executable, "-c", code],
@@ -70,7 +76,6 @@ def test_a_script_exits_with_its_own_status(fake_daytona: FakeDaytona, profile: 
         assert (proc.returncode, proc.stdout, proc.stderr) == (0, "hello\n", "")
     finally:
         _remove_task(fake_daytona, profile, task)
-
 
 
 def _statuses(fake: FakeDaytona, mark: int, route: str) -> list[int]:
@@ -113,9 +118,10 @@ def test_throttling_and_brief_outages_are_retried(
 def test_a_throttle_that_does_not_end_fails_clearly(fake_daytona: FakeDaytona, options: Any, profile: str) -> None:
     """Retries are bounded: a route that keeps answering 503 fails after the policy's
     attempts with an error that says what happened and what to do."""
+    from envlayer_daytona.backend import DaytonaEnvironment
+
     from envlayer.errors import BackendUnavailable
     from envlayer.sandbox.retry import DEFAULT_POLICY
-    from envlayer_daytona.backend import DaytonaEnvironment
 
     mark = fake_daytona.mark()
     fake_daytona.fail_next("list", DEFAULT_POLICY.attempts, 503)
@@ -127,7 +133,18 @@ def test_a_throttle_that_does_not_end_fails_clearly(fake_daytona: FakeDaytona, o
 
 def _rm(fake: FakeDaytona, profile: str, task: str, *options: str) -> subprocess.CompletedProcess[str]:
     """``envlayer rm TASK --force`` against the fake, as a user runs it."""
-    argv = [sys.executable, "-m", "envlayer.cli.app", "rm", task, "--force", "--backend", "daytona", "--profile", profile]
+    argv = [
+        sys.executable,
+        "-m",
+        "envlayer.cli.app",
+        "rm",
+        task,
+        "--force",
+        "--backend",
+        "daytona",
+        "--profile",
+        profile,
+    ]
     env = {**os.environ, "ENVLAYER_DAYTONA_API_URL": fake.url, "DAYTONA_API_KEY": FAKE_KEY}
     for option in options:
         argv += ["-o", option]
@@ -256,15 +273,18 @@ def test_an_image_build_that_outlasts_create_timeout(
     """From an image, Daytona builds a snapshot first (the sandbox is `pending_build`): a
     private environment that gives up deletes what it created; in persist mode the sandbox
     keeps building and the next call attaches to it and waits; both say it was building."""
-    from envlayer.errors import BackendUnavailable
     from envlayer_daytona.sweep import list_managed
+
+    from envlayer.errors import BackendUnavailable
 
     image = {"snapshot": None, "image": IMAGE}
     task = f"build-{uuid.uuid4().hex[:8]}"
     fake_daytona.build_next(60)
-    with caplog.at_level("WARNING", logger="envlayer.daytona"):
-        with pytest.raises(BackendUnavailable, match="building") as private:
-            make_env(task, persist_across_processes=False, create_timeout=2, **image)
+    with (
+        caplog.at_level("WARNING", logger="envlayer.daytona"),
+        pytest.raises(BackendUnavailable, match="building") as private,
+    ):
+        make_env(task, persist_across_processes=False, create_timeout=2, **image)
     assert "it was deleted" in str(private.value) and "builds a snapshot" in caplog.text
     client = _client(fake_daytona)
     assert list_managed(client, profile=profile, task=task) == []

@@ -18,7 +18,10 @@ import pytest
 from envlayer.testing import EnvironmentConformance
 
 LIVE = bool(os.environ.get("DAYTONA_API_KEY")) and os.environ.get("DAYTONA_API_KEY") != "envlayer-fake-key"
-pytestmark = [pytest.mark.live, pytest.mark.skipif(not LIVE, reason="set DAYTONA_API_KEY to run the live Daytona tests")]
+pytestmark = [
+    pytest.mark.live,
+    pytest.mark.skipif(not LIVE, reason="set DAYTONA_API_KEY to run the live Daytona tests"),
+]
 PROFILE = f"envlayer-live-{uuid.uuid4().hex[:8]}"
 
 

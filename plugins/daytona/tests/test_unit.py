@@ -163,7 +163,6 @@ def test_cli_help_and_backends_import_no_sdk() -> None:
 def test_every_sdk_state_has_an_action() -> None:
     """Each state of the SDK's SandboxState enum is handled on purpose in one table."""
     from daytona_api_client.models.sandbox_state import SandboxState
-
     from envlayer_daytona.sandbox import STATE_ACTIONS
 
     missing = [state.value for state in SandboxState if state.value not in STATE_ACTIONS]
@@ -184,10 +183,15 @@ def test_every_process_exec_carries_a_timeout() -> None:
     for path in sorted(Path(envlayer_daytona.__file__).parent.glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             func = getattr(node, "func", None)
-            if isinstance(node, ast.Call) and isinstance(func, ast.Attribute) and func.attr == "exec":
-                if isinstance(func.value, ast.Attribute) and func.value.attr == "process":
-                    if not any(k.arg == "timeout" for k in node.keywords):
-                        untimed.append(f"{path.name}:{node.lineno}")
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(func, ast.Attribute)
+                and func.attr == "exec"
+                and isinstance(func.value, ast.Attribute)
+                and func.value.attr == "process"
+                and not any(k.arg == "timeout" for k in node.keywords)
+            ):
+                untimed.append(f"{path.name}:{node.lineno}")
     assert untimed == []
 
 

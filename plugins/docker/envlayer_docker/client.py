@@ -21,9 +21,9 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from envlayer.discovery.install_hints import docker_start_hint
 from envlayer.errors import BackendUnavailable
 from envlayer.sandbox.client_identity import ClientIdentity, file_digest, files_digest
-from envlayer.discovery.install_hints import docker_start_hint
 from envlayer_docker.options import DockerOptions
 
 _CLIENTS: dict[tuple[ClientIdentity, float], Any] = {}

@@ -403,7 +403,7 @@ def _create(api: Any, spec: ContainerSpec, options: DockerOptions) -> dict[str, 
 
 
 def _replacement(info: dict[str, Any], spec: ContainerSpec, options: DockerOptions) -> str:
-    """"" when the container found under ``spec``'s name is envlayer's with ``spec``'s
+    """ "" when the container found under ``spec``'s name is envlayer's with ``spec``'s
     fingerprint; else the notice of its replacement (other options, to be recreated,
     see :func:`envlayer.sandbox.recorded_options.settle_mismatch`). Raises
     :class:`BackendUnavailable` for a container envlayer does not manage, and

@@ -132,7 +132,7 @@ def warn_if_workspace_hides_image(api: Any, workdir: str, data: list[Any], image
         if volume_created and image_created and volume_created < image_created.replace(microsecond=0):
             log.warning(
                 "the task's workspace volume %s at the image's WORKDIR %s was filled from an older image; it hides "
-                "what image %s put there (workspace = \"none\" follows each image; `envlayer rm --purge` the task "
+                'what image %s put there (workspace = "none" follows each image; `envlayer rm --purge` the task '
                 "to start from this one)",
                 mount.source,
                 workdir,

@@ -38,7 +38,6 @@ def parse_docker_time(value: object) -> float | None:
         return None
 
 
-
 def list_managed(
     api: Any, *, profile: str | None, task: str | None = None, states: Iterable[str] | None = None
 ) -> list[dict[str, Any]]:

@@ -32,8 +32,8 @@ from datetime import datetime
 from typing import Any
 
 from envlayer.environment import SandboxInfo
-from envlayer.sandbox.idle_check import idle_check_script, is_whole_verdict, parse_idle_check
 from envlayer.execution.shell_script import SESSION_VAR
+from envlayer.sandbox.idle_check import idle_check_script, is_whole_verdict, parse_idle_check
 from envlayer_docker import labels as L
 from envlayer_docker.listing import STALE_STATES, list_managed, parse_docker_time
 from envlayer_docker.oneshot import LEASE_PATH

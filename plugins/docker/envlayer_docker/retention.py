@@ -134,10 +134,7 @@ def annotate(
             continue
         use = uses.get(f"{info.profile}\0{L.sanitize(info.task)}")
         info.detail["last_used"] = "in use" if use == IN_USE else "" if use is None else f"{use:.0f}"
-        if info.detail["storage"] == "volume":
-            size = sizes.get(info.id)
-        else:
-            size = _tree_size(info.detail["name"])
+        size = sizes.get(info.id) if info.detail["storage"] == "volume" else _tree_size(info.detail["name"])
         info.detail["size_bytes"] = "" if size is None else str(size)
 
 

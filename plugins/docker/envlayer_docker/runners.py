@@ -30,15 +30,21 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from envlayer.errors import BackendUnavailable
 from envlayer.execution.cancel import killer_for
 from envlayer.execution.collector import OutputCollector
-from envlayer.errors import BackendUnavailable
+from envlayer.execution.shell_script import SESSION_VAR
+from envlayer.execution.shell_session import (
+    KILL_GRACE_SECONDS,
+    PersistentShell,
+    output_lost,
+    read_framed,
+    status_unknown,
+)
+from envlayer.execution.streams import drain_while
+from envlayer.execution.tree_kill import EXEC_ID_VAR, kill_script_argv
 from envlayer.request import ExecRequest
 from envlayer.result import ExecResult
-from envlayer.execution.tree_kill import EXEC_ID_VAR, kill_script_argv
-from envlayer.execution.shell_script import SESSION_VAR
-from envlayer.execution.shell_session import KILL_GRACE_SECONDS, PersistentShell, output_lost, read_framed, status_unknown
-from envlayer.execution.streams import drain_while
 from envlayer_docker.errors import translated
 from envlayer_docker.oneshot import LEASE_PRELUDE, oneshot_argv
 from envlayer_docker.options import DockerOptions

@@ -53,8 +53,8 @@ def test_root_from_a_non_root_container_has_no_capabilities_by_default(make_env:
 
 
 def test_through_the_manager(profile: str) -> None:
-    from envlayer.config import load_settings
     from envlayer.agents.manager import EnvironmentManager
+    from envlayer.config import load_settings
 
     image = os.environ.get("ENVLAYER_TEST_IMAGE", "envlayer-test:busybox")
     settings = load_settings(env=dict(os.environ), backend="docker", profile=profile, backend_options={"image": image})

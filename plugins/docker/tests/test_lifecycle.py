@@ -19,8 +19,8 @@ from envlayer_docker import labels, reaper, workspace
 from envlayer_docker.backend import DockerEnvironment
 from envlayer_docker.naming import container_name
 
-from envlayer.execution.cancel import CancelToken
 from envlayer.errors import BackendUnavailable, ConfigError, EnvironmentClosed
+from envlayer.execution.cancel import CancelToken
 from envlayer.testing.fixtures import first_line_then_kill
 from envlayer.testing.racing import race
 

@@ -15,11 +15,11 @@ from typing import Any
 
 import docker
 import pytest
+from envlayer_docker import labels, retention, workspace
+from envlayer_docker.backend import DockerEnvironment
 
 from envlayer.sandbox.retry import RetryPolicy
 from envlayer.testing.secrets import ENVLAYER_SCRIPT
-from envlayer_docker import labels, retention, workspace
-from envlayer_docker.backend import DockerEnvironment
 
 N = 3
 RETENTION = "0.001"

@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 from docker.errors import APIError, ImageNotFound, NotFound
-
 from envlayer_docker import snapshots, teardown
 
 pytestmark = pytest.mark.docker
@@ -72,9 +71,7 @@ def test_the_sweep_leaves_a_snapshot_in_the_making_to_its_process(
     assert not _exists(docker_api, young)
 
 
-def test_a_released_image_goes_at_once_and_a_used_one_stays(
-    docker_api: Any, made: list[str], profile: str
-) -> None:
+def test_a_released_image_goes_at_once_and_a_used_one_stays(docker_api: Any, made: list[str], profile: str) -> None:
     image = _untagged_snapshot_image(docker_api, made, profile)
     user = docker_api.create_container(image, "true")["Id"]  # a stopped fork, say
     made.append(user)

@@ -142,7 +142,11 @@ def test_a_removed_snapshot_cannot_start_a_fork(parent: Any) -> None:
     lifecycle.remove_snapshot([(type(parent), parent.options)], snap.id)
     with pytest.raises(InvalidArgument, match="no longer exists"):
         open_environment(
-            "docker", task_id=f"{parent.task_id}-late", profile=parent.profile, options=parent.options, from_snapshot=snap
+            "docker",
+            task_id=f"{parent.task_id}-late",
+            profile=parent.profile,
+            options=parent.options,
+            from_snapshot=snap,
         )
 
 

@@ -20,9 +20,9 @@ from envlayer_docker.options import DockerOptions, parse_volume
 from envlayer_docker.reaper import parse_docker_time, parse_idle_check
 from envlayer_docker.transport import AttachStream, FrameDemux
 
-from envlayer.sandbox import archive as tar_extract
 from envlayer.errors import BackendUnavailable, SandboxPathError
 from envlayer.options import OptionError
+from envlayer.sandbox import archive as tar_extract
 
 LABEL_OK = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 

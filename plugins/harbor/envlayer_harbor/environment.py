@@ -122,7 +122,9 @@ class Environment(BaseEnvironment):
         self._selection = await asyncio.to_thread(resolve, self._keywords, self._task())
         self._sandbox = await self._open(self._selection)
         self.logger.debug(
-            "envlayer %s sandbox for %s (profile %s)", self._selection.settings.backend, self.session_id,
+            "envlayer %s sandbox for %s (profile %s)",
+            self._selection.settings.backend,
+            self.session_id,
             self._selection.profile,
         )
         dirs = " ".join(LOG_DIRS)
@@ -156,13 +158,16 @@ class Environment(BaseEnvironment):
             await asyncio.to_thread(dispatch.cleanup, sandbox)
             self.logger.info(
                 "left the sandbox of %s running (delete=False); remove it with `envlayer rm --profile %s -- %s`",
-                self.session_id, sandbox.profile, self.session_id,
+                self.session_id,
+                sandbox.profile,
+                self.session_id,
             )
             return
         if not delete:
             self.logger.warning(
                 "delete=False, but the sandbox of %s is private to this process and is removed now "
-                "(--ek persist_across_processes=true keeps it)", self.session_id,
+                "(--ek persist_across_processes=true keeps it)",
+                self.session_id,
             )
         if not await asyncio.to_thread(_remove, sandbox):
             self.logger.warning("the removal of %s had not finished after %s s", self.session_id, TEARDOWN_WAIT)

@@ -52,8 +52,8 @@ from pydantic import BaseModel
 from envlayer import dispatch as lifecycle
 from envlayer.cancel_token import CancelToken
 from envlayer.capabilities import Capability, supports
-from envlayer.errors import UnsupportedArgument
 from envlayer.environment import Environment
+from envlayer.errors import UnsupportedArgument
 from envlayer.integrations.selection import Selection
 from envlayer_inspect.config import EnvlayerSandboxConfig, resolve
 from envlayer_inspect.results import file_limit_as_inspect, read_limit_exceeded, to_inspect, unavailable_as_inspect

@@ -220,8 +220,7 @@ class ExecChannel:
 
     def _lose(self) -> None:
         log.warning(
-            "the exec websocket to pod %s stopped answering pings (a proxy or load balancer dropped it); "
-            "closing it",
+            "the exec websocket to pod %s stopped answering pings (a proxy or load balancer dropped it); closing it",
             self.pod,
         )
         self.lost = True

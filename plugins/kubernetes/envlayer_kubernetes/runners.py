@@ -26,15 +26,15 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from envlayer.errors import BackendUnavailable
 from envlayer.execution.cancel import killer_for
 from envlayer.execution.collector import OutputCollector
-from envlayer.errors import BackendUnavailable
-from envlayer.request import ExecRequest
-from envlayer.result import INTERRUPT_EXIT_CODE, ExecResult
-from envlayer.execution.tree_kill import kill_script_argv
 from envlayer.execution.shell_script import SESSION_VAR
 from envlayer.execution.shell_session import KILL_GRACE_SECONDS, PersistentShell, status_unknown
 from envlayer.execution.streams import drain_while
+from envlayer.execution.tree_kill import kill_script_argv
+from envlayer.request import ExecRequest
+from envlayer.result import INTERRUPT_EXIT_CODE, ExecResult
 from envlayer_kubernetes.channel import V5, ExecChannel, start_writer
 from envlayer_kubernetes.client import Cluster
 from envlayer_kubernetes.options import KubernetesOptions

@@ -29,8 +29,8 @@ stdin. The wrapper's exit status is the command's; 126 for a missing working dir
 from __future__ import annotations
 
 import shlex
-from urllib.parse import quote
 from collections.abc import Mapping, Sequence
+from urllib.parse import quote
 
 from envlayer.execution.tree_kill import EXEC_ID_VAR
 

@@ -29,7 +29,6 @@ from envlayer.testing.fixtures import (
     run_in_new_interpreter,
 )
 
-
 fake_control: Any = import_by_path(Path(__file__).with_name("fake_control.py"), "envlayer_k8s_fake_control")
 FakeApiServer = fake_control.FakeApiServer
 IMAGE = fake_control.IMAGE

@@ -75,6 +75,8 @@ class Bridged:
     eid: str
     stdin: bool
     tty: bool
+
+
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
@@ -407,9 +409,7 @@ class FakeCluster:
                 name=f"fakek8s-{self.instance}-{pod.namespace}-{pod.name}-{pod.uid[:8]}"[:200],
                 # no network (as in the Daytona fake): about 120 ms less dockerd CPU per pod
                 network_disabled=True,
-                host_config=self.docker.create_host_config(
-                    group_add=[str(fs_group)] if fs_group is not None else None
-                ),
+                host_config=self.docker.create_host_config(group_add=[str(fs_group)] if fs_group is not None else None),
             )
             pod.container_id = created["Id"]
             if pod.deleting is not None:
@@ -565,9 +565,7 @@ class FakeCluster:
             used = sum(1 for (pod_ns, _), pod in self.pods.items() if pod_ns == ns and pod.deleting is None)
             if used + 1 > max_pods:
                 # plugin/pkg/admission/resourcequota/controller.go: the "exceeded quota" message
-                return (
-                    f"exceeded quota: pod-count, requested: pods=1, used: pods={used}, limited: pods={max_pods}"
-                )
+                return f"exceeded quota: pod-count, requested: pods=1, used: pods={used}, limited: pods={max_pods}"
         return None
 
     async def set_namespace(self, request: web.Request) -> web.Response:
@@ -726,9 +724,7 @@ class FakeCluster:
         self.blackholed.update(self.open_bridges)
         return web.json_response({"blackholed": len(self.open_bridges)})
 
-    async def bridge(
-        self, ws: web.WebSocketResponse, sock: socket.socket, ex: Bridged, pod: Pod, early: bytes
-    ) -> None:
+    async def bridge(self, ws: web.WebSocketResponse, sock: socket.socket, ex: Bridged, pod: Pod, early: bytes) -> None:
         """Docker's exec stream (starting with ``early``, the bytes that came with the
         response headers; multiplexed, or raw under a tty) <-> the channel websocket.
         Closing the websocket closes the exec's streams only: the process is not killed."""
@@ -861,7 +857,7 @@ def restricted_violations(spec: dict[str, Any]) -> list[str]:
             problems.append(
                 f'unrestricted capabilities (container "{cname}" must set securityContext.capabilities.drop=["ALL"])'
             )
-        if not (ctx.get("runAsNonRoot", pod_ctx.get("runAsNonRoot")) is True):
+        if ctx.get("runAsNonRoot", pod_ctx.get("runAsNonRoot")) is not True:
             problems.append(
                 f'runAsNonRoot != true (pod or container "{cname}" must set securityContext.runAsNonRoot=true)'
             )
@@ -939,9 +935,7 @@ def build_app(cluster: FakeCluster) -> web.Application:
         if injected is not None:
             response: web.StreamResponse = injected
         elif resource is None:
-            response = error(
-                404, "NotFound", f"the server could not find the requested resource ({request.path})"
-            )
+            response = error(404, "NotFound", f"the server could not find the requested resource ({request.path})")
             print(f"fake-apiserver: UNKNOWN route {request.method} {request.path_qs}", file=sys.stderr, flush=True)
         elif request.headers.get("Authorization", "") == f"Bearer {FORBIDDEN_TOKEN}":
             response = forbidden(request)

@@ -146,9 +146,7 @@ def write_kubeconfig(
         fh.write(text)
 
 
-def start_fake(
-    workdir: str, *, protocols: str | None = None, tls: tuple[str, str, str] | None = None
-) -> FakeApiServer:
+def start_fake(workdir: str, *, protocols: str | None = None, tls: tuple[str, str, str] | None = None) -> FakeApiServer:
     """Start a fake API server process; wait until it listens (up to 30 s). ``tls``:
     (certificate, key, CA file the kubeconfig trusts) to serve HTTPS."""
     instance = uuid.uuid4().hex[:10]

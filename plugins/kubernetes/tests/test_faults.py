@@ -348,8 +348,9 @@ def test_an_idle_session_connection_dropped_silently_restarts_the_shell(
     """A load balancer forgot the idle session websocket (TCP open, nothing passes): the
     next call's ping goes unanswered, so the shell is restarted before the command is sent
     and the result says so; the command runs once, in the new shell."""
-    from envlayer.execution.shell_session import RESTARTED_AFTER_KILL
     from envlayer_kubernetes import channel
+
+    from envlayer.execution.shell_session import RESTARTED_AFTER_KILL
 
     monkeypatch.setattr(channel, "PROBE_IDLE", 0.0)  # probe at every call, not only after 15 s idle
     monkeypatch.setattr(channel, "ANSWER_WITHIN", PONG_WITHIN)

@@ -144,24 +144,26 @@ def test_live_execs_in_threads_with_creates_and_deletes() -> None:
 
     from envlayer_kubernetes.backend import KubernetesEnvironment
 
-    shared = KubernetesEnvironment(_options(exec_mode="oneshot"), task_id=f"live-th-{uuid.uuid4().hex[:6]}",
-                                   profile=LIVE_PROFILE)
+    shared = KubernetesEnvironment(
+        _options(exec_mode="oneshot"), task_id=f"live-th-{uuid.uuid4().hex[:6]}", profile=LIVE_PROFILE
+    )
     errors: list[BaseException] = []
 
     def execs() -> None:
         for _ in range(5):
             try:
                 assert shared.exec("echo ok").stdout == b"ok\n"
-            except BaseException as exc:  # noqa: BLE001 - counted and asserted below
+            except BaseException as exc:
                 errors.append(exc)
 
     def lifecycle() -> None:
         try:
-            env = KubernetesEnvironment(_options(persist_across_processes=False), task_id="live-life",
-                                        profile=LIVE_PROFILE)
+            env = KubernetesEnvironment(
+                _options(persist_across_processes=False), task_id="live-life", profile=LIVE_PROFILE
+            )
             env.cleanup(force_remove=True)
             env.wait_for_cleanup(120)
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=execs) for _ in range(4)] + [threading.Thread(target=lifecycle)]

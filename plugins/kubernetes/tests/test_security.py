@@ -53,8 +53,9 @@ def test_restricted_preset_runs_as_non_root_and_writes_where_commands_start(
     assert env.exec(["sh", "-c", "touch y && stat -c %u y"], timeout=30).stdout == b"65534\n"
     env.write_file("notes/a.txt", "hello")
     assert env.read_file("notes/a.txt") == b"hello"
-    oneshot = make_env(env.task_id, namespace=restricted_ns, security_preset="restricted", run_as_user=65534,
-                       exec_mode="oneshot")
+    oneshot = make_env(
+        env.task_id, namespace=restricted_ns, security_preset="restricted", run_as_user=65534, exec_mode="oneshot"
+    )
     assert oneshot.exec("touch z && id -u").stdout == b"65534\n"
 
 
@@ -100,9 +101,8 @@ def test_quota_rejection_says_quota_not_role(fake_apiserver: Any, options: Calla
 
 def test_missing_permission_still_says_grant_the_role() -> None:
     """A 403 that is not an admission or quota rejection keeps the RBAC hint."""
-    from kubernetes.client.exceptions import ApiException
-
     from envlayer_kubernetes.client import Cluster, unavailable
+    from kubernetes.client.exceptions import ApiException
 
     exc = ApiException(status=403, reason="Forbidden")
     exc.body = '{"message": "pods is forbidden: User \\"x\\" cannot create resource \\"pods\\""}'

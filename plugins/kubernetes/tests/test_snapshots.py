@@ -82,8 +82,9 @@ def snapshot_dir(tmp_path: Path) -> str:
 
 
 def test_kubernetes_declares_snapshot() -> None:
-    from envlayer.capabilities import Capability
     from envlayer_kubernetes.backend import KubernetesEnvironment
+
+    from envlayer.capabilities import Capability
 
     assert Capability.SNAPSHOT in KubernetesEnvironment.capabilities
 

@@ -203,9 +203,11 @@ def test_a_command_too_long_for_a_url_runs_from_the_environment_line(form: str) 
     """Over the URL limit the argv holds only ``eval "$__el_cmd"`` and the command comes
     on stdin (with the environment), unchanged: quotes, newlines, backslashes; stdin after it."""
     text = "x'y\"z\\n$HOME " * 2000
-    command: Any = f"printf %s {shlex.quote(text)}; printf '|%s|' \"$A\"; cat" if form == "string" else [
-        "sh", "-c", 'printf %s "$1"; cat', "sh", text
-    ]
+    command: Any = (
+        f"printf %s {shlex.quote(text)}; printf '|%s|' \"$A\"; cat"
+        if form == "string"
+        else ["sh", "-c", 'printf %s "$1"; cat', "sh", text]
+    )
     script = wrapper.command_over_stdin(command)
     assert script is not None and wrapper.command_over_stdin("echo short") is None
     argv = wrapper.oneshot_argv("/bin/sh", wrapper.RUN_COMMAND_VAR, exec_id="e1", cwd="/", stdin=4, closable=True)

@@ -40,8 +40,8 @@ import os
 import socket
 import threading
 import urllib.parse
-from dataclasses import dataclass
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from envlayer.errors import BackendUnavailable, EnvlayerError
@@ -246,9 +246,7 @@ def throttled(exc: BaseException) -> Transient | None:
     return transient(exc) if isinstance(exc, E.ResourceExhaustedError) else None
 
 
-def control(
-    fn: Callable[[], T], doing: str, classify: Callable[[BaseException], Transient | None] = transient
-) -> T:
+def control(fn: Callable[[], T], doing: str, classify: Callable[[BaseException], Transient | None] = transient) -> T:
     """``fn()``, an idempotent control-plane call, retried while ``classify`` (by default
     :func:`transient`) says so (module docstring); the last error is raised unchanged.
     Starting a command, which is not idempotent, passes :func:`throttled`."""

@@ -7,14 +7,16 @@ the configuration loader read it to validate ``[backends.modal]`` and
 Every field that shapes the sandbox at creation is part of its *fingerprint* (see
 :func:`envlayer_modal.tags.fingerprint_inputs`); the docs of the others say "Per-process
 setting", as do the snapshot retention options (``snapshot_keep``, ``snapshot_max_age``,
-from :class:`envlayer.snapshot.SnapshotRetentionOptions`), which shape no sandbox. Credentials are never options: the SDK reads ``MODAL_TOKEN_ID`` /
-``MODAL_TOKEN_SECRET`` or ``~/.modal.toml``.
+from :class:`envlayer.snapshot.SnapshotRetentionOptions`), which shape no sandbox.
+Credentials are never options: the SDK reads ``MODAL_TOKEN_ID`` / ``MODAL_TOKEN_SECRET``
+or ``~/.modal.toml``.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+
 from envlayer.options import OptionError, option
 from envlayer.sandbox.options import ContainerOptions, DockerfileOptions
 from envlayer.snapshot import SnapshotRetentionOptions

@@ -32,9 +32,9 @@ from datetime import datetime
 from typing import Any
 
 from envlayer.environment import SandboxInfo
+from envlayer.execution.shell_script import SESSION_VAR
 from envlayer.sandbox.idle_check import idle_check_script, parse_idle_check
 from envlayer.sandbox.owner import owner_is_dead
-from envlayer.execution.shell_script import SESSION_VAR
 from envlayer_modal import tags as T
 from envlayer_modal.client import Connection, control
 

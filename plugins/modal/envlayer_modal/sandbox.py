@@ -300,6 +300,9 @@ def recover(
     fresh = ensure(conn, profile=profile, task=task, persist=True)
     log.warning(
         "sandbox %s of task %r had ended (exit code %s); replaced by %s: files and processes of the old one are gone",
-        gone.id, task, code, fresh.id,
+        gone.id,
+        task,
+        code,
+        fresh.id,
     )
     return fresh, RECREATED

@@ -171,9 +171,7 @@ def test_list_and_remove_sandbox(make_env: Any, profile: str, options: Any) -> N
     assert _running(env.task_id, profile) == []
 
 
-def test_fingerprint_change_recreates_or_errors(
-    make_env: Any, profile: str, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_fingerprint_change_recreates_or_errors(make_env: Any, profile: str, caplog: pytest.LogCaptureFixture) -> None:
     from envlayer.sandbox.recorded_options import OptionChange, SandboxOptionsDiffer
 
     first = make_env()

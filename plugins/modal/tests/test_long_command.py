@@ -23,7 +23,7 @@ def test_a_command_string_over_64_kib_runs(make_env: Any, exec_mode: str) -> Non
 
 def test_an_argument_over_64_kib_runs_one_shot_and_leaves_no_file(make_env: Any) -> None:
     env = make_env(exec_mode="oneshot")
-    result = env.exec(["sh", "-c", 'printf %s "$1" | wc -c; printf %s "$2"', "sh", "y" * BIG, "it's \"quoted\""])
+    result = env.exec(["sh", "-c", 'printf %s "$1" | wc -c; printf %s "$2"', "sh", "y" * BIG, 'it\'s "quoted"'])
     assert result.exit_code == 0, result
-    assert result.stdout.split(b"\n") == [str(BIG).encode(), b"it's \"quoted\""]
+    assert result.stdout.split(b"\n") == [str(BIG).encode(), b'it\'s "quoted"']
     assert env.exec("ls -a /tmp | grep -c envlayer-cmd || true").stdout == b"0\n"

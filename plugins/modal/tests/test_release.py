@@ -67,7 +67,6 @@ def test_the_reapers_probe_does_not_keep_an_idle_sandbox_alive(make_env: Any, op
     """A sandbox younger than ``max_age`` is never probed (the probe is an exec, and Modal
     counts an exec as activity): reaping again and again does not hold off ``idle_timeout``."""
     import modal
-
     from envlayer_modal.backend import ModalEnvironment
 
     env = make_env(idle_timeout=3)

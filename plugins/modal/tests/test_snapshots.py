@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from modal_testenv import fake_images
 
 from envlayer import dispatch as lifecycle
 from envlayer.errors import InvalidArgument
 from envlayer.snapshot import Snapshot
 from envlayer.testing import SnapshotConformance
 from envlayer.testing.fixtures import cleaned_up
-from modal_testenv import fake_images
 
 pytestmark = pytest.mark.modal
 

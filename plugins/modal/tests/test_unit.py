@@ -18,9 +18,9 @@ from envlayer_modal.oneshot import oneshot_argv
 from envlayer_modal.options import ModalOptions
 
 from envlayer.errors import BackendUnavailable
-from envlayer.sandbox.idle_check import parse_idle_check
 from envlayer.options import OptionError
 from envlayer.sandbox import recorded_options
+from envlayer.sandbox.idle_check import parse_idle_check
 from envlayer.sandbox.tags import sanitize
 
 

@@ -14,12 +14,12 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from envlayer.errors import BackendUnavailable
 from envlayer.execution.cancel import killer_for
 from envlayer.execution.collector import OutputCollector
-from envlayer.errors import BackendUnavailable
+from envlayer.execution.streams import drain_while
 from envlayer.request import ExecRequest
 from envlayer.result import ExecResult
-from envlayer.execution.streams import drain_while
 from envlayer_ssh.channel_io import DRAIN_GRACE
 from envlayer_ssh.stream import ChannelStream
 

@@ -13,8 +13,8 @@ import shlex
 from typing import TYPE_CHECKING
 
 from envlayer.errors import BackendUnavailable
-from envlayer.execution.tree_kill import kill_script_argv
 from envlayer.execution.shell_session import KILL_GRACE_SECONDS
+from envlayer.execution.tree_kill import kill_script_argv
 from envlayer_ssh.channel_io import run_simple
 
 if TYPE_CHECKING:

@@ -10,8 +10,8 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping
 
-from envlayer.execution.tree_kill import EXEC_ID_VAR
 from envlayer.execution.shell_script import printf_format, quote_path
+from envlayer.execution.tree_kill import EXEC_ID_VAR
 
 
 def cd_line(path: str) -> str:

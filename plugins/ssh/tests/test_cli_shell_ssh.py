@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 from ssh_testserver import SSHServer
+
 from tests.core.cli_run import ENVLAYER
 from tests.core.test_cli_shell import check_shell_session
 from tests.core.tmux_terminal import terminal

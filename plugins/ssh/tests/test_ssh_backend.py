@@ -21,9 +21,9 @@ from ssh_testserver import SSHServer
 
 from envlayer.capabilities import Capability, capabilities_of
 from envlayer.config import load_settings
+from envlayer.discovery.backend_registry import load_backend
 from envlayer.errors import BackendUnavailable, FileTooLarge, SandboxPathError, SandboxPermissionDenied
 from envlayer.options import OptionError
-from envlayer.discovery.backend_registry import load_backend
 from envlayer.transfer import TransferSummary
 
 pytestmark = pytest.mark.ssh
@@ -237,9 +237,11 @@ def test_deprecated_mode_is_taken_as_exec_mode_with_a_warning_and_a_log_note(
     }
     for source, make in sources.items():
         caplog.clear()
-        with caplog.at_level(logging.WARNING, logger="envlayer.ssh"):
-            with pytest.warns(DeprecationWarning, match="exec_mode"):
-                options = make()
+        with (
+            caplog.at_level(logging.WARNING, logger="envlayer.ssh"),
+            pytest.warns(DeprecationWarning, match="exec_mode"),
+        ):
+            options = make()
         assert (options.exec_mode, options.mode) == ("oneshot", None), source
         assert "`mode` will be removed" in caplog.text, source
     with pytest.raises(OptionError, match="conflicts with exec_mode") as info:

@@ -22,7 +22,9 @@ MODES = ["session", "oneshot"]
 
 def _config(server: SSHServer, mode: str, tmp_path: Path) -> list[str]:
     """CLI options reaching ``server`` through a config file."""
-    lines = ["[backends.ssh]"] + [f"{key} = {json.dumps(value)}" for key, value in server.options(exec_mode=mode).items()]
+    lines = ["[backends.ssh]"] + [
+        f"{key} = {json.dumps(value)}" for key, value in server.options(exec_mode=mode).items()
+    ]
     path = tmp_path / f"envlayer-{mode}.toml"
     path.write_text("\n".join(lines) + "\n")
     return ["--config", str(path), "--backend", "ssh"]

@@ -14,9 +14,9 @@ from ssh_testserver import SSHServer
 
 from envlayer import dispatch as lifecycle
 from envlayer.config import load_settings
+from envlayer.discovery.backend_registry import load_backend
 from envlayer.errors import EnvironmentClosed
 from envlayer.factory import open_environment
-from envlayer.discovery.backend_registry import load_backend
 
 pytestmark = pytest.mark.ssh
 

@@ -131,7 +131,7 @@ def test_claim_script_removes_only_dead_sessions_of_the_login_user(sshd: SSHServ
         assert sorted(first) == sorted(dead[SWEEP_LIMIT:] + kept + aged + ["other"])
         env.exec(claim_script("mine").decode(), env={"TMPDIR": scratch}).check()
         second = env.exec(f"ls -A {scratch}").stdout_text.split()
-        assert sorted(second) == sorted(kept + ["other"])
+        assert sorted(second) == sorted([*kept, "other"])
         holder = env.exec(f"cat {scratch}/.envlayer-session-mine/holder").stdout_text.strip()
         assert holder.isdigit()
     finally:

@@ -36,16 +36,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import docker_api
 from google.protobuf import empty_pb2
 from grpclib.const import Status
 from grpclib.events import RecvRequest, listen
 from grpclib.exceptions import GRPCError
 from grpclib.server import Server, Stream
+from image_builds import ImageBuilds
 from modal_proto import api_grpc, api_pb2, task_command_router_grpc
 from modal_proto import task_command_router_pb2 as sr_pb2
-
-import docker_api
-from image_builds import ImageBuilds
 
 FS_TOOLS = "/__modal/.bin/modal-sandbox-fs-tools"
 CONTAINER_LABEL = "envlayer-fake-modal"
