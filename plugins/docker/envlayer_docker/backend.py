@@ -35,9 +35,10 @@ from envlayer.capabilities import Capability
 from envlayer.environment import SandboxInfo
 from envlayer.errors import BackendUnavailable
 from envlayer.options import BaseOptions
-from envlayer.request import ExecRequest, check_path, file_payload
+from envlayer.request import ExecRequest, check_path
 from envlayer.result import ExecResult
 from envlayer.sandbox.base import MANAGED_SANDBOX_CAPABILITIES, SandboxEnvironment
+from envlayer.sandbox.files import SESSION_FILE_MAX
 from envlayer.sandbox.teardown_threads import ThreadTeardown
 from envlayer.sandbox.paths import confined_path
 from envlayer.snapshot import Snapshot
@@ -260,19 +261,18 @@ class DockerEnvironment(ThreadTeardown, SandboxEnvironment):
 
         return self.with_recovery(attempt)[0]
 
-    def read_file(self, path: str) -> bytes:
-        """Read a file from the container; see :class:`~envlayer.environment.Environment`."""
-        self._ensure_open()
-        full = self._path(path)
-        limit = self.options.max_file_bytes
+    session_file_max = SESSION_FILE_MAX
+
+    def file_helper(self, argv: list[str], data: bytes | None) -> tuple[int, bytes, bytes]:
+        return self._helper(argv, data)
+
+    def fetch_file(self, full: str, limit: int) -> bytes:
+        """A file through the archive API (or a ``cat`` exec; :mod:`envlayer_docker.files`)."""
         return self._files_call(lambda f: f.read(full, limit), f"reading {full}")
 
-    def write_file(self, path: str, data: bytes | str) -> None:
-        """Write a file into the container, creating parent directories."""
-        self._ensure_open()
-        payload = file_payload(path, data, self.options.max_file_bytes)
-        full = self._path(path)
-        self._files_call(lambda f: f.write(full, payload), f"writing {full}")
+    def store_file(self, full: str, data: bytes) -> None:
+        """A file through the archive API (or a ``cat`` exec; :mod:`envlayer_docker.files`)."""
+        self._files_call(lambda f: f.write(full, data), f"writing {full}")
 
     def upload_dir(self, local: str | os.PathLike[str], remote: str) -> TransferSummary:
         """Copy the contents of host directory ``local`` into container directory ``remote``

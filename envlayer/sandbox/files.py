@@ -1,0 +1,274 @@
+"""File calls of a sandbox backend, once: ``read_file``/``write_file`` of
+:class:`~envlayer.sandbox.base.SandboxEnvironment` over a small files interface.
+
+The base owns, for every backend built on it:
+
+* the path: relative to the backend's :meth:`file_directory`, confined to
+  ``options.file_root`` lexically (:meth:`~envlayer.environment.Environment.resolve_path`)
+  and against symlinks in the sandbox (:mod:`envlayer.sandbox.paths`);
+* the caps: ``max_file_bytes`` on both directions (:class:`FileTooLarge` before a byte
+  moves);
+* the session path: where the backend has a persistent session shell
+  (:attr:`session_file_max` > 0), a file of up to that many bytes travels over the
+  session's own channel, as one command in it (``sh -c`` of :data:`READ_SCRIPT` /
+  :data:`WRITE_SCRIPT`, so nothing of the session's state is used or changed). Writes
+  carry the data base64-encoded inside the command (any byte, NUL too); reads come back
+  raw between a header and an end mark that must sit exactly where the size says. The
+  script checks everything with the sandbox user's rights (``test -r``/``-w``, as that
+  user), resolves symlinks for ``file_root`` itself (one round trip), and replaces a file
+  atomically (a temp file in the same directory, then ``mv``), keeping its mode;
+* the fallback: a file over the session's size, a session that is busy (a command is
+  running in it) or absent, a sandbox without ``base64``, a framing that did not hold
+  (another job wrote to the session's stdout during the read): the backend's transport
+  moves the file (:meth:`fetch_file` / :meth:`store_file`: the archive API, an SDK
+  upload or download). Each fallback is logged at debug level on ``envlayer.files``
+  with its reason.
+
+The rule for a directory: ``write_file`` names the file to write, never a directory (the
+call has no source name to put inside it): a path that is an existing directory raises
+:class:`SandboxIsADirectory`, whose hint says to name the file inside it.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import posixpath
+import uuid
+from typing import TYPE_CHECKING
+
+from envlayer.errors import (
+    FileTooLarge,
+    SandboxFileError,
+    SandboxFileNotFound,
+    SandboxIsADirectory,
+    SandboxPathError,
+    SandboxPermissionDenied,
+)
+from envlayer.execution.shell_script import quote
+from envlayer.request import ExecRequest, file_payload
+from envlayer.result import ExecResult
+from envlayer.sandbox.paths import Helper, check_real_path
+
+if TYPE_CHECKING:
+    from envlayer.sandbox.base import SandboxEnvironment
+
+log = logging.getLogger("envlayer.files")
+
+SESSION_FILE_MAX = 1_048_576
+"""The session path's default size limit (bytes) for a backend that has one."""
+
+SESSION_FILE_TIMEOUT = 300.0
+"""Seconds one file command may take in the session (a FIFO named as a file would block)."""
+
+NOT_FOUND, IS_DIR, FAILED, TOO_LARGE, DENIED, OUTSIDE, USE_TRANSPORT = 20, 21, 22, 23, 24, 25, 26
+"""Exit codes of the session scripts."""
+
+_CONFINE = (
+    'if [ -n "$2" ]; then r=$(readlink -f -- "$2") && '
+    '{ t=$(readlink -f -- "$1" || readlink -f -- "${1%/*}"); } && '
+    f'case $t in "${{r%/}}"|"${{r%/}}"/*) ;; *) exit {OUTSIDE};; esac; fi; '
+)
+"""Shell: exit OUTSIDE when the real path of ``$1`` lies outside the real ``$2`` (when set);
+when ``readlink`` cannot answer, the lexical check stands (as :func:`check_real_path`)."""
+
+_UNSEARCHABLE_PARENT = f'p=${{1%/*}}; [ -n "$p" ] && [ -d "$p" ] && [ ! -x "$p" ] && exit {DENIED};'
+
+READ_SCRIPT = (
+    _CONFINE + f'[ -d "$1" ] && exit {IS_DIR}; [ -e "$1" ] || {{ {_UNSEARCHABLE_PARENT} exit {NOT_FOUND}; }}; '
+    f'[ -r "$1" ] || exit {DENIED}; s=$(wc -c < "$1") || exit {FAILED}; s=$((s)); '
+    f'[ "$s" -le "$3" ] || {{ echo "$s" >&2; exit {TOO_LARGE}; }}; [ "$s" -le "$4" ] || exit {USE_TRANSPORT}; '
+    'printf "%s %s\\n" "$5" "$s"; cat -- "$1" && printf "%s" "$5"'
+)
+"""``sh -c`` text: ``$1`` path, ``$2`` file root ('' for none), ``$3`` the cap, ``$4`` the
+session's size limit, ``$5`` the call's random mark. Prints ``mark size\\n``, the bytes, ``mark``."""
+
+
+def write_script(decode: str) -> str:
+    """``sh -c`` text that writes what ``decode`` (``cat``, ``base64 -d``) makes of stdin:
+    ``$1`` path, ``$2`` file root ('' for none). A symlink is followed to the file it
+    names; the file is replaced by a rename from a temp file in its directory (made by
+    ``cp -p`` of the old file first, so its mode and owner stay). When the directory is
+    not writable but the file is, the file is rewritten in place."""
+    return (
+        _CONFINE + f'[ -d "$1" ] && exit {IS_DIR}; '
+        f'[ -L "$1" ] && {{ f=$(readlink -f -- "$1") || exit {FAILED}; set -- "$f" "$2"; }}; '
+        f'd=${{1%/*}}; d=${{d:-/}}; mkdir -p -- "$d" || exit {FAILED}; '
+        f'if [ -e "$1" ]; then [ -w "$1" ] || exit {DENIED}; else [ -w "$d" ] || exit {DENIED}; fi; '
+        'if [ -w "$d" ]; then t="$d/.envlayer-$$.tmp"; [ -e "$1" ] && cp -p -- "$1" "$t" 2>/dev/null; '
+        f'{decode} > "$t" && mv -f -- "$t" "$1" || {{ rm -f -- "$t"; exit {FAILED}; }}; '
+        f'else {decode} > "$1" || exit {FAILED}; fi'
+    )
+
+
+WRITE_SCRIPT = f"command -v base64 >/dev/null 2>&1 || exit {USE_TRANSPORT}; " + write_script("base64 -d")
+"""The session's write (base64 on stdin; USE_TRANSPORT when the sandbox has no ``base64``)."""
+
+
+def read_by_helper(helper: Helper, full: str, limit: int) -> bytes:
+    """The file at ``full`` read by one helper command (a backend's exec-based transport),
+    with the session script's checks and errors."""
+    mark = f"ENVLAYER-FILE-{uuid.uuid4().hex}"
+    code, out, err = helper(["sh", "-c", READ_SCRIPT, "envlayer-read", full, "", str(limit), str(limit), mark], None)
+    _raise_for(code, err, full, full, None, limit, "read")
+    data = _unframe(out, mark.encode())
+    if data is None:
+        raise SandboxFileError(full, "read", "the file changed while it was read")
+    return data
+
+
+def write_by_helper(helper: Helper, full: str, data: bytes) -> None:
+    """Create or atomically replace the file at ``full`` by one helper command (a
+    backend's exec-based transport), with the session script's checks and errors."""
+    code, _, err = helper(["sh", "-c", write_script("cat"), "envlayer-write", full, ""], data)
+    _raise_for(code, err, full, full, None, len(data), "write")
+
+
+def file_root_of(env: SandboxEnvironment, workdir: str) -> str | None:
+    """The absolute ``file_root`` (None when unset)."""
+    root = env.options.file_root
+    return None if root is None else posixpath.normpath(posixpath.join(workdir, root))
+
+
+def read_file(env: SandboxEnvironment, path: str) -> bytes:
+    """``env.read_file(path)``: see the module docstring."""
+    env._ensure_open()
+    workdir = env.file_directory()
+    full = env.resolve_path(path, workdir)
+    root = file_root_of(env, workdir)
+    limit = env.options.max_file_bytes
+    data = _read_in_session(env, path, full, root, limit)
+    if data is not None:
+        return data
+    if root is not None:
+        check_real_path(env.file_helper, path, full, root)
+    return env.fetch_file(full, limit)
+
+
+def write_file(env: SandboxEnvironment, path: str, data: bytes | str) -> None:
+    """``env.write_file(path, data)``: see the module docstring."""
+    env._ensure_open()
+    payload = file_payload(path, data, env.options.max_file_bytes)
+    workdir = env.file_directory()
+    full = env.resolve_path(path, workdir)
+    root = file_root_of(env, workdir)
+    if _write_in_session(env, path, full, root, payload):
+        return
+    if root is not None:
+        check_real_path(env.file_helper, path, full, root)
+    env.store_file(full, payload)
+
+
+def _session_limit(env: SandboxEnvironment) -> int:
+    """Bytes a file may have to travel through the session (0: never): the backend's
+    :attr:`session_file_max`, within the output cap a session command's result has."""
+    return min(env.session_file_max, env.options.max_output_bytes)
+
+
+def _in_session(env: SandboxEnvironment, request: ExecRequest, what: str) -> ExecResult | None:
+    """Run ``request`` in the session when the backend has one and it is free; None
+    (logged at debug level) when the caller must use the transport instead."""
+    lock = env.session_lock()
+    if lock is None:
+        log.debug("%s: no session shell; using the %s backend's file transport", what, env.name)
+        return None
+    if not lock.acquire(blocking=False):
+        log.debug("%s: the session shell is busy; using the %s backend's file transport", what, env.name)
+        return None
+    try:
+        return env.run_in_session(request)
+    except Exception as exc:
+        if not env.is_gone(exc):
+            raise
+        log.debug("%s: the sandbox was gone (%s); using the file transport, which recovers it", what, exc)
+        return None
+    finally:
+        lock.release()
+
+
+def _request(argv: list[str]) -> ExecRequest:
+    return ExecRequest.build(argv, timeout=SESSION_FILE_TIMEOUT)
+
+
+def _read_in_session(env: SandboxEnvironment, path: str, full: str, root: str | None, limit: int) -> bytes | None:
+    """The file's bytes read through the session, or None to use the transport."""
+    most = _session_limit(env)
+    if most <= 0:
+        return None
+    mark = f"ENVLAYER-FILE-{uuid.uuid4().hex}"
+    argv = ["sh", "-c", READ_SCRIPT, "envlayer-read", full, root or "", str(limit), str(most), mark]
+    what = f"read_file {full}"
+    result = _in_session(env, _request(argv), what)
+    if result is None:
+        return None
+    if result.exit_code == USE_TRANSPORT:
+        log.debug("%s: larger than the session's %d bytes; using the file transport", what, most)
+        return None
+    _raise_for(result.exit_code, result.stderr, path, full, root, limit, "read")
+    data = _unframe(result.stdout, mark.encode())
+    if data is None or result.stdout_truncation is not None:
+        log.debug("%s: the session's framing did not hold (other output interleaved); using the file transport", what)
+        return None
+    return data
+
+
+def _unframe(out: bytes, mark: bytes) -> bytes | None:
+    """The bytes between ``mark size\\n`` and the closing ``mark`` when they are exactly
+    ``size`` long; None otherwise. Output before the header (a background job's) is dropped
+    with a debug note."""
+    start = out.find(mark + b" ")
+    if start < 0:
+        return None
+    newline = out.find(b"\n", start)
+    try:
+        size = int(out[start + len(mark) + 1 : newline])
+    except ValueError:
+        return None
+    body = newline + 1
+    if out[body + size : body + size + len(mark)] != mark:
+        return None
+    extra = start + len(out) - (body + size + len(mark))
+    if extra:
+        log.debug("a session file read also received %d bytes of other output (a background job's); dropped", extra)
+    return out[body : body + size]
+
+
+def _write_in_session(env: SandboxEnvironment, path: str, full: str, root: str | None, payload: bytes) -> bool:
+    """True when ``payload`` was written through the session; False to use the transport."""
+    most = _session_limit(env)
+    if most <= 0 or len(payload) > most:
+        if most > 0:
+            log.debug("write_file %s: larger than the session's %d bytes; using the file transport", full, most)
+        return False
+    encoded = base64.b64encode(payload).decode("ascii")
+    inner = " ".join(quote(a) for a in ["sh", "-c", WRITE_SCRIPT, "envlayer-write", full, root or ""])
+    command = f"printf %s '{encoded}' | {inner}"
+    what = f"write_file {full}"
+    result = _in_session(env, ExecRequest.build(command, timeout=SESSION_FILE_TIMEOUT), what)
+    if result is None:
+        return False
+    if result.exit_code == USE_TRANSPORT:
+        log.debug("%s: the sandbox has no base64; using the file transport", what)
+        return False
+    _raise_for(result.exit_code, result.stderr, path, full, root, len(payload), "write")
+    return True
+
+
+def _raise_for(
+    code: int, stderr: bytes, path: str, full: str, root: str | None, limit: int, operation: str
+) -> None:
+    """Raise the error a file script's exit ``code`` means (nothing for 0)."""
+    if code == 0:
+        return
+    err = stderr.decode(errors="replace").strip()
+    if code == NOT_FOUND:
+        raise SandboxFileNotFound(full)
+    if code == IS_DIR:
+        raise SandboxIsADirectory(full)
+    if code == OUTSIDE:
+        raise SandboxPathError(path, root or "/")
+    if code == TOO_LARGE:
+        raise FileTooLarge(full, int(err.split()[-1]) if err else -1, limit)
+    if code == DENIED or "permission denied" in err.lower():
+        raise SandboxPermissionDenied(full, operation, err[:300])
+    raise SandboxFileError(full, operation, f"exit {code}: {err[:300]}")
