@@ -45,6 +45,8 @@ SESSION_VAR = "ENVLAYER_SESSION"
 session shells from command processes."""
 
 _PLAIN = frozenset(range(0x20, 0x7F)) - {ord("\\"), ord("%"), ord("'")} | {ord("\n")}
+_PRINTF = [chr(b) if b in _PLAIN else f"\\{b:03o}" for b in range(256)]
+"""How ``printf`` formats spell each byte value (a table: formats of files are long)."""
 
 
 def quote(value: str) -> str:
@@ -73,7 +75,7 @@ def printf_format(data: bytes) -> str:
     """A single-quoted ``printf`` format that prints exactly ``data`` (any bytes, NUL too).
     A leading ``-`` is escaped too: dash's and bash's ``printf`` would take the format for
     an option, print nothing and fail."""
-    text = "".join(chr(b) if b in _PLAIN else f"\\{b:03o}" for b in data)
+    text = "".join(map(_PRINTF.__getitem__, data))
     return "'" + ("\\055" + text[1:] if text.startswith("-") else text) + "'"
 
 

@@ -45,7 +45,7 @@ from envlayer.errors import (
     SandboxPathError,
     SandboxPermissionDenied,
 )
-from envlayer.execution.shell_script import quote
+from envlayer.execution.shell_script import printf_format, quote
 from envlayer.request import ExecRequest, file_payload
 from envlayer.result import ExecResult
 from envlayer.sandbox.paths import Helper, check_real_path
@@ -65,8 +65,8 @@ NOT_FOUND, IS_DIR, FAILED, TOO_LARGE, DENIED, OUTSIDE, USE_TRANSPORT = 20, 21, 2
 """Exit codes of the session scripts."""
 
 _CONFINE = (
-    'if [ -n "$2" ]; then r=$(readlink -f -- "$2") && '
-    '{ t=$(readlink -f -- "$1" || readlink -f -- "${1%/*}"); } && '
+    'if [ -n "$2" ]; then r=$(command readlink -f -- "$2") && '
+    '{ t=$(command readlink -f -- "$1" || command readlink -f -- "${1%/*}"); } && '
     f'case $t in "${{r%/}}"|"${{r%/}}"/*) ;; *) exit {OUTSIDE};; esac; fi; '
 )
 """Shell: exit OUTSIDE when the real path of ``$1`` lies outside the real ``$2`` (when set);
@@ -76,33 +76,54 @@ _UNSEARCHABLE_PARENT = f'p=${{1%/*}}; [ -n "$p" ] && [ -d "$p" ] && [ ! -x "$p" 
 
 READ_SCRIPT = (
     _CONFINE + f'[ -d "$1" ] && exit {IS_DIR}; [ -e "$1" ] || {{ {_UNSEARCHABLE_PARENT} exit {NOT_FOUND}; }}; '
-    f'[ -r "$1" ] || exit {DENIED}; s=$(wc -c < "$1") || exit {FAILED}; s=$((s)); '
+    f'[ -r "$1" ] || exit {DENIED}; s=$(command wc -c < "$1") || exit {FAILED}; s=$((s)); '
     f'[ "$s" -le "$3" ] || {{ echo "$s" >&2; exit {TOO_LARGE}; }}; [ "$s" -le "$4" ] || exit {USE_TRANSPORT}; '
-    'printf "%s %s\\n" "$5" "$s"; cat -- "$1" && printf "%s" "$5"'
+    'command cat -- "$1" && printf "%s %s\\n" "$5" "$s" >&2'
 )
-"""``sh -c`` text: ``$1`` path, ``$2`` file root ('' for none), ``$3`` the cap, ``$4`` the
-session's size limit, ``$5`` the call's random mark. Prints ``mark size\\n``, the bytes, ``mark``."""
+"""Shell: ``$1`` path, ``$2`` file root ('' for none), ``$3`` the cap, ``$4`` the most that
+may come this way, ``$5`` the call's random mark. Prints the bytes on stdout, then ``mark size`` on stderr (so
+stdout holds nothing but the file, and fits the session's output cap exactly).
+Every outside program is named through ``command`` (a function or alias of the session
+never stands in for it)."""
+
+PRINTF_MAX = 65536
+"""A write of up to this many bytes travels as a ``printf`` format (no program runs for the
+data); a larger one as base64 for the sandbox's ``base64 -d``."""
 
 
-def write_script(decode: str) -> str:
-    """``sh -c`` text that writes what ``decode`` (``cat``, ``base64 -d``) makes of stdin:
-    ``$1`` path, ``$2`` file root ('' for none). A symlink is followed to the file it
-    names; the file is replaced by a rename from a temp file in its directory (made by
-    ``cp -p`` of the old file first, so its mode and owner stay). When the directory is
-    not writable but the file is, the file is rewritten in place."""
+def write_script(fill: str) -> str:
+    """Shell that writes a file: ``$1`` path, ``$2`` file root ('' for none), ``$3`` a random
+    word for the temp file's name; ``fill`` is the text before a file name that writes the
+    data into it (``command cat >|``, ``printf '...' >|``). A symlink is followed to the file
+    it names; the file is replaced by a rename from a temp file in its directory (made by
+    ``cp -p`` of the old file first, so its mode and owner stay). When the directory is not
+    writable but the file is, the file is rewritten in place."""
     return (
         _CONFINE + f'[ -d "$1" ] && exit {IS_DIR}; '
-        f'[ -L "$1" ] && {{ f=$(readlink -f -- "$1") || exit {FAILED}; set -- "$f" "$2"; }}; '
-        f'd=${{1%/*}}; d=${{d:-/}}; mkdir -p -- "$d" || exit {FAILED}; '
+        f'[ -L "$1" ] && {{ f=$(command readlink -f -- "$1") || exit {FAILED}; set -- "$f" "$2" "$3"; }}; '
+        f'd=${{1%/*}}; d=${{d:-/}}; [ -d "$d" ] || command mkdir -p -- "$d" || exit {FAILED}; '
         f'if [ -e "$1" ]; then [ -w "$1" ] || exit {DENIED}; else [ -w "$d" ] || exit {DENIED}; fi; '
-        'if [ -w "$d" ]; then t="$d/.envlayer-$$.tmp"; [ -e "$1" ] && cp -p -- "$1" "$t" 2>/dev/null; '
-        f'{decode} > "$t" && mv -f -- "$t" "$1" || {{ rm -f -- "$t"; exit {FAILED}; }}; '
-        f'else {decode} > "$1" || exit {FAILED}; fi'
+        'if [ -w "$d" ]; then t="$d/.envlayer-$3.tmp"; [ -e "$1" ] && command cp -p -- "$1" "$t" 2>/dev/null; '
+        f'{{ {fill} "$t" && command mv -f -- "$t" "$1"; }} || {{ command rm -f -- "$t"; exit {FAILED}; }}; '
+        f'else {fill} "$1" || exit {FAILED}; fi'
     )
 
 
-WRITE_SCRIPT = f"command -v base64 >/dev/null 2>&1 || exit {USE_TRANSPORT}; " + write_script("base64 -d")
-"""The session's write (base64 on stdin; USE_TRANSPORT when the sandbox has no ``base64``)."""
+def _in_subshell(script: str, args: list[str]) -> str:
+    """Shell text running ``script`` in a subshell of the session with ``args`` as ``$1``...:
+    nothing it sets leaks into the session (and no new shell program starts)."""
+    return f"( set -- {' '.join(quote(a) for a in args)}; {script}\n)"
+
+
+def _fill(payload: bytes) -> str:
+    """The ``fill`` of :func:`write_script` that writes ``payload`` from the script's own text."""
+    if len(payload) <= PRINTF_MAX:
+        return f"printf {printf_format(payload)} >|"
+    encoded = base64.b64encode(payload).decode("ascii")
+    return (
+        f"{{ command -v base64 >/dev/null 2>&1 || exit {USE_TRANSPORT}; }}; "
+        f"printf %s '{encoded}' | command base64 -d >|"
+    )
 
 
 def read_by_helper(helper: Helper, full: str, limit: int) -> bytes:
@@ -111,7 +132,7 @@ def read_by_helper(helper: Helper, full: str, limit: int) -> bytes:
     mark = f"ENVLAYER-FILE-{uuid.uuid4().hex}"
     code, out, err = helper(["sh", "-c", READ_SCRIPT, "envlayer-read", full, "", str(limit), str(limit), mark], None)
     _raise_for(code, err, full, full, None, limit, "read")
-    data = _unframe(out, mark.encode())
+    data = _unframe(out, err, mark.encode())
     if data is None:
         raise SandboxFileError(full, "read", "the file changed while it was read")
     return data
@@ -119,8 +140,10 @@ def read_by_helper(helper: Helper, full: str, limit: int) -> bytes:
 
 def write_by_helper(helper: Helper, full: str, data: bytes) -> None:
     """Create or atomically replace the file at ``full`` by one helper command (a
-    backend's exec-based transport), with the session script's checks and errors."""
-    code, _, err = helper(["sh", "-c", write_script("cat"), "envlayer-write", full, ""], data)
+    backend's exec-based transport) with ``data`` on its stdin, with the session
+    script's checks and errors."""
+    script = write_script("command cat >|")
+    code, _, err = helper(["sh", "-c", script, "envlayer-write", full, "", uuid.uuid4().hex], data)
     _raise_for(code, err, full, full, None, len(data), "write")
 
 
@@ -186,8 +209,8 @@ def _in_session(env: SandboxEnvironment, request: ExecRequest, what: str) -> Exe
         lock.release()
 
 
-def _request(argv: list[str]) -> ExecRequest:
-    return ExecRequest.build(argv, timeout=SESSION_FILE_TIMEOUT)
+def _request(command: str) -> ExecRequest:
+    return ExecRequest.build(command, timeout=SESSION_FILE_TIMEOUT)
 
 
 def _read_in_session(env: SandboxEnvironment, path: str, full: str, root: str | None, limit: int) -> bytes | None:
@@ -196,41 +219,33 @@ def _read_in_session(env: SandboxEnvironment, path: str, full: str, root: str | 
     if most <= 0:
         return None
     mark = f"ENVLAYER-FILE-{uuid.uuid4().hex}"
-    argv = ["sh", "-c", READ_SCRIPT, "envlayer-read", full, root or "", str(limit), str(most), mark]
+    command = _in_subshell(READ_SCRIPT, [full, root or "", str(limit), str(most), mark])
     what = f"read_file {full}"
-    result = _in_session(env, _request(argv), what)
+    result = _in_session(env, _request(command), what)
     if result is None:
         return None
     if result.exit_code == USE_TRANSPORT:
         log.debug("%s: larger than the session's %d bytes; using the file transport", what, most)
         return None
     _raise_for(result.exit_code, result.stderr, path, full, root, limit, "read")
-    data = _unframe(result.stdout, mark.encode())
+    data = _unframe(result.stdout, result.stderr, mark.encode())
     if data is None or result.stdout_truncation is not None:
         log.debug("%s: the session's framing did not hold (other output interleaved); using the file transport", what)
         return None
     return data
 
 
-def _unframe(out: bytes, mark: bytes) -> bytes | None:
-    """The bytes between ``mark size\\n`` and the closing ``mark`` when they are exactly
-    ``size`` long; None otherwise. Output before the header (a background job's) is dropped
-    with a debug note."""
-    start = out.find(mark + b" ")
+def _unframe(out: bytes, err: bytes, mark: bytes) -> bytes | None:
+    """``out`` when it is exactly as long as the size the script reported after ``mark`` on
+    ``err``; None otherwise (other output was mixed in, or the file changed meanwhile)."""
+    start = err.rfind(mark + b" ")
     if start < 0:
         return None
-    newline = out.find(b"\n", start)
     try:
-        size = int(out[start + len(mark) + 1 : newline])
+        size = int(err[start + len(mark) + 1 :].split(b"\n", 1)[0])
     except ValueError:
         return None
-    body = newline + 1
-    if out[body + size : body + size + len(mark)] != mark:
-        return None
-    extra = start + len(out) - (body + size + len(mark))
-    if extra:
-        log.debug("a session file read also received %d bytes of other output (a background job's); dropped", extra)
-    return out[body : body + size]
+    return out if len(out) == size else None
 
 
 def _write_in_session(env: SandboxEnvironment, path: str, full: str, root: str | None, payload: bytes) -> bool:
@@ -240,11 +255,9 @@ def _write_in_session(env: SandboxEnvironment, path: str, full: str, root: str |
         if most > 0:
             log.debug("write_file %s: larger than the session's %d bytes; using the file transport", full, most)
         return False
-    encoded = base64.b64encode(payload).decode("ascii")
-    inner = " ".join(quote(a) for a in ["sh", "-c", WRITE_SCRIPT, "envlayer-write", full, root or ""])
-    command = f"printf %s '{encoded}' | {inner}"
+    command = _in_subshell(write_script(_fill(payload)), [full, root or "", uuid.uuid4().hex])
     what = f"write_file {full}"
-    result = _in_session(env, ExecRequest.build(command, timeout=SESSION_FILE_TIMEOUT), what)
+    result = _in_session(env, _request(command), what)
     if result is None:
         return False
     if result.exit_code == USE_TRANSPORT:
