@@ -42,7 +42,7 @@ from envlayer.environment import SandboxInfo
 from envlayer.errors import BackendUnavailable, InvalidArgument
 from envlayer.options import BaseOptions
 from envlayer.execution.tree_kill import EXEC_ID_VAR
-from envlayer.request import ExecRequest, check_path, file_payload
+from envlayer.request import ExecRequest, check_path
 from envlayer.result import TIMEOUT_EXIT_CODE, ExecResult
 from envlayer.sandbox.base import MANAGED_SANDBOX_CAPABILITIES, SandboxEnvironment
 from envlayer.sandbox.teardown_threads import ThreadTeardown
@@ -365,23 +365,20 @@ class ModalEnvironment(ThreadTeardown, SandboxEnvironment):
 
         return self.with_recovery(attempt, again=lambda exc: translate(exc.__cause__ or exc, doing))[0]
 
-    def read_file(self, path: str) -> bytes:
-        """Read a file from the sandbox; see :class:`~envlayer.environment.Environment`."""
+    def file_helper(self, argv: list[str], data: bytes | None) -> tuple[int, bytes, bytes]:
+        return self._helper(argv, data)
+
+    def fetch_file(self, full: str, limit: int) -> bytes:
+        """A file through ``sb.filesystem`` (:mod:`envlayer_modal.files`)."""
         from envlayer_modal import files
 
-        self._ensure_open()
-        full = self._path(path)
-        limit = self.options.max_file_bytes
         return self._files_call(lambda sb: files.read(sb, full, limit), f"reading {full}")
 
-    def write_file(self, path: str, data: bytes | str) -> None:
-        """Write a file into the sandbox, creating parent directories."""
+    def store_file(self, full: str, data: bytes) -> None:
+        """A file through ``sb.filesystem`` (:mod:`envlayer_modal.files`)."""
         from envlayer_modal import files
 
-        self._ensure_open()
-        payload = file_payload(path, data, self.options.max_file_bytes)
-        full = self._path(path)
-        self._files_call(lambda sb: files.write(sb, full, payload), f"writing {full}")
+        self._files_call(lambda sb: files.write(sb, full, data), f"writing {full}")
 
     def upload_dir(self, local: str | os.PathLike[str], remote: str) -> TransferSummary:
         """Copy the contents of host directory ``local`` into sandbox directory ``remote``
