@@ -26,9 +26,10 @@ from envlayer.capabilities import Capability
 from envlayer.execution.collector import OutputCollector
 from envlayer.errors import BackendUnavailable, EnvironmentClosed
 from envlayer.options import BaseOptions
-from envlayer.request import ExecRequest, check_path, file_payload
+from envlayer.request import ExecRequest, check_path
 from envlayer.result import ExecResult
 from envlayer.sandbox.base import SandboxEnvironment
+from envlayer.sandbox.files import SESSION_FILE_MAX
 from envlayer.execution.shell_script import command_text, export_lines, interactive_shell_script
 from envlayer.execution.shell_session import PersistentShell
 from envlayer.transfer import TransferSummary
@@ -242,16 +243,33 @@ class SSHEnvironment(SandboxEnvironment):
             self._files.check_root(full, posixpath.normpath(posixpath.join(base, self._expand(root))), path)
         return full
 
+    session_file_max = SESSION_FILE_MAX
+
     def read_file(self, path: str) -> bytes:
-        """Read a remote file over SFTP; see :class:`~envlayer.environment.Environment`."""
-        self._ensure_open()
-        return self._files.read(self._remote_path(path), self.options.max_file_bytes, path)
+        """Read a remote file (through the session shell, else over SFTP); see
+        :class:`~envlayer.environment.Environment` and :mod:`envlayer.sandbox.files`."""
+        return super().read_file(self._expand(path))
 
     def write_file(self, path: str, data: bytes | str) -> None:
-        """Write a remote file atomically over SFTP (temp file + posix-rename)."""
-        self._ensure_open()
-        payload = file_payload(path, data, self.options.max_file_bytes)
-        self._files.write(self._remote_path(path), payload, path)
+        """Write a remote file atomically (temp file + rename; through the session shell,
+        else over SFTP), creating parent directories."""
+        super().write_file(self._expand(path), data)
+
+    def file_directory(self) -> str:
+        return self.working_directory()
+
+    def file_helper(self, argv: list[str], data: bytes | None) -> tuple[int, bytes, bytes]:
+        """``argv`` on a fresh channel of the pooled connection (no stdin: ``data`` is None)."""
+        line = " ".join(shlex.quote(a) for a in argv)
+        return run_simple(self._pool, line, timeout=self.options.connect_timeout)
+
+    def fetch_file(self, full: str, limit: int) -> bytes:
+        """A file over SFTP (:mod:`envlayer_ssh.files`)."""
+        return self._files.read(full, limit, full)
+
+    def store_file(self, full: str, data: bytes) -> None:
+        """A file over SFTP, atomically (:mod:`envlayer_ssh.files`)."""
+        self._files.write(full, data, full)
 
     def upload_dir(self, local: str | os.PathLike[str], remote: str) -> TransferSummary:
         """Copy a local directory tree to ``remote`` (created if missing). Symlinks and
