@@ -76,12 +76,15 @@ _UNSEARCHABLE_PARENT = f'p=${{1%/*}}; [ -n "$p" ] && [ -d "$p" ] && [ ! -x "$p" 
 
 READ_SCRIPT = (
     _CONFINE + f'[ -d "$1" ] && exit {IS_DIR}; [ -e "$1" ] || {{ {_UNSEARCHABLE_PARENT} exit {NOT_FOUND}; }}; '
-    f'[ -r "$1" ] || exit {DENIED}; s=$(command wc -c < "$1") || exit {FAILED}; s=$((s)); '
+    f'[ -r "$1" ] || exit {DENIED}; exec 3< "$1" || exit {DENIED}; f=/dev/fd/3; [ -r "$f" ] || f=$1; '
+    f's=$(command wc -c < "$f") || exit {FAILED}; s=$((s)); '
     f'[ "$s" -le "$3" ] || {{ echo "$s" >&2; exit {TOO_LARGE}; }}; [ "$s" -le "$4" ] || exit {USE_TRANSPORT}; '
-    'command cat -- "$1" && printf "%s %s\\n" "$5" "$s" >&2'
+    'command cat -- "$f" && printf "%s %s\\n" "$5" "$s" >&2'
 )
 """Shell: ``$1`` path, ``$2`` file root ('' for none), ``$3`` the cap, ``$4`` the most that
-may come this way, ``$5`` the call's random mark. Prints the bytes on stdout, then ``mark size`` on stderr (so
+may come this way, ``$5`` the call's random mark. The file is opened once (fd 3) and both
+its size and its bytes are taken from that open file (``/dev/fd/3``, where there is one),
+so a file replaced meanwhile is never read half old, half new. Prints the bytes on stdout, then ``mark size`` on stderr (so
 stdout holds nothing but the file, and fits the session's output cap exactly).
 Every outside program is named through ``command`` (a function or alias of the session
 never stands in for it)."""

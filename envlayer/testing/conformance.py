@@ -26,6 +26,11 @@ strict contract):
 * ``kills_escaped_processes = True``: a timeout also kills children that called
   ``setsid``; set False only with a documented reason.
 * ``handles_output_floods = True``: see :class:`ExecContractConformance`.
+* ``replaces_files_atomically = True``: a reader never sees a file half replaced by
+  ``write_file`` (``test_replace_is_atomic``).
+* ``confines_symlinks = True``: with ``file_root`` set, a symlink inside the root that
+  points out of it is refused (``test_symlink_out_of_file_root_refused``); False for a
+  backend that confines paths lexically only.
 
 The permission checks (``test_*_follows_the_users_rights``) check the sandbox user's rights,
 no more and no less: a non-root user is denied (``SandboxPermissionDenied``), root is not
@@ -37,6 +42,8 @@ as ``nobody``) to cover both.
 from __future__ import annotations
 
 import os
+import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -317,6 +324,8 @@ class EnvironmentConformance:
 
     supports_stdin: ClassVar[bool] = True
     kills_escaped_processes: ClassVar[bool] = True
+    replaces_files_atomically: ClassVar[bool] = True
+    confines_symlinks: ClassVar[bool] = True
 
     # --- exec: exit codes, streams, cwd, env, stdin -------------------------------
 
@@ -617,6 +626,121 @@ class EnvironmentConformance:
         with pytest.raises(SandboxIsADirectory):
             env.read_file(name)
         env.exec(f"rm -rf {name}")
+
+    def test_write_to_a_directory_is_refused(self, env: Environment) -> None:
+        name = _scratch()
+        env.exec(f"mkdir -p {name}").check()
+        try:
+            with pytest.raises(SandboxIsADirectory):
+                env.write_file(name, b"x")
+            assert env.exec(f"ls -A {name}").stdout == b"", "nothing may be written into the directory"
+        finally:
+            env.exec(f"rm -rf {name}")
+
+    # --- files: what a file path through a session shell must keep -------------------
+
+    @pytest.mark.parametrize("size", [1024, 200_000], ids=["small", "base64-sized"])
+    def test_file_every_byte_value_and_nuls(self, env: Environment, size: int) -> None:
+        """Every byte value, runs of NULs, a leading ``-`` and ``%``: through whatever path
+        the backend picks (a printf format, base64, an archive), the bytes arrive as they are."""
+        name = f"{_scratch()}.bin"
+        pattern = b"-%\\'" + bytes(range(256)) + b"\x00" * 300 + b"\r\n"
+        payload = (pattern * (size // len(pattern) + 1))[:size]
+        try:
+            env.write_file(name, payload)
+            assert env.read_file(name) == payload
+            assert env.exec(f"cat {name}").stdout == payload, "the sandbox must hold the very bytes"
+        finally:
+            env.exec(f"rm -f {name}")
+
+    @pytest.mark.parametrize("size", [1_048_576, 1_048_577], ids=["1MiB", "1MiB+1"])
+    def test_file_around_a_mebibyte(self, env: Environment, size: int) -> None:
+        """1 MiB travels through a session (where the backend has one), one byte more does
+        not: both must round-trip whole."""
+        name = f"{_scratch()}.bin"
+        payload = (os.urandom(4096) * (size // 4096 + 1))[:size]
+        try:
+            env.write_file(name, payload)
+            assert env.exec(f"wc -c < {name}").stdout.strip() == str(size).encode()
+            assert env.read_file(name) == payload
+        finally:
+            env.exec(f"rm -f {name}")
+
+    def test_symlink_out_of_file_root_refused(self, env: Environment) -> None:
+        """Links inside ``file_root`` that point out of it (a directory link, a file link)
+        are refused for reads and writes, and nothing outside changes."""
+        if not self.confines_symlinks:
+            pytest.skip("the backend confines file paths lexically only (confines_symlinks = False)")
+        previous = env.options.file_root
+        root, outside = _scratch(), _scratch()
+        env.exec(
+            f"mkdir -p {root} {outside} && printf secret > {outside}/f && "
+            f"ln -s ../{outside} {root}/dirlink && ln -s ../{outside}/f {root}/filelink"
+        ).check()
+        env.options.file_root = root
+        try:
+            for escape in (f"{root}/dirlink/f", f"{root}/filelink", f"{root}/dirlink/new"):
+                with pytest.raises(SandboxPathError):
+                    env.read_file(escape)
+                with pytest.raises(SandboxPathError):
+                    env.write_file(escape, b"nope")
+            assert env.exec(f"cat {outside}/f; ls {outside}").stdout == b"secretf\n"
+        finally:
+            env.options.file_root = previous
+            env.exec(f"rm -rf {root} {outside}")
+
+    def test_file_calls_while_a_command_runs(self, env: Environment) -> None:
+        """A write and a read while a command runs (in the session, where there is one):
+        they must not wait for it or disturb it, and all three succeed."""
+        name, started = _scratch(), f"/tmp/{_scratch()}.started"
+        outcome: list[Any] = []
+        runner = threading.Thread(
+            target=lambda: outcome.append(env.exec(f"touch {started}; sleep 3; echo done", timeout=60))
+        )
+        runner.start()
+        try:
+            deadline = time.monotonic() + 30
+            while env.exec(f"test -e {started}").exit_code != 0:
+                assert time.monotonic() < deadline, "the command never started"
+                time.sleep(0.05)
+            env.write_file(name, b"while busy")
+            assert env.read_file(name) == b"while busy"
+            assert runner.is_alive(), "the file calls waited for the command"
+        finally:
+            runner.join(60)
+            env.exec(f"rm -f {name} {started}")
+        assert outcome and outcome[0].exit_code == 0 and outcome[0].stdout == b"done\n"
+
+    def test_replace_is_atomic(self, env: Environment) -> None:
+        """A reader (another thread) never sees a half-written, empty or missing file while
+        the file is replaced again and again."""
+        if not self.replaces_files_atomically:
+            pytest.skip("the backend writes files in place (replaces_files_atomically = False)")
+        name = _scratch()
+        versions = (b"a" * 300_000, b"b" * 150_000)
+        env.write_file(name, versions[0])
+        seen: list[bytes | BaseException] = []
+        writing = threading.Event()
+        writing.set()
+
+        def read_until_done() -> None:
+            while writing.is_set():
+                try:
+                    seen.append(env.read_file(name))
+                except BaseException as exc:  # noqa: BLE001 - reported below
+                    seen.append(exc)
+
+        reader = threading.Thread(target=read_until_done)
+        reader.start()
+        try:
+            for round_ in range(12):
+                env.write_file(name, versions[round_ % 2])
+        finally:
+            writing.clear()
+            reader.join(120)
+            env.exec(f"rm -f {name}")
+        bad = [x if isinstance(x, BaseException) else f"{len(x)} bytes" for x in seen if x not in versions]
+        assert seen and not bad, f"a reader saw a file being replaced: {bad[:3]}"
 
     # --- files: the sandbox user's rights ---------------------------------------------
 

@@ -38,7 +38,7 @@ from envlayer.options import BaseOptions
 from envlayer.request import ExecRequest, check_path
 from envlayer.result import ExecResult
 from envlayer.sandbox.base import MANAGED_SANDBOX_CAPABILITIES, SandboxEnvironment
-from envlayer.sandbox.files import SESSION_FILE_MAX
+from envlayer.sandbox.files import SESSION_FILE_MAX, read_by_helper, write_by_helper
 from envlayer.sandbox.teardown_threads import ThreadTeardown
 from envlayer.sandbox.paths import confined_path
 from envlayer.snapshot import Snapshot
@@ -267,12 +267,15 @@ class DockerEnvironment(ThreadTeardown, SandboxEnvironment):
         return self._helper(argv, data)
 
     def fetch_file(self, full: str, limit: int) -> bytes:
-        """A file through the archive API (or a ``cat`` exec; :mod:`envlayer_docker.files`)."""
-        return self._files_call(lambda f: f.read(full, limit), f"reading {full}")
+        """A file by one exec as the container's user (:func:`~envlayer.sandbox.files.read_by_helper`:
+        unlike the archive API it sees tmpfs mounts, acts with the user's rights, and
+        never mixes two versions of a file replaced meanwhile)."""
+        return read_by_helper(self._helper, full, limit)
 
     def store_file(self, full: str, data: bytes) -> None:
-        """A file through the archive API (or a ``cat`` exec; :mod:`envlayer_docker.files`)."""
-        self._files_call(lambda f: f.write(full, data), f"writing {full}")
+        """A file by one exec as the container's user, replaced atomically
+        (:func:`~envlayer.sandbox.files.write_by_helper`)."""
+        write_by_helper(self._helper, full, data)
 
     def upload_dir(self, local: str | os.PathLike[str], remote: str) -> TransferSummary:
         """Copy the contents of host directory ``local`` into container directory ``remote``
