@@ -375,10 +375,12 @@ class ModalEnvironment(ThreadTeardown, SandboxEnvironment):
         return self._files_call(lambda sb: files.read(sb, full, limit), f"reading {full}")
 
     def store_file(self, full: str, data: bytes) -> None:
-        """A file through ``sb.filesystem`` (:mod:`envlayer_modal.files`)."""
-        from envlayer_modal import files
+        """A file by one exec with the data on stdin, replaced atomically
+        (:func:`~envlayer.sandbox.files.write_by_helper`: ``sb.filesystem.write_bytes``
+        rewrites a file in place, so a reader could see half of it)."""
+        from envlayer.sandbox.files import write_by_helper
 
-        self._files_call(lambda sb: files.write(sb, full, data), f"writing {full}")
+        write_by_helper(self.file_helper, full, data)
 
     def upload_dir(self, local: str | os.PathLike[str], remote: str) -> TransferSummary:
         """Copy the contents of host directory ``local`` into sandbox directory ``remote``
