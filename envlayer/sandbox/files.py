@@ -112,6 +112,17 @@ def write_script(fill: str) -> str:
     )
 
 
+def write_from_staged(helper: Helper, full: str, staged: str) -> None:
+    """Create or atomically replace the file at ``full`` with the content of the file
+    ``staged`` (which a backend's upload left in the sandbox, then removed here whatever
+    happens), by one helper command with the session script's checks and errors: for a
+    backend whose upload writes in place and whose helper takes no stdin."""
+    fill = 'command cat -- "$4" >|'
+    script = f'( {write_script(fill)} ); rc=$?; command rm -f -- "$4"; exit $rc'
+    code, out, err = helper(["sh", "-c", script, "envlayer-write", full, "", uuid.uuid4().hex, staged], None)
+    _raise_for(code, err or out, full, full, None, 0, "write")
+
+
 def _in_subshell(script: str, args: list[str]) -> str:
     """Shell text running ``script`` in a subshell of the session with ``args`` as ``$1``...:
     nothing it sets leaks into the session (and no new shell program starts)."""

@@ -330,10 +330,18 @@ class DaytonaEnvironment(SandboxEnvironment):
         return self._files_call(lambda: files.read(self._sandbox, full, limit), f"reading {full}")
 
     def store_file(self, full: str, data: bytes) -> None:
-        """A file through the toolbox API (:mod:`envlayer_daytona.files`)."""
-        from envlayer_daytona import files
+        """A file uploaded through the toolbox API to a staging path, then put in place by
+        one ``process/execute`` (:func:`~envlayer.sandbox.files.write_from_staged`): the
+        toolbox rewrites a file in place, so a reader could see half of it."""
+        import uuid
 
-        self._files_call(lambda: files.write(self._sandbox, full, data), f"writing {full}")
+        from envlayer.sandbox.files import write_from_staged
+        from envlayer_daytona import files
+        from envlayer_daytona.stream import SPOOL
+
+        staged = f"{SPOOL}/{uuid.uuid4().hex}.part"
+        self._files_call(lambda: files.write(self._sandbox, staged, data), f"writing {full}")
+        write_from_staged(self.file_helper, full, staged)
 
     def upload_dir(self, local: str | os.PathLike[str], remote: str) -> TransferSummary:
         """Copy the regular files and directories under host directory ``local`` into
