@@ -12,7 +12,15 @@ from envlayer.bench.baselines import exec_baselines
 from envlayer.bench.figures import Figure
 from envlayer.bench.interrupts import signals_ignored, signals_raise
 from envlayer.bench.ledger import Ledger
-from envlayer.bench.measure import Plan, measure_exec, measure_flood, measure_start, measure_transfer
+from envlayer.bench.measure import (
+    Plan,
+    measure_agent_loop,
+    measure_exec,
+    measure_file_calls,
+    measure_flood,
+    measure_start,
+    measure_transfer,
+)
 from envlayer.bench.sweep import SWEEPS
 from envlayer.bench.target import BackendTarget
 from envlayer.capabilities import Capability, supports
@@ -40,6 +48,10 @@ def bench_backend(target: BackendTarget, ledger: Ledger, plan: Plan, step: Step)
             baselines.close()
     with step(f"{name}: file transfer"):
         figures += measure_transfer(name, session, ledger.scratch_dir(session), plan)
+    with step(f"{name}: file calls"):
+        figures += measure_file_calls(name, session, ledger.scratch_dir(session), plan)
+    with step(f"{name}: agent loop"):
+        figures += measure_agent_loop(name, session, ledger.scratch_dir(session), plan)
     with step(f"{name}: flood"):
         figures += measure_flood(target, task_id, plan)
     sweep = SWEEPS.get(name)

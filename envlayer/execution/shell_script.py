@@ -47,6 +47,7 @@ session shells from command processes."""
 _PLAIN = frozenset(range(0x20, 0x7F)) - {ord("\\"), ord("%"), ord("'")} | {ord("\n")}
 _PRINTF = [chr(b) if b in _PLAIN else f"\\{b:03o}" for b in range(256)]
 """How ``printf`` formats spell each byte value (a table: formats of files are long)."""
+_PLAIN_BYTES = bytes(sorted(_PLAIN))
 
 
 def quote(value: str) -> str:
@@ -77,6 +78,12 @@ def printf_format(data: bytes) -> str:
     an option, print nothing and fail."""
     text = "".join(map(_PRINTF.__getitem__, data))
     return "'" + ("\\055" + text[1:] if text.startswith("-") else text) + "'"
+
+
+def printf_escapes(data: bytes) -> int:
+    """How many bytes of ``data`` :func:`printf_format` spells as an escape (four
+    characters each instead of one)."""
+    return len(data.translate(None, _PLAIN_BYTES))
 
 
 def export_lines(env: Mapping[str, str]) -> str:

@@ -45,7 +45,7 @@ from envlayer.errors import (
     SandboxPathError,
     SandboxPermissionDenied,
 )
-from envlayer.execution.shell_script import printf_format, quote
+from envlayer.execution.shell_script import printf_escapes, printf_format, quote
 from envlayer.request import ExecRequest, file_payload
 from envlayer.result import ExecResult
 from envlayer.sandbox.paths import Helper, check_real_path
@@ -89,9 +89,20 @@ stdout holds nothing but the file, and fits the session's output cap exactly).
 Every outside program is named through ``command`` (a function or alias of the session
 never stands in for it)."""
 
-PRINTF_MAX = 65536
-"""A write of up to this many bytes travels as a ``printf`` format (no program runs for the
-data); a larger one as base64 for the sandbox's ``base64 -d``."""
+PRINTF_SMALL = 4096
+"""A write of up to this many bytes always travels as a ``printf`` format (no program runs
+for the data); a larger one too when its format is at most :data:`PRINTF_GROWTH` times
+its size (text), else base64-encoded for the sandbox's ``base64 -d`` (binary: the shell
+parses every byte of a format, and an escaped byte takes four)."""
+
+PRINTF_GROWTH = 1.4
+
+SESSION_WRITE_MAX = 512 * 1024
+"""The most bytes a write sends through the session: the shell parses the data in the
+command text, which costs more than one exec with the data on its stdin past about
+512 KiB (Docker, measured: 256 KiB 22 ms through the session vs 47 ms by exec; 1 MiB
+133 ms vs 79 ms). Reads have no such cost: they go through the session up to
+:attr:`~envlayer.sandbox.base.SandboxEnvironment.session_file_max`."""
 
 
 def write_script(fill: str) -> str:
@@ -131,7 +142,8 @@ def _in_subshell(script: str, args: list[str]) -> str:
 
 def _fill(payload: bytes) -> str:
     """The ``fill`` of :func:`write_script` that writes ``payload`` from the script's own text."""
-    if len(payload) <= PRINTF_MAX:
+    growth = 1 + 3 * printf_escapes(payload) / max(1, len(payload))
+    if len(payload) <= PRINTF_SMALL or growth <= PRINTF_GROWTH:
         return f"printf {printf_format(payload)} >|"
     encoded = base64.b64encode(payload).decode("ascii")
     return (
@@ -264,7 +276,7 @@ def _unframe(out: bytes, err: bytes, mark: bytes) -> bytes | None:
 
 def _write_in_session(env: SandboxEnvironment, path: str, full: str, root: str | None, payload: bytes) -> bool:
     """True when ``payload`` was written through the session; False to use the transport."""
-    most = _session_limit(env)
+    most = min(_session_limit(env), SESSION_WRITE_MAX)
     if most <= 0 or len(payload) > most:
         if most > 0:
             log.debug("write_file %s: larger than the session's %d bytes; using the file transport", full, most)

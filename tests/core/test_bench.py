@@ -50,6 +50,8 @@ LOCAL_MEASURES = {
     ("download 1 MB", "envlayer"),
     ("upload 8 MB", "envlayer"),
     ("download 8 MB", "envlayer"),
+    *((f"{call}_file {size}", "envlayer") for call in ("write", "read") for size in ("1 KiB", "256 KiB", "1 MiB")),
+    ("agent loop (10 rounds), per round", "envlayer"),
     ("flood 64 MiB", "envlayer streamed"),
     ("flood 64 MiB", "envlayer captured"),
     ("flood 64 MiB", "pipe"),
