@@ -29,7 +29,6 @@ from envlayer.options import BaseOptions
 from envlayer.request import ExecRequest, check_path
 from envlayer.result import ExecResult
 from envlayer.sandbox.base import SandboxEnvironment
-from envlayer.sandbox.files import SESSION_FILE_MAX
 from envlayer.execution.shell_script import command_text, export_lines, interactive_shell_script
 from envlayer.execution.shell_session import PersistentShell
 from envlayer.transfer import TransferSummary
@@ -243,16 +242,19 @@ class SSHEnvironment(SandboxEnvironment):
             self._files.check_root(full, posixpath.normpath(posixpath.join(base, self._expand(root))), path)
         return full
 
-    session_file_max = SESSION_FILE_MAX
+    session_file_max = 0
+    """Files never travel through the session: one SFTP request on the open channel is
+    faster than a command in the shell (measured with ``benchmarks/file_calls.py``: 1 KiB
+    read 1.3 ms over SFTP vs 10.6 ms through the session, 256 KiB write 15 vs 128 ms)."""
 
     def read_file(self, path: str) -> bytes:
-        """Read a remote file (through the session shell, else over SFTP); see
-        :class:`~envlayer.environment.Environment` and :mod:`envlayer.sandbox.files`."""
+        """Read a remote file over SFTP; see :class:`~envlayer.environment.Environment`
+        and :mod:`envlayer.sandbox.files` (``~`` is the login directory)."""
         return super().read_file(self._expand(path))
 
     def write_file(self, path: str, data: bytes | str) -> None:
-        """Write a remote file atomically (temp file + rename; through the session shell,
-        else over SFTP), creating parent directories."""
+        """Write a remote file atomically over SFTP (temp file + rename), creating parent
+        directories (``~`` is the login directory)."""
         super().write_file(self._expand(path), data)
 
     def file_directory(self) -> str:
