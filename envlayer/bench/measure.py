@@ -161,10 +161,16 @@ def measure_agent_loop(backend: str, env: Environment, scratch: str, plan: Plan)
         baseline = DOCKER_CLI_LOOP
         workdir = env.options.workdir  # type: ignore[attr-defined]
         path = posixpath.join(workdir, f".envlayer-bench-{uuid.uuid4().hex[:12]}.txt")
-        samples[baseline] = docker_cli_agent_loop(env.container_id, path, plan.agent_rounds, cli)  # type: ignore[attr-defined]
+        container = env.container_id  # type: ignore[attr-defined]
+        samples[baseline] = docker_cli_agent_loop(container, path, plan.agent_rounds, cli)
     return [
         Figure(
-            backend, measure, method, "ms", Spread.of(times).scaled(1000), baseline=baseline if method == ENVLAYER else None
+            backend,
+            measure,
+            method,
+            "ms",
+            Spread.of(times).scaled(1000),
+            baseline=baseline if method == ENVLAYER else None,
         )
         for method, times in samples.items()
     ]

@@ -9,24 +9,27 @@ The base owns, for every backend built on it:
 * the caps: ``max_file_bytes`` on both directions (:class:`FileTooLarge` before a byte
   moves);
 * the session path: where the backend has a persistent session shell
-  (:attr:`session_file_max` > 0), a file of up to that many bytes travels over the
-  session's own channel, as one command in it (``sh -c`` of :data:`READ_SCRIPT` /
-  :data:`WRITE_SCRIPT`, so nothing of the session's state is used or changed). Writes
-  carry the data base64-encoded inside the command (any byte, NUL too); reads come back
-  raw between a header and an end mark that must sit exactly where the size says. The
-  script checks everything with the sandbox user's rights (``test -r``/``-w``, as that
-  user), resolves symlinks for ``file_root`` itself (one round trip), and replaces a file
-  atomically (a temp file in the same directory, then ``mv``), keeping its mode;
-* the fallback: a file over the session's size, a session that is busy (a command is
-  running in it) or absent, a sandbox without ``base64``, a framing that did not hold
-  (another job wrote to the session's stdout during the read): the backend's transport
-  moves the file (:meth:`fetch_file` / :meth:`store_file`: the archive API, an SDK
-  upload or download). Each fallback is logged at debug level on ``envlayer.files``
-  with its reason.
+  (:attr:`session_file_max` > 0) and it is free, a read of up to that many bytes (and
+  ``max_output_bytes``) and a write of up to :data:`SESSION_WRITE_MAX` travel as one
+  command in it, run in a subshell (:func:`_in_subshell`: nothing of the session's state
+  is used or changed, and no new shell program starts). Writes carry the data in the
+  command text (a ``printf`` format for text, base64 for binary: any byte, NUL too);
+  reads come back raw on stdout, with the size the sandbox measured on stderr, and are
+  taken only when they match it. The script checks with the sandbox user's rights
+  (``test -r``/``-w``, as that user), resolves symlinks for ``file_root`` itself (the same
+  round trip), and replaces a file atomically (:func:`write_script`), keeping its mode;
+* the fallback: a larger file, a session that is busy (a command is running in it) or
+  absent, a sandbox without ``base64`` for a binary write, a read whose size did not match
+  (a background job wrote to the session's stdout meanwhile; its bytes are dropped): the
+  backend's transport moves the file (:meth:`fetch_file` / :meth:`store_file`: one exec
+  with the same scripts, :func:`read_by_helper` / :func:`write_by_helper`, or an SDK
+  upload or download). Each fallback is logged at debug level on ``envlayer.files`` with
+  its reason.
 
 The rule for a directory: ``write_file`` names the file to write, never a directory (the
 call has no source name to put inside it): a path that is an existing directory raises
-:class:`SandboxIsADirectory`, whose hint says to name the file inside it.
+:class:`SandboxIsADirectory` and nothing is written (``envlayer cp FILE TASK:DIR/`` copies
+into a directory under the file's own name).
 """
 
 from __future__ import annotations
@@ -84,8 +87,9 @@ READ_SCRIPT = (
 """Shell: ``$1`` path, ``$2`` file root ('' for none), ``$3`` the cap, ``$4`` the most that
 may come this way, ``$5`` the call's random mark. The file is opened once (fd 3) and both
 its size and its bytes are taken from that open file (``/dev/fd/3``, where there is one),
-so a file replaced meanwhile is never read half old, half new. Prints the bytes on stdout, then ``mark size`` on stderr (so
-stdout holds nothing but the file, and fits the session's output cap exactly).
+so a file replaced meanwhile is never read half old, half new. Prints the bytes on stdout,
+then ``mark size`` on stderr (so stdout holds nothing but the file, and fits the session's
+output cap exactly).
 Every outside program is named through ``command`` (a function or alias of the session
 never stands in for it)."""
 
@@ -256,7 +260,7 @@ def _read_in_session(env: SandboxEnvironment, path: str, full: str, root: str | 
     _raise_for(result.exit_code, result.stderr, path, full, root, limit, "read")
     data = _unframe(result.stdout, result.stderr, mark.encode())
     if data is None or result.stdout_truncation is not None:
-        log.debug("%s: the session's framing did not hold (other output interleaved); using the file transport", what)
+        log.debug("%s: the size did not match (other output mixed in, dropped); using the file transport", what)
         return None
     return data
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import posixpath
 import threading
 import uuid
 from typing import Any
