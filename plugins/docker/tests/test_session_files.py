@@ -22,6 +22,14 @@ def _fallbacks(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.name == "envlayer.files"]
 
 
+def _exists_by_transport(env: Any, path: str) -> bool:
+    try:
+        env.fetch_file(path, 1024)
+    except FileNotFoundError:
+        return False
+    return True
+
+
 def test_small_files_take_the_session_and_large_ones_say_why_not(
     make_env: Callable[..., Any], caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -46,14 +54,14 @@ def test_a_busy_session_is_a_logged_fallback(make_env: Callable[..., Any], caplo
     runner.start()
     try:
         deadline = time.monotonic() + 60
-        while env.exec(f"test -e {flag}").exit_code != 0:
+        while not _exists_by_transport(env, flag):  # never through the session: the command must get it
             assert time.monotonic() < deadline
             time.sleep(0.05)
         caplog.set_level(logging.DEBUG, logger="envlayer.files")
         env.write_file("during.txt", b"while busy")
         assert env.read_file("during.txt") == b"while busy"
     finally:
-        env.exec(f"touch {flag}.stop")
+        env.store_file(f"{flag}.stop", b"")
         runner.join(60)
     said = _fallbacks(caplog)
     assert sum("session shell is busy" in m for m in said) == 2, said
