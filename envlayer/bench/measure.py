@@ -4,18 +4,30 @@ figures together with those of its baselines (:mod:`envlayer.bench.baselines`)."
 from __future__ import annotations
 
 import os
+import posixpath
+import shutil
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
 from envlayer.bench.baselines import FLOOD_FLOORS, SESSION_FLOOR, ExecBaselines
 from envlayer.bench.figures import ENVLAYER, Figure
+from envlayer.bench.file_calls import (
+    FILE_SIZES,
+    docker_cli_agent_loop,
+    envlayer_agent_loop,
+    file_call_samples,
+)
 from envlayer.bench.flood import run_flood
 from envlayer.bench.ledger import Ledger
 from envlayer.bench.target import BackendTarget
 from envlayer.bench.timing import Spread, interleaved_rounds
 from envlayer.dispatch import run
 from envlayer.environment import Environment
+
+DOCKER_CLI_LOOP = "docker exec + docker cp (CLI)"
+"""The method name of the agent loop's baseline on Docker."""
 
 MB = 1_000_000
 MIB = 1 << 20
@@ -37,18 +49,20 @@ class Plan:
     flood_rounds_per_child: int
     sweep_count: int
     sweep_rounds: int
+    file_calls: int = 30
+    agent_rounds: int = 100
 
     @classmethod
     def of(cls, quick: bool) -> Plan:
         """The quick plan (seconds on local) or the full one (minutes)."""
         if quick:
-            return cls(2, 24, 4, 6, 2, (1 * MB, 8 * MB), 2, 64 * MIB, 1, 2, 5, 1)
+            return cls(2, 24, 4, 6, 2, (1 * MB, 8 * MB), 2, 64 * MIB, 1, 2, 5, 1, file_calls=5, agent_rounds=10)
         return cls(5, 600, 40, 40, 5, (1 * MB, 100 * MB), 5, 1024 * MIB, 3, 1, 30, 3)
 
 
 def size_label(size: int) -> str:
     """``1 MB``, ``100 MB``, ``64 MiB``, ``1 GiB``: how a size is named in a measure."""
-    for unit, name in ((1 << 30, "GiB"), (MIB, "MiB"), (MB, "MB")):
+    for unit, name in ((1 << 30, "GiB"), (MIB, "MiB"), (MB, "MB"), (1024, "KiB")):
         if size % unit == 0:
             return f"{size // unit} {name}"
     return f"{size} bytes"
@@ -126,6 +140,45 @@ def measure_transfer(backend: str, env: Environment, scratch: str, plan: Plan) -
         for measure, samples in ((f"upload {label}", ups), (f"download {label}", downs)):
             figures.append(Figure(backend, measure, ENVLAYER, "ms", Spread.of(samples).scaled(1000), bytes=size))
     return figures
+
+
+def measure_file_calls(backend: str, env: Environment, scratch: str, plan: Plan) -> list[Figure]:
+    """Single ``write_file`` and ``read_file`` calls of 1 KiB, 256 KiB and 1 MiB, as an
+    editor makes them (``plan.file_calls`` of each, alternating)."""
+    figures = []
+    for size in FILE_SIZES:
+        samples = file_call_samples(env, f"{scratch}/file-call-{size}.bin", size, plan.file_calls)
+        for call, times in samples.items():
+            measure = f"{call}_file {size_label(size)}"
+            figures.append(Figure(backend, measure, ENVLAYER, "ms", Spread.of(times).scaled(1000), bytes=size))
+    return figures
+
+
+def measure_agent_loop(backend: str, env: Environment, scratch: str, plan: Plan) -> list[Figure]:
+    """``plan.agent_rounds`` rounds of an agent's edit (read a 20 KiB file, write it back
+    changed, run a command: :mod:`envlayer.bench.file_calls`), per round; on Docker also
+    the same loop through the ``docker`` CLI (``docker exec`` + ``docker cp``), the baseline."""
+    measure = f"agent loop ({plan.agent_rounds} rounds), per round"
+    samples = {ENVLAYER: envlayer_agent_loop(env, f"{scratch}/agent-loop.txt", plan.agent_rounds)}
+    baseline = None
+    cli = shutil.which("docker")
+    if backend == "docker" and cli is not None:
+        baseline = DOCKER_CLI_LOOP
+        workdir = env.options.workdir  # type: ignore[attr-defined]
+        path = posixpath.join(workdir, f".envlayer-bench-{uuid.uuid4().hex[:12]}.txt")
+        container = env.container_id  # type: ignore[attr-defined]
+        samples[baseline] = docker_cli_agent_loop(container, path, plan.agent_rounds, cli)
+    return [
+        Figure(
+            backend,
+            measure,
+            method,
+            "ms",
+            Spread.of(times).scaled(1000),
+            baseline=baseline if method == ENVLAYER else None,
+        )
+        for method, times in samples.items()
+    ]
 
 
 def measure_flood(target: BackendTarget, task_id: str, plan: Plan) -> list[Figure]:

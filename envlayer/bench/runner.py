@@ -4,15 +4,22 @@ ends, fails, or is stopped by Ctrl-C (SIGINT), SIGTERM or SIGHUP (:mod:`envlayer
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 from envlayer.bench.baselines import exec_baselines
 from envlayer.bench.figures import Figure
 from envlayer.bench.interrupts import signals_ignored, signals_raise
 from envlayer.bench.ledger import Ledger
-from envlayer.bench.measure import Plan, measure_exec, measure_flood, measure_start, measure_transfer
+from envlayer.bench.measure import (
+    Plan,
+    measure_agent_loop,
+    measure_exec,
+    measure_file_calls,
+    measure_flood,
+    measure_start,
+    measure_transfer,
+)
 from envlayer.bench.sweep import SWEEPS
 from envlayer.bench.target import BackendTarget
 from envlayer.capabilities import Capability, supports
@@ -39,6 +46,10 @@ def bench_backend(target: BackendTarget, ledger: Ledger, plan: Plan, step: Step)
             baselines.close()
     with step(f"{name}: file transfer"):
         figures += measure_transfer(name, session, ledger.scratch_dir(session), plan)
+    with step(f"{name}: file calls"):
+        figures += measure_file_calls(name, session, ledger.scratch_dir(session), plan)
+    with step(f"{name}: agent loop"):
+        figures += measure_agent_loop(name, session, ledger.scratch_dir(session), plan)
     with step(f"{name}: flood"):
         figures += measure_flood(target, task_id, plan)
     sweep = SWEEPS.get(name)
@@ -66,4 +77,3 @@ def run_bench(targets: list[BackendTarget], plan: Plan, step: Step) -> tuple[lis
         for problem in problems:
             print(f"envlayer: warning: bench cleanup: {problem}", file=sys.stderr)
     return figures, problems
-

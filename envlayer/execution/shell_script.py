@@ -46,6 +46,9 @@ SESSION_VAR = "ENVLAYER_SESSION"
 session shells from command processes."""
 
 _PLAIN = frozenset(range(0x20, 0x7F)) - {ord("\\"), ord("%"), ord("'")} | {ord("\n")}
+_PRINTF = [chr(b) if b in _PLAIN else f"\\{b:03o}" for b in range(256)]
+"""How ``printf`` formats spell each byte value (a table: formats of files are long)."""
+_PLAIN_BYTES = bytes(sorted(_PLAIN))
 
 
 def quote(value: str) -> str:
@@ -74,8 +77,14 @@ def printf_format(data: bytes) -> str:
     """A single-quoted ``printf`` format that prints exactly ``data`` (any bytes, NUL too).
     A leading ``-`` is escaped too: dash's and bash's ``printf`` would take the format for
     an option, print nothing and fail."""
-    text = "".join(chr(b) if b in _PLAIN else f"\\{b:03o}" for b in data)
+    text = "".join(map(_PRINTF.__getitem__, data))
     return "'" + ("\\055" + text[1:] if text.startswith("-") else text) + "'"
+
+
+def printf_escapes(data: bytes) -> int:
+    """How many bytes of ``data`` :func:`printf_format` spells as an escape (four
+    characters each instead of one)."""
+    return len(data.translate(None, _PLAIN_BYTES))
 
 
 def export_lines(env: Mapping[str, str]) -> str:
@@ -131,10 +140,10 @@ _CALL_FUNCTIONS = (
     f"  unset {EXEC_ID_VAR}\n"
     '  [ $# -eq 0 ] || rm -f -- "$1"\n'
     f"  printf '%s' {_MARK} >&8\n"
-    f"  printf '%s%s %s %s %s%s' {_MARK} \"$__el_rc\" \"$$\" \"$__el_up\" \"$PWD\" {_MARK} >&7\n"
+    f'  printf \'%s%s %s %s %s%s\' {_MARK} "$__el_rc" "$$" "$__el_up" "$PWD" {_MARK} >&7\n'
     "  case $__el_o in *x*) set -x;; esac; __el_up=-\n"
     "}\n"
-    "__el_ev() { unset -f __el_cmd; command eval \"__el_cmd() { $__el_c\n}\" && __el_cmd; }\n"
+    '__el_ev() { unset -f __el_cmd; command eval "__el_cmd() { $__el_c\n}" && __el_cmd; }\n'
 )
 """Defined once per shell by :func:`init_script`, so each call sends one short script
 (see :func:`call_script`): bash reads a script from a pipe one byte at a time, and every

@@ -29,7 +29,10 @@ A backend implements:
 * for recovery: :meth:`is_gone` (the failure proves the sandbox was gone and nothing
   ran), :meth:`sandbox_identity` and :meth:`recover` (returns what it did);
 * :meth:`open_sandbox` (connect and find or create the sandbox, instead of ``__init__``);
-* its file moves (``read_file``, ``write_file``, ...) and ``cleanup``.
+* its file transport (:meth:`fetch_file`, :meth:`store_file`, :meth:`file_helper`,
+  :meth:`file_directory`, and :attr:`session_file_max` when files may travel through
+  its session): ``read_file``/``write_file`` are the base's, over them (see
+  :mod:`envlayer.sandbox.files`); its directory moves and ``cleanup``.
 
 Plugins that implement :meth:`Environment.handle_request` (or, the older contract,
 ``exec``) directly are unaffected: the base is opt-in.
@@ -47,10 +50,10 @@ from typing import Any, ClassVar, TypeVar
 from envlayer.capabilities import Capability, declared_capabilities
 from envlayer.environment import Environment
 from envlayer.errors import BackendUnavailable
+from envlayer.execution.shell_session import PersistentShell
 from envlayer.options import BaseOptions
 from envlayer.request import ExecRequest
 from envlayer.result import ExecResult
-from envlayer.execution.shell_session import PersistentShell
 from envlayer.snapshot import Snapshot
 
 T = TypeVar("T")
@@ -86,8 +89,8 @@ def narrowed_capabilities(declared: frozenset[Capability], options: BaseOptions)
 def check_snapshot_source(env: Environment, snapshot: Snapshot) -> None:
     """Raise :class:`~envlayer.errors.InvalidArgument` unless ``env``'s backend has
     ``snapshot`` and ``snapshot`` was made by that backend."""
-    from envlayer.errors import InvalidArgument
     from envlayer.dispatch import snapshot_refused
+    from envlayer.errors import InvalidArgument
 
     if Capability.SNAPSHOT not in (declared_capabilities(env) or ()):
         raise snapshot_refused(env, "start from a snapshot")
@@ -115,6 +118,9 @@ class SandboxEnvironment(Environment):
     capabilities: frozenset[Capability] | None = frozenset()
     wait_for_busy_session: ClassVar[bool] = False
     """True: a call that finds the session shell busy waits for it instead of running one-shot."""
+    session_file_max: ClassVar[int] = 0
+    """Files up to this many bytes travel through the session shell (0: never; see
+    :mod:`envlayer.sandbox.files`)."""
     recovery_hint: ClassVar[str] = "check the sandbox's platform; something keeps removing or stopping it"
     """What to do when the sandbox is gone again right after a recovery (see :meth:`gone_again`)."""
 
@@ -237,6 +243,43 @@ class SandboxEnvironment(Environment):
         """Run ``request`` in a core persistent ``shell`` and return its result."""
         return shell.run_request(request, self.options, prelude=prelude)
 
+    # --- files: the base's calls over the backend's transport (envlayer.sandbox.files) ----
+
+    def read_file(self, path: str) -> bytes:
+        """Read a file; the contract is :class:`~envlayer.environment.Environment`'s,
+        the mechanics :mod:`envlayer.sandbox.files`'."""
+        from envlayer.sandbox import files
+
+        return files.read_file(self, path)
+
+    def write_file(self, path: str, data: bytes | str) -> None:
+        """Create or replace a file atomically, creating parent directories; a path that is
+        an existing directory raises :class:`~envlayer.errors.SandboxIsADirectory` (name
+        the file inside it). Contract: :class:`~envlayer.environment.Environment`'s."""
+        from envlayer.sandbox import files
+
+        files.write_file(self, path, data)
+
+    def file_directory(self) -> str:
+        """Where a relative file path points (default: ``options.workdir``)."""
+        return str(getattr(self.options, "workdir", "/"))
+
+    def file_helper(self, argv: list[str], data: bytes | None) -> tuple[int, bytes, bytes]:
+        """Run a short helper ``argv`` in the sandbox as its user, with ``data`` on stdin:
+        ``(exit code, stdout, stderr)`` (the ``file_root`` check against symlinks)."""
+        raise NotImplementedError(f"{type(self).__name__} has no file helper")
+
+    def fetch_file(self, full: str, limit: int) -> bytes:
+        """The bytes of the file at absolute, confined ``full`` over the backend's
+        transport, with :class:`~envlayer.environment.Environment`'s errors (over
+        ``limit`` bytes: :class:`~envlayer.errors.FileTooLarge` before anything moves)."""
+        raise NotImplementedError(f"{type(self).__name__} has no file transport")
+
+    def store_file(self, full: str, data: bytes) -> None:
+        """Create or replace the file at absolute, confined ``full`` with ``data`` over the
+        backend's transport, creating parent directories; the contract's errors."""
+        raise NotImplementedError(f"{type(self).__name__} has no file transport")
+
     # --- recovery: how a backend detects "gone" and recovers ------------------------------
 
     def is_gone(self, exc: Exception) -> bool:
@@ -289,4 +332,3 @@ class SandboxEnvironment(Environment):
             if not is_gone(exc):
                 raise
             raise (again or self.gone_again)(exc) from exc
-

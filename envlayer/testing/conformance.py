@@ -26,6 +26,11 @@ strict contract):
 * ``kills_escaped_processes = True``: a timeout also kills children that called
   ``setsid``; set False only with a documented reason.
 * ``handles_output_floods = True``: see :class:`ExecContractConformance`.
+* ``replaces_files_atomically = True``: a reader never sees a file half replaced by
+  ``write_file`` (``test_replace_is_atomic``).
+* ``confines_symlinks = True``: with ``file_root`` set, a symlink inside the root that
+  points out of it is refused (``test_symlink_out_of_file_root_refused``); False for a
+  backend that confines paths lexically only.
 
 The permission checks (``test_*_follows_the_users_rights``) check the sandbox user's rights,
 no more and no less: a non-root user is denied (``SandboxPermissionDenied``), root is not
@@ -37,6 +42,8 @@ as ``nobody``) to cover both.
 from __future__ import annotations
 
 import os
+import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -118,6 +125,15 @@ def _file_with_mode(env: Environment, content: bytes, mode: str) -> Iterator[str
         yield name
     finally:
         env.exec(f"chmod 600 {name}; rm -f {name}")
+
+
+def _exists(env: Environment, path: str) -> bool:
+    """Whether ``path`` exists in the sandbox, asked through ``read_file`` (not ``exec``)."""
+    try:
+        env.read_file(path)
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def _assert_denied(action: Callable[[], object], path: str) -> None:
@@ -318,6 +334,8 @@ class EnvironmentConformance:
 
     supports_stdin: ClassVar[bool] = True
     kills_escaped_processes: ClassVar[bool] = True
+    replaces_files_atomically: ClassVar[bool] = True
+    confines_symlinks: ClassVar[bool] = True
 
     # --- exec: exit codes, streams, cwd, env, stdin -------------------------------
 
@@ -660,6 +678,127 @@ class EnvironmentConformance:
         with pytest.raises(SandboxIsADirectory):
             env.read_file(name)
         env.exec(f"rm -rf {name}")
+
+    def test_write_to_a_directory_is_refused(self, env: Environment) -> None:
+        name = _scratch()
+        env.exec(f"mkdir -p {name}").check()
+        try:
+            with pytest.raises(SandboxIsADirectory):
+                env.write_file(name, b"x")
+            assert env.exec(f"ls -A {name}").stdout == b"", "nothing may be written into the directory"
+        finally:
+            env.exec(f"rm -rf {name}")
+
+    # --- files: what a file path through a session shell must keep -------------------
+
+    @pytest.mark.parametrize("size", [1024, 200_000], ids=["small", "base64-sized"])
+    def test_file_every_byte_value_and_nuls(self, env: Environment, size: int) -> None:
+        """Every byte value, runs of NULs, a leading ``-`` and ``%``: through whatever path
+        the backend picks (a printf format, base64, an archive), the bytes arrive as they are."""
+        name = f"{_scratch()}.bin"
+        pattern = b"-%\\'" + bytes(range(256)) + b"\x00" * 300 + b"\r\n"
+        payload = (pattern * (size // len(pattern) + 1))[:size]
+        try:
+            env.write_file(name, payload)
+            assert env.read_file(name) == payload
+            assert env.exec(f"cat {name}").stdout == payload, "the sandbox must hold the very bytes"
+        finally:
+            env.exec(f"rm -f {name}")
+
+    @pytest.mark.parametrize("size", [1_048_576, 1_048_577], ids=["1MiB", "1MiB+1"])
+    def test_file_around_a_mebibyte(self, env: Environment, size: int) -> None:
+        """1 MiB travels through a session (where the backend has one), one byte more does
+        not: both must round-trip whole."""
+        name = f"{_scratch()}.bin"
+        payload = (os.urandom(4096) * (size // 4096 + 1))[:size]
+        try:
+            env.write_file(name, payload)
+            assert env.exec(f"wc -c < {name}").stdout.strip() == str(size).encode()
+            assert env.read_file(name) == payload
+        finally:
+            env.exec(f"rm -f {name}")
+
+    def test_symlink_out_of_file_root_refused(self, env: Environment) -> None:
+        """Links inside ``file_root`` that point out of it (a directory link, a file link)
+        are refused for reads and writes, and nothing outside changes."""
+        if not self.confines_symlinks:
+            pytest.skip("the backend confines file paths lexically only (confines_symlinks = False)")
+        previous = env.options.file_root
+        root, outside = _scratch(), _scratch()
+        env.exec(
+            f"mkdir -p {root} {outside} && printf secret > {outside}/f && "
+            f"ln -s ../{outside} {root}/dirlink && ln -s ../{outside}/f {root}/filelink"
+        ).check()
+        env.options.file_root = root
+        try:
+            for escape in (f"{root}/dirlink/f", f"{root}/filelink", f"{root}/dirlink/new"):
+                with pytest.raises(SandboxPathError):
+                    env.read_file(escape)
+                with pytest.raises(SandboxPathError):
+                    env.write_file(escape, b"nope")
+            assert env.exec(f"cat {outside}/f; ls {outside}").stdout == b"secretf\n"
+        finally:
+            env.options.file_root = previous
+            env.exec(f"rm -rf {root} {outside}")
+
+    def test_file_calls_while_a_command_runs(self, env: Environment) -> None:
+        """A write and a read while a command runs (in the session, where there is one):
+        they must not wait for it or disturb it, and all three succeed. (The test talks to
+        the command through files only: a backend may queue a second ``exec``.)"""
+        name = _scratch()
+        outcome: list[Any] = []
+        command = f"touch {name}.started; while [ ! -e {name}.stop ]; do sleep 0.1; done; echo done"
+
+        def run() -> None:
+            try:
+                outcome.append(env.exec(command, timeout=120))
+            except BaseException as exc:
+                outcome.append(exc)
+
+        runner = threading.Thread(target=run)
+        runner.start()
+        try:
+            deadline = time.monotonic() + 60
+            while not _exists(env, f"{name}.started"):
+                assert time.monotonic() < deadline and runner.is_alive(), f"the command never started: {outcome}"
+                time.sleep(0.05)
+            env.write_file(name, b"while busy")
+            assert env.read_file(name) == b"while busy"
+            assert runner.is_alive(), f"the command ended before it was told to: {outcome}"
+        finally:
+            env.write_file(f"{name}.stop", b"")
+            runner.join(120)
+            env.exec(f"rm -f {name} {name}.started {name}.stop")
+        assert outcome and outcome[0].exit_code == 0 and outcome[0].stdout == b"done\n", outcome
+
+    def test_replace_is_atomic(self, env: Environment) -> None:
+        """A reader never sees a half-written, empty or missing file while ``write_file``
+        replaces it again and again: a loop in the sandbox (in the background, so the
+        writes may use the session) checks the file's size as fast as it can."""
+        if not self.replaces_files_atomically:
+            pytest.skip("the backend writes files in place (replaces_files_atomically = False)")
+        name = _scratch()
+        versions = (b"a" * 300_000, b"b" * 150_000)
+        env.write_file(name, versions[0])
+        watch = (
+            f"while [ ! -e {name}.stop ]; do s=$(wc -c < {name} 2>/dev/null) || s=missing; "
+            f'case $s in *300000|*150000) ;; *) echo "$s" >> {name}.bad;; esac; done; touch {name}.done'
+        )
+        env.exec(f"( {watch} ) >/dev/null 2>&1 &").check()
+        try:
+            for round_ in range(12):
+                env.write_file(name, versions[round_ % 2])
+        finally:
+            env.write_file(f"{name}.stop", b"")
+            deadline = time.monotonic() + 30
+            while not _exists(env, f"{name}.done") and time.monotonic() < deadline:
+                time.sleep(0.1)
+        try:
+            seen = env.read_file(f"{name}.bad") if _exists(env, f"{name}.bad") else b""
+            assert _exists(env, f"{name}.done"), "the reader in the sandbox did not stop"
+            assert seen == b"", f"a reader saw the file half replaced; sizes: {seen.decode()[:200]!r}"
+        finally:
+            env.exec(f"rm -f {name} {name}.stop {name}.done {name}.bad")
 
     # --- files: the sandbox user's rights ---------------------------------------------
 

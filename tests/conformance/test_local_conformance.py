@@ -24,10 +24,13 @@ class TestLocalConformance(EnvironmentConformance, ExecContractConformance):
 class TestToyPluginConformance(EnvironmentConformance, ExecContractConformance):
     """The toy plugin is loaded through its real entry point, as a user would.
     It kills only its process group on timeout, as many simple plugins do, and keeps
-    all output in memory (``communicate``), so floods are out of its reach."""
+    all output in memory (``communicate``), so floods are out of its reach. It writes files
+    in place and confines paths lexically only, as simple plugins do."""
 
     kills_escaped_processes = False
     handles_output_floods = False
+    replaces_files_atomically = False
+    confines_symlinks = False
 
     @pytest.fixture
     def env(self) -> Iterator[object]:

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from cli_run import ENVLAYER, run
 
+from envlayer.backends.local import LocalEnvironment, LocalOptions
 from envlayer.bench.interrupts import (
     STOP_SIGNALS,
     Terminated,
@@ -28,7 +29,6 @@ from envlayer.bench.interrupts import (
     signals_raise,
     terminated_with_parent,
 )
-from envlayer.backends.local import LocalEnvironment, LocalOptions
 from envlayer.bench.ledger import Ledger
 from envlayer.testing.fixtures import require_docker
 from envlayer.testing.hostile import cli_env
@@ -51,6 +51,8 @@ LOCAL_MEASURES = {
     ("download 1 MB", "envlayer"),
     ("upload 8 MB", "envlayer"),
     ("download 8 MB", "envlayer"),
+    *((f"{call}_file {size}", "envlayer") for call in ("write", "read") for size in ("1 KiB", "256 KiB", "1 MiB")),
+    ("agent loop (10 rounds), per round", "envlayer"),
     ("flood 64 MiB", "envlayer streamed"),
     ("flood 64 MiB", "envlayer captured"),
     ("flood 64 MiB", "pipe"),
@@ -306,7 +308,7 @@ def test_under_nohup_sighup_stays_ignored_and_the_parent_is_not_watched() -> Non
 def test_a_stop_signal_or_a_dead_parent_ends_the_fork_benchmark_and_leaves_nothing_on_docker(
     tmp_path: Path, docker_api: Any, stop: str
 ) -> None:
-    """"parent killed": the benchmark runs under a shell that gets SIGKILL (as a runner's
+    """ "parent killed": the benchmark runs under a shell that gets SIGKILL (as a runner's
     timeout sends it); the orphaned benchmark must stop and clean up by itself."""
     require_docker(DEBIAN_IMAGE, "the fork benchmark's test")
     argv = [sys.executable, str(ROOT / "benchmarks" / "snapshot_fork.py"), "--backends", "docker"]

@@ -24,22 +24,22 @@ from __future__ import annotations
 
 import logging
 import os
-import posixpath
 import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from envlayer.sandbox.command_env import COMMAND_DEFAULTS
 from envlayer.capabilities import Capability
 from envlayer.environment import SandboxInfo
-from envlayer.errors import BackendUnavailable, SandboxPathError
+from envlayer.errors import BackendUnavailable
 from envlayer.options import BaseOptions
-from envlayer.request import ExecRequest, file_payload
+from envlayer.request import ExecRequest
 from envlayer.result import ExecResult
 from envlayer.sandbox.base import MANAGED_SANDBOX_CAPABILITIES
 from envlayer.sandbox.client_identity import ClientIdentity
+from envlayer.sandbox.command_env import COMMAND_DEFAULTS
 from envlayer.sandbox.managed import ManagedSandboxEnvironment
+from envlayer.sandbox.paths import confined_path
 from envlayer.snapshot import Snapshot
 from envlayer.transfer import TransferSummary
 from envlayer_daytona.options import DaytonaOptions
@@ -302,24 +302,20 @@ class DaytonaEnvironment(ManagedSandboxEnvironment):
     # --- files --------------------------------------------------------------------------
 
     def _path(self, path: str) -> str:
-        """Absolute sandbox path for ``path``; enforces ``file_root`` lexically and, through
-        ``readlink -f`` in the sandbox, against symlinks."""
+        """Absolute sandbox path for ``path``, confined to ``file_root`` (also against symlinks)."""
+        return confined_path(self, self.file_helper, path, self._workdir)
+
+    def file_directory(self) -> str:
+        return self._workdir
+
+    def file_helper(self, argv: list[str], data: bytes | None) -> tuple[int, bytes, bytes]:
+        """``argv`` by one ``process/execute`` (its output comes as one stream: stdout; no
+        stdin, so ``data`` must be None)."""
         import shlex
 
-        full = self.resolve_path(path, self._workdir)
-        root = self.options.file_root
-        if root is not None:
-            root_abs = posixpath.normpath(posixpath.join(self._workdir, root))
-            check = 'readlink -f -- "$1"; readlink -f -- "$2" || readlink -f -- "${2%/*}"'
-            argv = ["sh", "-c", check, "envlayer-real", root_abs, full]
-            line = " ".join(shlex.quote(a) for a in argv)
-            answer = self._files_call(lambda: self._sandbox.process.exec(line, timeout=int(self.options.request_timeout)))
-            lines = (answer.result or "").splitlines()
-            if len(lines) >= 2:
-                real_root, real = lines[0], lines[1]
-                if real != real_root and not real.startswith(real_root.rstrip("/") + "/"):
-                    raise SandboxPathError(path, root_abs)
-        return full
+        line = " ".join(shlex.quote(a) for a in argv)
+        answer = self._files_call(lambda: self._sandbox.process.exec(line, timeout=int(self.options.request_timeout)))
+        return answer.exit_code, (answer.result or "").encode(), b""
 
     def _files_call(self, fn: Callable[[], T], doing: str = "moving files") -> T:
         """Run a file operation; a sandbox found stopped is started and the operation retried
@@ -336,22 +332,25 @@ class DaytonaEnvironment(ManagedSandboxEnvironment):
         except DaytonaError as exc:
             raise translate(exc, doing, self.options) from exc
 
-    def read_file(self, path: str) -> bytes:
-        """Read a file from the sandbox; see :class:`~envlayer.environment.Environment`."""
+    def fetch_file(self, full: str, limit: int) -> bytes:
+        """A file through the toolbox API (:mod:`envlayer_daytona.files`)."""
         from envlayer_daytona import files
 
-        self._ensure_open()
-        full = self._path(path)
-        return self._files_call(lambda: files.read(self._sandbox, full, self.options.max_file_bytes), f"reading {full}")
+        return self._files_call(lambda: files.read(self._sandbox, full, limit), f"reading {full}")
 
-    def write_file(self, path: str, data: bytes | str) -> None:
-        """Write a file into the sandbox, creating parent directories."""
+    def store_file(self, full: str, data: bytes) -> None:
+        """A file uploaded through the toolbox API to a staging path, then put in place by
+        one ``process/execute`` (:func:`~envlayer.sandbox.files.write_from_staged`): the
+        toolbox rewrites a file in place, so a reader could see half of it."""
+        import uuid
+
+        from envlayer.sandbox.files import write_from_staged
         from envlayer_daytona import files
+        from envlayer_daytona.stream import SPOOL
 
-        self._ensure_open()
-        payload = file_payload(path, data, self.options.max_file_bytes)
-        full = self._path(path)
-        self._files_call(lambda: files.write(self._sandbox, full, payload), f"writing {full}")
+        staged = f"{SPOOL}/{uuid.uuid4().hex}.part"
+        self._files_call(lambda: files.write(self._sandbox, staged, data), f"writing {full}")
+        write_from_staged(self.file_helper, full, staged)
 
     def upload_dir(self, local: str | os.PathLike[str], remote: str) -> TransferSummary:
         """Copy the regular files and directories under host directory ``local`` into

@@ -30,15 +30,16 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
-from envlayer.sandbox.command_env import with_command_defaults
 from envlayer.capabilities import Capability
 from envlayer.environment import SandboxInfo
 from envlayer.errors import BackendUnavailable
 from envlayer.options import BaseOptions
-from envlayer.request import ExecRequest, check_path, file_payload
+from envlayer.request import ExecRequest, check_path
 from envlayer.result import ExecResult
 from envlayer.sandbox.base import MANAGED_SANDBOX_CAPABILITIES
 from envlayer.sandbox.client_identity import ClientIdentity
+from envlayer.sandbox.command_env import with_command_defaults
+from envlayer.sandbox.files import SESSION_FILE_MAX, read_by_helper, write_by_helper
 from envlayer.sandbox.managed import ManagedSandboxEnvironment
 from envlayer.sandbox.paths import confined_path
 from envlayer.snapshot import Snapshot
@@ -327,19 +328,21 @@ class DockerEnvironment(ManagedSandboxEnvironment):
 
         return self.with_recovery(attempt)[0]
 
-    def read_file(self, path: str) -> bytes:
-        """Read a file from the container; see :class:`~envlayer.environment.Environment`."""
-        self._ensure_open()
-        full = self._path(path)
-        limit = self.options.max_file_bytes
-        return self._files_call(lambda f: f.read(full, limit), f"reading {full}")
+    session_file_max = SESSION_FILE_MAX
 
-    def write_file(self, path: str, data: bytes | str) -> None:
-        """Write a file into the container, creating parent directories."""
-        self._ensure_open()
-        payload = file_payload(path, data, self.options.max_file_bytes)
-        full = self._path(path)
-        self._files_call(lambda f: f.write(full, payload), f"writing {full}")
+    def file_helper(self, argv: list[str], data: bytes | None) -> tuple[int, bytes, bytes]:
+        return self._helper(argv, data)
+
+    def fetch_file(self, full: str, limit: int) -> bytes:
+        """A file by one exec as the container's user (:func:`~envlayer.sandbox.files.read_by_helper`:
+        unlike the archive API it sees tmpfs mounts, acts with the user's rights, and
+        never mixes two versions of a file replaced meanwhile)."""
+        return read_by_helper(self._helper, full, limit)
+
+    def store_file(self, full: str, data: bytes) -> None:
+        """A file by one exec as the container's user, replaced atomically
+        (:func:`~envlayer.sandbox.files.write_by_helper`)."""
+        write_by_helper(self._helper, full, data)
 
     def upload_dir(self, local: str | os.PathLike[str], remote: str) -> TransferSummary:
         """Copy the contents of host directory ``local`` into container directory ``remote``

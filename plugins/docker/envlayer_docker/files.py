@@ -1,18 +1,18 @@
-"""File and directory transfer through tar archives.
+"""Directory transfer through tar archives (one file is the sandbox base's:
+:mod:`envlayer.sandbox.files`, through the session shell or one exec as the container's
+user, which sees tmpfs mounts and acts with that user's rights).
 
 Two transports, chosen per path:
 
 * the archive API (``put_archive`` / ``get_archive`` / ``HEAD .../archive``): no process in
   the container, works on stopped containers, bind mounts and volumes;
-* an exec running ``cat`` / ``tar``, as the container's user, for paths inside tmpfs mounts
+* an exec running ``tar``, as the container's user, for paths inside tmpfs mounts
   (``/tmp`` by default), which the archive API does not see (it works on the container's
   root filesystem), and for every path when that user is not root: the daemon's archive
   API acts as root, so it would read files the user cannot read and replace read-only ones.
 
-Guarantees: reads and writes are refused before transferring anything when the size is
-over the cap (:class:`FileTooLarge`); a directory named as a file raises
-:class:`SandboxIsADirectory`; a missing file raises :class:`SandboxFileNotFound`; files are
-written owned by the container's user, keeping the mode of a file they replace; what the
+Guarantees: a transfer over the cap raises :class:`FileTooLarge`; a missing directory
+raises :class:`SandboxFileNotFound`; files are written owned by the container's user; what the
 user may not read or write raises :class:`SandboxPermissionDenied` and changes nothing; archive
 members that would land outside the download target (absolute names, ``..``, links
 pointing out) raise :class:`SandboxPathError` and nothing of that member is written.
@@ -21,34 +21,29 @@ pointing out) raise :class:`SandboxPathError` and nothing of that member is writ
 from __future__ import annotations
 
 import base64
-import io
 import json
 import os
 import posixpath
-import tarfile
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from envlayer.sandbox.archive import pack_dir, safe_extract, tar_summary
 from envlayer.errors import (
     FileTooLarge,
     SandboxFileError,
     SandboxFileNotFound,
-    SandboxIsADirectory,
     SandboxPermissionDenied,
 )
+from envlayer.sandbox.archive import pack_dir, safe_extract, tar_summary
+from envlayer.sandbox.files import DENIED
 from envlayer.transfer import TransferSummary
 from envlayer_docker.errors import ContainerGone
 
 _GO_DIR = 1 << 31
 _GO_SYMLINK = 1 << 27
 _MAX_LINKS = 8
-_DENIED = 24
+_DENIED = DENIED
 """Exit code of the in-container file scripts when the user lacks the rights."""
-_UNSEARCHABLE_PARENT = f'p=${{1%/*}}; [ -n "$p" ] && [ -d "$p" ] && [ ! -x "$p" ] && exit {_DENIED};'
-"""Shell: a missing-looking file whose parent directory the user may not search is a denial."""
 
 Helper = Callable[[list[str], bytes | None], tuple[int, bytes, bytes]]
 """Runs an argv in the container (as the container's user) with optional stdin bytes:
@@ -131,87 +126,6 @@ class FileTransfer:
         if st is None:
             raise SandboxFileNotFound(path)
         return real, st
-
-    # --- files ----------------------------------------------------------------------------
-
-    def read(self, path: str, limit: int) -> bytes:
-        """The bytes of the file at absolute ``path`` (see the module guarantees)."""
-        if self.via_exec(path):
-            return self._read_exec(path, limit)
-        from docker.errors import NotFound
-
-        real, st = self._resolve(path)
-        if self.in_tmpfs(real):
-            return self._read_exec(real, limit)
-        if st.is_dir:
-            raise SandboxIsADirectory(path)
-        if st.size > limit:
-            raise FileTooLarge(path, st.size, limit)
-        try:
-            chunks, _ = self.api.get_archive(self.container_id, real)
-            data = b"".join(chunks)
-        except NotFound as exc:
-            raise _gone_or_missing(exc, path) from None
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r") as tar:
-            for member in tar:
-                if member.isfile():
-                    fh = tar.extractfile(member)
-                    assert fh is not None
-                    return fh.read(limit + 1)
-        raise SandboxFileNotFound(path)
-
-    def _read_exec(self, path: str, limit: int) -> bytes:
-        script = (
-            f'[ -d "$1" ] && exit 21; [ -e "$1" ] || {{ {_UNSEARCHABLE_PARENT} exit 20; }}; '
-            f'[ -r "$1" ] || exit {_DENIED}; s=$(wc -c < "$1") || exit 22; '
-            '[ "$s" -le "$2" ] || { echo "$s" >&2; exit 23; }; cat -- "$1"'
-        )
-        code, out, err = self.helper(["sh", "-c", script, "envlayer-read", path, str(limit)], None)
-        if code == 20:
-            raise SandboxFileNotFound(path)
-        if code == 21:
-            raise SandboxIsADirectory(path)
-        if code == 23:
-            raise FileTooLarge(path, int(err.strip() or 0), limit)
-        if code != 0:
-            raise _exec_failure(code, err, path, "read")
-        return out
-
-    def write(self, path: str, data: bytes) -> None:
-        """Create or replace the file at absolute ``path``, creating parent directories."""
-        if self.via_exec(path):
-            return self._write_exec(path, data)
-        from docker.errors import NotFound
-
-        path, st = self._follow(path)
-        if self.in_tmpfs(path):
-            return self._write_exec(path, data)
-        if st is not None and st.is_dir:
-            raise SandboxIsADirectory(path)
-        mode = (st.mode & 0o777) if st is not None else 0o644
-        info = tarfile.TarInfo(path.lstrip("/"))
-        info.size, info.mode, info.mtime = len(data), mode, int(time.time())
-        info.uid, info.gid = self.owner
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-            tar.addfile(info, io.BytesIO(data))
-        try:
-            self.api.put_archive(self.container_id, "/", buf.getvalue())
-        except NotFound as exc:
-            raise _gone_or_missing(exc, path) from None
-        return None
-
-    def _write_exec(self, path: str, data: bytes) -> None:
-        script = (
-            '[ -d "$1" ] && exit 21; d=${1%/*}; [ -z "$d" ] || mkdir -p -- "$d" || exit 22; '
-            f'if [ -e "$1" ]; then [ -w "$1" ] || exit {_DENIED}; else [ -w "${{d:-/}}" ] || exit {_DENIED}; fi; '
-            'cat > "$1"'
-        )
-        code, _, err = self.helper(["sh", "-c", script, "envlayer-write", path], data)
-        if code == 21:
-            raise SandboxIsADirectory(path)
-        if code != 0:
-            raise _exec_failure(code, err, path, "write")
 
     def _mkdir(self, path: str) -> None:
         code, _, err = self.helper(["mkdir", "-p", "--", path], None)

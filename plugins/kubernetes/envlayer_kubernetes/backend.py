@@ -28,23 +28,24 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import posixpath
 import threading
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from envlayer.sandbox.command_env import with_command_defaults
 from envlayer.capabilities import Capability
 from envlayer.environment import SandboxInfo
-from envlayer.errors import BackendUnavailable, InvalidArgument, SandboxPathError
+from envlayer.errors import BackendUnavailable, InvalidArgument
 from envlayer.execution.shell_script import export_lines, interactive_shell_script
 from envlayer.options import BaseOptions
-from envlayer.request import ExecRequest, check_path, file_payload
+from envlayer.request import ExecRequest, check_path
 from envlayer.result import ExecResult
 from envlayer.sandbox.base import MANAGED_SANDBOX_CAPABILITIES
 from envlayer.sandbox.client_identity import ClientIdentity
+from envlayer.sandbox.command_env import with_command_defaults
+from envlayer.sandbox.files import SESSION_FILE_MAX, read_by_helper, write_by_helper
 from envlayer.sandbox.managed import ManagedSandboxEnvironment
+from envlayer.sandbox.paths import confined_path
 from envlayer.snapshot import Snapshot
 from envlayer.transfer import TransferSummary
 from envlayer_kubernetes.options import KubernetesOptions
@@ -210,7 +211,9 @@ class KubernetesEnvironment(ManagedSandboxEnvironment):
         try:
             return KubernetesTerminal(self._target.open([shell, "-c", script], stdin=True, tty=True), rows, cols)
         except NotStarted as exc:
-            raise BackendUnavailable(f"pod {self.pod_name} is not running: {exc}", hint="retry; the pod is re-created") from exc
+            raise BackendUnavailable(
+                f"pod {self.pod_name} is not running: {exc}", hint="retry; the pod is re-created"
+            ) from exc
         except BaseException:  # the shell never ran, so never removed the file
             with contextlib.suppress(Exception):
                 self._helper([shell, "-c", f"rm -f {env_file}"], None)
@@ -218,36 +221,22 @@ class KubernetesEnvironment(ManagedSandboxEnvironment):
 
     # --- files ------------------------------------------------------------------------------
 
+    session_file_max = SESSION_FILE_MAX
+
     def _path(self, path: str) -> str:
-        """Absolute pod path for ``path``; enforces ``file_root`` lexically and, through
-        ``readlink -f`` in the pod, against symlinks."""
-        from envlayer_kubernetes import files
+        """Absolute pod path for ``path``, confined to ``file_root`` (also against symlinks)."""
+        return confined_path(self, self._helper, path, self.options.workdir)
 
-        full = self.resolve_path(path, self.options.workdir)
-        root = self.options.file_root
-        if root is not None:
-            root_abs = posixpath.normpath(posixpath.join(self.options.workdir, root))
-            real = files.real_path(self._helper, self.options.shell, root_abs, full)
-            if real is not None:
-                real_root, real_full = real
-                if real_full != real_root and not real_full.startswith(real_root.rstrip("/") + "/"):
-                    raise SandboxPathError(path, root_abs)
-        return full
+    def file_helper(self, argv: list[str], data: bytes | None) -> tuple[int, bytes, bytes]:
+        return self._helper(argv, data)
 
-    def read_file(self, path: str) -> bytes:
-        """Read a file from the pod; see :class:`~envlayer.environment.Environment`."""
-        from envlayer_kubernetes import files
+    def fetch_file(self, full: str, limit: int) -> bytes:
+        """A file by one exec of ``cat`` in the pod (:func:`envlayer.sandbox.files.read_by_helper`)."""
+        return read_by_helper(self._helper, full, limit)
 
-        self._ensure_open()
-        return files.read(self._helper, self.options.shell, self._path(path), self.options.max_file_bytes)
-
-    def write_file(self, path: str, data: bytes | str) -> None:
-        """Write a file into the pod, creating parent directories."""
-        from envlayer_kubernetes import files
-
-        self._ensure_open()
-        payload = file_payload(path, data, self.options.max_file_bytes)
-        files.write(self._helper, self.options.shell, self._path(path), payload)
+    def store_file(self, full: str, data: bytes) -> None:
+        """A file by one exec in the pod (:func:`envlayer.sandbox.files.write_by_helper`)."""
+        write_by_helper(self._helper, full, data)
 
     def upload_dir(self, local: str | os.PathLike[str], remote: str) -> TransferSummary:
         """Copy the contents of host directory ``local`` into pod directory ``remote``
@@ -350,9 +339,7 @@ class KubernetesEnvironment(ManagedSandboxEnvironment):
         return sweep.reap(cluster, opts, profile=profile, max_age=max_age, dry_run=dry_run)
 
     @classmethod
-    def expire_snapshots(
-        cls, context: tuple[Any, KubernetesOptions], *, profile: str, dry_run: bool
-    ) -> list[Snapshot]:
+    def expire_snapshots(cls, context: tuple[Any, KubernetesOptions], *, profile: str, dry_run: bool) -> list[Snapshot]:
         """Its snapshots of the namespace and API server beyond the retention options
         (:func:`envlayer_kubernetes.snapshots.expire`)."""
         from envlayer_kubernetes import snapshots

@@ -1,18 +1,15 @@
-"""Files and directories over exec: ``cat`` for one file, ``tar`` for a directory.
+"""Directories over exec: ``tar`` in the pod (single files are the sandbox base's:
+:mod:`envlayer.sandbox.files`, through the session or one exec).
 
 Every operation is one exec in the pod driven by a :data:`Runner` (``argv, stdin ->
-(exit code, stdout, stderr)``), so it needs only ``sh``, ``cat``, ``wc`` and (for
-directories) ``tar`` in the image, and it works on any volume the pod mounts.
+(exit code, stdout, stderr)``), so it needs only ``sh`` and ``tar`` in the image, and it
+works on any volume the pod mounts.
 
-* ``read``: size checked in the pod first (``FileTooLarge`` before any byte moves);
-  missing -> ``SandboxFileNotFound``; a directory -> ``SandboxIsADirectory``.
-* ``write``: creates parent directories; replacing a file keeps its mode.
 * ``upload_dir``: a tar of the local directory (at most ``limit`` bytes) unpacked in the pod.
 * ``download_dir``: a tar of the remote directory (the pod stops it at ``limit`` bytes);
   every member is checked before anything is written, and one that would land outside
   the local directory (absolute, ``..``, a link pointing out) raises
   :class:`SandboxPathError`; devices and FIFOs are skipped.
-* ``real_path``: ``readlink -f`` in the pod, for ``file_root`` confinement against symlinks.
 """
 
 from __future__ import annotations
@@ -22,26 +19,19 @@ import os
 import tarfile
 from collections.abc import Callable
 
-from envlayer.sandbox.archive import safe_extract
 from envlayer.errors import (
     BackendUnavailable,
     FileTooLarge,
     SandboxFileNotFound,
-    SandboxIsADirectory,
 )
+from envlayer.sandbox.archive import safe_extract
 from envlayer.transfer import TransferSummary
 
 Runner = Callable[[list[str], bytes | None], tuple[int, bytes, bytes]]
-_NOT_FOUND, _IS_DIR, _TOO_LARGE = 66, 67, 68
+_NOT_FOUND = 66
 
-READ = (
-    '[ -d "$1" ] && exit 67; [ -e "$1" ] || exit 66; s=$(wc -c < "$1") || exit 1; '
-    '[ "$s" -gt "$2" ] && { echo "$s"; exit 68; }; exec cat -- "$1"'
-)
-WRITE = '[ -d "$1" ] && exit 67; mkdir -p -- "${1%/*}" 2>/dev/null; cat > "$1"'
 PACK = '[ -d "$1" ] || exit 66; cd -- "$1" && tar cf - . | head -c "$2"'
 UNPACK = 'mkdir -p -- "$1" && cd -- "$1" && tar xf -'
-REAL = 'readlink -f -- "$1"; readlink -f -- "$2" || readlink -f -- "${2%/*}"'
 
 
 def _failed(what: str, path: str, code: int, err: bytes) -> BackendUnavailable:
@@ -49,36 +39,6 @@ def _failed(what: str, path: str, code: int, err: bytes) -> BackendUnavailable:
         f"{what} {path!r} failed in the pod (exit {code}): {err.decode(errors='replace').strip()[:300]}",
         hint="check permissions and free space in the pod; directory transfer needs tar in the image",
     )
-
-
-def read(run: Runner, shell: str, path: str, limit: int) -> bytes:
-    """The bytes of the file ``path`` (module rules)."""
-    code, out, err = run([shell, "-c", READ, "envlayer-read", path, str(limit)], None)
-    if code == 0:
-        return out
-    if code == _NOT_FOUND:
-        raise SandboxFileNotFound(path)
-    if code == _IS_DIR:
-        raise SandboxIsADirectory(path)
-    if code == _TOO_LARGE:
-        raise FileTooLarge(path, int(out.strip() or 0), limit)
-    raise _failed("reading", path, code, err)
-
-
-def write(run: Runner, shell: str, path: str, data: bytes) -> None:
-    """Create or replace ``path`` with ``data`` (module rules)."""
-    code, _, err = run([shell, "-c", WRITE, "envlayer-write", path], data)
-    if code == _IS_DIR:
-        raise SandboxIsADirectory(path)
-    if code != 0:
-        raise _failed("writing", path, code, err)
-
-
-def real_path(run: Runner, shell: str, root: str, path: str) -> tuple[str, str] | None:
-    """(real root, real path) as the pod resolves them, or None when it cannot tell."""
-    code, out, _ = run([shell, "-c", REAL, "envlayer-real", root, path], None)
-    lines = out.decode(errors="replace").splitlines()
-    return (lines[0], lines[1]) if code == 0 and len(lines) >= 2 else None
 
 
 def upload_dir(run: Runner, shell: str, local: str, remote: str, limit: int) -> TransferSummary:

@@ -34,18 +34,18 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from envlayer.sandbox.command_env import with_command_defaults
-from envlayer.execution.cancel import killer_for
 from envlayer.capabilities import Capability
-from envlayer.execution.collector import OutputCollector
 from envlayer.environment import SandboxInfo
 from envlayer.errors import BackendUnavailable, InvalidArgument
-from envlayer.options import BaseOptions
+from envlayer.execution.cancel import killer_for
+from envlayer.execution.collector import OutputCollector
 from envlayer.execution.tree_kill import EXEC_ID_VAR
-from envlayer.request import ExecRequest, check_path, file_payload
+from envlayer.options import BaseOptions
+from envlayer.request import ExecRequest, check_path
 from envlayer.result import TIMEOUT_EXIT_CODE, ExecResult
 from envlayer.sandbox.base import MANAGED_SANDBOX_CAPABILITIES
 from envlayer.sandbox.client_identity import ClientIdentity
+from envlayer.sandbox.command_env import with_command_defaults
 from envlayer.sandbox.managed import ManagedSandboxEnvironment
 from envlayer.sandbox.paths import confined_path
 from envlayer.snapshot import Snapshot
@@ -378,23 +378,22 @@ class ModalEnvironment(ManagedSandboxEnvironment):
 
         return self.with_recovery(attempt, again=lambda exc: translate(exc.__cause__ or exc, doing))[0]
 
-    def read_file(self, path: str) -> bytes:
-        """Read a file from the sandbox; see :class:`~envlayer.environment.Environment`."""
+    def file_helper(self, argv: list[str], data: bytes | None) -> tuple[int, bytes, bytes]:
+        return self._helper(argv, data)
+
+    def fetch_file(self, full: str, limit: int) -> bytes:
+        """A file through ``sb.filesystem`` (:mod:`envlayer_modal.files`)."""
         from envlayer_modal import files
 
-        self._ensure_open()
-        full = self._path(path)
-        limit = self.options.max_file_bytes
         return self._files_call(lambda sb: files.read(sb, full, limit), f"reading {full}")
 
-    def write_file(self, path: str, data: bytes | str) -> None:
-        """Write a file into the sandbox, creating parent directories."""
-        from envlayer_modal import files
+    def store_file(self, full: str, data: bytes) -> None:
+        """A file by one exec with the data on stdin, replaced atomically
+        (:func:`~envlayer.sandbox.files.write_by_helper`: ``sb.filesystem.write_bytes``
+        rewrites a file in place, so a reader could see half of it)."""
+        from envlayer.sandbox.files import write_by_helper
 
-        self._ensure_open()
-        payload = file_payload(path, data, self.options.max_file_bytes)
-        full = self._path(path)
-        self._files_call(lambda sb: files.write(sb, full, payload), f"writing {full}")
+        write_by_helper(self.file_helper, full, data)
 
     def upload_dir(self, local: str | os.PathLike[str], remote: str) -> TransferSummary:
         """Copy the contents of host directory ``local`` into sandbox directory ``remote``
@@ -456,9 +455,7 @@ class ModalEnvironment(ManagedSandboxEnvironment):
         :mod:`envlayer_modal.snapshots`. Background processes are not carried."""
         from envlayer_modal import snapshots
 
-        return snapshots.create(
-            self._conn, self._attached.sandbox, profile=self.profile, task=self.task_id, name=name
-        )
+        return snapshots.create(self._conn, self._attached.sandbox, profile=self.profile, task=self.task_id, name=name)
 
     @classmethod
     def list_snapshots(cls, *, profile: str | None, options: ModalOptions) -> list[Snapshot]:

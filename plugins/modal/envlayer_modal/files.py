@@ -16,8 +16,14 @@ import os
 import posixpath
 from typing import Any
 
+from envlayer.errors import (
+    FileTooLarge,
+    SandboxFileError,
+    SandboxFileNotFound,
+    SandboxIsADirectory,
+    SandboxPermissionDenied,
+)
 from envlayer.sandbox.archive import pack_dir, safe_extract, tar_summary
-from envlayer.errors import FileTooLarge, SandboxFileError, SandboxFileNotFound, SandboxIsADirectory, SandboxPermissionDenied
 from envlayer.sandbox.paths import Helper
 from envlayer.transfer import TransferSummary
 
@@ -71,7 +77,9 @@ def read(sandbox: Any, path: str, limit: int) -> bytes:
 
 
 def write(sandbox: Any, path: str, data: bytes) -> None:
-    """Create or replace the file at absolute ``path``, creating parent directories."""
+    """Create or replace the file at absolute ``path`` in place, creating parent
+    directories (envlayer's own staged files; ``write_file`` replaces atomically, see the
+    backend's ``store_file``)."""
     try:
         sandbox.filesystem.write_bytes(data, path)
     except Exception as exc:

@@ -22,18 +22,18 @@ import weakref
 from collections.abc import Mapping
 from typing import Any
 
-from envlayer.sandbox.command_env import with_command_defaults
 from envlayer.capabilities import Capability
-from envlayer.execution.collector import OutputCollector
 from envlayer.errors import BackendUnavailable, EnvironmentClosed
+from envlayer.execution.collector import OutputCollector
+from envlayer.execution.shell_script import command_text, export_lines, interactive_shell_script
+from envlayer.execution.shell_session import PersistentShell
 from envlayer.options import BaseOptions
-from envlayer.request import ExecRequest, check_path, file_payload
+from envlayer.request import ExecRequest, check_path
 from envlayer.result import ExecResult
 from envlayer.sandbox.base import SandboxEnvironment
 from envlayer.sandbox.client_identity import ClientIdentity, files_digest
 from envlayer.sandbox.client_identity import digest as identity_digest
-from envlayer.execution.shell_script import command_text, export_lines, interactive_shell_script
-from envlayer.execution.shell_session import PersistentShell
+from envlayer.sandbox.command_env import with_command_defaults
 from envlayer.transfer import TransferSummary
 from envlayer_ssh import oneshot, pool, script, session_dirs
 from envlayer_ssh.channel_io import run_simple
@@ -269,16 +269,36 @@ class SSHEnvironment(SandboxEnvironment):
             self._files.check_root(full, posixpath.normpath(posixpath.join(base, self._expand(root))), path)
         return full
 
+    session_file_max = 0
+    """Files never travel through the session: one SFTP request on the open channel is
+    faster than a command in the shell (measured with ``benchmarks/file_calls.py``: 1 KiB
+    read 1.3 ms over SFTP vs 10.6 ms through the session, 256 KiB write 15 vs 128 ms)."""
+
     def read_file(self, path: str) -> bytes:
-        """Read a remote file over SFTP; see :class:`~envlayer.environment.Environment`."""
-        self._ensure_open()
-        return self._files.read(self._remote_path(path), self.options.max_file_bytes, path)
+        """Read a remote file over SFTP; see :class:`~envlayer.environment.Environment`
+        and :mod:`envlayer.sandbox.files` (``~`` is the login directory)."""
+        return super().read_file(self._expand(path))
 
     def write_file(self, path: str, data: bytes | str) -> None:
-        """Write a remote file atomically over SFTP (temp file + posix-rename)."""
-        self._ensure_open()
-        payload = file_payload(path, data, self.options.max_file_bytes)
-        self._files.write(self._remote_path(path), payload, path)
+        """Write a remote file atomically over SFTP (temp file + rename), creating parent
+        directories (``~`` is the login directory)."""
+        super().write_file(self._expand(path), data)
+
+    def file_directory(self) -> str:
+        return self.working_directory()
+
+    def file_helper(self, argv: list[str], data: bytes | None) -> tuple[int, bytes, bytes]:
+        """``argv`` on a fresh channel of the pooled connection (no stdin: ``data`` is None)."""
+        line = " ".join(shlex.quote(a) for a in argv)
+        return run_simple(self._pool, line, timeout=self.options.connect_timeout)
+
+    def fetch_file(self, full: str, limit: int) -> bytes:
+        """A file over SFTP (:mod:`envlayer_ssh.files`)."""
+        return self._files.read(full, limit, full)
+
+    def store_file(self, full: str, data: bytes) -> None:
+        """A file over SFTP, atomically (:mod:`envlayer_ssh.files`)."""
+        self._files.write(full, data, full)
 
     def upload_dir(self, local: str | os.PathLike[str], remote: str) -> TransferSummary:
         """Copy a local directory tree to ``remote`` (created if missing). Symlinks and
