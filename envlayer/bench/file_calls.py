@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from envlayer.dispatch import run
+
 FILE_SIZES = (1024, 256 * 1024, 1 << 20)
 """The sizes of the single file calls: 1 KiB, 256 KiB, 1 MiB."""
 
@@ -70,12 +72,14 @@ def envlayer_agent_loop(env: Any, path: str, rounds: int) -> list[float]:
     env.write_file(path, os.urandom(AGENT_FILE_BYTES // 2).hex().encode())
     command = AGENT_COMMAND.format(path=shlex.quote(path))
 
-    def run() -> None:
-        result = env.exec(command)
+    def command_call() -> None:
+        result = run(env, command)
         if result.exit_code != 0:
             raise RuntimeError(f"the agent loop's command failed: {result.stderr!r}")
 
-    return agent_loop_samples(lambda: env.read_file(path), lambda data: env.write_file(path, data), run, rounds)
+    return agent_loop_samples(
+        lambda: env.read_file(path), lambda data: env.write_file(path, data), command_call, rounds
+    )
 
 
 def docker_cli_agent_loop(container_id: str, path: str, rounds: int, docker: str = "docker") -> list[float]:
