@@ -85,8 +85,6 @@ class DockerEnvironment(ManagedSandboxEnvironment):
 
         self._api = get_client(self.options)
         cwd_given = self.options.cwd is not None
-        with translated("preparing the image", self.options):
-            self.options = opts = prepared_options(self._api, self.options)
         self._state_lock = threading.RLock()
         self._last_lease = 0.0
         self._purge = False
@@ -97,13 +95,17 @@ class DockerEnvironment(ManagedSandboxEnvironment):
         self._fork_image = ""
         """A fork's snapshot image id: released (deleted if its snapshot was removed) after teardown."""
         try:
+            with translated("preparing the image", self.options):
+                self.options = opts = prepared_options(self._api, self.options)
             with translated("inspecting the image", opts):
                 self._spec = build_spec(
                     self._api, opts, profile=self.profile, task=self.task_id, persist=opts.persist_across_processes
                 )
         except BackendUnavailable:
-            with translated("inspecting the task's container", opts):
-                refuse_other_options(self._api, opts, profile=self.profile, task=self.task_id)
+            # A missing image may be another image than the task's container was made from:
+            # that is a difference of options to name (and to take as defaults), not an outage.
+            with translated("inspecting the task's container", self.options):
+                refuse_other_options(self._api, self.options, profile=self.profile, task=self.task_id)
             raise
         if not cwd_given and opts.cwd is not None:
             warn_if_workspace_hides_image(self._api, opts.cwd, self._spec.data, opts.image)
