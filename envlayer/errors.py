@@ -245,10 +245,19 @@ class SandboxFileError(EnvlayerError, OSError):
         self.path = path
         self.filename = path
         self.operation = operation
-        super().__init__(
-            f"cannot {operation} {path!r} in the sandbox: {detail}",
-            hint="free space in the sandbox or give it more (a larger disk or tmpfs), or use a writable path",
-        )
+        super().__init__(f"cannot {operation} {path!r} in the sandbox: {detail}", hint=_file_error_hint(detail))
+
+
+def _file_error_hint(detail: str) -> str:
+    """What to do about a sandbox's file error, by its own words."""
+    low = detail.lower()
+    if "read-only" in low or "permission denied" in low or "operation not permitted" in low:
+        return "the destination cannot be written there (a read-only or special filesystem): use a writable path"
+    if "tar" in low and any(word in low for word in ("archive", "header", "format", "short read", "unexpected eof")):
+        return "the data is not a whole tar archive: give `-` a stream that `tar -c` writes"
+    if "no space" in low or "quota" in low:
+        return "free space in the sandbox or give it more (a larger disk or tmpfs)"
+    return "free space in the sandbox or give it more (a larger disk or tmpfs), or use a writable path"
 
 
 class FileTooLarge(EnvlayerError):

@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
 
+from envlayer.capabilities import backend_name
 from envlayer.dispatch import run
 from envlayer.environment import Environment
 from envlayer.errors import EnvlayerError, InvalidArgument, SandboxFileError
@@ -97,13 +98,17 @@ def probe(env: Environment, path: str) -> RemotePath:
     return RemotePath(kind.decode(), os.fsdecode(absolute))
 
 
-def no_directory(path: str, task: str | None) -> CopyFailed:
-    """The error for a missing destination directory, in the sandbox of ``task`` or (None)
-    on this machine."""
+def no_directory(path: str, task: str | None, env: Environment | None = None) -> CopyFailed:
+    """The error for a missing destination directory, in the sandbox of ``task`` (``env``)
+    or (None) on this machine. The hint's command runs as written: it names the backend
+    and profile of ``env``."""
     if task is None:
         hint = f"create it first: mkdir -p {quote(path)}"
         return CopyFailed(f"no such directory on this machine: {path!r}", hint=hint)
-    mkdir = f"envlayer exec --task {task} -- mkdir -p {quote(path)}"
+    where = ""
+    if env is not None:
+        where = f"--backend {backend_name(env)} --profile {quote(getattr(env, 'profile', 'default'))} "
+    mkdir = f"envlayer exec {where}--task {quote(task)} -- mkdir -p {quote(path)}"
     return CopyFailed(f"no such directory in the sandbox: {path!r}", hint=f"create it first: {mkdir}")
 
 
@@ -133,7 +138,7 @@ def upload(env: Environment, local: str, remote: str, task: str) -> TransferSumm
     size = 0 if is_dir else os.stat(local).st_size
     target = probe(env, remote)
     if target.kind == "noparent" or (remote.endswith("/") and target.kind != "dir"):
-        raise no_directory(target.parent if target.kind == "noparent" else target.path, task)
+        raise no_directory(target.parent if target.kind == "noparent" else target.path, task, env)
     if target.kind == "file" and is_dir:
         raise _dir_onto_file(remote, "in the sandbox")
     into = target.path if target.kind == "dir" else target.parent
@@ -177,7 +182,7 @@ def upload_archive(env: Environment, chunks: Iterator[bytes], remote: str, task:
     ``remote``, member by member, as ``docker cp`` does."""
     target = probe(env, remote)
     if target.kind != "dir":
-        raise no_directory(target.path, task)
+        raise no_directory(target.path, task, env)
     check_utf8(target.path, "DST")
     env.put_archive_stream(target.path, chunks)  # type: ignore[attr-defined]
 

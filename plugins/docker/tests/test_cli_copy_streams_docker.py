@@ -152,3 +152,35 @@ def test_ctrl_c_mid_copy_prints_one_line_and_leaves_nothing(
         assert done.stderr.decode().splitlines() == [line], "one line, no traceback"
     assert in_container(env, "ls -a /workspace/up").split() == [".", ".."]
     assert os.listdir(tmp_path / "down") == []
+
+
+def test_the_hints_run_as_written_and_name_the_real_cause(
+    tmp_path: Path, make_env: Any, cli_env: dict[str, str]
+) -> None:
+    """A missing directory's hint names the backend and profile, so running it as written
+    makes the directory in the container (it once named neither: run as written it made
+    the directory on this machine, and the copy failed again); a read-only target and
+    stdin that is not a tar get their own hint, not "free space"."""
+    import shlex
+
+    env = make_env(task="cp-hints")
+    env.exec("true")
+    (tmp_path / "f").write_bytes(b"data")
+
+    def cp(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+        argv = [ENVLAYER_SCRIPT, "cp", "--backend", "docker", *args]
+        return subprocess.run(argv, capture_output=True, timeout=120, cwd=tmp_path, env=cli_env, input=stdin)
+
+    missing = cp("f", "cp-hints:/tmp/made-by-hint/f")
+    assert missing.returncode == 1
+    hint = missing.stderr.decode().split("create it first: ", 1)[1].splitlines()[0]
+    assert "--backend docker" in hint and f"--profile {cli_env['ENVLAYER_PROFILE']}" in hint
+    made = subprocess.run(shlex.split(hint.replace("envlayer", ENVLAYER_SCRIPT, 1)), env=cli_env, timeout=120)
+    assert made.returncode == 0 and not os.path.exists("/tmp/made-by-hint")
+    assert cp("f", "cp-hints:/tmp/made-by-hint/f").returncode == 0
+    assert in_container(env, "cat /tmp/made-by-hint/f") == "data"
+
+    read_only = cp("f", "cp-hints:/sys/x")
+    assert read_only.returncode == 1 and b"free space" not in read_only.stderr
+    not_tar = cp("-", "cp-hints:/tmp", stdin=b"notatar\n")
+    assert not_tar.returncode == 1 and b"not a whole tar archive" in not_tar.stderr, not_tar.stderr
