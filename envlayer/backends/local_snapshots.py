@@ -70,7 +70,14 @@ def copy_tree(source: str, target: str) -> None:
     """Copy directory ``source`` to the new directory ``target`` (see the module
     docstring for how). Raises :class:`BackendUnavailable` naming ``cp``'s error."""
     if not _gnu_cp():
-        shutil.copytree(source, target, symlinks=True)
+        try:
+            shutil.copytree(source, target, symlinks=True)
+        except (OSError, shutil.Error) as exc:
+            shutil.rmtree(target, ignore_errors=True)
+            raise BackendUnavailable(
+                f"copying {source} failed: {exc}",
+                hint="check the directory's permissions and the free space of the snapshot store",
+            ) from exc
         return
     os.makedirs(target)
     done = subprocess.run(["cp", "-a", "--reflink=auto", "--", f"{source}/.", target], capture_output=True, check=False)
@@ -113,6 +120,14 @@ def create(store: str, cwd: str, *, profile: str, task: str, name: str | None, l
     ``limit``; removed again on failure."""
     if not os.path.isdir(cwd):
         raise InvalidArgument("cwd", f"working directory {cwd} does not exist", hint="create it, or set cwd")
+    root, kept = os.path.realpath(cwd), os.path.realpath(store)
+    if root == "/" or kept == root or kept.startswith(root.rstrip("/") + "/"):
+        raise InvalidArgument(
+            "cwd",
+            f"task {task!r} works in {cwd}, which holds the snapshot store {store} (or is the root "
+            "directory); a snapshot would copy the store into itself; nothing was copied",
+            hint="give the task a directory of its own (-o cwd=DIR), or move the store (-o snapshot_dir=DIR)",
+        )
     check_size(cwd, limit, task)
     label = name or task
     ident = f"{slug(label, 40)}-{secrets.token_hex(4)}"

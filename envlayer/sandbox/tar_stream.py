@@ -89,11 +89,18 @@ def _members(namer: tarfile.TarFile, path: str, arcname: str, owner: tuple[int, 
 
 def tree_size(path: str) -> tuple[int, int]:
     """The regular files at host ``path`` (a file, or a directory and everything under it;
-    symlinks not followed) and their total bytes: what :func:`tar_chunks` carries as data."""
+    symlinks not followed) and their total bytes: what :func:`tar_chunks` carries as data.
+    A file or directory that vanishes while it is counted, or a directory that cannot be
+    listed, is left out: the count is for showing and limits, and the copy that follows
+    reports what it cannot read."""
     files = size = 0
     if not os.path.lexists(path):
         return files, size
-    for full, _name in _walk(path, ""):
+    if not os.path.isdir(path) or os.path.islink(path):
+        paths: Iterator[str] = iter([path])
+    else:
+        paths = (os.path.join(top, name) for top, _dirs, names in os.walk(path) for name in names)
+    for full in paths:
         try:
             st = os.lstat(full)
         except OSError:

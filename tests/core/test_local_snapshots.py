@@ -11,6 +11,7 @@ import subprocess
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -169,3 +170,48 @@ def test_the_default_limit_is_two_gib_and_negative_is_refused() -> None:
     assert LocalOptions().snapshot_max_bytes == 2 * 1024**3
     with pytest.raises(OptionError, match="must be >= 0"):
         LocalOptions(snapshot_max_bytes=-1)
+
+
+@pytest.mark.parametrize("directory", ["/", "{tmp}"])
+def test_a_snapshot_of_the_root_or_of_a_directory_holding_the_store_is_refused_clearly(
+    tmp_path: Path, directory: str
+) -> None:
+    """``-o cwd=/`` was "a bug in envlayer" (exit 125: a PermissionError counting
+    /proc/1/fdinfo), and a cwd holding the store would copy the store into itself."""
+    work = directory.format(tmp=tmp_path)  # the store is tmp_path/store: inside it
+    refused = snapshot_cli(tmp_path, "-o", f"cwd={work}", cwd=tmp_path)
+    assert refused.returncode == 1, refused.stderr
+    assert "holds the snapshot store" in refused.stderr and "nothing was copied" in refused.stderr
+    assert stored(tmp_path) == []
+
+
+def test_the_size_count_skips_what_vanishes_or_cannot_be_listed(tmp_path: Path) -> None:
+    """/tmp's files come and go (runc's, other programs'), and some directories cannot be
+    listed even by root (/proc/1/fdinfo): either made the count raise ("a bug in
+    envlayer", exit 125)."""
+    from envlayer.sandbox import tar_stream
+
+    (tmp_path / "kept").write_bytes(b"12345")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "hidden").write_bytes(b"x" * 10)
+    (tmp_path / "gone").write_bytes(b"y" * 20)
+    real_lstat, real_scandir, real_listdir = os.lstat, os.scandir, os.listdir
+
+    def lstat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        if str(path).endswith("gone"):
+            raise FileNotFoundError(path)
+        return real_lstat(path, *args, **kwargs)
+
+    def unlistable(real: Any) -> Any:
+        def listing(path: Any = ".") -> Any:
+            if str(path).endswith("sub"):
+                raise PermissionError(13, "Permission denied", str(path))
+            return real(path)
+
+        return listing
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tar_stream.os, "lstat", lstat)
+        patch.setattr(tar_stream.os, "scandir", unlistable(real_scandir))
+        patch.setattr(tar_stream.os, "listdir", unlistable(real_listdir))
+        assert tar_stream.tree_size(str(tmp_path)) == (1, 5)
