@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import shutil
 import tempfile
 from typing import Any
 
@@ -47,11 +48,29 @@ def _write(path: str, text: str) -> None:
         raise
 
 
+def _unusable(options: BaseOptions) -> str:
+    """Why this machine cannot run commands with ``options`` ("" when it can)."""
+    cwd = getattr(options, "cwd", None)
+    if cwd is not None and not os.path.isdir(os.path.expanduser(cwd)):
+        return f"cwd {cwd!r} is not a directory"
+    shell = getattr(options, "shell", None)
+    if shell and not shutil.which(shell):
+        return f"shell {shell!r} is not an executable here"
+    return ""
+
+
 def claim(options: BaseOptions, *, profile: str, task: str, mode: str) -> str:
     """Record ``options`` as the task's, after comparing them with the record there is.
     Returns "" or, under ``mode = "recreate"`` when they differ, the notice of the change
     (also logged); raises :class:`~envlayer.sandbox.recorded_options.SandboxOptionsDiffer`
-    under ``"error"`` when they differ (the record is kept)."""
+    under ``"error"`` when they differ (the record is kept). Options this machine cannot
+    use (a ``cwd`` that is not a directory, a ``shell`` that is not an executable) are
+    never recorded: the command fails with its own error and the record, if any, stays,
+    so one mistyped call does not stick to every later one."""
+    unusable = _unusable(options)
+    if unusable:
+        log.info("local task %r: not recording its options: %s", task, unusable)
+        return ""
     path = record_path(profile, task)
     requested = recorded_options.record_of(options, SHAPING_OPTIONS)
     try:

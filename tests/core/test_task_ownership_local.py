@@ -49,3 +49,18 @@ def test_the_record_withholds_credentials_and_the_default_task_has_none(
     assert 'env: ["API_TOKEN", "MODE"] -> ["MODE"]' in plain.stderr
     assert run("exec", "-o", f"cwd={tmp_path}", "true", env=env).returncode == 0
     assert not Path(record_path("default", "default")).exists()
+
+
+@pytest.mark.parametrize(
+    ("option", "failed"),
+    [("cwd={tmp}/no-such-dir", 126), ("shell=/bin/no-such-shell", 125)],
+)
+def test_options_this_machine_cannot_use_are_not_recorded(tmp_path: Path, option: str, failed: int) -> None:
+    """A first call with a missing directory or shell failed, as it must, but its options
+    became the task's record, and every later call on the task failed the same way
+    (found by the before/after run of issue 39)."""
+    env = {"ENVLAYER_BROKER": "0", "XDG_STATE_HOME": str(tmp_path / "state")}
+    bad = run("exec", "--task", "t", "-o", option.format(tmp=tmp_path), "true", cwd=tmp_path, env=env)
+    assert bad.returncode == failed, bad.stderr
+    plain = run("exec", "--task", "t", "pwd", cwd=tmp_path, env=env)
+    assert (plain.returncode, plain.stdout) == (0, f"{tmp_path}\n"), plain.stderr
