@@ -232,6 +232,10 @@ def _release_from_brokers(task: str, profile: str, backend: str | None) -> list[
     ]
 
 
+CONFIG_ERRORS = frozenset({"ConfigError", "OptionError"})
+"""Failures of the configuration itself, not of a backend's reach: ``doctor`` exits 1 on them."""
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     results = []
     try:
@@ -268,8 +272,11 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             print(f"{mark} {r['backend']}{chosen}" + (f": {error['message']}" if error else ""))
             if error.get("hint"):
                 print(f"     fix: {error['hint']}")
-    selected_broken = any(not r["ok"] and r["selected"] for r in results)
-    return 1 if selected_broken else 0
+    # A backend that is merely not set up here (no daemon, no credentials) is a finding; a
+    # configuration that is wrong (an unknown option, a bad value) is broken whichever
+    # backend it is for.
+    broken = any(not r["ok"] and (r["selected"] or (r["error"] or {}).get("type") in CONFIG_ERRORS) for r in results)
+    return 1 if broken else 0
 
 
 def cmd_config(args: argparse.Namespace) -> int:

@@ -57,6 +57,7 @@ def test_doctor_finds_a_misspelt_option_of_a_backend_not_selected(workdir: Path)
     doctor = run("doctor", "--json", cwd=workdir)
     (ssh,) = [entry for entry in json.loads(doctor.stdout) if entry["backend"] == "ssh"]
     assert "hots: unknown option" in ssh["error"]["message"] and ssh["error"]["hint"] == "did you mean 'host'?"
+    assert doctor.returncode == 1  # a wrong configuration is broken, whichever backend it is for (was 0)
 
 
 def test_json_gives_output_that_is_not_utf8_as_base64_and_says_so(workdir: Path) -> None:
