@@ -27,6 +27,7 @@ import contextlib
 import inspect
 import logging
 import os
+import posixpath
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -36,9 +37,10 @@ from harbor.environments.capabilities import EnvironmentCapabilities
 from harbor.models.task.config import NetworkMode
 
 from envlayer import dispatch
+from envlayer.cancel_token import CancelToken
 from envlayer.capabilities import Capability, supports
 from envlayer.environment import Environment as EnvlayerEnvironment
-from envlayer.execution.cancel import CancelToken
+from envlayer.errors import SandboxIsADirectory
 from envlayer.integrations.selection import Selection, select
 from envlayer.result import ExecResult as EnvlayerResult
 from envlayer_harbor.selection import TaskSpec, resolve, split_keywords
@@ -232,8 +234,15 @@ class Environment(BaseEnvironment):
         return dispatch.user_keywords(self.sandbox, name)
 
     async def upload_file(self, source_path: Path | str, target_path: str) -> None:
+        """Copy a host file to ``target_path``, or into it under the file's own name when it
+        is a directory in the sandbox (as ``docker cp`` does, which Harbor's own docker
+        environment uses)."""
         data = await asyncio.to_thread(Path(source_path).read_bytes)
-        await asyncio.to_thread(self.sandbox.write_file, target_path, data)
+        try:
+            await asyncio.to_thread(self.sandbox.write_file, target_path, data)
+        except SandboxIsADirectory:
+            inside = posixpath.join(target_path, Path(source_path).name)
+            await asyncio.to_thread(self.sandbox.write_file, inside, data)
 
     async def upload_dir(self, source_dir: Path | str, target_dir: str) -> None:
         await asyncio.to_thread(_upload_dir, self.sandbox, Path(source_dir), target_dir)

@@ -106,6 +106,7 @@ def test_workdir_logs_and_files_both_ways(harbor_env: Any, tmp_path: Path) -> No
     async def scenario() -> Any:
         await harbor_env.upload_dir(source, "/tests")
         await harbor_env.upload_file(source / "a.txt", "/solution/a.txt")
+        await harbor_env.upload_file(source / "a.txt", "/tests/sub")  # a directory: lands as /tests/sub/a.txt
         listing = await harbor_env.exec("pwd; ls -ld /logs/agent /logs/verifier /logs/artifacts | cut -c1-10")
         await harbor_env.exec("echo 1 > /logs/verifier/reward.txt")
         await harbor_env.download_dir("/tests", tmp_path / "down")
@@ -115,6 +116,7 @@ def test_workdir_logs_and_files_both_ways(harbor_env: Any, tmp_path: Path) -> No
     listing = asyncio.run(scenario())
     assert listing.stdout == "/app\n" + "drwxrwxrwx\n" * 3  # the image's WORKDIR; Harbor's log dirs
     assert (tmp_path / "down" / "sub" / "b.txt").read_text() == "bee"
+    assert (tmp_path / "down" / "sub" / "a.txt").read_text() == "ay"
     assert (tmp_path / "down" / "a.txt").read_text() == "ay"
     assert (tmp_path / "reward.txt").read_text() == "1\n"
 
