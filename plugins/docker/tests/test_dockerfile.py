@@ -84,7 +84,14 @@ def test_unchanged_context_reuses_image_and_container_a_change_replaces_both(
     assert changed.container_id != first.container_id
     # the durable workspace (a volume at the WORKDIR, filled from the first image) outlives the
     # container, so the new image's files there stay hidden; the layer outside it is new
-    assert changed.exec("cat /srv/app/greeting.txt").stdout_text == "v1\n"
+    first_result = changed.exec("cat /srv/app/greeting.txt")
+    assert first_result.stdout_text == "v1\n"
+    # the replacement is announced in the first result and the log, naming the rebuilt image
+    assert "was replaced" in first_result.notice and f"image: {first.options.image!r}" in first_result.notice.replace(
+        '"', "'"
+    ), first_result.notice
+    assert "was replaced" in caplog.text
+    assert changed.exec("true").notice == ""  # only the first result carries it
     with pytest.raises(Exception, match="No such container"):
         docker_api.inspect_container(first.container_id)
 
