@@ -53,6 +53,8 @@ class Careless(ToyEnvironment):
 
 class TestCareless(EnvironmentConformance):
     kills_escaped_processes = False
+    replaces_files_atomically = False
+    confines_symlinks = False
 
     @pytest.fixture
     def env(self):

@@ -38,8 +38,10 @@ def test_create_exec_files_timeout(run_python: Any, fake_modal: Any, profile: st
         "assert env.exec('sleep 30', timeout=1).timed_out\n"
     )
     rpcs, fs_ops = _scenario(run_python, fake_modal, code)
-    assert rpcs == CONNECT | LOOKUP_MISS | CREATE | ONESHOT_EXEC | {"TaskExecStdinWriteStream", "fs-tools"}
-    assert sorted(set(fs_ops)) == ["ReadFile", "Stat", "WriteFile"]
+    # a write is one exec with the data on stdin (replaced atomically), no longer the
+    # filesystem API's WriteFile over TaskExecStdinWriteStream; reads still go through it
+    assert rpcs == CONNECT | LOOKUP_MISS | CREATE | ONESHOT_EXEC | {"fs-tools"}
+    assert sorted(set(fs_ops)) == ["ReadFile", "Stat"]
 
 
 def test_attach_exec_terminate(run_python: Any, fake_modal: Any, profile: str) -> None:

@@ -12,6 +12,8 @@ from envlayer.testing import EnvironmentConformance
 
 class TestToy(EnvironmentConformance):
     kills_escaped_processes = False  # it kills the process group only: a setsid child escapes
+    replaces_files_atomically = False  # it writes a file in place
+    confines_symlinks = False  # it checks file_root by the path's text only
 
     @pytest.fixture
     def env(self) -> Iterator[ToyEnvironment]:
