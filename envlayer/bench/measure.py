@@ -85,16 +85,14 @@ def _exec_figures(
     backend: str, measure: str, samples: dict[str, list[list[float]]], baseline: str | None
 ) -> list[Figure]:
     """One figure per method from its samples per round (the median of the round medians)."""
+    return _figures(backend, measure, {method: Spread.of_rounds(times) for method, times in samples.items()}, baseline)
+
+
+def _figures(backend: str, measure: str, spreads: dict[str, Spread], baseline: str | None) -> list[Figure]:
+    """One figure in milliseconds per method; envlayer's is compared to ``baseline``."""
     return [
-        Figure(
-            backend,
-            measure,
-            method,
-            "ms",
-            Spread.of_rounds(times).scaled(1000),
-            baseline=baseline if method == ENVLAYER else None,
-        )
-        for method, times in samples.items()
+        Figure(backend, measure, method, "ms", spread.scaled(1000), baseline=baseline if method == ENVLAYER else None)
+        for method, spread in spreads.items()
     ]
 
 
@@ -168,17 +166,7 @@ def measure_agent_loop(backend: str, env: Environment, scratch: str, plan: Plan)
         path = posixpath.join(workdir, f".envlayer-bench-{uuid.uuid4().hex[:12]}.txt")
         container = env.container_id  # type: ignore[attr-defined]
         samples[baseline] = docker_cli_agent_loop(container, path, plan.agent_rounds, cli)
-    return [
-        Figure(
-            backend,
-            measure,
-            method,
-            "ms",
-            Spread.of(times).scaled(1000),
-            baseline=baseline if method == ENVLAYER else None,
-        )
-        for method, times in samples.items()
-    ]
+    return _figures(backend, measure, {method: Spread.of(times) for method, times in samples.items()}, baseline)
 
 
 def measure_flood(target: BackendTarget, task_id: str, plan: Plan) -> list[Figure]:
