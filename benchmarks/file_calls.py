@@ -52,6 +52,9 @@ BACKENDS = {
 
 CHILD = r"""
 import importlib, importlib.util, json, sys
+import envlayer.dispatch
+if not hasattr(envlayer.dispatch, "run"):  # an envlayer from before the one way in: exec is the way
+    envlayer.dispatch.run = lambda env, command, **keywords: env.exec(command, **keywords)
 spec = importlib.util.spec_from_file_location("bench_file_calls", sys.argv[1])
 calls = importlib.util.module_from_spec(spec); spec.loader.exec_module(calls)
 module, _, name = sys.argv[2].partition(":")
@@ -90,7 +93,11 @@ class Child:
         environ = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
         argv = [sys.executable, "-c", CHILD, str(ROOT / "envlayer" / "bench" / "file_calls.py"), BACKENDS[backend]]
         argv += [json.dumps(options), f"files-{label}-{uuid.uuid4().hex[:6]}", profile]
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=environ)
+        # cwd is the version's root: `python -c` puts the current directory first on sys.path, and
+        # from a checkout of the newer version that took its envlayer over PYTHONPATH's
+        self.proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=environ, cwd=root
+        )
         self.hello = self._answer()
 
     def _answer(self) -> dict[str, Any]:
