@@ -76,9 +76,12 @@ finally:
     if scratch:
         env.exec(f"rm -rf {scratch}")
     try:
-        env.cleanup(force_remove=True)
+        env.cleanup(force_remove=True, purge=True)  # the workspace volume too: a benchmark keeps nothing
     except TypeError:
-        env.cleanup()
+        try:
+            env.cleanup(force_remove=True)
+        except TypeError:
+            env.cleanup()
     wait = getattr(env, "wait_for_cleanup", None)
     if wait is not None:
         wait(60)
