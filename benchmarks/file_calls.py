@@ -44,7 +44,7 @@ from envlayer.bench.measure import size_label
 
 PLUGINS = ("docker", "ssh", "kubernetes")
 BACKENDS = {
-    "local": "envlayer.backends.local:LocalEnvironment",
+    "local": "envlayer.local.backend:LocalEnvironment",
     "docker": "envlayer_docker.backend:DockerEnvironment",
     "ssh": "envlayer_ssh.backend:SSHEnvironment",
     "kubernetes": "envlayer_kubernetes.backend:KubernetesEnvironment",

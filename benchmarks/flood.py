@@ -47,7 +47,7 @@ def envlayer_run(env):
     return took
 
 if case == "local":
-    from envlayer.backends.local import LocalEnvironment
+    from envlayer.local.backend import LocalEnvironment
     took = envlayer_run(LocalEnvironment())
 elif case == "local-floor":
     import subprocess

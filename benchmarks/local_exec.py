@@ -17,8 +17,8 @@ import tempfile
 
 from bench_timing import WARMUP, interleaved_medians
 
-from envlayer.backends.local import LocalEnvironment, LocalOptions
 from envlayer.bench.interrupts import run_script
+from envlayer.local.backend import LocalEnvironment, LocalOptions
 
 
 def main() -> int:

@@ -33,9 +33,9 @@ from collections.abc import Callable
 from bench_timing import interleaved_medians
 from session_protocol import protocol_call
 
-from envlayer.backends.local import LocalEnvironment, LocalOptions
 from envlayer.bench.baselines import shell_call, split_shell_call
 from envlayer.bench.interrupts import run_script
+from envlayer.local.backend import LocalEnvironment, LocalOptions
 
 
 class PipedShell:

@@ -221,7 +221,7 @@ def docker_opener(image: str) -> Callable[[str], Any]:
 
 
 def local_opener(root: str) -> Callable[[str], Any]:
-    from envlayer.backends.local import LocalEnvironment, LocalOptions
+    from envlayer.local.backend import LocalEnvironment, LocalOptions
 
     def make(task: str) -> Any:
         work = os.path.join(root, "work", task)

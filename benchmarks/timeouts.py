@@ -38,7 +38,7 @@ COMMANDS = {"quiet": "sleep 30", "flood": "exec yes", "flood-stderr": "exec cat 
 
 
 def _environments(image: str, profile: str, ssh: dict[str, Any] | None) -> dict[str, Any]:
-    from envlayer.backends.local import LocalEnvironment, LocalOptions
+    from envlayer.local.backend import LocalEnvironment, LocalOptions
 
     envs: dict[str, Any] = {}
     for mode in ("session", "oneshot"):

@@ -57,6 +57,13 @@ MOVED: dict[str, str] = {
     "envlayer.progress": "envlayer.cli.progress",
     "envlayer.broker": "envlayer.cli.broker",
     "envlayer.bench.command": "envlayer.cli.bench",
+    "envlayer.backends": "envlayer.local",
+    "envlayer.backends.local": "envlayer.local.backend",
+    "envlayer.backends.local_session": "envlayer.local.session",
+    "envlayer.backends.local_snapshots": "envlayer.local.snapshots",
+    "envlayer.backends.local_tasks": "envlayer.local.tasks",
+    "envlayer.backends.local_terminal": "envlayer.local.terminal",
+    "envlayer.backends.piped_output": "envlayer.sandbox.piped_output",
 }
 
 #: old paths that docs/api.md listed as public: importing them warns.

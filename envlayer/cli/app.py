@@ -36,18 +36,9 @@ from envlayer.capabilities import (
     signature_problem,
 )
 from envlayer.cli.completion import completion_script
-from envlayer.cli.exec_plan import (
-    BROKEN_PIPE_EXIT_CODE,
-    ENVLAYER_FAILURE,
-    Console,
-    error_object,
-    exec_failed,
-    plan_exec,
-    release_after_exec,
-    run_exec,
-    silence_stdout,
-)
-from envlayer.cli.exec_plan import settings_of as _settings
+from envlayer.cli.console import BROKEN_PIPE_EXIT_CODE, ENVLAYER_FAILURE, Console, error_object, silence_stdout
+from envlayer.cli.console import settings_of as _settings
+from envlayer.cli.exec_plan import exec_failed, plan_exec, release_after_exec, run_exec
 from envlayer.cli.option_table import print_backend_options
 from envlayer.cli.parser import DEFAULT_TIMEOUT, build_parser, parse_arguments
 from envlayer.cli.progress import progress

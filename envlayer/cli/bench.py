@@ -69,7 +69,7 @@ def targets_of(args: argparse.Namespace) -> list[BackendTarget]:
     Raises: EnvlayerError for an unknown backend or an option no selected backend has."""
     from envlayer.bench.ledger import new_profile
     from envlayer.bench.target import BackendTarget, split_options
-    from envlayer.cli.exec_plan import parse_assignments
+    from envlayer.cli.console import parse_assignments
     from envlayer.config import load_settings
     from envlayer.factory import backend_class
 

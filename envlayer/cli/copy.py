@@ -29,8 +29,8 @@ from typing import Any
 from envlayer import dispatch as lifecycle
 from envlayer.capabilities import Capability, supports
 from envlayer.cli import copy_stream
+from envlayer.cli.console import json_text, settings_of
 from envlayer.cli.copy_stream import CopyFailed
-from envlayer.cli.exec_plan import json_text, settings_of
 from envlayer.cli.progress import Meter, io_meter, progress
 from envlayer.cli.task_sandbox import open_task_environment
 from envlayer.environment import Environment

@@ -90,7 +90,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         raise EnvlayerError(
             f"the MCP server needs the mcp package ({exc})", hint="pip install 'envlayer[mcp]'"
         ) from None
-    from envlayer.cli.exec_plan import parse_assignments
+    from envlayer.cli.console import parse_assignments
 
     config = load(
         Flags(

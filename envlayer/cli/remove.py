@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from envlayer import dispatch as lifecycle
 from envlayer.capabilities import Capability, supports
-from envlayer.cli.exec_plan import settings_of
+from envlayer.cli.console import settings_of
 from envlayer.cli.report import note, report, sweep_targets
 from envlayer.discovery.plugin_calls import backend_name
 from envlayer.environment import SandboxInfo

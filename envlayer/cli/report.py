@@ -11,7 +11,7 @@ import sys
 from typing import Any
 
 from envlayer import dispatch as lifecycle
-from envlayer.cli.exec_plan import ENVLAYER_FAILURE, json_text
+from envlayer.cli.console import ENVLAYER_FAILURE, json_text
 from envlayer.cli.table_cells import ago_cell, last_used_cell, size_cell
 from envlayer.config import Settings
 from envlayer.discovery.backend_registry import backend_names

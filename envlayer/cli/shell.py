@@ -4,7 +4,7 @@
 It runs in the calling process (not through the session broker) on the sandbox that
 ``envlayer exec --task ID`` uses. A backend offers a terminal with an
 ``open_terminal(rows, cols)`` method returning an object with ``fileno``, ``read``,
-``write``, ``resize`` and ``close`` (see :class:`envlayer.backends.local_terminal.PtyTerminal`
+``write``, ``resize`` and ``close`` (see :class:`envlayer.local.terminal.PtyTerminal`
 for the contract). This process's terminal is put in raw mode, keys and output are
 relayed, window size changes (SIGWINCH) are passed on, and the terminal is restored on
 exit, even on error. The exit status is the shell's.
@@ -22,7 +22,7 @@ import tty
 from collections.abc import Callable
 from typing import Any
 
-from envlayer.cli.exec_plan import settings_of
+from envlayer.cli.console import settings_of
 from envlayer.cli.progress import progress
 from envlayer.cli.task_sandbox import REPLACE_HELP, open_task_environment
 from envlayer.errors import InvalidArgument

@@ -18,8 +18,8 @@ from typing import Any
 
 from envlayer import dispatch as lifecycle
 from envlayer.capabilities import Capability, supports
-from envlayer.cli.exec_plan import json_text
-from envlayer.cli.exec_plan import settings_of as _settings
+from envlayer.cli.console import json_text
+from envlayer.cli.console import settings_of as _settings
 from envlayer.cli.report import report, sweep_targets
 from envlayer.cli.task_sandbox import open_task_environment
 from envlayer.environment import Environment

@@ -34,7 +34,7 @@ KNOWN_PACKAGES: dict[str, str] = {
 """Backends this project publishes, by name, and the distribution that provides each:
 used to tell a user what to install."""
 
-BUILTIN: dict[str, str] = {"local": "envlayer.backends.local:LocalEnvironment"}
+BUILTIN: dict[str, str] = {"local": "envlayer.local.backend:LocalEnvironment"}
 """Names that belong to backends built into envlayer, and their targets. A plugin that
 registers one of these names is ignored (``envlayer backends`` says so): it cannot
 change what a plain ``envlayer exec`` runs."""

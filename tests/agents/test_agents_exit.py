@@ -10,8 +10,8 @@ import sys
 import threading
 from pathlib import Path
 
-from envlayer.backends.local import LocalEnvironment
 from envlayer.capabilities import Capability
+from envlayer.local.backend import LocalEnvironment
 
 CHILD = """
 import gc, sys

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from envlayer.agents.manager import EnvironmentManager, EnvKey, ManagedEnvironment, ManagerClosed, TaskBindingConflict
-from envlayer.backends.local import LocalEnvironment
 from envlayer.errors import BackendUnavailable, EnvironmentClosed
+from envlayer.local.backend import LocalEnvironment
 
 
 def counting_backend(gate: threading.Event | None = None, fail_first: int = 0) -> type[LocalEnvironment]:

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from envlayer.backends.local import LocalEnvironment
 from envlayer.capabilities import Capability
 from envlayer.errors import BackendUnavailable
+from envlayer.local.backend import LocalEnvironment
 
 
 def test_reaper_thread_spares_a_command_running_longer_than_the_lifetime(

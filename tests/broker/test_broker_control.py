@@ -86,7 +86,7 @@ def _add_backend_distribution(site: Path, name: str) -> None:
     info.mkdir()
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n")
     (info / "entry_points.txt").write_text(
-        "[envlayer.backends]\nrestartprobe = envlayer.backends.local:LocalEnvironment\n"
+        "[envlayer.backends]\nrestartprobe = envlayer.local.backend:LocalEnvironment\n"
     )
 
 

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from envlayer.backends.local import LocalEnvironment, LocalOptions
 from envlayer.discovery.backend_registry import load_backend
+from envlayer.local.backend import LocalEnvironment, LocalOptions
 from envlayer.testing import EnvironmentConformance, ExecContractConformance
 from envlayer.testing.fixtures import cleaned_up
 from envlayer.testing.unprivileged import pytest_as_nobody

@@ -17,7 +17,7 @@ INTERNAL = {
     "envlayer.agents.exit_hook": "the manager's at-exit registry",
     "envlayer.execution.shell_script": "the shell text and framing behind envlayer.execution.shell_session",
     "envlayer.execution.session_dirs": "the sweep of dead session shells' directories (local and SSH sessions)",
-    "envlayer.backends": "built-in backends, loaded by name through envlayer.discovery.backend_registry",
+    "envlayer.local": "the local backend, loaded by name through envlayer.discovery.backend_registry",
     "envlayer.coercion": "the one coercion engine behind envlayer.config and envlayer.options",
     "envlayer.discovery.install_hints": "install and start hints that fit where the user is",
     "envlayer.bench": "`envlayer bench`, documented in docs/cli.md and docs/benchmarks.md",

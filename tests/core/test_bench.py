@@ -20,7 +20,6 @@ from typing import Any
 import pytest
 from cli_run import ENVLAYER, run
 
-from envlayer.backends.local import LocalEnvironment, LocalOptions
 from envlayer.bench.interrupts import (
     STOP_SIGNALS,
     Terminated,
@@ -30,6 +29,7 @@ from envlayer.bench.interrupts import (
     terminated_with_parent,
 )
 from envlayer.bench.ledger import Ledger
+from envlayer.local.backend import LocalEnvironment, LocalOptions
 from envlayer.testing.fixtures import require_docker
 from envlayer.testing.hostile import cli_env
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from envlayer.aio import AsyncEnvironment, AsyncEnvironmentManager, AsyncToolRegistry
-from envlayer.backends.local import LocalEnvironment, LocalOptions
 from envlayer.execution.cancel import CancelToken
+from envlayer.local.backend import LocalEnvironment, LocalOptions
 from envlayer.result import INTERRUPT_EXIT_CODE
 from envlayer.testing.cancelling import exec_cancelled_after_output
 

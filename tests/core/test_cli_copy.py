@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from envlayer.backends.local import LocalEnvironment, LocalOptions
 from envlayer.cli.copy import _transfer_meter, plan_copy
 from envlayer.cli.progress import Meter, io_meter, progress
+from envlayer.local.backend import LocalEnvironment, LocalOptions
 from tests.core.cli_run import run
 
 MB = 1_000_000

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from cli_run import ENVLAYER
 
-from envlayer.cli.exec_plan import BROKEN_PIPE_EXIT_CODE
+from envlayer.cli.console import BROKEN_PIPE_EXIT_CODE
 
 COMMANDS = [
     ["config"],

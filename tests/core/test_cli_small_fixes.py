@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from cli_run import run
 
-from envlayer.backends.local import LocalEnvironment, LocalOptions
 from envlayer.errors import InvalidArgument
+from envlayer.local.backend import LocalEnvironment, LocalOptions
 
 
 def test_a_shell_that_does_not_exist_is_a_user_error(workdir: Path) -> None:

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from envlayer.backends.local import LocalOptions
 from envlayer.config import load_settings
 from envlayer.errors import ConfigError
 from envlayer.factory import open_environment
+from envlayer.local.backend import LocalOptions
 
 
 @pytest.fixture

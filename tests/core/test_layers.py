@@ -37,7 +37,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("discovery", ("envlayer.discovery", "envlayer.config")),
     ("dispatch", ("envlayer.dispatch",)),
     ("sandbox", ("envlayer.sandbox",)),
-    ("backends", ("envlayer.backends",)),
+    ("local", ("envlayer.local",)),
     ("factory", ("envlayer.factory",)),
     ("agents", ("envlayer.agents",)),
     ("aio", ("envlayer.aio",)),

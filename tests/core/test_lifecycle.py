@@ -10,11 +10,11 @@ import pytest
 
 from envlayer import Capability, Environment, SandboxInfo, capabilities_of
 from envlayer import dispatch as lifecycle
-from envlayer.backends.local import LocalEnvironment
 from envlayer.capabilities import names_keyword
 from envlayer.discovery.backend_registry import load_backend
 from envlayer.errors import InvalidArgument
 from envlayer.execution.cancel import takes_cancel
+from envlayer.local.backend import LocalEnvironment
 from envlayer.options import BaseOptions
 from envlayer.request import ExecArguments
 from envlayer.result import ExecResult

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from envlayer.backends.local import LocalEnvironment, LocalOptions
+from envlayer.local.backend import LocalEnvironment, LocalOptions
 from envlayer.sandbox.command_env import CREDENTIAL_PATTERNS, inherited_environment, is_credential
 
 

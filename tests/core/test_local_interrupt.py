@@ -14,7 +14,7 @@ from envlayer.execution.tree_kill import tree_members
 
 CHILD = """
 import sys
-from envlayer.backends.local import LocalEnvironment
+from envlayer.local.backend import LocalEnvironment
 env = LocalEnvironment()
 print("ready", flush=True)
 try:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from envlayer.backends.local import LocalEnvironment, LocalOptions
 from envlayer.capabilities import Capability, supports
+from envlayer.local.backend import LocalEnvironment, LocalOptions
 
 
 @pytest.fixture
@@ -132,7 +132,7 @@ def test_a_session_shell_starting_removes_dead_sessions_directories(
 
 OWNER = """
 import os, signal, sys
-from envlayer.backends.local import LocalEnvironment, LocalOptions
+from envlayer.local.backend import LocalEnvironment, LocalOptions
 env = LocalEnvironment(LocalOptions(cwd=sys.argv[1]))
 print(env.exec('echo "${TMPDIR:-/tmp}/.envlayer-session-$ENVLAYER_SESSION"').stdout_text, end="", flush=True)
 os.kill(os.getpid(), signal.SIGKILL)

@@ -1,4 +1,4 @@
-"""Local snapshots (envlayer.backends.local_snapshots): the conformance checks on a
+"""Local snapshots (envlayer.local.snapshots): the conformance checks on a
 temporary working directory and snapshot store, and what the store holds afterwards.
 
 Everything is under pytest's ``tmp_path``; each check removes its forks and snapshots."""
@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from envlayer import dispatch as lifecycle
-from envlayer.backends.local import LocalEnvironment, LocalOptions
-from envlayer.backends.local_snapshots import FORKS
 from envlayer.errors import InvalidArgument
+from envlayer.local.backend import LocalEnvironment, LocalOptions
+from envlayer.local.snapshots import FORKS
 from envlayer.options import OptionError
 from envlayer.snapshot import Snapshot, expired
 from envlayer.testing import SnapshotConformance

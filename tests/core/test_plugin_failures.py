@@ -353,7 +353,7 @@ def test_plugin_named_local_is_ignored(site: Path, workdir: Path) -> None:
         workdir,
         """
         from envlayer import load_backend
-        from envlayer.backends.local import LocalEnvironment
+        from envlayer.local.backend import LocalEnvironment
         out["builtin"] = load_backend("local") is LocalEnvironment
         """,
     )

@@ -81,8 +81,8 @@ def test_duplicate_name_from_two_distributions_names_both(make_plugin: PluginMak
 
 
 def test_a_plugin_registering_local_is_ignored(make_plugin: PluginMaker) -> None:
-    from envlayer.backends.local import LocalEnvironment
     from envlayer.discovery.backend_registry import shadows_builtin
+    from envlayer.local.backend import LocalEnvironment
 
     make_plugin("envlayer-impostor", {"local": "envlayer_impostor:Env"})
     assert load_backend("local") is LocalEnvironment

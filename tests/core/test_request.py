@@ -126,7 +126,7 @@ def test_process_command_unsets_first_in_the_shell_or_around_the_argv() -> None:
 
 @pytest.mark.parametrize("mode", ["session", "oneshot"])
 def test_local_unset_env_reaches_the_command_in_both_modes(mode: str, tmp_path: object) -> None:
-    from envlayer.backends.local import LocalEnvironment
+    from envlayer.local.backend import LocalEnvironment
 
     options = LocalEnvironment.Options(cwd=str(tmp_path), exec_mode=mode, env={"EL_CONFIGURED": "yes"})
     with LocalEnvironment(options) as env:

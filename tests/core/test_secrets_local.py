@@ -9,7 +9,7 @@ import os
 import pytest
 from cli_run import run
 
-from envlayer.backends.local import LocalEnvironment
+from envlayer.local.backend import LocalEnvironment
 from envlayer.testing.secrets import cli_exec_while_scanning, exec_while_scanning, make_marker
 
 

@@ -16,12 +16,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from envlayer.backends.local import LocalEnvironment, LocalOptions
 from envlayer.capabilities import Capability
 from envlayer.errors import BackendUnavailable
 from envlayer.execution.collector import OutputCollector
 from envlayer.execution.shell_session import IDLE_END_RETRIES, RESTARTED_AFTER_KILL, PersistentShell
 from envlayer.execution.streams import ByteStream, ProcessStream, StreamEnded
+from envlayer.local.backend import LocalEnvironment, LocalOptions
 from envlayer.request import ExecRequest
 from envlayer.result import ExecResult
 from envlayer.testing import EnvironmentConformance, ExecContractConformance

@@ -11,10 +11,10 @@ import pytest
 from cli_run import run
 
 from envlayer import dispatch as lifecycle
-from envlayer.backends.local import LocalEnvironment
 from envlayer.capabilities import Capability, supports
 from envlayer.errors import InvalidArgument
 from envlayer.factory import open_environment
+from envlayer.local.backend import LocalEnvironment
 from envlayer.snapshot import Snapshot, check_fork_tasks, check_snapshot_name
 
 SNAP = Snapshot("docker", "envlayer-snapshot:x-1", "x", "default", "t", "2026-01-01T00:00:00+00:00")

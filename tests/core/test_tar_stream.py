@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from envlayer.backends.local import LocalEnvironment, LocalOptions
 from envlayer.errors import SandboxPathError
+from envlayer.local.backend import LocalEnvironment, LocalOptions
 from envlayer.sandbox.tar_stream import CHUNK, ChunkReader, extract_stream, tar_chunks
 
 

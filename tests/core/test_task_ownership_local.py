@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from envlayer.backends.local_tasks import record_path
+from envlayer.local.tasks import record_path
 from tests.core.cli_run import own_brokers, run
 
 

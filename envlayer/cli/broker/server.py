@@ -53,15 +53,8 @@ from envlayer.cli.broker import leftovers, protocol, runtime_dir
 from envlayer.cli.broker.caller import caller_context
 from envlayer.cli.broker.installation import Installation
 from envlayer.cli.broker.sessions import Sessions
-from envlayer.cli.exec_plan import (
-    ENVLAYER_FAILURE,
-    Console,
-    exec_failed,
-    plan_exec,
-    release_after_exec,
-    run_exec,
-    settings_of,
-)
+from envlayer.cli.console import ENVLAYER_FAILURE, Console, settings_of
+from envlayer.cli.exec_plan import exec_failed, plan_exec, release_after_exec, run_exec
 from envlayer.cli.task_sandbox import open_task
 from envlayer.config import load_settings
 from envlayer.errors import EnvlayerError

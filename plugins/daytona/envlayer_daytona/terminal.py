@@ -1,6 +1,6 @@
 """An interactive shell in the task's sandbox over a Daytona PTY session: the Daytona
 backend's ``open_terminal``, used by ``envlayer shell``. The contract is that of
-:class:`envlayer.backends.local_terminal.PtyTerminal`.
+:class:`envlayer.local.terminal.PtyTerminal`.
 
 SDK (daytona 0.226.x): ``sandbox.process.create_pty_session(id, cwd, envs, pty_size)``
 opens the toolbox's PTY WebSocket and returns a ``PtyHandle``; iterating it yields the
@@ -14,7 +14,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from envlayer.backends.piped_output import PipedOutput
+from envlayer.sandbox.piped_output import PipedOutput
 
 
 class DaytonaTerminal(PipedOutput):

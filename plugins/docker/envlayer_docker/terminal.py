@@ -1,7 +1,7 @@
 """An interactive shell in the task's container over the daemon's attach socket, with a
 tty (what ``docker exec -it`` does): the Docker backend's ``open_terminal``, used by
 ``envlayer shell``. The contract is that of
-:class:`envlayer.backends.local_terminal.PtyTerminal`.
+:class:`envlayer.local.terminal.PtyTerminal`.
 
 docker-py: ``APIClient.exec_create(tty=True, stdin=True)``, ``exec_start(socket=True,
 tty=True)`` (with a tty the stream is raw, not multiplexed), ``exec_resize`` and

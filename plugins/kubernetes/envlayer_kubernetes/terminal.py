@@ -1,6 +1,6 @@
 """An interactive shell in the pod with a tty (what ``kubectl exec -it`` does): the
 Kubernetes backend's ``open_terminal``, used by ``envlayer shell``. The contract is that
-of :class:`envlayer.backends.local_terminal.PtyTerminal`.
+of :class:`envlayer.local.terminal.PtyTerminal`.
 
 The exec subresource with ``tty=true, stdin=true`` (see
 :meth:`envlayer_kubernetes.channel.ExecChannel.open`): output comes on channel 1, a
@@ -9,7 +9,7 @@ JSON, ``{"Width": cols, "Height": rows}``, which kubelet decodes one object afte
 (kubelet's cri/streaming/remotecommand/httpstream.go ``handleResizeEvents``; the channel
 numbers are its websocket.go's), and the exit status is the channel-3 ``Status``.
 
-The websocket's output is copied into a pipe (:class:`~envlayer.backends.piped_output.PipedOutput`),
+The websocket's output is copied into a pipe (:class:`~envlayer.sandbox.piped_output.PipedOutput`),
 so ``fileno`` is a plain pipe that ``select`` sees even when TLS holds decrypted bytes the
 socket does not show.
 """
@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 
-from envlayer.backends.piped_output import PipedOutput
+from envlayer.sandbox.piped_output import PipedOutput
 from envlayer_kubernetes.channel import ExecChannel
 
 RESIZE = 4

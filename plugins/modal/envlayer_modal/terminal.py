@@ -1,6 +1,6 @@
 """An interactive shell with a pseudo-terminal in the task's sandbox: the Modal backend's
 ``open_terminal``, used by ``envlayer shell``. The contract is that of
-:class:`envlayer.backends.local_terminal.PtyTerminal`, except that ``resize`` cannot
+:class:`envlayer.local.terminal.PtyTerminal`, except that ``resize`` cannot
 reach the sandbox.
 
 The SDK's ``Sandbox.exec(..., pty=True)`` starts the command on a pty whose size is the
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from envlayer.backends.piped_output import PipedOutput
+from envlayer.sandbox.piped_output import PipedOutput
 
 
 class ModalTerminal(PipedOutput):

@@ -1,6 +1,6 @@
 """An interactive shell on the host with a pseudo-terminal (what ``ssh -t host`` does):
 the ssh backend's ``open_terminal``, used by ``envlayer shell``. The contract is that of
-:class:`envlayer.backends.local_terminal.PtyTerminal`.
+:class:`envlayer.local.terminal.PtyTerminal`.
 
 paramiko (channel.py): ``Channel.get_pty(term, width, height)`` asks sshd for a pty,
 ``exec_command`` starts the shell on it, ``resize_pty(width, height)`` sends a

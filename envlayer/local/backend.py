@@ -2,7 +2,7 @@
 
 Lifecycle: nothing to create or tear down; ``cleanup()`` closes the handle and ends the
 session shell. With ``exec_mode = "session"`` (default) commands run one after another in
-one persistent shell (:mod:`envlayer.backends.local_session`): ``cd``/``export`` persist;
+one persistent shell (:mod:`envlayer.local.session`): ``cd``/``export`` persist;
 a call that finds the session busy (another thread) runs as its own process, in the
 session's directory. A deleted working directory falls back to its nearest existing
 parent, and the result's ``notice`` says so; a ``cwd`` option naming a directory that
@@ -30,9 +30,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Literal
 
-from envlayer.backends import local_snapshots, local_tasks
-from envlayer.backends.local_session import LocalSession, moved_notice, nearest_existing
-from envlayer.backends.local_terminal import PtyTerminal
 from envlayer.capabilities import Capability
 from envlayer.environment import DEFAULT_TASK
 from envlayer.errors import (
@@ -47,6 +44,10 @@ from envlayer.errors import (
 from envlayer.execution.cancel import killer_for
 from envlayer.execution.collector import OutputCollector
 from envlayer.execution.tree_kill import EXEC_ID_VAR, kill_tree
+from envlayer.local import snapshots as local_snapshots
+from envlayer.local import tasks as local_tasks
+from envlayer.local.session import LocalSession, moved_notice, nearest_existing
+from envlayer.local.terminal import PtyTerminal
 from envlayer.options import OptionError, option
 from envlayer.request import ExecRequest, file_payload
 from envlayer.result import ExecResult
@@ -123,13 +124,13 @@ class LocalEnvironment(SandboxEnvironment):
     environment_variables = ()  # commands inherit the creating process's environment: it selects nothing
     options_change_in_place = True
     """A local task's options change without losing anything: the CLI takes a call's
-    differing options (with a notice) instead of refusing them (see local_tasks)."""
+    differing options (with a notice) instead of refusing them (see envlayer.local.tasks)."""
     options: LocalOptions
 
     def open_sandbox(self) -> None:
         """Commands run in ``options.cwd`` or, with :attr:`from_snapshot`, in a private copy of
         that snapshot's files (deleted by :meth:`cleanup`); see
-        :mod:`envlayer.backends.local_snapshots`."""
+        :mod:`envlayer.local.snapshots`."""
         self.fork_directory: str | None = None
         from_snapshot = self.from_snapshot
         mode = self.options.on_fingerprint_mismatch
@@ -398,7 +399,7 @@ class LocalEnvironment(SandboxEnvironment):
         if self.fork_directory is not None:
             shutil.rmtree(self.fork_directory, ignore_errors=True)
 
-    # --- snapshots (envlayer.backends.local_snapshots) -----------------------------------
+    # --- snapshots (envlayer.local.snapshots) -----------------------------------
 
     def create_snapshot(self, *, name: str | None = None) -> Snapshot:
         """A copy of the task's own directory (the ``cwd`` option, or the fork's copy; the
