@@ -159,16 +159,12 @@ class SandboxEnvironment(Environment):
 
     def handle_request(self, request: ExecRequest) -> ExecResult:
         """Run a checked request (the contract's; ``exec`` and :func:`envlayer.run` build
-        it): :meth:`run_request`.
+        it): in the session or one-shot, recovering a gone sandbox once. A backend may
+        extend it (to note a reconnect, say), calling this.
 
         Raises :class:`BackendUnavailable` when the sandbox cannot be reached, or was lost
         while the command ran (it may or may not have finished and is not re-run; the
         next call recovers the sandbox)."""
-        return self.run_request(request)
-
-    def run_request(self, request: ExecRequest) -> ExecResult:
-        """Run a validated request: in the session or one-shot, recovering a gone sandbox
-        once. A backend may extend it (to note a reconnect, say), calling this."""
         attempts = 0
 
         def attempt() -> ExecResult:

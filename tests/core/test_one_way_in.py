@@ -2,8 +2,8 @@
 backend's own ``exec``/``handle_request``.
 
 The check reads the source (``ast``): in every module of ``envlayer`` and of the framework
-adapters under ``plugins/``, a use of an attribute named ``exec``, ``handle_request`` or
-``run_request`` (a call, or the method handed to a thread or ``partial``) is a bypass,
+adapters under ``plugins/``, a use of an attribute named ``exec`` or ``handle_request``
+(a call, or the method handed to a thread or ``partial``) is a bypass,
 unless the module is one that is allowed to make it: the entry
 itself (``envlayer/dispatch.py``), the contract's ``Environment.exec`` (which runs its own
 request), the sandbox base and the built-in backends (a backend running its own requests),
@@ -26,7 +26,7 @@ from envlayer.request import ExecRequest
 from envlayer.result import ExecResult
 
 REPO = Path(envlayer.__file__).parent.parent
-BACKEND_METHODS = frozenset({"exec", "handle_request", "run_request"})
+BACKEND_METHODS = frozenset({"exec", "handle_request"})
 ALLOWED = (
     "envlayer/dispatch.py",
     "envlayer/environment.py",

@@ -267,9 +267,9 @@ class DaytonaEnvironment(ManagedSandboxEnvironment):
 
     # --- exec: the base owns the contract and the session-or-one-shot choice ----------------
 
-    def run_request(self, request: ExecRequest) -> ExecResult:
+    def handle_request(self, request: ExecRequest) -> ExecResult:
         self._refresh_activity()
-        return super().run_request(request)
+        return super().handle_request(request)
 
     def session_lock(self) -> threading.Lock | None:
         return self._session_lock if self.options.exec_mode == "session" else None

@@ -264,24 +264,12 @@ class DockerEnvironment(ManagedSandboxEnvironment):
             return True
         return False
 
-    def run_request(self, request: ExecRequest) -> ExecResult:
-        """The base's run, plus: a command killed by the memory limit (exit 137) says so in
-        the result's ``notice`` (see :mod:`envlayer_docker.oom`)."""
-        from envlayer_docker.oom import oom_notice
-        from envlayer_docker.runners import run_helper
-
-        result = super().run_request(request)
-        notice = oom_notice(result.exit_code, self.options.memory_mb, lambda argv: run_helper(self._target(), argv))
-        if notice:
-            return result.with_notice("; ".join(n for n in (result.notice, notice) if n))
-        return result
-
     def session_lock(self) -> Any:
         return self._session.lock if self._session is not None else None
 
     def run_in_session(self, request: ExecRequest) -> ExecResult:
         assert self._session is not None
-        return self._session.run(request, touch_lease=self._touch_lease())
+        return self._with_oom_notice(self._session.run(request, touch_lease=self._touch_lease()))
 
     def run_oneshot(self, request: ExecRequest) -> ExecResult:
         """An exec of its own in the session's directory, as ``request.user`` when given
@@ -293,7 +281,18 @@ class DockerEnvironment(ManagedSandboxEnvironment):
         target = self._target()
         if request.user is not None:
             target = dataclasses.replace(target, user=request.user)
-        return run_oneshot(target, request, cwd=cwd, touch_lease=self._touch_lease())
+        return self._with_oom_notice(run_oneshot(target, request, cwd=cwd, touch_lease=self._touch_lease()))
+
+    def _with_oom_notice(self, result: ExecResult) -> ExecResult:
+        """``result``, saying so in its ``notice`` when the memory limit killed the command
+        (exit 137; see :mod:`envlayer_docker.oom`)."""
+        from envlayer_docker.oom import oom_notice
+        from envlayer_docker.runners import run_helper
+
+        notice = oom_notice(result.exit_code, self.options.memory_mb, lambda argv: run_helper(self._target(), argv))
+        if notice:
+            return result.with_notice("; ".join(n for n in (result.notice, notice) if n))
+        return result
 
     def _helper(self, argv: list[str], data: bytes | None) -> tuple[int, bytes, bytes]:
         """Internal command for file operations; recovers a vanished container once."""

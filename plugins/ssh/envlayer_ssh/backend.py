@@ -147,7 +147,7 @@ class SSHEnvironment(SandboxEnvironment):
 
     # --- exec: the base owns the contract; in session mode calls wait for the shell --------
 
-    def run_request(self, request: ExecRequest) -> ExecResult:
+    def handle_request(self, request: ExecRequest) -> ExecResult:
         """The base's run, plus: a cleanup() under a running command raises
         :class:`EnvironmentClosed`; a reconnect during the call sets ``recovered``.
 
@@ -157,7 +157,7 @@ class SSHEnvironment(SandboxEnvironment):
         command may or may not have run, and it is not re-run; the next call reconnects."""
         reconnects_before = self._pool.reconnects
         try:
-            result = super().run_request(request)
+            result = super().handle_request(request)
         except BackendUnavailable as exc:
             if self._closed:  # our own cleanup() closed the shell or the last share of the connection
                 raise self._closed_while_running() from exc
