@@ -166,9 +166,6 @@ class LocalEnvironment(SandboxEnvironment):
 
     # --- exec: the base runs the session-or-one-shot choice --------------------------
 
-    def session_lock(self) -> threading.Lock | None:
-        return self._session.lock if self._session is not None else None
-
     def run_in_session(self, request: ExecRequest) -> ExecResult:
         assert self._session is not None
         return self._session.run(request, OutputCollector.for_request(request, self.options))

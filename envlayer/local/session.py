@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import threading
 from collections.abc import Callable, Mapping
 
 from envlayer.execution.collector import OutputCollector
@@ -55,11 +54,11 @@ def _write_private(path: str, data: bytes) -> None:
 
 
 class LocalSession:
-    """One environment's shell. Callers hold :attr:`lock` while running a command; a
-    busy session is the caller's cue to run the command one-shot instead."""
+    """One environment's shell. Callers hold the environment's session lock while
+    running a command; a busy session is the caller's cue to run the command one-shot
+    instead."""
 
     def __init__(self, shell: str, start_dir: str, environment: Callable[[], Mapping[str, str]]) -> None:
-        self.lock = threading.Lock()
         self._environment = environment
         self._stream: ProcessStream | None = None
         self.shell = PersistentShell(
@@ -89,7 +88,7 @@ class LocalSession:
         return self.shell.cwd
 
     def run(self, request: ExecRequest, collector: OutputCollector) -> ExecResult:
-        """Run ``request`` in the shell (the caller holds :attr:`lock`); see the module
+        """Run ``request`` in the shell (the caller holds the session lock); see the module
         docstring for a deleted working directory."""
         notice = ""
         prelude = ""

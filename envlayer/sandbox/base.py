@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import dataclasses
 import posixpath
+import threading
 import time
 from abc import abstractmethod
 from collections.abc import Callable, Sequence
@@ -123,6 +124,12 @@ class SandboxEnvironment(Environment):
     :mod:`envlayer.sandbox.files`)."""
     recovery_hint: ClassVar[str] = "check the sandbox's platform; something keeps removing or stopping it"
     """What to do when the sandbox is gone again right after a recovery (see :meth:`gone_again`)."""
+    _session: Any = None
+    """This process's session shell (None: none, every call is one-shot); the backend sets
+    it and the base's :meth:`session_lock` guards it."""
+    _state_lock: threading.RLock
+    """Guards the handle's own state (the sandbox it holds, closing it, recovering it);
+    made by the base before :meth:`open_sandbox`."""
 
     def __init__(
         self,
@@ -146,6 +153,8 @@ class SandboxEnvironment(Environment):
         declared = type(self).capabilities
         if declared is not None:
             self.capabilities = narrowed_capabilities(frozenset(declared), self.options)
+        self._state_lock = threading.RLock()
+        self._session_lock = threading.Lock()
         self.open_sandbox()
 
     def open_sandbox(self) -> None:
@@ -214,10 +223,13 @@ class SandboxEnvironment(Environment):
 
     # --- transport: what a backend implements -------------------------------------------
 
-    def session_lock(self) -> Any:
+    def session_lock(self) -> threading.Lock | None:
         """The lock of the session shell (``acquire(blocking=...)``/``release()``), or
-        None when there is no session (one-shot mode): then every call is one-shot."""
-        return None
+        None when there is no session (one-shot mode): then every call is one-shot. The
+        default: the base's one lock while :attr:`_session` is set. The lock stays the same
+        when a recovery replaces the session, so a call on the new shell waits for one
+        still running on the old."""
+        return self._session_lock if self._session is not None else None
 
     def run_in_session(self, request: ExecRequest) -> ExecResult:
         """Run ``request`` in the session shell; the caller holds :meth:`session_lock`."""

@@ -19,8 +19,9 @@ On top of :class:`~envlayer.sandbox.base.SandboxEnvironment`, it owns, once:
   reports the failure; a reaper failure never blocks creating an environment: see
   :mod:`envlayer.agents.orphan_sweeps`).
 
-A backend supplies: ``_state_lock`` (a reentrant lock, set in ``open_sandbox``; its
-recovery takes it too), :meth:`holds_sandbox`, :meth:`close_session` (the default closes
+The sandbox base makes the state lock (``_state_lock``, reentrant; a recovery takes it
+too) and the session's lock; a backend sets ``_session`` (an object with ``close()``) and
+supplies :meth:`holds_sandbox`, :meth:`close_session` (the default closes
 ``self._session``), :meth:`removal`
 (and :meth:`removal_bound` when its removal needs longer than the exit's shared wait),
 :meth:`release_sandbox` when keeping the sandbox means more than doing nothing, and for the
@@ -47,12 +48,8 @@ class ManagedSandboxEnvironment(SandboxEnvironment):
     """Base of a managed sandbox backend; see the module docstring for what it owns and
     what a subclass implements."""
 
-    _state_lock: threading.RLock
     _teardown: threading.Thread | None = None
     """The removal scheduled by :meth:`cleanup` (None: none yet)."""
-    _session: Any = None
-    """This process's session shell, an object with ``close()`` (None: none), for the
-    default :meth:`close_session`."""
 
     # --- cleanup: the template -------------------------------------------------------------
 

@@ -48,7 +48,7 @@ class SessionOverPipes(LocalEnvironment):
             start_dir=self.cwd,
         )
 
-    def run_request(self, request: ExecRequest) -> ExecResult:
+    def handle_request(self, request: ExecRequest) -> ExecResult:
         """Every call through the protocol (never one-shot, never a recovery retry)."""
         return self.run_shell(self.session, request)
 

@@ -83,8 +83,6 @@ class DaytonaEnvironment(ManagedSandboxEnvironment):
 
         self._client = get_client(self.options)
         self._spec = build_spec(self.options, profile=self.profile, task=self.task_id)
-        self._state_lock = threading.RLock()
-        self._session_lock = threading.Lock()
         self._last_refresh = time.monotonic()
         self._sandbox: Any = None
         self._attach()

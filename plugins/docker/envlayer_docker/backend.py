@@ -25,7 +25,6 @@ import dataclasses
 import logging
 import os
 import re
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TypeVar
@@ -85,7 +84,6 @@ class DockerEnvironment(ManagedSandboxEnvironment):
 
         self._api = get_client(self.options)
         cwd_given = self.options.cwd is not None
-        self._state_lock = threading.RLock()
         self._last_lease = 0.0
         self._purge = False
         self._owner: tuple[int, int] | None = None
@@ -263,9 +261,6 @@ class DockerEnvironment(ManagedSandboxEnvironment):
             self._last_lease = now
             return True
         return False
-
-    def session_lock(self) -> Any:
-        return self._session.lock if self._session is not None else None
 
     def run_in_session(self, request: ExecRequest) -> ExecResult:
         assert self._session is not None

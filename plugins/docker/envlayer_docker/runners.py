@@ -180,14 +180,13 @@ def _oci_code(code: int, collector: OutputCollector) -> int:
 class SessionRunner:
     """The environment's persistent shell. ``target()`` gives the current
     :class:`ExecTarget` (the container changes after a recovery). Callers hold
-    :attr:`lock` while running a command; a busy session is the caller's cue to run
-    one-shot instead."""
+    the environment's session lock while running a command; a busy session is the
+    caller's cue to run one-shot instead."""
 
     def __init__(self, target: Callable[[], ExecTarget]) -> None:
         self._target = target
         options = target().options
         self.options = options
-        self.lock = threading.Lock()
         self._stream: AttachStream | None = None
         self.shell = PersistentShell(
             self._open, run_aside=self._aside, shell=options.shell, start_dir=options.workdir, upload=self._upload
@@ -219,7 +218,7 @@ class SessionRunner:
             )
 
     def run(self, request: ExecRequest, *, touch_lease: bool) -> ExecResult:
-        """Run ``request`` in the shell (the caller holds :attr:`lock`). A shell idle for
+        """Run ``request`` in the shell (the caller holds the session lock). A shell idle for
         longer than ``lease_interval`` is probed first: the container may have been
         restarted meanwhile, leaving the stream open but the shell gone."""
         stream = self._stream

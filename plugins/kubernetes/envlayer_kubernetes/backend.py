@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import threading
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -81,7 +80,6 @@ class KubernetesEnvironment(ManagedSandboxEnvironment):
         self._cluster = connect(opts)
         self._base_env = {n: os.environ[n] for n in opts.forward_env if n in os.environ}
         self._base_env.update(with_command_defaults(opts.env))
-        self._state_lock = threading.RLock()
         self._spec = build_spec(opts, profile=self.profile, task=self.task_id, persist=opts.persist_across_processes)
         self._pod: Any = None
         snapshot = self.from_snapshot
@@ -168,9 +166,6 @@ class KubernetesEnvironment(ManagedSandboxEnvironment):
         return "pod recreated"
 
     # --- exec: the base owns the contract and the session-or-one-shot choice ----------------
-
-    def session_lock(self) -> Any:
-        return self._session.lock if self._session is not None else None
 
     def run_in_session(self, request: ExecRequest) -> ExecResult:
         assert self._session is not None

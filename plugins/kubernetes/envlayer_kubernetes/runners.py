@@ -20,7 +20,6 @@ second exec while the command's stream keeps being drained
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
 from collections.abc import Mapping
@@ -154,12 +153,11 @@ def run_oneshot(target: ExecTarget, request: ExecRequest, *, cwd: str) -> ExecRe
 
 class SessionRunner:
     """The environment's persistent shell. ``target()`` gives the current
-    :class:`ExecTarget`. Callers hold :attr:`lock` while running a command; a busy
-    session is the caller's cue to run one-shot instead."""
+    :class:`ExecTarget`. Callers hold the environment's session lock while running a
+    command; a busy session is the caller's cue to run one-shot instead."""
 
     def __init__(self, target: ExecTarget) -> None:
         self.target = target
-        self.lock = threading.Lock()
         self.shell = PersistentShell(
             self._open,
             run_aside=self._aside,
@@ -198,7 +196,7 @@ class SessionRunner:
             )
 
     def run(self, request: ExecRequest) -> ExecResult:
-        """Run ``request`` in the shell (the caller holds :attr:`lock`)."""
+        """Run ``request`` in the shell (the caller holds the session lock)."""
         return self.shell.run_request(request, self.target.options)
 
     def close(self) -> None:

@@ -29,7 +29,6 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
@@ -89,13 +88,11 @@ class ModalEnvironment(ManagedSandboxEnvironment):
         self.options = self._conn.options = prepare(self._conn)
         if self.from_snapshot is not None:
             self._prepare_fork(self.from_snapshot)
-        self._state_lock = threading.RLock()
         self._last_lease = 0.0
         self._attached: Any = None
         self._notice = ""
         self._detached = False
         self._session: Any = None
-        self._session_lock = threading.Lock()
         self._attach()
 
     # --- sandbox --------------------------------------------------------------------------
@@ -234,9 +231,6 @@ class ModalEnvironment(ManagedSandboxEnvironment):
         return False
 
     # --- exec: the base owns the contract and the session-or-one-shot choice ----------------
-
-    def session_lock(self) -> threading.Lock | None:
-        return self._session_lock if self._session is not None else None
 
     def run_in_session(self, request: ExecRequest) -> ExecResult:
         session = self._session

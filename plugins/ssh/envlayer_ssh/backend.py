@@ -16,7 +16,6 @@ import logging
 import os
 import posixpath
 import shlex
-import threading
 import uuid
 import weakref
 from collections.abc import Mapping
@@ -113,7 +112,6 @@ class SSHEnvironment(SandboxEnvironment):
                 upload=self._files.write_private,
             )
         self._finalizer = weakref.finalize(self, _release, self._pool, self._session)
-        self._lock = threading.Lock()
         self._home: str | None = None
         try:
             self._pool.ensure_connected(prove=self._session is None)  # a session's start opens a channel anyway
@@ -165,9 +163,6 @@ class SSHEnvironment(SandboxEnvironment):
         if self._pool.reconnects > reconnects_before:
             result = dataclasses.replace(result, recovered="reconnected")
         return result
-
-    def session_lock(self) -> threading.Lock | None:
-        return self._lock if self._session is not None else None
 
     def run_in_session(self, request: ExecRequest) -> ExecResult:
         assert self._session is not None
