@@ -1,4 +1,4 @@
-"""``envlayer bench``: its arguments and what it prints (docs/cli.md#bench).
+"""``envlayer bench``: its arguments and what it prints (docs/cli.md, "envlayer bench").
 
 Every ``envlayer`` command builds the parser, so this module imports only what
 :func:`add_bench_parser` needs; the bench's own modules (85 modules, about 60 ms of CPU

@@ -223,7 +223,7 @@ class SandboxEnvironment(Environment):
 
     # --- transport: what a backend implements -------------------------------------------
 
-    def session_lock(self) -> threading.Lock | None:
+    def session_lock(self) -> Any:
         """The lock of the session shell (``acquire(blocking=...)``/``release()``), or
         None when there is no session (one-shot mode): then every call is one-shot. The
         default: the base's one lock while :attr:`_session` is set. The lock stays the same
