@@ -38,6 +38,7 @@ from typing import Any
 from envlayer.errors import BackendUnavailable, InvalidArgument
 from envlayer.sandbox import recorded_options
 from envlayer.sandbox.owner import owner_label
+from envlayer_modal import sdk
 from envlayer_modal import tags as T
 from envlayer_modal.client import Connection, control, translate
 from envlayer_modal.naming import private_name, sandbox_name
@@ -263,11 +264,9 @@ def sandbox_ended(sb: Any) -> int | None:
     """The exit code of ``sb`` when the control plane reports it ended (``sb.poll()``:
     ``SandboxWaitV2`` with timeout 0; a sandbox id it no longer knows counts as ended,
     code -1); None while it runs or when the control plane cannot be asked. Never raises."""
-    from modal.exception import NotFoundError
-
     try:
         return control(sb.poll, f"polling {sb.object_id}")  # type: ignore[no-any-return]
-    except NotFoundError:
+    except sdk.exception.NotFoundError:
         return -1
     except Exception:
         return None

@@ -32,6 +32,7 @@ from typing import Any
 from envlayer.errors import InvalidArgument
 from envlayer.sandbox.owner import owner_label
 from envlayer.snapshot import Snapshot, apply_retention
+from envlayer_modal import sdk
 from envlayer_modal.client import Connection, control, throttled, translate
 
 TTL_SECONDS = 30 * 24 * 3600
@@ -137,10 +138,8 @@ def remove(conn: Connection, snapshot_id: str) -> list[Snapshot]:
     snapshot = _read_record(path)
     if snapshot is None:
         return []
-    from modal.experimental import image_delete
-
     try:
-        control(lambda: image_delete(snapshot_id, client=conn.client), f"deleting image {snapshot_id}")
+        control(lambda: sdk.experimental.image_delete(snapshot_id, client=conn.client), f"deleting image {snapshot_id}")
     except conn.modal.exception.NotFoundError:
         pass
     except Exception as exc:
