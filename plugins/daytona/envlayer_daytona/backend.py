@@ -17,7 +17,9 @@ Lifecycle (details in docs/backends/daytona.md):
   resumed, recovered, or re-created (saying its data is lost), at most once per call and
   only when the command provably did not run; a command is never run twice.
 
-Importing this module does not import the Daytona SDK.
+Importing this module does not import the Daytona SDK (read through :mod:`envlayer_daytona.sdk`),
+nor the plugin's modules that only some calls need: the methods that use them import
+them, since ``envlayer backends`` and every CLI call import this class.
 """
 
 from __future__ import annotations

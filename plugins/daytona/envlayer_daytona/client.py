@@ -1,7 +1,7 @@
 """The Daytona SDK client, and turning SDK failures into envlayer errors with a hint.
 
-The SDK (``daytona``, ~1 s to import) is imported here, inside functions, never at module
-level of anything the entry point loads. One ``Daytona`` client per
+The SDK (``daytona``, ~1 s to import) is read through :mod:`envlayer_daytona.sdk`, which
+imports it on first use. One ``Daytona`` client per
 :func:`client_identity` (API URL, target, and a digest of the credential, the
 organization and the ``.env`` files the SDK reads) is shared by every environment of
 the process; the credential itself comes only from where the SDK reads it

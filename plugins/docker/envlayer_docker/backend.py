@@ -16,7 +16,9 @@ Lifecycle (details in docs/backends/docker.md):
   (never from command output) and re-created or restarted at most once per call, and
   only when the command had provably not started; a command is never run twice.
 
-Importing this module does not import the Docker SDK.
+Importing this module does not import the Docker SDK (read through :mod:`envlayer_docker.sdk`),
+nor the plugin's modules that only some calls need: the methods that use them import
+them, since ``envlayer backends`` and every CLI call import this class.
 """
 
 from __future__ import annotations

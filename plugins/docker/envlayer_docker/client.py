@@ -9,7 +9,7 @@ every environment of the process (it is thread-safe for our use, and sharing it 
 API version negotiation on every attach): the daemon address, and a digest of the TLS
 settings and files and of the registry credentials file (``DOCKER_CONFIG``), so callers
 of one broker with different daemons or credentials never share a client. The SDK is
-imported here, lazily, never at module level of anything the entry point loads.
+read through :mod:`envlayer_docker.sdk`, which imports it on first use.
 """
 
 from __future__ import annotations

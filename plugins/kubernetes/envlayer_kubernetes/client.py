@@ -1,6 +1,6 @@
 """Connecting to the cluster: kubeconfig or in-cluster config, the API handle, error mapping.
 
-The ``kubernetes`` client is imported here, inside functions, never at module level.
+The ``kubernetes`` client is read through :mod:`envlayer_kubernetes.sdk` (imported on first use).
 One :class:`Cluster` per :func:`client_identity` (config source, kubeconfig files and a
 digest of their content, context, namespace; in a pod, the service account's token) is
 kept per process, so callers of one broker with different clusters or users never share

@@ -21,7 +21,9 @@ Lifecycle (details in docs/backends/modal.md):
   and the command runs there, with ``ExecResult.recovered`` saying so; a private
   environment raises :class:`BackendUnavailable`. A command is never run twice.
 
-Importing this module does not import the Modal SDK.
+Importing this module does not import the Modal SDK (read through :mod:`envlayer_modal.sdk`),
+nor the plugin's modules that only some calls need: the methods that use them import
+them, since ``envlayer backends`` and every CLI call import this class.
 """
 
 from __future__ import annotations

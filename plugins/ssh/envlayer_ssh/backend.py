@@ -6,7 +6,7 @@ persistent shell. ``cleanup()`` ends that shell and drops the reference; the poo
 connections close when the last environment using them leaves. Background processes
 started by commands keep running on the host after ``cleanup()``.
 
-Import cost: nothing here imports paramiko at module level; it is imported on first use.
+Import cost: paramiko is imported on first use, through :mod:`envlayer_ssh.sdk`.
 """
 
 from __future__ import annotations
