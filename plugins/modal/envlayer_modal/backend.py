@@ -53,7 +53,7 @@ from envlayer.sandbox.managed import ManagedSandboxEnvironment
 from envlayer.sandbox.paths import confined_path
 from envlayer.snapshot import Snapshot
 from envlayer.transfer import TransferSummary
-from envlayer_modal import reaper, sandbox, teardown
+from envlayer_modal import reaper, sandbox, sdk, teardown
 from envlayer_modal.client import client_identity, connect, control, throttled, translate
 from envlayer_modal.naming import sandbox_name
 from envlayer_modal.options import ModalOptions
@@ -360,7 +360,7 @@ class ModalEnvironment(ManagedSandboxEnvironment):
             attached = self._attached
             try:
                 return unless_ended(lambda: fn(attached.sandbox), attached)
-            except self._conn.modal.exception.Error as exc:
+            except sdk.exception.Error as exc:
                 ended = ended_error(exc, self._conn, attached)
                 if ended is None:
                     raise translate(exc, doing) from exc
@@ -424,7 +424,7 @@ class ModalEnvironment(ManagedSandboxEnvironment):
 
         def handle() -> Any:
             if detached:
-                return conn.modal.Sandbox.from_id(attached.id, client=conn.client)
+                return sdk.modal.Sandbox.from_id(attached.id, client=conn.client)
             return attached.sandbox
 
         return lambda: teardown.terminate(handle, attached.id)

@@ -69,7 +69,6 @@ _FROM_ENV: list[ClientIdentity] = []
 class Connection:
     """An SDK client and the App envlayer's sandboxes live in."""
 
-    modal: Any
     client: Any
     app: Any
     options: ModalOptions
@@ -158,7 +157,7 @@ def client_identity(environ: Mapping[str, str]) -> ClientIdentity:
     )
 
 
-def sdk_client(modal: Any) -> Any:
+def sdk_client() -> Any:
     """The SDK client for this process's variables, one per :func:`client_identity`.
 
     A token (``MODAL_TOKEN_ID`` / ``MODAL_TOKEN_SECRET``, else the active profile of the
@@ -173,12 +172,12 @@ def sdk_client(modal: Any) -> Any:
     with _LOCK:
         client = _CLIENTS.get(identity)
         if client is None:
-            client = _CLIENTS[identity] = _new_client(modal, identity)
+            client = _CLIENTS[identity] = _new_client(identity)
     return client
 
 
-def _new_client(modal: Any, identity: ClientIdentity) -> Any:
-    config = modal.config
+def _new_client(identity: ClientIdentity) -> Any:
+    config = sdk.modal.config
     if not any(os.environ.get(name) for name in CREDENTIAL_VARIABLES):
         path = os.environ.get("MODAL_CONFIG_PATH") or os.path.expanduser("~/.modal.toml")
         profile = os.environ.get("MODAL_PROFILE") or config._profile
@@ -190,7 +189,7 @@ def _new_client(modal: Any, identity: ClientIdentity) -> Any:
             )
     token_id, token_secret = config.config.get("token_id"), config.config.get("token_secret")
     if token_id and token_secret and os.environ.get("MODAL_IS_REMOTE") != "1":
-        return modal.Client.from_credentials(token_id, token_secret)
+        return sdk.modal.Client.from_credentials(token_id, token_secret)
     if _FROM_ENV:
         raise BackendUnavailable(
             "Modal's OAuth or in-container credentials have one client per process, and this process "
@@ -198,7 +197,7 @@ def _new_client(modal: Any, identity: ClientIdentity) -> Any:
             hint="run with --no-broker, or use a token (MODAL_TOKEN_ID and MODAL_TOKEN_SECRET)",
         )
     _FROM_ENV.append(identity)
-    return modal.Client.from_env()
+    return sdk.modal.Client.from_env()
 
 
 def connect(options: ModalOptions) -> Connection:
@@ -210,7 +209,7 @@ def connect(options: ModalOptions) -> Connection:
     probe(server_urls(), options.connect_timeout)
     modal = sdk.modal
     try:
-        client = sdk_client(modal)
+        client = sdk_client()
         app = control(
             lambda: modal.App.lookup(
                 options.app_name, create_if_missing=True, environment_name=options.environment_name, client=client
@@ -219,7 +218,7 @@ def connect(options: ModalOptions) -> Connection:
         )
     except Exception as exc:
         raise translate(exc, f"connecting to Modal (app {options.app_name!r})") from exc
-    return Connection(modal, client, app, options)
+    return Connection(client, app, options)
 
 
 def transient(exc: BaseException) -> Transient | None:

@@ -93,8 +93,8 @@ def image_for(conn: Connection) -> Any:
         return conn.built_image
     image = conn.options.image
     if image.startswith("im-"):
-        return conn.modal.Image.from_id(image, client=conn.client)
-    return conn.modal.Image.from_registry(image)
+        return sdk.modal.Image.from_id(image, client=conn.client)
+    return sdk.modal.Image.from_registry(image)
 
 
 def _create(conn: Connection, name: str, tags: dict[str, str]) -> Any:
@@ -120,11 +120,11 @@ def _create(conn: Connection, name: str, tags: dict[str, str]) -> Any:
         kwargs["block_network"] = True
     if opts.secrets:
         kwargs["secrets"] = [
-            conn.modal.Secret.from_name(n, environment_name=opts.environment_name) for n in opts.secrets
+            sdk.modal.Secret.from_name(n, environment_name=opts.environment_name) for n in opts.secrets
         ]
     try:
-        return control(lambda: conn.modal.Sandbox.create(**kwargs), f"creating sandbox {name}")
-    except conn.modal.exception.NotFoundError as exc:
+        return control(lambda: sdk.modal.Sandbox.create(**kwargs), f"creating sandbox {name}")
+    except sdk.exception.NotFoundError as exc:
         if conn.snapshot_image is None:
             raise
         raise InvalidArgument(
@@ -138,12 +138,12 @@ def _lookup(conn: Connection, name: str) -> Any | None:
     """The running sandbox called ``name`` in the App, or None."""
     try:
         return control(
-            lambda: conn.modal.Sandbox.from_name(
+            lambda: sdk.modal.Sandbox.from_name(
                 conn.options.app_name, name, environment_name=conn.options.environment_name, client=conn.client
             ),
             f"looking up sandbox {name}",
         )
-    except conn.modal.exception.NotFoundError:
+    except sdk.exception.NotFoundError:
         return None
 
 
@@ -155,7 +155,7 @@ def ensure(conn: Connection, *, profile: str, task: str, persist: bool) -> Attac
     a fingerprint mismatch with ``on_fingerprint_mismatch = "error"``, or a race that does
     not settle.
     """
-    exc_mod = conn.modal.exception
+    exc_mod = sdk.exception
     fingerprint = T.sandbox_fingerprint(conn.options)
     if not persist:
         name = private_name(profile, task)
@@ -252,7 +252,7 @@ def terminate_quietly(sb: Any) -> bool:
 def maybe_gone(conn: Connection, exc: BaseException) -> bool:
     """Whether ``exc`` is an SDK error that can mean "the sandbox is gone" (module
     docstring); only :func:`sandbox_ended` decides."""
-    E = conn.modal.exception
+    E = sdk.exception
     kinds = (E.NotFoundError, E.ConflictError, E.SandboxTerminatedError, E.ServiceError, E.ConnectionError)
     # The filesystem helpers turn an exec failure they do not expect (FAILED_PRECONDITION
     # among them) into a bare SandboxFilesystemError ("An unexpected error occurred"):

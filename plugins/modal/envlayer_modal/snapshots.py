@@ -108,7 +108,7 @@ def image_of(conn: Connection, snapshot: Snapshot) -> Any:
     """The SDK Image of ``snapshot``, resolved (``ImageFromId``) when a sandbox is created
     from it: the SDK cannot hydrate an Image on demand. A snapshot Modal no longer has then
     fails the create with :class:`InvalidArgument` (``envlayer_modal.sandbox``)."""
-    return conn.modal.Image.from_id(snapshot.id, client=conn.client)
+    return sdk.modal.Image.from_id(snapshot.id, client=conn.client)
 
 
 def list_all(*, profile: str | None) -> list[Snapshot]:
@@ -140,7 +140,7 @@ def remove(conn: Connection, snapshot_id: str) -> list[Snapshot]:
         return []
     try:
         control(lambda: sdk.experimental.image_delete(snapshot_id, client=conn.client), f"deleting image {snapshot_id}")
-    except conn.modal.exception.NotFoundError:
+    except sdk.exception.NotFoundError:
         pass
     except Exception as exc:
         raise translate(exc, f"removing snapshot {snapshot_id}") from exc
