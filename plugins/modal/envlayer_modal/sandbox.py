@@ -66,7 +66,7 @@ class NotStarted(Exception):
 def ended_error(error: BaseException, conn: Connection, attached: Attached) -> NotStarted | None:
     """After the SDK error ``error`` on ``attached``: :class:`NotStarted` when it may mean
     "gone" (:func:`maybe_gone`) and the control plane confirms the sandbox ended, else None."""
-    if not maybe_gone(conn, error):
+    if not maybe_gone(error):
         return None
     code = sandbox_ended(attached.sandbox)
     return None if code is None else NotStarted(attached.id, code)
@@ -249,7 +249,7 @@ def terminate_quietly(sb: Any) -> bool:
         return False
 
 
-def maybe_gone(conn: Connection, exc: BaseException) -> bool:
+def maybe_gone(exc: BaseException) -> bool:
     """Whether ``exc`` is an SDK error that can mean "the sandbox is gone" (module
     docstring); only :func:`sandbox_ended` decides."""
     E = sdk.exception
