@@ -17,21 +17,26 @@ Lifecycle (details in docs/backends/daytona.md):
   resumed, recovered, or re-created (saying its data is lost), at most once per call and
   only when the command provably did not run; a command is never run twice.
 
-Importing this module does not import the Daytona SDK.
+Importing this module does not import the Daytona SDK (read through :mod:`envlayer_daytona.sdk`),
+nor the plugin's modules that only some calls need: the methods that use them import
+them, since ``envlayer backends`` and every CLI call import this class.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import shlex
 import threading
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from envlayer.capabilities import Capability
 from envlayer.environment import SandboxInfo
 from envlayer.errors import BackendUnavailable
+from envlayer.execution.shell_session import PersistentShell
 from envlayer.options import BaseOptions
 from envlayer.request import ExecRequest
 from envlayer.result import ExecResult
@@ -42,6 +47,7 @@ from envlayer.sandbox.managed import ManagedSandboxEnvironment
 from envlayer.sandbox.paths import confined_path
 from envlayer.snapshot import Snapshot
 from envlayer.transfer import TransferSummary
+from envlayer_daytona import sdk
 from envlayer_daytona.options import DaytonaOptions
 
 log = logging.getLogger("envlayer.daytona")
@@ -112,8 +118,6 @@ class DaytonaEnvironment(ManagedSandboxEnvironment):
 
         A sandbox that was started a moment ago may answer its first toolbox call before its
         daemon is ready (an empty answer): that is retried for up to about three seconds."""
-        import shlex
-
         cwd = self.options.cwd
         script = 'mkdir -p -- "$1" && cd -- "$1" && pwd'
         command = f"sh -c {shlex.quote(script)} envlayer {shlex.quote(cwd)}" if cwd else "pwd"
@@ -155,25 +159,19 @@ class DaytonaEnvironment(ManagedSandboxEnvironment):
 
     def _guard(self, fn: Callable[[], T], doing: str) -> T:
         """Run an SDK call, turning its failures into :class:`BackendUnavailable` with a hint."""
-        from daytona.common.errors import DaytonaError
-
         from envlayer_daytona.client import translate
 
         try:
             return fn()
-        except DaytonaError as exc:
+        except sdk.errors.DaytonaError as exc:
             raise translate(exc, doing, self.options) from exc
 
     def _new_shell(self, start_dir: str) -> Any:
         """A core :class:`~envlayer.execution.shell_session.PersistentShell` over a
         :class:`~envlayer_daytona.stream.DaytonaStream` (not started until its first run)."""
-        from envlayer.execution.shell_session import PersistentShell
-
         return PersistentShell(self._open_stream, run_aside=self._aside, start_dir=start_dir, upload=self._upload)
 
     def _open_stream(self) -> Any:
-        from daytona.common.errors import DaytonaError
-
         from envlayer_daytona.client import translate
         from envlayer_daytona.stream import open_stream
 
@@ -187,15 +185,13 @@ class DaytonaEnvironment(ManagedSandboxEnvironment):
                 max_wait=min(2.0, self.options.activity_interval / 2),
                 request_timeout=self.options.request_timeout,
             )
-        except DaytonaError as exc:
+        except sdk.errors.DaytonaError as exc:
             if self._not_running():
                 raise _NotStarted(f"the sandbox is not running: {exc}") from exc
             raise translate(exc, "starting a shell in the sandbox", self.options) from exc
 
     def _aside(self, argv: list[str]) -> None:
         """Run one of the core's helper commands (the kill script, a clean-up) to its end."""
-        import shlex
-
         self._sandbox.process.exec(" ".join(shlex.quote(a) for a in argv), timeout=int(self.options.request_timeout))
 
     def _upload(self, path: str, data: bytes) -> None:
@@ -309,8 +305,6 @@ class DaytonaEnvironment(ManagedSandboxEnvironment):
     def file_helper(self, argv: list[str], data: bytes | None) -> tuple[int, bytes, bytes]:
         """``argv`` by one ``process/execute`` (its output comes as one stream: stdout; no
         stdin, so ``data`` must be None)."""
-        import shlex
-
         line = " ".join(shlex.quote(a) for a in argv)
         answer = self._files_call(lambda: self._sandbox.process.exec(line, timeout=int(self.options.request_timeout)))
         return answer.exit_code, (answer.result or "").encode(), b""
@@ -318,16 +312,14 @@ class DaytonaEnvironment(ManagedSandboxEnvironment):
     def _files_call(self, fn: Callable[[], T], doing: str = "moving files") -> T:
         """Run a file operation; a sandbox found stopped is started and the operation retried
         once (file operations are idempotent)."""
-        from daytona.common.errors import DaytonaError
-
         from envlayer_daytona.client import translate
 
         def gone(exc: Exception) -> bool:
-            return isinstance(exc, DaytonaError) and self._not_running()
+            return isinstance(exc, sdk.errors.DaytonaError) and self._not_running()
 
         try:
             return self.with_recovery(fn, gone=gone, again=lambda exc: translate(exc, doing, self.options))[0]
-        except DaytonaError as exc:
+        except sdk.errors.DaytonaError as exc:
             raise translate(exc, doing, self.options) from exc
 
     def fetch_file(self, full: str, limit: int) -> bytes:
@@ -340,8 +332,6 @@ class DaytonaEnvironment(ManagedSandboxEnvironment):
         """A file uploaded through the toolbox API to a staging path, then put in place by
         one ``process/execute`` (:func:`~envlayer.sandbox.files.write_from_staged`): the
         toolbox rewrites a file in place, so a reader could see half of it."""
-        import uuid
-
         from envlayer.sandbox.files import write_from_staged
         from envlayer_daytona import files
         from envlayer_daytona.stream import SPOOL
@@ -435,14 +425,12 @@ class DaytonaEnvironment(ManagedSandboxEnvironment):
 
     @classmethod
     def _sweep(cls, options: BaseOptions | None, doing: str, fn: Callable[[Any, DaytonaOptions], T]) -> T:
-        from daytona.common.errors import DaytonaError
-
         from envlayer_daytona.client import translate
 
         client, opts = cls._class_client(options)
         try:
             return fn(client, opts)
-        except DaytonaError as exc:
+        except sdk.errors.DaytonaError as exc:
             raise translate(exc, doing, opts) from exc
 
     @classmethod

@@ -1,7 +1,7 @@
 """The Daytona SDK client, and turning SDK failures into envlayer errors with a hint.
 
-The SDK (``daytona``, ~1 s to import) is imported here, inside functions, never at module
-level of anything the entry point loads. One ``Daytona`` client per
+The SDK (``daytona``, ~1 s to import) is read through :mod:`envlayer_daytona.sdk`, which
+imports it on first use. One ``Daytona`` client per
 :func:`client_identity` (API URL, target, and a digest of the credential, the
 organization and the ``.env`` files the SDK reads) is shared by every environment of
 the process; the credential itself comes only from where the SDK reads it
@@ -21,6 +21,7 @@ from envlayer.errors import BackendUnavailable
 from envlayer.sandbox import teardown_threads
 from envlayer.sandbox.client_identity import ClientIdentity, files_digest
 from envlayer.sandbox.retry import RETRYABLE_STATUSES, Transient, call_with_retries, retry_after_from_headers
+from envlayer_daytona import sdk
 from envlayer_daytona.options import DaytonaOptions
 
 log = logging.getLogger("envlayer.daytona")
@@ -66,9 +67,7 @@ def has_credential() -> bool:
     names = ("DAYTONA_API_KEY", "DAYTONA_JWT_TOKEN")
     if any(os.environ.get(name) for name in names):
         return True
-    from dotenv import dotenv_values  # a dependency of the SDK, cheap to import
-
-    return any(dotenv_values(path).get(name) for path in (".env.local", ".env") for name in names)
+    return any(sdk.dotenv.dotenv_values(path).get(name) for path in (".env.local", ".env") for name in names)
 
 
 def get_client(options: DaytonaOptions) -> Any:
@@ -85,10 +84,8 @@ def get_client(options: DaytonaOptions) -> Any:
     with _LOCK:
         client = _CLIENTS.get(key)
         if client is None:
-            from daytona import Daytona, DaytonaConfig
-
             try:
-                client = Daytona(DaytonaConfig(api_url=api_url(options), target=options.target))
+                client = sdk.daytona.Daytona(sdk.daytona.DaytonaConfig(api_url=api_url(options), target=options.target))
             except Exception as exc:
                 raise translate(exc, "connecting to Daytona", options) from exc
             _CLIENTS[key] = client
@@ -136,9 +133,7 @@ def classify(exc: BaseException) -> Transient | None:
     or 504 from Daytona, with the server's ``Retry-After``. The SDK keeps both on every error
     it translates from a response (``daytona/common/errors.py`` ``DaytonaError.status_code``
     and ``.headers``; 429 is ``DaytonaRateLimitError``). Anything else: None."""
-    from daytona.common.errors import DaytonaError
-
-    if not isinstance(exc, DaytonaError) or exc.status_code not in RETRYABLE_STATUSES:
+    if not isinstance(exc, sdk.errors.DaytonaError) or exc.status_code not in RETRYABLE_STATUSES:
         return None
     return Transient(f"HTTP {exc.status_code} ({exc.message[:120]})", retry_after_from_headers(exc.headers))
 
@@ -152,9 +147,8 @@ def retrying(fn: Callable[[], T], doing: str) -> T:
 
 def _transport_failure(exc: BaseException) -> bool:
     """True when ``exc`` was caused by the connection itself (refused, reset, DNS, TLS)."""
-    import urllib3.exceptions
-
-    transport = (ConnectionError, urllib3.exceptions.NewConnectionError, urllib3.exceptions.MaxRetryError)
+    errors = sdk.urllib3.exceptions
+    transport = (ConnectionError, errors.NewConnectionError, errors.MaxRetryError)
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
@@ -185,25 +179,17 @@ def _busy(status: int | None, text: str, doing: str) -> BackendUnavailable | Non
 def translate(exc: BaseException, doing: str, options: DaytonaOptions) -> BackendUnavailable:
     """The :class:`BackendUnavailable` for an SDK failure while ``doing`` something: what went
     wrong, and in the hint what to set or do about it."""
-    from daytona.common.errors import (
-        DaytonaAuthenticationError,
-        DaytonaConnectionError,
-        DaytonaError,
-        DaytonaForbiddenError,
-        DaytonaNotFoundError,
-    )
-
     status = getattr(exc, "status_code", None)
     text = getattr(exc, "message", None) or str(exc)
     where = api_url(options)
-    if isinstance(exc, DaytonaAuthenticationError) or status == 401:
+    if isinstance(exc, sdk.errors.DaytonaAuthenticationError) or status == 401:
         if "not found" in text.lower() or status is None:
             return BackendUnavailable(f"no Daytona credentials while {doing}", hint=KEY_HINT)
         return BackendUnavailable(
             f"Daytona at {where} refused the credentials while {doing}: {text}",
             hint="check DAYTONA_API_KEY (a key of this organization, not expired) and api_url / DAYTONA_API_URL",
         )
-    if isinstance(exc, DaytonaConnectionError) or _transport_failure(exc):
+    if isinstance(exc, sdk.errors.DaytonaConnectionError) or _transport_failure(exc):
         return BackendUnavailable(
             f"cannot reach the Daytona API at {where} while {doing}: {text}",
             hint="check the network and api_url / DAYTONA_API_URL",
@@ -212,7 +198,7 @@ def translate(exc: BaseException, doing: str, options: DaytonaOptions) -> Backen
     busy = _busy(status, text, doing)
     if busy is not None:
         return busy
-    if isinstance(exc, DaytonaForbiddenError) or status == 403:
+    if isinstance(exc, sdk.errors.DaytonaForbiddenError) or status == 403:
         if "quota" in lowered or "limit" in lowered or "exceeded" in lowered:
             return BackendUnavailable(
                 f"Daytona quota reached while {doing}: {text}",
@@ -222,7 +208,7 @@ def translate(exc: BaseException, doing: str, options: DaytonaOptions) -> Backen
         return BackendUnavailable(
             f"Daytona refused {doing}: {text}", hint="check the API key's permissions (sandboxes: write, delete)"
         )
-    if "snapshot" in lowered and ("not found" in lowered or isinstance(exc, DaytonaNotFoundError)):
+    if "snapshot" in lowered and ("not found" in lowered or isinstance(exc, sdk.errors.DaytonaNotFoundError)):
         return BackendUnavailable(
             f"Daytona has no snapshot {options.snapshot!r}: {text}",
             hint="create it (`daytona snapshot create`), fix `snapshot`, or set `image` instead",
@@ -232,7 +218,7 @@ def translate(exc: BaseException, doing: str, options: DaytonaOptions) -> Backen
             f"Daytona cannot build from image {options.image!r}: {text}",
             hint="check the image name and that the registry is reachable from Daytona, or use `snapshot`",
         )
-    if isinstance(exc, DaytonaError):
+    if isinstance(exc, sdk.errors.DaytonaError):
         return BackendUnavailable(
             f"Daytona failed while {doing}: {text}", hint="retry; if it persists, check the sandbox in the dashboard"
         )

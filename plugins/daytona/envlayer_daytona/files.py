@@ -37,6 +37,7 @@ from envlayer.errors import (
 )
 from envlayer.sandbox.archive import check_data, extract_data
 from envlayer.transfer import TransferSummary
+from envlayer_daytona import sdk
 from envlayer_daytona.stream import SPOOL
 
 PACK_TIMEOUT = 900
@@ -47,11 +48,9 @@ REMOVE_TIMEOUT = 60
 
 def _info(sandbox: Any, path: str) -> Any | None:
     """The toolbox's FileInfo for ``path``, or None when it does not exist."""
-    from daytona.common.errors import DaytonaNotFoundError
-
     try:
         return sandbox.fs.get_file_info(path)
-    except DaytonaNotFoundError:
+    except sdk.errors.DaytonaNotFoundError:
         return None
 
 
@@ -62,8 +61,6 @@ def _denied(exc: BaseException) -> bool:
 
 def read(sandbox: Any, path: str, limit: int) -> bytes:
     """The bytes of the file at absolute ``path`` (see the module docstring for errors)."""
-    from daytona.common.errors import DaytonaError, DaytonaNotFoundError
-
     info = _info(sandbox, path)
     if info is None:
         raise SandboxFileNotFound(path)
@@ -73,9 +70,9 @@ def read(sandbox: Any, path: str, limit: int) -> bytes:
         raise FileTooLarge(path, info.size, limit)
     try:
         data = sandbox.fs.download_file(path)
-    except DaytonaNotFoundError:
+    except sdk.errors.DaytonaNotFoundError:
         raise SandboxFileNotFound(path) from None
-    except DaytonaError as exc:
+    except sdk.errors.DaytonaError as exc:
         if _denied(exc):
             raise SandboxPermissionDenied(path, "read", str(exc)) from exc
         raise
@@ -86,13 +83,11 @@ def read(sandbox: Any, path: str, limit: int) -> bytes:
 
 def write(sandbox: Any, path: str, data: bytes) -> None:
     """Create or replace the file at absolute ``path``, creating missing parents."""
-    from daytona.common.errors import DaytonaError
-
     for attempt in (0, 1):
         try:
             sandbox.fs.upload_file(data, path)
             return
-        except DaytonaError as exc:
+        except sdk.errors.DaytonaError as exc:
             info = _info(sandbox, path)
             if info is not None and info.is_dir:
                 raise SandboxIsADirectory(path) from None

@@ -26,7 +26,7 @@ from envlayer.errors import BackendUnavailable, ImageBuildFailed, InvalidArgumen
 from envlayer.sandbox import recorded_options
 from envlayer.sandbox.dockerfile import resolve_build
 from envlayer.sandbox.retry import DEFAULT_POLICY
-from envlayer_daytona import identity
+from envlayer_daytona import identity, sdk
 from envlayer_daytona.client import retrying, translate
 from envlayer_daytona.options import DaytonaOptions
 
@@ -132,8 +132,6 @@ def build_spec(options: DaytonaOptions, *, profile: str, task: str) -> Spec:
 def create_params(options: DaytonaOptions, spec: Spec, from_snapshot: str | None = None) -> Any:
     """The SDK's create parameters for ``spec`` (from Daytona snapshot ``from_snapshot``, a
     fork, instead of the options' image or snapshot when set)."""
-    from daytona import CreateSandboxFromImageParams, CreateSandboxFromSnapshotParams, Resources
-
     common: dict[str, Any] = {
         "name": spec.name,
         "labels": dict(spec.labels),
@@ -143,15 +141,15 @@ def create_params(options: DaytonaOptions, spec: Spec, from_snapshot: str | None
         "os_user": options.user,
     }
     if from_snapshot is not None:
-        return CreateSandboxFromSnapshotParams(snapshot=from_snapshot, **common)
+        return sdk.daytona.CreateSandboxFromSnapshotParams(snapshot=from_snapshot, **common)
     if options.image is not None or options.dockerfile:
-        from daytona import Image
-
         sizes = {"cpu": options.cpu, "memory": options.memory_gib, "disk": options.disk_gib, "gpu": options.gpu}
-        resources = Resources(**{k: v for k, v in sizes.items() if v is not None}) if any(sizes.values()) else None
-        image = Image.from_dockerfile(options.dockerfile) if options.dockerfile else options.image
-        return CreateSandboxFromImageParams(image=image, resources=resources, **common)
-    return CreateSandboxFromSnapshotParams(snapshot=options.snapshot, **common)
+        resources = (
+            sdk.daytona.Resources(**{k: v for k, v in sizes.items() if v is not None}) if any(sizes.values()) else None
+        )
+        image = sdk.daytona.Image.from_dockerfile(options.dockerfile) if options.dockerfile else options.image
+        return sdk.daytona.CreateSandboxFromImageParams(image=image, resources=resources, **common)
+    return sdk.daytona.CreateSandboxFromSnapshotParams(snapshot=options.snapshot, **common)
 
 
 @dataclass
@@ -173,24 +171,22 @@ def ensure(client: Any, options: DaytonaOptions, spec: Spec, from_snapshot: str 
     from the snapshot.
 
     Raises :class:`BackendUnavailable` for every other failure, with a hint."""
-    from daytona.common.errors import DaytonaConflictError, DaytonaError, DaytonaNotFoundError, DaytonaTimeoutError
-
     lost = ""
     for _ in range(_ATTEMPTS):
         try:
             return Attached(_create(client, options, spec, from_snapshot), created=True, lost=lost)
-        except DaytonaConflictError:
+        except sdk.errors.DaytonaConflictError:
             if from_snapshot is not None:
                 raise _fork_target_taken(spec) from None
-        except DaytonaTimeoutError as exc:
+        except sdk.errors.DaytonaTimeoutError as exc:
             raise _create_timed_out(client, options, spec, exc) from exc
-        except DaytonaError as exc:
+        except sdk.errors.DaytonaError as exc:
             raise translate(exc, f"creating sandbox {spec.name}", options) from exc
         try:
             found = retrying(lambda: client.get(spec.name), f"looking up sandbox {spec.name}")
-        except DaytonaNotFoundError:
+        except sdk.errors.DaytonaNotFoundError:
             continue  # deleted between our create and get: try again
-        except DaytonaError as exc:
+        except sdk.errors.DaytonaError as exc:
             raise translate(exc, f"looking up sandbox {spec.name}", options) from exc
         attached = _adopt(found, options, spec)
         if isinstance(attached, Attached):
@@ -264,8 +260,6 @@ def _adopt(found: Any, options: DaytonaOptions, spec: Spec) -> Attached | str:
     """Attach to an existing sandbox of the same name, or delete it and return why (try
     again): the notice of its replacement (another fingerprint: see
     :func:`envlayer.sandbox.recorded_options.settle_mismatch`; a broken one: its data is lost)."""
-    from daytona.common.errors import DaytonaError
-
     labels = found.labels or {}
     if labels.get(identity.MANAGED) != "1" or labels.get(identity.TASK) != spec.task:
         raise BackendUnavailable(
@@ -289,7 +283,7 @@ def _adopt(found: Any, options: DaytonaOptions, spec: Spec) -> Attached | str:
             log.warning("%s; deleting and re-creating it", notice)
             remove(found, options)
             return notice
-    except DaytonaError as exc:
+    except sdk.errors.DaytonaError as exc:
         raise translate(exc, f"starting sandbox {spec.name}", options) from exc
     return Attached(found, started=done == START, recovered=done == RECOVER)
 
@@ -361,12 +355,10 @@ def revive(client: Any, options: DaytonaOptions, spec: Spec, sandbox: Any) -> tu
     """Bring back a sandbox a command found not running: wait, start, resume or recover it,
     or replace it when it is gone or broken. Returns (the sandbox now in use, what was done,
     for the result's ``recovered``). Raises :class:`BackendUnavailable` (with a hint)."""
-    from daytona.common.errors import DaytonaError
-
     try:
         state = state_of(sandbox)
         done = bring_up(sandbox, options, state)
-    except DaytonaError as exc:
+    except sdk.errors.DaytonaError as exc:
         raise translate(exc, f"bringing sandbox {spec.name} back", options) from exc
     if done != RECREATE:
         return sandbox, _REVIVED[done]
@@ -418,13 +410,11 @@ def after_transition(fn: Callable[[], T], sandbox: Any, options: DaytonaOptions,
     stopping, starting...: apps/api/src/sandbox/services/sandbox.service.ts ``start``,
     ``stop``, ``destroy``) once the change has ended, for up to ``create_timeout`` seconds;
     then the last 409 is raised. Throttling is retried too (:func:`retrying`)."""
-    from daytona.common.errors import DaytonaConflictError
-
     deadline = time.monotonic() + options.create_timeout
     while True:
         try:
             return retrying(fn, doing)
-        except DaytonaConflictError as exc:
+        except sdk.errors.DaytonaConflictError as exc:
             if time.monotonic() >= deadline:
                 raise
             log.info("%s: %s; waiting for the state change to end", doing, exc.message)
@@ -441,8 +431,6 @@ def remove(sandbox: Any, options: DaytonaOptions) -> None:
     """Delete ``sandbox`` and wait until Daytona says it is gone (a state change under way is
     waited for first: :func:`after_transition`); a sandbox that is already gone is fine.
     Raises the SDK's error when it could not be deleted."""
-    from daytona.common.errors import DaytonaNotFoundError
-
     try:
         after_transition(
             lambda: sandbox.delete(timeout=options.create_timeout, wait=True),
@@ -450,16 +438,14 @@ def remove(sandbox: Any, options: DaytonaOptions) -> None:
             options,
             f"deleting sandbox {sandbox.name}",
         )
-    except DaytonaNotFoundError:
+    except sdk.errors.DaytonaNotFoundError:
         pass
 
 
 def state_of(sandbox: Any) -> str:
     """The sandbox's current state, fetched from Daytona (``destroyed`` once it is gone)."""
-    from daytona.common.errors import DaytonaNotFoundError
-
     try:
         retrying(sandbox.refresh_data, "reading the sandbox's state")
-    except DaytonaNotFoundError:
+    except sdk.errors.DaytonaNotFoundError:
         return "destroyed"
     return _state(sandbox)

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from envlayer.errors import BackendUnavailable
 from envlayer.sandbox.tags import slug
 from envlayer.snapshot import Snapshot, apply_retention
+from envlayer_daytona import sdk
 
 if TYPE_CHECKING:
     from envlayer_daytona.options import DaytonaOptions
@@ -120,13 +121,11 @@ def list_all(client: Any, *, profile: str | None) -> list[Snapshot]:
 
 def remove(client: Any, snapshot_id: str) -> list[Snapshot]:
     """Delete snapshot ``snapshot_id``; [] when it is not one of envlayer's or is gone."""
-    from daytona.common.errors import DaytonaNotFoundError
-
     if not snapshot_id.startswith(PREFIX):
         return []
     try:
         found = client.snapshot.get(snapshot_id)
         client.snapshot.delete(found)
-    except DaytonaNotFoundError:
+    except sdk.errors.DaytonaNotFoundError:
         return []
     return [_from(found, profile="")]

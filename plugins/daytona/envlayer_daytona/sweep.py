@@ -17,9 +17,10 @@ from typing import Any
 
 from envlayer.environment import SandboxInfo
 from envlayer.errors import BackendUnavailable
-from envlayer_daytona import identity
-from envlayer_daytona.client import retrying
+from envlayer_daytona import identity, sdk
+from envlayer_daytona.client import retrying, translate
 from envlayer_daytona.options import DaytonaOptions
+from envlayer_daytona.sandbox import remove as remove_one
 
 log = logging.getLogger("envlayer.daytona.reaper")
 STALE_STATES = ("stopped", "archived", "error", "build_failed")
@@ -52,9 +53,7 @@ def info_from(sandbox: Any) -> SandboxInfo:
 
 def list_managed(client: Any, *, profile: str | None, task: str | None = None) -> list[Any]:
     """SDK sandboxes labelled as managed (of ``profile``/``task``; every profile when None)."""
-    from daytona import ListSandboxesQuery
-
-    query = ListSandboxesQuery(labels=identity.selector(profile=profile, task=task))
+    query = sdk.daytona.ListSandboxesQuery(labels=identity.selector(profile=profile, task=task))
     return retrying(lambda: list(client.list(query)), "listing sandboxes")
 
 
@@ -110,9 +109,6 @@ def remove(client: Any, *, profile: str, task: str, force: bool, options: Dayton
     each waited for until Daytona says it is gone (a state change under way, 409, is waited
     out: :func:`envlayer_daytona.sandbox.remove`). Returns what was removed; raises
     :class:`BackendUnavailable` naming every sandbox that is still there."""
-    from envlayer_daytona.client import translate
-    from envlayer_daytona.sandbox import remove as remove_one
-
     removed, failed, hint = [], [], ""
     for sandbox in list_managed(client, profile=profile, task=task):
         if not force and _state(sandbox) == "started":

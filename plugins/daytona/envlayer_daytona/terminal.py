@@ -15,17 +15,19 @@ import uuid
 from typing import Any
 
 from envlayer.sandbox.piped_output import PipedOutput
+from envlayer_daytona import sdk
 
 
 class DaytonaTerminal(PipedOutput):
     """A PTY session of ``sandbox`` in ``cwd`` with ``envs``, its output relayed through a pipe."""
 
     def __init__(self, sandbox: Any, cwd: str, envs: dict[str, str], rows: int, cols: int) -> None:
-        from daytona.common.pty import PtySize
-
-        self._size = PtySize
+        self._size = sdk.pty.PtySize
         self._handle = sandbox.process.create_pty_session(
-            id=f"envlayer-shell-{uuid.uuid4().hex[:12]}", cwd=cwd, envs=envs, pty_size=PtySize(rows=rows, cols=cols)
+            id=f"envlayer-shell-{uuid.uuid4().hex[:12]}",
+            cwd=cwd,
+            envs=envs,
+            pty_size=sdk.pty.PtySize(rows=rows, cols=cols),
         )
         super().__init__(self._handle, "envlayer-daytona-tty")
 

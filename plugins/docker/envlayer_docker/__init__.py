@@ -8,12 +8,8 @@ and retry once), ``container`` (create / attach / reuse), ``transport`` (an atta
 as a core ByteStream), ``runners`` (session, one-shot and helper commands, on the core's
 exec parts), ``oneshot`` (the one-shot wrapper), ``files`` (archives), ``reaper``
 (sweeps), ``teardown`` (background removal). ``backend`` is a thin front over them.
-Nothing here imports the Docker SDK at import time; ``sdk_import`` keeps the SDK's import
-from loading paramiko when no ``ssh://`` daemon is used.
+``sdk`` is the only module that imports the Docker SDK, on first use, and without
+paramiko when no ``ssh://`` daemon is used.
 """
 
-from envlayer_docker.sdk_import import defer_ssh_transport
-
 __version__ = "0.1.0"
-
-defer_ssh_transport()

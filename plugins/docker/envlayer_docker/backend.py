@@ -16,7 +16,9 @@ Lifecycle (details in docs/backends/docker.md):
   (never from command output) and re-created or restarted at most once per call, and
   only when the command had provably not started; a command is never run twice.
 
-Importing this module does not import the Docker SDK.
+Importing this module does not import the Docker SDK (read through :mod:`envlayer_docker.sdk`),
+nor the plugin's modules that only some calls need: the methods that use them import
+them, since ``envlayer backends`` and every CLI call import this class.
 """
 
 from __future__ import annotations
@@ -43,7 +45,8 @@ from envlayer.sandbox.managed import ManagedSandboxEnvironment
 from envlayer.sandbox.paths import confined_path
 from envlayer.snapshot import Snapshot
 from envlayer.transfer import TransferSummary
-from envlayer_docker import teardown
+from envlayer_docker import sdk, teardown
+from envlayer_docker.client import client_identity, get_client
 from envlayer_docker.errors import ContainerGone, translated
 from envlayer_docker.options import DockerOptions
 
@@ -73,12 +76,9 @@ class DockerEnvironment(ManagedSandboxEnvironment):
     def client_identity(cls, options: Any, environ: Mapping[str, str], cwd: str) -> ClientIdentity:
         """Whom a caller with ``options``, ``environ`` and ``cwd`` reaches, and as whom
         (see :mod:`envlayer.sandbox.client_identity`)."""
-        from envlayer_docker.client import client_identity
-
         return client_identity(options, environ)
 
     def open_sandbox(self) -> None:
-        from envlayer_docker.client import get_client
         from envlayer_docker.container import build_spec, refuse_other_options
         from envlayer_docker.image import prepared_options, warn_if_workspace_hides_image
 
@@ -487,8 +487,6 @@ class DockerEnvironment(ManagedSandboxEnvironment):
 
     @classmethod
     def _class_api(cls, options: DockerOptions | None) -> tuple[Any, DockerOptions]:
-        from envlayer_docker.client import get_client
-
         opts = options if isinstance(options, DockerOptions) else DockerOptions()
         return get_client(opts), opts
 
@@ -496,8 +494,6 @@ class DockerEnvironment(ManagedSandboxEnvironment):
     def check_available(cls, options: BaseOptions) -> None:
         """Raise :class:`BackendUnavailable` unless the daemon answers and the image is present
         (or, with ``dockerfile``, :class:`ConfigError` unless the Dockerfile and its context exist)."""
-        from docker.errors import ImageNotFound, NotFound
-
         from envlayer.sandbox.dockerfile import resolve_build
 
         api, opts = cls._class_api(options)  # type: ignore[arg-type]
@@ -507,7 +503,7 @@ class DockerEnvironment(ManagedSandboxEnvironment):
                 return  # built when an environment opens
             try:
                 api.inspect_image(opts.image)
-            except (ImageNotFound, NotFound):
+            except (sdk.errors.ImageNotFound, sdk.errors.NotFound):
                 if not opts.pull:
                     raise BackendUnavailable(
                         f"image {opts.image!r} is not present on the Docker daemon",

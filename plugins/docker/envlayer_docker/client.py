@@ -9,7 +9,7 @@ every environment of the process (it is thread-safe for our use, and sharing it 
 API version negotiation on every attach): the daemon address, and a digest of the TLS
 settings and files and of the registry credentials file (``DOCKER_CONFIG``), so callers
 of one broker with different daemons or credentials never share a client. The SDK is
-imported here, lazily, never at module level of anything the entry point loads.
+read through :mod:`envlayer_docker.sdk`, which imports it on first use.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from typing import Any
 from envlayer.discovery.install_hints import docker_start_hint
 from envlayer.errors import BackendUnavailable
 from envlayer.sandbox.client_identity import ClientIdentity, file_digest, files_digest
+from envlayer_docker import sdk
 from envlayer_docker.options import DockerOptions
 
 _CLIENTS: dict[tuple[ClientIdentity, float], Any] = {}
@@ -145,14 +146,11 @@ def get_client(options: DockerOptions) -> Any:
         client = _CLIENTS.get(key)
         if client is not None:
             return client
-        import docker
-        from docker.errors import DockerException
-
-        kwargs = docker.utils.kwargs_from_env()
+        kwargs = sdk.docker.utils.kwargs_from_env()
         kwargs["base_url"] = address
         try:
-            client = docker.APIClient(version="auto", timeout=options.api_timeout, **kwargs)
-        except (DockerException, OSError) as exc:
+            client = sdk.docker.APIClient(version="auto", timeout=options.api_timeout, **kwargs)
+        except (sdk.errors.DockerException, OSError) as exc:
             raise unavailable(exc, options) from exc
         _CLIENTS[key] = client
         return client

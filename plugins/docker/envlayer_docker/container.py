@@ -34,7 +34,7 @@ from envlayer.sandbox import recorded_options
 from envlayer.sandbox.owner import owner_label
 from envlayer_docker import gpus as gpu_request
 from envlayer_docker import labels as L
-from envlayer_docker import ownership, workspace
+from envlayer_docker import ownership, sdk, workspace
 from envlayer_docker.keepalive import KEEPALIVE
 from envlayer_docker.naming import container_name, private_name
 from envlayer_docker.options import DockerOptions, parse_volume
@@ -126,11 +126,9 @@ def entrypoint_kept(api: Any, options: DockerOptions) -> tuple[bool, bool]:
     :class:`BackendUnavailable` when the image is missing and may not be pulled."""
     if options.image_entrypoint == "replace":
         return False, False
-    from docker.errors import ImageNotFound, NotFound
-
     try:
         info = api.inspect_image(options.image)
-    except (ImageNotFound, NotFound):
+    except (sdk.errors.ImageNotFound, sdk.errors.NotFound):
         _ensure_image(api, options)
         info = api.inspect_image(options.image)
     entry = (info.get("Config") or {}).get("Entrypoint") or []
@@ -142,10 +140,8 @@ def entrypoint_kept(api: Any, options: DockerOptions) -> tuple[bool, bool]:
 def _mount(source: str, target: str, *, read_only: bool = False) -> dict[str, Any]:
     """A ``Mounts`` entry: a bind for an absolute ``source`` (the daemon refuses a missing
     one instead of creating it), else a named volume."""
-    from docker.types import Mount
-
     kind = "bind" if source.startswith("/") else "volume"
-    return Mount(target, source, type=kind, read_only=read_only)
+    return sdk.types.Mount(target, source, type=kind, read_only=read_only)
 
 
 def owned_dirs(options: DockerOptions, data: list[workspace.DataMount], *, user_mounts: set[str]) -> list[str]:
@@ -290,24 +286,20 @@ def _attached(info: dict[str, Any], created: bool, replaced: str = "") -> Attach
 
 def _remove(api: Any, ident: str) -> None:
     """Force-remove, treating "already gone" and "removal in progress" as success."""
-    from docker.errors import APIError, NotFound
-
     try:
         api.remove_container(ident, force=True)
-    except NotFound:
+    except sdk.errors.NotFound:
         pass
-    except APIError as exc:
+    except sdk.errors.APIError as exc:
         if exc.status_code != 409:
             raise
 
 
 def _ensure_image(api: Any, options: DockerOptions) -> None:
-    from docker.errors import APIError, ImageNotFound, NotFound
-
     try:
         api.inspect_image(options.image)
         return
-    except (ImageNotFound, NotFound):
+    except (sdk.errors.ImageNotFound, sdk.errors.NotFound):
         if not options.pull:
             raise BackendUnavailable(
                 f"image {options.image!r} is not present on the Docker daemon (envlayer never pulls unless asked)",
@@ -316,7 +308,7 @@ def _ensure_image(api: Any, options: DockerOptions) -> None:
             ) from None
     try:
         api.pull(options.image)
-    except APIError as exc:
+    except sdk.errors.APIError as exc:
         raise BackendUnavailable(
             f"pulling image {options.image!r} failed: {exc.explanation or exc}",
             hint="check the image name and that the registry is reachable, or build the image locally",
@@ -360,17 +352,15 @@ def _create(api: Any, spec: ContainerSpec, options: DockerOptions) -> dict[str, 
     user (``user``, else the image's). Returns its inspection, or ``None`` when the name
     is already taken (another process won the race). A container that was created but
     cannot start, or whose user the image lacks, is removed before the error propagates."""
-    from docker.errors import APIError, ImageNotFound
-
     workspace.ensure(api, spec.data, profile=spec.profile, task=spec.task)
     try:
         cid = api.create_container(
             spec.image, name=spec.name, labels=spec.labels, host_config=spec.host_config, detach=True, **spec.config
         )["Id"]
-    except ImageNotFound:
+    except sdk.errors.ImageNotFound:
         _ensure_image(api, options)
         return _create(api, spec, options)
-    except APIError as exc:
+    except sdk.errors.APIError as exc:
         if exc.status_code == 409:
             return None
         _refuse_missing_bind_source(exc)
@@ -390,7 +380,7 @@ def _create(api: Any, spec: ContainerSpec, options: DockerOptions) -> dict[str, 
         with contextlib.suppress(Exception):
             _remove(api, cid)
         hinted = None
-        if isinstance(exc, APIError):
+        if isinstance(exc, sdk.errors.APIError):
             hinted = (
                 limit_failure(exc, options)
                 or gpu_request.no_gpu_runtime(exc, options.gpus)
@@ -432,14 +422,12 @@ def refuse_other_options(api: Any, options: DockerOptions, *, profile: str, task
     persist-mode container exists with other recorded options: called when its spec
     cannot be built (its image is missing), so a call whose defaults differ from the
     task's options learns them instead of failing on an image it would not use."""
-    from docker.errors import NotFound
-
     if options.on_fingerprint_mismatch != "error" or not options.persist_across_processes:
         return
     name = container_name(profile, task)
     try:
         found = (api.inspect_container(name).get("Config") or {}).get("Labels") or {}
-    except NotFound:
+    except sdk.errors.NotFound:
         return
     stored = found.get(L.OPTIONS)
     requested = recorded_options.record_of(options, SHAPING_OPTIONS)
@@ -456,14 +444,12 @@ def ensure(api: Any, spec: ContainerSpec, options: DockerOptions) -> Attached:
     the name, a fingerprint mismatch with ``on_fingerprint_mismatch = "error"``, or a
     race that does not settle) and docker-py errors for unexpected API failures.
     """
-    from docker.errors import APIError, NotFound
-
     restarted_once = False
     replaced = ""
     for _ in range(_MAX_ATTEMPTS):
         try:
             info = api.inspect_container(spec.name)
-        except NotFound:
+        except sdk.errors.NotFound:
             created = finish_then_interrupt(
                 lambda: _create(api, spec, options),
                 undo=lambda made: made and _remove(api, made["Id"]),
@@ -489,9 +475,9 @@ def ensure(api: Any, spec: ContainerSpec, options: DockerOptions) -> Attached:
             try:
                 api.start(info["Id"])
                 return _attached(api.inspect_container(info["Id"]), created=False)
-            except NotFound:
+            except sdk.errors.NotFound:
                 continue
-            except APIError:
+            except sdk.errors.APIError:
                 _remove(api, info["Id"])  # cannot start: replace it with a fresh one
                 continue
         if status == "removing":

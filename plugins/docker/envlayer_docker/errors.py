@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from envlayer.errors import BackendUnavailable, EnvlayerError
+from envlayer_docker import sdk
 from envlayer_docker.client import unavailable
 from envlayer_docker.options import DockerOptions
 
@@ -47,8 +48,7 @@ Rule = tuple[Callable[[BaseException], bool], Callable[[BaseException, str, Dock
 
 
 def _rules() -> list[Rule]:
-    import requests
-    from docker.errors import APIError, DockerException
+    api_error, request_error = sdk.errors.APIError, sdk.requests.exceptions.RequestException
 
     def refused(exc: BaseException, doing: str, options: DockerOptions, during: bool) -> Exception:
         if during:
@@ -62,12 +62,9 @@ def _rules() -> list[Rule]:
         return _lost(exc, doing, options) if during else unavailable(exc, options)
 
     return [
-        (lambda e: isinstance(e, APIError) and _is_gone(e), lambda e, d, o, w: ContainerGone(_explanation(e))),
-        (lambda e: isinstance(e, APIError), refused),
-        (
-            lambda e: isinstance(e, DockerException | requests.exceptions.RequestException | ConnectionError),
-            unreachable,
-        ),
+        (lambda e: isinstance(e, api_error) and _is_gone(e), lambda e, d, o, w: ContainerGone(_explanation(e))),
+        (lambda e: isinstance(e, api_error), refused),
+        (lambda e: isinstance(e, sdk.errors.DockerException | request_error | ConnectionError), unreachable),
     ]
 
 

@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 from envlayer.errors import BackendUnavailable
+from envlayer_docker.listing import parse_docker_time
 
 LOG_LINES = 10
 QUICK_EXIT_SECONDS = 10.0
@@ -35,8 +36,6 @@ def exited_container_error(api: Any, container_id: str, task_id: str) -> Backend
     it started (waiting up to :data:`STOPPING_WAIT_SECONDS` for a young one that still
     runs); None otherwise, or when it cannot be inspected (then the caller's own error
     stands)."""
-    from envlayer_docker.listing import parse_docker_time
-
     try:
         state = api.inspect_container(container_id).get("State") or {}
         started = parse_docker_time(state.get("StartedAt"))

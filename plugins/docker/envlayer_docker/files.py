@@ -37,6 +37,7 @@ from envlayer.errors import (
 from envlayer.sandbox.archive import pack_dir, safe_extract, tar_summary
 from envlayer.sandbox.files import DENIED
 from envlayer.transfer import TransferSummary
+from envlayer_docker import sdk
 from envlayer_docker.errors import ContainerGone
 
 _GO_DIR = 1 << 31
@@ -164,15 +165,13 @@ class FileTransfer:
                 raise FileTooLarge(remote, len(out), limit)
             payload, strip = out, False
         else:
-            from docker.errors import NotFound
-
             real, st = self._resolve(remote)
             if not st.is_dir:
                 raise NotADirectoryError(f"not a directory in the container: {remote!r}")
             try:
                 chunks, _ = self.api.get_archive(self.container_id, real)
                 payload = _bounded(chunks, limit, remote)
-            except NotFound as exc:
+            except sdk.errors.NotFound as exc:
                 raise _gone_or_missing(exc, remote) from None
             strip = True
         os.makedirs(local, exist_ok=True)

@@ -21,6 +21,8 @@ from typing import Any
 
 from envlayer.errors import ImageBuildFailed
 from envlayer.sandbox.dockerfile import DockerfileBuild, resolve_build
+from envlayer_docker import sdk
+from envlayer_docker.container import _ensure_image
 from envlayer_docker.options import DockerOptions
 
 log = logging.getLogger("envlayer.docker")
@@ -52,13 +54,11 @@ def prepared_options(api: Any, options: DockerOptions) -> DockerOptions:
 
 def ensure_built(api: Any, build: DockerfileBuild) -> None:
     """Build ``build.tag`` on the daemon unless an image with that tag exists."""
-    from docker.errors import APIError, ImageNotFound, NotFound
-
     try:
         api.inspect_image(build.tag)
         log.debug("reusing image %s built from %s", build.tag, build.dockerfile)
         return
-    except (ImageNotFound, NotFound):
+    except (sdk.errors.ImageNotFound, sdk.errors.NotFound):
         pass
     log.info("building image %s from %s (context %s)", build.tag, build.dockerfile, build.context)
     tail: collections.deque[str] = collections.deque(maxlen=_LOG_LINES)
@@ -75,7 +75,7 @@ def ensure_built(api: Any, build: DockerfileBuild) -> None:
             if "error" in chunk:
                 raise _failed(build, str(chunk["error"]).strip(), tail)
             tail.extend(line for line in str(chunk.get("stream", "")).splitlines() if line.strip())
-    except APIError as exc:
+    except sdk.errors.APIError as exc:
         raise _failed(build, str(exc.explanation or exc), tail) from exc
 
 
@@ -93,13 +93,9 @@ def image_workdir(api: Any, options: DockerOptions) -> str:
     and a durable workspace cannot live there: then ``cwd`` stays ``/workspace``, said in
     the log). A missing image is pulled first when ``pull`` is set, else
     :class:`BackendUnavailable` (the same error creating the container gives)."""
-    from docker.errors import ImageNotFound, NotFound
-
-    from envlayer_docker.container import _ensure_image
-
     try:
         info = api.inspect_image(options.image)
-    except (ImageNotFound, NotFound):
+    except (sdk.errors.ImageNotFound, sdk.errors.NotFound):
         _ensure_image(api, options)
         info = api.inspect_image(options.image)
     workdir = str((info.get("Config") or {}).get("WorkingDir") or "")
@@ -118,14 +114,12 @@ def warn_if_workspace_hides_image(api: Any, workdir: str, data: list[Any], image
     """Say so (WARNING) when the task's durable workspace volume sits at ``workdir`` (the
     image's ``WORKDIR``) and is older than ``image``: Docker filled the volume from an older
     image once, and it now hides what the newer image put in that directory."""
-    from docker.errors import NotFound
-
     for mount in data:
         if mount.storage != "volume" or mount.target != workdir:
             continue
         try:
             volume_created = _when(api.inspect_volume(mount.source).get("CreatedAt"))
-        except NotFound:
+        except sdk.errors.NotFound:
             return
         image_created = _when(api.inspect_image(image).get("Created"))
         # the daemon gives volumes whole seconds: an image of the same second is not newer

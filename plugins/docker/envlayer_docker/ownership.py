@@ -29,6 +29,8 @@ import time
 from typing import Any
 
 from envlayer.errors import ConfigError
+from envlayer_docker import sdk
+from envlayer_docker.files import FileTransfer
 
 _GO_SETGID = 1 << 22
 _GO_STICKY = 1 << 20
@@ -37,12 +39,10 @@ _GO_STICKY = 1 << 20
 def _read_image_file(api: Any, container_id: str, path: str) -> str:
     """The text of ``path`` in the container, following up to 4 symlinks ('' when it is
     missing or not a regular file)."""
-    from docker.errors import NotFound
-
     for _ in range(5):
         try:
             stream, _ = api.get_archive(container_id, path)
-        except NotFound:
+        except sdk.errors.NotFound:
             return ""
         with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as archive:
             member = archive.next()
@@ -113,8 +113,6 @@ def resolve_ids(api: Any, container_id: str, user: str, image: str) -> tuple[int
 
 def _mode_of(api: Any, container_id: str, path: str) -> int:
     """Permission bits of ``path`` in the container (``HEAD .../archive``), 0o755 when unknown."""
-    from envlayer_docker.files import FileTransfer
-
     stat = FileTransfer(api, container_id, tmpfs_paths=[], owner=(0, 0), helper=_no_helper).stat(path)
     if stat is None:
         return 0o755

@@ -34,9 +34,12 @@ from typing import Any
 from envlayer.environment import SandboxInfo
 from envlayer.execution.shell_script import SESSION_VAR
 from envlayer.sandbox.idle_check import idle_check_script, is_whole_verdict, parse_idle_check
+from envlayer.sandbox.owner import owner_is_dead
 from envlayer_docker import labels as L
+from envlayer_docker import sdk
 from envlayer_docker.listing import STALE_STATES, list_managed, parse_docker_time
 from envlayer_docker.oneshot import LEASE_PATH
+from envlayer_docker.retention import note_last_use, reap_workspaces
 
 log = logging.getLogger("envlayer.docker.reaper")
 _WORKERS = 8
@@ -92,8 +95,6 @@ def reap(
     removed (or, with ``dry_run``, what would be). With ``options``, a removed container's
     durable data gets a last-use record (its finish time; see :mod:`envlayer_docker.retention`).
     Raises only when listing fails."""
-    from docker.errors import APIError, NotFound
-
     now = time.time() if now is None else now
     candidates = list_managed(api, profile=profile, states=STALE_STATES)
 
@@ -111,9 +112,9 @@ def reap(
                 _note_use(api, options, summary, ref)
                 api.remove_container(summary["Id"], v=True)
             return result
-        except NotFound:
+        except sdk.errors.NotFound:
             return None
-        except APIError as exc:
+        except sdk.errors.APIError as exc:
             log.warning("reaper: skipping %s: %s", summary["Id"][:12], exc.explanation or exc)
             return None
         except Exception as exc:
@@ -127,8 +128,6 @@ def reap_dead_owners(api: Any, *, profile: str, dry_run: bool) -> list[SandboxIn
     """Remove this profile's RUNNING private containers (``envlayer.persist=0``) whose
     owning process, on this host, is gone (see :mod:`envlayer.sandbox.owner`). Nobody else
     can attach to a private container, so such a container is an orphan whatever its age."""
-    from envlayer.sandbox.owner import owner_is_dead
-
     running = api.containers(
         all=True, filters={"label": [*L.filters(profile=profile), f"{L.PERSIST}=0"], "status": ["running"]}
     )
@@ -147,8 +146,6 @@ def _note_use(api: Any, options: Any, summary: dict[str, Any], when: float) -> N
     labels = summary.get("Labels") or {}
     if options is None or labels.get(L.PERSIST) != "1":
         return
-    from envlayer_docker.retention import note_last_use
-
     note_last_use(api, options, profile=labels.get(L.PROFILE, ""), task=L.task_id_of(labels), when=when)
 
 
@@ -235,8 +232,6 @@ def sweep(api: Any, options: Any, *, profile: str, max_age: float, dry_run: bool
             options=options,
         )
     if options.workspace_retention is not None:
-        from envlayer_docker.retention import reap_workspaces
-
         removed += reap_workspaces(
             api, options, profile=profile, retention=options.workspace_retention, dry_run=dry_run
         )
@@ -247,8 +242,6 @@ def remove_task(api: Any, *, profile: str, task: str, force: bool, options: Any 
     """``remove_sandbox``: the containers of (profile, task); running ones only with
     ``force``; with ``options``, the data's last use is recorded (now) first. One that
     cannot be removed is logged and skipped. Returns what was removed."""
-    from docker.errors import APIError, NotFound
-
     removed = []
     for summary in list_managed(api, profile=profile, task=task):
         if summary.get("State") == "running" and not force:
@@ -256,9 +249,9 @@ def remove_task(api: Any, *, profile: str, task: str, force: bool, options: Any 
         _note_use(api, options, summary, time.time())
         try:
             api.remove_container(summary["Id"], force=force, v=True)
-        except NotFound:
+        except sdk.errors.NotFound:
             continue
-        except APIError as exc:
+        except sdk.errors.APIError as exc:
             log.warning("could not remove %s: %s", summary["Id"][:12], exc.explanation or exc)
             continue
         removed.append(info_from(summary))

@@ -33,7 +33,7 @@ from typing import Any
 from envlayer.environment import SandboxInfo
 from envlayer.sandbox.retry import RetryPolicy, Transient, call_with_retries
 from envlayer_docker import labels as L
-from envlayer_docker import workspace
+from envlayer_docker import sdk, workspace
 from envlayer_docker.listing import STALE_STATES, list_managed, parse_docker_time
 from envlayer_docker.naming import container_name
 from envlayer_docker.options import DockerOptions
@@ -48,13 +48,11 @@ def _container_last_use(summary: dict[str, Any], api: Any) -> float | None:
     """When a container was last used: :data:`IN_USE` unless it is stopped; else its
     finish time (creation time when it never started); None when unknown; 0 for one
     removed meanwhile (it does not count: the record its remover left does)."""
-    from docker.errors import NotFound
-
     if summary.get("State") not in STALE_STATES:
         return IN_USE
     try:
         info = api.inspect_container(summary["Id"])
-    except NotFound:
+    except sdk.errors.NotFound:
         return 0.0
     state = info.get("State") or {}
     if state.get("Status") not in STALE_STATES:

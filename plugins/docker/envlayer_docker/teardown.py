@@ -10,6 +10,8 @@ import logging
 import time
 from typing import Any
 
+from envlayer_docker import sdk
+
 log = logging.getLogger("envlayer.docker.teardown")
 
 REMOVAL_WAIT = 30.0
@@ -19,19 +21,17 @@ REMOVAL_WAIT = 30.0
 def stop_and_remove(api: Any, container_id: str, stop_timeout: float) -> None:
     """Stop ``container_id`` (``stop_timeout`` seconds of grace) and remove it; a container
     already gone is fine, a failure is logged. Never raises."""
-    from docker.errors import APIError, NotFound
-
     try:
         api.stop(container_id, timeout=int(max(stop_timeout, 0)))
-    except NotFound:
+    except sdk.errors.NotFound:
         return
     except Exception as exc:
         log.debug("stop %s: %r", container_id[:12], exc)
     try:
         api.remove_container(container_id, force=True, v=True)
-    except NotFound:
+    except sdk.errors.NotFound:
         pass
-    except APIError as exc:
+    except sdk.errors.APIError as exc:
         if exc.status_code == 409:  # removal already in progress elsewhere: gone when we return
             _wait_until_gone(api, container_id)
         else:
@@ -41,13 +41,11 @@ def stop_and_remove(api: Any, container_id: str, stop_timeout: float) -> None:
 
 
 def _wait_until_gone(api: Any, container_id: str, timeout: float = REMOVAL_WAIT) -> None:
-    from docker.errors import NotFound
-
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
             api.inspect_container(container_id)
-        except NotFound:
+        except sdk.errors.NotFound:
             return
         time.sleep(0.05)
     log.warning("container %s still there %.0f s after another removal began", container_id[:12], timeout)

@@ -21,6 +21,7 @@ from typing import Any
 
 from envlayer.errors import BackendUnavailable
 from envlayer.execution.streams import Chunks
+from envlayer_docker import sdk
 from envlayer_docker.errors import translated
 from envlayer_docker.options import DockerOptions
 
@@ -161,15 +162,13 @@ class AttachStream:
         container is gone or stopped (OOM, ``docker rm -f``, ``docker stop``): the command
         may have partly run; it is not re-run.
         """
-        from docker.errors import NotFound
-
         doing = "a command ran in the container"
         end = time.monotonic() + wait
         with translated(doing, self.options, during_command=True):
             while True:
                 try:
                     info = self.api.exec_inspect(self.exec_id)
-                except NotFound:  # the exec went with its container; the state check says so
+                except sdk.errors.NotFound:  # the exec went with its container; the state check says so
                     info = {"Running": False, "ExitCode": None}
                 if not info.get("Running"):
                     code = info.get("ExitCode")
@@ -206,13 +205,11 @@ def check_container_running(api: Any, container: Any, *, settle: bool) -> None:
     With ``settle`` (the process died from a signal), watch for up to a second: the daemon
     marks a killed container as exited only after its processes died. Daemon errors
     propagate (the caller translates them)."""
-    from docker.errors import NotFound
-
     end = time.monotonic() + (1.0 if settle else 0.0)
     while True:
         try:
             state = api.inspect_container(container.id).get("State") or {}
-        except NotFound:
+        except sdk.errors.NotFound:
             state = {"Status": "removed"}
         if state.get("Status") != "running" or time.monotonic() >= end:
             break

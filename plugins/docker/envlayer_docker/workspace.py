@@ -34,7 +34,7 @@ from typing import Any, Literal
 
 from envlayer.environment import SandboxInfo
 from envlayer.errors import ConfigError
-from envlayer_docker import cow
+from envlayer_docker import cow, sdk
 from envlayer_docker import labels as L
 from envlayer_docker.naming import container_name
 from envlayer_docker.options import DockerOptions
@@ -196,8 +196,6 @@ def remove(api: Any, options: DockerOptions, *, profile: str, task: str) -> list
     """Delete the durable data of (profile, task), with its last-use records. A volume
     still used by a container is refused by the daemon: it is logged and kept. Returns
     what was removed (records not listed)."""
-    from docker.errors import APIError, NotFound
-
     removed = []
     for info in list_data(api, options, profile=profile, task=task, records=True):
         try:
@@ -205,9 +203,9 @@ def remove(api: Any, options: DockerOptions, *, profile: str, task: str) -> list
                 cow.remove_fork_volume(api, info.id)
             else:
                 shutil.rmtree(info.detail["name"])
-        except NotFound:
+        except sdk.errors.NotFound:
             continue
-        except (APIError, OSError) as exc:
+        except (sdk.errors.APIError, OSError) as exc:
             log.warning("could not remove data %s: %s", info.id, getattr(exc, "explanation", None) or exc)
             continue
         if info.detail["data"] != RECORD:

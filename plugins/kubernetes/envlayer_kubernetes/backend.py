@@ -20,7 +20,9 @@ Lifecycle (details in docs/backends/kubernetes.md):
   command output) and re-created at most once per call, only when the command provably
   did not start; a command is never run twice.
 
-Importing this module does not import the ``kubernetes`` client.
+Importing this module does not import the ``kubernetes`` client (read through
+:mod:`envlayer_kubernetes.sdk`), nor the plugin's modules that only some calls need: the methods that use them import
+them, since ``envlayer backends`` and every CLI call import this class.
 """
 
 from __future__ import annotations

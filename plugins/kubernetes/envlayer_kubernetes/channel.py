@@ -22,7 +22,7 @@ from typing import Any
 
 from envlayer.errors import BackendUnavailable
 from envlayer.sandbox.retry import call_with_retries
-from envlayer_kubernetes import naming
+from envlayer_kubernetes import naming, sdk
 from envlayer_kubernetes.client import Cluster, log, message_of, transient, unavailable
 from envlayer_kubernetes.handshake import HandshakeRefused, open_exec_websocket
 from envlayer_kubernetes.keepalive import ANSWER_WITHIN, PING_EVERY, Keepalive
@@ -76,8 +76,6 @@ class ExecChannel:
         :mod:`envlayer_kubernetes.handshake`). A handshake the API server answered 429 or
         502/503/504 is retried (the command provably did not start). Raises
         :class:`NotStarted` or :class:`BackendUnavailable`."""
-        from websocket import WebSocketException, WebSocketTimeoutException
-
         query = [
             ("command", argv),
             ("container", naming.CONTAINER),
@@ -98,9 +96,9 @@ class ExecChannel:
             if exc.status in (400, 404):
                 raise NotStarted(f"{exc.status}: {message_of(exc)}") from exc
             raise unavailable(exc, cluster, doing) from exc
-        except (WebSocketTimeoutException, TimeoutError) as exc:
+        except (sdk.websocket.WebSocketTimeoutException, TimeoutError) as exc:
             raise unavailable(exc, cluster, f"{doing} (no answer to the exec handshake in {timeout:.0f} s)") from exc
-        except (WebSocketException, OSError) as exc:
+        except (sdk.websocket.WebSocketException, OSError) as exc:
             raise unavailable(exc, cluster, doing) from exc
         cluster.protocol = ws.subprotocol
         return cls(ws, cluster, pod, timeout=timeout)
@@ -108,23 +106,19 @@ class ExecChannel:
     def write(self, data: bytes) -> None:
         """Write ``data`` to the process's stdin (in frames of at most 256 KiB). Raises
         ``OSError`` when the stream is closed or broken."""
-        from websocket import ABNF, WebSocketException
-
         if self.closed:
             raise BrokenPipeError("the exec stream is closed")
         try:
             for i in range(0, len(data), STDIN_CHUNK):
-                self.sock.send(b"\x00" + data[i : i + STDIN_CHUNK], opcode=ABNF.OPCODE_BINARY)
-        except WebSocketException as exc:
+                self.sock.send(b"\x00" + data[i : i + STDIN_CHUNK], opcode=sdk.websocket.ABNF.OPCODE_BINARY)
+        except sdk.websocket.WebSocketException as exc:
             raise BrokenPipeError(str(exc)) from exc
 
     def close_stdin(self) -> bool:
         """Close the process's stdin (v5); False under v4, which cannot."""
         if not self.v5:
             return False
-        from websocket import ABNF
-
-        self.sock.send(bytes([CLOSE, STDIN]), opcode=ABNF.OPCODE_BINARY)
+        self.sock.send(bytes([CLOSE, STDIN]), opcode=sdk.websocket.ABNF.OPCODE_BINARY)
         return True
 
     def _readable(self, wait: float | None) -> bool:
@@ -177,20 +171,18 @@ class ExecChannel:
     def _receive(self, chunks: list[tuple[str, bytes]]) -> None:
         """Read one frame: output appended to ``chunks``, the status kept, a pong given
         to the keepalive; a close or a broken transport sets :attr:`closed`."""
-        from websocket import ABNF, WebSocketException
-
         try:
             opcode, frame = self.sock.recv_data_frame(True)
-        except (WebSocketException, OSError):
+        except (sdk.websocket.WebSocketException, OSError):
             self.closed = True
             return
         self.last_heard = time.monotonic()
-        if opcode == ABNF.OPCODE_CLOSE:
+        if opcode == sdk.websocket.ABNF.OPCODE_CLOSE:
             self.closed = True
             return
-        if opcode == ABNF.OPCODE_PONG and self.keepalive is not None:
+        if opcode == sdk.websocket.ABNF.OPCODE_PONG and self.keepalive is not None:
             self.keepalive.heard_pong(bytes(frame.data or b""))
-        if opcode not in (ABNF.OPCODE_BINARY, ABNF.OPCODE_TEXT) or not frame.data:
+        if opcode not in (sdk.websocket.ABNF.OPCODE_BINARY, sdk.websocket.ABNF.OPCODE_TEXT) or not frame.data:
             return
         data = frame.data if isinstance(frame.data, bytes) else frame.data.encode()
         channel, payload = data[0], data[1:]

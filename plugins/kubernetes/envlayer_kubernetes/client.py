@@ -1,6 +1,6 @@
 """Connecting to the cluster: kubeconfig or in-cluster config, the API handle, error mapping.
 
-The ``kubernetes`` client is imported here, inside functions, never at module level.
+The ``kubernetes`` client is read through :mod:`envlayer_kubernetes.sdk` (imported on first use).
 One :class:`Cluster` per :func:`client_identity` (config source, kubeconfig files and a
 digest of their content, context, namespace; in a pod, the service account's token) is
 kept per process, so callers of one broker with different clusters or users never share
@@ -9,8 +9,10 @@ one, and dropped in a forked child (the urllib3 pool must not be shared across `
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import ssl
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -19,6 +21,7 @@ from typing import Any, TypeVar
 from envlayer.errors import BackendUnavailable
 from envlayer.sandbox.client_identity import ClientIdentity, file_digest, files_digest
 from envlayer.sandbox.retry import RETRYABLE_STATUSES, Transient, call_with_retries, retry_after_from_headers
+from envlayer_kubernetes import kubeconfig, sdk
 from envlayer_kubernetes.options import KubernetesOptions
 
 T = TypeVar("T")
@@ -50,11 +53,9 @@ def _kubeconfig_paths(opts: KubernetesOptions, environ: Mapping[str, str]) -> li
     """The kubeconfig files to merge: the ``kubeconfig`` option (one file, even when it
     does not exist, so the error names it), else every existing file of ``$KUBECONFIG``,
     else ``~/.kube/config`` if it exists."""
-    from envlayer_kubernetes.kubeconfig import split_paths
-
     if opts.kubeconfig:
         return [os.path.expanduser(opts.kubeconfig)]
-    listed = split_paths(environ.get("KUBECONFIG", ""))
+    listed = kubeconfig.split_paths(environ.get("KUBECONFIG", ""))
     if listed:
         return listed
     default = os.path.join(environ.get("HOME") or os.path.expanduser("~"), ".kube", "config")
@@ -85,16 +86,11 @@ def _source(opts: KubernetesOptions, environ: Mapping[str, str] | None = None) -
 
 
 def _build(opts: KubernetesOptions, source: str, path: str | None) -> Cluster:
-    from kubernetes import client, config
-    from kubernetes.config.config_exception import ConfigException
-
-    from envlayer_kubernetes import kubeconfig
-
     try:
         if source == "in_cluster":
-            configuration = client.Configuration()
-            config.load_incluster_config(client_configuration=configuration)
-            api_client = client.ApiClient(configuration)
+            configuration = sdk.client.Configuration()
+            sdk.config.load_incluster_config(client_configuration=configuration)
+            api_client = sdk.client.ApiClient(configuration)
             namespace = opts.namespace or _read(SA_NAMESPACE) or "default"
             where = "in-cluster service account"
         else:
@@ -102,12 +98,12 @@ def _build(opts: KubernetesOptions, source: str, path: str | None) -> Cluster:
             api_client = loaded.api_client
             namespace = opts.namespace or (loaded.context.get("context") or {}).get("namespace") or "default"
             where = f"kubeconfig {path} context {loaded.context.get('name', '?')}"
-    except (ConfigException, OSError, ValueError, TypeError, KeyError) as exc:
+    except (sdk.config_exception.ConfigException, OSError, ValueError, TypeError, KeyError) as exc:
         raise BackendUnavailable(
             f"cannot load the Kubernetes configuration ({source}{' ' + path if path else ''}): {exc}",
             hint="check the kubeconfig file and the context name (`kubectl config get-contexts`)",
         ) from exc
-    return Cluster(core=client.CoreV1Api(api_client), namespace=namespace, where=where)
+    return Cluster(core=sdk.client.CoreV1Api(api_client), namespace=namespace, where=where)
 
 
 def _read(path: str) -> str | None:
@@ -153,8 +149,6 @@ def status_of(exc: BaseException) -> int:
 
 def message_of(exc: BaseException) -> str:
     """The API server's message from an ``ApiException`` body, else ``str(exc)``."""
-    import json
-
     body = getattr(exc, "body", None)
     if body:
         try:
@@ -214,8 +208,6 @@ def certificate_refusal(exc: BaseException) -> str | None:
     """Why TLS verification refused the server's certificate, when that is what ``exc``
     (an urllib3 ``MaxRetryError`` wrapping an ``SSLError``, or a chained exception)
     comes from; None otherwise."""
-    import ssl
-
     seen: set[int] = set()
     pending: list[object] = [exc]
     while pending:
@@ -284,14 +276,11 @@ def call(cluster: Cluster, fn: Callable[[], T], doing: str, *, passthrough: tupl
     bounded, ``Retry-After`` honoured, each retry logged). A client exception whose status
     is in ``passthrough`` is re-raised as is (the caller handles it, e.g. 404/409); any
     other failure becomes :class:`BackendUnavailable`."""
-    import urllib3
-    from kubernetes.client.exceptions import ApiException
-
     try:
         return call_with_retries(fn, transient, doing=doing, logger=log)
-    except ApiException as exc:
+    except sdk.exceptions.ApiException as exc:
         if exc.status in passthrough:
             raise
         raise unavailable(exc, cluster, doing) from exc
-    except (urllib3.exceptions.HTTPError, OSError) as exc:
+    except (sdk.urllib3.exceptions.HTTPError, OSError) as exc:
         raise unavailable(exc, cluster, doing) from exc

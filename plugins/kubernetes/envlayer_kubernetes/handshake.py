@@ -21,6 +21,8 @@ from __future__ import annotations
 import ssl
 from typing import Any
 
+from envlayer_kubernetes import sdk
+
 EXEC_PATH = "/api/v1/namespaces/{namespace}/pods/{name}/exec"
 SUBPROTOCOLS = ["v5.channel.k8s.io", "v4.channel.k8s.io"]
 """Offered in this order; the server picks one (``ws.subprotocol``)."""
@@ -42,8 +44,6 @@ def exec_url_and_headers(api_client: Any, namespace: str, pod: str, query: list[
     """The ``ws://``/``wss://`` URL of an exec and its request headers (credentials
     included), as the generated ``connect_get_namespaced_pod_exec`` serializes them
     (``command`` repeated once per argument)."""
-    from kubernetes.stream.ws_client import get_websocket_url
-
     _, url, headers, _, _ = api_client.param_serialize(
         method="GET",
         resource_path=EXEC_PATH,
@@ -53,17 +53,15 @@ def exec_url_and_headers(api_client: Any, namespace: str, pod: str, query: list[
         auth_settings=["BearerToken"],
         collection_formats={"command": "multi"},
     )
-    return get_websocket_url(url), headers
+    return sdk.ws_client.get_websocket_url(url), headers
 
 
 def _ssl_options(configuration: Any, url: str) -> dict[str, Any]:
     """TLS options as ``kubernetes.stream.ws_client.create_websocket`` sets them."""
     if url.startswith("wss://") and configuration.verify_ssl:
-        import certifi
-
         opts: dict[str, Any] = {
             "cert_reqs": ssl.CERT_REQUIRED,
-            "ca_certs": configuration.ssl_ca_cert or certifi.where(),
+            "ca_certs": configuration.ssl_ca_cert or sdk.certifi.where(),
         }
         if configuration.assert_hostname is not None:
             opts["check_hostname"] = configuration.assert_hostname
@@ -85,19 +83,16 @@ def open_exec_websocket(
     within ``timeout`` seconds. Returns a connected ``websocket.WebSocket`` in blocking
     mode. Raises :class:`HandshakeRefused` for an HTTP answer other than 101, and
     ``OSError``/``websocket.WebSocketException`` for a transport failure or timeout."""
-    from kubernetes.stream.ws_client import websocket_proxycare
-    from websocket import WebSocket, WebSocketBadStatusException
-
     configuration = api_client.configuration
     url, headers = exec_url_and_headers(api_client, namespace, pod, query)
     header = [f"authorization: {v}" for k, v in headers.items() if k.lower() == "authorization"]
     connect_opt: dict[str, Any] = {"header": header, "subprotocols": SUBPROTOCOLS, "timeout": timeout}
     if configuration.proxy or configuration.proxy_headers:
-        connect_opt = websocket_proxycare(connect_opt, configuration, url, headers)
-    ws = WebSocket(sslopt=_ssl_options(configuration, url), skip_utf8_validation=False)
+        connect_opt = sdk.ws_client.websocket_proxycare(connect_opt, configuration, url, headers)
+    ws = sdk.websocket.WebSocket(sslopt=_ssl_options(configuration, url), skip_utf8_validation=False)
     try:
         ws.connect(url, **connect_opt)
-    except WebSocketBadStatusException as exc:
+    except sdk.websocket.WebSocketBadStatusException as exc:
         ws.close()
         body = exc.resp_body.decode("utf-8", errors="replace") if exc.resp_body else None
         raise HandshakeRefused(exc.status_code, exc.status_message or "", body, exc.resp_headers) from exc

@@ -18,6 +18,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from envlayer_kubernetes import sdk
+
 
 @dataclass(frozen=True)
 class Loaded:
@@ -41,24 +43,19 @@ def load(paths: list[str], context: str | None) -> Loaded:
     ``context`` (the merged ``current-context`` when None). Raises the client's
     ``ConfigException`` for an invalid file or an unknown context, ``OSError`` when a file
     cannot be read."""
-    from kubernetes import client
-    from kubernetes.config.kube_config import KubeConfigLoader, KubeConfigMerger
-
-    merger = KubeConfigMerger(os.pathsep.join(paths))
+    merger = sdk.kube_config.KubeConfigMerger(os.pathsep.join(paths))
     merged = merger.config
     if merged is None:
-        from kubernetes.config.config_exception import ConfigException
-
-        raise ConfigException(f"no configuration found in {os.pathsep.join(paths)}")
+        raise sdk.config_exception.ConfigException(f"no configuration found in {os.pathsep.join(paths)}")
     first = next((c for c in (merger.config_files[p].get("current-context") for p in merger.paths) if c), None)
     if first is not None:
         merged.value["current-context"] = first
-    loader = KubeConfigLoader(
+    loader = sdk.kube_config.KubeConfigLoader(
         config_dict=merged, active_context=context, config_base_path=None, config_persister=merger.save_changes
     )
-    configuration = client.Configuration()
+    configuration = sdk.client.Configuration()
     loader.load_and_set(configuration)
-    return Loaded(client.ApiClient(configuration), _plain(loader.current_context), list(merger.paths))
+    return Loaded(sdk.client.ApiClient(configuration), _plain(loader.current_context), list(merger.paths))
 
 
 def _plain(node: Any) -> dict[str, Any]:

@@ -32,7 +32,7 @@ from typing import Any
 from envlayer.errors import BackendUnavailable
 from envlayer.sandbox import recorded_options
 from envlayer.sandbox.owner import owner_label
-from envlayer_kubernetes import naming
+from envlayer_kubernetes import naming, sdk
 from envlayer_kubernetes.client import Cluster, call, message_of
 from envlayer_kubernetes.options import KubernetesOptions
 
@@ -179,8 +179,6 @@ def _apply_security(spec: dict[str, Any], container: dict[str, Any], opts: Kuber
 
 def read(cluster: Cluster, name: str, opts: KubernetesOptions) -> Any | None:
     """The pod, or None when the API answers 404."""
-    from kubernetes.client.exceptions import ApiException
-
     try:
         return call(
             cluster,
@@ -188,14 +186,12 @@ def read(cluster: Cluster, name: str, opts: KubernetesOptions) -> Any | None:
             f"reading pod {name}",
             passthrough=(404,),
         )
-    except ApiException:
+    except sdk.exceptions.ApiException:
         return None
 
 
 def delete(cluster: Cluster, name: str, opts: KubernetesOptions) -> bool:
     """Delete the pod with grace period 0; False when it was already gone."""
-    from kubernetes.client.exceptions import ApiException
-
     try:
         call(
             cluster,
@@ -206,7 +202,7 @@ def delete(cluster: Cluster, name: str, opts: KubernetesOptions) -> bool:
             passthrough=(404,),
         )
         return True
-    except ApiException:
+    except sdk.exceptions.ApiException:
         return False
 
 
@@ -224,10 +220,7 @@ def wait_gone(cluster: Cluster, name: str, opts: KubernetesOptions, timeout: flo
 
 def _create(cluster: Cluster, spec: PodSpec, opts: KubernetesOptions) -> Any | None:
     """Create the pod; None when the name is taken (409)."""
-    from kubernetes import client
-    from kubernetes.client.exceptions import ApiException
-
-    body = client.V1Pod.from_dict(spec.manifest)
+    body = sdk.client.V1Pod.from_dict(spec.manifest)
     try:
         return call(
             cluster,
@@ -235,7 +228,7 @@ def _create(cluster: Cluster, spec: PodSpec, opts: KubernetesOptions) -> Any | N
             f"creating pod {spec.name}",
             passthrough=(409,),
         )
-    except ApiException:
+    except sdk.exceptions.ApiException:
         return None
 
 

@@ -20,6 +20,7 @@ import json
 from collections.abc import Iterator
 
 from envlayer.sandbox.piped_output import PipedOutput
+from envlayer_kubernetes import sdk
 from envlayer_kubernetes.channel import ExecChannel
 
 RESIZE = 4
@@ -45,12 +46,10 @@ class KubernetesTerminal(PipedOutput):
         self._channel.write(data)
 
     def resize(self, rows: int, cols: int) -> None:
-        from websocket import ABNF, WebSocketException
-
         message = bytes([RESIZE]) + json.dumps({"Width": cols, "Height": rows}).encode()
         try:
-            self._channel.sock.send(message, opcode=ABNF.OPCODE_BINARY)
-        except WebSocketException:
+            self._channel.sock.send(message, opcode=sdk.websocket.ABNF.OPCODE_BINARY)
+        except sdk.websocket.WebSocketException:
             pass  # the stream ended: the next read reports it
 
     def close(self) -> int:

@@ -21,7 +21,9 @@ Lifecycle (details in docs/backends/modal.md):
   and the command runs there, with ``ExecResult.recovered`` saying so; a private
   environment raises :class:`BackendUnavailable`. A command is never run twice.
 
-Importing this module does not import the Modal SDK.
+Importing this module does not import the Modal SDK (read through :mod:`envlayer_modal.sdk`),
+nor the plugin's modules that only some calls need: the methods that use them import
+them, since ``envlayer backends`` and every CLI call import this class.
 """
 
 from __future__ import annotations
@@ -45,14 +47,17 @@ from envlayer.result import TIMEOUT_EXIT_CODE, ExecResult
 from envlayer.sandbox.base import MANAGED_SANDBOX_CAPABILITIES
 from envlayer.sandbox.client_identity import ClientIdentity
 from envlayer.sandbox.command_env import with_command_defaults
+from envlayer.sandbox.idle_check import parse_idle_check
 from envlayer.sandbox.managed import ManagedSandboxEnvironment
 from envlayer.sandbox.paths import confined_path
 from envlayer.snapshot import Snapshot
 from envlayer.transfer import TransferSummary
-from envlayer_modal import teardown
+from envlayer_modal import reaper, sandbox, sdk, teardown
+from envlayer_modal.client import client_identity, connect, control, throttled, translate
+from envlayer_modal.naming import sandbox_name
 from envlayer_modal.options import ModalOptions
 from envlayer_modal.reaper import LEASE_PATH
-from envlayer_modal.sandbox import NotStarted
+from envlayer_modal.sandbox import NotStarted, _lookup, detach_quietly, ended_error, ensure, terminate_quietly
 
 log = logging.getLogger("envlayer.modal")
 T = TypeVar("T")
@@ -76,12 +81,9 @@ class ModalEnvironment(ManagedSandboxEnvironment):
     def client_identity(cls, options: Any, environ: Mapping[str, str], cwd: str) -> ClientIdentity:
         """Whom a caller with ``options``, ``environ`` and ``cwd`` reaches, and as whom
         (see :mod:`envlayer.sandbox.client_identity`)."""
-        from envlayer_modal.client import client_identity
-
         return client_identity(environ)
 
     def open_sandbox(self) -> None:
-        from envlayer_modal.client import connect
         from envlayer_modal.image import prepare
 
         self._conn = connect(self.options)
@@ -98,8 +100,6 @@ class ModalEnvironment(ManagedSandboxEnvironment):
     # --- sandbox --------------------------------------------------------------------------
 
     def _attach(self) -> None:
-        from envlayer_modal.sandbox import ensure
-
         attached = ensure(
             self._conn, profile=self.profile, task=self.task_id, persist=self.options.persist_across_processes
         )
@@ -112,8 +112,6 @@ class ModalEnvironment(ManagedSandboxEnvironment):
         """New sandboxes of this environment start from ``snapshot``'s Image; a task that
         already has a running sandbox is refused (its files would not come from the snapshot)."""
         from envlayer_modal import snapshots
-        from envlayer_modal.naming import sandbox_name
-        from envlayer_modal.sandbox import _lookup
 
         self._conn.snapshot_image = snapshots.image_of(self._conn, snapshot)
         if self.options.persist_across_processes and _lookup(self._conn, sandbox_name(self.profile, self.task_id)):
@@ -154,8 +152,6 @@ class ModalEnvironment(ManagedSandboxEnvironment):
         """The sandbox ``seen`` has ended: replace it (persist mode) or raise (a private
         environment), see :func:`envlayer_modal.sandbox.recover`. Returns the notice for
         ``ExecResult.recovered``; when another thread already replaced it, that thread's notice."""
-        from envlayer_modal import sandbox
-
         with self._state_lock:
             if self._attached is not None and self._attached.id != seen:
                 return self._notice
@@ -175,9 +171,7 @@ class ModalEnvironment(ManagedSandboxEnvironment):
         """``Sandbox.exec`` with ``text=False``, retried while throttled (refused before it
         ran). A failure after which the control plane reports the sandbox ended becomes
         :class:`NotStarted`; every other failure :class:`BackendUnavailable`."""
-        from envlayer_modal.client import control, throttled, translate
         from envlayer_modal.ended_watch import unless_ended
-        from envlayer_modal.sandbox import ended_error
 
         attached = self._attached
 
@@ -200,7 +194,6 @@ class ModalEnvironment(ManagedSandboxEnvironment):
         """An interactive shell on a pty in this task's sandbox (``envlayer shell``). Its
         size is the calling terminal's (the SDK reads it; ``rows``/``cols`` are that same
         window) and later resizes are not passed on: see :mod:`envlayer_modal.terminal`."""
-        from envlayer_modal.client import control, throttled, translate
         from envlayer_modal.terminal import ModalTerminal
 
         self._ensure_open()
@@ -324,7 +317,6 @@ class ModalEnvironment(ManagedSandboxEnvironment):
         """A (not yet started) persistent shell in the current sandbox, or None in one-shot mode."""
         from envlayer_modal import files
         from envlayer_modal.ended_watch import unless_ended
-        from envlayer_modal.sandbox import ended_error
         from envlayer_modal.session import shell_session
 
         if self.options.exec_mode != "session":
@@ -356,15 +348,13 @@ class ModalEnvironment(ManagedSandboxEnvironment):
     def _files_call(self, fn: Callable[[Any], T], doing: str) -> T:
         """``fn(sandbox)``; a sandbox found ended (asked of the control plane) is replaced
         once (persist mode) and ``fn`` runs again: a file call is idempotent."""
-        from envlayer_modal.client import translate
         from envlayer_modal.ended_watch import unless_ended
-        from envlayer_modal.sandbox import ended_error
 
         def attempt() -> T:
             attached = self._attached
             try:
                 return unless_ended(lambda: fn(attached.sandbox), attached)
-            except self._conn.modal.exception.Error as exc:
+            except sdk.exception.Error as exc:
                 ended = ended_error(exc, self._conn, attached)
                 if ended is None:
                     raise translate(exc, doing) from exc
@@ -428,7 +418,7 @@ class ModalEnvironment(ManagedSandboxEnvironment):
 
         def handle() -> Any:
             if detached:
-                return conn.modal.Sandbox.from_id(attached.id, client=conn.client)
+                return sdk.modal.Sandbox.from_id(attached.id, client=conn.client)
             return attached.sandbox
 
         return lambda: teardown.terminate(handle, attached.id)
@@ -436,8 +426,6 @@ class ModalEnvironment(ManagedSandboxEnvironment):
     def release_sandbox(self) -> None:
         """Let go of the sandbox (``Sandbox.detach``): it runs on, this process keeps no
         connection to it."""
-        from envlayer_modal.sandbox import detach_quietly
-
         if not self._detached:
             detach_quietly(self._attached.sandbox)
             self._detached = True
@@ -470,8 +458,6 @@ class ModalEnvironment(ManagedSandboxEnvironment):
 
     @classmethod
     def _class_conn(cls, options: BaseOptions | None) -> Any:
-        from envlayer_modal.client import connect
-
         return connect(options if isinstance(options, ModalOptions) else ModalOptions())
 
     @classmethod
@@ -487,8 +473,6 @@ class ModalEnvironment(ManagedSandboxEnvironment):
     @classmethod
     def sweep_orphans(cls, context: Any, *, profile: str, max_age: float, dry_run: bool) -> list[SandboxInfo]:
         """This profile's orphaned sandboxes (see :mod:`envlayer_modal.reaper`)."""
-        from envlayer_modal import reaper
-
         return reaper.reap(context, profile=profile, max_age=max_age, dry_run=dry_run)
 
     @classmethod
@@ -501,8 +485,6 @@ class ModalEnvironment(ManagedSandboxEnvironment):
     @classmethod
     def list_sandboxes(cls, *, profile: str | None, options: ModalOptions) -> list[SandboxInfo]:
         """Every running envlayer sandbox in the App (of ``profile``, or of all when None)."""
-        from envlayer_modal import reaper
-
         return [
             reaper.info_from(sb, tags) for sb, tags in reaper.list_managed(cls._class_conn(options), profile=profile)
         ]
@@ -511,10 +493,6 @@ class ModalEnvironment(ManagedSandboxEnvironment):
     def remove_sandbox(cls, task_id: str, *, profile: str, options: ModalOptions, force: bool) -> list[SandboxInfo]:
         """Terminate the sandboxes of (profile, task). Every listed sandbox is running, so
         without ``force`` only those in which no command is running are terminated."""
-        from envlayer.sandbox.idle_check import parse_idle_check
-        from envlayer_modal import reaper
-        from envlayer_modal.sandbox import terminate_quietly
-
         conn = cls._class_conn(options)
         removed = []
         for sb, tags in reaper.list_managed(conn, profile=profile, task=task_id):

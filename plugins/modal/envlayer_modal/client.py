@@ -1,8 +1,8 @@
-"""The one place that imports the Modal SDK, connects, and turns SDK errors into envlayer's.
+"""Connect to Modal and turn SDK errors into envlayer's.
 
-Nothing here runs at import time: ``import envlayer_modal`` and listing backends import no
-part of the SDK. :func:`connect` is called by the environment's constructor and by the
-class-level lifecycle methods.
+The SDK is read through :mod:`envlayer_modal.sdk`, which imports it on first use:
+``import envlayer_modal`` and listing backends import no part of it. :func:`connect` is
+called by the environment's constructor and by the class-level lifecycle methods.
 
 One SDK client per :func:`client_identity` (the server URL, and a digest of the credential
 variables, the config file and profile), made by :func:`sdk_client` from this process's
@@ -47,6 +47,7 @@ from typing import Any, TypeVar
 from envlayer.errors import BackendUnavailable, EnvlayerError
 from envlayer.sandbox.client_identity import ClientIdentity, file_digest
 from envlayer.sandbox.retry import RetryPolicy, Transient, call_with_retries
+from envlayer_modal import sdk
 from envlayer_modal.options import ModalOptions
 
 DEFAULT_SERVER_URL = "https://api.modal.com"
@@ -64,18 +65,10 @@ _FROM_ENV: list[ClientIdentity] = []
 """The identity the SDK's ``Client.from_env()`` singleton was made for, once made."""
 
 
-def sdk() -> Any:
-    """The ``modal`` module (imported on first use)."""
-    import modal
-
-    return modal
-
-
 @dataclass
 class Connection:
     """An SDK client and the App envlayer's sandboxes live in."""
 
-    modal: Any
     client: Any
     app: Any
     options: ModalOptions
@@ -94,7 +87,7 @@ def server_urls() -> list[str]:
     raw = os.environ.get("MODAL_SERVER_URL")
     if raw is None:
         try:
-            raw = str(sdk().config.config.get("server_url"))
+            raw = str(sdk.modal.config.config.get("server_url"))
         except Exception:
             raw = DEFAULT_SERVER_URL
     return [u.strip() for u in raw.split(",") if u.strip()]
@@ -164,7 +157,7 @@ def client_identity(environ: Mapping[str, str]) -> ClientIdentity:
     )
 
 
-def sdk_client(modal: Any) -> Any:
+def sdk_client() -> Any:
     """The SDK client for this process's variables, one per :func:`client_identity`.
 
     A token (``MODAL_TOKEN_ID`` / ``MODAL_TOKEN_SECRET``, else the active profile of the
@@ -179,12 +172,12 @@ def sdk_client(modal: Any) -> Any:
     with _LOCK:
         client = _CLIENTS.get(identity)
         if client is None:
-            client = _CLIENTS[identity] = _new_client(modal, identity)
+            client = _CLIENTS[identity] = _new_client(identity)
     return client
 
 
-def _new_client(modal: Any, identity: ClientIdentity) -> Any:
-    config = modal.config
+def _new_client(identity: ClientIdentity) -> Any:
+    config = sdk.modal.config
     if not any(os.environ.get(name) for name in CREDENTIAL_VARIABLES):
         path = os.environ.get("MODAL_CONFIG_PATH") or os.path.expanduser("~/.modal.toml")
         profile = os.environ.get("MODAL_PROFILE") or config._profile
@@ -196,7 +189,7 @@ def _new_client(modal: Any, identity: ClientIdentity) -> Any:
             )
     token_id, token_secret = config.config.get("token_id"), config.config.get("token_secret")
     if token_id and token_secret and os.environ.get("MODAL_IS_REMOTE") != "1":
-        return modal.Client.from_credentials(token_id, token_secret)
+        return sdk.modal.Client.from_credentials(token_id, token_secret)
     if _FROM_ENV:
         raise BackendUnavailable(
             "Modal's OAuth or in-container credentials have one client per process, and this process "
@@ -204,7 +197,7 @@ def _new_client(modal: Any, identity: ClientIdentity) -> Any:
             hint="run with --no-broker, or use a token (MODAL_TOKEN_ID and MODAL_TOKEN_SECRET)",
         )
     _FROM_ENV.append(identity)
-    return modal.Client.from_env()
+    return sdk.modal.Client.from_env()
 
 
 def connect(options: ModalOptions) -> Connection:
@@ -214,9 +207,9 @@ def connect(options: ModalOptions) -> Connection:
     if not may_have_credential():
         raise BackendUnavailable("no Modal credentials while connecting to Modal", hint=CREDENTIALS_HINT)
     probe(server_urls(), options.connect_timeout)
-    modal = sdk()
+    modal = sdk.modal
     try:
-        client = sdk_client(modal)
+        client = sdk_client()
         app = control(
             lambda: modal.App.lookup(
                 options.app_name, create_if_missing=True, environment_name=options.environment_name, client=client
@@ -225,25 +218,21 @@ def connect(options: ModalOptions) -> Connection:
         )
     except Exception as exc:
         raise translate(exc, f"connecting to Modal (app {options.app_name!r})") from exc
-    return Connection(modal, client, app, options)
+    return Connection(client, app, options)
 
 
 def transient(exc: BaseException) -> Transient | None:
     """A control-plane error worth another try after the SDK's own retries, or None."""
-    from modal import exception as E
-
-    if isinstance(exc, E.ResourceExhaustedError):
+    if isinstance(exc, sdk.exception.ResourceExhaustedError):
         return Transient(f"throttled (RESOURCE_EXHAUSTED: {exc})")
-    if isinstance(exc, (E.ServiceError, E.InternalError, E.ConnectionError)):
+    if isinstance(exc, (sdk.exception.ServiceError, sdk.exception.InternalError, sdk.exception.ConnectionError)):
         return Transient(f"{type(exc).__name__}: {exc}")
     return None
 
 
 def throttled(exc: BaseException) -> Transient | None:
     """Only a throttle (``RESOURCE_EXHAUSTED``): a refusal before any work was done."""
-    from modal import exception as E
-
-    return transient(exc) if isinstance(exc, E.ResourceExhaustedError) else None
+    return transient(exc) if isinstance(exc, sdk.exception.ResourceExhaustedError) else None
 
 
 def control(fn: Callable[[], T], doing: str, classify: Callable[[BaseException], Transient | None] = transient) -> T:
@@ -256,30 +245,28 @@ def control(fn: Callable[[], T], doing: str, classify: Callable[[BaseException],
 def translate(exc: BaseException, doing: str) -> Exception:
     """The envlayer error for an SDK exception raised while ``doing`` something (an
     envlayer error, such as a fork's missing snapshot, as it is)."""
-    from modal import exception as E
-
     if isinstance(exc, EnvlayerError):
         return exc
 
     text = str(exc).strip() or type(exc).__name__
-    if isinstance(exc, E.AuthError):
+    if isinstance(exc, sdk.exception.AuthError):
         return BackendUnavailable(f"Modal refused the credentials while {doing}: {text}", hint=CREDENTIALS_HINT)
-    if isinstance(exc, E.PermissionDeniedError):
+    if isinstance(exc, sdk.exception.PermissionDeniedError):
         return BackendUnavailable(
             f"Modal denied permission while {doing}: {text}",
             hint="check that the token's workspace may create sandboxes in this App and Environment",
         )
-    if isinstance(exc, E.ResourceExhaustedError):
+    if isinstance(exc, sdk.exception.ResourceExhaustedError):
         return BackendUnavailable(
             f"Modal quota or rate limit reached while {doing}: {text}",
             hint="wait and retry, or free sandboxes (`envlayer reap --backend modal`, `envlayer rm`)",
         )
-    if isinstance(exc, (E.ImageBuildError, E.RemoteError)) and "image" in text.lower():
+    if isinstance(exc, (sdk.exception.ImageBuildError, sdk.exception.RemoteError)) and "image" in text.lower():
         return BackendUnavailable(
             f"Modal could not provide the image while {doing}: {text}",
             hint="check the `image` option: a public registry tag (e.g. python:3.11-slim) or an `im-...` id",
         )
-    if isinstance(exc, (E.ConnectionError, OSError)):
+    if isinstance(exc, (sdk.exception.ConnectionError, OSError)):
         return BackendUnavailable(
             f"lost the connection to Modal while {doing}: {text}",
             hint="check the network; the command may not have run",

@@ -26,19 +26,20 @@ from envlayer.errors import (
 from envlayer.sandbox.archive import pack_dir, safe_extract, tar_summary
 from envlayer.sandbox.paths import Helper
 from envlayer.transfer import TransferSummary
+from envlayer_modal import sdk
 
 
 def _translate(exc: Exception, path: str, operation: str) -> Exception | None:
     """The envlayer error for an SDK filesystem error, or None when it is not one."""
-    from modal import exception as E
-
-    if isinstance(exc, (E.SandboxFilesystemNotFoundError, E.SandboxFilesystemNotADirectoryError)):
+    if isinstance(
+        exc, (sdk.exception.SandboxFilesystemNotFoundError, sdk.exception.SandboxFilesystemNotADirectoryError)
+    ):
         return SandboxFileNotFound(path)
-    if isinstance(exc, E.SandboxFilesystemIsADirectoryError):
+    if isinstance(exc, sdk.exception.SandboxFilesystemIsADirectoryError):
         return SandboxIsADirectory(path)
-    if isinstance(exc, E.SandboxFilesystemPermissionError):
+    if isinstance(exc, sdk.exception.SandboxFilesystemPermissionError):
         return SandboxPermissionDenied(path, operation)
-    if isinstance(exc, E.SandboxFilesystemFileTooLargeError):
+    if isinstance(exc, sdk.exception.SandboxFilesystemFileTooLargeError):
         return FileTooLarge(path, -1, -1)
     return None
 
@@ -60,11 +61,9 @@ def target_info(sandbox: Any, path: str) -> Any:
 
 def read(sandbox: Any, path: str, limit: int) -> bytes:
     """The bytes of the file at absolute ``path`` (see the module guarantees)."""
-    from modal.types import FileType
-
     try:
         info = target_info(sandbox, path)
-        if info.type == FileType.DIRECTORY:
+        if info.type == sdk.types.FileType.DIRECTORY:
             raise SandboxIsADirectory(path)
         if info.size > limit:
             raise FileTooLarge(path, info.size, limit)

@@ -21,6 +21,7 @@ from typing import Any
 
 from envlayer.errors import ImageBuildFailed
 from envlayer.sandbox.dockerfile import resolve_build
+from envlayer_modal import sdk
 from envlayer_modal.client import Connection, control
 from envlayer_modal.options import ModalOptions
 
@@ -35,12 +36,11 @@ def prepare(conn: Connection) -> ModalOptions:
     build = resolve_build(options.dockerfile, options.build_context)
     if build is None:
         return options
-    modal = conn.modal
-    image = modal.Image.from_dockerfile(str(build.dockerfile), context_dir=str(build.context))
+    image = sdk.modal.Image.from_dockerfile(str(build.dockerfile), context_dir=str(build.context))
     log.info("building (or reusing) the Modal image of %s (context %s)", build.dockerfile, build.context)
     try:
         control(lambda: image.build(conn.app), f"building the image from {build.dockerfile}")
-    except modal.exception.ImageBuildError as exc:
+    except sdk.exception.ImageBuildError as exc:
         raise ImageBuildFailed(
             f"Modal could not build the image from {build.dockerfile}: {exc}",
             hint="fix the Dockerfile or the files it copies from "

@@ -35,6 +35,7 @@ from envlayer.environment import SandboxInfo
 from envlayer.execution.shell_script import SESSION_VAR
 from envlayer.sandbox.idle_check import idle_check_script, parse_idle_check
 from envlayer.sandbox.owner import owner_is_dead
+from envlayer_modal import sdk
 from envlayer_modal import tags as T
 from envlayer_modal.client import Connection, control
 
@@ -51,7 +52,7 @@ def list_managed(conn: Connection, *, profile: str | None, task: str | None = No
     ``task`` when given). A sandbox that ends while being listed is left out."""
     listed = control(
         lambda: list(
-            conn.modal.Sandbox.list(app_id=conn.app_id, tags=T.selector(profile=profile, task=task), client=conn.client)
+            sdk.modal.Sandbox.list(app_id=conn.app_id, tags=T.selector(profile=profile, task=task), client=conn.client)
         ),
         "listing sandboxes",
     )
@@ -59,7 +60,7 @@ def list_managed(conn: Connection, *, profile: str | None, task: str | None = No
     for sb in listed:
         try:
             found.append((sb, control(sb.get_tags, f"reading the tags of {sb.object_id}")))
-        except conn.modal.exception.NotFoundError:
+        except sdk.exception.NotFoundError:
             continue
     return found
 

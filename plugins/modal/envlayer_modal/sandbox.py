@@ -38,6 +38,7 @@ from typing import Any
 from envlayer.errors import BackendUnavailable, InvalidArgument
 from envlayer.sandbox import recorded_options
 from envlayer.sandbox.owner import owner_label
+from envlayer_modal import sdk
 from envlayer_modal import tags as T
 from envlayer_modal.client import Connection, control, translate
 from envlayer_modal.naming import private_name, sandbox_name
@@ -65,7 +66,7 @@ class NotStarted(Exception):
 def ended_error(error: BaseException, conn: Connection, attached: Attached) -> NotStarted | None:
     """After the SDK error ``error`` on ``attached``: :class:`NotStarted` when it may mean
     "gone" (:func:`maybe_gone`) and the control plane confirms the sandbox ended, else None."""
-    if not maybe_gone(conn, error):
+    if not maybe_gone(error):
         return None
     code = sandbox_ended(attached.sandbox)
     return None if code is None else NotStarted(attached.id, code)
@@ -92,8 +93,8 @@ def image_for(conn: Connection) -> Any:
         return conn.built_image
     image = conn.options.image
     if image.startswith("im-"):
-        return conn.modal.Image.from_id(image, client=conn.client)
-    return conn.modal.Image.from_registry(image)
+        return sdk.modal.Image.from_id(image, client=conn.client)
+    return sdk.modal.Image.from_registry(image)
 
 
 def _create(conn: Connection, name: str, tags: dict[str, str]) -> Any:
@@ -119,11 +120,11 @@ def _create(conn: Connection, name: str, tags: dict[str, str]) -> Any:
         kwargs["block_network"] = True
     if opts.secrets:
         kwargs["secrets"] = [
-            conn.modal.Secret.from_name(n, environment_name=opts.environment_name) for n in opts.secrets
+            sdk.modal.Secret.from_name(n, environment_name=opts.environment_name) for n in opts.secrets
         ]
     try:
-        return control(lambda: conn.modal.Sandbox.create(**kwargs), f"creating sandbox {name}")
-    except conn.modal.exception.NotFoundError as exc:
+        return control(lambda: sdk.modal.Sandbox.create(**kwargs), f"creating sandbox {name}")
+    except sdk.exception.NotFoundError as exc:
         if conn.snapshot_image is None:
             raise
         raise InvalidArgument(
@@ -137,12 +138,12 @@ def _lookup(conn: Connection, name: str) -> Any | None:
     """The running sandbox called ``name`` in the App, or None."""
     try:
         return control(
-            lambda: conn.modal.Sandbox.from_name(
+            lambda: sdk.modal.Sandbox.from_name(
                 conn.options.app_name, name, environment_name=conn.options.environment_name, client=conn.client
             ),
             f"looking up sandbox {name}",
         )
-    except conn.modal.exception.NotFoundError:
+    except sdk.exception.NotFoundError:
         return None
 
 
@@ -154,7 +155,7 @@ def ensure(conn: Connection, *, profile: str, task: str, persist: bool) -> Attac
     a fingerprint mismatch with ``on_fingerprint_mismatch = "error"``, or a race that does
     not settle.
     """
-    exc_mod = conn.modal.exception
+    exc_mod = sdk.exception
     fingerprint = T.sandbox_fingerprint(conn.options)
     if not persist:
         name = private_name(profile, task)
@@ -248,10 +249,10 @@ def terminate_quietly(sb: Any) -> bool:
         return False
 
 
-def maybe_gone(conn: Connection, exc: BaseException) -> bool:
+def maybe_gone(exc: BaseException) -> bool:
     """Whether ``exc`` is an SDK error that can mean "the sandbox is gone" (module
     docstring); only :func:`sandbox_ended` decides."""
-    E = conn.modal.exception
+    E = sdk.exception
     kinds = (E.NotFoundError, E.ConflictError, E.SandboxTerminatedError, E.ServiceError, E.ConnectionError)
     # The filesystem helpers turn an exec failure they do not expect (FAILED_PRECONDITION
     # among them) into a bare SandboxFilesystemError ("An unexpected error occurred"):
@@ -263,11 +264,9 @@ def sandbox_ended(sb: Any) -> int | None:
     """The exit code of ``sb`` when the control plane reports it ended (``sb.poll()``:
     ``SandboxWaitV2`` with timeout 0; a sandbox id it no longer knows counts as ended,
     code -1); None while it runs or when the control plane cannot be asked. Never raises."""
-    from modal.exception import NotFoundError
-
     try:
         return control(sb.poll, f"polling {sb.object_id}")  # type: ignore[no-any-return]
-    except NotFoundError:
+    except sdk.exception.NotFoundError:
         return -1
     except Exception:
         return None

@@ -32,6 +32,7 @@ from typing import Any
 from envlayer.errors import InvalidArgument
 from envlayer.sandbox.owner import owner_label
 from envlayer.snapshot import Snapshot, apply_retention
+from envlayer_modal import sdk
 from envlayer_modal.client import Connection, control, throttled, translate
 
 TTL_SECONDS = 30 * 24 * 3600
@@ -107,7 +108,7 @@ def image_of(conn: Connection, snapshot: Snapshot) -> Any:
     """The SDK Image of ``snapshot``, resolved (``ImageFromId``) when a sandbox is created
     from it: the SDK cannot hydrate an Image on demand. A snapshot Modal no longer has then
     fails the create with :class:`InvalidArgument` (``envlayer_modal.sandbox``)."""
-    return conn.modal.Image.from_id(snapshot.id, client=conn.client)
+    return sdk.modal.Image.from_id(snapshot.id, client=conn.client)
 
 
 def list_all(*, profile: str | None) -> list[Snapshot]:
@@ -137,11 +138,9 @@ def remove(conn: Connection, snapshot_id: str) -> list[Snapshot]:
     snapshot = _read_record(path)
     if snapshot is None:
         return []
-    from modal.experimental import image_delete
-
     try:
-        control(lambda: image_delete(snapshot_id, client=conn.client), f"deleting image {snapshot_id}")
-    except conn.modal.exception.NotFoundError:
+        control(lambda: sdk.experimental.image_delete(snapshot_id, client=conn.client), f"deleting image {snapshot_id}")
+    except sdk.exception.NotFoundError:
         pass
     except Exception as exc:
         raise translate(exc, f"removing snapshot {snapshot_id}") from exc

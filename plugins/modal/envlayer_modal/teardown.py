@@ -13,15 +13,15 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from envlayer_modal.client import control
+from envlayer_modal.sandbox import detach_quietly
+
 log = logging.getLogger("envlayer.modal.teardown")
 
 
 def terminate(handle: Callable[[], Any], sandbox_id: str) -> None:
     """Terminate the sandbox ``handle()`` returns, then detach it; a failure is logged.
     Never raises."""
-    from envlayer_modal.client import control
-    from envlayer_modal.sandbox import detach_quietly
-
     try:
         sandbox = handle()
         control(sandbox.terminate, f"terminating sandbox {sandbox_id}")

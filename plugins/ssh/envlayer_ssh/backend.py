@@ -6,7 +6,7 @@ persistent shell. ``cleanup()`` ends that shell and drops the reference; the poo
 connections close when the last environment using them leaves. Background processes
 started by commands keep running on the host after ``cleanup()``.
 
-Import cost: nothing here imports paramiko at module level; it is imported on first use.
+Import cost: paramiko is imported on first use, through :mod:`envlayer_ssh.sdk`.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from envlayer.sandbox.client_identity import ClientIdentity, files_digest
 from envlayer.sandbox.client_identity import digest as identity_digest
 from envlayer.sandbox.command_env import with_command_defaults
 from envlayer.transfer import TransferSummary
-from envlayer_ssh import oneshot, pool, script, session_dirs
+from envlayer_ssh import oneshot, pool, script, sdk, session_dirs
 from envlayer_ssh.channel_io import run_simple
 from envlayer_ssh.files import RemoteFiles, remove_stale
 from envlayer_ssh.options import SSHOptions
@@ -127,7 +127,7 @@ class SSHEnvironment(SandboxEnvironment):
         """Raise :class:`BackendUnavailable` unless paramiko is installed and the target
         accepts a verified, authenticated connection."""
         try:
-            import paramiko  # noqa: F401
+            sdk.paramiko  # noqa: B018 (imports it)
         except ImportError as exc:
             raise BackendUnavailable("paramiko is not installed", hint="pip install envlayer-ssh") from exc
         assert isinstance(options, SSHOptions)

@@ -50,7 +50,7 @@ from envlayer.errors import (
     SandboxPermissionDenied,
 )
 from envlayer.transfer import TransferSummary
-from envlayer_ssh import tar_upload
+from envlayer_ssh import sdk, tar_upload
 from envlayer_ssh.channel_io import run_simple
 
 if TYPE_CHECKING:
@@ -95,11 +95,9 @@ def _transport_errors(func: Callable[..., T]) -> Callable[..., T]:
 
 def _connection_lost(pool: TargetPool, exc: BaseException) -> bool:
     """True when ``exc`` says the connection (not the server's answer) failed."""
-    import paramiko
-
     if isinstance(exc, EnvlayerError):
         return False
-    if isinstance(exc, (EOFError, paramiko.SSHException)):
+    if isinstance(exc, (EOFError, sdk.paramiko.SSHException)):
         return True
     # paramiko reports a closed channel as a bare OSError("Socket is closed").
     return isinstance(exc, OSError) and exc.errno is None and not pool.sftp_alive

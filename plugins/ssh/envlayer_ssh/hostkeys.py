@@ -21,6 +21,7 @@ import shlex
 import threading
 from typing import TYPE_CHECKING
 
+from envlayer_ssh import sdk
 from envlayer_ssh.errors import HostKeyError
 
 if TYPE_CHECKING:
@@ -46,9 +47,7 @@ def keyscan_command(target: Target, key_type: str) -> str:
 
 def load_known_hosts(target: Target) -> paramiko.HostKeys:
     """The entries of ``target.known_hosts`` (empty when the file does not exist)."""
-    import paramiko
-
-    keys = paramiko.HostKeys()
+    keys = sdk.paramiko.HostKeys()
     if target.host_key_policy != "insecure" and os.path.isfile(target.known_hosts):
         try:
             keys.load(target.known_hosts)

@@ -33,7 +33,7 @@ import time
 from typing import TYPE_CHECKING
 
 from envlayer.errors import BackendUnavailable
-from envlayer_ssh import hostkeys
+from envlayer_ssh import hostkeys, sdk
 from envlayer_ssh.errors import HostKeyError
 from envlayer_ssh.target import Target
 
@@ -117,15 +117,13 @@ class Connection:
     def open_channel(self) -> paramiko.Channel:
         """A new session channel. Retried once on a fresh connection when the open fails
         because the connection died (nothing was sent on the channel yet)."""
-        import paramiko
-
         timeout = self.pool.target.connect_timeout
         transport = self.transport()
         try:
             return transport.open_session(timeout=timeout)
-        except paramiko.ChannelException:
+        except sdk.paramiko.ChannelException:
             raise
-        except (paramiko.SSHException, EOFError, OSError):
+        except (sdk.paramiko.SSHException, EOFError, OSError):
             if transport.is_active():
                 raise
         return self.transport().open_session(timeout=timeout)
@@ -227,17 +225,15 @@ class TargetPool:
         ``long_lived`` marks channels that stay open across commands (session shells,
         SFTP). Raises :class:`BackendUnavailable` when the target cannot be reached.
         """
-        import paramiko
-
         refusals = 0
         while True:
             conn = self._reserve(long_lived)
             try:
                 channel = conn.open_channel()
-            except (paramiko.SSHException, EOFError, OSError) as exc:
+            except (sdk.paramiko.SSHException, EOFError, OSError) as exc:
                 self.free_slot(conn, long_lived)
-                refused = isinstance(exc, paramiko.ChannelException) or (
-                    isinstance(exc, paramiko.SSHException) and conn.alive
+                refused = isinstance(exc, sdk.paramiko.ChannelException) or (
+                    isinstance(exc, sdk.paramiko.SSHException) and conn.alive
                 )
                 if not refused:
                     raise BackendUnavailable(
@@ -344,8 +340,6 @@ class TargetPool:
     def sftp(self) -> paramiko.SFTPClient:
         """The pool's one SFTP client, opened (or reopened after a drop) on demand.
         Callers hold :attr:`sftp_lock` while using it."""
-        import paramiko
-
         with self.sftp_lock:
             lease = self._sftp_lease
             if self._sftp is not None and lease is not None:
@@ -356,10 +350,10 @@ class TargetPool:
             lease = self.open(long_lived=True)
             try:
                 lease.channel.invoke_subsystem("sftp")
-                self._sftp = paramiko.SFTPClient(lease.channel)
+                self._sftp = sdk.paramiko.SFTPClient(lease.channel)
             except BaseException as exc:
                 lease.release()
-                if isinstance(exc, (paramiko.SSHException, EOFError, OSError)):
+                if isinstance(exc, (sdk.paramiko.SSHException, EOFError, OSError)):
                     raise BackendUnavailable(
                         f"cannot start SFTP on {self.target.describe()}: {exc}",
                         hint="enable the sftp subsystem on the server (Subsystem sftp internal-sftp)",
@@ -387,11 +381,9 @@ class TargetPool:
 
 def _connect(target: Target, via: paramiko.Transport | None) -> paramiko.SSHClient:
     """Open, verify and authenticate one connection to ``target``."""
-    import paramiko
-
     sock = _open_socket(target, via)
     timeout = target.connect_timeout
-    client = paramiko.SSHClient()
+    client = sdk.paramiko.SSHClient()
     client.set_missing_host_key_policy(_Verifier(target))
     if target.use_agent:
         client._agent = _agent(target.agent_socket)  # what _auth would make from os.environ now
@@ -411,7 +403,7 @@ def _connect(target: Target, via: paramiko.Transport | None) -> paramiko.SSHClie
             channel_timeout=timeout,
             disabled_algorithms={"keys": hostkeys.disabled_host_key_types(target)},
         )
-    except (HostKeyError, paramiko.SSHException, EOFError, OSError) as exc:
+    except (HostKeyError, sdk.paramiko.SSHException, EOFError, OSError) as exc:
         client.close()
         sock.close()
         if isinstance(exc, HostKeyError):
@@ -430,10 +422,8 @@ def _agent(path: str) -> paramiko.Agent:
     ``paramiko.Agent()`` reads ``os.environ`` when a connection is made
     (``paramiko/agent.py`` ``get_agent_connection``), which in a broker is not the
     caller's. Like it, an agent that cannot be reached offers no keys."""
-    import paramiko
-
-    agent = paramiko.Agent.__new__(paramiko.Agent)
-    paramiko.agent.AgentSSH.__init__(agent)
+    agent = sdk.paramiko.Agent.__new__(sdk.paramiko.Agent)
+    sdk.paramiko.agent.AgentSSH.__init__(agent)
     if not path:
         return agent
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -448,8 +438,6 @@ def _agent(path: str) -> paramiko.Agent:
 
 def _open_socket(target: Target, via: paramiko.Transport | None) -> socket.socket | paramiko.Channel:
     """A TCP connection to ``target``, direct or tunnelled through the jump host's ``via``."""
-    import paramiko
-
     timeout = target.connect_timeout
     try:
         if via is None:
@@ -457,7 +445,7 @@ def _open_socket(target: Target, via: paramiko.Transport | None) -> socket.socke
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             return sock
         return via.open_channel("direct-tcpip", (target.hostname, target.port), ("127.0.0.1", 0), timeout=timeout)
-    except (OSError, paramiko.SSHException, EOFError) as exc:
+    except (OSError, sdk.paramiko.SSHException, EOFError) as exc:
         raise BackendUnavailable(
             f"cannot reach {target.describe()}: {type(exc).__name__}: {exc}",
             hint="check the host name, the port and that sshd is running there",
@@ -466,10 +454,8 @@ def _open_socket(target: Target, via: paramiko.Transport | None) -> socket.socke
 
 def _handshake_error(target: Target, exc: BaseException) -> BackendUnavailable:
     """The envlayer error for a failed handshake or login: authentication, host key type or transport."""
-    import paramiko
-
     where = target.describe()
-    if isinstance(exc, paramiko.AuthenticationException):
+    if isinstance(exc, sdk.paramiko.AuthenticationException):
         return BackendUnavailable(
             f"authentication to {where} was refused: {exc}",
             hint="check user, key_files, the ssh agent or password; the server's log says which method it refused",

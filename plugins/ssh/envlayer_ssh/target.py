@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from envlayer.errors import BackendUnavailable
 from envlayer.sandbox.client_identity import digest as identity_digest
 from envlayer.sandbox.client_identity import files_digest
+from envlayer_ssh import sdk
 from envlayer_ssh.options import SSHOptions
 
 
@@ -63,10 +64,8 @@ def _load_config(path: str | None):  # -> paramiko.SSHConfig | None
     full = os.path.expanduser(path)
     if not os.path.isfile(full):
         return None
-    import paramiko
-
     try:
-        return paramiko.SSHConfig.from_path(full)
+        return sdk.paramiko.SSHConfig.from_path(full)
     except Exception as exc:  # paramiko raises bare ConfigParseError / ValueError
         raise BackendUnavailable(
             f"cannot parse the ssh config file {full}: {exc}",

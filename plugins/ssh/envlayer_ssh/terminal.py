@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from envlayer.errors import BackendUnavailable
+from envlayer_ssh import sdk
 
 if TYPE_CHECKING:
     from envlayer_ssh.pool import TargetPool
@@ -54,11 +55,9 @@ class SSHTerminal:
         self._channel.sendall(data)
 
     def resize(self, rows: int, cols: int) -> None:
-        import paramiko
-
         try:
             self._channel.resize_pty(width=cols, height=rows)
-        except (paramiko.SSHException, OSError):
+        except (sdk.paramiko.SSHException, OSError):
             pass  # the channel closed meanwhile: the next read reports the end
 
     def close(self) -> int:

@@ -1,4 +1,4 @@
-"""envlayer_docker.sdk_import: the Docker SDK imported without paramiko, ssh:// intact.
+"""envlayer_docker.sdk: the Docker SDK imported without paramiko, ssh:// intact.
 
 Each check runs in a new interpreter: this one imported the SDK (and paramiko) long ago."""
 
@@ -31,7 +31,8 @@ def test_an_ssh_daemon_address_still_gets_docker_pys_own_ssh_adapter() -> None:
     got = _child(
         """
         import json, sys
-        import envlayer_docker, docker
+        from envlayer_docker import sdk
+        docker = sdk.docker
         shell_out = docker.APIClient(base_url="ssh://nobody@127.0.0.1:1", version="1.41", use_ssh_client=True)
         adapter = shell_out.get_adapter("http+docker://ssh")
         try:  # paramiko's own client connects at once: to a port where nothing listens

@@ -1,9 +1,16 @@
-"""Import the Docker SDK without paramiko until a daemon is reached over ``ssh://``.
+"""The Docker SDK: the one module of this plugin that imports it, on first use.
 
-docker-py's ``docker.transport`` imports its SSH adapter on every ``import docker``, and
-with it paramiko, invoke and cryptography: about 115 ms of CPU, two thirds of the SDK's
-import cost, paid by every CLI call, broker and agent process that talks to a local daemon
-over its Unix socket. :func:`defer_ssh_transport` (called when this package is imported)
+``from envlayer_docker import sdk`` imports nothing of the SDK; ``sdk.docker``, ``sdk.errors``
+(``docker.errors``), ``sdk.types`` (``docker.types``) and ``sdk.requests`` (the HTTP library
+docker-py raises from) are imported the first time they are read
+(:mod:`envlayer.sandbox.lazy_sdk`), so ``envlayer backends`` and the CLI's other calls that
+import the backend class pay nothing for the SDK.
+
+The SDK is imported without paramiko until a daemon is reached over ``ssh://``: docker-py's
+``docker.transport`` imports its SSH adapter on every ``import docker``, and with it
+paramiko, invoke and cryptography: about 115 ms of CPU, two thirds of the SDK's import cost,
+paid by every CLI call, broker and agent process that talks to a local daemon over its Unix
+socket. :func:`defer_ssh_transport` (called just before the SDK is imported)
 registers a stand-in for ``docker.transport.sshconn`` whose ``SSHHTTPAdapter`` loads the
 real module the first time one is built, so ``DOCKER_HOST=ssh://...`` works as before.
 """
@@ -12,8 +19,18 @@ from __future__ import annotations
 
 import importlib
 import sys
-import types
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from envlayer.sandbox.lazy_sdk import lazy_modules
+
+if TYPE_CHECKING:
+    import docker
+    import docker.errors as errors
+    import docker.types as types
+    import requests
+
+__all__ = ["docker", "errors", "requests", "types"]
 
 SSH_MODULE = "docker.transport.sshconn"
 
@@ -44,6 +61,13 @@ def defer_ssh_transport() -> None:
     to matter, and the real module stays)."""
     if "docker" in sys.modules or SSH_MODULE in sys.modules:
         return
-    stand_in = types.ModuleType(SSH_MODULE, __doc__)
+    stand_in = ModuleType(SSH_MODULE, __doc__)
     stand_in.SSHHTTPAdapter = _DeferredSSHAdapter  # type: ignore[attr-defined]
     sys.modules[SSH_MODULE] = stand_in
+
+
+__getattr__ = lazy_modules(
+    __name__,
+    {"docker": "docker", "errors": "docker.errors", "types": "docker.types", "requests": "requests"},
+    before_import=defer_ssh_transport,
+)
