@@ -43,7 +43,7 @@ def test_small_files_take_the_session_and_large_ones_say_why_not(
     env.write_file("big.bin", big)
     assert env.read_file("big.bin") == big
     said = _fallbacks(caplog)
-    assert any("write_file" in m and "larger than the session's 524288 bytes" in m for m in said), said
+    assert any("write_file" in m and "larger than the session's 1048576 bytes" in m for m in said), said
     assert any("read_file" in m and "larger than the session's 1048576 bytes" in m for m in said), said
 
 
