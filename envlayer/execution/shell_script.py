@@ -151,9 +151,13 @@ _CALL_FUNCTIONS = (
     "}\n"
     '__el_ev() { unset -f __el_cmd; command eval "__el_cmd() { $__el_c\n}" && __el_cmd; }\n'
     "__el_take() {\n"
+    '  exec 4>| "$1" || return\n'
     f"  printf '%s' {_ACK} >&7\n"
-    f'  command head -c "$__el_n" >| "$1" || return {INPUT_LOST}\n'
-    '  IFS= read -r __el_k && [ "$__el_k" = "$__el_s" ]\n'
+    f'  command head -c "$__el_n" >&4 || return {INPUT_LOST}\n'
+    '  __el_k=; { while read -r __el_f __el_v; do [ "$__el_f" = pos: ] && __el_k=$__el_v && break; done; } '
+    "2>/dev/null </proc/self/fdinfo/4\n"
+    '  [ -n "$__el_k" ] || __el_k=$(command wc -c < "$1")\n'
+    '  [ "$((__el_k))" -eq "$__el_n" ]\n'
     "}\n"
     f'__el_took() {{ [ "$1" -ne {INPUT_LOST} ] || __el_lost "$1"; return "$1"; }}\n'
     "__el_lost() {\n"
@@ -307,16 +311,17 @@ def script_call(script: str, *, seed: int, exec_id: str, raw_input: int | None =
     stdin ``/dev/null``; its status is the call's, whatever ``set -e`` says.
 
     With ``raw_input`` (a byte count) the subshell reads the session's own stdin, and the
-    script may call ``__el_take FILE`` once: it prints :func:`ack_of` the seed on stdout;
-    the caller then sends exactly ``raw_input`` bytes and the seed on a line of its own;
-    ``__el_take`` writes the bytes to ``FILE`` (``head -c``, which never reads past the
-    count) and succeeds when the line came after them (a stream cut short fails it). The
-    text ends with this one line, and the shell parses a whole line before it runs it,
-    so nothing follows the line in the shell's input when the bytes come: they reach
-    ``head`` alone (the user's commands run with stdin ``/dev/null``). A script that
-    fails before ``__el_take`` prints no acknowledgement, and nothing is sent. When
-    ``head`` could not take the bytes (:data:`INPUT_LOST`), the shell ends itself at
-    once (``__el_lost``: no state saved, trailer field ``lost``) and never reads them.
+    script may call ``__el_take FILE`` once: it opens ``FILE`` (as fd 4 of the script's
+    subshell), prints :func:`ack_of` the seed on stdout, and the caller then sends
+    exactly ``raw_input`` bytes, nothing more until the call ends; ``head -c`` writes
+    them to ``FILE``, and ``__el_take`` succeeds when all of them came (the offset of fd 4,
+    from ``/proc/self/fdinfo/4``, else ``wc -c``: a stream cut short fails it). The text
+    ends with this command, and a shell parses a whole command before it runs it, so
+    nothing follows in the shell's input when the bytes come: they reach ``head`` alone
+    (the user's commands run with stdin ``/dev/null``), even a ``head`` that reads ahead.
+    A script that fails before ``__el_take`` prints no acknowledgement, and nothing is
+    sent. When ``head`` could not take the bytes (:data:`INPUT_LOST`), the shell ends
+    itself at once (``__el_lost``: no state saved, trailer field ``lost``), unread.
     """
     lines = [f"__el_pre {seed} {exec_id}"]
     if prelude:

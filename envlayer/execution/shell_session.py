@@ -230,12 +230,12 @@ class _AckedStdout:
         return self.out.feed(self.scanner.flush()) + self.out.flush()
 
 
-def _send_input(stream: ByteStream, data: bytes, seed: int) -> None:
-    """Send a call's raw input and the line that confirms it all came (see
-    :func:`~envlayer.execution.shell_script.script_call`). A stream that broke meanwhile is
-    left to the read that follows (it sees the end, or the trailer saying the input was lost)."""
+def _send_input(stream: ByteStream, data: bytes) -> None:
+    """Send a call's raw input (see :func:`~envlayer.execution.shell_script.script_call`).
+    A stream that broke meanwhile is left to the read that follows (it sees the end, or
+    the trailer saying the input was lost)."""
     try:
-        stream.write(data + b"%d\n" % seed)
+        stream.write(data)
     except OSError:
         log.debug("session: the stream broke while a call's input was sent", exc_info=True)
 
@@ -503,7 +503,7 @@ class PersistentShell:
                 prelude=prelude,
             )
             if raw is not None:
-                on_ack = (ack_of(seed), lambda: _send_input(stream, raw, seed))
+                on_ack = (ack_of(seed), lambda: _send_input(stream, raw))
         else:
             script = self._call_text(request, seed, stdin_path, prelude)
         sent_at = time.monotonic()
