@@ -9,22 +9,26 @@ The base owns, for every backend built on it:
 * the caps: ``max_file_bytes`` on both directions (:class:`FileTooLarge` before a byte
   moves);
 * the session path: where the backend has a persistent session shell
-  (:attr:`session_file_max` > 0) and it is free, a read of up to that many bytes (and
-  ``max_output_bytes``) and a write of up to :data:`SESSION_WRITE_MAX` travel as one
-  command in it, run in a subshell (:func:`_in_subshell`: nothing of the session's state
-  is used or changed, and no new shell program starts). Writes carry the data in the
-  command text (a ``printf`` format for text, base64 for binary: any byte, NUL too);
-  reads come back raw on stdout, with the size the sandbox measured on stderr, and are
-  taken only when they match it. The script checks with the sandbox user's rights
-  (``test -r``/``-w``, as that user), resolves symlinks for ``file_root`` itself (the same
-  round trip), and replaces a file atomically (:func:`write_script`), keeping its mode;
+  (:attr:`session_file_max` > 0) and it is free, a file of up to that many bytes (a read
+  also within ``max_output_bytes``) travels as one envlayer script in a subshell of the
+  session (:class:`~envlayer.execution.shell_session.ScriptRequest`: parsed once, no
+  ``eval``; nothing of the session's state used or changed, ``set -e`` included). A
+  write of up to :data:`PRINTF_SMALL` bytes carries them in the script as a ``printf``
+  format; a larger one sends them raw behind it, taken by ``head -c`` (any byte, NUL
+  too; no encoding, no parsing). A read runs one program, ``head -c`` of at most one
+  byte more than may come this way, and prints the count it read on stderr behind the
+  call's mark: its bytes are taken only when they match it. The scripts check with the
+  sandbox user's rights (``test -r``/``-w``, as that user), resolve symlinks for
+  ``file_root`` themselves (the same round trip), and replace a file atomically
+  (:func:`write_script`), keeping its mode;
 * the fallback: a larger file, a session that is busy (a command is running in it) or
-  absent, a sandbox without ``base64`` for a binary write, a read whose size did not match
+  absent, a sandbox without ``head`` for a raw write, a read whose count did not match
   (a background job wrote to the session's stdout meanwhile; its bytes are dropped): the
   backend's transport moves the file (:meth:`fetch_file` / :meth:`store_file`: one exec
   with the same scripts, :func:`read_by_helper` / :func:`write_by_helper`, or an SDK
   upload or download). Each fallback is logged at debug level on ``envlayer.files`` with
-  its reason.
+  its reason; a shell that could not take a write's bytes (it ended itself unread, and
+  the next command's result says it was restarted) at warning level.
 
 The rule for a directory: ``write_file`` names the file to write, never a directory (the
 call has no source name to put inside it): a path that is an existing directory raises
