@@ -6,8 +6,8 @@ The base owns, for every backend built on it:
 * the path: relative to the backend's :meth:`file_directory`, confined to
   ``options.file_root`` lexically (:meth:`~envlayer.environment.Environment.resolve_path`)
   and against symlinks in the sandbox (:mod:`envlayer.sandbox.paths`);
-* the caps: ``max_file_bytes`` on both directions (:class:`FileTooLarge` before a byte
-  moves);
+* the caps: ``max_file_bytes`` on both directions (:class:`FileTooLarge`; a write moves
+  no byte first, a read through the session at most one byte over the cap);
 * the session path: where the backend has a persistent session shell
   (:attr:`session_file_max` > 0) and it is free, a file of up to that many bytes (a read
   also within ``max_output_bytes``) travels as one envlayer script in a subshell of the

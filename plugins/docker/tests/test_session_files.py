@@ -90,7 +90,8 @@ def test_a_1_mib_write_takes_the_session_byte_for_byte_and_keeps_the_mode(
     env.write_file("/tmp/tool", data)
     assert _fallbacks(caplog) == [], "a 1 MiB write must travel through a free session"
     assert env.read_file("/tmp/tool") == data
-    listing = env.exec("stat -c %a /tmp/tool; ls -a /tmp | grep -c '^.envlayer-.*tmp$'; test -e /tmp/pwned || echo clean")
+    temps = "ls -a /tmp | grep -c '^.envlayer-.*tmp$'"
+    listing = env.exec(f"stat -c %a /tmp/tool; {temps}; test -e /tmp/pwned || echo clean")
     assert listing.stdout == b"751\n0\nclean\n", listing
 
 
