@@ -56,7 +56,8 @@ from envlayer.execution.shell_script import INPUT_LOST, printf_format, quote
 from envlayer.execution.shell_session import ScriptRequest
 from envlayer.request import ExecRequest, file_payload
 from envlayer.result import ExecResult
-from envlayer.sandbox.paths import Helper, check_real_path
+from envlayer.sandbox.paths import CONFINE as _CONFINE
+from envlayer.sandbox.paths import OUTSIDE, Helper, check_real_path
 
 if TYPE_CHECKING:
     from envlayer.sandbox.base import SandboxEnvironment
@@ -69,16 +70,8 @@ SESSION_FILE_MAX = 1_048_576
 SESSION_FILE_TIMEOUT = 300.0
 """Seconds one file command may take in the session (a FIFO named as a file would block)."""
 
-NOT_FOUND, IS_DIR, FAILED, TOO_LARGE, DENIED, OUTSIDE, USE_TRANSPORT = 20, 21, 22, 23, 24, 25, 26
-"""Exit codes of the session scripts."""
-
-_CONFINE = (
-    'if [ -n "$2" ]; then r=$(command readlink -f -- "$2") && '
-    '{ t=$(command readlink -f -- "$1" || command readlink -f -- "${1%/*}"); } && '
-    f'case $t in "${{r%/}}"|"${{r%/}}"/*) ;; *) exit {OUTSIDE};; esac; fi; '
-)
-"""Shell: exit OUTSIDE when the real path of ``$1`` lies outside the real ``$2`` (when set);
-when ``readlink`` cannot answer, the lexical check stands (as :func:`check_real_path`)."""
+NOT_FOUND, IS_DIR, FAILED, TOO_LARGE, DENIED, USE_TRANSPORT = 20, 21, 22, 23, 24, 26
+"""Exit codes of the session scripts (and :data:`~envlayer.sandbox.paths.OUTSIDE`)."""
 
 _UNSEARCHABLE_PARENT = f'p=${{1%/*}}; [ -n "$p" ] && [ -d "$p" ] && [ ! -x "$p" ] && exit {DENIED};'
 

@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from envlayer.errors import SandboxFileError, SandboxPermissionDenied
+from envlayer.errors import SandboxFileError, SandboxPathError, SandboxPermissionDenied
 from envlayer.execution.shell_session import RESTARTED_AFTER_KILL
+from envlayer.sandbox.paths import check_real_path
 
 pytestmark = pytest.mark.docker
 
@@ -139,3 +140,21 @@ def test_bytes_the_shell_cannot_take_are_never_run_and_the_write_takes_the_trans
     assert env.fetch_file("/tmp/script.sh", 1 << 20) == data
     after = env.exec("test -e /tmp/pwned && echo pwned; ulimit -f")
     assert (after.stdout, after.recovered) == (b"unlimited\n", RESTARTED_AFTER_KILL), after
+
+
+@pytest.mark.parametrize("size", [4, 10_000], ids=["printf", "raw"])
+def test_file_root_holds_for_new_directories_under_a_link_out_of_it(make_env: Callable[..., Any], size: int) -> None:
+    env = make_env(persist_across_processes=False)
+    env.exec("mkdir -p /tmp/jail /tmp/outside && ln -s /tmp/outside /tmp/jail/out").check()
+    env.options.file_root = "/tmp/jail"
+    for path in ("/tmp/jail/out/new/deeper/x", "/tmp/jail/out/x"):
+        with pytest.raises(SandboxPathError):
+            env.write_file(path, b"n" * size)
+        with pytest.raises(SandboxPathError):
+            env.read_file(path)
+    assert env.exec("ls -A /tmp/outside").stdout == b"", "a write escaped file_root"
+    env.write_file("/tmp/jail/in/new/x", b"y" * size)
+    assert env.read_file("/tmp/jail/in/new/x") == b"y" * size
+    env.store_file("/tmp/jail/via-transport/x", b"t")  # the transport's own check, as when the session is busy
+    with pytest.raises(SandboxPathError):
+        check_real_path(env.file_helper, "x", "/tmp/jail/out/new/deeper/x", "/tmp/jail")
