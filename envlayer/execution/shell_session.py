@@ -196,6 +196,8 @@ def read_framed(
             for name, data in chunks:
                 write(name, stdout.feed(data) if name == "stdout" else err.feed(data))
             if out.done and err.done:
+                if isinstance(stdout, _AckedStdout):
+                    stdout.release()
                 after = tuple((name, s.after) for name, s in (("stdout", out), ("stderr", err)) if s.after)
                 return Framed(trailer=parse_trailer(out.trailer), after=after)
         chunks = stream.read(deadline)
@@ -226,8 +228,13 @@ class _AckedStdout:
         after, scanner.after = scanner.after, b""
         return self.out.feed(passed) + self.out.feed(after)
 
+    def release(self) -> bytes:
+        """Pass on what is held back as a possible start of ``ack`` (the stream ended, or
+        the call did: then it lands behind the end markers, in ``out.after``)."""
+        return self.out.feed(self.scanner.flush())
+
     def flush(self) -> bytes:
-        return self.out.feed(self.scanner.flush()) + self.out.flush()
+        return self.release() + self.out.flush()
 
 
 def _send_input(stream: ByteStream, data: bytes) -> None:

@@ -22,8 +22,14 @@ from envlayer.backends.local import LocalEnvironment, LocalOptions
 from envlayer.capabilities import Capability
 from envlayer.errors import BackendUnavailable
 from envlayer.execution.collector import OutputCollector
-from envlayer.execution.shell_script import INPUT_LOST
-from envlayer.execution.shell_session import IDLE_END_RETRIES, RESTARTED_AFTER_KILL, PersistentShell, ScriptRequest
+from envlayer.execution.shell_script import INPUT_LOST, ack_of, marker_of
+from envlayer.execution.shell_session import (
+    IDLE_END_RETRIES,
+    RESTARTED_AFTER_KILL,
+    PersistentShell,
+    ScriptRequest,
+    read_framed,
+)
 from envlayer.execution.streams import ByteStream, ProcessStream, StreamEnded
 from envlayer.request import ExecRequest
 from envlayer.result import ExecResult
@@ -358,3 +364,29 @@ def test_ctrl_c_mid_input_leaves_the_old_file_no_temp_and_says_the_shell_restart
     assert os.listdir(session_env.cwd) == ["f.txt"], "a temp file was left behind"
     after = session_env.exec("echo back")
     assert (after.stdout, after.recovered) == (b"back\n", RESTARTED_AFTER_KILL)
+
+
+class _Chunks:
+    """A stream that returns the given reads, then ends."""
+
+    def __init__(self, reads: list[list[tuple[str, bytes]]]) -> None:
+        self.reads = reads
+
+    def read(self, deadline: float | None) -> list[tuple[str, bytes]] | None:
+        return self.reads.pop(0) if self.reads else None
+
+
+@pytest.mark.parametrize("acked", [True, False], ids=["acked", "failed-first"])
+@pytest.mark.parametrize("step", [1, 3, 1000])
+def test_the_acknowledgement_is_taken_out_once_and_no_byte_around_it_is_lost(step: int, acked: bool) -> None:
+    seed = 2**39 + 5
+    marker, ack = marker_of(seed), ack_of(seed)
+    stdout = b"bg1=E" + (ack if acked else b"") + b"bg2" + marker + b"0 7 - /" + marker + b"late=E"
+    reads = [[("stdout", stdout[i : i + step])] for i in range(0, len(stdout), step)] + [[("stderr", marker)]]
+    sent: list[int] = []
+    collector = OutputCollector(None, "head")
+    framed = read_framed(_Chunks(reads), marker, collector, None, on_ack=(ack, lambda: sent.append(1)))  # type: ignore[arg-type]
+    assert sent == ([1] if acked else [])
+    assert collector.buffers["stdout"].getvalue() == b"bg1=Ebg2"
+    assert framed.trailer is not None and framed.trailer.pid == 7
+    assert dict(framed.after)["stdout"] == b"late=E"
