@@ -116,7 +116,8 @@ _LOST = f"[ $e -ne {INPUT_LOST} ] || exit {INPUT_LOST}; "
 def write_script(fill: str) -> str:
     """Shell that writes a file: ``$1`` path, ``$2`` file root ('' for none), ``$3`` a random
     word for the temp file's name; ``fill`` is the text before a file name that writes the
-    data into it (``command cat >|``, ``printf '...' >|``). A symlink is followed to the file
+    data into it (``command cat >|``, ``printf '...' >|``, ``__el_take`` for a session
+    call's raw input: its :data:`INPUT_LOST` is passed on). A symlink is followed to the file
     it names; the file is replaced by a rename from a temp file in its directory (made by
     ``cp -p`` of the old file first, so its mode and owner stay; removed again when the
     write fails or is killed). When the directory is not writable but the file is, the
