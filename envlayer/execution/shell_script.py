@@ -153,7 +153,7 @@ _CALL_FUNCTIONS = (
     "__el_take() {\n"
     '  exec 4>| "$1" || return\n'
     f"  printf '%s' {_ACK} >&7\n"
-    f'  command head -c "$__el_n" >&4 || return {INPUT_LOST}\n'
+    f'  command head -c "$__el_n" <&5 >&4 || return {INPUT_LOST}\n'
     '  __el_k=; { while read -r __el_f __el_v; do [ "$__el_f" = pos: ] && __el_k=$__el_v && break; done; } '
     "2>/dev/null </proc/self/fdinfo/4\n"
     '  [ -n "$__el_k" ] || __el_k=$(command wc -c < "$1")\n'
@@ -310,12 +310,13 @@ def script_call(script: str, *, seed: int, exec_id: str, raw_input: int | None =
     of the session: parsed once, not through ``eval`` (it is known to be valid), with
     stdin ``/dev/null``; its status is the call's, whatever ``set -e`` says.
 
-    With ``raw_input`` (a byte count) the subshell reads the session's own stdin, and the
-    script may call ``__el_take FILE`` once: it opens ``FILE`` (as fd 4 of the script's
-    subshell), prints :func:`ack_of` the seed on stdout, and the caller then sends
-    exactly ``raw_input`` bytes, nothing more until the call ends; ``head -c`` writes
-    them to ``FILE``, and ``__el_take`` succeeds when all of them came (the offset of fd 4,
-    from ``/proc/self/fdinfo/4``, else ``wc -c``: a stream cut short fails it). The text
+    With ``raw_input`` (a byte count) the subshell holds the session's own stdin as fd 5
+    (its stdin is ``/dev/null``: no other program can read it), and the script may call
+    ``__el_take FILE`` once: it opens ``FILE`` (as fd 4 of the script's subshell), prints
+    :func:`ack_of` the seed on stdout, and the caller then sends exactly ``raw_input``
+    bytes, nothing more until the call ends; ``head -c`` writes them to ``FILE``, and
+    ``__el_take`` succeeds when all of them came (the offset of fd 4, from
+    ``/proc/self/fdinfo/4``, else ``wc -c``: a stream cut short fails it). The text
     ends with this command, and a shell parses a whole command before it runs it, so
     nothing follows in the shell's input when the bytes come: they reach ``head`` alone
     (the user's commands run with stdin ``/dev/null``), even a ``head`` that reads ahead.
@@ -329,8 +330,8 @@ def script_call(script: str, *, seed: int, exec_id: str, raw_input: int | None =
     if raw_input is None:
         lines.append(f"if ( {script}\n) </dev/null {_CLOSED}; then __el_end; else __el_end; fi")
     else:
-        took = "__el_took $? || __el_end"
-        lines.append(f"__el_n={int(raw_input)}; if ( {script}\n) 8>&-; then __el_end; else {took}; fi")
+        run = f"( {script}\n) 5<&0 </dev/null 8>&-"
+        lines.append(f"__el_n={int(raw_input)}; if {run}; then __el_end; else __el_took $? || __el_end; fi")
     return ("\n".join(lines) + "\n").encode("utf-8", "surrogateescape")
 
 
