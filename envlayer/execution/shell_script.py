@@ -48,7 +48,6 @@ session shells from command processes."""
 _PLAIN = frozenset(range(0x20, 0x7F)) - {ord("\\"), ord("%"), ord("'")} | {ord("\n")}
 _PRINTF = [chr(b) if b in _PLAIN else f"\\{b:03o}" for b in range(256)]
 """How ``printf`` formats spell each byte value (a table: formats of files are long)."""
-_PLAIN_BYTES = bytes(sorted(_PLAIN))
 
 
 def quote(value: str) -> str:
@@ -79,12 +78,6 @@ def printf_format(data: bytes) -> str:
     an option, print nothing and fail."""
     text = "".join(map(_PRINTF.__getitem__, data))
     return "'" + ("\\055" + text[1:] if text.startswith("-") else text) + "'"
-
-
-def printf_escapes(data: bytes) -> int:
-    """How many bytes of ``data`` :func:`printf_format` spells as an escape (four
-    characters each instead of one)."""
-    return len(data.translate(None, _PLAIN_BYTES))
 
 
 def export_lines(env: Mapping[str, str]) -> str:
@@ -132,6 +125,19 @@ def marker_of(seed: int) -> bytes:
 
 
 _MARK = '"__EL$((__el_s*7919+13))__"'
+_ACK = '"=EL$((__el_s*7919+17))="'
+
+INPUT_LOST = 99
+"""Exit status of a call whose raw input was announced but not taken: the shell has
+ended itself (see :func:`script_call`)."""
+
+
+def ack_of(seed: int) -> bytes:
+    """What the shell prints on its stdout when a call's raw input may be sent: like the
+    marker (never literally in the script), but starting with ``=``, so that no byte of
+    a trailer is ever held back as a possible start of it."""
+    return f"=EL{seed * 7919 + 17}=".encode()
+
 
 _CALL_FUNCTIONS = (
     f"__el_pre() {{ __el_s=$1; {EXEC_ID_VAR}=$2; export {EXEC_ID_VAR}; trap __el_exit EXIT; }}\n"
@@ -144,6 +150,22 @@ _CALL_FUNCTIONS = (
     "  case $__el_o in *x*) set -x;; esac; __el_up=-\n"
     "}\n"
     '__el_ev() { unset -f __el_cmd; command eval "__el_cmd() { $__el_c\n}" && __el_cmd; }\n'
+    "__el_take() {\n"
+    '  exec 4>| "$1" || return\n'
+    f"  printf '%s' {_ACK} >&7\n"
+    f'  command head -c "$__el_n" <&5 >&4 || return {INPUT_LOST}\n'
+    '  __el_k=; { while read -r __el_f __el_v; do [ "$__el_f" = pos: ] && __el_k=$__el_v && break; done; } '
+    "2>/dev/null </proc/self/fdinfo/4\n"
+    '  [ -n "$__el_k" ] || __el_k=$(command wc -c < "$1")\n'
+    '  [ "$((__el_k))" -eq "$__el_n" ]\n'
+    "}\n"
+    f'__el_took() {{ [ "$1" -ne {INPUT_LOST} ] || __el_lost "$1"; return "$1"; }}\n'
+    "__el_lost() {\n"
+    "  trap - EXIT\n"
+    f"  printf '%s' {_MARK} >&8\n"
+    f'  printf \'%s%s %s lost %s%s\' {_MARK} "$1" "$$" "$PWD" {_MARK} >&7\n'
+    '  exit "$1"\n'
+    "}\n"
 )
 """Defined once per shell by :func:`init_script`, so each call sends one short script
 (see :func:`call_script`): bash reads a script from a pipe one byte at a time, and every
@@ -153,7 +175,9 @@ command, takes its status, removes the staged stdin and prints the trailer (see 
 module docstring; the stderr marker first: a transport that forwards each stream on its
 own, as Docker's daemon does, has then usually sent it when the stdout trailer comes,
 so the reader wakes once per call instead of twice), keeping ``set -x`` as the command left it; ``__el_ev`` runs the
-command text in ``$__el_c`` as the body of a function (see :data:`_RUN`)."""
+command text in ``$__el_c`` as the body of a function (see :data:`_RUN`). ``__el_take FILE``,
+``__el_took STATUS`` and ``__el_lost STATUS`` carry a call's raw input (see
+:func:`script_call`)."""
 
 
 OWNER_BOUND = "__el_bound=1\n"
@@ -281,6 +305,36 @@ def call_script(
     return text.encode("utf-8", "surrogateescape")
 
 
+def script_call(script: str, *, seed: int, exec_id: str, raw_input: int | None = None, prelude: str = "") -> bytes:
+    """The text that runs envlayer's own shell ``script`` (a file call's) in a subshell
+    of the session: parsed once, not through ``eval`` (it is known to be valid), with
+    stdin ``/dev/null``; its status is the call's, whatever ``set -e`` says.
+
+    With ``raw_input`` (a byte count) the subshell holds the session's own stdin as fd 5
+    (its stdin is ``/dev/null``: no other program can read it), and the script may call
+    ``__el_take FILE`` once: it opens ``FILE`` (as fd 4 of the script's subshell), prints
+    :func:`ack_of` the seed on stdout, and the caller then sends exactly ``raw_input``
+    bytes, nothing more until the call ends; ``head -c`` writes them to ``FILE``, and
+    ``__el_take`` succeeds when all of them came (the offset of fd 4, from
+    ``/proc/self/fdinfo/4``, else ``wc -c``: a stream cut short fails it). The text
+    ends with this command, and a shell parses a whole command before it runs it, so
+    nothing follows in the shell's input when the bytes come: they reach ``head`` alone
+    (the user's commands run with stdin ``/dev/null``), even a ``head`` that reads ahead.
+    A script that fails before ``__el_take`` prints no acknowledgement, and nothing is
+    sent. When ``head`` could not take the bytes (:data:`INPUT_LOST`), the shell ends
+    itself at once (``__el_lost``: no state saved, trailer field ``lost``), unread.
+    """
+    lines = [f"__el_pre {seed} {exec_id}"]
+    if prelude:
+        lines.append(prelude)
+    if raw_input is None:
+        lines.append(f"if ( {script}\n) </dev/null {_CLOSED}; then __el_end; else __el_end; fi")
+    else:
+        run = f"( {script}\n) 5<&0 </dev/null 8>&-"
+        lines.append(f"__el_n={int(raw_input)}; if {run}; then __el_end; else __el_took $? || __el_end; fi")
+    return ("\n".join(lines) + "\n").encode("utf-8", "surrogateescape")
+
+
 def close_script() -> bytes:
     """Ends a live shell cleanly: no state kept, its private directory removed."""
     return b'trap - EXIT; rm -rf -- "$__el_dir"; exit 0\n'
@@ -368,7 +422,8 @@ class Trailer:
 
     ``uptime_cs`` is the sandbox clock (centiseconds since boot) when the command ended,
     ``None`` when unknown; ``shell_exiting`` is True when the EXIT trap printed it (the
-    command ended the shell; its state was saved for the next one).
+    command ended the shell; its state was saved for the next one); ``input_lost`` when
+    ``__el_lost`` did (the call's raw input was not taken; the shell ended, saving nothing).
     """
 
     exit_code: int
@@ -376,12 +431,15 @@ class Trailer:
     pwd: str
     uptime_cs: int | None
     shell_exiting: bool
+    input_lost: bool = False
 
 
 def parse_trailer(raw: bytes) -> Trailer:
-    """Parse ``<rc> <pid> <uptime|exit|-> <pwd>``. Raises ``ValueError`` on anything else."""
+    """Parse ``<rc> <pid> <uptime|exit|lost|-> <pwd>``. Raises ``ValueError`` on anything else."""
     rc, pid, up, pwd = raw.split(b" ", 3)
     uptime_cs = None
+    if up == b"lost":
+        return Trailer(int(rc), int(pid), pwd.decode("utf-8", "surrogateescape"), None, False, input_lost=True)
     if up not in (b"exit", b"-"):
         whole, _, frac = up.decode().partition(".")
         uptime_cs = int(whole) * 100 + int((frac + "00")[:2])

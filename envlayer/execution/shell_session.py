@@ -65,13 +65,16 @@ from envlayer.execution.collector import OutputCollector
 from envlayer.execution.shell_script import (
     MarkerScanner,
     Trailer,
+    ack_of,
     call_script,
     close_script,
+    command_text,
     handshake_command,
     init_script,
     marker_of,
     new_seed,
     parse_trailer,
+    script_call,
 )
 from envlayer.execution.streams import ByteStream, StreamEnded, drain_while
 from envlayer.execution.tree_kill import kill_script_argv
@@ -100,6 +103,19 @@ shorter than a command takes to reach the shell)."""
 
 _EXIT_STATUS_WAIT = 2.0
 _START_TIMEOUT = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptRequest(ExecRequest):
+    """A call whose command is envlayer's own shell script (a file call's), run in the
+    session by :func:`~envlayer.execution.shell_script.script_call` (no ``eval``, its
+    status whatever ``set -e`` says), never one-shot. ``raw_input``: bytes the script
+    takes from the session's stdin with ``__el_take FILE`` (any byte, no encoding);
+    when the shell could not take them it ends itself unread, the call's exit status is
+    :data:`~envlayer.execution.shell_script.INPUT_LOST` and the next call's result says
+    the shell was restarted."""
+
+    raw_input: bytes | None = None
 
 
 class ShellStartError(BackendUnavailable):
@@ -159,14 +175,18 @@ def read_framed(
     deadline: float | None,
     *,
     pending: list[tuple[str, bytes]] | None = None,
+    on_ack: tuple[bytes, Callable[[], None]] | None = None,
 ) -> Framed:
     """Read one command's output from ``stream`` into ``collector`` until both end
     markers (see :mod:`envlayer.execution.shell_script`), the stream's end, or ``deadline``.
     ``pending`` chunks (read earlier) are processed first, and taken off that list. On
     the stream's end, bytes held back as a possible marker start are delivered. Bytes read
-    behind the markers are returned in ``Framed.after``. Exceptions (from the stream or
-    the collector's callback) propagate; the caller kills the command."""
+    behind the markers are returned in ``Framed.after``. ``on_ack``: ``(ack, send)``,
+    ``send()`` is called once, as soon as ``ack`` (removed from the output) is read on
+    stdout. Exceptions (from the stream, ``send`` or the collector's callback) propagate;
+    the caller kills the command."""
     out, err = MarkerScanner(marker, trailer=True), MarkerScanner(marker, trailer=False)
+    stdout = out if on_ack is None else _AckedStdout(out, *on_ack)
     write = collector.write
     chunks = pending[:] if pending else None
     if pending:
@@ -174,17 +194,57 @@ def read_framed(
     while True:
         if chunks:
             for name, data in chunks:
-                write(name, (out if name == "stdout" else err).feed(data))
+                write(name, stdout.feed(data) if name == "stdout" else err.feed(data))
             if out.done and err.done:
+                if isinstance(stdout, _AckedStdout):
+                    stdout.release()
                 after = tuple((name, s.after) for name, s in (("stdout", out), ("stderr", err)) if s.after)
                 return Framed(trailer=parse_trailer(out.trailer), after=after)
         chunks = stream.read(deadline)
         if chunks is None:
-            write("stdout", out.flush())
+            write("stdout", stdout.flush())
             write("stderr", err.flush())
             return Framed()
         if not chunks:
             return Framed(timed_out=True)
+
+
+class _AckedStdout:
+    """Stdout's scanner ``out`` behind one that takes ``ack`` out of the stream and calls
+    ``send`` once it has passed; bytes before and after it go on to ``out`` in order."""
+
+    def __init__(self, out: MarkerScanner, ack: bytes, send: Callable[[], None]) -> None:
+        self.out, self.send = out, send
+        self.scanner = MarkerScanner(ack, trailer=False)
+
+    def feed(self, data: bytes) -> bytes:
+        scanner = self.scanner
+        if scanner.done:
+            return self.out.feed(data)
+        passed = scanner.feed(data)
+        if not scanner.done:
+            return self.out.feed(passed)
+        self.send()
+        after, scanner.after = scanner.after, b""
+        return self.out.feed(passed) + self.out.feed(after)
+
+    def release(self) -> bytes:
+        """Pass on what is held back as a possible start of ``ack`` (the stream ended, or
+        the call did: then it lands behind the end markers, in ``out.after``)."""
+        return self.out.feed(self.scanner.flush())
+
+    def flush(self) -> bytes:
+        return self.release() + self.out.flush()
+
+
+def _send_input(stream: ByteStream, data: bytes) -> None:
+    """Send a call's raw input (see :func:`~envlayer.execution.shell_script.script_call`).
+    A stream that broke meanwhile is left to the read that follows (it sees the end, or
+    the trailer saying the input was lost)."""
+    try:
+        stream.write(data)
+    except OSError:
+        log.debug("session: the stream broke while a call's input was sent", exc_info=True)
 
 
 def status_unknown(what: str) -> BackendUnavailable:
@@ -439,20 +499,20 @@ class PersistentShell:
         the shell's own handshake is not asked about)."""
         seed = new_seed()
         marker = marker_of(seed)
-        inline = None
-        if request.stdin is not None and (len(request.stdin) <= INLINE_STDIN_MAX or self.upload is None):
-            inline = request.stdin
-        script = call_script(
-            request.command,
-            seed=seed,
-            exec_id=request.exec_id,
-            cwd=request.cwd,
-            env=request.env,
-            unset=request.unset_env or (),
-            stdin_path=stdin_path,
-            stdin_inline=inline,
-            prelude=prelude,
-        )
+        on_ack = None
+        if isinstance(request, ScriptRequest):
+            raw = request.raw_input
+            script = script_call(
+                command_text(request.command),
+                seed=seed,
+                exec_id=request.exec_id,
+                raw_input=None if raw is None else len(raw),
+                prelude=prelude,
+            )
+            if raw is not None:
+                on_ack = (ack_of(seed), lambda: _send_input(stream, raw))
+        else:
+            script = self._call_text(request, seed, stdin_path, prelude)
         sent_at = time.monotonic()
         self.last_used = sent_at
         try:
@@ -463,7 +523,7 @@ class PersistentShell:
             except OSError:
                 return self._ended(stream, user_command)
             with killer_for(request.cancel, lambda: self._kill_from_elsewhere(request, sent_at)):
-                framed = read_framed(stream, marker, collector, request.deadline, pending=pending or [])
+                framed = read_framed(stream, marker, collector, request.deadline, pending=pending or [], on_ack=on_ack)
             if framed.timed_out:
                 self._kill(stream, request, collector, sent_at)
                 return ShellOutcome(124, timed_out=True, shell_ended=True)
@@ -478,8 +538,30 @@ class PersistentShell:
         self._behind = list(framed.after)
         return self._finished(framed.trailer)
 
+    def _call_text(self, request: ExecRequest, seed: int, stdin_path: str | None, prelude: str) -> bytes:
+        """The script of a user's command (see :func:`call_script`)."""
+        inline = None
+        if request.stdin is not None and (len(request.stdin) <= INLINE_STDIN_MAX or self.upload is None):
+            inline = request.stdin
+        return call_script(
+            request.command,
+            seed=seed,
+            exec_id=request.exec_id,
+            cwd=request.cwd,
+            env=request.env,
+            unset=request.unset_env or (),
+            stdin_path=stdin_path,
+            stdin_inline=inline,
+            prelude=prelude,
+        )
+
     def _finished(self, trailer: Trailer) -> ShellOutcome:
         self.pid, self.cwd = trailer.pid, trailer.pwd
+        if trailer.input_lost:
+            log.warning("session: the shell could not take a call's input and ended itself; the next call starts anew")
+            self._killed = True  # the next call's result says the shell was restarted
+            self._drop_stream()
+            return ShellOutcome(trailer.exit_code, shell_ended=True)
         if trailer.uptime_cs is not None:
             self._clock = (trailer.uptime_cs, time.monotonic())
         if trailer.shell_exiting:

@@ -6,25 +6,29 @@ The base owns, for every backend built on it:
 * the path: relative to the backend's :meth:`file_directory`, confined to
   ``options.file_root`` lexically (:meth:`~envlayer.environment.Environment.resolve_path`)
   and against symlinks in the sandbox (:mod:`envlayer.sandbox.paths`);
-* the caps: ``max_file_bytes`` on both directions (:class:`FileTooLarge` before a byte
-  moves);
+* the caps: ``max_file_bytes`` on both directions (:class:`FileTooLarge`; a write moves
+  no byte first, a read through the session at most one byte over the cap);
 * the session path: where the backend has a persistent session shell
-  (:attr:`session_file_max` > 0) and it is free, a read of up to that many bytes (and
-  ``max_output_bytes``) and a write of up to :data:`SESSION_WRITE_MAX` travel as one
-  command in it, run in a subshell (:func:`_in_subshell`: nothing of the session's state
-  is used or changed, and no new shell program starts). Writes carry the data in the
-  command text (a ``printf`` format for text, base64 for binary: any byte, NUL too);
-  reads come back raw on stdout, with the size the sandbox measured on stderr, and are
-  taken only when they match it. The script checks with the sandbox user's rights
-  (``test -r``/``-w``, as that user), resolves symlinks for ``file_root`` itself (the same
-  round trip), and replaces a file atomically (:func:`write_script`), keeping its mode;
+  (:attr:`session_file_max` > 0) and it is free, a file of up to that many bytes (a read
+  also within ``max_output_bytes``) travels as one envlayer script in a subshell of the
+  session (:class:`~envlayer.execution.shell_session.ScriptRequest`: parsed once, no
+  ``eval``; nothing of the session's state used or changed, ``set -e`` included). A
+  write of up to :data:`PRINTF_SMALL` bytes carries them in the script as a ``printf``
+  format; a larger one sends them raw behind it, taken by ``head -c`` (any byte, NUL
+  too; no encoding, no parsing). A read runs one program, ``head -c`` of at most one
+  byte more than may come this way, and prints the count it read on stderr behind the
+  call's mark: its bytes are taken only when they match it. The scripts check with the
+  sandbox user's rights (``test -r``/``-w``, as that user), resolve symlinks for
+  ``file_root`` themselves (the same round trip), and replace a file atomically
+  (:func:`write_script`), keeping its mode;
 * the fallback: a larger file, a session that is busy (a command is running in it) or
-  absent, a sandbox without ``base64`` for a binary write, a read whose size did not match
+  absent, a sandbox without ``head`` for a raw write, a read whose count did not match
   (a background job wrote to the session's stdout meanwhile; its bytes are dropped): the
   backend's transport moves the file (:meth:`fetch_file` / :meth:`store_file`: one exec
   with the same scripts, :func:`read_by_helper` / :func:`write_by_helper`, or an SDK
   upload or download). Each fallback is logged at debug level on ``envlayer.files`` with
-  its reason.
+  its reason; a shell that could not take a write's bytes (it ended itself unread, and
+  the next command's result says it was restarted) at warning level.
 
 The rule for a directory: ``write_file`` names the file to write, never a directory (the
 call has no source name to put inside it): a path that is an existing directory raises
@@ -34,7 +38,7 @@ into a directory under the file's own name).
 
 from __future__ import annotations
 
-import base64
+import dataclasses
 import logging
 import posixpath
 import uuid
@@ -48,10 +52,12 @@ from envlayer.errors import (
     SandboxPathError,
     SandboxPermissionDenied,
 )
-from envlayer.execution.shell_script import printf_escapes, printf_format, quote
+from envlayer.execution.shell_script import INPUT_LOST, printf_format, quote
+from envlayer.execution.shell_session import ScriptRequest
 from envlayer.request import ExecRequest, file_payload
 from envlayer.result import ExecResult
-from envlayer.sandbox.paths import Helper, check_real_path
+from envlayer.sandbox.paths import CONFINE as _CONFINE
+from envlayer.sandbox.paths import OUTSIDE, Helper, check_real_path
 
 if TYPE_CHECKING:
     from envlayer.sandbox.base import SandboxEnvironment
@@ -64,16 +70,8 @@ SESSION_FILE_MAX = 1_048_576
 SESSION_FILE_TIMEOUT = 300.0
 """Seconds one file command may take in the session (a FIFO named as a file would block)."""
 
-NOT_FOUND, IS_DIR, FAILED, TOO_LARGE, DENIED, OUTSIDE, USE_TRANSPORT = 20, 21, 22, 23, 24, 25, 26
-"""Exit codes of the session scripts."""
-
-_CONFINE = (
-    'if [ -n "$2" ]; then r=$(command readlink -f -- "$2") && '
-    '{ t=$(command readlink -f -- "$1" || command readlink -f -- "${1%/*}"); } && '
-    f'case $t in "${{r%/}}"|"${{r%/}}"/*) ;; *) exit {OUTSIDE};; esac; fi; '
-)
-"""Shell: exit OUTSIDE when the real path of ``$1`` lies outside the real ``$2`` (when set);
-when ``readlink`` cannot answer, the lexical check stands (as :func:`check_real_path`)."""
+NOT_FOUND, IS_DIR, FAILED, TOO_LARGE, DENIED, USE_TRANSPORT = 20, 21, 22, 23, 24, 26
+"""Exit codes of the session scripts (and :data:`~envlayer.sandbox.paths.OUTSIDE`)."""
 
 _UNSEARCHABLE_PARENT = f'p=${{1%/*}}; [ -n "$p" ] && [ -d "$p" ] && [ ! -x "$p" ] && exit {DENIED};'
 
@@ -93,37 +91,48 @@ output cap exactly).
 Every outside program is named through ``command`` (a function or alias of the session
 never stands in for it)."""
 
+SESSION_READ_SCRIPT = (
+    _CONFINE + f'[ -d "$1" ] && exit {IS_DIR}; [ -e "$1" ] || {{ {_UNSEARCHABLE_PARENT} exit {NOT_FOUND}; }}; '
+    f'[ -r "$1" ] || exit {DENIED}; exec 3< "$1" || exit {DENIED}; command head -c "$3" <&3 || exit {FAILED}; '
+    's=; { while read -r k v; do [ "$k" = pos: ] && s=$v && break; done; } 2>/dev/null </proc/self/fdinfo/3; '
+    f'[ -n "$s" ] || s=$(command wc -c < "$1") || exit {FAILED}; printf "%s %s\\n" "$4" "$s" >&2'
+)
+"""Shell: ``$1`` path, ``$2`` file root ('' for none), ``$3`` the most bytes to send (one
+more than may come this way), ``$4`` the call's random mark. One program runs (``head``,
+on the file opened once as fd 3): the bytes it read are the offset fd 3 has after it
+(``/proc/self/fdinfo/3``, read by the shell itself; without ``/proc``, ``wc -c``), which
+is the file's size when the file fit. Prints the bytes on stdout, then ``mark count`` on
+stderr."""
+
 PRINTF_SMALL = 4096
-"""A write of up to this many bytes always travels as a ``printf`` format (no program runs
-for the data); a larger one too when its format is at most :data:`PRINTF_GROWTH` times
-its size (text), else base64-encoded for the sandbox's ``base64 -d`` (binary: the shell
-parses every byte of a format, and an escaped byte takes four)."""
+"""A write of up to this many bytes travels in the command text as a ``printf`` format
+(no program runs for the data); a larger one as raw bytes behind the command (see
+:class:`~envlayer.execution.shell_session.ScriptRequest`), taken by ``head -c``."""
 
-PRINTF_GROWTH = 1.4
-
-SESSION_WRITE_MAX = 512 * 1024
-"""The most bytes a write sends through the session: the shell parses the data in the
-command text, which costs more than one exec with the data on its stdin past about
-512 KiB (Docker, measured: 256 KiB 22 ms through the session vs 47 ms by exec; 1 MiB
-133 ms vs 79 ms). Reads have no such cost: they go through the session up to
-:attr:`~envlayer.sandbox.base.SandboxEnvironment.session_file_max`."""
+_LOST = f"[ $e -ne {INPUT_LOST} ] || exit {INPUT_LOST}; "
+"""Shell, after ``e=$?`` of a fill: pass on that the session's raw input was not taken."""
 
 
 def write_script(fill: str) -> str:
     """Shell that writes a file: ``$1`` path, ``$2`` file root ('' for none), ``$3`` a random
     word for the temp file's name; ``fill`` is the text before a file name that writes the
-    data into it (``command cat >|``, ``printf '...' >|``). A symlink is followed to the file
+    data into it (``command cat >|``, ``printf '...' >|``, ``__el_take`` for a session
+    call's raw input: its :data:`INPUT_LOST` is passed on). A symlink is followed to the file
     it names; the file is replaced by a rename from a temp file in its directory (made by
-    ``cp -p`` of the old file first, so its mode and owner stay). When the directory is not
-    writable but the file is, the file is rewritten in place."""
+    ``cp -p`` of the old file first, so its mode and owner stay; removed again when the
+    write fails or is killed). When the directory is not writable but the file is, the
+    file is rewritten in place."""
     return (
         _CONFINE + f'[ -d "$1" ] && exit {IS_DIR}; '
         f'[ -L "$1" ] && {{ f=$(command readlink -f -- "$1") || exit {FAILED}; set -- "$f" "$2" "$3"; }}; '
         f'd=${{1%/*}}; d=${{d:-/}}; [ -d "$d" ] || command mkdir -p -- "$d" || exit {FAILED}; '
         f'if [ -e "$1" ]; then [ -w "$1" ] || exit {DENIED}; else [ -w "$d" ] || exit {DENIED}; fi; '
-        'if [ -w "$d" ]; then t="$d/.envlayer-$3.tmp"; [ -e "$1" ] && command cp -p -- "$1" "$t" 2>/dev/null; '
-        f'{{ {fill} "$t" && command mv -f -- "$t" "$1"; }} || {{ command rm -f -- "$t"; exit {FAILED}; }}; '
-        f'else {fill} "$1" || exit {FAILED}; fi'
+        'if [ -w "$d" ]; then t="$d/.envlayer-$3.tmp"; trap \'command rm -f -- "$t"; exit 143\' HUP INT TERM; '
+        '[ -e "$1" ] && command cp -p -- "$1" "$t" 2>/dev/null; '
+        f'[ -e "$t" ] || {{ command : >| "$t"; }} 2>/dev/null || exit {FAILED}; '
+        f'{{ {fill} "$t" && command mv -f -- "$t" "$1"; }} || '
+        f'{{ e=$?; command rm -f -- "$t"; {_LOST}exit {FAILED}; }}; '
+        f'else {fill} "$1" || {{ e=$?; {_LOST}exit {FAILED}; }}; fi'
     )
 
 
@@ -138,22 +147,10 @@ def write_from_staged(helper: Helper, full: str, staged: str) -> None:
     _raise_for(code, err or out, full, full, None, 0, "write")
 
 
-def _in_subshell(script: str, args: list[str]) -> str:
-    """Shell text running ``script`` in a subshell of the session with ``args`` as ``$1``...:
-    nothing it sets leaks into the session (and no new shell program starts)."""
-    return f"( set -- {' '.join(quote(a) for a in args)}; {script}\n)"
-
-
-def _fill(payload: bytes) -> str:
-    """The ``fill`` of :func:`write_script` that writes ``payload`` from the script's own text."""
-    growth = 1 + 3 * printf_escapes(payload) / max(1, len(payload))
-    if len(payload) <= PRINTF_SMALL or growth <= PRINTF_GROWTH:
-        return f"printf {printf_format(payload)} >|"
-    encoded = base64.b64encode(payload).decode("ascii")
-    return (
-        f"{{ command -v base64 >/dev/null 2>&1 || exit {USE_TRANSPORT}; }}; "
-        f"printf %s '{encoded}' | command base64 -d >|"
-    )
+def _script(body: str, args: list[str]) -> str:
+    """``body`` with ``args`` as ``$1``..., and ``set -e``/``-u``/``-x`` of the session off
+    (it runs in a subshell of the session: see :class:`ScriptRequest`)."""
+    return f"set +eux -- {' '.join(quote(a) for a in args)}; {body}"
 
 
 def read_by_helper(helper: Helper, full: str, limit: int) -> bytes:
@@ -239,29 +236,29 @@ def _in_session(env: SandboxEnvironment, request: ExecRequest, what: str) -> Exe
         lock.release()
 
 
-def _request(command: str) -> ExecRequest:
-    return ExecRequest.build(command, timeout=SESSION_FILE_TIMEOUT)
+def _request(script: str) -> ScriptRequest:
+    return ScriptRequest.build(script, timeout=SESSION_FILE_TIMEOUT)  # type: ignore[return-value]
 
 
 def _read_in_session(env: SandboxEnvironment, path: str, full: str, root: str | None, limit: int) -> bytes | None:
-    """The file's bytes read through the session, or None to use the transport."""
-    most = _session_limit(env)
+    """The file's bytes read through the session, or None to use the transport (for a
+    file larger than the cap or than the session may carry: at most one byte more than
+    that moved; the transport then refuses it before moving any, or reads it)."""
+    most = min(_session_limit(env), limit)
     if most <= 0:
         return None
     mark = f"ENVLAYER-FILE-{uuid.uuid4().hex}"
-    command = _in_subshell(READ_SCRIPT, [full, root or "", str(limit), str(most), mark])
     what = f"read_file {full}"
-    result = _in_session(env, _request(command), what)
+    result = _in_session(env, _request(_script(SESSION_READ_SCRIPT, [full, root or "", str(most + 1), mark])), what)
     if result is None:
-        return None
-    if result.exit_code == USE_TRANSPORT:
-        log.debug("%s: larger than the session's %d bytes; using the file transport", what, most)
         return None
     _raise_for(result.exit_code, result.stderr, path, full, root, limit, "read")
     data = _unframe(result.stdout, result.stderr, mark.encode())
-    if data is None or result.stdout_truncation is not None:
-        log.debug("%s: the size did not match (other output mixed in, dropped); using the file transport", what)
+    if len(result.stdout) > most or result.stdout_truncation is not None:
+        log.debug("%s: larger than the session's %d bytes; using the file transport", what, most)
         return None
+    if data is None:
+        log.debug("%s: the size did not match (other output mixed in, dropped); using the file transport", what)
     return data
 
 
@@ -280,18 +277,27 @@ def _unframe(out: bytes, err: bytes, mark: bytes) -> bytes | None:
 
 def _write_in_session(env: SandboxEnvironment, path: str, full: str, root: str | None, payload: bytes) -> bool:
     """True when ``payload`` was written through the session; False to use the transport."""
-    most = min(_session_limit(env), SESSION_WRITE_MAX)
+    what = f"write_file {full}"
+    most = env.session_file_max
     if most <= 0 or len(payload) > most:
         if most > 0:
-            log.debug("write_file %s: larger than the session's %d bytes; using the file transport", full, most)
+            log.debug("%s: larger than the session's %d bytes; using the file transport", what, most)
         return False
-    command = _in_subshell(write_script(_fill(payload)), [full, root or "", uuid.uuid4().hex])
-    what = f"write_file {full}"
-    result = _in_session(env, _request(command), what)
+    args = [full, root or "", uuid.uuid4().hex]
+    if len(payload) <= PRINTF_SMALL:
+        request = _request(_script(write_script(f"printf {printf_format(payload)} >|"), args))
+    else:
+        has_head = f"command -v head >/dev/null 2>&1 || exit {USE_TRANSPORT}; "
+        request = _request(_script(has_head + write_script("__el_take"), args))
+        request = dataclasses.replace(request, raw_input=payload)
+    result = _in_session(env, request, what)
     if result is None:
         return False
     if result.exit_code == USE_TRANSPORT:
-        log.debug("%s: the sandbox has no base64; using the file transport", what)
+        log.debug("%s: the sandbox has no head; using the file transport", what)
+        return False
+    if result.exit_code == INPUT_LOST:
+        log.warning("%s: the session shell could not take the data and was restarted; using the file transport", what)
         return False
     _raise_for(result.exit_code, result.stderr, path, full, root, len(payload), "write")
     return True

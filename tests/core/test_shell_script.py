@@ -10,11 +10,13 @@ import pytest
 
 from envlayer.execution.shell_script import (
     MarkerScanner,
+    ack_of,
     call_script,
     marker_of,
     new_seed,
     parse_trailer,
     printf_format,
+    script_call,
 )
 
 SEPARATOR = "envlayer-test-separator-7d1c"
@@ -60,6 +62,20 @@ def test_marker_text_is_never_in_the_script() -> None:
     seed = new_seed()
     script = call_script("echo hi", seed=seed, exec_id="abc", env={"SECRET": "s3cr'et"}, cwd="/x y")
     assert marker_of(seed) not in script and str(seed).encode() in script
+
+
+def test_a_scripts_acknowledgement_is_never_in_its_text_and_ends_it() -> None:
+    seed = new_seed()
+    text = script_call("__el_take /tmp/f", seed=seed, exec_id="abc", raw_input=5)
+    assert ack_of(seed) not in text and marker_of(seed) not in text
+    assert text.endswith(b"fi\n"), "nothing may follow the command that takes the raw input"
+    assert not ack_of(seed).startswith(marker_of(seed)[:1]), "a trailer byte would be held back as its start"
+
+
+def test_a_lost_input_trailer_says_the_shell_ended() -> None:
+    trailer = parse_trailer(b"99 42 lost /tmp")
+    assert (trailer.exit_code, trailer.input_lost, trailer.shell_exiting) == (99, True, False)
+    assert not parse_trailer(b"7 9 exit /").input_lost
 
 
 def test_per_call_env_and_cwd_run_in_a_quoted_subshell() -> None:

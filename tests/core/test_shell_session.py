@@ -8,6 +8,8 @@ floods, bad input included) runs against it, plus the protocol's own edge cases.
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import shutil
 import subprocess
 import tempfile
@@ -19,11 +21,19 @@ import pytest
 from envlayer.capabilities import Capability
 from envlayer.errors import BackendUnavailable
 from envlayer.execution.collector import OutputCollector
-from envlayer.execution.shell_session import IDLE_END_RETRIES, RESTARTED_AFTER_KILL, PersistentShell
+from envlayer.execution.shell_script import INPUT_LOST, ack_of, marker_of
+from envlayer.execution.shell_session import (
+    IDLE_END_RETRIES,
+    RESTARTED_AFTER_KILL,
+    PersistentShell,
+    ScriptRequest,
+    read_framed,
+)
 from envlayer.execution.streams import ByteStream, ProcessStream, StreamEnded
 from envlayer.local.backend import LocalEnvironment, LocalOptions
 from envlayer.request import ExecRequest
 from envlayer.result import ExecResult
+from envlayer.sandbox import files
 from envlayer.testing import EnvironmentConformance, ExecContractConformance
 from envlayer.testing.fixtures import cleaned_up
 
@@ -278,3 +288,105 @@ def test_background_output_comes_whole_in_later_calls(session_env: SessionOverPi
         if "tick40" in ticks:
             break
     assert ticks == [f"tick{i}" for i in range(1, 41)]
+
+
+# --- raw input: a file call's bytes behind its command (ScriptRequest.raw_input) ---------
+
+
+def _take(env: SessionOverPipes, script: str, data: bytes) -> ExecResult:
+    request = dataclasses.replace(ScriptRequest.build(script, timeout=60), raw_input=data)
+    return env.run_shell(env.session, request)
+
+
+def _write_script(path: str) -> str:
+    """The files module's session write, taking its data as raw input."""
+    return files._script(files.write_script("__el_take"), [path, "", "cut"])
+
+
+def test_raw_input_arrives_byte_for_byte_and_the_session_keeps_its_state(session_env: SessionOverPipes) -> None:
+    session_env.exec("kept=1; cd /tmp").check()
+    data = bytes(range(256)) * 300 + b"\ntouch pwned\necho oops\n"
+    target = os.path.join(session_env.cwd, "out.bin")
+    result = _take(session_env, _write_script(target), data)
+    assert (result.exit_code, result.stdout) == (0, b""), result
+    with open(target, "rb") as fh:
+        assert fh.read() == data
+    after = session_env.exec('echo "$kept $PWD"')
+    assert (after.stdout, after.recovered) == (b"1 /tmp\n", "")
+    assert not os.path.exists("/tmp/pwned") and not os.path.exists(os.path.join(session_env.cwd, "pwned"))
+
+
+def test_input_the_shell_cannot_take_is_never_run_and_the_restart_is_told(session_env: SessionOverPipes) -> None:
+    session_env.exec("ulimit -f 0").check()  # head is killed by its first write (SIGXFSZ), taking a part
+    pwned = os.path.join(session_env.cwd, "pwned")
+    result = _take(session_env, _write_script(os.path.join(session_env.cwd, "f")), f"touch {pwned}\n".encode() * 5000)
+    assert result.exit_code == INPUT_LOST, result
+    after = session_env.exec("echo back; ulimit -f")
+    assert (after.stdout, after.recovered) == (b"back\nunlimited\n", RESTARTED_AFTER_KILL)
+    assert not os.path.exists(pwned), "bytes of a file were run as commands"
+    assert os.listdir(session_env.cwd) == [], "a temp file was left behind"
+
+
+def test_a_script_that_fails_before_taking_its_input_gets_none_sent(session_env: SessionOverPipes) -> None:
+    session_env.exec("kept=1").check()
+    pwned = os.path.join(session_env.cwd, "pwned")
+    result = _take(session_env, "exit 7", f"touch {pwned}\n".encode())
+    assert result.exit_code == 7
+    after = session_env.exec('echo "$kept"')
+    assert (after.stdout, after.recovered) == (b"1\n", "")
+    assert not os.path.exists(pwned)
+
+
+class _InterruptedMidInput(ProcessStream):
+    """Ctrl-C while a large write is sent: half of it went out when the interrupt came."""
+
+    def write(self, data: bytes) -> None:
+        if len(data) > 100_000:
+            super().write(data[: len(data) // 2])
+            raise KeyboardInterrupt
+        super().write(data)
+
+
+def test_ctrl_c_mid_input_leaves_the_old_file_no_temp_and_says_the_shell_restarted(
+    session_env: SessionOverPipes,
+) -> None:
+    session_env.session.open_stream = lambda: _InterruptedMidInput.spawn(  # type: ignore[method-assign]
+        session_env.shell_argv, cwd=session_env.cwd
+    )
+    target = os.path.join(session_env.cwd, "f.txt")
+    with open(target, "wb") as fh:
+        fh.write(b"old")
+    session_env.exec("true").check()
+    with pytest.raises(KeyboardInterrupt):
+        _take(session_env, _write_script(target), b"n" * 300_000)
+    with open(target, "rb") as fh:
+        assert fh.read() == b"old"
+    assert os.listdir(session_env.cwd) == ["f.txt"], "a temp file was left behind"
+    after = session_env.exec("echo back")
+    assert (after.stdout, after.recovered) == (b"back\n", RESTARTED_AFTER_KILL)
+
+
+class _Chunks:
+    """A stream that returns the given reads, then ends."""
+
+    def __init__(self, reads: list[list[tuple[str, bytes]]]) -> None:
+        self.reads = reads
+
+    def read(self, deadline: float | None) -> list[tuple[str, bytes]] | None:
+        return self.reads.pop(0) if self.reads else None
+
+
+@pytest.mark.parametrize("acked", [True, False], ids=["acked", "failed-first"])
+@pytest.mark.parametrize("step", [1, 3, 1000])
+def test_the_acknowledgement_is_taken_out_once_and_no_byte_around_it_is_lost(step: int, acked: bool) -> None:
+    seed = 2**39 + 5
+    marker, ack = marker_of(seed), ack_of(seed)
+    stdout = b"bg1=E" + (ack if acked else b"") + b"bg2" + marker + b"0 7 - /" + marker + b"late=E"
+    reads = [[("stdout", stdout[i : i + step])] for i in range(0, len(stdout), step)] + [[("stderr", marker)]]
+    sent: list[int] = []
+    collector = OutputCollector(None, "head")
+    framed = read_framed(_Chunks(reads), marker, collector, None, on_ack=(ack, lambda: sent.append(1)))  # type: ignore[arg-type]
+    assert sent == ([1] if acked else [])
+    assert collector.buffers["stdout"].getvalue() == b"bg1=Ebg2"
+    assert framed.trailer is not None and framed.trailer.pid == 7
+    assert dict(framed.after)["stdout"] == b"late=E"

@@ -13,7 +13,9 @@ from typing import Any
 
 import pytest
 
-from envlayer.errors import SandboxPermissionDenied
+from envlayer.errors import SandboxFileError, SandboxPathError, SandboxPermissionDenied
+from envlayer.execution.shell_session import RESTARTED_AFTER_KILL
+from envlayer.sandbox.paths import check_real_path
 
 pytestmark = pytest.mark.docker
 
@@ -43,7 +45,7 @@ def test_small_files_take_the_session_and_large_ones_say_why_not(
     env.write_file("big.bin", big)
     assert env.read_file("big.bin") == big
     said = _fallbacks(caplog)
-    assert any("write_file" in m and "larger than the session's 524288 bytes" in m for m in said), said
+    assert any("write_file" in m and "larger than the session's 1048576 bytes" in m for m in said), said
     assert any("read_file" in m and "larger than the session's 1048576 bytes" in m for m in said), said
 
 
@@ -77,3 +79,82 @@ def test_the_session_path_keeps_the_users_rights_and_the_sessions_state(make_env
     assert env.read_file("/tmp/fine.txt") == b"ok"
     after = env.exec('printf "%s %s" "$PWD" "$KEEP"; case $- in *u*) echo " u";; esac')
     assert after.stdout == b"/ 1 u\n", "a file call changed the session's directory, variables or options"
+
+
+def test_a_1_mib_write_takes_the_session_byte_for_byte_and_keeps_the_mode(
+    make_env: Callable[..., Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    env = make_env(persist_across_processes=False)
+    env.exec("printf old > /tmp/tool && chmod 751 /tmp/tool").check()
+    caplog.set_level(logging.DEBUG, logger="envlayer.files")
+    data = (bytes(range(256)) + b"\ntouch /tmp/pwned\n") * (1_048_576 // 274)
+    env.write_file("/tmp/tool", data)
+    assert _fallbacks(caplog) == [], "a 1 MiB write must travel through a free session"
+    assert env.read_file("/tmp/tool") == data
+    temps = "ls -a /tmp | grep -c '^.envlayer-.*tmp$'"
+    listing = env.exec(f"stat -c %a /tmp/tool; {temps}; test -e /tmp/pwned || echo clean")
+    assert listing.stdout == b"751\n0\nclean\n", listing
+
+
+def test_a_file_error_under_set_e_leaves_the_session_shell_alone(make_env: Callable[..., Any]) -> None:
+    env = make_env(persist_across_processes=False)
+    env.exec("kept=1; set -e").check()
+    with pytest.raises(FileNotFoundError):
+        env.read_file("/missing/file")
+    with pytest.raises(SandboxFileError):
+        env.write_file("/etc/passwd/x", b"x" * 10_000)  # its "directory" is a file
+    after = env.exec('echo "kept=${kept-}"')
+    assert (after.stdout, after.recovered) == (b"kept=1\n", ""), "a file call ended the session shell"
+
+
+def test_ctrl_c_mid_write_leaves_the_old_file_no_temp_and_says_the_shell_restarted(
+    make_env: Callable[..., Any],
+) -> None:
+    env = make_env(persist_across_processes=False)
+    env.exec("printf old > /tmp/f.txt").check()
+    stream = env._session.shell.stream
+    send = stream.write
+
+    def interrupted(data: bytes) -> None:
+        if len(data) > 100_000:  # the file's bytes: half went out when Ctrl-C came
+            send(data[: len(data) // 2])
+            raise KeyboardInterrupt
+        send(data)
+
+    stream.write = interrupted
+    with pytest.raises(KeyboardInterrupt):
+        env.write_file("/tmp/f.txt", b"n" * 300_000)
+    after = env.exec("cat /tmp/f.txt; ls -a /tmp | grep -c '^.envlayer-.*tmp$'")
+    assert (after.stdout, after.recovered) == (b"old0\n", RESTARTED_AFTER_KILL), after
+
+
+def test_bytes_the_shell_cannot_take_are_never_run_and_the_write_takes_the_transport(
+    make_env: Callable[..., Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    env = make_env(persist_across_processes=False)
+    env.exec("ulimit -f 0").check()  # head is killed by its first write, having taken a part
+    caplog.set_level(logging.DEBUG, logger="envlayer.files")
+    data = b"touch /tmp/pwned\n" * 5000
+    env.write_file("/tmp/script.sh", data)
+    assert any("could not take the data and was restarted" in m for m in _fallbacks(caplog)), _fallbacks(caplog)
+    assert env.fetch_file("/tmp/script.sh", 1 << 20) == data
+    after = env.exec("test -e /tmp/pwned && echo pwned; ulimit -f")
+    assert (after.stdout, after.recovered) == (b"unlimited\n", RESTARTED_AFTER_KILL), after
+
+
+@pytest.mark.parametrize("size", [4, 10_000], ids=["printf", "raw"])
+def test_file_root_holds_for_new_directories_under_a_link_out_of_it(make_env: Callable[..., Any], size: int) -> None:
+    env = make_env(persist_across_processes=False)
+    env.exec("mkdir -p /tmp/jail /tmp/outside && ln -s /tmp/outside /tmp/jail/out").check()
+    env.options.file_root = "/tmp/jail"
+    for path in ("/tmp/jail/out/new/deeper/x", "/tmp/jail/out/x"):
+        with pytest.raises(SandboxPathError):
+            env.write_file(path, b"n" * size)
+        with pytest.raises(SandboxPathError):
+            env.read_file(path)
+    assert env.exec("ls -A /tmp/outside").stdout == b"", "a write escaped file_root"
+    env.write_file("/tmp/jail/in/new/x", b"y" * size)
+    assert env.read_file("/tmp/jail/in/new/x") == b"y" * size
+    env.store_file("/tmp/jail/via-transport/x", b"t")  # the transport's own check, as when the session is busy
+    with pytest.raises(SandboxPathError):
+        check_real_path(env.file_helper, "x", "/tmp/jail/out/new/deeper/x", "/tmp/jail")
