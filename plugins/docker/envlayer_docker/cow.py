@@ -66,9 +66,10 @@ copy_tree() (
   cd "$1" || exit 1
   gnu() { "$1" --version 2>/dev/null | grep -q GNU; }
   if gnu cp && gnu tar && gnu find && gnu xargs && [ -z "$(find . ! -type d -links +1 -print -quit)" ]; then
+    entries() { find . -mindepth 1 -maxdepth 2 \( -path './*/*' -o ! -type d \) "$@"; }
+    batch=$(($(entries -printf x | wc -c) / 32 + 1))
     find . -mindepth 1 -maxdepth 1 -type d -print0 | (cd "$2" && xargs -0 -r mkdir -m 700 --) &&
-      find . -mindepth 1 -maxdepth 2 \( -path './*/*' -o ! -type d \) -print0 |
-      xargs -0 -r -n 16 -P "$(nproc 2>/dev/null || echo 2)" cp -a --parents -t "$2" -- &&
+      entries -print0 | xargs -0 -r -n "$batch" -P 8 cp -a --reflink=auto --parents -t "$2" -- &&
       find . -maxdepth 1 -type d -print0 | tar --null --no-recursion --xattrs --acls -T - -cf - |
       tar -C "$2" --xattrs --xattrs-include='*' --acls -xpf -
   else
@@ -80,11 +81,13 @@ while [ "$#" -gt 1 ]; do copy_tree "$1" "$2" || exit; shift 2; done
 """The copy of a durable volume, as root in a helper container: ``sh -c COPY_TREE name
 SOURCE TARGET [SOURCE TARGET ...]`` makes each TARGET (an empty directory) what ``cp -a
 SOURCE/. TARGET/`` would. With GNU cp, tar, find and xargs and no hard-linked file
-(``cp -a`` keeps links only within one run), the entries two levels down are copied by
-``nproc`` parallel ``cp -a`` runs into the directories above them, made private first (so
-nothing inherits their set-group-ID bit); tar then gives those directories their owner,
-mode, times and extended attributes (as ``cp -a`` does after their contents); otherwise
-one ``cp -a``."""
+(``cp -a`` keeps links only within one run), the entries two levels down are copied in
+about 32 batches by 8 ``cp -a`` runs at a time (a copy of many small files waits on the
+filesystem per file more than on the processor, so 8 runs go faster than one even on 2
+cores; GNU cp clones each file where the filesystem can), into the directories above them,
+made private first (so nothing inherits their set-group-ID bit); tar then gives those
+directories their owner, mode, times and extended attributes (as ``cp -a`` does after
+their contents); otherwise one ``cp -a``."""
 
 
 def _run_copy(api: Any, image: str, shell: str, pairs: list[tuple[Any, Any]], labels: dict[str, str]) -> None:
