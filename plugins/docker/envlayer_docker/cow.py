@@ -90,7 +90,7 @@ directories their owner, mode, times and extended attributes (as ``cp -a`` does 
 their contents); otherwise one ``cp -a``."""
 
 
-def _run_copy(api: Any, image: str, shell: str, pairs: list[tuple[Any, Any]], labels: dict[str, str]) -> None:
+def _run_copy(api: Any, image: str, shell: str, pairs: list[tuple[str, str]], labels: dict[str, str]) -> None:
     """Copy each (source volume, target volume) of ``pairs`` (:data:`COPY_TREE`) in one
     helper container made from ``image``, the copy its only process, run as root by
     ``shell``; remove the helper. Raises :class:`BackendUnavailable` naming the output on
