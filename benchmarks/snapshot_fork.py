@@ -8,15 +8,20 @@ command, `PYTHONPATH=.deps python3 -c 'import benchpkg'` (the install is there).
 
 Per round, on each backend, two ways to get `--forks` ready sandboxes:
 
-* fork: `env.fork(task_ids)` of a prepared sandbox (a snapshot taken, the forks created
-  from it concurrently, the snapshot removed), then the first command in each;
+* fork: what `env.fork(task_ids)` does, step by step: a snapshot of a prepared sandbox
+  taken (`env.snapshot()`), the forks created from it concurrently
+  (`env.fork(task_ids, snapshot=...)`), the snapshot removed; then the first command in
+  each, concurrently;
 * fresh: `--forks` new sandboxes created concurrently (8 threads), each running the
   preparation, then the first command.
 
-Printed: the median over the rounds of the wall time until all are ready, the median
-time one sandbox took to be ready, and the ratio fresh / fork, in the same run. The
-time to prepare the source sandbox once is printed too (the fork path needs it once,
-however many forks follow). Docker runs on `--image` (it needs python3 and GNU cp; the
+The two alternate which goes first from round to round, so neither always runs right
+after the other's teardown. Printed: the median over the rounds of the wall time until
+all have answered their first command (for forks, also the part of it spent taking the
+snapshot), the median time one sandbox took to be ready, and the ratio fresh / fork, in
+the same run; each round's line carries the load average before it (the figures mean
+little on a busy machine). The time to prepare the source sandbox once is printed too
+(the fork path needs it once, however many forks follow). Docker runs on `--image` (it needs python3 and GNU cp; the
 envlayer-test:debian image has both), in persist mode with a workspace volume.
 
 Everything made is removed at the end, also on Ctrl-C, SIGTERM or SIGHUP
@@ -129,15 +134,23 @@ def timed_ready(make: Callable[[], Any], start: float, made: list[Any]) -> float
     return time.perf_counter() - start
 
 
-def fork_round(source: Any, tasks: list[str], made: list[Any]) -> tuple[float, list[float]]:
-    """Fork ``source`` into ``tasks``, first command in each (concurrently): wall time,
-    per-sandbox ready times."""
+def fork_round(source: Any, tasks: list[str], made: list[Any]) -> tuple[float, list[float], float]:
+    """Fork ``source`` into ``tasks`` as ``source.fork(tasks)`` does (snapshot, forks,
+    snapshot removed), then the first command in each (concurrently): wall time,
+    per-sandbox ready times, seconds spent taking the snapshot."""
+    from envlayer import dispatch as lifecycle
+
     start = time.perf_counter()
-    forks = source.fork(tasks)
+    snapshot = source.snapshot()
+    snapped = time.perf_counter() - start
+    try:
+        forks = source.fork(tasks, snapshot=snapshot)
+    finally:
+        lifecycle.remove_snapshot([(type(source), source.options)], snapshot.id)
     made.extend(forks)
     with ThreadPoolExecutor(len(forks)) as pool:
         readies = list(pool.map(lambda env: timed_ready(lambda: env, start, []), forks))
-    return time.perf_counter() - start, readies
+    return time.perf_counter() - start, readies, snapped
 
 
 def fresh_round(open_env: Callable[[str], Any], tasks: list[str], prep: Callable[[Any], None], made: list[Any]):
@@ -188,22 +201,33 @@ def run_backend(name: str, open_env: Callable[[str], Any], args: argparse.Namesp
         print(f"  {name}: source sandbox prepared", flush=True)
         walls: dict[str, list[float]] = {"fork": [], "fresh": []}
         each: dict[str, list[float]] = {"fork": [], "fresh": []}
+        snapshots: list[float] = []
         for r in range(args.rounds):
-            wall, ready = fork_round(source, [f"r{r}-fork{i}" for i in range(args.forks)], made)
-            remove_all(made)
-            walls["fork"].append(wall)
-            each["fork"] += ready
-            tasks = [f"r{r}-fresh{i}" for i in range(args.forks)]
-            wall, ready = fresh_round(open_env, tasks, lambda env: prepare(env, wheels, prep_cmd), made)
-            remove_all(made)
-            walls["fresh"].append(wall)
-            each["fresh"] += ready
-            print(f"  {name} round {r + 1}: fork {walls['fork'][-1]:.1f} s, fresh {walls['fresh'][-1]:.1f} s")
-        for way in ("fork", "fresh"):
-            rows.append(
-                f"{name}: {args.forks} ready by {way:5} (wall, median of {args.rounds}): "
-                f"{statistics.median(walls[way]):.1f} s; one sandbox median {statistics.median(each[way]):.1f} s"
+            load = os.getloadavg()[0]
+            for way in ("fork", "fresh") if r % 2 == 0 else ("fresh", "fork"):
+                tasks = [f"r{r}-{way}{i}" for i in range(args.forks)]
+                if way == "fork":
+                    wall, ready, snapped = fork_round(source, tasks, made)
+                    snapshots.append(snapped)
+                else:
+                    wall, ready = fresh_round(open_env, tasks, lambda env: prepare(env, wheels, prep_cmd), made)
+                remove_all(made)
+                walls[way].append(wall)
+                each[way] += ready
+            print(
+                f"  {name} round {r + 1} (load {load:.1f}): fork {walls['fork'][-1]:.1f} s "
+                f"(snapshot {snapshots[-1]:.1f} s), fresh {walls['fresh'][-1]:.1f} s",
+                flush=True,
             )
+        rows.append(
+            f"{name}: {args.forks} forks answered their first command (wall, median of {args.rounds}): "
+            f"{statistics.median(walls['fork']):.1f} s, of which the snapshot {statistics.median(snapshots):.1f} s; "
+            f"one fork median {statistics.median(each['fork']):.1f} s"
+        )
+        rows.append(
+            f"{name}: {args.forks} ready fresh (wall, median of {args.rounds}): "
+            f"{statistics.median(walls['fresh']):.1f} s; one sandbox median {statistics.median(each['fresh']):.1f} s"
+        )
         ratio = statistics.median(walls["fresh"]) / statistics.median(walls["fork"])
         rows.append(f"{name}: fresh / fork = {ratio:.2f}x (wall medians)")
         return rows

@@ -1,18 +1,16 @@
 """Docker snapshots: a container (and its durable workspace) as one labelled image.
 
-``create``: ``docker commit`` the container into a staging image; when the task keeps a
-workspace (or home) volume apart from the container, a helper container made from that
-image, with each volume mounted read-only, copies it (``cp -a``, as root, in an exec of
-the helper so the image's configured user is kept) to its path in the helper's own
-filesystem, and the helper is committed in turn. The result is tagged
+``create``: ``docker commit`` the container into an image tagged
 ``envlayer-snapshot:<name or task>-<8 hex>`` and labelled like the containers
-(``envlayer.managed``, ``envlayer.profile``, the source task) plus
-:data:`SNAPSHOT` and the snapshot's name, creation time and owner. Running processes and
-tmpfs mounts are not carried.
+(``envlayer.managed``, ``envlayer.profile``, the source task) plus :data:`SNAPSHOT` and the
+snapshot's name, creation time and owner; when the task keeps a workspace (or home)
+volume apart from the container, its files are copied once into a snapshot volume
+(:func:`envlayer_docker.cow.freeze`), named on the image. Running processes and tmpfs
+mounts are not carried.
 
-A fork's container is created from that image (:func:`fork_spec`): the files are in its
-filesystem, and a new (empty) named workspace volume is filled from the image's copy by
-Docker on first mount. Removing a snapshot untags it; an image still used by a fork stays
+A fork's container is created from that image (:func:`fork_spec`), its workspace an
+overlay volume over the snapshot volume (:mod:`envlayer_docker.cow`): nothing is copied per
+fork. Removing a snapshot untags it; an image still used by a fork stays
 until its last fork is removed, then :func:`prune_unused` deletes it (fork teardown,
 ``envlayer rm``, the reaper). Retention (:func:`expire`) runs after each snapshot is taken
 and in the reaper.
@@ -52,8 +50,6 @@ SNAPSHOT_ID = "envlayer.snapshot.id"
 """The snapshot's reference, on its image and intermediate images (kept after removal)."""
 FROM_SNAPSHOT = "envlayer.from_snapshot"
 """On a fork's container: the snapshot it was made from."""
-_SOURCE = "/envlayer-snapshot-source"
-_COPY_TIMEOUT = 3600
 
 
 def _labels(*, ref: str, profile: str, task: str, name: str, created: str) -> dict[str, str]:

@@ -7,16 +7,18 @@ with a warning. Real daemon; every test removes what it made, also when it fails
 from __future__ import annotations
 
 import logging
+import os
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from envlayer_docker import cow
+from envlayer_docker import cow, snapshots
 
 from envlayer import dispatch as lifecycle
 from envlayer.factory import open_environment
 from envlayer.snapshot import Snapshot
+from envlayer.testing.fixtures import require_docker
 
 pytestmark = pytest.mark.docker
 
@@ -122,5 +124,43 @@ def test_a_daemon_that_refuses_the_overlay_gets_a_copy_and_a_warning(
         volume = docker_api.inspect_volume(fork._spec.data[0].source)
         assert not (volume.get("Options") or {}).get("type")
         assert fork.exec("cat sub/file other").stdout == b"base\nkeep\n"
+    finally:
+        lifecycle.remove_snapshot([(type(parent), parent.options)], snapshot.id)
+
+
+DEBIAN_IMAGE = os.environ.get("ENVLAYER_TEST_DEBIAN_IMAGE", "envlayer-test:debian")
+"""An image with GNU cp, tar, find and xargs: its snapshots copy in parallel runs."""
+TREE = r"""mkdir -p 'a b/c d' deep/x/y empty "$(printf 'nl\ndir')" .hidden/sub &&
+echo one > 'a b/c d/f 1' && printf two > "$(printf 'nl\ndir')/f" && echo h > deep/x/y/h &&
+echo dot > .hidden/sub/.dot && ln -s ../deep 'a b/link' && ln -s /nowhere dangling && mkfifo deep/fifo &&
+echo top > top && chmod 2775 deep && chmod 1777 empty && chmod 700 .hidden && chmod 640 'a b/c d/f 1' &&
+chown 1234:5678 'a b' deep/x/y/h &&
+touch -h -d '2001-02-03 04:05:06.789' deep deep/x 'a b/c d' empty dangling .hidden top"""
+"""A workspace with what a copy may lose: odd names, links, a FIFO, set-group-ID and sticky
+directories (a set-group-ID parent hands its bit to new subdirectories), owners, times."""
+LISTING = r"find . -mindepth 1 -printf '%P|%M|%U|%G|%T@|%s|%l|%n\0' | LC_ALL=C sort -z"
+"""Every entry below the working directory with its type, mode, owner, time (ns), size,
+link target and link count. (The directory itself is the overlay's, not the snapshot's.)"""
+
+
+@pytest.mark.parametrize("hard_link", [False, True], ids=["parallel copy", "one cp -a for hard links"])
+def test_a_forks_workspace_is_the_parents_tree_exactly(
+    docker_api: Any, make_env: Any, forks: list[Any], hard_link: bool
+) -> None:
+    require_docker(DEBIAN_IMAGE, "the copy-on-write test on a GNU image")
+    parent = make_env(task=f"cow-tree-{uuid.uuid4().hex[:6]}", image=DEBIAN_IMAGE)
+    linked = " && ln 'a b/c d/f 1' deep/x/hard && touch -d 2001-02-03 deep/x" if hard_link else ""
+    made = parent.exec(TREE + linked)
+    assert made.exit_code == 0, made.stderr_text
+    snapshot = parent.snapshot()
+    try:
+        helpers = docker_api.containers(all=True, filters={"label": f"{snapshots.SNAPSHOT_ID}={snapshot.id}"})
+        assert helpers == [], "the copy's helper container was left behind"
+        fork = _fork(parent, snapshot, forks, "tree")
+        expected = parent.exec(LISTING)
+        assert expected.exit_code == 0 and b"deep/fifo|prw" in expected.stdout and b"nl\ndir/f|" in expected.stdout
+        assert fork.exec(LISTING).stdout == expected.stdout
+        if hard_link:
+            assert fork.exec("[ 'a b/c d/f 1' -ef deep/x/hard ]").exit_code == 0, "the hard link was split"
     finally:
         lifecycle.remove_snapshot([(type(parent), parent.options)], snapshot.id)
