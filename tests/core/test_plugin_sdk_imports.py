@@ -28,11 +28,6 @@ import pytest
 from envlayer.testing.fixtures import run_in_new_interpreter
 
 REPO = Path(__file__).resolve().parents[2]
-PENDING = {
-    "plugins/docker/envlayer_docker/cow.py",
-    "plugins/docker/envlayer_docker/snapshots.py",
-}
-"""Modules being changed on another branch; their SDK imports move to ``sdk`` at the merge."""
 
 
 def backend_plugins() -> dict[str, Path]:
@@ -102,11 +97,11 @@ def runtime_imports(source: str) -> list[tuple[int, str]]:
 
 def sdk_imports_outside_sdk_module(plugin: Path, sdk: frozenset[str]) -> list[str]:
     """``file:line: module`` for each run-time SDK import in a module of ``plugin`` other
-    than its ``sdk`` module (and the :data:`PENDING` ones)."""
+    than its ``sdk`` module."""
     found = []
     for path in sorted(plugin.glob("envlayer_*/*.py")):
         where = str(path.relative_to(REPO))
-        if path.name == "sdk.py" or where in PENDING:
+        if path.name == "sdk.py":
             continue
         for line, module in runtime_imports(path.read_text()):
             if module.split(".")[0] in sdk:
@@ -126,17 +121,6 @@ def test_only_the_sdk_module_imports_the_sdk(distribution: str) -> None:
     plugin = PLUGINS[distribution]
     assert sdk_imports_outside_sdk_module(plugin, sdk_modules(distribution)) == []
     assert (next(plugin.glob("envlayer_*")) / "sdk.py").is_file(), f"{plugin.name} has no sdk module"
-
-
-def test_pending_modules_still_import_the_sdk() -> None:
-    """Drop a module from :data:`PENDING` once its SDK imports go through ``sdk``."""
-    checked = set()
-    for distribution, plugin in PLUGINS.items():
-        for path in plugin.glob("envlayer_*/*.py"):
-            if (where := str(path.relative_to(REPO))) in PENDING:
-                checked.add(where)
-                assert any(m.split(".")[0] in sdk_modules(distribution) for _, m in runtime_imports(path.read_text()))
-    assert checked == PENDING
 
 
 def test_the_source_check_names_runtime_imports_only() -> None:

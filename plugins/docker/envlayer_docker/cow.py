@@ -34,6 +34,7 @@ from typing import Any
 
 from envlayer.errors import BackendUnavailable
 from envlayer_docker import labels as L
+from envlayer_docker import sdk
 
 log = logging.getLogger("envlayer.docker.cow")
 
@@ -95,13 +96,12 @@ def _run_copy(api: Any, image: str, shell: str, pairs: list[tuple[str, str]], la
     helper container made from ``image``, the copy its only process, run as root by
     ``shell``; remove the helper. Raises :class:`BackendUnavailable` naming the output on
     failure."""
-    from docker.types import Mount
 
     mounts, paths = [], []
     for index, (source, target) in enumerate(pairs):
         mounts += [
-            Mount(f"{_SOURCE}/{index}", source, type="volume", read_only=True),
-            Mount(f"{_TARGET}/{index}", target, type="volume"),
+            sdk.types.Mount(f"{_SOURCE}/{index}", source, type="volume", read_only=True),
+            sdk.types.Mount(f"{_TARGET}/{index}", target, type="volume"),
         ]
         paths += [f"{_SOURCE}/{index}", f"{_TARGET}/{index}"]
     host_config = api.create_host_config(mounts=mounts, network_mode="none")
@@ -151,14 +151,13 @@ def create_overlay(api: Any, name: str, lower: str, labels: dict[str, str]) -> N
     """Create the fork's durable volume ``name`` as an overlay over snapshot volume
     ``lower``, with its upper and work volumes; an existing ``name`` is kept as it is.
     Raises :class:`BackendUnavailable` when ``lower`` is gone."""
-    from docker.errors import NotFound
 
-    with contextlib.suppress(NotFound):
+    with contextlib.suppress(sdk.errors.NotFound):
         api.inspect_volume(name)
         return
     try:
         lower_dir = api.inspect_volume(lower)["Mountpoint"]
-    except NotFound:
+    except sdk.errors.NotFound:
         raise BackendUnavailable(
             f"the snapshot's volume {lower} is gone", hint="take the snapshot again (`envlayer snapshot`)"
         ) from None
@@ -199,10 +198,9 @@ def remove_fork_volume(api: Any, name: str) -> None:
     """Remove volume ``name`` and, after it, its upper and work volumes (the overlay
     first: its layers must not go while it could still be mounted). Never raises for a
     volume that is already gone."""
-    from docker.errors import NotFound
 
     for volume in (name, f"{name}-upper", f"{name}-work"):
-        with contextlib.suppress(NotFound):
+        with contextlib.suppress(sdk.errors.NotFound):
             api.remove_volume(volume)
 
 

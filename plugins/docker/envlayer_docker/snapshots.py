@@ -31,7 +31,7 @@ from envlayer.errors import InvalidArgument
 from envlayer.sandbox.owner import owner_label
 from envlayer.sandbox.tags import slug
 from envlayer.snapshot import Snapshot, apply_retention
-from envlayer_docker import cow
+from envlayer_docker import cow, sdk
 from envlayer_docker import labels as L
 from envlayer_docker.container import ContainerSpec
 from envlayer_docker.options import DockerOptions
@@ -136,7 +136,6 @@ def fork_spec(api: Any, spec: ContainerSpec, snapshot: Snapshot) -> ContainerSpe
     """``spec`` made from ``snapshot``'s image, refusing a task that already has a
     container or workspace (its data would not come from the snapshot). The fingerprint
     stays that of the options, so later processes attach to the fork."""
-    from docker.errors import ImageNotFound, NotFound
 
     if any(d.storage == "host" for d in spec.data):
         raise InvalidArgument(
@@ -147,7 +146,7 @@ def fork_spec(api: Any, spec: ContainerSpec, snapshot: Snapshot) -> ContainerSpe
     try:
         image = api.inspect_image(snapshot.id)
         image_id = image["Id"]  # by id: a removal meanwhile cannot fail the create
-    except (ImageNotFound, NotFound):
+    except (sdk.errors.ImageNotFound, sdk.errors.NotFound):
         raise InvalidArgument(
             "from_snapshot", f"snapshot {snapshot.id} no longer exists", hint="list them with `envlayer snapshots ls`"
         ) from None
@@ -183,13 +182,12 @@ def _over_snapshot(spec: ContainerSpec, image: dict[str, Any]) -> list[DataMount
 
 def _existing(api: Any, spec: ContainerSpec) -> str:
     """What of (profile, task) already exists: "a container", "a workspace volume" or ""."""
-    from docker.errors import NotFound
 
-    with contextlib.suppress(NotFound):
+    with contextlib.suppress(sdk.errors.NotFound):
         api.inspect_container(spec.name)
         return f"a container ({spec.name})"
     for mount in spec.data:
-        with contextlib.suppress(NotFound):
+        with contextlib.suppress(sdk.errors.NotFound):
             api.inspect_volume(mount.source)
             return f"a {mount.kind} volume ({mount.source})"
     return ""
@@ -207,13 +205,12 @@ def remove(api: Any, snapshot_id: str) -> list[Snapshot]:
     """Remove snapshot ``snapshot_id`` (its ``envlayer-snapshot:`` tag); [] when it is
     not one. Forks made from it keep running: their image is deleted with the last of
     them (:func:`prune_unused`)."""
-    from docker.errors import ImageNotFound, NotFound
 
     if not snapshot_id.startswith(f"{REPOSITORY}:"):
         return []
     try:
         image = api.inspect_image(snapshot_id)
-    except (ImageNotFound, NotFound):
+    except (sdk.errors.ImageNotFound, sdk.errors.NotFound):
         return []
     snapshot = from_image(image)
     api.remove_image(snapshot_id, force=True)
@@ -269,13 +266,12 @@ def _is_removed_snapshot(image: dict[str, Any]) -> bool:
 def _release(api: Any, reference: str) -> None:
     """Delete ``reference`` if it is a removed snapshot's image that no container uses,
     retrying for :data:`RELEASE_WAIT` s while the daemon is busy with it elsewhere."""
-    from docker.errors import ImageNotFound, NotFound
 
     deadline = time.monotonic() + RELEASE_WAIT
     while True:
         try:
             image = api.inspect_image(reference)
-        except (ImageNotFound, NotFound):
+        except (sdk.errors.ImageNotFound, sdk.errors.NotFound):
             return
         except Exception as exc:
             log.debug("inspecting %s: %r", reference[:19], exc)
@@ -289,14 +285,13 @@ def _remove_unused(api: Any, image_id: str) -> bool:
     """Try to delete ``image_id``; True when it is gone or still needed (a container that
     is not being removed, a child image), False when worth trying again (its last
     container is still being removed, another process is deleting it)."""
-    from docker.errors import APIError, ImageNotFound, NotFound
 
     try:
         api.remove_image(image_id)
         return True
-    except (ImageNotFound, NotFound):
+    except (sdk.errors.ImageNotFound, sdk.errors.NotFound):
         return True
-    except APIError as exc:
+    except sdk.errors.APIError as exc:
         text = str(exc.explanation or exc)
         log.debug("keeping %s for now: %s", image_id[:19], text)
         return any(reason in text for reason in _KEPT_FOR) or _kept_by_a_container(api, image_id)
