@@ -336,6 +336,11 @@ class ExecRequest:
 
         Raises :class:`InvalidArgument` for bad input; nothing has run then.
         """
+        if not arguments:  # the common call: only the command to check
+            limit = normalize_timeout(None, default=default_timeout)
+            start = time.monotonic()
+            deadline = None if limit is None else start + limit
+            return cls(check_command(command), None, {}, limit, None, None, new_exec_id(), start, deadline)
         check_exec_keywords(arguments)
         cwd, user = arguments.get("cwd"), arguments.get("user")
         on_output, cancel = arguments.get("on_output"), arguments.get("cancel")

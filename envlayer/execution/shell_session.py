@@ -244,6 +244,9 @@ class PersistentShell:
         self.state_dir = ""
         """The session's private directory in the sandbox, as the shell reported it."""
         self.stream: ByteStream | None = None
+        self._ends_seen_on_write = False
+        """Writing to the stream of a gone shell raises :class:`StreamEnded` (see
+        :class:`~envlayer.execution.streams.ByteStream`)."""
         self.pid = 0
         self.cwd: str | None = None
         """The shell's working directory after the last command (None before the first)."""
@@ -278,6 +281,7 @@ class PersistentShell:
         target = self.cwd or self.start_dir
         stream = self.open_stream()
         self.stream = stream
+        self._ends_seen_on_write = getattr(stream, "ends_seen_on_write", False)
         collector = OutputCollector(4096, "head")
         try:
             stream.write(init_script(session_id=self.session_id, start_dir=target))
@@ -335,6 +339,14 @@ class PersistentShell:
         self._killed = True
         self._drop_stream()
 
+    def _leftover(self) -> list[tuple[str, bytes]]:
+        """What the stream of a shell found gone still holds (output of background jobs
+        written before it ended): the next try's first output, so none of it is dropped."""
+        chunks: list[tuple[str, bytes]] = []
+        while self.stream is not None and (more := self.stream.read(time.monotonic())):
+            chunks += more
+        return chunks
+
     def _drop_stream(self) -> None:
         stream, self.stream = self.stream, None
         if stream is not None:
@@ -367,12 +379,13 @@ class PersistentShell:
             try:
                 return self._attempt(request, collector, prelude, pending)
             except StreamEnded:
-                # gone before the command went out (the check for an ended stream raced the
-                # end): as with an end found by that check, the command runs in a new shell
+                # gone before the command went out (found by the write, or the check for an
+                # ended stream raced the end): the command runs in a new shell
                 if found_gone:
                     raise status_unknown("the new session shell") from None
                 found_gone = True
                 self._killed = True
+                pending += self._leftover()
                 self._drop_stream()
             except _EndedIdle:
                 idle_ends += 1
@@ -384,8 +397,13 @@ class PersistentShell:
     ) -> ShellOutcome:
         """One try of :meth:`run`; raises :class:`StreamEnded` when the shell was found
         gone as the command was being sent (none of it went out)."""
-        if self.stream is not None:
-            early = self.stream.read(time.monotonic())  # output of earlier background jobs, or EOF
+        if self.stream is not None and (collector.on_output is not None or not self._ends_seen_on_write):
+            # Output of earlier background jobs, or EOF. Needed for order only when the output
+            # is streamed (a pipe keeps each stream's own order; an epoll-based stream may
+            # still list the fds the last call's final read found ready, and a look now resets
+            # that, so the callback sees the streams in the order they were written), and to
+            # find a gone shell only when writing to it does not tell (``ends_seen_on_write``).
+            early = self.stream.read(time.monotonic())
             if early is None:
                 self._killed = True
                 self._drop_stream()

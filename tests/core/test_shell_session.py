@@ -8,7 +8,9 @@ floods, bad input included) runs against it, plus the protocol's own edge cases.
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -95,6 +97,29 @@ def test_shell_killed_from_outside_reports_its_status(session_env: SessionOverPi
     assert result.exit_code == 137
     after = session_env.exec("echo back")
     assert after.stdout == b"back\n" and after.recovered == RESTARTED_AFTER_KILL
+
+
+def test_a_shell_killed_between_calls_runs_the_next_command_in_a_new_shell_output_kept(
+    session_env: SessionOverPipes,
+) -> None:
+    """The shell dies between two calls, after a background job of it wrote: the next
+    command runs in a new shell (it provably had not started), after that output."""
+    assert session_env.exec("(sleep 0.3; echo late) &").ok
+    os.kill(session_env.session.pid, signal.SIGKILL)
+    time.sleep(0.8)  # the job wrote and ended: nothing holds the old shell's pipes
+    result = session_env.exec("echo back")
+    assert (result.exit_code, result.stdout) == (0, b"late\nback\n")
+    assert result.recovered == RESTARTED_AFTER_KILL
+
+
+def test_writing_to_a_gone_process_says_none_of_it_went_out() -> None:
+    stream = ProcessStream.spawn(["true"])
+    try:
+        stream.proc.wait(10)
+        with pytest.raises(StreamEnded):
+            stream.write(b"echo never\n")
+    finally:
+        stream.close()
 
 
 class _EndedUnnoticed:
