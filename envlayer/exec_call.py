@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from dataclasses import dataclass
-from typing import Any, Unpack
+from typing import Any, NamedTuple, Unpack
 
 from envlayer.capabilities import Capability, absence_note, capabilities_of
 from envlayer.errors import UnsupportedArgument
@@ -25,8 +24,7 @@ from envlayer.result import ExecResult
 log = logging.getLogger("envlayer.lifecycle")
 
 
-@dataclass(frozen=True)
-class PreparedCall:
+class PreparedCall(NamedTuple):
     """One ``exec`` call, ready for the backend.
 
     ``request`` is the checked request, without what the backend cannot take;

@@ -37,7 +37,7 @@ import os
 import shlex
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from envlayer.execution.tree_kill import EXEC_ID_VAR
 
@@ -362,8 +362,7 @@ class MarkerScanner:
         return data
 
 
-@dataclass(frozen=True)
-class Trailer:
+class Trailer(NamedTuple):
     """What the shell reported after a command.
 
     ``uptime_cs`` is the sandbox clock (centiseconds since boot) when the command ended,

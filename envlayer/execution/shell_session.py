@@ -56,8 +56,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from envlayer.errors import BackendUnavailable, InvalidArgument
 from envlayer.execution.cancel import killer_for
@@ -126,8 +125,7 @@ class _EndedIdle(Exception):
     whatever was read before the end is already in the collector."""
 
 
-@dataclass(frozen=True)
-class ShellOutcome:
+class ShellOutcome(NamedTuple):
     """How one command in the session ended.
 
     ``exit_code`` is the command's status (124 with ``timed_out``). ``shell_ended``: the
@@ -141,8 +139,7 @@ class ShellOutcome:
     recovered: str = ""
 
 
-@dataclass(frozen=True)
-class Framed:
+class Framed(NamedTuple):
     """How reading one framed command ended: its ``trailer``; or ``timed_out`` (the
     deadline passed first); or neither (the stream ended before the trailer).
     ``after``: what arrived behind the end markers (output of background jobs)."""
