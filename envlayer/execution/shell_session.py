@@ -156,14 +156,19 @@ def read_framed(
     deadline: float | None,
     *,
     pending: list[tuple[str, bytes]] | None = None,
+    stderr_marked: bool = True,
 ) -> Framed:
     """Read one command's output from ``stream`` into ``collector`` until both end
     markers (see :mod:`envlayer.execution.shell_script`), the stream's end, or ``deadline``.
     ``pending`` chunks (read earlier) are processed first, and taken off that list. On
     the stream's end, bytes held back as a possible marker start are delivered. Bytes read
-    behind the markers are returned in ``Framed.after``. Exceptions (from the stream or
-    the collector's callback) propagate; the caller kills the command."""
-    out, err = MarkerScanner(marker, trailer=True), MarkerScanner(marker, trailer=False)
+    behind the markers are returned in ``Framed.after``. Without ``stderr_marked`` (a
+    stream that keeps the order of writes across its outputs, whose shell prints no stderr
+    marker: ``init_script(stderr_marker=False)``) the command's stderr is what came before
+    the stdout trailer and what the stream holds right after it. Exceptions (from the
+    stream or the collector's callback) propagate; the caller kills the command."""
+    out = MarkerScanner(marker, trailer=True)
+    err = MarkerScanner(marker, trailer=False) if stderr_marked else None
     write = collector.write
     chunks = pending[:] if pending else None
     if pending:
@@ -171,14 +176,19 @@ def read_framed(
     while True:
         if chunks:
             for name, data in chunks:
-                write(name, (out if name == "stdout" else err).feed(data))
-            if out.done and err.done:
+                write(name, out.feed(data) if name == "stdout" else data if err is None else err.feed(data))
+            if out.done and err is None:
+                for name, data in stream.read(time.monotonic()) or ():  # stderr written before the trailer
+                    write(name, out.feed(data) if name == "stdout" else data)
+                return Framed(trailer=parse_trailer(out.trailer), after=(("stdout", out.after),) if out.after else ())
+            if out.done and err is not None and err.done:
                 after = tuple((name, s.after) for name, s in (("stdout", out), ("stderr", err)) if s.after)
                 return Framed(trailer=parse_trailer(out.trailer), after=after)
         chunks = stream.read(deadline)
         if chunks is None:
             write("stdout", out.flush())
-            write("stderr", err.flush())
+            if err is not None:
+                write("stderr", err.flush())
             return Framed()
         if not chunks:
             return Framed(timed_out=True)
@@ -242,6 +252,9 @@ class PersistentShell:
         """The session's private directory in the sandbox, as the shell reported it."""
         self.stream: ByteStream | None = None
         self._ends_seen_on_write = False
+        self._stderr_marked = True
+        """The shell prints a stderr marker: the stream does not say it ``keeps_write_order``
+        (see :class:`~envlayer.execution.streams.ByteStream`)."""
         """Writing to the stream of a gone shell raises :class:`StreamEnded` (see
         :class:`~envlayer.execution.streams.ByteStream`)."""
         self.pid = 0
@@ -279,9 +292,10 @@ class PersistentShell:
         stream = self.open_stream()
         self.stream = stream
         self._ends_seen_on_write = getattr(stream, "ends_seen_on_write", False)
+        self._stderr_marked = not getattr(stream, "keeps_write_order", False)
         collector = OutputCollector(4096, "head")
         try:
-            stream.write(init_script(session_id=self.session_id, start_dir=target))
+            stream.write(init_script(session_id=self.session_id, start_dir=target, stderr_marker=self._stderr_marked))
             outcome = self._run_on(
                 stream,
                 ExecRequest.build(handshake_command(), timeout=_START_TIMEOUT),
@@ -478,7 +492,9 @@ class PersistentShell:
             except OSError:
                 return self._ended(stream, user_command)
             with killer_for(request.cancel, lambda: self._kill_from_elsewhere(request, sent_at)):
-                framed = read_framed(stream, marker, collector, request.deadline, pending=pending or [])
+                framed = read_framed(
+                    stream, marker, collector, request.deadline, pending=pending, stderr_marked=self._stderr_marked
+                )
             if framed.timed_out:
                 self._kill(stream, request, collector, sent_at)
                 return ShellOutcome(124, timed_out=True, shell_ended=True)

@@ -54,6 +54,10 @@ class ByteStream(Protocol):
     gone (none of the data went out) says so with a class attribute ``ends_seen_on_write
     = True`` (:class:`ProcessStream` does): a session then sends a command whose output
     is not streamed without first looking for the end of the stream (one read less).
+    One that keeps the order of writes across its two outputs (what the process wrote on
+    one before it wrote on the other is readable once the later bytes have been read:
+    local pipes) says so with ``keeps_write_order = True``: its shell then prints no
+    stderr marker (see :func:`~envlayer.execution.shell_script.init_script`).
     """
 
     def write(self, data: bytes) -> None:
@@ -158,6 +162,9 @@ class ProcessStream:
 
     ends_seen_on_write = True
     """A pipe without a reader takes no byte (``EPIPE``): see :class:`ByteStream`."""
+    keeps_write_order = True
+    """A write to a pipe returns once its bytes are in the pipe (or blocks while it is
+    full): what a process wrote on stderr before it wrote on stdout is there to read."""
 
     def write(self, data: bytes) -> None:
         """Send ``data`` in one ``write`` when the pipe takes it all; raises
