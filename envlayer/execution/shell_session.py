@@ -252,11 +252,11 @@ class PersistentShell:
         """The session's private directory in the sandbox, as the shell reported it."""
         self.stream: ByteStream | None = None
         self._ends_seen_on_write = False
+        """Writing to the stream of a gone shell raises :class:`StreamEnded` (see
+        :class:`~envlayer.execution.streams.ByteStream`)."""
         self._stderr_marked = True
         """The shell prints a stderr marker: the stream does not say it ``keeps_write_order``
         (see :class:`~envlayer.execution.streams.ByteStream`)."""
-        """Writing to the stream of a gone shell raises :class:`StreamEnded` (see
-        :class:`~envlayer.execution.streams.ByteStream`)."""
         self.pid = 0
         self.cwd: str | None = None
         """The shell's working directory after the last command (None before the first)."""
@@ -351,12 +351,10 @@ class PersistentShell:
         self._drop_stream()
 
     def _leftover(self) -> list[tuple[str, bytes]]:
-        """What the stream of a shell found gone still holds (output of background jobs
-        written before it ended): the next try's first output, so none of it is dropped."""
-        chunks: list[tuple[str, bytes]] = []
-        while self.stream is not None and (more := self.stream.read(time.monotonic())):
-            chunks += more
-        return chunks
+        """What one look at the stream of a shell found gone finds (output its background
+        jobs wrote before it ended; one look, so a job still flooding it cannot hold the
+        call): the next try's first output."""
+        return (self.stream.read(time.monotonic()) if self.stream is not None else None) or []
 
     def _drop_stream(self) -> None:
         stream, self.stream = self.stream, None
