@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any, NamedTuple, Unpack
+from dataclasses import dataclass
+from typing import Any, Unpack
 
 from envlayer.capabilities import Capability, absence_note, capabilities_of
 from envlayer.errors import UnsupportedArgument
@@ -24,7 +25,8 @@ from envlayer.result import ExecResult
 log = logging.getLogger("envlayer.lifecycle")
 
 
-class PreparedCall(NamedTuple):
+@dataclass(frozen=True)
+class PreparedCall:
     """One ``exec`` call, ready for the backend.
 
     ``request`` is the checked request, without what the backend cannot take;

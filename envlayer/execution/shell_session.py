@@ -56,6 +56,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
 from envlayer.errors import BackendUnavailable, InvalidArgument
@@ -139,7 +140,8 @@ class ShellOutcome(NamedTuple):
     recovered: str = ""
 
 
-class Framed(NamedTuple):
+@dataclass(frozen=True)
+class Framed:
     """How reading one framed command ended: its ``trailer``; or ``timed_out`` (the
     deadline passed first); or neither (the stream ended before the trailer).
     ``after``: what arrived behind the end markers (output of background jobs)."""
