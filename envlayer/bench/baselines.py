@@ -157,43 +157,39 @@ def same_job_call(
     return call
 
 
-@dataclass
 class PipedShell:
     """A local ``/bin/sh`` over pipes (``stderr``: on a pipe of its own, else inherited).
-    ``recv`` is a blocking read of what the ready pipes hold, joined; ``recv_tagged`` the
-    same kept apart per stream (:data:`Tagged`)."""
+    ``send`` writes straight to its input pipe; ``recv`` is a blocking read of what the
+    ready pipes hold, joined; ``recv_tagged`` the same kept apart per stream
+    (:data:`Tagged`)."""
 
-    stderr: bool
-
-    def __post_init__(self) -> None:
+    def __init__(self, stderr: bool) -> None:
         self.shell = subprocess.Popen(
-            ["/bin/sh"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE if self.stderr else None,
+            ["/bin/sh"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE if stderr else None
         )
         assert self.shell.stdin is not None and self.shell.stdout is not None
-        self.names = {self.shell.stdout.fileno(): "stdout"}
+        self._stdin = self.shell.stdin.fileno()
+        self._names = {self.shell.stdout.fileno(): "stdout"}
         if self.shell.stderr is not None:
-            self.names[self.shell.stderr.fileno()] = "stderr"
-        self.poller = select.poll()
-        for fd in self.names:
-            self.poller.register(fd, select.POLLIN)
+            self._names[self.shell.stderr.fileno()] = "stderr"
+        self._poll = select.poll()
+        for fd in self._names:
+            self._poll.register(fd, select.POLLIN)
 
     def send(self, data: bytes) -> None:
-        """Write ``data`` to the shell's input."""
-        assert self.shell.stdin is not None
-        self.shell.stdin.write(data)
-        self.shell.stdin.flush()
+        """Write ``data`` to the shell's input (one ``write`` for a short command)."""
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._stdin, view) :]
 
     def recv(self) -> bytes:
         """What the ready pipes hold, joined."""
-        return b"".join(data for _, data in self.recv_tagged())
+        return b"".join([os.read(fd, 65536) for fd, _ in self._poll.poll()])
 
     def recv_tagged(self) -> Tagged:
         """What the ready pipes hold, per stream."""
-        names = self.names
-        return [(names[fd], os.read(fd, 65536)) for fd, _ in self.poller.poll()]
+        names = self._names
+        return [(names[fd], os.read(fd, 65536)) for fd, _ in self._poll.poll()]
 
     def close(self) -> None:
         """End the shell and close its pipes."""
