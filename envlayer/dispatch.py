@@ -35,10 +35,10 @@ from envlayer.capabilities import (
     handles_requests,
     supports,
 )
-from envlayer.discovery.plugin_calls import plugin_call, recording
+from envlayer.discovery.plugin_calls import plugin_call, plugin_error, recording
 from envlayer.environment import Command, Environment, SandboxInfo
 from envlayer.errors import BackendUnavailable, EnvlayerError, InvalidArgument, PluginError
-from envlayer.exec_call import prepare_call
+from envlayer.exec_call import PreparedCall, prepare_call
 from envlayer.options import BaseOptions
 from envlayer.request import ExecArguments
 from envlayer.result import ExecResult
@@ -159,6 +159,9 @@ def run(environment: Environment, command: Command, /, **arguments: Unpack[ExecA
     :class:`~envlayer.errors.PluginError`, except what ``on_output`` itself raises.
     :func:`run_with_output` also says whether the output was streamed.
     """
+    if arguments.get("on_output") is None:  # most calls: nothing to record, no outcome to build
+        call = prepare_call(environment, command, **arguments)
+        return call.finish(_handle(environment, call, ()))
     return run_with_output(environment, command, **arguments).result
 
 
@@ -170,12 +173,25 @@ def run_with_output(environment: Environment, command: Command, /, **arguments: 
     if on_output is not None:
         arguments["on_output"], callers = recording(on_output)  # the callback's own exceptions are not the plugin's
     call = prepare_call(environment, command, **arguments)
-    with plugin_call(environment, "exec", passthrough=callers):
+    return StreamOutcome(call.finish(_handle(environment, call, callers)), streamed=call.streamed, note=call.note)
+
+
+def _handle(environment: Environment, call: PreparedCall, callers: Sequence[BaseException]) -> ExecResult:
+    """Hand ``call`` to ``environment``'s backend: its request to ``handle_request``, or
+    for a plugin written to the older keyword contract, the keywords it takes to its own
+    ``exec``. What the backend raises is treated as :func:`plugin_call` treats it (a
+    ``try`` of its own: the common call enters no context manager); ``callers`` are
+    exceptions of the caller's own callback, passed through as they are."""
+    try:
         if handles_requests(environment):
-            result = environment.handle_request(call.request)
-        else:  # the older keyword contract: its own exec, with the keywords it takes
-            result = environment.exec(command, **call.keywords)
-    return StreamOutcome(call.finish(result), streamed=call.streamed, note=call.note)
+            return environment.handle_request(call.request)
+        return environment.exec(call.command, **call.keywords)
+    except EnvlayerError:
+        raise
+    except Exception as exc:
+        if any(exc is other for other in callers):
+            raise
+        raise plugin_error(environment, "exec", exc) from exc
 
 
 def user_keywords(environment: Environment, user: str | None) -> dict[str, str]:

@@ -74,6 +74,8 @@ def prepare_call(env: Any, command: Command, /, **arguments: Unpack[ExecArgument
         ensure_open()
     options = getattr(env, "options", None)
     request = ExecRequest.build(command, default_timeout=getattr(options, "timeout", None), **arguments)
+    if not arguments:  # the common call: no keyword at all, nothing to fit
+        return PreparedCall(command, request, {})
     asked = [name for name in KEYWORD_RULES if getattr(request, name) is not None]
     keywords = {k: v for k, v in arguments.items() if k not in KEYWORD_RULES or k in asked}
     late: OutputCallback | None = None

@@ -336,6 +336,11 @@ class ExecRequest:
 
         Raises :class:`InvalidArgument` for bad input; nothing has run then.
         """
+        if not arguments:  # the common call: only the command to check
+            limit = normalize_timeout(None, default=default_timeout)
+            start = time.monotonic()
+            deadline = None if limit is None else start + limit
+            return cls(check_command(command), None, {}, limit, None, None, new_exec_id(), start, deadline)
         check_exec_keywords(arguments)
         cwd, user = arguments.get("cwd"), arguments.get("user")
         on_output, cancel = arguments.get("on_output"), arguments.get("cancel")
@@ -381,3 +386,16 @@ class ExecRequest:
     def expired(self) -> bool:
         """True once the deadline has passed."""
         return self.deadline is not None and time.monotonic() >= self.deadline
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptRequest(ExecRequest):
+    """A call whose command is envlayer's own shell script (a file call's), run in the
+    session by :func:`~envlayer.execution.shell_script.script_call` (no ``eval``, its
+    status whatever ``set -e`` says), never one-shot. ``raw_input``: bytes the script
+    takes from the session's stdin with ``__el_take FILE`` (any byte, no encoding);
+    when the shell could not take them it ends itself unread, the call's exit status is
+    :data:`~envlayer.execution.shell_script.INPUT_LOST` and the next call's result says
+    the shell was restarted."""
+
+    raw_input: bytes | None = None

@@ -108,18 +108,25 @@ def split_shell_call(send: Callable[[bytes], object], recv: Callable[[], bytes])
     return call
 
 
-def same_job_call(send: Callable[[bytes], object], recv: Callable[[], bytes], cwd: str) -> Callable[[], int]:
+Tagged = list[tuple[str, bytes]]
+"""What a tagged ``recv`` returns: ``("stdout" | "stderr", bytes)`` pairs, as they came."""
+
+
+def same_job_call(
+    send: Callable[[bytes], object], recv: Callable[[], Tagged], cwd: str
+) -> Callable[[], tuple[int, bytes, bytes]]:
     """The same job as a session call, done by a minimal client: each call enters ``cwd``,
     sets a variable of its own (the call's number, as a session sets ``ENVLAYER_EXEC_ID``),
     runs ``true``, then writes a marker on stderr and the marker with the exit status on
-    stdout; the client reads (``recv`` returns what either stream brought) until both
-    markers came, keeps what came before them apart per stream, and returns the status.
-    No caps, no cancel, no tree kill, no marker hiding: the least a client must do."""
+    stdout; the client reads (``recv`` returns what either stream brought, tagged with
+    its stream) until both markers came, keeping each stream's bytes apart, and returns
+    the status and what came before the markers on stdout and on stderr. No caps, no
+    cancel, no tree kill, no marker hiding: the least a client must do."""
     prefix = b"__job_" + uuid.uuid4().hex.encode() + b"_"
     count = [0]
     enter = b"cd -- " + shlex.quote(cwd).encode() + b" && "
 
-    def call() -> int:
+    def call() -> tuple[int, bytes, bytes]:
         count[0] += 1
         number = str(count[0]).encode()
         marker = prefix + number
@@ -134,66 +141,81 @@ def same_job_call(send: Callable[[bytes], object], recv: Callable[[], bytes], cw
             + on_out
             + b"$rc\n"
         )
-        buf = b""
-        while on_err not in buf or not buf.endswith(b"\n") or on_out not in buf:
-            chunk = recv()
-            if not chunk:
+        out, err = b"", b""
+        while on_err not in err or not out.endswith(b"\n") or on_out not in out:
+            chunks = recv()
+            if not chunks:
                 raise EOFError("the bare shell closed its output")
-            buf += chunk
-        return int(buf[buf.index(on_out) + len(on_out) :].split(b"\n", 1)[0])
+            for stream, data in chunks:
+                if stream == "stdout":
+                    out += data
+                else:
+                    err += data
+        at = out.index(on_out)
+        return int(out[at + len(on_out) :].split(b"\n", 1)[0]), out[:at], err[: err.index(on_err)]
 
     return call
 
 
-def _piped_shell(stderr: bool) -> tuple[Callable[[bytes], None], Callable[[], bytes], Callable[[], None]]:
-    """A local ``/bin/sh`` over pipes: its send, its recv and its close. The recv is a
-    blocking read of stdout, or with ``stderr`` (stderr on a pipe of its own) what the
-    ready pipes hold, both polled."""
-    shell = subprocess.Popen(
-        ["/bin/sh"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE if stderr else None
-    )
-    assert shell.stdin is not None and shell.stdout is not None
-    stdin = shell.stdin
-    pipes = [pipe for pipe in (shell.stdout, shell.stderr) if pipe is not None]
-    poller = select.poll()
-    for pipe in pipes:
-        poller.register(pipe.fileno(), select.POLLIN)
+class PipedShell:
+    """A local ``/bin/sh`` over pipes (``stderr``: on a pipe of its own, else inherited).
+    ``send`` writes straight to its input pipe; ``recv`` is a blocking read of what the
+    ready pipes hold, joined; ``recv_tagged`` the same kept apart per stream
+    (:data:`Tagged`)."""
 
-    def send(data: bytes) -> None:
-        stdin.write(data)
-        stdin.flush()
+    def __init__(self, stderr: bool) -> None:
+        self.shell = subprocess.Popen(
+            ["/bin/sh"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE if stderr else None
+        )
+        assert self.shell.stdin is not None and self.shell.stdout is not None
+        self._stdin = self.shell.stdin.fileno()
+        self._names = {self.shell.stdout.fileno(): "stdout"}
+        if self.shell.stderr is not None:
+            self._names[self.shell.stderr.fileno()] = "stderr"
+        self._poll = select.poll()
+        for fd in self._names:
+            self._poll.register(fd, select.POLLIN)
 
-    def recv() -> bytes:
-        if not stderr:
-            return os.read(pipes[0].fileno(), 65536)
-        return b"".join(os.read(fd, 65536) for fd, _ in poller.poll())
+    def send(self, data: bytes) -> None:
+        """Write ``data`` to the shell's input (one ``write`` for a short command)."""
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._stdin, view) :]
 
-    def close() -> None:
-        stdin.close()
-        shell.wait()
-        for pipe in pipes:
-            pipe.close()
+    def recv(self) -> bytes:
+        """What the ready pipes hold, joined."""
+        return b"".join([os.read(fd, 65536) for fd, _ in self._poll.poll()])
 
-    return send, recv, close
+    def recv_tagged(self) -> Tagged:
+        """What the ready pipes hold, per stream."""
+        names = self._names
+        return [(names[fd], os.read(fd, 65536)) for fd, _ in self._poll.poll()]
+
+    def close(self) -> None:
+        """End the shell and close its pipes."""
+        assert self.shell.stdin is not None
+        self.shell.stdin.close()
+        self.shell.wait()
+        for pipe in (self.shell.stdout, self.shell.stderr):
+            if pipe is not None:
+                pipe.close()
 
 
 def local_baselines(env: Environment) -> ExecBaselines:
     """``subprocess.run`` of ``sh -c true``; over pipes, the same job done bare (in the
     environment's working directory), a bare shell, and one with stderr apart."""
-    send, recv, close = _piped_shell(stderr=False)
-    split_send, split_recv, split_close = _piped_shell(stderr=True)
-    job_send, job_recv, job_close = _piped_shell(stderr=True)
+    bare, split, job = PipedShell(stderr=False), PipedShell(stderr=True), PipedShell(stderr=True)
     cwd = run(env, "pwd").stdout_text.strip()
     spawn = "subprocess.run"
     return ExecBaselines(
         fast={
-            SESSION_FLOOR: same_job_call(job_send, job_recv, cwd),
-            BARE_FLOOR: shell_call(send, recv),
-            SPLIT_FLOOR: split_shell_call(split_send, split_recv),
+            SESSION_FLOOR: same_job_call(job.send, job.recv_tagged, cwd),
+            BARE_FLOOR: shell_call(bare.send, bare.recv),
+            SPLIT_FLOOR: split_shell_call(split.send, split.recv),
         },
         spawning={spawn: lambda: subprocess.run(["/bin/sh", "-c", "true"], check=True)},
         oneshot_baseline=spawn,
-        closers=[close, split_close, job_close],
+        closers=[bare.close, split.close, job.close],
     )
 
 
@@ -210,15 +232,38 @@ def docker_bare_shell(
     """A shell over one attached exec socket, sent ``true; echo <marker>`` and read until
     the marker (frames not parsed). With ``split`` the :func:`split_shell_call` instead (a
     marker on each stream; the daemon forwards them in frames of their own, in either
-    order); with ``cwd`` the :func:`same_job_call` in that directory. Returns the call
-    and the socket (close it when done)."""
+    order); with ``cwd`` the :func:`same_job_call` in that directory (its frames parsed:
+    :func:`frames_of`). Returns the call and the socket (close it when done)."""
     eid = api.exec_create(container_id, ["sh"], stdin=True, stdout=True, stderr=True, tty=False)["Id"]
     sock = api.exec_start(eid, socket=True)._sock
     recv: Callable[[], bytes] = lambda: sock.recv(65536)  # noqa: E731
     if cwd is not None:
-        return same_job_call(sock.sendall, recv, cwd), sock
+        return same_job_call(sock.sendall, frames_of(recv), cwd), sock
     make = split_shell_call if split else shell_call
     return make(sock.sendall, recv), sock
+
+
+def frames_of(recv: Callable[[], bytes]) -> Callable[[], Tagged]:
+    """The tagged recv of an attached exec socket without a tty, from its raw ``recv``:
+    the daemon's frames (an 8-byte header: the stream, 1 or 2, three zero bytes and the
+    payload's length, big-endian) parsed, at least one whole frame per call (``[]`` once
+    the socket ended)."""
+    held = b""
+
+    def tagged() -> Tagged:
+        nonlocal held
+        chunks: Tagged = []
+        while not chunks:
+            data = recv()
+            if not data:
+                return []
+            held += data
+            while len(held) >= 8 and len(held) >= 8 + (size := int.from_bytes(held[4:8], "big")):
+                chunks.append(("stderr" if held[0] == 2 else "stdout", held[8 : 8 + size]))
+                held = held[8 + size :]
+        return chunks
+
+    return tagged
 
 
 def docker_baselines(env: Environment) -> ExecBaselines:
@@ -286,14 +331,15 @@ def ssh_baselines(env: Environment) -> ExecBaselines:
     job = client.get_transport().open_session()
     job.exec_command("sh")
 
-    def job_recv() -> bytes:
-        """What either stream of ``job`` holds, waiting for one (the channel's fileno
-        turns readable on stdout and stderr data alike)."""
+    def job_recv() -> Tagged:
+        """What either stream of ``job`` holds, tagged, waiting for one (the channel's
+        fileno turns readable on stdout and stderr data alike); ``[]`` at its end."""
         while True:
             if job.recv_stderr_ready():
-                return job.recv_stderr(65536)
+                return [("stderr", job.recv_stderr(65536))]
             if job.recv_ready() or job.exit_status_ready():
-                return job.recv(65536)
+                data = job.recv(65536)
+                return [("stdout", data)] if data else []
             select.select([job], [], [])
 
     def paramiko_exec() -> None:

@@ -51,6 +51,12 @@ def plugin_call(backend: Any, stage: str, *, passthrough: Collection[BaseExcepti
     except Exception as exc:
         if any(exc is other for other in passthrough):
             raise
-        from envlayer.discovery.backend_registry import distribution_of
+        raise plugin_error(backend, stage, exc) from exc
 
-        raise PluginError(backend_name(backend), distribution_of(backend), stage, exc) from exc
+
+def plugin_error(backend: Any, stage: str, exc: Exception) -> PluginError:
+    """The :class:`PluginError` for ``exc`` escaping ``backend`` at ``stage`` (what
+    :func:`plugin_call` raises; a hot path with its own ``try`` raises it ``from exc``)."""
+    from envlayer.discovery.backend_registry import distribution_of
+
+    return PluginError(backend_name(backend), distribution_of(backend), stage, exc)

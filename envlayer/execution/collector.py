@@ -19,8 +19,6 @@ if TYPE_CHECKING:
     from envlayer.options import BaseOptions
     from envlayer.request import ExecRequest
 
-STREAMS = ("stdout", "stderr")
-
 
 class OutputCollector:
     """Capped capture of stdout and stderr plus the streaming callback.
@@ -32,7 +30,7 @@ class OutputCollector:
     """
 
     def __init__(self, limit: int | None, policy: TruncationPolicy, on_output: OutputCallback | None = None) -> None:
-        self.buffers = {name: CappedBuffer(limit, policy) for name in STREAMS}
+        self.buffers = {"stdout": CappedBuffer(limit, policy), "stderr": CappedBuffer(limit, policy)}
         self.on_output = on_output
 
     @classmethod

@@ -13,6 +13,7 @@ It always counts the total, so the result can say exactly how much was dropped.
 
 from __future__ import annotations
 
+import functools
 from collections import deque
 
 from envlayer.request import OutputCallback
@@ -27,32 +28,44 @@ HEAD_SHARE = 0.4
 """Share of a ``head_tail`` budget kept from the beginning; the rest keeps the end."""
 
 
+@functools.lru_cache(maxsize=64)
+def _caps(limit: int | None, policy: TruncationPolicy) -> tuple[int | None, int]:
+    """The bytes a buffer keeps from the head (``None``: all) and from the tail under
+    ``limit`` and ``policy`` (computed once per pair: every command makes two buffers).
+    Raises ``ValueError`` for an unknown policy or a negative limit."""
+    if policy not in POLICIES:
+        raise ValueError(f"unknown truncation policy {policy!r}; use one of {POLICIES}")
+    if limit is not None and limit < 0:
+        raise ValueError("limit must be >= 0")
+    if limit is None:
+        return None, 0
+    if policy == "head":
+        return limit, 0
+    if policy == "tail":
+        return 0, limit
+    head = int(limit * HEAD_SHARE)
+    return head, limit - head
+
+
 class CappedBuffer:
     """Accumulates a stream, keeping at most ``limit`` bytes under ``policy``.
 
     ``limit=None`` keeps everything. Memory use is bounded by ``limit`` plus one chunk.
     """
 
+    __slots__ = ("_head", "_head_cap", "_tail", "_tail_cap", "_tail_len", "limit", "policy", "total")
+
     def __init__(self, limit: int | None, policy: TruncationPolicy = "head_tail") -> None:
-        if policy not in POLICIES:
-            raise ValueError(f"unknown truncation policy {policy!r}; use one of {POLICIES}")
-        if limit is not None and limit < 0:
-            raise ValueError("limit must be >= 0")
+        try:
+            self._head_cap, self._tail_cap = _caps(limit, policy)
+        except TypeError:  # unhashable: no policy or limit
+            raise ValueError(f"bad output cap {limit!r} / policy {policy!r}") from None
         self.limit = limit
         self.policy = policy
         self.total = 0
         self._head = bytearray()
         self._tail: deque[bytes] = deque()
         self._tail_len = 0
-        if limit is None:
-            self._head_cap, self._tail_cap = None, 0
-        elif policy == "head":
-            self._head_cap, self._tail_cap = limit, 0
-        elif policy == "tail":
-            self._head_cap, self._tail_cap = 0, limit
-        else:
-            head = int(limit * HEAD_SHARE)
-            self._head_cap, self._tail_cap = head, limit - head
 
     def write(self, data: bytes) -> None:
         """Append ``data``; never raises for size."""

@@ -12,7 +12,9 @@ outlives a session (local, SSH) send :func:`claim_script` before the init script
   ``/proc/<pid>/stat``, counts as gone: an orphan's reaper may be slow). Only directories of that user named
   ``.envlayer-session-*`` (not symlinks) are removed, and never one whose holder runs
   (a holder pid reused by another process keeps its directory: the safe side). Two kinds
-  wait until untouched for :data:`IDLE_MINUTES` minutes: a directory holding saved
+  wait until untouched for :data:`IDLE_MINUTES` minutes (one ``find`` looks at all of
+  them, up to the limit, in the shell's positional parameters, which are then cleared:
+  the claim runs first in a new shell, which has none): a directory holding saved
   ``state`` (its shell ended, by ``exit N`` or a closed input, and its session restores
   that state when it next runs a command: the session may still be alive in its
   process), and one without a holder (from an envlayer before holders, a shell killed
@@ -37,20 +39,18 @@ def claim_script(session_id: str) -> bytes:
     removes dead sessions' directories (module rules) and claims its own with its pid."""
     own = shlex.quote(PREFIX + session_id)
     return (
-        f'__el_t="${{TMPDIR:-/tmp}}"; __el_me="$__el_t"/{own}; __el_n=0\n'
+        f'__el_t="${{TMPDIR:-/tmp}}"; __el_me="$__el_t"/{own}; __el_n=0; set --\n'
         f'for __el_d in "$__el_t"/{PREFIX}*; do\n'
         '  [ "$__el_d" != "$__el_me" ] && [ -d "$__el_d" ] && [ ! -h "$__el_d" ] && [ -O "$__el_d" ] || continue\n'
         '  __el_p=; { read -r __el_p <"$__el_d/holder"; } 2>/dev/null\n'
         '  case "$__el_p" in ""|*[!0-9]*) __el_p=;; esac\n'
         '  __el_z=; { read -r __el_z <"/proc/$__el_p/stat"; } 2>/dev/null\n'
         '  case "$__el_z" in *") Z "*) ;; *) [ -n "$__el_p" ] && kill -0 "$__el_p" 2>/dev/null && continue;; esac\n'
-        '  if [ -z "$__el_p" ] || [ -e "$__el_d/state" ]; then\n'
-        f'    __el_old=$(find "$__el_d" -maxdepth 0 -mmin +{IDLE_MINUTES} 2>/dev/null)\n'
-        '    [ -n "$__el_old" ] || continue\n'
-        "  fi\n"
-        '  rm -rf -- "$__el_d" 2>/dev/null\n'
+        '  if [ -z "$__el_p" ] || [ -e "$__el_d/state" ]; then set -- "$@" "$__el_d"\n'
+        '  else rm -rf -- "$__el_d" 2>/dev/null; fi\n'
         f'  __el_n=$((__el_n + 1)); [ "$__el_n" -lt {SWEEP_LIMIT} ] || break\n'
         "done\n"
-        'mkdir -m 700 -p -- "$__el_me" 2>/dev/null && echo "$$" >| "$__el_me/holder"\n'
-        "unset __el_t __el_me __el_n __el_d __el_p __el_z __el_old\n"
+        f'[ $# -eq 0 ] || find "$@" -maxdepth 0 -mmin +{IDLE_MINUTES} -exec rm -rf -- {{}} + 2>/dev/null\n'
+        'set --; mkdir -m 700 -p -- "$__el_me" 2>/dev/null && echo "$$" >| "$__el_me/holder"\n'
+        "unset __el_t __el_me __el_n __el_d __el_p __el_z\n"
     ).encode()

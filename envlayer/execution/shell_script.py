@@ -37,7 +37,7 @@ import os
 import shlex
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from envlayer.execution.tree_kill import EXEC_ID_VAR
 
@@ -139,45 +139,53 @@ def ack_of(seed: int) -> bytes:
     return f"=EL{seed * 7919 + 17}=".encode()
 
 
-_CALL_FUNCTIONS = (
-    f"__el_pre() {{ __el_s=$1; {EXEC_ID_VAR}=$2; export {EXEC_ID_VAR}; trap __el_exit EXIT; }}\n"
-    "__el_end() {\n"
-    "  __el_rc=$?; __el_o=$-; set +x\n"
-    f"  unset {EXEC_ID_VAR}\n"
-    '  [ $# -eq 0 ] || rm -f -- "$1"\n'
-    f"  printf '%s' {_MARK} >&8\n"
-    f'  printf \'%s%s %s %s %s%s\' {_MARK} "$__el_rc" "$$" "$__el_up" "$PWD" {_MARK} >&7\n'
-    "  case $__el_o in *x*) set -x;; esac; __el_up=-\n"
-    "}\n"
-    '__el_ev() { unset -f __el_cmd; command eval "__el_cmd() { $__el_c\n}" && __el_cmd; }\n'
-    "__el_take() {\n"
-    '  exec 4>| "$1" || return\n'
-    f"  printf '%s' {_ACK} >&7\n"
-    f'  command head -c "$__el_n" <&5 >&4 || return {INPUT_LOST}\n'
-    '  __el_k=; { while read -r __el_f __el_v; do [ "$__el_f" = pos: ] && __el_k=$__el_v && break; done; } '
-    "2>/dev/null </proc/self/fdinfo/4\n"
-    '  [ -n "$__el_k" ] || __el_k=$(command wc -c < "$1")\n'
-    '  [ "$((__el_k))" -eq "$__el_n" ]\n'
-    "}\n"
-    f'__el_took() {{ [ "$1" -ne {INPUT_LOST} ] || __el_lost "$1"; return "$1"; }}\n'
-    "__el_lost() {\n"
-    "  trap - EXIT\n"
-    f"  printf '%s' {_MARK} >&8\n"
-    f'  printf \'%s%s %s lost %s%s\' {_MARK} "$1" "$$" "$PWD" {_MARK} >&7\n'
-    '  exit "$1"\n'
-    "}\n"
-)
-"""Defined once per shell by :func:`init_script`, so each call sends one short script
-(see :func:`call_script`): bash reads a script from a pipe one byte at a time, and every
-shell parses less. ``__el_pre SEED EXEC_ID`` sets the call's marker seed, exports its
-exec id and (re)sets the EXIT trap; ``__el_end [STDIN_FILE]``, run right after the
-command, takes its status, removes the staged stdin and prints the trailer (see the
-module docstring; the stderr marker first: a transport that forwards each stream on its
-own, as Docker's daemon does, has then usually sent it when the stdout trailer comes,
-so the reader wakes once per call instead of twice), keeping ``set -x`` as the command left it; ``__el_ev`` runs the
-command text in ``$__el_c`` as the body of a function (see :data:`_RUN`). ``__el_take FILE``,
-``__el_took STATUS`` and ``__el_lost STATUS`` carry a call's raw input (see
-:func:`script_call`)."""
+_STDERR_MARK = f"  printf '%s' {_MARK} >&8\n"
+"""The trailer's stderr half: the marker alone, on the saved stderr (see
+:func:`init_script` for a stream that needs none)."""
+
+
+def _call_functions(stderr_marker: bool) -> str:
+    """Defined once per shell by :func:`init_script`, so each call sends one short script
+    (see :func:`call_script`): bash reads a script from a pipe one byte at a time, and
+    every shell parses less. ``__el_pre SEED EXEC_ID`` sets the call's marker seed,
+    exports its exec id and (re)sets the EXIT trap; ``__el_end [STDIN_FILE]``, run right
+    after the command, takes its status, removes the staged stdin and prints the trailer
+    (see the module docstring; the stderr marker, with ``stderr_marker``, first: a
+    transport that forwards each stream on its own, as Docker's daemon does, has then
+    usually sent it when the stdout trailer comes, so the reader wakes once per call
+    instead of twice), keeping ``set -x`` as the command left it; ``__el_ev`` runs the
+    command text in ``$__el_c`` as the body of a function (see :data:`_RUN`).
+    ``__el_take FILE``, ``__el_took STATUS`` and ``__el_lost STATUS`` carry a call's raw
+    input (see :func:`script_call`)."""
+    stderr_mark = _STDERR_MARK if stderr_marker else ""
+    return (
+        f"__el_pre() {{ __el_s=$1; {EXEC_ID_VAR}=$2; export {EXEC_ID_VAR}; trap __el_exit EXIT; }}\n"
+        "__el_end() {\n"
+        "  __el_rc=$?; __el_o=$-; set +x\n"
+        f"  unset {EXEC_ID_VAR}\n"
+        '  [ $# -eq 0 ] || rm -f -- "$1"\n'
+        f"{stderr_mark}"
+        f'  printf \'%s%s %s %s %s%s\' {_MARK} "$__el_rc" "$$" "$__el_up" "$PWD" {_MARK} >&7\n'
+        "  case $__el_o in *x*) set -x;; esac; __el_up=-\n"
+        "}\n"
+        '__el_ev() { unset -f __el_cmd; command eval "__el_cmd() { $__el_c\n}" && __el_cmd; }\n'
+        "__el_take() {\n"
+        '  exec 4>| "$1" || return\n'
+        f"  printf '%s' {_ACK} >&7\n"
+        f'  command head -c "$__el_n" <&5 >&4 || return {INPUT_LOST}\n'
+        '  __el_k=; { while read -r __el_f __el_v; do [ "$__el_f" = pos: ] && __el_k=$__el_v && break; done; } '
+        "2>/dev/null </proc/self/fdinfo/4\n"
+        '  [ -n "$__el_k" ] || __el_k=$(command wc -c < "$1")\n'
+        '  [ "$((__el_k))" -eq "$__el_n" ]\n'
+        "}\n"
+        f'__el_took() {{ [ "$1" -ne {INPUT_LOST} ] || __el_lost "$1"; return "$1"; }}\n'
+        "__el_lost() {\n"
+        "  trap - EXIT\n"
+        f"{stderr_mark}"
+        f'  printf \'%s%s %s lost %s%s\' {_MARK} "$1" "$$" "$PWD" {_MARK} >&7\n'
+        '  exit "$1"\n'
+        "}\n"
+    )
 
 
 OWNER_BOUND = "__el_bound=1\n"
@@ -190,7 +198,7 @@ input may be a lost connection, and the state is kept for the session's next she
 _OWNER_GONE = f'  if [ "${{__el_bound-}}" ] && [ -z "${{{EXEC_ID_VAR}-}}" ]; then rm -rf -- "$__el_dir"; return; fi\n'
 
 
-def init_script(*, session_id: str, start_dir: str | None) -> bytes:
+def init_script(*, session_id: str, start_dir: str | None, stderr_marker: bool = True) -> bytes:
     """Sent once to a freshly started shell: saves fds 7/8, defines the EXIT trap that
     keeps state across ``exit N``, creates the session's private directory
     ``${TMPDIR:-/tmp}/.envlayer-session-<session_id>`` (mode 0700: saved state, staged
@@ -202,6 +210,12 @@ def init_script(*, session_id: str, start_dir: str | None) -> bytes:
     failure, ``set -u`` and an unset variable): it writes ``export -p`` and ``set +o``
     to ``<state_dir>/state`` and prints the trailer with ``exit`` in the uptime field
     (on fds 1 and 2 when 7 is closed: bash runs it with the command's redirections).
+
+    Without ``stderr_marker`` no trailer has a stderr half: for a stream that keeps the
+    order of writes across its two outputs (local pipes: what the command wrote on
+    stderr before the trailer is readable once the trailer has been read), where the
+    reader takes what stderr holds after the stdout trailer instead (:func:`read_framed
+    <envlayer.execution.shell_session.read_framed>`); seven system calls less per call.
     """
     d = '"${TMPDIR:-/tmp}"/' + quote(f".envlayer-session-{session_id}")
     cd = f"cd -- {quote_path(start_dir)} 2>/dev/null || __el_nocwd=1\n" if start_dir else ""
@@ -215,9 +229,9 @@ def init_script(*, session_id: str, start_dir: str | None) -> bytes:
         '  { export -p; set +o; } 2>/dev/null >| "$__el_dir/state"\n'
         "  { printf '' >&7; } 2>/dev/null || exec 7>&1 8>&2\n"
         f'  printf \'%s%s %s exit %s%s\' {_MARK} "$__el_rc" "$$" "$PWD" {_MARK} >&7\n'
-        f"  printf '%s' {_MARK} >&8\n"
+        f"{_STDERR_MARK if stderr_marker else ''}"
         "}\n"
-        f"{_CALL_FUNCTIONS}"
+        f"{_call_functions(stderr_marker)}"
         '[ -d "$__el_dir" ] || mkdir -m 700 -p -- "$__el_dir" 2>/dev/null\n'
         'for __el_f in "$__el_dir"/in-*; do [ -e "$__el_f" ] && rm -f -- "$__el_dir"/in-*; break; done\n'
         'if [ -f "$__el_dir/state" ]; then . "$__el_dir/state"; rm -f -- "$__el_dir/state"; fi\n'
@@ -416,8 +430,7 @@ class MarkerScanner:
         return data
 
 
-@dataclass(frozen=True)
-class Trailer:
+class Trailer(NamedTuple):
     """What the shell reported after a command.
 
     ``uptime_cs`` is the sandbox clock (centiseconds since boot) when the command ended,

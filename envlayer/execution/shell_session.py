@@ -57,7 +57,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from envlayer.errors import BackendUnavailable, InvalidArgument
 from envlayer.execution.cancel import killer_for
@@ -78,7 +78,7 @@ from envlayer.execution.shell_script import (
 )
 from envlayer.execution.streams import ByteStream, StreamEnded, drain_while
 from envlayer.execution.tree_kill import kill_script_argv
-from envlayer.request import ExecRequest
+from envlayer.request import ExecRequest, ScriptRequest
 from envlayer.result import ExecResult
 
 if TYPE_CHECKING:
@@ -105,19 +105,6 @@ _EXIT_STATUS_WAIT = 2.0
 _START_TIMEOUT = 30.0
 
 
-@dataclass(frozen=True, slots=True)
-class ScriptRequest(ExecRequest):
-    """A call whose command is envlayer's own shell script (a file call's), run in the
-    session by :func:`~envlayer.execution.shell_script.script_call` (no ``eval``, its
-    status whatever ``set -e`` says), never one-shot. ``raw_input``: bytes the script
-    takes from the session's stdin with ``__el_take FILE`` (any byte, no encoding);
-    when the shell could not take them it ends itself unread, the call's exit status is
-    :data:`~envlayer.execution.shell_script.INPUT_LOST` and the next call's result says
-    the shell was restarted."""
-
-    raw_input: bytes | None = None
-
-
 class ShellStartError(BackendUnavailable):
     """The session shell could not be started or did not answer its handshake."""
 
@@ -142,8 +129,7 @@ class _EndedIdle(Exception):
     whatever was read before the end is already in the collector."""
 
 
-@dataclass(frozen=True)
-class ShellOutcome:
+class ShellOutcome(NamedTuple):
     """How one command in the session ended.
 
     ``exit_code`` is the command's status (124 with ``timed_out``). ``shell_ended``: the
@@ -176,6 +162,7 @@ def read_framed(
     *,
     pending: list[tuple[str, bytes]] | None = None,
     on_ack: tuple[bytes, Callable[[], None]] | None = None,
+    stderr_marked: bool = True,
 ) -> Framed:
     """Read one command's output from ``stream`` into ``collector`` until both end
     markers (see :mod:`envlayer.execution.shell_script`), the stream's end, or ``deadline``.
@@ -183,9 +170,13 @@ def read_framed(
     the stream's end, bytes held back as a possible marker start are delivered. Bytes read
     behind the markers are returned in ``Framed.after``. ``on_ack``: ``(ack, send)``,
     ``send()`` is called once, as soon as ``ack`` (removed from the output) is read on
-    stdout. Exceptions (from the stream, ``send`` or the collector's callback) propagate;
+    stdout. Without ``stderr_marked`` (a stream that keeps the order of writes across its
+    outputs, whose shell prints no stderr marker: ``init_script(stderr_marker=False)``) the
+    command's stderr is what came before the stdout trailer and what the stream holds right
+    after it. Exceptions (from the stream, ``send`` or the collector's callback) propagate;
     the caller kills the command."""
-    out, err = MarkerScanner(marker, trailer=True), MarkerScanner(marker, trailer=False)
+    out = MarkerScanner(marker, trailer=True)
+    err = MarkerScanner(marker, trailer=False) if stderr_marked else None
     stdout = out if on_ack is None else _AckedStdout(out, *on_ack)
     write = collector.write
     chunks = pending[:] if pending else None
@@ -194,16 +185,21 @@ def read_framed(
     while True:
         if chunks:
             for name, data in chunks:
-                write(name, stdout.feed(data) if name == "stdout" else err.feed(data))
-            if out.done and err.done:
-                if isinstance(stdout, _AckedStdout):
-                    stdout.release()
+                write(name, stdout.feed(data) if name == "stdout" else data if err is None else err.feed(data))
+            if out.done and isinstance(stdout, _AckedStdout):
+                stdout.release()
+            if out.done and err is None:
+                for name, data in stream.read(time.monotonic()) or ():  # stderr written before the trailer
+                    write(name, out.feed(data) if name == "stdout" else data)
+                return Framed(trailer=parse_trailer(out.trailer), after=(("stdout", out.after),) if out.after else ())
+            if out.done and err is not None and err.done:
                 after = tuple((name, s.after) for name, s in (("stdout", out), ("stderr", err)) if s.after)
                 return Framed(trailer=parse_trailer(out.trailer), after=after)
         chunks = stream.read(deadline)
         if chunks is None:
             write("stdout", stdout.flush())
-            write("stderr", err.flush())
+            if err is not None:
+                write("stderr", err.flush())
             return Framed()
         if not chunks:
             return Framed(timed_out=True)
@@ -304,6 +300,12 @@ class PersistentShell:
         self.state_dir = ""
         """The session's private directory in the sandbox, as the shell reported it."""
         self.stream: ByteStream | None = None
+        self._ends_seen_on_write = False
+        """Writing to the stream of a gone shell raises :class:`StreamEnded` (see
+        :class:`~envlayer.execution.streams.ByteStream`)."""
+        self._stderr_marked = True
+        """The shell prints a stderr marker: the stream does not say it ``keeps_write_order``
+        (see :class:`~envlayer.execution.streams.ByteStream`)."""
         self.pid = 0
         self.cwd: str | None = None
         """The shell's working directory after the last command (None before the first)."""
@@ -338,9 +340,11 @@ class PersistentShell:
         target = self.cwd or self.start_dir
         stream = self.open_stream()
         self.stream = stream
+        self._ends_seen_on_write = getattr(stream, "ends_seen_on_write", False)
+        self._stderr_marked = not getattr(stream, "keeps_write_order", False)
         collector = OutputCollector(4096, "head")
         try:
-            stream.write(init_script(session_id=self.session_id, start_dir=target))
+            stream.write(init_script(session_id=self.session_id, start_dir=target, stderr_marker=self._stderr_marked))
             outcome = self._run_on(
                 stream,
                 ExecRequest.build(handshake_command(), timeout=_START_TIMEOUT),
@@ -395,6 +399,12 @@ class PersistentShell:
         self._killed = True
         self._drop_stream()
 
+    def _leftover(self) -> list[tuple[str, bytes]]:
+        """What one look at the stream of a shell found gone finds (output its background
+        jobs wrote before it ended; one look, so a job still flooding it cannot hold the
+        call): the next try's first output."""
+        return (self.stream.read(time.monotonic()) if self.stream is not None else None) or []
+
     def _drop_stream(self) -> None:
         stream, self.stream = self.stream, None
         if stream is not None:
@@ -427,12 +437,13 @@ class PersistentShell:
             try:
                 return self._attempt(request, collector, prelude, pending)
             except StreamEnded:
-                # gone before the command went out (the check for an ended stream raced the
-                # end): as with an end found by that check, the command runs in a new shell
+                # gone before the command went out (found by the write, or the check for an
+                # ended stream raced the end): the command runs in a new shell
                 if found_gone:
                     raise status_unknown("the new session shell") from None
                 found_gone = True
                 self._killed = True
+                pending += self._leftover()
                 self._drop_stream()
             except _EndedIdle:
                 idle_ends += 1
@@ -444,8 +455,13 @@ class PersistentShell:
     ) -> ShellOutcome:
         """One try of :meth:`run`; raises :class:`StreamEnded` when the shell was found
         gone as the command was being sent (none of it went out)."""
-        if self.stream is not None:
-            early = self.stream.read(time.monotonic())  # output of earlier background jobs, or EOF
+        if self.stream is not None and (collector.on_output is not None or not self._ends_seen_on_write):
+            # Output of earlier background jobs, or EOF. Needed for order only when the output
+            # is streamed (a pipe keeps each stream's own order; an epoll-based stream may
+            # still list the fds the last call's final read found ready, and a look now resets
+            # that, so the callback sees the streams in the order they were written), and to
+            # find a gone shell only when writing to it does not tell (``ends_seen_on_write``).
+            early = self.stream.read(time.monotonic())
             if early is None:
                 self._killed = True
                 self._drop_stream()
@@ -523,7 +539,15 @@ class PersistentShell:
             except OSError:
                 return self._ended(stream, user_command)
             with killer_for(request.cancel, lambda: self._kill_from_elsewhere(request, sent_at)):
-                framed = read_framed(stream, marker, collector, request.deadline, pending=pending or [], on_ack=on_ack)
+                framed = read_framed(
+                    stream,
+                    marker,
+                    collector,
+                    request.deadline,
+                    pending=pending,
+                    on_ack=on_ack,
+                    stderr_marked=self._stderr_marked,
+                )
             if framed.timed_out:
                 self._kill(stream, request, collector, sent_at)
                 return ShellOutcome(124, timed_out=True, shell_ended=True)

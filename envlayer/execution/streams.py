@@ -49,6 +49,15 @@ class ByteStream(Protocol):
 
     Implementations are used by one thread at a time, except that :meth:`close` may be
     called from another thread to unblock a reader.
+
+    A stream whose :meth:`write` always raises :class:`StreamEnded` when the process is
+    gone (none of the data went out) says so with a class attribute ``ends_seen_on_write
+    = True`` (:class:`ProcessStream` does): a session then sends a command whose output
+    is not streamed without first looking for the end of the stream (one read less).
+    One that keeps the order of writes across its two outputs (what the process wrote on
+    one before it wrote on the other is readable once the later bytes have been read:
+    local pipes) says so with ``keeps_write_order = True``: its shell then prints no
+    stderr marker (see :func:`~envlayer.execution.shell_script.init_script`).
     """
 
     def write(self, data: bytes) -> None:
@@ -151,13 +160,26 @@ class ProcessStream:
         """The process's pid (also its process group and session id)."""
         return self.proc.pid
 
+    ends_seen_on_write = True
+    """A pipe without a reader takes no byte (``EPIPE``): see :class:`ByteStream`."""
+    keeps_write_order = True
+    """A write to a pipe returns once its bytes are in the pipe (or blocks while it is
+    full): what a process wrote on stderr before it wrote on stdout is there to read."""
+
     def write(self, data: bytes) -> None:
-        """Send ``data``; raises ``OSError`` (``BrokenPipeError``) when the process is gone."""
+        """Send ``data`` in one ``write`` when the pipe takes it all; raises
+        :class:`StreamEnded` when the process was gone before any of it went out, another
+        ``OSError`` (``BrokenPipeError``) when it went away during the write."""
         if self._closed:
             raise BrokenPipeError("stream closed")
-        view = memoryview(data)
-        while view:
-            view = view[os.write(self._stdin, view) :]
+        try:
+            sent = os.write(self._stdin, data)
+        except BrokenPipeError as exc:
+            raise StreamEnded(f"the process had closed its input: {exc}") from exc
+        if sent < len(data):
+            view = memoryview(data)[sent:]
+            while view:
+                view = view[os.write(self._stdin, view) :]
 
     def read(self, deadline: float | None) -> Chunks | None:
         """See :meth:`ByteStream.read`."""

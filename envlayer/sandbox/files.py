@@ -11,7 +11,7 @@ The base owns, for every backend built on it:
 * the session path: where the backend has a persistent session shell
   (:attr:`session_file_max` > 0) and it is free, a file of up to that many bytes (a read
   also within ``max_output_bytes``) travels as one envlayer script in a subshell of the
-  session (:class:`~envlayer.execution.shell_session.ScriptRequest`: parsed once, no
+  session (:class:`~envlayer.request.ScriptRequest`: parsed once, no
   ``eval``; nothing of the session's state used or changed, ``set -e`` included). A
   write of up to :data:`PRINTF_SMALL` bytes carries them in the script as a ``printf``
   format; a larger one sends them raw behind it, taken by ``head -c`` (any byte, NUL
@@ -53,8 +53,7 @@ from envlayer.errors import (
     SandboxPermissionDenied,
 )
 from envlayer.execution.shell_script import INPUT_LOST, printf_format, quote
-from envlayer.execution.shell_session import ScriptRequest
-from envlayer.request import ExecRequest, file_payload
+from envlayer.request import ExecRequest, ScriptRequest, file_payload
 from envlayer.result import ExecResult
 from envlayer.sandbox.paths import CONFINE as _CONFINE
 from envlayer.sandbox.paths import OUTSIDE, Helper, check_real_path
@@ -107,7 +106,7 @@ stderr."""
 PRINTF_SMALL = 4096
 """A write of up to this many bytes travels in the command text as a ``printf`` format
 (no program runs for the data); a larger one as raw bytes behind the command (see
-:class:`~envlayer.execution.shell_session.ScriptRequest`), taken by ``head -c``."""
+:class:`~envlayer.request.ScriptRequest`), taken by ``head -c``."""
 
 _LOST = f"[ $e -ne {INPUT_LOST} ] || exit {INPUT_LOST}; "
 """Shell, after ``e=$?`` of a fill: pass on that the session's raw input was not taken."""

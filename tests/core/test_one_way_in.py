@@ -155,13 +155,13 @@ def test_fronts_hand_the_backend_a_request_built_by_the_entry(
 
     monkeypatch.setattr(Spy, "requests", [])
     entered: list[str] = []
-    real = envlayer.dispatch.run_with_output
+    real = envlayer.dispatch.prepare_call  # what run and run_with_output both start with
 
     def counted(environment: Any, command: Any, /, **arguments: Any) -> Any:
         entered.append(type(environment).__name__)
         return real(environment, command, **arguments)
 
-    monkeypatch.setattr(envlayer.dispatch, "run_with_output", counted)
+    monkeypatch.setattr(envlayer.dispatch, "prepare_call", counted)
     args = (Spy(), tmp_path) if front is _through_the_manager else (Spy(),)
     front(*args)
     (request,) = Spy.requests

@@ -11,10 +11,12 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -105,6 +107,58 @@ def test_shell_killed_from_outside_reports_its_status(session_env: SessionOverPi
     assert result.exit_code == 137
     after = session_env.exec("echo back")
     assert after.stdout == b"back\n" and after.recovered == RESTARTED_AFTER_KILL
+
+
+def test_a_shell_killed_between_calls_runs_the_next_command_in_a_new_shell_output_kept(
+    session_env: SessionOverPipes,
+) -> None:
+    """The shell dies between two calls, after a background job of it wrote: the next
+    command runs in a new shell (it provably had not started), after that output."""
+    assert session_env.exec("(sleep 0.3; echo late) &").ok
+    os.kill(session_env.session.pid, signal.SIGKILL)
+    time.sleep(0.8)  # the job wrote and ended: nothing holds the old shell's pipes
+    result = session_env.exec("echo back")
+    assert (result.exit_code, result.stdout) == (0, b"late\nback\n")
+    assert result.recovered == RESTARTED_AFTER_KILL
+
+
+def test_stderr_written_last_belongs_to_its_own_call_whole(session_env: SessionOverPipes) -> None:
+    """Local pipes keep the order of writes, so the shell prints no stderr marker: what a
+    command writes on stderr just before it ends is still its own, all of it."""
+    for size in (1, 4096, 65536, 200_000):
+        result = session_env.exec(f"printf out; head -c {size} /dev/zero | tr '\\0' e >&2")
+        assert (result.stdout, result.stderr) == (b"out", b"e" * size)
+    for n in range(30):
+        assert session_env.exec(f"echo {n} >&2").stderr == f"{n}\n".encode()
+
+
+class _UnorderedPipes(ProcessStream):
+    """Pipes that do not promise the order of writes across stdout and stderr (as a
+    transport that forwards each stream on its own): the shell marks stderr too."""
+
+    keeps_write_order = False
+
+
+def test_a_stream_without_write_order_gets_a_stderr_marker(tmp_path: Path) -> None:
+    env = SessionOverPipes(LocalOptions(cwd=str(tmp_path), timeout=60))
+    env.session.open_stream = lambda: _UnorderedPipes.spawn(["dash"], cwd=env.cwd)
+    try:
+        for n in range(10):
+            result = env.exec(f"echo out{n}; echo err{n} >&2")
+            assert (result.stdout, result.stderr) == (f"out{n}\n".encode(), f"err{n}\n".encode())
+        assert env.session._stderr_marked
+    finally:
+        env.cleanup()
+
+
+def test_writing_to_a_gone_process_says_none_of_it_went_out() -> None:
+    stream = ProcessStream.spawn(["true"])
+    try:
+        stream.proc.wait(10)
+        with pytest.raises(StreamEnded):
+            stream.write(b"echo never\n")
+    finally:
+        stream.close()
 
 
 class _EndedUnnoticed:
