@@ -9,7 +9,8 @@ and how many times it came back to a file it had left (a "return": base -> plugi
     .venv/bin/python benchmarks/timeout_walk.py [--root DIR] [--backend docker] [-o image=...] [--steps]
 
 ``--root`` walks another checkout (for instance a clone at an older commit): its
-``envlayer`` and plugins are put first on ``sys.path``. The command run is ``true``.
+``envlayer`` and plugins are put first on ``sys.path``. The command run is ``true``, as a
+task of its own that ``--rm`` removes afterwards (nothing is left behind).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import uuid
 from types import FrameType
 from typing import Any
 
@@ -101,7 +103,9 @@ def main() -> None:
     plugins = os.path.join(root, "plugins")
     sys.path[:0] = [root] + [os.path.join(plugins, name) for name in sorted(os.listdir(plugins))]
     options = [word for item in args.options for word in ("-o", item)]
-    argv = ["exec", "--no-broker", "--backend", args.backend, *options, "--timeout", str(MARK), "--", "true"]
+    task = f"timeout-walk-{uuid.uuid4().hex[:8]}"
+    argv = ["exec", "--no-broker", "--rm", "--task", task, "--backend", args.backend, *options]
+    argv += ["--timeout", str(MARK), "--", "true"]
     print(report(walk(argv, root), steps=args.steps))
 
 
