@@ -43,12 +43,9 @@ from envlayer.bench.interrupts import run_script
 from envlayer.bench.measure import size_label
 
 PLUGINS = ("docker", "ssh", "kubernetes")
-BACKENDS = {
-    "local": "envlayer.local.backend:LocalEnvironment",
-    "docker": "envlayer_docker.backend:DockerEnvironment",
-    "ssh": "envlayer_ssh.backend:SSHEnvironment",
-    "kubernetes": "envlayer_kubernetes.backend:KubernetesEnvironment",
-}
+BACKENDS = ("local", "docker", "ssh", "kubernetes")
+"""Loaded by name in each child (``load_backend``), so each version finds its own class
+wherever that version keeps it."""
 
 CHILD = r"""
 import importlib, importlib.util, json, sys
@@ -57,8 +54,8 @@ if not hasattr(envlayer.dispatch, "run"):  # an envlayer from before the one way
     envlayer.dispatch.run = lambda env, command, **keywords: env.exec(command, **keywords)
 spec = importlib.util.spec_from_file_location("bench_file_calls", sys.argv[1])
 calls = importlib.util.module_from_spec(spec); spec.loader.exec_module(calls)
-module, _, name = sys.argv[2].partition(":")
-Env = getattr(importlib.import_module(module), name)
+from envlayer.discovery.backend_registry import load_backend
+Env = load_backend(sys.argv[2])
 env = Env(Env.Options(**json.loads(sys.argv[3])), task_id=sys.argv[4], profile=sys.argv[5])
 scratch = None
 try:
@@ -94,7 +91,7 @@ class Child:
     def __init__(self, root: Path, backend: str, options: dict[str, Any], profile: str, label: str) -> None:
         paths = [str(root)] + [str(root / "plugins" / p) for p in PLUGINS]
         environ = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
-        argv = [sys.executable, "-c", CHILD, str(ROOT / "envlayer" / "bench" / "file_calls.py"), BACKENDS[backend]]
+        argv = [sys.executable, "-c", CHILD, str(ROOT / "envlayer" / "bench" / "file_calls.py"), backend]
         argv += [json.dumps(options), f"files-{label}-{uuid.uuid4().hex[:6]}", profile]
         # cwd is the version's root: `python -c` puts the current directory first on sys.path, and
         # from a checkout of the newer version that took its envlayer over PYTHONPATH's
@@ -155,7 +152,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--before", help="a checkout of the older envlayer")
     parser.add_argument("--before-commit", default="fc6c2ee", help="cloned when --before is not given")
-    parser.add_argument("--backend", action="append", choices=sorted(BACKENDS))
+    parser.add_argument("--backend", action="append", choices=BACKENDS)
     parser.add_argument("--calls", type=int, default=30)
     parser.add_argument("--rounds", type=int, default=100)
     parser.add_argument("--image", default="envlayer-test:debian")
