@@ -173,7 +173,9 @@ def fresh_round(open_env: Callable[[str], Any], tasks: list[str], prep: Callable
 
 
 def remove_all(made: list[Any]) -> None:
-    """Remove every environment in ``made`` (with its workspace), waiting for teardowns."""
+    """Remove every environment in ``made`` (with its workspace), waiting for teardowns,
+    then for the disk: ``sync`` writes back what they and the timed step left dirty, so
+    the next timed step (fork or fresh) does not pay for this one's leftovers."""
     from envlayer import dispatch as lifecycle
 
     for env in made:
@@ -185,6 +187,7 @@ def remove_all(made: list[Any]) -> None:
         lifecycle.wait_for_cleanup(env, 120)
         shutil.rmtree(getattr(env, "bench_directory", ""), ignore_errors=True)  # a local working directory
     made.clear()
+    os.sync()
 
 
 def run_backend(name: str, open_env: Callable[[str], Any], args: argparse.Namespace, prep_cmd: str) -> list[str]:
@@ -197,6 +200,7 @@ def run_backend(name: str, open_env: Callable[[str], Any], args: argparse.Namesp
         start = time.perf_counter()
         prepare(source, wheels, prep_cmd)
         first_command(source)
+        os.sync()  # the source's workspace on disk before the first timed step, as after each
         rows = [f"{name}: prepare the source sandbox once: {time.perf_counter() - start:.1f} s"]
         print(f"  {name}: source sandbox prepared", flush=True)
         walls: dict[str, list[float]] = {"fork": [], "fresh": []}
