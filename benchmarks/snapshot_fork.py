@@ -24,7 +24,7 @@ each recently deleted inode (``fs/ext4/ialloc.c``: ``find_inode_bit`` calls
 ``recently_deleted`` when the filesystem has no journal). `perf record` of a plain
 ``cp -a`` of the 200 MB workspace after deleting eight copies of it: 8.9 s, almost all in
 ``recently_deleted`` under ``ext4_create``, against 2.2 s before the deletion, and still
-8.4 s 30 seconds later; in this script, the snapshot's copy took 3.1 to 4.7 s in every round
+as slow 45 seconds later (so waiting does not help); in this script, the snapshot's copy took 3.1 to 4.7 s in every round
 after the first, 0.7 to 0.9 s when nothing had been deleted. Printed: the median over the rounds of the wall time until
 all have answered their first command (for forks, also the part of it spent taking the
 snapshot), the median time one sandbox took to be ready, and the ratio fresh / fork, in
