@@ -19,19 +19,20 @@ The two alternate which goes first from round to round. After each timed step ``
 writes back what it left dirty, so the next step does not pay for it; the sandboxes it made
 stay until the end of the run (removed then, with the source). Removing them between steps
 made the next step measure that removal: on ext4 without a journal (this project's test
-machine), creating files after tens of thousands were deleted makes the kernel look up
-each recently deleted inode (``fs/ext4/ialloc.c``: ``find_inode_bit`` calls
-``recently_deleted`` when the filesystem has no journal). `perf record` of a plain
-``cp -a`` of the 200 MB workspace after deleting eight copies of it: 8.9 s, almost all in
-``recently_deleted`` under ``ext4_create``, against 2.2 s before the deletion, and still
-as slow 45 seconds later (so waiting does not help); in this script, the snapshot's copy took 3.1 to 4.7 s in every round
-after the first, 0.7 to 0.9 s when nothing had been deleted. Printed: the median over the rounds of the wall time until
-all have answered their first command (for forks, also the part of it spent taking the
-snapshot), the median time one sandbox took to be ready, and the ratio fresh / fork, in
-the same run; each round's line carries the load average before it (the figures mean
-little on a busy machine). The time to prepare the source sandbox once is printed too
-(the fork path needs it once, however many forks follow). Docker runs on `--image` (it needs python3 and GNU cp; the
-envlayer-test:debian image has both), in persist mode with a workspace volume.
+machine), creating files after tens of thousands were deleted makes the kernel look up each
+recently deleted inode (``fs/ext4/ialloc.c``: ``find_inode_bit`` calls ``recently_deleted``
+when the filesystem has no journal). `perf record` of a plain ``cp -a`` of the 200 MB
+workspace after deleting eight copies of it: 8.9 s, almost all in ``recently_deleted`` under
+``ext4_create``, against 2.2 s before the deletion, and still as slow 45 seconds later (so
+waiting does not help); in this script, the snapshot's copy took 3.1 to 4.7 s in every round
+after the first, 0.7 to 0.9 s when nothing had been deleted. Printed: the median over the
+rounds of the wall time until all have answered their first command (for forks, also the
+part of it spent taking the snapshot), the median time one sandbox took to be ready, and the
+ratio fresh / fork, in the same run; each round's line carries the load average before it
+(the figures mean little on a busy machine). The time to prepare the source sandbox once is
+printed too (the fork path needs it once, however many forks follow). Docker runs on
+`--image` (it needs python3 and GNU cp; the envlayer-test:debian image has both), in persist
+mode with a workspace volume.
 
 Everything made is removed at the end, also on Ctrl-C, SIGTERM or SIGHUP
 (:mod:`envlayer.bench.interrupts`): the containers, volumes and snapshot images of the run's
