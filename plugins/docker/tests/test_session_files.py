@@ -16,6 +16,7 @@ import pytest
 from envlayer.errors import SandboxFileError, SandboxPathError, SandboxPermissionDenied
 from envlayer.execution.shell_session import RESTARTED_AFTER_KILL
 from envlayer.sandbox.paths import check_real_path
+from envlayer.testing.fixtures import require_docker
 
 pytestmark = pytest.mark.docker
 
@@ -158,3 +159,26 @@ def test_file_root_holds_for_new_directories_under_a_link_out_of_it(make_env: Ca
     env.store_file("/tmp/jail/via-transport/x", b"t")  # the transport's own check, as when the session is busy
     with pytest.raises(SandboxPathError):
         check_real_path(env.file_helper, "x", "/tmp/jail/out/new/deeper/x", "/tmp/jail")
+
+
+@pytest.mark.parametrize("image", ["envlayer-test:debian", "envlayer-test:busybox"])
+def test_a_replaced_file_keeps_its_mode_owner_and_group_on_either_path(
+    make_env: Callable[..., Any], image: str
+) -> None:
+    """The Debian image takes the cheap pair (``chmod --reference``, ``rename.ul``) for a
+    file of the user's own; a file of another owner, or in a directory that gives new files
+    its group, takes ``cp -p`` there too; BusyBox always ``cp -p`` and ``mv``."""
+    require_docker(image, "a replaced file's mode on this image")
+    env = make_env(image=image, persist_across_processes=False)
+    env.exec(
+        "printf old > /tmp/own && chmod 751 /tmp/own; "
+        "printf old > /tmp/theirs && chown 1234:4321 /tmp/theirs && chmod 640 /tmp/theirs; "
+        "mkdir /tmp/sg && chgrp 4321 /tmp/sg && chmod 2775 /tmp/sg && printf old > /tmp/sg/f && chgrp 0 /tmp/sg/f "
+        "&& chmod 604 /tmp/sg/f"
+    ).check()
+    for path in ("/tmp/own", "/tmp/theirs", "/tmp/sg/f"):
+        env.write_file(path, b"new")
+        assert env.read_file(path) == b"new"
+    temps = "ls -a /tmp /tmp/sg | grep -c '^.envlayer-.*tmp$'"
+    listing = env.exec(f"stat -c '%a %u:%g' /tmp/own /tmp/theirs /tmp/sg/f; {temps}")
+    assert listing.stdout == b"751 0:0\n640 1234:4321\n604 0:0\n0\n", listing
