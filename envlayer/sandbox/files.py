@@ -326,6 +326,104 @@ def _write_in_session(env: SandboxEnvironment, path: str, full: str, root: str |
     return True
 
 
+_ARCHIVE = f'[ -d "$__el_dir" ] && [ -w "$__el_dir" ] || exit {USE_TRANSPORT}; a="$__el_dir/transfer.tar"; '
+"""Shell: the archive's place in the session's private directory (one per session, emptied
+after each call: one call runs at a time), or the transport when there is none."""
+
+UNPACK_SCRIPT = (
+    _CONFINE + f'[ -d "$1" ] || {{ [ ! -e "$1" ] && command mkdir -p -- "$1" 2>/dev/null; }} || exit {USE_TRANSPORT}; '
+    f'[ -w "$1" ] && [ -x "$1" ] || exit {USE_TRANSPORT}; {_ARCHIVE}'
+    "trap ': >| \"$a\"; exit 143' HUP INT TERM; "
+    f'{{FILL}} "$a"; e=$?; [ $e -ne {INPUT_LOST} ] || exit {INPUT_LOST}; '
+    '[ $e -eq 0 ] && command tar -x -f "$a" -C "$1"; e=$?; : >| "$a"; exit $e'
+)
+"""Shell: ``$1`` directory (made when missing), ``$2`` file root ('' for none); ``{FILL}``
+writes the archive to a file (as in :func:`write_script`), which ``tar -x`` unpacks into
+``$1`` as the sandbox user. Exit 0, :data:`USE_TRANSPORT` when the session cannot (``$1``
+is not a writable directory, no private directory), :data:`INPUT_LOST`, or ``tar``'s
+status (the caller then takes the transport, which says what is wrong)."""
+
+PACK_SCRIPT = (
+    _CONFINE + f'[ -d "$1" ] && [ -r "$1" ] && [ -x "$1" ] || exit {USE_TRANSPORT}; {_ARCHIVE}'
+    "trap ': >| \"$a\"; exit 143' HUP INT TERM; "
+    '{ command tar -c -f - -C "$1" .; echo "$?" >| "$a.rc"; } | command head -c "$3" >| "$a" && '
+    f'read -r e < "$a.rc" && [ "$e" -eq 0 ] || {{ : >| "$a"; exit {USE_TRANSPORT}; }}; '
+    'exec 3< "$a" && command cat <&3 || { e=$?; : >| "$a"; exit $e; }; '
+    's=; { while read -r k v; do [ "$k" = pos: ] && s=$v && break; done; } 2>/dev/null </proc/self/fdinfo/3; '
+    '[ -n "$s" ] || s=$(command wc -c < "$a"); : >| "$a"; printf "%s %s\\n" "$4" "$s" >&2'
+)
+"""Shell: ``$1`` directory, ``$2`` file root ('' for none), ``$3`` the most bytes to keep
+(one more than may come this way), ``$4`` the call's random mark. ``tar -c`` of ``$1``'s
+contents as the sandbox user, cut at ``$3`` bytes into the private archive file, then
+printed from it with ``mark count`` on stderr (the bytes are taken only when they match
+it, as a read's). :data:`USE_TRANSPORT` when ``tar`` failed or was cut (the archive is
+larger than may come this way), ``$1`` is not a readable directory, or there is no
+private directory."""
+
+
+def unpack_in_session(env: SandboxEnvironment, path: str, payload: bytes) -> bool:
+    """True when the tar ``payload`` was unpacked into the sandbox directory ``path``
+    through the session (see :data:`UNPACK_SCRIPT`); False (logged at debug level, or at
+    warning level when the shell could not take the bytes) when the caller must use its
+    transport, which then also reports anything wrong with the directory."""
+    what = f"upload_dir {path}"
+    most = env.session_file_max
+    if most <= 0 or len(payload) > most:
+        if most > 0:
+            log.debug("%s: an archive larger than the session's %d bytes; using the transport", what, most)
+        return False
+    workdir = env.file_directory()
+    full = env.resolve_path(path, workdir)
+    args = [full, file_root_of(env, workdir) or ""]
+    if len(payload) <= PRINTF_SMALL:
+        request = _request(_script(UNPACK_SCRIPT.replace("{FILL}", f"printf {printf_format(payload)} >|"), args))
+    else:
+        script = f"command -v head >/dev/null 2>&1 || exit {USE_TRANSPORT}; " + UNPACK_SCRIPT.replace(
+            "{FILL}", "__el_take"
+        )
+        request = dataclasses.replace(_request(_script(script, args)), raw_input=payload)
+    result = _in_session(env, request, what)
+    if result is None:
+        return False
+    if result.exit_code == OUTSIDE:
+        raise SandboxPathError(path, args[1] or "/")
+    if result.exit_code == INPUT_LOST:
+        log.warning("%s: the session shell could not take the data and was restarted; using the transport", what)
+        return False
+    if result.exit_code != 0:
+        said = result.stderr.decode(errors="replace").strip()[:300]
+        log.debug("%s: not through the session (exit %d: %s); using the transport", what, result.exit_code, said)
+        return False
+    return True
+
+
+def pack_in_session(env: SandboxEnvironment, path: str, limit: int) -> bytes | None:
+    """A tar of the contents of the sandbox directory ``path`` (members named ``./...``)
+    made through the session (see :data:`PACK_SCRIPT`), or None (logged at debug level)
+    when the caller must use its transport: no free session, an archive larger than the
+    session may carry or than ``limit``, a directory ``tar`` could not pack (the transport
+    then says why), other output mixed in."""
+    most = min(_session_limit(env), limit)
+    if most <= 0:
+        return None
+    workdir = env.file_directory()
+    full = env.resolve_path(path, workdir)
+    root = file_root_of(env, workdir) or ""
+    mark = f"ENVLAYER-FILE-{uuid.uuid4().hex}"
+    what = f"download_dir {path}"
+    result = _in_session(env, _request(_script(PACK_SCRIPT, [full, root, str(most + 1), mark])), what)
+    if result is None:
+        return None
+    if result.exit_code == OUTSIDE:
+        raise SandboxPathError(path, root or "/")
+    data = _unframe(result.stdout, result.stderr, mark.encode()) if result.exit_code == 0 else None
+    if data is None or len(data) > most:
+        said = result.stderr.decode(errors="replace").strip()[-300:]
+        log.debug("%s: not through the session (exit %d: %s); using the transport", what, result.exit_code, said)
+        return None
+    return data
+
+
 def _raise_for(code: int, stderr: bytes, path: str, full: str, root: str | None, limit: int, operation: str) -> None:
     """Raise the error a file script's exit ``code`` means (nothing for 0)."""
     if code == 0:

@@ -37,10 +37,17 @@ from envlayer.errors import BackendUnavailable
 from envlayer.options import BaseOptions
 from envlayer.request import ExecRequest, check_path
 from envlayer.result import ExecResult
+from envlayer.sandbox.archive import pack_dir, safe_extract, tar_summary
 from envlayer.sandbox.base import MANAGED_SANDBOX_CAPABILITIES
 from envlayer.sandbox.client_identity import ClientIdentity
 from envlayer.sandbox.command_env import with_command_defaults
-from envlayer.sandbox.files import SESSION_FILE_MAX, read_by_helper, write_by_helper
+from envlayer.sandbox.files import (
+    SESSION_FILE_MAX,
+    pack_in_session,
+    read_by_helper,
+    unpack_in_session,
+    write_by_helper,
+)
 from envlayer.sandbox.managed import ManagedSandboxEnvironment
 from envlayer.sandbox.paths import confined_path
 from envlayer.snapshot import Snapshot
@@ -345,17 +352,23 @@ class DockerEnvironment(ManagedSandboxEnvironment):
         (symlinks are copied as links); see :class:`~envlayer.transfer.SupportsDirectoryTransfer`."""
         self._ensure_open()
         source = check_path(os.fspath(local), "local")
+        payload = pack_dir(source, self.options.max_transfer_bytes, owner=self._owner_ids())
+        if unpack_in_session(self, remote, payload):
+            return tar_summary(payload)
         full = self._path(remote)
-        limit = self.options.max_transfer_bytes
-        return self._files_call(lambda f: f.upload_dir(source, full, limit), f"uploading to {full}")
+        return self._files_call(lambda f: f.unpack(payload, full), f"uploading to {full}")
 
     def download_dir(self, remote: str, local: str | os.PathLike[str]) -> TransferSummary:
         """Copy the contents of container directory ``remote`` into host directory ``local``.
         Members escaping ``local`` raise :class:`SandboxPathError`."""
         self._ensure_open()
         dest = check_path(os.fspath(local), "local")
-        full = self._path(remote)
         limit = self.options.max_transfer_bytes
+        packed = pack_in_session(self, remote, limit)
+        if packed is not None:
+            os.makedirs(dest, exist_ok=True)
+            return safe_extract(packed, dest, strip_first=False)
+        full = self._path(remote)
         return self._files_call(lambda f: f.download_dir(full, dest, limit), f"downloading {full}")
 
     def put_archive_stream(self, remote_dir: str, chunks: Iterable[bytes]) -> None:

@@ -34,7 +34,7 @@ from envlayer.errors import (
     SandboxFileNotFound,
     SandboxPermissionDenied,
 )
-from envlayer.sandbox.archive import pack_dir, safe_extract, tar_summary
+from envlayer.sandbox.archive import safe_extract, tar_summary
 from envlayer.sandbox.files import DENIED
 from envlayer.transfer import TransferSummary
 from envlayer_docker import sdk
@@ -135,11 +135,10 @@ class FileTransfer:
 
     # --- directories ------------------------------------------------------------------------
 
-    def upload_dir(self, local: str, remote: str, limit: int) -> TransferSummary:
-        """Copy the contents of host directory ``local`` into ``remote`` (created if missing).
-        Symlinks are copied as links. Raises :class:`FileTooLarge` over ``limit`` bytes.
-        Returns the regular files copied and their bytes."""
-        payload = pack_dir(local, limit, owner=self.owner)
+    def unpack(self, payload: bytes, remote: str) -> TransferSummary:
+        """Unpack the tar ``payload`` (:func:`~envlayer.sandbox.archive.pack_dir` of a host
+        directory) into ``remote`` (created if missing). Returns the regular files copied and
+        their bytes."""
         summary = tar_summary(payload)
         self._mkdir(remote)
         if self.via_exec(remote):

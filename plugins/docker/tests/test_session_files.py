@@ -5,16 +5,19 @@ must not do (run as root, touch the session's state) it does not do."""
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from envlayer.errors import SandboxFileError, SandboxPathError, SandboxPermissionDenied
+from envlayer.errors import SandboxFileError, SandboxFileNotFound, SandboxPathError, SandboxPermissionDenied
 from envlayer.execution.shell_session import RESTARTED_AFTER_KILL
+from envlayer.sandbox.archive import pack_dir
 from envlayer.sandbox.paths import check_real_path
 from envlayer.testing.fixtures import require_docker
 
@@ -182,3 +185,80 @@ def test_a_replaced_file_keeps_its_mode_owner_and_group_on_either_path(
     temps = "ls -a /tmp /tmp/sg | grep -c '^.envlayer-.*tmp$'"
     listing = env.exec(f"stat -c '%a %u:%g' /tmp/own /tmp/theirs /tmp/sg/f; {temps}")
     assert listing.stdout == b"751 0:0\n640 1234:4321\n604 0:0\n0\n", listing
+
+
+def _spy_transport(env: Any) -> list[str]:
+    """What reaches the backend's directory transport from now on."""
+    used: list[str] = []
+    transport = env._files_call
+
+    def spy(fn: Callable[[Any], Any], doing: str) -> Any:
+        used.append(doing)
+        return transport(fn, doing)
+
+    env._files_call = spy
+    return used
+
+
+def _listing(env: Any, path: str) -> bytes:
+    return env.exec(f"cd {path} && find . -printf '%p %m %u:%g %y %l %s\\n' | sort").check().stdout
+
+
+def test_directories_take_the_session_both_ways_as_the_transport_would(
+    make_env: Callable[..., Any], tmp_path: Path
+) -> None:
+    env = make_env(persist_across_processes=False)
+    env.exec("true").check()
+    src = tmp_path / "src"
+    (src / "sub dir" / "deeper").mkdir(parents=True)
+    (src / "run.sh").write_bytes(b"#!/bin/sh\necho hi\n")
+    (src / "run.sh").chmod(0o755)
+    (src / "sub dir" / "data.bin").write_bytes(bytes(range(256)) * 300)
+    (src / "sub dir" / "deeper" / "empty").write_bytes(b"")
+    os.symlink("run.sh", src / "link")
+    used = _spy_transport(env)
+    up = env.upload_dir(src, "/tmp/by-session")
+    assert used == [], "a small directory must go up through the free session"
+    assert (up.files, up.bytes) == (3, 18 + 256 * 300)
+    env._files_call(lambda f: f.unpack(pack_dir(str(src), 1 << 30, owner=(0, 0)), "/tmp/by-transport"), "reference")
+    assert _listing(env, "/tmp/by-session") == _listing(env, "/tmp/by-transport")
+    back = tmp_path / "back"
+    down = env.download_dir("/tmp/by-session", back)
+    assert used == ["reference"], "a small directory must come down through the free session"
+    assert (down.files, down.bytes) == (up.files, up.bytes)
+    assert (back / "sub dir" / "data.bin").read_bytes() == (src / "sub dir" / "data.bin").read_bytes()
+    assert os.readlink(back / "link") == "run.sh" and os.access(back / "run.sh", os.X_OK)
+
+
+def test_directories_the_session_cannot_carry_take_the_transport_with_its_errors(
+    make_env: Callable[..., Any], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    env = make_env(persist_across_processes=False)
+    env.exec(
+        "mkdir /tmp/big && head -c 1200000 /dev/urandom > /tmp/big/blob && mkdir -p /srv && printf x > /srv/plain"
+    ).check()
+    caplog.set_level(logging.DEBUG, logger="envlayer.files")
+    used = _spy_transport(env)
+    down = env.download_dir("/tmp/big", tmp_path / "big")
+    assert (down.files, down.bytes) == (1, 1_200_000) and used == ["downloading /tmp/big"]
+    with pytest.raises(SandboxFileNotFound):
+        env.download_dir("/tmp/missing", tmp_path / "missing")
+    with pytest.raises(NotADirectoryError):
+        env.download_dir("/srv/plain", tmp_path / "plain")  # the archive API says so
+    said = _fallbacks(caplog)
+    assert sum("download_dir" in m and "using the transport" in m for m in said) == 3, said
+    kept = env.exec("cat /tmp/.envlayer-session-*/transfer.tar | wc -c").check()
+    assert kept.stdout.strip() == b"0", "the session's archive file must be emptied after each call"
+
+
+def test_an_upload_through_the_session_stays_inside_the_file_root(make_env: Callable[..., Any], tmp_path: Path) -> None:
+    env = make_env(persist_across_processes=False, file_root="/srv/jail")
+    env.exec("mkdir -p /srv/jail /srv/outside && ln -s /srv/outside /srv/jail/escape").check()
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "f").write_bytes(b"x")
+    with pytest.raises(SandboxPathError):
+        env.upload_dir(src, "/srv/jail/escape/new")
+    assert env.exec("ls -A /srv/outside").stdout == b""
+    env.upload_dir(src, "/srv/jail/ok")
+    assert env.exec("cat /srv/jail/ok/f").stdout == b"x"

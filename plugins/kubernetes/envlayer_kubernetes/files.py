@@ -5,7 +5,8 @@ Every operation is one exec in the pod driven by a :data:`Runner` (``argv, stdin
 (exit code, stdout, stderr)``), so it needs only ``sh`` and ``tar`` in the image, and it
 works on any volume the pod mounts.
 
-* ``upload_dir``: a tar of the local directory (at most ``limit`` bytes) unpacked in the pod.
+* ``upload_dir``: a tar of the local directory (at most ``limit`` bytes, :func:`pack`)
+  unpacked in the pod (:func:`unpack`).
 * ``download_dir``: a tar of the remote directory (the pod stops it at ``limit`` bytes);
   every member is checked before anything is written, and one that would land outside
   the local directory (absolute, ``..``, a link pointing out) raises
@@ -41,9 +42,9 @@ def _failed(what: str, path: str, code: int, err: bytes) -> BackendUnavailable:
     )
 
 
-def upload_dir(run: Runner, shell: str, local: str, remote: str, limit: int) -> TransferSummary:
-    """Copy the contents of host directory ``local`` into ``remote`` in the pod; returns
-    the regular files copied and their bytes."""
+def pack(local: str, limit: int) -> bytes:
+    """A tar of the contents of host directory ``local`` (at most ``limit`` bytes, else
+    :class:`FileTooLarge` before anything is sent)."""
     if not os.path.isdir(local):
         raise FileNotFoundError(f"not a local directory: {local!r}")
     buf = io.BytesIO()
@@ -55,9 +56,20 @@ def upload_dir(run: Runner, shell: str, local: str, remote: str, limit: int) -> 
     data = buf.getvalue()
     if len(data) > limit:
         raise FileTooLarge(local, len(data), limit)
+    return data
+
+
+def unpack(run: Runner, shell: str, data: bytes, remote: str) -> TransferSummary:
+    """Unpack the tar ``data`` (:func:`pack`) into ``remote`` in the pod; returns the
+    regular files copied and their bytes."""
     code, _, err = run([shell, "-c", UNPACK, "envlayer-unpack", remote], data)
     if code != 0:
         raise _failed("unpacking into", remote, code, err)
+    return summary_of(data)
+
+
+def summary_of(data: bytes) -> TransferSummary:
+    """The regular files of the tar ``data`` and their total size."""
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
         return _summary([m for m in tar.getmembers() if m.isfile()])
 

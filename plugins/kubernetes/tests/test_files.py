@@ -71,3 +71,24 @@ def test_file_root_is_enforced_through_symlinks(make_env: Any) -> None:
         env.read_file("jail/escape/passwd")
     with pytest.raises(SandboxPathError):
         env.write_file("jail/escape/evil", b"x")
+
+
+def test_small_directories_go_through_the_free_session(
+    make_env: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from envlayer_kubernetes import files
+
+    used: list[str] = []
+    monkeypatch.setattr(files, "unpack", lambda *args: used.append("unpack"))
+    monkeypatch.setattr(files, "download_dir", lambda *args: used.append("download_dir"))
+    env = make_env()
+    env.exec("true").check()
+    src, back = tmp_path / "src", tmp_path / "back"
+    src.mkdir()
+    _tree(src)
+    up = env.upload_dir(src, "project")
+    down = env.download_dir("project", back)
+    assert used == [], "a small directory must travel through the free session both ways"
+    assert (up.files, up.bytes) == (down.files, down.bytes) == (3, 6 + 256 * 40)
+    assert (back / "sub" / "b.bin").read_bytes() == (src / "sub" / "b.bin").read_bytes()
+    assert os.readlink(back / "link-to-a") == "a.txt"
