@@ -201,7 +201,7 @@ def _spy_transport(env: Any) -> list[str]:
 
 
 def _listing(env: Any, path: str) -> bytes:
-    return env.exec(f"cd {path} && find . -printf '%p %m %u:%g %y %l %s\\n' | sort").check().stdout
+    return env.exec(f"cd {path} && find . -printf '%p %m %u:%g %y %l\\n' | sort").check().stdout
 
 
 def test_directories_take_the_session_both_ways_as_the_transport_would(
