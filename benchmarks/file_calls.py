@@ -1,5 +1,6 @@
 """File calls before and after, in the same run: ``read_file``/``write_file`` medians of
-1 KiB, 256 KiB and 1 MiB, and the agent loop (read a 20 KiB file, write it back changed,
+1 KiB, 256 KiB and 1 MiB, ``upload_dir``/``download_dir`` of 100 files of 1 KiB in 10
+directories, and the agent loop (read a 20 KiB file, write it back changed,
 run a command), per backend, through an older envlayer ("before") and this checkout
 ("after"), with the agent loop through the ``docker`` CLI (``docker exec`` + ``docker
 cp``) as the baseline on Docker.
@@ -66,6 +67,8 @@ try:
         ask = json.loads(line)
         if ask["op"] == "files":
             answer = calls.file_call_samples(env, f"{scratch}/f-{ask['size']}.bin", ask["size"], ask["calls"])
+        elif ask["op"] == "dirs":
+            answer = calls.directory_samples(env, f"{scratch}/tree", ask["calls"])
         else:
             answer = {"loop": calls.envlayer_agent_loop(env, f"{scratch}/agent.txt", ask["rounds"])}
         print(json.dumps(answer), flush=True)
@@ -139,6 +142,10 @@ def measure(children: dict[str, Child], args: argparse.Namespace) -> dict[str, d
                 answer = child.ask(op="files", size=size, calls=max(1, args.calls // blocks))
                 for call, times in answer.items():
                     samples.setdefault(f"{call}_file {size_label(size)}", {}).setdefault(label, []).extend(times)
+    for _ in range(blocks):
+        for label, child in children.items():
+            for call, times in child.ask(op="dirs", calls=max(1, args.calls // blocks)).items():
+                samples.setdefault(f"{call} 100 x 1 KiB", {}).setdefault(label, []).extend(times)
     for _ in range(2):
         for label, child in children.items():
             answer = child.ask(op="loop", rounds=args.rounds // 2)

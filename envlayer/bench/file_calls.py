@@ -1,5 +1,6 @@
 """File calls as an agent makes them: single ``read_file``/``write_file`` calls of a few
-sizes, and the agent loop (read a file, write it back changed, run a command).
+sizes, directory transfers of many small files, and the agent loop (read a file, write it
+back changed, run a command).
 
 The functions use only the :class:`~envlayer.environment.Environment` interface (and the
 standard library), so a benchmark can load this file by path and run the very same loop
@@ -8,8 +9,10 @@ against an older envlayer (``benchmarks/file_calls.py`` does, for before/after f
 
 from __future__ import annotations
 
+import filecmp
 import os
 import shlex
+import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
@@ -43,6 +46,38 @@ def file_call_samples(env: Any, path: str, size: int, calls: int) -> dict[str, l
         samples["read"].append(time.perf_counter() - began)
         if back != data:
             raise RuntimeError(f"read_file returned {len(back)} bytes that differ from the {size} written")
+    return samples
+
+
+def directory_samples(env: Any, remote: str, calls: int, files: int = 100, size: int = 1024) -> dict[str, list[float]]:
+    """Seconds of ``calls`` ``upload_dir`` of a host tree of ``files`` files of ``size``
+    random bytes in 10 directories into ``remote``, each followed by ``download_dir`` of it
+    into a new host directory (one warm-up pair first). Raises ``RuntimeError`` when what
+    came back differs from what went up."""
+    samples: dict[str, list[float]] = {"upload_dir": [], "download_dir": []}
+    with tempfile.TemporaryDirectory() as scratch:
+        tree = os.path.join(scratch, "tree")
+        for i in range(files):
+            os.makedirs(os.path.join(tree, f"d{i % 10}"), exist_ok=True)
+            with open(os.path.join(tree, f"d{i % 10}", f"f{i}"), "wb") as out:
+                out.write(os.urandom(size))
+        for call in range(calls + 1):
+            began = time.perf_counter()
+            env.upload_dir(tree, remote)
+            went = time.perf_counter() - began
+            back = os.path.join(scratch, f"back{call}")
+            began = time.perf_counter()
+            env.download_dir(remote, back)
+            came = time.perf_counter() - began
+            if filecmp.dircmp(tree, back).diff_files or not all(
+                filecmp.cmp(os.path.join(tree, d, n), os.path.join(back, d, n), shallow=False)
+                for d in os.listdir(tree)
+                for n in os.listdir(os.path.join(tree, d))
+            ):
+                raise RuntimeError(f"download_dir of {remote} returned other files than went up")
+            if call:  # the first pair warms up
+                samples["upload_dir"].append(went)
+                samples["download_dir"].append(came)
     return samples
 
 
