@@ -42,6 +42,7 @@ import dataclasses
 import logging
 import posixpath
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from envlayer.errors import (
@@ -300,30 +301,43 @@ def _unframe(out: bytes, err: bytes, mark: bytes) -> bytes | None:
 
 def _write_in_session(env: SandboxEnvironment, path: str, full: str, root: str | None, payload: bytes) -> bool:
     """True when ``payload`` was written through the session; False to use the transport."""
-    what = f"write_file {full}"
+    result = _carry_in_session(env, f"write_file {full}", write_script, [full, root or "", uuid.uuid4().hex], payload)
+    if result is None:
+        return False
+    _raise_for(result.exit_code, result.stderr, path, full, root, len(payload), "write")
+    return True
+
+
+def _carry_in_session(
+    env: SandboxEnvironment, what: str, script_of: Callable[[str], str], args: list[str], payload: bytes
+) -> ExecResult | None:
+    """Run ``script_of(fill)`` with ``args`` in the session, ``fill`` being the shell that
+    writes ``payload`` into a file named after it (a ``printf`` format up to
+    :data:`PRINTF_SMALL` bytes, else ``__el_take`` of the bytes sent raw; see
+    :func:`write_script`). Its result, or None (logged) when the caller must use the
+    transport: a payload over the session's limit, no free session, the script's
+    :data:`USE_TRANSPORT`, or a shell that could not take the bytes (at warning level:
+    it ended itself unread, and the next command's result says so)."""
     most = env.session_file_max
     if most <= 0 or len(payload) > most:
         if most > 0:
             log.debug("%s: larger than the session's %d bytes; using the file transport", what, most)
-        return False
-    args = [full, root or "", uuid.uuid4().hex]
+        return None
     if len(payload) <= PRINTF_SMALL:
-        request = _request(_script(write_script(f"printf {printf_format(payload)} >|"), args))
+        request = _request(_script(script_of(f"printf {printf_format(payload)} >|"), args))
     else:
         has_head = f"command -v head >/dev/null 2>&1 || exit {USE_TRANSPORT}; "
-        request = _request(_script(has_head + write_script("__el_take"), args))
-        request = dataclasses.replace(request, raw_input=payload)
+        request = dataclasses.replace(_request(_script(has_head + script_of("__el_take"), args)), raw_input=payload)
     result = _in_session(env, request, what)
     if result is None:
-        return False
+        return None
     if result.exit_code == USE_TRANSPORT:
-        log.debug("%s: the sandbox has no head; using the file transport", what)
-        return False
+        log.debug("%s: the session cannot take it here (no head, or no place for it); using the file transport", what)
+        return None
     if result.exit_code == INPUT_LOST:
         log.warning("%s: the session shell could not take the data and was restarted; using the file transport", what)
-        return False
-    _raise_for(result.exit_code, result.stderr, path, full, root, len(payload), "write")
-    return True
+        return None
+    return result
 
 
 _ARCHIVE = f'[ -d "$__el_dir" ] && [ -w "$__el_dir" ] || exit {USE_TRANSPORT}; a="$__el_dir/transfer.tar"; '
@@ -366,30 +380,15 @@ def unpack_in_session(env: SandboxEnvironment, path: str, payload: bytes) -> boo
     through the session (see :data:`UNPACK_SCRIPT`); False (logged at debug level, or at
     warning level when the shell could not take the bytes) when the caller must use its
     transport, which then also reports anything wrong with the directory."""
-    what = f"upload_dir {path}"
-    most = env.session_file_max
-    if most <= 0 or len(payload) > most:
-        if most > 0:
-            log.debug("%s: an archive larger than the session's %d bytes; using the transport", what, most)
-        return False
     workdir = env.file_directory()
     full = env.resolve_path(path, workdir)
-    args = [full, file_root_of(env, workdir) or ""]
-    if len(payload) <= PRINTF_SMALL:
-        request = _request(_script(UNPACK_SCRIPT.replace("{FILL}", f"printf {printf_format(payload)} >|"), args))
-    else:
-        script = f"command -v head >/dev/null 2>&1 || exit {USE_TRANSPORT}; " + UNPACK_SCRIPT.replace(
-            "{FILL}", "__el_take"
-        )
-        request = dataclasses.replace(_request(_script(script, args)), raw_input=payload)
-    result = _in_session(env, request, what)
+    root = file_root_of(env, workdir) or ""
+    what = f"upload_dir {path}"
+    result = _carry_in_session(env, what, lambda fill: UNPACK_SCRIPT.replace("{FILL}", fill), [full, root], payload)
     if result is None:
         return False
     if result.exit_code == OUTSIDE:
-        raise SandboxPathError(path, args[1] or "/")
-    if result.exit_code == INPUT_LOST:
-        log.warning("%s: the session shell could not take the data and was restarted; using the transport", what)
-        return False
+        raise SandboxPathError(path, root or "/")
     if result.exit_code != 0:
         said = result.stderr.decode(errors="replace").strip()[:300]
         log.debug("%s: not through the session (exit %d: %s); using the transport", what, result.exit_code, said)
