@@ -1,6 +1,6 @@
 """File calls before and after, in the same run: ``read_file``/``write_file`` medians of
 1 KiB, 256 KiB and 1 MiB, ``upload_dir``/``download_dir`` of 100 files of 1 KiB in 10
-directories, and the agent loop (read a 20 KiB file, write it back changed,
+directories (on a backend that has them), and the agent loop (read a 20 KiB file, write it back changed,
 run a command), per backend, through an older envlayer ("before") and this checkout
 ("after"), with the agent loop through the ``docker`` CLI (``docker exec`` + ``docker
 cp``) as the baseline on Docker.
@@ -62,7 +62,8 @@ scratch = None
 try:
     out = env.exec('d="$(pwd)/.envlayer-bench-$$" && mkdir -p "$d" && printf %s "$d"')
     scratch = out.stdout.decode()
-    print(json.dumps({"container": getattr(env, "container_id", None), "scratch": scratch}), flush=True)
+    hello = {"container": getattr(env, "container_id", None), "scratch": scratch, "dirs": hasattr(env, "upload_dir")}
+    print(json.dumps(hello), flush=True)
     for line in sys.stdin:
         ask = json.loads(line)
         if ask["op"] == "files":
@@ -142,7 +143,7 @@ def measure(children: dict[str, Child], args: argparse.Namespace) -> dict[str, d
                 answer = child.ask(op="files", size=size, calls=max(1, args.calls // blocks))
                 for call, times in answer.items():
                     samples.setdefault(f"{call}_file {size_label(size)}", {}).setdefault(label, []).extend(times)
-    for _ in range(blocks):
+    for _ in range(blocks if all(child.hello["dirs"] for child in children.values()) else 0):
         for label, child in children.items():
             for call, times in child.ask(op="dirs", calls=max(1, args.calls // blocks)).items():
                 samples.setdefault(f"{call} 100 x 1 KiB", {}).setdefault(label, []).extend(times)
