@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import posixpath
 import uuid
 from collections.abc import Callable
@@ -56,8 +57,10 @@ from envlayer.errors import (
 from envlayer.execution.shell_script import INPUT_LOST, printf_format, quote
 from envlayer.request import ExecRequest, ScriptRequest, file_payload
 from envlayer.result import ExecResult
+from envlayer.sandbox.archive import safe_extract
 from envlayer.sandbox.paths import CONFINE as _CONFINE
 from envlayer.sandbox.paths import OUTSIDE, Helper, check_real_path
+from envlayer.transfer import TransferSummary
 
 if TYPE_CHECKING:
     from envlayer.sandbox.base import SandboxEnvironment
@@ -421,6 +424,18 @@ def pack_in_session(env: SandboxEnvironment, path: str, limit: int) -> bytes | N
         log.debug("%s: not through the session (exit %d: %s); using the transport", what, result.exit_code, said)
         return None
     return data
+
+
+def download_in_session(env: SandboxEnvironment, path: str, local: str, limit: int) -> TransferSummary | None:
+    """``download_dir`` through the session: the tar :func:`pack_in_session` made,
+    extracted into host directory ``local`` (created) with
+    :func:`~envlayer.sandbox.archive.safe_extract`; None when the caller must use its
+    transport (nothing written then)."""
+    packed = pack_in_session(env, path, limit)
+    if packed is None:
+        return None
+    os.makedirs(local, exist_ok=True)
+    return safe_extract(packed, local, strip_first=False)
 
 
 def _raise_for(code: int, stderr: bytes, path: str, full: str, root: str | None, limit: int, operation: str) -> None:

@@ -37,13 +37,13 @@ from envlayer.errors import BackendUnavailable
 from envlayer.options import BaseOptions
 from envlayer.request import ExecRequest, check_path
 from envlayer.result import ExecResult
-from envlayer.sandbox.archive import pack_dir, safe_extract, tar_summary
+from envlayer.sandbox.archive import pack_dir, tar_summary
 from envlayer.sandbox.base import MANAGED_SANDBOX_CAPABILITIES
 from envlayer.sandbox.client_identity import ClientIdentity
 from envlayer.sandbox.command_env import with_command_defaults
 from envlayer.sandbox.files import (
     SESSION_FILE_MAX,
-    pack_in_session,
+    download_in_session,
     read_by_helper,
     unpack_in_session,
     write_by_helper,
@@ -352,7 +352,8 @@ class DockerEnvironment(ManagedSandboxEnvironment):
         (symlinks are copied as links); see :class:`~envlayer.transfer.SupportsDirectoryTransfer`."""
         self._ensure_open()
         source = check_path(os.fspath(local), "local")
-        payload = pack_dir(source, self.options.max_transfer_bytes, owner=self._owner_ids())
+        owner = self.with_recovery(self._owner_ids)[0]
+        payload = pack_dir(source, self.options.max_transfer_bytes, owner=owner)
         if unpack_in_session(self, remote, payload):
             return tar_summary(payload)
         full = self._path(remote)
@@ -364,10 +365,9 @@ class DockerEnvironment(ManagedSandboxEnvironment):
         self._ensure_open()
         dest = check_path(os.fspath(local), "local")
         limit = self.options.max_transfer_bytes
-        packed = pack_in_session(self, remote, limit)
-        if packed is not None:
-            os.makedirs(dest, exist_ok=True)
-            return safe_extract(packed, dest, strip_first=False)
+        done = download_in_session(self, remote, dest, limit)
+        if done is not None:
+            return done
         full = self._path(remote)
         return self._files_call(lambda f: f.download_dir(full, dest, limit), f"downloading {full}")
 

@@ -41,13 +41,13 @@ from envlayer.execution.shell_script import export_lines, interactive_shell_scri
 from envlayer.options import BaseOptions
 from envlayer.request import ExecRequest, check_path
 from envlayer.result import ExecResult
-from envlayer.sandbox.archive import safe_extract
+from envlayer.sandbox.archive import tar_summary
 from envlayer.sandbox.base import MANAGED_SANDBOX_CAPABILITIES
 from envlayer.sandbox.client_identity import ClientIdentity
 from envlayer.sandbox.command_env import with_command_defaults
 from envlayer.sandbox.files import (
     SESSION_FILE_MAX,
-    pack_in_session,
+    download_in_session,
     read_by_helper,
     unpack_in_session,
     write_by_helper,
@@ -250,7 +250,7 @@ class KubernetesEnvironment(ManagedSandboxEnvironment):
         self._ensure_open()
         data = files.pack(check_path(os.fspath(local), "local"), self.options.max_transfer_bytes)
         if unpack_in_session(self, remote, data):
-            return files.summary_of(data)
+            return tar_summary(data)
         return files.unpack(self._helper, self.options.shell, data, self._path(remote))
 
     def download_dir(self, remote: str, local: str | os.PathLike[str]) -> TransferSummary:
@@ -261,10 +261,9 @@ class KubernetesEnvironment(ManagedSandboxEnvironment):
         self._ensure_open()
         dest = check_path(os.fspath(local), "local")
         limit = self.options.max_transfer_bytes
-        packed = pack_in_session(self, remote, limit)
-        if packed is not None:
-            os.makedirs(dest, exist_ok=True)
-            return safe_extract(packed, dest, strip_first=False)
+        done = download_in_session(self, remote, dest, limit)
+        if done is not None:
+            return done
         return files.download_dir(self._helper, self.options.shell, self._path(remote), dest, limit)
 
     # --- snapshots (envlayer_kubernetes.snapshots) -------------------------------------------

@@ -25,7 +25,7 @@ from envlayer.errors import (
     FileTooLarge,
     SandboxFileNotFound,
 )
-from envlayer.sandbox.archive import safe_extract
+from envlayer.sandbox.archive import safe_extract, tar_summary
 from envlayer.transfer import TransferSummary
 
 Runner = Callable[[list[str], bytes | None], tuple[int, bytes, bytes]]
@@ -65,13 +65,7 @@ def unpack(run: Runner, shell: str, data: bytes, remote: str) -> TransferSummary
     code, _, err = run([shell, "-c", UNPACK, "envlayer-unpack", remote], data)
     if code != 0:
         raise _failed("unpacking into", remote, code, err)
-    return summary_of(data)
-
-
-def summary_of(data: bytes) -> TransferSummary:
-    """The regular files of the tar ``data`` and their total size."""
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
-        return _summary([m for m in tar.getmembers() if m.isfile()])
+    return tar_summary(data)
 
 
 def download_dir(run: Runner, shell: str, remote: str, local: str, limit: int) -> TransferSummary:
@@ -89,7 +83,3 @@ def download_dir(run: Runner, shell: str, remote: str, local: str, limit: int) -
         return safe_extract(out, local, strip_first=False)
     except tarfile.TarError as exc:
         raise _failed("packing", remote, code, str(exc).encode()) from exc
-
-
-def _summary(files: list[tarfile.TarInfo]) -> TransferSummary:
-    return TransferSummary(files=len(files), bytes=sum(m.size for m in files))
