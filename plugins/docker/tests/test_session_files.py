@@ -263,3 +263,37 @@ def test_an_upload_through_the_session_stays_inside_the_file_root(make_env: Call
     assert env.exec("ls -A /srv/outside").stdout == b""
     env.upload_dir(src, "/srv/jail/ok")
     assert env.exec("cat /srv/jail/ok/f").stdout == b"x"
+
+
+def test_a_directory_upload_the_shell_cannot_take_goes_whole_through_the_transport(
+    make_env: Callable[..., Any], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    env = make_env(persist_across_processes=False)
+    env.exec("ulimit -f 0").check()  # head is killed by its first write of the archive
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "script.sh").write_bytes(b"touch /tmp/pwned\n" * 2000)
+    caplog.set_level(logging.DEBUG, logger="envlayer.files")
+    assert env.upload_dir(src, "/tmp/up").files == 1
+    said = _fallbacks(caplog)
+    assert any("upload_dir" in m and "could not take the data and was restarted" in m for m in said), said
+    after = env.exec("test -e /tmp/pwned || echo clean")
+    assert (after.stdout, after.recovered) == (b"clean\n", RESTARTED_AFTER_KILL), after
+    assert env.fetch_file("/tmp/up/script.sh", 1 << 20) == b"touch /tmp/pwned\n" * 2000
+
+
+def test_a_directory_download_with_other_output_mixed_in_takes_the_transport(
+    make_env: Callable[..., Any], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    env = make_env(persist_across_processes=False)
+    env.exec("mkdir /tmp/tree && printf kept > /tmp/tree/f").check()
+    env.exec("(sleep 0.2; echo noise; touch /tmp/said) &").check()
+    deadline = time.monotonic() + 60
+    while not _exists_by_transport(env, "/tmp/said"):  # written between calls: the next call's output
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    caplog.set_level(logging.DEBUG, logger="envlayer.files")
+    used = _spy_transport(env)
+    down = env.download_dir("/tmp/tree", tmp_path / "back")
+    assert (down.files, (tmp_path / "back" / "f").read_bytes()) == (1, b"kept")
+    assert used == ["downloading /tmp/tree"], "an archive with other bytes mixed in must not be unpacked"
