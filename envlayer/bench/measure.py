@@ -15,6 +15,7 @@ from envlayer.bench.baselines import FLOOD_FLOORS, SESSION_FLOOR, ExecBaselines
 from envlayer.bench.figures import ENVLAYER, Figure
 from envlayer.bench.file_calls import (
     FILE_SIZES,
+    directory_samples,
     docker_cli_agent_loop,
     envlayer_agent_loop,
     file_call_samples,
@@ -23,6 +24,7 @@ from envlayer.bench.flood import run_flood
 from envlayer.bench.ledger import Ledger
 from envlayer.bench.target import BackendTarget
 from envlayer.bench.timing import Spread, interleaved_rounds
+from envlayer.capabilities import Capability, supports
 from envlayer.dispatch import run
 from envlayer.environment import Environment
 
@@ -142,13 +144,18 @@ def measure_transfer(backend: str, env: Environment, scratch: str, plan: Plan) -
 
 def measure_file_calls(backend: str, env: Environment, scratch: str, plan: Plan) -> list[Figure]:
     """Single ``write_file`` and ``read_file`` calls of 1 KiB, 256 KiB and 1 MiB, as an
-    editor makes them (``plan.file_calls`` of each, alternating)."""
+    editor makes them (``plan.file_calls`` of each, alternating); on a backend with
+    ``directory_transfer``, ``upload_dir`` then ``download_dir`` of 100 files of 1 KiB
+    (``plan.file_calls`` pairs)."""
     figures = []
     for size in FILE_SIZES:
         samples = file_call_samples(env, f"{scratch}/file-call-{size}.bin", size, plan.file_calls)
         for call, times in samples.items():
             measure = f"{call}_file {size_label(size)}"
             figures.append(Figure(backend, measure, ENVLAYER, "ms", Spread.of(times).scaled(1000), bytes=size))
+    if supports(type(env), Capability.DIRECTORY_TRANSFER):
+        for call, times in directory_samples(env, f"{scratch}/tree", plan.file_calls).items():
+            figures.append(Figure(backend, f"{call} 100 x 1 KiB", ENVLAYER, "ms", Spread.of(times).scaled(1000)))
     return figures
 
 
