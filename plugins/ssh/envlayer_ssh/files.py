@@ -15,7 +15,9 @@ Guaranteed:
 * Directory transfer copies regular files and directories, keeps permission bits,
   skips symlinks and special files (logged at DEBUG), and checks every file against the
   size cap before copying anything. Upload is one tar stream when the remote has
-  ``tar`` (probed once per environment), else SFTP file by file.
+  ``tar`` (probed once per environment), else SFTP file by file; download lists the tree
+  over SFTP and takes the files' contents in tar streams (:mod:`envlayer_ssh.tar_download`),
+  over SFTP only what those did not bring (or everything, without ``tar``).
 
 * An operation cut by a lost connection runs once more on a new connection. Each is safe
   to repeat, and the client often learns that a connection died only when it sends (a
@@ -50,7 +52,7 @@ from envlayer.errors import (
     SandboxPermissionDenied,
 )
 from envlayer.transfer import TransferSummary
-from envlayer_ssh import sdk, tar_upload
+from envlayer_ssh import sdk, tar_download, tar_upload
 from envlayer_ssh.channel_io import run_simple
 
 if TYPE_CHECKING:
@@ -297,9 +299,7 @@ class RemoteFiles:
                     raise FileTooLarge(full, st.st_size, limit)
                 files.append((full, posixpath.join(base, name)))
                 total += st.st_size
-        if self._tar_flavour == "":
-            self._tar_flavour = tar_upload.remote_tar(self.pool)
-        if self._tar_flavour is not None:
+        if self._has_tar() and self._tar_flavour:
             rel = [(posixpath.relpath(d, remote), d) for d in dirs[1:]]
             tar_upload.upload(
                 self.pool,
@@ -335,18 +335,30 @@ class RemoteFiles:
                 if stat.S_ISREG(attrs.st_mode or 0) and (attrs.st_size or 0) > limit:
                     raise FileTooLarge(posixpath.join(remote, *rel), attrs.st_size or 0, limit)
             os.makedirs(local, exist_ok=True)
-            count = total = 0
+            regular = {
+                posixpath.join(*rel): os.path.join(local, *rel) for rel, a in entries if stat.S_ISREG(a.st_mode or 0)
+            }
             for rel, attrs in entries:
-                dst = os.path.join(local, *rel)
-                mode = stat.S_IMODE(attrs.st_mode or 0)
                 if stat.S_ISDIR(attrs.st_mode or 0):
+                    dst = os.path.join(local, *rel)
                     os.makedirs(dst, exist_ok=True)
-                else:
-                    sftp.get(posixpath.join(remote, *rel), dst)
-                    count += 1
+                    os.chmod(dst, stat.S_IMODE(attrs.st_mode or 0) | 0o700)
+            fetched = tar_download.fetch(self.pool, remote, regular) if regular and self._has_tar() else set()
+            total = 0
+            for rel, attrs in entries:
+                if stat.S_ISREG(attrs.st_mode or 0):
+                    dst = regular[posixpath.join(*rel)]
+                    if posixpath.join(*rel) not in fetched:
+                        sftp.get(posixpath.join(remote, *rel), dst)
+                    os.chmod(dst, stat.S_IMODE(attrs.st_mode or 0) | 0o600)
                     total += attrs.st_size or 0
-                os.chmod(dst, mode | (0o700 if stat.S_ISDIR(attrs.st_mode or 0) else 0o600))
-        return TransferSummary(files=count, bytes=total)
+        return TransferSummary(files=len(regular), bytes=total)
+
+    def _has_tar(self) -> bool:
+        """Whether the remote has ``tar`` (probed once per environment)."""
+        if self._tar_flavour == "":
+            self._tar_flavour = tar_upload.remote_tar(self.pool)
+        return self._tar_flavour is not None
 
     def _walk(self, sftp: paramiko.SFTPClient, top: str, rel: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], Any]]:
         """(relative parts, attrs) of directories (before their contents) and regular files."""

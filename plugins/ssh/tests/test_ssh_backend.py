@@ -7,7 +7,9 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import shlex
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -380,3 +382,37 @@ def test_cancel_from_another_thread_kills_the_remote_tree(sshd: SSHServer, make_
     result = exec_cancelled_after_output(env, f"echo started; sleep {first} & sleep {first + 1}", timeout=120)
     assert result.cancelled and result.exit_code == 130 and result.stdout_text == "started\n"
     assert env.exec(f"pgrep -xf 'sleep ({first}|{first + 1})' || echo none").stdout_text == "none\n"
+
+
+def test_download_takes_the_files_in_tar_streams_and_sftp_only_what_they_left_out(
+    sshd: SSHServer, make_env, tmp_path, monkeypatch
+) -> None:
+    import paramiko
+    from envlayer_ssh import tar_download
+
+    env = make_env(sshd, exec_mode="oneshot")
+    remote = f"/tmp/envlayer-tar-down-{os.getpid()}"
+    names = [f"d{i % 5}/odd name -{i}\n.txt" for i in range(30)]
+    long = "d0/" + "/".join(["y" * 200] * 6) + "/f"  # longer than any command line below
+    for name in [*names, long]:
+        path = shlex.quote(f"{remote}/{name}")
+        env.exec(f'mkdir -p "$(dirname {path})" && printf %s {path} > {path}').check()
+    env.exec(f"chmod 751 {shlex.quote(f'{remote}/{names[0]}')}").check()
+    gets: list[str] = []
+    real_get = paramiko.SFTPClient.get
+
+    def get(self: paramiko.SFTPClient, source: str, *args: object, **kwargs: object) -> object:
+        gets.append(source)
+        return real_get(self, source, *args, **kwargs)
+
+    monkeypatch.setattr(paramiko.SFTPClient, "get", get)
+    monkeypatch.setattr(tar_download, "LINE_MAX", 1200)  # several archives
+    try:
+        got = env.download_dir(remote, tmp_path / "dst")
+        assert got.files == 31
+        for name in [*names, long]:
+            assert (tmp_path / "dst" / name).read_text() == f"{remote}/{name}"
+        assert gets == [f"{remote}/{long}"], "only the name no command line could hold goes over SFTP"
+        assert stat.S_IMODE(os.stat(tmp_path / "dst" / names[0]).st_mode) == 0o751
+    finally:
+        env.exec(f"rm -rf {remote}")
