@@ -399,3 +399,8 @@ class ScriptRequest(ExecRequest):
     the shell was restarted."""
 
     raw_input: bytes | None = None
+    in_shell: bool = False
+    """Run the script in the session shell itself (a brace group, not a subshell: one fork
+    less), for a script that leaves the shell as it found it: it returns instead of
+    exiting, keeps its variables local and restores the options it sets (see
+    :func:`~envlayer.execution.shell_script.script_call`). Not with ``raw_input``."""

@@ -319,7 +319,9 @@ def call_script(
     return text.encode("utf-8", "surrogateescape")
 
 
-def script_call(script: str, *, seed: int, exec_id: str, raw_input: int | None = None, prelude: str = "") -> bytes:
+def script_call(
+    script: str, *, seed: int, exec_id: str, raw_input: int | None = None, prelude: str = "", in_shell: bool = False
+) -> bytes:
     """The text that runs envlayer's own shell ``script`` (a file call's) in a subshell
     of the session: parsed once, not through ``eval`` (it is known to be valid), with
     stdin ``/dev/null``; its status is the call's, whatever ``set -e`` says.
@@ -337,11 +339,16 @@ def script_call(script: str, *, seed: int, exec_id: str, raw_input: int | None =
     A script that fails before ``__el_take`` prints no acknowledgement, and nothing is
     sent. When ``head`` could not take the bytes (:data:`INPUT_LOST`), the shell ends
     itself at once (``__el_lost``: no state saved, trailer field ``lost``), unread.
+
+    With ``in_shell`` (no ``raw_input``) the script runs in a brace group of the session
+    shell itself, not a subshell; it must leave the shell as it found it.
     """
     lines = [f"__el_pre {seed} {exec_id}"]
     if prelude:
         lines.append(prelude)
-    if raw_input is None:
+    if in_shell:
+        lines.append(f"if {{ {script}\n}} </dev/null {_CLOSED}; then __el_end; else __el_end; fi")
+    elif raw_input is None:
         lines.append(f"if ( {script}\n) </dev/null {_CLOSED}; then __el_end; else __el_end; fi")
     else:
         run = f"( {script}\n) 5<&0 </dev/null 8>&-"

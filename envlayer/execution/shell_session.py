@@ -524,6 +524,7 @@ class PersistentShell:
                 exec_id=request.exec_id,
                 raw_input=None if raw is None else len(raw),
                 prelude=prelude,
+                in_shell=request.in_shell,
             )
             if raw is not None:
                 on_ack = (ack_of(seed), lambda: _send_input(stream, raw))

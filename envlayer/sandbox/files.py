@@ -73,7 +73,7 @@ SESSION_FILE_MAX = 1_048_576
 SESSION_FILE_TIMEOUT = 300.0
 """Seconds one file command may take in the session (a FIFO named as a file would block)."""
 
-NOT_FOUND, IS_DIR, FAILED, TOO_LARGE, DENIED, USE_TRANSPORT = 20, 21, 22, 23, 24, 26
+NOT_FOUND, IS_DIR, FAILED, TOO_LARGE, DENIED, USE_TRANSPORT, USE_SUBSHELL = 20, 21, 22, 23, 24, 26, 27
 """Exit codes of the session scripts (and :data:`~envlayer.sandbox.paths.OUTSIDE`)."""
 
 _UNSEARCHABLE_PARENT = f'p=${{1%/*}}; [ -n "$p" ] && [ -d "$p" ] && [ ! -x "$p" ] && exit {DENIED};'
@@ -116,7 +116,7 @@ _LOST = f"[ $e -ne {INPUT_LOST} ] || exit {INPUT_LOST}; "
 """Shell, after ``e=$?`` of a fill: pass on that the session's raw input was not taken."""
 
 
-def write_script(fill: str) -> str:
+def write_script(fill: str, *, in_shell: bool = False) -> str:
     """Shell that writes a file: ``$1`` path, ``$2`` file root ('' for none), ``$3`` a random
     word for the temp file's name; ``fill`` is the text before a file name that writes the
     data into it (``command cat >|``, ``printf '...' >|``, ``__el_take`` for a session
@@ -128,19 +128,45 @@ def write_script(fill: str) -> str:
     The temp file takes the old file's mode and owner (:data:`_KEEP_MODE`) and is renamed
     over it (:data:`_RENAME`), each step by the cheaper of two programs where the sandbox
     has it: a program started costs more than all the rest of a small write (on the test
-    machine 0.6 ms for one that loads only the C library, 1 ms for GNU ``cp`` or ``mv``)."""
+    machine 0.6 ms for one that loads only the C library, 1 ms for GNU ``cp`` or ``mv``).
+
+    ``in_shell``: the body of a function run in the session shell itself
+    (:func:`in_shell_write`): it returns instead of exiting, has no file root, sets no
+    trap (the client removes the temp file after an interruption) and returns
+    :data:`USE_SUBSHELL` for a symlink (whose temp file the client could not name)."""
+    leave = "return" if in_shell else "exit"
+    lost = f"[ $e -ne {INPUT_LOST} ] || {leave} {INPUT_LOST}; "
+    follow = (
+        f'[ -L "$1" ] && {leave} {USE_SUBSHELL}; '
+        if in_shell
+        else f'[ -L "$1" ] && {{ f=$(command readlink -f -- "$1") || exit {FAILED}; set -- "$f" "$2" "$3"; }}; '
+    )
+    trap = "" if in_shell else "trap 'command rm -f -- \"$t\"; exit 143' HUP INT TERM; "
     return (
-        _CONFINE + f'[ -d "$1" ] && exit {IS_DIR}; '
-        f'[ -L "$1" ] && {{ f=$(command readlink -f -- "$1") || exit {FAILED}; set -- "$f" "$2" "$3"; }}; '
-        f'd=${{1%/*}}; d=${{d:-/}}; [ -d "$d" ] || command mkdir -p -- "$d" || exit {FAILED}; '
-        f'if [ -e "$1" ]; then [ -w "$1" ] || exit {DENIED}; else [ -w "$d" ] || exit {DENIED}; fi; '
-        'if [ -w "$d" ]; then t="$d/.envlayer-$3.tmp"; trap \'command rm -f -- "$t"; exit 143\' HUP INT TERM; '
+        ("" if in_shell else _CONFINE) + f'[ -d "$1" ] && {leave} {IS_DIR}; {follow}'
+        f'd=${{1%/*}}; d=${{d:-/}}; [ -d "$d" ] || command mkdir -p -- "$d" || {leave} {FAILED}; '
+        f'if [ -e "$1" ]; then [ -w "$1" ] || {leave} {DENIED}; else [ -w "$d" ] || {leave} {DENIED}; fi; '
+        f'if [ -w "$d" ]; then t="$d/.envlayer-$3.tmp"; {trap}'
         "if command -v rename.ul >/dev/null; then u=rename.ul; else u=; fi; "
         f'[ -e "$1" ] && {{ {_KEEP_MODE}; }}; '
-        f'[ -e "$t" ] || {{ command : >| "$t"; }} 2>/dev/null || exit {FAILED}; '
+        f'[ -e "$t" ] || {{ command : >| "$t"; }} 2>/dev/null || {leave} {FAILED}; '
         f'{{ {fill} "$t" && {_RENAME}; }} || '
-        f'{{ e=$?; command rm -f -- "$t"; {_LOST}exit {FAILED}; }}; '
-        f'else {fill} "$1" || {{ e=$?; {_LOST}exit {FAILED}; }}; fi'
+        f'{{ e=$?; command rm -f -- "$t"; {lost}{leave} {FAILED}; }}; '
+        f'else {fill} "$1" || {{ e=$?; {lost}{leave} {FAILED}; }}; fi'
+    )
+
+
+def in_shell_write(fill: str, args: list[str]) -> str:
+    """Shell for a :class:`ScriptRequest` with ``in_shell``: :func:`write_script`'s
+    ``in_shell`` body as a function (``local`` variables; :data:`USE_SUBSHELL` where a
+    shell has no ``local``) called with ``args`` under ``set +eux``, then removed, the
+    options ``e``, ``u``, ``x`` restored, and its status returned (``__el_took``). The
+    function's name and two ``__el_w*`` variables are the session's own."""
+    return (
+        f"__el_w() {{ local t d u f e 2>/dev/null || return {USE_SUBSHELL}; {write_script(fill, in_shell=True)}\n}}; "
+        f"__el_wo=$-; set +eux; __el_w {' '.join(quote(a) for a in args)}; __el_wr=$?; unset -f __el_w; "
+        "case $__el_wo in *e*) set -e;; esac; case $__el_wo in *u*) set -u;; esac; "
+        'case $__el_wo in *x*) set -x;; esac; __el_took "$__el_wr"'
     )
 
 
@@ -303,12 +329,40 @@ def _unframe(out: bytes, err: bytes, mark: bytes) -> bytes | None:
 
 
 def _write_in_session(env: SandboxEnvironment, path: str, full: str, root: str | None, payload: bytes) -> bool:
-    """True when ``payload`` was written through the session; False to use the transport."""
-    result = _carry_in_session(env, f"write_file {full}", write_script, [full, root or "", uuid.uuid4().hex], payload)
+    """True when ``payload`` was written through the session; False to use the transport.
+    A small file without a file root is written by the session shell itself
+    (:func:`in_shell_write`: one fork less), anything else by a subshell."""
+    what = f"write_file {full}"
+    if root is None and len(payload) <= PRINTF_SMALL and env.session_file_max > 0:
+        result = _write_in_shell(env, what, full, payload)
+        if result is None:
+            return False
+        if result.exit_code != USE_SUBSHELL:
+            _raise_for(result.exit_code, result.stderr, path, full, root, len(payload), "write")
+            return True
+    result = _carry_in_session(env, what, write_script, [full, root or "", uuid.uuid4().hex], payload)
     if result is None:
         return False
     _raise_for(result.exit_code, result.stderr, path, full, root, len(payload), "write")
     return True
+
+
+def _write_in_shell(env: SandboxEnvironment, what: str, full: str, payload: bytes) -> ExecResult | None:
+    """The result of :func:`in_shell_write` of ``payload`` to ``full``, or None when the
+    session is not free. Whatever interrupts the call (Ctrl-C: the session then kills
+    the shell), the temp file it may have made is removed through the transport first."""
+    word = uuid.uuid4().hex
+    script = in_shell_write(f"printf {printf_format(payload)} >|", [full, "", word])
+    request = dataclasses.replace(_request(script), in_shell=True)
+    try:
+        return _in_session(env, request, what)
+    except BaseException:
+        temp = posixpath.join(posixpath.dirname(full) or "/", f".envlayer-{word}.tmp")
+        try:
+            env.file_helper(["sh", "-c", 'rm -f -- "$1"', "envlayer-rm", temp], None)
+        except Exception as exc:
+            log.warning("%s: could not remove the temp file %s after the interruption: %s", what, temp, exc)
+        raise
 
 
 def _carry_in_session(

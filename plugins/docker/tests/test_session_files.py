@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 import time
 import uuid
@@ -297,3 +298,46 @@ def test_a_directory_download_with_other_output_mixed_in_takes_the_transport(
     down = env.download_dir("/tmp/tree", tmp_path / "back")
     assert (down.files, (tmp_path / "back" / "f").read_bytes()) == (1, b"kept")
     assert used == ["downloading /tmp/tree"], "an archive with other bytes mixed in must not be unpacked"
+
+
+@pytest.mark.parametrize(
+    ("image", "shell"),
+    [("envlayer-test:busybox", "/bin/sh"), ("envlayer-test:debian", "/bin/sh"), ("envlayer-test:debian", "/bin/bash")],
+)
+def test_a_small_write_by_the_session_shell_itself_leaves_the_shell_as_it_found_it(
+    make_env: Callable[..., Any], image: str, shell: str
+) -> None:
+    require_docker(image, "a small write in the session shell")
+    env = make_env(image=image, shell=shell, persist_across_processes=False)
+    env.exec("t=T; d=D; u=U; f=F; e=E; trap 'echo caught' INT; cd /tmp; set -u").check()
+    before = env.exec('printf "%s|" "$t" "$d" "$u" "$f" "$e" "$PWD" "$-"; trap').check().stdout
+    env.write_file("/tmp/a.txt", b"first")
+    env.write_file("/tmp/a.txt", b"second")  # a replace
+    with pytest.raises(SandboxFileError):
+        env.write_file("/etc/passwd/x", b"x")  # an error on the way
+    after = env.exec('printf "%s|" "$t" "$d" "$u" "$f" "$e" "$PWD" "$-"; trap; command -v __el_w || echo gone')
+    assert after.stdout == before + b"gone\n", (before, after)
+    assert env.read_file("/tmp/a.txt") == b"second"
+
+
+def test_ctrl_c_during_a_small_write_by_the_session_shell_leaves_no_temp_file(
+    make_env: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The shell sets no trap for it (that would change the user's): the client removes
+    the temp file the script may have made, then lets Ctrl-C go on."""
+    from envlayer.sandbox import files
+
+    env = make_env(persist_across_processes=False)
+    env.exec("printf old > /tmp/f.txt").check()
+
+    def interrupted(env: Any, request: Any, what: str) -> None:
+        word = re.search(r"/tmp/f\.txt '' ([0-9a-f]{32})", request.command)
+        assert word is not None, request.command
+        env.store_file(f"/tmp/.envlayer-{word.group(1)}.tmp", b"half")  # as the script had made it
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(files, "_in_session", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        env.write_file("/tmp/f.txt", b"new")
+    monkeypatch.undo()
+    assert env.exec("cat /tmp/f.txt; ls -a /tmp | grep -c '^.envlayer-.*tmp$'").stdout == b"old0\n"
