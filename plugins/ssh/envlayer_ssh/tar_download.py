@@ -35,16 +35,17 @@ of ``sh -c``, and Linux takes at most 128 KiB in one argument (``MAX_ARG_STRLEN`
 
 def batches(names: list[str], prefix: str) -> Iterator[list[str]]:
     """``names`` in runs whose quoted command line (after ``prefix``) stays within
-    :data:`LINE_MAX`; a name too long for any line is left out (the caller uses SFTP)."""
+    :data:`LINE_MAX` bytes (UTF-8, as it is sent); a name too long for any line is left
+    out (the caller uses SFTP)."""
     batch: list[str] = []
-    size = len(prefix)
+    start = size = len(prefix.encode("utf-8", "surrogateescape"))
     for name in names:
-        quoted = len(shlex.quote(name)) + 1
-        if len(prefix) + quoted > LINE_MAX:
+        quoted = len(shlex.quote(name).encode("utf-8", "surrogateescape")) + 1
+        if start + quoted > LINE_MAX:
             continue
         if size + quoted > LINE_MAX:
             yield batch
-            batch, size = [], len(prefix)
+            batch, size = [], start
         batch.append(name)
         size += quoted
     if batch:

@@ -416,3 +416,11 @@ def test_download_takes_the_files_in_tar_streams_and_sftp_only_what_they_left_ou
         assert stat.S_IMODE(os.stat(tmp_path / "dst" / names[0]).st_mode) == 0o751
     finally:
         env.exec(f"rm -rf {remote}")
+
+
+def test_tar_download_batches_count_the_bytes_sent(monkeypatch) -> None:
+    from envlayer_ssh import tar_download
+
+    monkeypatch.setattr(tar_download, "LINE_MAX", 60)
+    names = ["é" * 20, "a" * 10, "b" * 10, "c" * 100, "d"]  # 20 characters of 2 bytes each
+    assert list(tar_download.batches(names, "cd x &&")) == [["é" * 20], ["a" * 10, "b" * 10, "d"]]
