@@ -15,17 +15,20 @@ the streams (also when split across reads) and knows the command is over when bo
 seen, without waiting for EOF (background jobs that keep the stream open never block a
 call).
 
-The command itself runs with fds 7 and 8 closed, so nothing it starts in the background
-holds them: a job whose output goes elsewhere (``server >log 2>&1 &``) keeps no handle
-on the session's stream, and the stream ends as soon as the shell does (a transport that
-waits for every writer to close, as Docker's daemon and sshd do, would otherwise hold
-the end of the shell, and in Docker every other exec's end behind it, for seconds). A
-job that writes to the session's stdout or stderr still holds those, as in a terminal;
-a forked subshell (``( ... ) &``) keeps the shell's hidden copy of the fds until it
-execs or exits. bash runs an EXIT trap with the redirections of the command that exited
-still in place, so the trap writes its trailer to fds 1 and 2 when 7 is closed (a bash
-session that also sent its own stdout elsewhere before ``exit`` loses that trailer: the
-call then reports the status the transport gives and says the shell was restarted).
+The command runs with stdin ``/dev/null`` from fd 6 (opened once, at start: an ``open``
+of ``/dev/null`` per call costs more than the rest of the redirection) and with fds 6, 7
+and 8 closed, so it can neither read nor change them (its own ``exec 7>file`` ends with
+it), and nothing it starts in the background holds them: a job whose output goes
+elsewhere (``server >log 2>&1 &``) keeps no handle on the session's stream, and the
+stream ends as soon as the shell does (a transport that waits for every writer to close,
+as Docker's daemon and sshd do, would otherwise hold the end of the shell, and in Docker
+every other exec's end behind it, for seconds). A job that writes to the session's
+stdout or stderr still holds those, as in a terminal; a forked subshell (``( ... ) &``)
+keeps the shell's hidden copy of the fds until it execs or exits. bash runs an EXIT trap
+with the redirections of the command that exited still in place, so the trap writes its
+trailer to fds 1 and 2 when 7 is closed (a bash session that also sent its own stdout
+elsewhere before ``exit`` loses that trailer: the call then reports the status the
+transport gives and says the shell was restarted).
 
 Everything user-supplied is quoted with :func:`shlex.quote`; per-call variable names
 were checked by :func:`envlayer.request.check_env`.
@@ -199,7 +202,8 @@ _OWNER_GONE = f'  if [ "${{__el_bound-}}" ] && [ -z "${{{EXEC_ID_VAR}-}}" ]; the
 
 
 def init_script(*, session_id: str, start_dir: str | None, stderr_marker: bool = True) -> bytes:
-    """Sent once to a freshly started shell: saves fds 7/8, defines the EXIT trap that
+    """Sent once to a freshly started shell: opens fd 6 on ``/dev/null`` and saves fds 7/8,
+    defines the EXIT trap that
     keeps state across ``exit N``, creates the session's private directory
     ``${TMPDIR:-/tmp}/.envlayer-session-<session_id>`` (mode 0700: saved state, staged
     stdin), restores the state a previous shell of this session left (exported
@@ -215,19 +219,21 @@ def init_script(*, session_id: str, start_dir: str | None, stderr_marker: bool =
     order of writes across its two outputs (local pipes: what the command wrote on
     stderr before the trailer is readable once the trailer has been read), where the
     reader takes what stderr holds after the stdout trailer instead (:func:`read_framed
-    <envlayer.execution.shell_session.read_framed>`); seven system calls less per call.
+    <envlayer.execution.shell_session.read_framed>`), and the shell has no fd 8; twelve
+    system calls less per call.
     """
     d = '"${TMPDIR:-/tmp}"/' + quote(f".envlayer-session-{session_id}")
     cd = f"cd -- {quote_path(start_dir)} 2>/dev/null || __el_nocwd=1\n" if start_dir else ""
+    saved = "7>&1 8>&2" if stderr_marker else "7>&1"
     return (
-        "exec 7>&1 8>&2\n"
+        f"exec 6</dev/null {saved}\n"
         f"__el_s=0; __el_rc=0; __el_nocwd=0; __el_up=-; __el_dir={d}\n"
         "case ${BASH_VERSION-} in '') __el_fn=1 ;; *) __el_fn= ;; esac\n"
         "__el_exit() {\n"
         "  __el_rc=$?; set +x; trap - EXIT\n"
         f"{_OWNER_GONE}"
         '  { export -p; set +o; } 2>/dev/null >| "$__el_dir/state"\n'
-        "  { printf '' >&7; } 2>/dev/null || exec 7>&1 8>&2\n"
+        f"  {{ printf '' >&7; }} 2>/dev/null || exec {saved}\n"
         f'  printf \'%s%s %s exit %s%s\' {_MARK} "$__el_rc" "$$" "$PWD" {_MARK} >&7\n'
         f"{_STDERR_MARK if stderr_marker else ''}"
         "}\n"
@@ -257,10 +263,14 @@ the text becomes the body of a function defined by ``eval`` and called after it
 function's origin instead, evaluates the text directly."""
 
 
-_CLOSED = "7>&- 8>&-"
-"""The redirection that closes the protocol's fds for the command (see the module docstring)."""
+def _isolated(stderr_marker: bool, stdin: str = "<&6") -> str:
+    """The redirection that gives a command (or envlayer's script) ``stdin`` (default:
+    ``/dev/null`` from fd 6) and closes the protocol's fds for it: 6, 7, and 8 where the
+    shell has one (see the module docstring)."""
+    return f"{stdin} 6<&- 7>&- 8>&-" if stderr_marker else f"{stdin} 6<&- 7>&-"
 
-_RUN_CLOSED = f"{_RUN} </dev/null {_CLOSED}"
+
+_RUN_ISOLATED = {marked: f"{_RUN} {_isolated(marked)}" for marked in (True, False)}
 
 
 def call_script(
@@ -274,6 +284,7 @@ def call_script(
     stdin_inline: bytes | None = None,
     prelude: str = "",
     unset: Sequence[str] = (),
+    stderr_marker: bool = True,
 ) -> bytes:
     """The text that runs one command in the session shell.
 
@@ -284,23 +295,25 @@ def call_script(
     persists, and the session's directory and variables are untouched. stdin is
     ``/dev/null``, or the file ``stdin_path`` (removed afterwards), which the script
     itself first fills with ``stdin_inline`` when given. The command runs with the
-    protocol's fds 7 and 8 closed (see the module docstring). ``prelude`` is shell text
-    a backend runs before the command (e.g. refreshing a lease file).
+    protocol's fds closed (see the module docstring); ``stderr_marker`` is the shell's
+    :func:`init_script` keyword. ``prelude`` is shell text a backend runs before the
+    command (e.g. refreshing a lease file).
     """
     if cwd is None and not env and not unset and stdin_path is None and not prelude:  # the common call, in one go
-        return f"__el_pre {seed} {exec_id}\n__el_c={quote(command_text(command))}; {_RUN_CLOSED}\n__el_end\n".encode(
+        run = _RUN_ISOLATED[stderr_marker]
+        return f"__el_pre {seed} {exec_id}\n__el_c={quote(command_text(command))}; {run}\n__el_end\n".encode(
             "utf-8", "surrogateescape"
         )
     lines = [f"__el_pre {seed} {exec_id}"]
     if prelude:
         lines.append(prelude)
-    redirect = "</dev/null"
+    redirect = _isolated(stderr_marker)
     end = "__el_end"
     if stdin_path is not None:
         if stdin_inline is not None:
             # a subshell, so the private umask never leaks into the user's session
             lines.append(f"(umask 077; printf {printf_format(stdin_inline)} >| {quote(stdin_path)})")
-        redirect = f"<{quote(stdin_path)}"
+        redirect = _isolated(stderr_marker, f"<{quote(stdin_path)}")
         end = f"__el_end {quote(stdin_path)}"
     run = f"__el_c={quote(command_text(command))}; {_RUN}"
     if cwd is not None or env or unset:
@@ -313,14 +326,21 @@ def call_script(
             )
         removed = f"unset -v {' '.join(unset)}\n" if unset else ""
         run = f"( {setup}{export_lines(env or {})}{removed}{run}\n)"
-    lines.append(f"{run} {redirect} {_CLOSED}")
+    lines.append(f"{run} {redirect}")
     lines.append(end)
     text = "\n".join(lines) + "\n"
     return text.encode("utf-8", "surrogateescape")
 
 
 def script_call(
-    script: str, *, seed: int, exec_id: str, raw_input: int | None = None, prelude: str = "", in_shell: bool = False
+    script: str,
+    *,
+    seed: int,
+    exec_id: str,
+    raw_input: int | None = None,
+    prelude: str = "",
+    in_shell: bool = False,
+    stderr_marker: bool = True,
 ) -> bytes:
     """The text that runs envlayer's own shell ``script`` (a file call's) in a subshell
     of the session: parsed once, not through ``eval`` (it is known to be valid), with
@@ -341,17 +361,19 @@ def script_call(
     itself at once (``__el_lost``: no state saved, trailer field ``lost``), unread.
 
     With ``in_shell`` (no ``raw_input``) the script runs in a brace group of the session
-    shell itself, not a subshell; it must leave the shell as it found it.
+    shell itself, not a subshell; it must leave the shell as it found it. ``stderr_marker``
+    is the shell's :func:`init_script` keyword.
     """
+    isolated = _isolated(stderr_marker)
     lines = [f"__el_pre {seed} {exec_id}"]
     if prelude:
         lines.append(prelude)
     if in_shell:
-        lines.append(f"if {{ {script}\n}} </dev/null {_CLOSED}; then __el_end; else __el_end; fi")
+        lines.append(f"if {{ {script}\n}} {isolated}; then __el_end; else __el_end; fi")
     elif raw_input is None:
-        lines.append(f"if ( {script}\n) </dev/null {_CLOSED}; then __el_end; else __el_end; fi")
+        lines.append(f"if ( {script}\n) {isolated}; then __el_end; else __el_end; fi")
     else:
-        run = f"( {script}\n) 5<&0 </dev/null 8>&-"
+        run = f"( {script}\n) 5<&0 <&6 6<&-{' 8>&-' if stderr_marker else ''}"
         lines.append(f"__el_n={int(raw_input)}; if {run}; then __el_end; else __el_took $? || __el_end; fi")
     return ("\n".join(lines) + "\n").encode("utf-8", "surrogateescape")
 

@@ -525,6 +525,7 @@ class PersistentShell:
                 raw_input=None if raw is None else len(raw),
                 prelude=prelude,
                 in_shell=request.in_shell,
+                stderr_marker=self._stderr_marked,
             )
             if raw is not None:
                 on_ack = (ack_of(seed), lambda: _send_input(stream, raw))
@@ -578,6 +579,7 @@ class PersistentShell:
             stdin_path=stdin_path,
             stdin_inline=inline,
             prelude=prelude,
+            stderr_marker=self._stderr_marked,
         )
 
     def _finished(self, trailer: Trailer) -> ShellOutcome:

@@ -318,6 +318,14 @@ class ExecContractConformance:
             result = env.exec("printf no-newline")
             assert result.exit_code == 0 and result.recovered == ""
 
+    def test_session_protocol_fds_are_out_of_reach(self, env: Environment) -> None:
+        probe = 'for fd in 6 7 8; do { true >&"$fd"; } 2>/dev/null && echo "open $fd"; done; cat; echo eof'
+        with self._session_home(env):
+            assert env.exec(probe).stdout_text == "eof\n"
+            env.exec("exec 6>/dev/null 7>/dev/null 8>/dev/null; exec 6>&- 7>&- 8>&-").check()
+            after = env.exec(f"{probe}; echo err >&2")
+            assert (after.stdout_text, after.stderr_text, after.recovered) == ("eof\n", "err\n", "")
+
     def test_session_timeout_restarts_the_shell_and_says_so(self, env: Environment) -> None:
         with self._session_home(env) as home:
             env.exec("export ENVLAYER_CONF_KEPT=yes").check()
