@@ -38,9 +38,9 @@ from envlayer.capabilities import (
 from envlayer.discovery.plugin_calls import plugin_call, plugin_error, recording
 from envlayer.environment import Command, Environment, SandboxInfo
 from envlayer.errors import BackendUnavailable, EnvlayerError, InvalidArgument, PluginError
-from envlayer.exec_call import PreparedCall, prepare_call
+from envlayer.exec_call import exec_request, prepare_call
 from envlayer.options import BaseOptions
-from envlayer.request import ExecArguments
+from envlayer.request import ExecArguments, ExecRequest
 from envlayer.result import ExecResult
 
 if TYPE_CHECKING:
@@ -159,9 +159,11 @@ def run(environment: Environment, command: Command, /, **arguments: Unpack[ExecA
     :class:`~envlayer.errors.PluginError`, except what ``on_output`` itself raises.
     :func:`run_with_output` also says whether the output was streamed.
     """
-    if arguments.get("on_output") is None:  # most calls: nothing to record, no outcome to build
+    if not arguments:  # most calls: nothing to fit to the backend, nothing to record
+        return _handle(environment, exec_request(environment, command), command, {}, ())
+    if arguments.get("on_output") is None:
         call = prepare_call(environment, command, **arguments)
-        return call.finish(_handle(environment, call, ()))
+        return call.finish(_handle(environment, call.request, command, call.keywords, ()))
     return run_with_output(environment, command, **arguments).result
 
 
@@ -173,19 +175,27 @@ def run_with_output(environment: Environment, command: Command, /, **arguments: 
     if on_output is not None:
         arguments["on_output"], callers = recording(on_output)  # the callback's own exceptions are not the plugin's
     call = prepare_call(environment, command, **arguments)
-    return StreamOutcome(call.finish(_handle(environment, call, callers)), streamed=call.streamed, note=call.note)
+    result = _handle(environment, call.request, command, call.keywords, callers)
+    return StreamOutcome(call.finish(result), streamed=call.streamed, note=call.note)
 
 
-def _handle(environment: Environment, call: PreparedCall, callers: Sequence[BaseException]) -> ExecResult:
-    """Hand ``call`` to ``environment``'s backend: its request to ``handle_request``, or
-    for a plugin written to the older keyword contract, the keywords it takes to its own
-    ``exec``. What the backend raises is treated as :func:`plugin_call` treats it (a
-    ``try`` of its own: the common call enters no context manager); ``callers`` are
-    exceptions of the caller's own callback, passed through as they are."""
+def _handle(
+    environment: Environment,
+    request: ExecRequest,
+    command: Command,
+    keywords: dict[str, Any],
+    callers: Sequence[BaseException],
+) -> ExecResult:
+    """Hand a prepared call to ``environment``'s backend: its ``request`` to
+    ``handle_request``, or for a plugin written to the older keyword contract, ``command``
+    and the ``keywords`` it takes to its own ``exec``. What the backend raises is treated
+    as :func:`plugin_call` treats it (a ``try`` of its own: the common call enters no
+    context manager); ``callers`` are exceptions of the caller's own callback, passed
+    through as they are."""
     try:
         if handles_requests(environment):
-            return environment.handle_request(call.request)
-        return environment.exec(call.command, **call.keywords)
+            return environment.handle_request(request)
+        return environment.exec(command, **keywords)
     except EnvlayerError:
         raise
     except Exception as exc:

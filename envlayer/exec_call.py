@@ -59,6 +59,23 @@ class PreparedCall:
         return result
 
 
+def exec_request(env: Any, command: Command, /, **arguments: Unpack[ExecArguments]) -> ExecRequest:
+    """``command`` and ``arguments`` checked into a request for ``env`` (an
+    :class:`~envlayer.environment.Environment`), with ``env.options.timeout`` as the
+    default timeout, not yet fitted to what ``env`` can take: for a call with no keyword,
+    which needs no fitting, this is the whole of :func:`prepare_call`.
+
+    Raises ``TypeError`` for a keyword ``exec`` does not have,
+    :class:`~envlayer.errors.InvalidArgument` (nothing ran) for a bad value,
+    :class:`~envlayer.errors.EnvironmentClosed` after cleanup.
+    """
+    ensure_open = getattr(env, "_ensure_open", None)
+    if ensure_open is not None:
+        ensure_open()
+    options = getattr(env, "options", None)
+    return ExecRequest.build(command, default_timeout=getattr(options, "timeout", None), **arguments)
+
+
 def prepare_call(env: Any, command: Command, /, **arguments: Unpack[ExecArguments]) -> PreparedCall:
     """``command`` and ``arguments`` checked and fitted to ``env`` (an
     :class:`~envlayer.environment.Environment`), with ``env.options.timeout`` as the
@@ -69,12 +86,8 @@ def prepare_call(env: Any, command: Command, /, **arguments: Unpack[ExecArgument
     subclass :class:`~envlayer.errors.UnsupportedArgument` for a keyword the backend must
     refuse; :class:`~envlayer.errors.EnvironmentClosed` after cleanup.
     """
-    ensure_open = getattr(env, "_ensure_open", None)
-    if ensure_open is not None:
-        ensure_open()
-    options = getattr(env, "options", None)
-    request = ExecRequest.build(command, default_timeout=getattr(options, "timeout", None), **arguments)
-    if not arguments:  # the common call: no keyword at all, nothing to fit
+    request = exec_request(env, command, **arguments)
+    if not arguments:
         return PreparedCall(command, request, {})
     asked = [name for name in KEYWORD_RULES if getattr(request, name) is not None]
     keywords = {k: v for k, v in arguments.items() if k not in KEYWORD_RULES or k in asked}

@@ -30,7 +30,6 @@ payloads through :func:`file_payload` (encoding and the ``max_file_bytes`` check
 from __future__ import annotations
 
 import math
-import os
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -39,6 +38,7 @@ from typing import Literal, TypedDict, Unpack
 
 from envlayer.cancel_token import CancelToken
 from envlayer.errors import FileTooLarge, InvalidArgument
+from envlayer.random_pool import RandomPool, chunks
 
 MAX_TIMEOUT = 7 * 24 * 3600.0
 """The largest timeout accepted, in seconds (one week). Longer work belongs in the
@@ -209,9 +209,13 @@ def file_payload(path: str, data: bytes | str, limit: int) -> bytes:
     return payload
 
 
+_EXEC_IDS: RandomPool[str] = RandomPool(lambda raw: (piece.hex() for piece in chunks(raw, 16)), batch_bytes=16 * 256)
+
+
 def new_exec_id() -> str:
-    """A fresh random exec id: 32 hex digits (128 bits)."""
-    return os.urandom(16).hex()
+    """A fresh random exec id: 32 hex digits (128 bits), from a pool filled 256 ids at a time
+    (:class:`~envlayer.random_pool.RandomPool`: each id is used once)."""
+    return _EXEC_IDS.take()
 
 
 class ExecArguments(TypedDict, total=False):

@@ -36,13 +36,12 @@ were checked by :func:`envlayer.request.check_env`.
 
 from __future__ import annotations
 
-import os
 import shlex
-import threading
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 from envlayer.execution.tree_kill import EXEC_ID_VAR
+from envlayer.random_pool import RandomPool, chunks
 
 SESSION_VAR = "ENVLAYER_SESSION"
 """Set in a session shell's initial environment (to a random id), so tools can tell
@@ -101,25 +100,16 @@ def interactive_shell_script(shell: str, env_file: str, cwd: str) -> str:
     )
 
 
-_SEED_BYTES = 5
-_SEED_POOL_SEEDS = 256
-_seed_pool = bytearray()
-_seed_lock = threading.Lock()
-os.register_at_fork(after_in_child=_seed_pool.clear)  # a forked child never reuses the parent's seeds
+_SEEDS: RandomPool[int] = RandomPool(
+    lambda raw: (int.from_bytes(piece, "big") + 2**39 for piece in chunks(raw, 5)), batch_bytes=5 * 256
+)
 
 
 def new_seed() -> int:
     """A random marker seed in ``[2**39, 2**39 + 2**40)`` from the OS's CSPRNG (the shell
-    turns it into the marker, see :func:`marker_of`). The bytes are taken from a pool
-    filled by one ``os.urandom`` call per 256 seeds (a call then makes no ``getrandom``
-    syscall of its own); each seed is used once and dropped from the pool, so it is as
-    unguessable as a fresh ``os.urandom(5)`` (a forked child starts with an empty pool)."""
-    with _seed_lock:
-        if not _seed_pool:
-            _seed_pool.extend(os.urandom(_SEED_BYTES * _SEED_POOL_SEEDS))
-        seed = int.from_bytes(_seed_pool[-_SEED_BYTES:], "big")
-        del _seed_pool[-_SEED_BYTES:]
-    return seed + 2**39
+    turns it into the marker, see :func:`marker_of`), taken from a pool filled 256 seeds
+    at a time (:class:`~envlayer.random_pool.RandomPool`: each seed is used once)."""
+    return _SEEDS.take()
 
 
 def marker_of(seed: int) -> bytes:

@@ -27,7 +27,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("package", ("envlayer", "envlayer._aliases")),
     ("errors", ("envlayer.errors",)),
     ("result", ("envlayer.result", "envlayer.cancel_token")),
-    ("request", ("envlayer.request",)),
+    ("request", ("envlayer.request", "envlayer.random_pool")),
     ("capabilities", ("envlayer.capabilities", "envlayer.coercion")),
     ("options", ("envlayer.options", "envlayer.transfer")),
     ("exec_call", ("envlayer.exec_call",)),
