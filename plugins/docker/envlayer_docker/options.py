@@ -146,7 +146,11 @@ class DockerOptions(ContainerOptions, HostVariablesOptions, DockerfileOptions, S
     stop_timeout: float = option(
         5.0, doc="Seconds to wait for a graceful stop before killing, on removal. Per-process setting."
     )
-    api_timeout: float = option(60.0, doc="Timeout of one Docker API request, in seconds. Per-process setting.")
+    api_timeout: float = option(
+        60.0,
+        doc="Timeout of one Docker API request, in seconds (a snapshot's commit and copy may take an hour). "
+        "Per-process setting.",
+    )
     docker_host: str | None = option(
         None,
         doc="Daemon address (e.g. unix:///run/podman/podman.sock); DOCKER_HOST or the default socket "

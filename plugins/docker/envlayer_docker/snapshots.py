@@ -81,6 +81,23 @@ def from_image(info: dict[str, Any]) -> Snapshot:
     )
 
 
+COMMIT_TIMEOUT = 3600.0
+"""Seconds a snapshot's commit (``POST /commit``) may take, rather than ``api_timeout``
+(as long as its copy may, :mod:`envlayer_docker.cow`): the daemon writes the container's
+own layer (what the task wrote outside its durable volumes, such as installed packages)
+into the image, so the commit grows with that layer. A commit that the client gives up on
+still ends on the daemon, as a tagged snapshot image whose data volumes were never made."""
+
+
+def _commit(api: Any, container_id: str, *, tag: str, labels: dict[str, str]) -> str:
+    """Commit ``container_id`` (paused meanwhile) as ``REPOSITORY:tag`` with ``labels``;
+    the image's id. docker-py's ``commit`` takes no timeout, so this is its request
+    (docker-py 7 ``ContainerApiMixin.commit``) with :data:`COMMIT_TIMEOUT`."""
+    params = {"container": container_id, "repo": REPOSITORY, "tag": tag, "pause": True}
+    answer = api._post_json(api._url("/commit"), data={"Labels": labels}, params=params, timeout=COMMIT_TIMEOUT)
+    return str(api._result(answer, json=True)["Id"])
+
+
 def create(
     api: Any,
     options: DockerOptions,
@@ -110,7 +127,7 @@ def create(
         labels[cow.DATA_VOLUMES] = ",".join(f"{kind}={name}" for kind, name in volumes.items())
     # Tagged from the start: an untagged snapshot image is "removed" to prune_unused,
     # which another process may run at any moment.
-    image = api.commit(container_id, repository=REPOSITORY, tag=tag, conf={"Labels": labels})["Id"]
+    image = _commit(api, container_id, tag=tag, labels=labels)
     try:
         if sources:
             cow.freeze(api, image, options.shell, sources, tag=tag, ref=f"{REPOSITORY}:{tag}", labels=labels)
