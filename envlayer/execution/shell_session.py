@@ -36,7 +36,10 @@ The semantics (also stated in the :class:`~envlayer.environment.Environment` con
   configured variables, and its result says so in ``recovered``
   (:data:`RESTARTED_AFTER_KILL`). The same holds when the shell vanished without its
   EXIT trap (killed from outside, ``exec`` into another program, a command's own EXIT
-  trap): that call returns the shell's exit status as the transport reports it.
+  trap): that call returns the shell's exit status as the transport reports it. The
+  timeout holds while a call's raw input is sent too: a shell (or transport) that stops
+  taking it makes the call a timeout at its deadline (the stream's ``write`` keeps it,
+  see :class:`~envlayer.execution.streams.ByteStream`).
 * An EXIT trap set by a command is replaced by the session's at the next call (the
   session needs it to keep state across ``exit``); other traps persist.
 * The kill never depends on the command's output being read: while it runs, the stream
@@ -76,7 +79,7 @@ from envlayer.execution.shell_script import (
     parse_trailer,
     script_call,
 )
-from envlayer.execution.streams import ByteStream, StreamEnded, drain_while
+from envlayer.execution.streams import ByteStream, StreamEnded, WriteTimedOut, drain_while
 from envlayer.execution.tree_kill import kill_script_argv
 from envlayer.request import ExecRequest, ScriptRequest
 from envlayer.result import ExecResult
@@ -233,12 +236,13 @@ class _AckedStdout:
         return self.release() + self.out.flush()
 
 
-def _send_input(stream: ByteStream, data: bytes) -> None:
-    """Send a call's raw input (see :func:`~envlayer.execution.shell_script.script_call`).
-    A stream that broke meanwhile is left to the read that follows (it sees the end, or
-    the trailer saying the input was lost)."""
+def _send_input(stream: ByteStream, data: bytes, deadline: float | None) -> None:
+    """Send a call's raw input (see :func:`~envlayer.execution.shell_script.script_call`)
+    by ``deadline``: :class:`WriteTimedOut` propagates (the call is then a timeout). A
+    stream that broke meanwhile is left to the read that follows (it sees the end, or the
+    trailer saying the input was lost)."""
     try:
-        stream.write(data)
+        stream.write(data, deadline)
     except OSError:
         log.debug("session: the stream broke while a call's input was sent", exc_info=True)
 
@@ -528,7 +532,7 @@ class PersistentShell:
                 stderr_marker=self._stderr_marked,
             )
             if raw is not None:
-                on_ack = (ack_of(seed), lambda: _send_input(stream, raw))
+                on_ack = (ack_of(seed), lambda: _send_input(stream, raw, request.deadline))
         else:
             script = self._call_text(request, seed, stdin_path, prelude)
         sent_at = time.monotonic()
@@ -550,15 +554,18 @@ class PersistentShell:
                     on_ack=on_ack,
                     stderr_marked=self._stderr_marked,
                 )
-            if framed.timed_out:
-                self._kill(stream, request, collector, sent_at)
-                return ShellOutcome(124, timed_out=True, shell_ended=True)
+            timed_out = framed.timed_out
         except StreamEnded:
             raise  # nothing was sent: nothing to kill
+        except WriteTimedOut:
+            timed_out = True  # the shell did not take the call's input by the deadline
         except BaseException:
             if self.stream is stream:
                 self._kill(stream, request, collector, sent_at)
             raise
+        if timed_out:
+            self._kill(stream, request, collector, sent_at)
+            return ShellOutcome(124, timed_out=True, shell_ended=True)
         if framed.trailer is None:
             return self._ended(stream, user_command)
         self._behind = list(framed.after)

@@ -7,17 +7,25 @@ Daytona process handle) wraps that stream in an object satisfying :class:`ByteSt
 :func:`drain_while` keeps reading it while a kill runs. :class:`ProcessStream` is the
 reference implementation over a local process's pipes (used by the core's own tests and
 by local shells).
+
+A write may carry a deadline (:meth:`ByteStream.write`): a process that stops reading
+(stopped, stuck, or a transport that stalls) never holds a call past its timeout.
+:func:`write_within` is that write for a non-blocking file descriptor, :func:`call_within`
+for an SDK call that has no timeout of its own.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import math
 import os
 import select
 import subprocess
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from typing import Protocol, TypeVar, runtime_checkable
 
 from envlayer.errors import EnvlayerError
@@ -43,6 +51,12 @@ class StreamEnded(BrokenPipeError, EnvlayerError):
         return self.message
 
 
+class WriteTimedOut(Exception):
+    """What :meth:`ByteStream.write` raises when its deadline passed before all of the data
+    went out (some of it may have): the process stopped reading, or the transport stalled.
+    The caller kills the process, as on any timeout."""
+
+
 @runtime_checkable
 class ByteStream(Protocol):
     """A bidirectional byte stream to a process in the sandbox (typically a shell).
@@ -60,10 +74,13 @@ class ByteStream(Protocol):
     stderr marker (see :func:`~envlayer.execution.shell_script.init_script`).
     """
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes, deadline: float | None = None) -> None:
         """Send all of ``data`` to the process's stdin. Raises ``OSError`` when the
         stream is closed or broken (the caller treats that as the process being gone),
-        :class:`StreamEnded` when it knows that none of ``data`` went out."""
+        :class:`StreamEnded` when it knows that none of ``data`` went out. With
+        ``deadline`` (a ``time.monotonic()`` value) it raises :class:`WriteTimedOut` once
+        the deadline passes before all of ``data`` went out; without one it waits for as
+        long as the process takes to read it."""
 
     def read(self, deadline: float | None) -> Chunks | None:
         """Wait for output until ``deadline`` (a ``time.monotonic()`` value; ``None`` =
@@ -115,6 +132,53 @@ def drain_while(stream: ByteStream, collector: OutputCollector, action: Callable
         reader.join(1.0)
 
 
+def write_within(fd: int, data: bytes | memoryview, deadline: float | None) -> None:
+    """Write all of ``data`` to the non-blocking file descriptor ``fd``, waiting for room
+    (``poll``) until ``deadline`` (``None``: no limit). Raises :class:`WriteTimedOut` when
+    it passes first, and what ``os.write`` raises (``BrokenPipeError`` once nothing reads)."""
+    view = memoryview(data)
+    poller: select.poll | None = None
+    while view:
+        try:
+            view = view[os.write(fd, view) :]
+            continue
+        except BlockingIOError:
+            pass
+        if poller is None:
+            poller = select.poll()
+            poller.register(fd, select.POLLOUT)
+        wait_ms = None
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise WriteTimedOut(
+                    f"the process took {len(data) - len(view)} of {len(data)} bytes before the deadline"
+                )
+            wait_ms = math.ceil(left * 1000)
+        poller.poll(wait_ms)
+
+
+def call_within(call: Callable[[], T], deadline: float) -> T:
+    """``call()``'s result or exception (a write through an SDK that gives it no timeout),
+    run on a daemon thread (in a copy of the caller's context) and waited for until
+    ``deadline``: raises :class:`WriteTimedOut` when it passes first (the call goes on in
+    the background, its outcome dropped)."""
+    outcome: Future[T] = Future()
+    context = contextvars.copy_context()
+
+    def run() -> None:
+        try:
+            outcome.set_result(context.run(call))
+        except BaseException as exc:  # handed to the waiting caller
+            outcome.set_exception(exc)
+
+    threading.Thread(target=run, name="envlayer-write", daemon=True).start()
+    try:
+        return outcome.result(timeout=max(deadline - time.monotonic(), 0.0))
+    except TimeoutError:
+        raise WriteTimedOut("the write did not finish before the deadline") from None
+
+
 _READ_CHUNK = 65536
 """Bytes asked for per read of a pipe: a pipe holds 64 KiB (Linux's default size, which
 nothing here enlarges), so asking for more never returns more; and a larger request
@@ -126,13 +190,15 @@ class ProcessStream:
     """:class:`ByteStream` over a local process's stdin/stdout/stderr pipes.
 
     Reads wait on one ``epoll`` of the two output pipes and read each ready pipe once;
-    writes go to the stdin pipe with ``os.write`` (no buffer in between). A session call
-    makes one write and one or two reads, so this path is kept to the syscalls it needs."""
+    writes go to the stdin pipe (non-blocking, so a write can keep a deadline) with
+    ``os.write`` (no buffer in between). A session call makes one write and one or two
+    reads, so this path is kept to the syscalls it needs."""
 
     def __init__(self, proc: subprocess.Popen[bytes]) -> None:
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
         self.proc = proc
         self._stdin = proc.stdin.fileno()
+        os.set_blocking(self._stdin, False)
         self._poll = select.epoll()
         self._names: dict[int, str] = {}
         for name, pipe in (("stdout", proc.stdout), ("stderr", proc.stderr)):
@@ -166,20 +232,22 @@ class ProcessStream:
     """A write to a pipe returns once its bytes are in the pipe (or blocks while it is
     full): what a process wrote on stderr before it wrote on stdout is there to read."""
 
-    def write(self, data: bytes) -> None:
-        """Send ``data`` in one ``write`` when the pipe takes it all; raises
-        :class:`StreamEnded` when the process was gone before any of it went out, another
-        ``OSError`` (``BrokenPipeError``) when it went away during the write."""
+    def write(self, data: bytes, deadline: float | None = None) -> None:
+        """Send ``data`` in one ``write`` when the pipe takes it all, else the rest as the
+        process reads it (:func:`write_within`: :class:`WriteTimedOut` once ``deadline``
+        passes); raises :class:`StreamEnded` when the process was gone before any of it
+        went out, another ``OSError`` (``BrokenPipeError``) when it went away during the
+        write."""
         if self._closed:
             raise BrokenPipeError("stream closed")
         try:
             sent = os.write(self._stdin, data)
+        except BlockingIOError:
+            sent = 0
         except BrokenPipeError as exc:
             raise StreamEnded(f"the process had closed its input: {exc}") from exc
         if sent < len(data):
-            view = memoryview(data)[sent:]
-            while view:
-                view = view[os.write(self._stdin, view) :]
+            write_within(self._stdin, memoryview(data)[sent:], deadline)
 
     def read(self, deadline: float | None) -> Chunks | None:
         """See :meth:`ByteStream.read`."""

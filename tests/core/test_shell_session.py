@@ -394,11 +394,11 @@ def test_a_script_that_fails_before_taking_its_input_gets_none_sent(session_env:
 class _InterruptedMidInput(ProcessStream):
     """Ctrl-C while a large write is sent: half of it went out when the interrupt came."""
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes, deadline: float | None = None) -> None:
         if len(data) > 100_000:
-            super().write(data[: len(data) // 2])
+            super().write(data[: len(data) // 2], deadline)
             raise KeyboardInterrupt
-        super().write(data)
+        super().write(data, deadline)
 
 
 def test_ctrl_c_mid_input_leaves_the_old_file_no_temp_and_says_the_shell_restarted(

@@ -31,7 +31,7 @@ from typing import Any
 
 from envlayer.errors import BackendUnavailable
 from envlayer.execution.shell_script import SESSION_VAR, printf_format
-from envlayer.execution.streams import Chunks
+from envlayer.execution.streams import Chunks, call_within
 from envlayer.sandbox import teardown_threads
 
 SPOOL = "/tmp/.envlayer-daytona"
@@ -164,20 +164,27 @@ class DaytonaStream:
     def _exec(self, command: str, timeout: float) -> Any:
         return self.sandbox.process.exec(command, timeout=int(timeout + self.request_timeout))
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes, deadline: float | None = None) -> None:
         """Send ``data`` to the shell's stdin, and in the same API call poll once (up to
         :data:`WRITE_POLL_WAIT` seconds) for its first output, which the next :meth:`read`
         returns. The stream's first write (the session's init script, which prints nothing)
         is held and sent with the next write or read: polling for its output would wait
         :data:`WRITE_POLL_WAIT` in vain. Raises ``OSError`` when the shell is gone or the
-        API refused (the caller treats both as the shell being gone)."""
+        API refused (the caller treats both as the shell being gone). With ``deadline``,
+        the API call is waited for only until then
+        (:func:`~envlayer.execution.streams.call_within`:
+        :class:`~envlayer.execution.streams.WriteTimedOut`; in the sandbox the write
+        blocked on a full FIFO ends with its own timeout)."""
         if self._closed or self._ended:
             raise BrokenPipeError("the session shell has ended")
         if not self._first_write_held:
             self._first_write_held = True
             self._prefix += data
             return
-        self._send(data)
+        if deadline is None:
+            self._send(data)
+        else:
+            call_within(lambda: self._send(data), deadline)
 
     def _send(self, data: bytes) -> None:
         """One ``process/execute``: the held bytes and ``data`` into the FIFO, then a poll

@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 from envlayer.errors import BackendUnavailable
-from envlayer.execution.streams import Chunks
+from envlayer.execution.streams import Chunks, WriteTimedOut
 from envlayer_docker import sdk
 from envlayer_docker.errors import translated
 from envlayer_docker.options import DockerOptions
@@ -111,9 +111,23 @@ class AttachStream:
         self._demux = FrameDemux()
         self._closed = False
 
-    def write(self, data: bytes) -> None:
-        """Send ``data`` to the process's stdin; ``OSError`` when the stream is gone."""
-        self.sock.sendall(data)
+    def write(self, data: bytes, deadline: float | None = None) -> None:
+        """Send ``data`` to the process's stdin; ``OSError`` when the stream is gone. With
+        ``deadline``, the socket's own timeout bounds the send (restored after):
+        :class:`~envlayer.execution.streams.WriteTimedOut` once it passes."""
+        if deadline is None:
+            self.sock.sendall(data)
+            return
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise WriteTimedOut("the deadline passed before the write")
+        self.sock.settimeout(left)
+        try:
+            self.sock.sendall(data)
+        except TimeoutError as exc:
+            raise WriteTimedOut(f"the daemon took too long to take the data: {exc}") from exc
+        finally:
+            self.sock.settimeout(None)
 
     def end_input(self) -> None:
         """Half-close: the process reads EOF on stdin."""

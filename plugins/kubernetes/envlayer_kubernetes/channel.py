@@ -21,6 +21,7 @@ import time
 from typing import Any
 
 from envlayer.errors import BackendUnavailable
+from envlayer.execution.streams import WriteTimedOut
 from envlayer.sandbox.retry import call_with_retries
 from envlayer_kubernetes import naming, sdk
 from envlayer_kubernetes.client import Cluster, log, message_of, transient, unavailable
@@ -103,16 +104,29 @@ class ExecChannel:
         cluster.protocol = ws.subprotocol
         return cls(ws, cluster, pod, timeout=timeout)
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes, deadline: float | None = None) -> None:
         """Write ``data`` to the process's stdin (in frames of at most 256 KiB). Raises
-        ``OSError`` when the stream is closed or broken."""
+        ``OSError`` when the stream is closed or broken. With ``deadline``, the socket's
+        own timeout bounds each frame's send (restored after):
+        :class:`~envlayer.execution.streams.WriteTimedOut` once it passes."""
         if self.closed:
             raise BrokenPipeError("the exec stream is closed")
+        before = self.sock.gettimeout()
         try:
             for i in range(0, len(data), STDIN_CHUNK):
+                if deadline is not None:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise WriteTimedOut(f"the pod took {i} of {len(data)} bytes before the deadline")
+                    self.sock.settimeout(left)
                 self.sock.send(b"\x00" + data[i : i + STDIN_CHUNK], opcode=sdk.websocket.ABNF.OPCODE_BINARY)
+        except sdk.websocket.WebSocketTimeoutException as exc:
+            raise WriteTimedOut(f"the pod did not take the data before the deadline: {exc}") from exc
         except sdk.websocket.WebSocketException as exc:
             raise BrokenPipeError(str(exc)) from exc
+        finally:
+            if deadline is not None:
+                self.sock.settimeout(before)
 
     def close_stdin(self) -> bool:
         """Close the process's stdin (v5); False under v4, which cannot."""

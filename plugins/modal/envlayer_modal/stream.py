@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from envlayer.errors import BackendUnavailable
+from envlayer.execution.streams import WriteTimedOut, call_within
 from envlayer_modal.process import EXIT, STDERR, STDOUT, Process
 
 NAMES = {STDOUT: "stdout", STDERR: "stderr"}
@@ -105,15 +106,29 @@ class ExecStream:
         self._exited = False
         self._closed = False
 
-    def write(self, data: bytes) -> None:
-        """Send ``data`` to the exec's stdin; ``OSError`` when the exec or sandbox is gone."""
+    def write(self, data: bytes, deadline: float | None = None) -> None:
+        """Send ``data`` to the exec's stdin; ``OSError`` when the exec or sandbox is gone.
+        With ``deadline``, the send (whose SDK call takes no timeout) is waited for only
+        until then (:func:`~envlayer.execution.streams.call_within`):
+        :class:`~envlayer.execution.streams.WriteTimedOut`, and nothing more is sent on
+        this stream (not even the EOF of :meth:`close`)."""
         if self._closed:
             raise BrokenPipeError("stream closed")
-        try:
+
+        def send() -> None:
             if self._guard is None:
                 self.process.send(data)
             else:
                 self._guard(lambda: self.process.send(data))
+
+        try:
+            if deadline is None:
+                send()
+            else:
+                call_within(send, deadline)
+        except WriteTimedOut:
+            self._broken = True
+            raise
         except Exception as exc:
             self._broken = True
             if self._ended_check is not None:

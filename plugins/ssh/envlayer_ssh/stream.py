@@ -13,7 +13,7 @@ import select
 import time
 from typing import TYPE_CHECKING
 
-from envlayer.execution.streams import Chunks, StreamEnded
+from envlayer.execution.streams import Chunks, StreamEnded, WriteTimedOut
 from envlayer_ssh.channel_io import send_eof
 from envlayer_ssh.errors import ConnectionLost
 
@@ -33,21 +33,31 @@ class ChannelStream:
         self.lease = lease
         self.channel = lease.channel
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes, deadline: float | None = None) -> None:
         """Send ``data``; ``OSError`` when the channel or the connection is gone,
         :class:`~envlayer.execution.streams.StreamEnded` when none of it went out
-        (paramiko's ``Channel.send`` hands bytes to the transport only when it returns)."""
+        (paramiko's ``Channel.send`` hands bytes to the transport only when it returns).
+        With ``deadline``, each send waits for the server's window (the remote process
+        reads) only until then (the channel's own timeout, restored after):
+        :class:`~envlayer.execution.streams.WriteTimedOut`."""
         channel, sent = self.channel, 0
         try:
             while sent < len(data):
+                if deadline is not None:
+                    channel.settimeout(max(deadline - time.monotonic(), 0.0))
                 taken = channel.send(data[sent:])
                 if taken == 0:  # paramiko: closed or EOF sent while waiting for the window
                     raise EOFError("the channel takes no more data")
                 sent += taken
+        except TimeoutError as exc:
+            raise WriteTimedOut(f"the server took {sent} of {len(data)} bytes before the deadline") from exc
         except Exception as exc:  # paramiko: socket.error when closed; SSHException / EOFError on a dead transport
             if sent == 0:
                 raise StreamEnded(f"the channel had closed: {type(exc).__name__}: {exc}") from exc
             raise OSError(f"the channel closed while sending: {type(exc).__name__}: {exc}") from exc
+        finally:
+            if deadline is not None:
+                channel.settimeout(None)
 
     def end_input(self) -> None:
         """Send EOF on the process's stdin (see :func:`~envlayer_ssh.channel_io.send_eof`)."""
