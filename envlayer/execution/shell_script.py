@@ -120,6 +120,12 @@ def marker_of(seed: int) -> bytes:
 _MARK = '"__EL$((__el_s*7919+13))__"'
 _ACK = '"=EL$((__el_s*7919+17))="'
 
+PRINTF_SMALL = 4096
+"""Data up to this size (a file write's, a command's stdin) travels in the command text as
+a ``printf`` format (no program runs for it); larger data as raw bytes behind the text,
+taken by ``head -c`` (see :func:`script_call`). A program started costs more than the
+shell parsing that much text."""
+
 INPUT_LOST = 99
 """Exit status of a call whose raw input was announced but not taken: the shell has
 ended itself (see :func:`script_call`)."""
@@ -272,6 +278,7 @@ def call_script(
     env: Mapping[str, str] | None = None,
     stdin_path: str | None = None,
     stdin_inline: bytes | None = None,
+    stdin_raw: int | None = None,
     prelude: str = "",
     unset: Sequence[str] = (),
     stderr_marker: bool = True,
@@ -283,11 +290,15 @@ def call_script(
     inside it), so ``cd``, ``export`` and ``set`` persist. With any of them, it runs in a
     subshell that applies them: nothing the command changes
     persists, and the session's directory and variables are untouched. stdin is
-    ``/dev/null``, or the file ``stdin_path`` (removed afterwards), which the script
-    itself first fills with ``stdin_inline`` when given. The command runs with the
-    protocol's fds closed (see the module docstring); ``stderr_marker`` is the shell's
-    :func:`init_script` keyword. ``prelude`` is shell text a backend runs before the
-    command (e.g. refreshing a lease file).
+    ``/dev/null``, or the file ``stdin_path`` (mode 0600, removed afterwards), which the
+    script itself first fills: with ``stdin_inline`` (a ``printf`` format in the text), or
+    with ``stdin_raw`` bytes the caller sends raw once the shell acknowledges them, taken
+    by ``__el_take`` as a file call's are (see :func:`script_call`: bytes the shell cannot
+    take end it unread, :data:`INPUT_LOST`; the text then ends with the one command that
+    takes them and runs the command). The command runs with the protocol's fds closed
+    (see the module docstring); ``stderr_marker`` is the shell's :func:`init_script`
+    keyword. ``prelude`` is shell text a backend runs before the command (e.g. refreshing
+    a lease file).
     """
     if cwd is None and not env and not unset and stdin_path is None and not prelude:  # the common call, in one go
         run = _RUN_ISOLATED[stderr_marker]
@@ -300,11 +311,12 @@ def call_script(
     redirect = _isolated(stderr_marker)
     end = "__el_end"
     if stdin_path is not None:
+        path = quote(stdin_path)
         if stdin_inline is not None:
             # a subshell, so the private umask never leaks into the user's session
-            lines.append(f"(umask 077; printf {printf_format(stdin_inline)} >| {quote(stdin_path)})")
-        redirect = _isolated(stderr_marker, f"<{quote(stdin_path)}")
-        end = f"__el_end {quote(stdin_path)}"
+            lines.append(f"(umask 077; printf {printf_format(stdin_inline)} >| {path})")
+        redirect = _isolated(stderr_marker, f"<{path}")
+        end = f"__el_end {path}"
     run = f"__el_c={quote(command_text(command))}; {_RUN}"
     if cwd is not None or env or unset:
         setup = ""
@@ -316,10 +328,25 @@ def call_script(
             )
         removed = f"unset -v {' '.join(unset)}\n" if unset else ""
         run = f"( {setup}{export_lines(env or {})}{removed}{run}\n)"
-    lines.append(f"{run} {redirect}")
-    lines.append(end)
+    if stdin_path is not None and stdin_raw is not None:
+        lines.append(
+            _taking(stdin_raw, f"set +x; umask 077; __el_take {path}", f"{run} {redirect}\n{end}", end, stderr_marker)
+        )
+    else:
+        lines.append(f"{run} {redirect}")
+        lines.append(end)
     text = "\n".join(lines) + "\n"
     return text.encode("utf-8", "surrogateescape")
+
+
+def _taking(count: int, script: str, then: str, failed: str, stderr_marker: bool) -> str:
+    """One command: ``script`` in a subshell that holds the session's stdin as fd 5, so
+    that its ``__el_take FILE`` takes ``count`` raw bytes from it (see :func:`script_call`);
+    then ``then`` when it succeeded, else ``failed`` (its status in ``$?``), or the shell
+    ends at once (``__el_lost``) when the bytes were not taken. It must end the call's
+    text: the shell has then read all of it before the bytes come."""
+    run = f"( {script}\n) 5<&0 <&6 6<&-{' 8>&-' if stderr_marker else ''}"
+    return f"__el_n={int(count)}; if {run}; then {then}; else __el_took $? || {failed}; fi"
 
 
 def script_call(
@@ -363,8 +390,7 @@ def script_call(
     elif raw_input is None:
         lines.append(f"if ( {script}\n) {isolated}; then __el_end; else __el_end; fi")
     else:
-        run = f"( {script}\n) 5<&0 <&6 6<&-{' 8>&-' if stderr_marker else ''}"
-        lines.append(f"__el_n={int(raw_input)}; if {run}; then __el_end; else __el_took $? || __el_end; fi")
+        lines.append(_taking(raw_input, script, "__el_end", "__el_end", stderr_marker))
     return ("\n".join(lines) + "\n").encode("utf-8", "surrogateescape")
 
 

@@ -11,8 +11,14 @@ backend's (the conformance kit checks them):
   channel (another exec, another SSH channel), waiting for it to end; used to kill a
   command (the core's :mod:`envlayer.execution.tree_kill` script) and to remove the session's
   private directory;
-* optionally ``upload(path, data)``: write a private file in the sandbox, used for
-  stdin larger than :data:`INLINE_STDIN_MAX` (smaller stdin travels inside the script);
+* optionally ``upload(path, data)``: write a private file in the sandbox, used for a
+  command's stdin over :data:`~envlayer.execution.shell_script.PRINTF_SMALL` bytes, for a
+  backend that writes one for less than a round trip on its stream costs (the local
+  backend writes the file itself; Daytona's stream writes are API calls too). Without
+  it such stdin goes raw behind the command's script, as a file call's bytes do: the
+  shell acknowledges, then exactly those bytes follow, taken by ``head -c`` into the
+  session's private file ``in-<exec id>`` (see :func:`~envlayer.execution.shell_script.call_script`);
+  stdin up to that size travels inside the script as a ``printf`` format;
 * optionally ``ended_idle()``, for a backend whose sandbox ends session shells left idle
   (Modal's watchdog): asked when the stream ended during a command that envlayer did not
   kill, it answers True when the sandbox proves the shell was waiting for its next
@@ -66,6 +72,7 @@ from envlayer.errors import BackendUnavailable, InvalidArgument
 from envlayer.execution.cancel import killer_for
 from envlayer.execution.collector import OutputCollector
 from envlayer.execution.shell_script import (
+    PRINTF_SMALL,
     MarkerScanner,
     Trailer,
     ack_of,
@@ -88,10 +95,6 @@ if TYPE_CHECKING:
     from envlayer.options import BaseOptions
 
 log = logging.getLogger("envlayer.session")
-
-INLINE_STDIN_MAX = 65536
-"""Per-call stdin up to this size travels inside the command's script (as a ``printf``
-format); larger stdin goes through the backend's ``upload`` when it has one."""
 
 RESTARTED_AFTER_KILL = "session shell restarted: exported variables and shell options were reset"
 """``ExecResult.recovered`` of the first call after the session shell was killed."""
@@ -490,7 +493,7 @@ class PersistentShell:
         stdin_path = None
         if request.stdin is not None:
             stdin_path = f"{self.state_dir}/in-{request.exec_id}"
-            if len(request.stdin) > INLINE_STDIN_MAX and self.upload is not None:
+            if self._uploads(request.stdin):
                 self.upload(stdin_path, request.stdin)
         try:
             outcome = self._run_on(
@@ -519,7 +522,6 @@ class PersistentShell:
         the shell's own handshake is not asked about)."""
         seed = new_seed()
         marker = marker_of(seed)
-        on_ack = None
         if isinstance(request, ScriptRequest):
             raw = request.raw_input
             script = script_call(
@@ -531,10 +533,11 @@ class PersistentShell:
                 in_shell=request.in_shell,
                 stderr_marker=self._stderr_marked,
             )
-            if raw is not None:
-                on_ack = (ack_of(seed), lambda: _send_input(stream, raw, request.deadline))
         else:
-            script = self._call_text(request, seed, stdin_path, prelude)
+            stdin = request.stdin
+            raw = stdin if stdin is not None and len(stdin) > PRINTF_SMALL and not self._uploads(stdin) else None
+            script = self._call_text(request, seed, stdin_path, prelude, raw)
+        on_ack = None if raw is None else (ack_of(seed), lambda: _send_input(stream, raw, request.deadline))
         sent_at = time.monotonic()
         self.last_used = sent_at
         try:
@@ -571,11 +574,20 @@ class PersistentShell:
         self._behind = list(framed.after)
         return self._finished(framed.trailer)
 
-    def _call_text(self, request: ExecRequest, seed: int, stdin_path: str | None, prelude: str) -> bytes:
-        """The script of a user's command (see :func:`call_script`)."""
-        inline = None
-        if request.stdin is not None and (len(request.stdin) <= INLINE_STDIN_MAX or self.upload is None):
-            inline = request.stdin
+    def _uploads(self, stdin: bytes) -> bool:
+        """Whether a command's ``stdin`` goes through the backend's ``upload``: one over
+        :data:`~envlayer.execution.shell_script.PRINTF_SMALL` bytes on a backend that has
+        one (see the module docstring)."""
+        return len(stdin) > PRINTF_SMALL and self.upload is not None
+
+    def _call_text(
+        self, request: ExecRequest, seed: int, stdin_path: str | None, prelude: str, raw: bytes | None
+    ) -> bytes:
+        """The script of a user's command (see :func:`call_script`): its stdin up to
+        :data:`~envlayer.execution.shell_script.PRINTF_SMALL` bytes in the text, else
+        ``raw`` behind it, or uploaded before."""
+        stdin = request.stdin
+        inline = stdin if stdin is not None and len(stdin) <= PRINTF_SMALL else None
         return call_script(
             request.command,
             seed=seed,
@@ -585,6 +597,7 @@ class PersistentShell:
             unset=request.unset_env or (),
             stdin_path=stdin_path,
             stdin_inline=inline,
+            stdin_raw=None if raw is None else len(raw),
             prelude=prelude,
             stderr_marker=self._stderr_marked,
         )

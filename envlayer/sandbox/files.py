@@ -13,7 +13,7 @@ The base owns, for every backend built on it:
   also within ``max_output_bytes``) travels as one envlayer script in a subshell of the
   session (:class:`~envlayer.request.ScriptRequest`: parsed once, no
   ``eval``; nothing of the session's state used or changed, ``set -e`` included). A
-  write of up to :data:`PRINTF_SMALL` bytes carries them in the script as a ``printf``
+  write of up to :data:`~envlayer.execution.shell_script.PRINTF_SMALL` bytes carries them in the script as a ``printf``
   format; a larger one sends them raw behind it, taken by ``head -c`` (any byte, NUL
   too; no encoding, no parsing). A read runs one program, ``head -c`` of at most one
   byte more than may come this way, and prints the count it read on stderr behind the
@@ -54,7 +54,7 @@ from envlayer.errors import (
     SandboxPathError,
     SandboxPermissionDenied,
 )
-from envlayer.execution.shell_script import INPUT_LOST, printf_format, quote
+from envlayer.execution.shell_script import INPUT_LOST, PRINTF_SMALL, printf_format, quote
 from envlayer.request import ExecRequest, ScriptRequest, file_payload
 from envlayer.result import ExecResult
 from envlayer.sandbox.archive import safe_extract
@@ -106,11 +106,6 @@ on the file opened once as fd 3): the bytes it read are the offset fd 3 has afte
 (``/proc/self/fdinfo/3``, read by the shell itself; without ``/proc``, ``wc -c``), which
 is the file's size when the file fit. Prints the bytes on stdout, then ``mark count`` on
 stderr."""
-
-PRINTF_SMALL = 4096
-"""A write of up to this many bytes travels in the command text as a ``printf`` format
-(no program runs for the data); a larger one as raw bytes behind the command (see
-:class:`~envlayer.request.ScriptRequest`), taken by ``head -c``."""
 
 _LOST = f"[ $e -ne {INPUT_LOST} ] || exit {INPUT_LOST}; "
 """Shell, after ``e=$?`` of a fill: pass on that the session's raw input was not taken."""
@@ -370,7 +365,7 @@ def _carry_in_session(
 ) -> ExecResult | None:
     """Run ``script_of(fill)`` with ``args`` in the session, ``fill`` being the shell that
     writes ``payload`` into a file named after it (a ``printf`` format up to
-    :data:`PRINTF_SMALL` bytes, else ``__el_take`` of the bytes sent raw; see
+    :data:`~envlayer.execution.shell_script.PRINTF_SMALL` bytes, else ``__el_take`` of the bytes sent raw; see
     :func:`write_script`). Its result, or None (logged) when the caller must use the
     transport: a payload over the session's limit, no free session, the script's
     :data:`USE_TRANSPORT`, or a shell that could not take the bytes (at warning level:

@@ -188,9 +188,7 @@ class SessionRunner:
         options = target().options
         self.options = options
         self._stream: AttachStream | None = None
-        self.shell = PersistentShell(
-            self._open, run_aside=self._aside, shell=options.shell, start_dir=options.workdir, upload=self._upload
-        )
+        self.shell = PersistentShell(self._open, run_aside=self._aside, shell=options.shell, start_dir=options.workdir)
 
     @property
     def cwd(self) -> str | None:
@@ -208,14 +206,6 @@ class SessionRunner:
 
     def _aside(self, argv: list[str]) -> None:
         run_helper(self._target(), argv, timeout=_KILL_TIMEOUT)
-
-    def _upload(self, path: str, data: bytes) -> None:
-        code, _, err = run_helper(self._target(), ["sh", "-c", 'umask 077; cat > "$1"', "envlayer-stdin", path], data)
-        if code != 0:
-            raise BackendUnavailable(
-                f"could not stage stdin in the container: {err.decode(errors='replace')[:200]}",
-                hint='make /tmp writable in the container, or use exec_mode = "oneshot"',
-            )
 
     def run(self, request: ExecRequest, *, touch_lease: bool) -> ExecResult:
         """Run ``request`` in the shell (the caller holds the session lock). A shell idle for

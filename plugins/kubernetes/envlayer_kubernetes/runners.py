@@ -163,7 +163,6 @@ class SessionRunner:
             run_aside=self._aside,
             shell=target.options.shell,
             start_dir=target.options.workdir,
-            upload=self._upload,
         )
 
     @property
@@ -184,16 +183,6 @@ class SessionRunner:
 
     def _aside(self, argv: list[str]) -> None:
         run_helper(self.target, argv, timeout=KILL_TIMEOUT)
-
-    def _upload(self, path: str, data: bytes) -> None:
-        code, _, err = run_helper(
-            self.target, [self.target.options.shell, "-c", 'cat > "$1"', "envlayer-stdin", path], data
-        )
-        if code != 0:
-            raise BackendUnavailable(
-                f"could not stage stdin in pod {self.target.pod}: {err.decode(errors='replace')[:200]}",
-                hint='make /tmp writable in the pod, or use exec_mode = "oneshot"',
-            )
 
     def run(self, request: ExecRequest) -> ExecResult:
         """Run ``request`` in the shell (the caller holds the session lock)."""

@@ -315,7 +315,6 @@ class ModalEnvironment(ManagedSandboxEnvironment):
 
     def _new_session(self) -> Any:
         """A (not yet started) persistent shell in the current sandbox, or None in one-shot mode."""
-        from envlayer_modal import files
         from envlayer_modal.ended_watch import unless_ended
         from envlayer_modal.session import shell_session
 
@@ -329,7 +328,6 @@ class ModalEnvironment(ManagedSandboxEnvironment):
             env=self._command_env(None, None),
             cwd=self.options.workdir,
             idle_exit=self.options.session_idle_exit,
-            upload=lambda path, data: self._files_call(lambda sb: files.write(sb, path, data), f"staging {path}"),
             ended=lambda exc: exc if isinstance(exc, NotStarted) else ended_error(exc, self._conn, attached),
             guard=lambda send: unless_ended(send, attached),
         )

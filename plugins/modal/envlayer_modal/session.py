@@ -37,7 +37,6 @@ def shell_session(
     env: Mapping[str, str],
     cwd: str,
     idle_exit: int,
-    upload: Callable[[str, bytes], None],
     ended: Callable[[BaseException], BaseException | None],
     guard: Callable[[Callable[[], None]], None],
 ) -> PersistentShell:
@@ -67,7 +66,5 @@ def shell_session(
         else:
             log.debug("modal: %s", out.decode(errors="replace").strip())
 
-    session = PersistentShell(
-        open_stream, run_aside=run_aside, shell=shell, start_dir=cwd, upload=upload, ended_idle=ended_idle
-    )
+    session = PersistentShell(open_stream, run_aside=run_aside, shell=shell, start_dir=cwd, ended_idle=ended_idle)
     return session

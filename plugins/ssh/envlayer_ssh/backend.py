@@ -109,7 +109,6 @@ class SSHEnvironment(SandboxEnvironment):
                 shell=self.options.shell,
                 env=with_command_defaults(self.options.env),
                 cwd=self.options.cwd,
-                upload=self._files.write_private,
             )
         self._finalizer = weakref.finalize(self, _release, self._pool, self._session)
         self._home: str | None = None
