@@ -9,13 +9,16 @@ floods, bad input included) runs against it, plus the protocol's own edge cases.
 from __future__ import annotations
 
 import dataclasses
+import glob
+import hashlib
 import os
 import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -23,7 +26,7 @@ import pytest
 from envlayer.capabilities import Capability
 from envlayer.errors import BackendUnavailable
 from envlayer.execution.collector import OutputCollector
-from envlayer.execution.shell_script import INPUT_LOST, ack_of, marker_of
+from envlayer.execution.shell_script import INPUT_LOST, PRINTF_SMALL, ack_of, marker_of
 from envlayer.execution.shell_session import (
     IDLE_END_RETRIES,
     RESTARTED_AFTER_KILL,
@@ -31,7 +34,7 @@ from envlayer.execution.shell_session import (
     ScriptRequest,
     read_framed,
 )
-from envlayer.execution.streams import ByteStream, ProcessStream, StreamEnded
+from envlayer.execution.streams import ByteStream, ProcessStream, StreamEnded, WriteTimedOut
 from envlayer.local.backend import LocalEnvironment, LocalOptions
 from envlayer.request import ExecRequest
 from envlayer.result import ExecResult
@@ -49,7 +52,7 @@ def _run_aside(argv: list[str]) -> None:
 class SessionOverPipes(LocalEnvironment):
     """Local files, commands through the core's persistent-shell protocol."""
 
-    capabilities = frozenset({Capability.STREAMING, Capability.PERSISTENT_SESSION})
+    capabilities = frozenset({Capability.STREAMING, Capability.PERSISTENT_SESSION, Capability.UNSET_ENV})
     shell_argv: list[str] = ["dash"]
 
     def __init__(self, options: LocalOptions) -> None:
@@ -347,8 +350,8 @@ def test_background_output_comes_whole_in_later_calls(session_env: SessionOverPi
 # --- raw input: a file call's bytes behind its command (ScriptRequest.raw_input) ---------
 
 
-def _take(env: SessionOverPipes, script: str, data: bytes) -> ExecResult:
-    request = dataclasses.replace(ScriptRequest.build(script, timeout=60), raw_input=data)
+def _take(env: SessionOverPipes, script: str, data: bytes, timeout: float = 60) -> ExecResult:
+    request = dataclasses.replace(ScriptRequest.build(script, timeout=timeout), raw_input=data)
     return env.run_shell(env.session, request)
 
 
@@ -444,3 +447,142 @@ def test_the_acknowledgement_is_taken_out_once_and_no_byte_around_it_is_lost(ste
     assert collector.buffers["stdout"].getvalue() == b"bg1=Ebg2"
     assert framed.trailer is not None and framed.trailer.pid == 7
     assert dict(framed.after)["stdout"] == b"late=E"
+
+
+# --- a command's stdin: raw behind its script over PRINTF_SMALL, within the call's deadline ---
+
+
+def _staged(env: SessionOverPipes) -> list[str]:
+    """The staged stdin files left in the session's private directory."""
+    return glob.glob(os.path.join(env.session.state_dir, "in-*"))
+
+
+@pytest.mark.parametrize("size", [0, 1, PRINTF_SMALL + 1, 100 * 1024, 3 << 20])
+def test_binary_stdin_reaches_the_command_whole_and_no_byte_runs(session_env: SessionOverPipes, size: int) -> None:
+    lines = b"\ntouch pwned\necho oops\n"
+    data = (bytes(range(256)) * (size // 256 + 1) + lines)[-size:] if size else b""
+    session_env.exec("kept=1").check()
+    result = session_env.exec("sha256sum; od -An -tx1 -N4 /proc/self/fd/0; cd /", stdin=data)
+    assert (result.exit_code, result.stderr) == (0, b""), result
+    assert result.stdout.split(b" ", 1)[0].decode() == hashlib.sha256(data).hexdigest()
+    assert result.stdout.split(b"\n", 1)[1] == b"" or result.stdout.count(b"\n") == 2
+    after = session_env.exec('echo "$kept $PWD"')
+    assert (after.stdout, after.recovered) == (b"1 /\n", ""), "the command ran in the shell itself"
+    assert not os.path.exists(os.path.join(session_env.cwd, "pwned")) and _staged(session_env) == []
+
+
+def test_raw_stdin_is_a_private_file_with_per_call_cwd_env_and_unset(session_env: SessionOverPipes) -> None:
+    data = b"\0no newline at the end" * 1000
+    session_env.exec("export DROP=1").check()
+    result = session_env.exec(
+        'stat -L -c %a /proc/self/fd/0; echo "$PWD ${ADD-} ${DROP-unset}"; wc -c',
+        stdin=data,
+        cwd="/tmp",
+        env={"ADD": "added"},
+        unset_env=["DROP"],
+    )
+    assert result.stdout == f"600\n/tmp added unset\n{len(data)}\n".encode(), result
+    assert session_env.exec("echo $DROP; pwd").stdout == f"1\n{session_env.cwd}\n".encode()
+
+
+def test_a_syntax_error_with_raw_stdin_stays_inside_the_call(session_env: SessionOverPipes) -> None:
+    session_env.exec("kept=1").check()
+    result = session_env.exec("echo 'unterminated", stdin=b"x" * 10_000)
+    assert result.exit_code == 2 and result.stdout == b""
+    after = session_env.exec('echo "$kept"')
+    assert (after.stdout, after.recovered) == (b"1\n", "") and _staged(session_env) == []
+
+
+def test_stdin_the_shell_cannot_take_is_never_run_and_the_restart_is_told(session_env: SessionOverPipes) -> None:
+    session_env.exec("ulimit -f 0").check()  # head is killed by its first write (SIGXFSZ), taking a part
+    pwned = os.path.join(session_env.cwd, "pwned")
+    result = session_env.exec("cat >/dev/null; echo ran", stdin=f"touch {pwned}\n".encode() * 5000)
+    assert (result.exit_code, result.stdout) == (INPUT_LOST, b""), result
+    after = session_env.exec("echo back; ulimit -f")
+    assert (after.stdout, after.recovered) == (b"back\nunlimited\n", RESTARTED_AFTER_KILL)
+    assert not os.path.exists(pwned), "bytes of a command's stdin were run as commands"
+    assert _staged(session_env) == []
+
+
+def _fake_head(env: SessionOverPipes) -> None:
+    """Puts a ``head`` first on the shell's PATH that never reads: the shell acknowledges
+    a call's stdin, then takes none of it (as a shell that stopped)."""
+    env.exec('mkdir -p stuck && printf "#!/bin/sh\\nexec sleep 600\\n" > stuck/head && chmod +x stuck/head').check()
+    env.exec('export PATH="$PWD/stuck:$PATH"').check()
+    if not env.exec("command -v head").stdout.endswith(b"/stuck/head\n"):
+        pytest.skip("this shell runs its own head (BusyBox's applet), not one from PATH")
+
+
+def _call_within(seconds: float, call: Callable[[], ExecResult], cleanup: Callable[[], None]) -> ExecResult:
+    """``call()``'s result from a thread waited for ``seconds`` (a bound that only catches a
+    hang); on a hang, ``cleanup()`` unblocks it first, and the test fails."""
+    box: list[ExecResult] = []
+    worker = threading.Thread(target=lambda: box.append(call()), daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive():
+        cleanup()
+        worker.join(30)
+        pytest.fail(f"the call did not return within {seconds} s")
+    return box[0]
+
+
+def test_a_timeout_while_stdin_is_sent_kills_and_the_next_call_says_restarted(session_env: SessionOverPipes) -> None:
+    _fake_head(session_env)
+    shell = session_env.session.pid
+    result = _call_within(
+        60,
+        lambda: session_env.exec("cat >/dev/null; echo ran", stdin=os.urandom(3 << 20), timeout=2),
+        lambda: os.killpg(shell, signal.SIGKILL),  # the shell's group: head and its sleep too
+    )
+    assert (result.exit_code, result.timed_out, result.stdout) == (124, True, b""), result
+    after = session_env.exec("echo back")
+    assert (after.stdout, after.recovered) == (b"back\n", RESTARTED_AFTER_KILL), after
+    assert _staged(session_env) == [], "the staged stdin of the killed call was left behind"
+
+
+def test_a_timeout_while_a_files_bytes_are_sent_kills_and_the_next_call_says_restarted(
+    session_env: SessionOverPipes,
+) -> None:
+    _fake_head(session_env)
+    shell = session_env.session.pid
+    target = os.path.join(session_env.cwd, "f.bin")
+    result = _call_within(
+        60,
+        lambda: _take(session_env, _write_script(target), os.urandom(3 << 20), timeout=2),
+        lambda: os.killpg(shell, signal.SIGKILL),
+    )
+    assert (result.exit_code, result.timed_out) == (124, True), result
+    after = session_env.exec("echo back")
+    assert (after.stdout, after.recovered) == (b"back\n", RESTARTED_AFTER_KILL), after
+    assert not os.path.exists(target)
+
+
+def test_a_timeout_of_a_command_reading_raw_stdin_leaves_no_staged_file(session_env: SessionOverPipes) -> None:
+    result = session_env.exec("sleep 60", stdin=b"y" * 100_000, timeout=1)
+    assert (result.exit_code, result.timed_out) == (124, True)
+    assert session_env.exec("echo back").recovered == RESTARTED_AFTER_KILL
+    assert _staged(session_env) == []
+
+
+def test_ctrl_c_while_stdin_is_sent_leaves_no_staged_file_and_says_restarted(session_env: SessionOverPipes) -> None:
+    session_env.session.open_stream = lambda: _InterruptedMidInput.spawn(  # type: ignore[method-assign]
+        session_env.shell_argv, cwd=session_env.cwd
+    )
+    session_env.exec("true").check()
+    with pytest.raises(KeyboardInterrupt):
+        session_env.exec("cat", stdin=b"n" * 300_000)
+    after = session_env.exec("echo back")
+    assert (after.stdout, after.recovered) == (b"back\n", RESTARTED_AFTER_KILL)
+    assert _staged(session_env) == []
+
+
+def test_a_write_to_a_process_that_does_not_read_ends_at_its_deadline() -> None:
+    stream = ProcessStream.spawn(["sleep", "600"])
+    try:
+        with pytest.raises(WriteTimedOut):
+            stream.write(b"x" * (1 << 20), time.monotonic() + 0.5)
+    finally:
+        stream.proc.kill()
+        stream.proc.wait(30)
+        stream.close()
