@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from typing import Any
 
 import pytest
 
@@ -70,6 +71,22 @@ def test_a_scripts_acknowledgement_is_never_in_its_text_and_ends_it() -> None:
     assert ack_of(seed) not in text and marker_of(seed) not in text
     assert text.endswith(b"fi\n"), "nothing may follow the command that takes the raw input"
     assert not ack_of(seed).startswith(marker_of(seed)[:1]), "a trailer byte would be held back as its start"
+
+
+@pytest.mark.parametrize(
+    "keywords", [{}, {"cwd": "/x y", "env": {"A": "1"}, "unset": ["B"]}], ids=["in-shell", "subshell"]
+)
+def test_a_commands_raw_stdin_is_taken_by_the_one_command_that_ends_the_text(keywords: dict[str, Any]) -> None:
+    seed = new_seed()
+    text = call_script(
+        "cat", seed=seed, exec_id="abc", stdin_path="/s/in-abc", stdin_raw=5000, prelude="touch lease", **keywords
+    )
+    assert ack_of(seed) not in text and marker_of(seed) not in text
+    lines = text.decode().split("\n")
+    assert lines[:2] == [f"__el_pre {seed} abc", "touch lease"]
+    assert lines[2].startswith("__el_n=5000; if ( set +x; umask 077; __el_take /s/in-abc")
+    assert text.endswith(b"else __el_took $? || __el_end /s/in-abc; fi\n"), "nothing may follow the take"
+    assert b">| /s/in-abc" not in text, "the script itself writes nothing into the file"
 
 
 def test_a_lost_input_trailer_says_the_shell_ended() -> None:
