@@ -120,11 +120,11 @@ def test_ctrl_c_mid_write_leaves_the_old_file_no_temp_and_says_the_shell_restart
     stream = env._session.shell.stream
     send = stream.write
 
-    def interrupted(data: bytes) -> None:
+    def interrupted(data: bytes, deadline: float | None = None) -> None:
         if len(data) > 100_000:  # the file's bytes: half went out when Ctrl-C came
-            send(data[: len(data) // 2])
+            send(data[: len(data) // 2], deadline)
             raise KeyboardInterrupt
-        send(data)
+        send(data, deadline)
 
     stream.write = interrupted
     with pytest.raises(KeyboardInterrupt):
