@@ -90,12 +90,16 @@ finally:
 
 
 class Child:
-    """One version's interpreter holding one environment of one backend."""
+    """One version's interpreter holding one environment of one backend, running
+    ``program`` (:data:`CHILD` unless given: the same arguments, answering each request line
+    with one JSON line)."""
 
-    def __init__(self, root: Path, backend: str, options: dict[str, Any], profile: str, label: str) -> None:
+    def __init__(
+        self, root: Path, backend: str, options: dict[str, Any], profile: str, label: str, program: str = CHILD
+    ) -> None:
         paths = [str(root)] + [str(root / "plugins" / p) for p in PLUGINS]
         environ = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
-        argv = [sys.executable, "-c", CHILD, str(ROOT / "envlayer" / "bench" / "file_calls.py"), backend]
+        argv = [sys.executable, "-c", program, str(ROOT / "envlayer" / "bench" / "file_calls.py"), backend]
         argv += [json.dumps(options), f"files-{label}-{uuid.uuid4().hex[:6]}", profile]
         # cwd is the version's root: `python -c` puts the current directory first on sys.path, and
         # from a checkout of the newer version that took its envlayer over PYTHONPATH's

@@ -34,7 +34,7 @@ from envlayer.execution.shell_session import (
     ScriptRequest,
     read_framed,
 )
-from envlayer.execution.streams import ByteStream, ProcessStream, StreamEnded, WriteTimedOut
+from envlayer.execution.streams import ByteStream, ProcessStream, StreamEnded, WriteTimedOut, call_within
 from envlayer.local.backend import LocalEnvironment, LocalOptions
 from envlayer.request import ExecRequest
 from envlayer.result import ExecResult
@@ -586,3 +586,13 @@ def test_a_write_to_a_process_that_does_not_read_ends_at_its_deadline() -> None:
         stream.proc.kill()
         stream.proc.wait(30)
         stream.close()
+
+
+def test_an_sdk_write_without_a_timeout_of_its_own_ends_at_its_deadline() -> None:
+    release = threading.Event()
+    try:
+        with pytest.raises(WriteTimedOut):
+            call_within(release.wait, time.monotonic() + 0.2)
+    finally:
+        release.set()
+    assert call_within(lambda: 7, time.monotonic() + 30) == 7

@@ -7,6 +7,7 @@ import json
 import os
 import socket
 import subprocess
+import threading
 import time
 from typing import Any
 
@@ -341,3 +342,31 @@ def test_the_watchdog_spares_a_command_blocked_without_children(tmp_path: Any) -
         assert watched.note.exists()
     finally:
         watched.close()
+
+
+class _StalledStdin:
+    """A process whose stdin write never returns (a router that stopped taking input)."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.sends: list[bytes] = []
+
+    def send(self, data: bytes, *, eof: bool = False) -> None:
+        self.sends.append(data)
+        self.release.wait()
+
+
+def test_a_session_write_that_stalls_ends_at_its_deadline_and_sends_nothing_more() -> None:
+    from envlayer_modal.stream import ExecStream
+
+    from envlayer.execution.streams import WriteTimedOut
+
+    process = _StalledStdin()
+    stream = ExecStream(process)  # type: ignore[arg-type]
+    try:
+        with pytest.raises(WriteTimedOut):
+            stream.write(b"raw input", time.monotonic() + 0.2)
+        stream.close()
+        assert process.sends == [b"raw input"], "no EOF may follow a write that is still under way"
+    finally:
+        process.release.set()
