@@ -51,10 +51,11 @@ class StreamEnded(BrokenPipeError, EnvlayerError):
         return self.message
 
 
-class WriteTimedOut(Exception):
+class WriteTimedOut(EnvlayerError):
     """What :meth:`ByteStream.write` raises when its deadline passed before all of the data
     went out (some of it may have): the process stopped reading, or the transport stalled.
-    The caller kills the process, as on any timeout."""
+    The caller kills the process, as on any timeout (the session makes the call a timeout:
+    it never reaches the user)."""
 
 
 @runtime_checkable
