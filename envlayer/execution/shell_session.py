@@ -56,7 +56,6 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
 from envlayer.errors import BackendUnavailable, InvalidArgument
@@ -145,15 +144,18 @@ class ShellOutcome(NamedTuple):
     recovered: str = ""
 
 
-@dataclass(frozen=True)
 class Framed:
     """How reading one framed command ended: its ``trailer``; or ``timed_out`` (the
     deadline passed first); or neither (the stream ended before the trailer).
-    ``after``: what arrived behind the end markers (output of background jobs)."""
+    ``after``: what arrived behind the end markers (output of background jobs). A plain
+    class (one is made per call): read it, never change it."""
 
-    trailer: Trailer | None = None
-    timed_out: bool = False
-    after: tuple[tuple[str, bytes], ...] = ()
+    __slots__ = ("after", "timed_out", "trailer")
+
+    def __init__(
+        self, trailer: Trailer | None = None, timed_out: bool = False, after: tuple[tuple[str, bytes], ...] = ()
+    ) -> None:
+        self.trailer, self.timed_out, self.after = trailer, timed_out, after
 
 
 def read_framed(
