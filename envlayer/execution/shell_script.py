@@ -146,21 +146,24 @@ def _call_functions(stderr_marker: bool) -> str:
     (see the module docstring; the stderr marker, with ``stderr_marker``, first: a
     transport that forwards each stream on its own, as Docker's daemon does, has then
     usually sent it when the stdout trailer comes, so the reader wakes once per call
-    instead of twice), keeping ``set -x`` as the command left it; ``__el_ev`` runs the
+    instead of twice), keeping ``set -x`` as the command left it (switched off only while
+    the trailer is printed: its trace would show the marker; ``case`` and no builtin where
+    it is off, as it mostly is); ``__el_ev`` runs the
     command text in ``$__el_c`` as the body of a function (see :class:`CallStyle`; a new
     definition replaces the last, and one that fails to parse runs nothing).
     ``__el_take FILE``, ``__el_took STATUS`` and ``__el_lost STATUS`` carry a call's raw
     input (see :func:`script_call`)."""
     stderr_mark = _STDERR_MARK if stderr_marker else ""
     return (
-        f"__el_pre() {{ __el_s=$1; {EXEC_ID_VAR}=$2; export {EXEC_ID_VAR}; trap __el_exit EXIT; }}\n"
+        f"__el_pre() {{ __el_s=$1; export {EXEC_ID_VAR}=$2; trap __el_exit EXIT; }}\n"
         "__el_end() {\n"
-        "  __el_rc=$?; __el_o=$-; set +x\n"
+        "  __el_rc=$?\n"
+        "  case $- in *x*) set +x; __el_x=1 ;; *) __el_x= ;; esac\n"
         f"  unset {EXEC_ID_VAR}\n"
-        '  [ $# -eq 0 ] || rm -f -- "$1"\n'
+        '  case $# in 0) ;; *) rm -f -- "$1" ;; esac\n'
         f"{stderr_mark}"
         f'  printf \'%s%s %s %s %s%s\' {_MARK} "$__el_rc" "$$" "$__el_up" "$PWD" {_MARK} >&7\n'
-        "  case $__el_o in *x*) set -x;; esac; __el_up=-\n"
+        "  __el_up=-; case $__el_x in 1) set -x ;; esac\n"
         "}\n"
         '__el_ev() { command eval "__el_cmd() { $__el_c\n}" && __el_cmd; }\n'
         "__el_take() {\n"
