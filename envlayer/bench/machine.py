@@ -7,8 +7,42 @@ import platform
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from importlib import metadata
 from typing import Any
+
+LOCAL_PROCESSES = frozenset({"local"})
+"""Backends whose shells are processes the bench itself starts on this machine: their
+session measures run on one CPU (:func:`one_cpu`) unless the run is told ``--no-pin``."""
+
+
+def pinnable_cpu() -> int | None:
+    """The CPU a run pins local measures to: the lowest this process may run on, or None
+    where the system cannot pin (no ``sched_setaffinity``) or there is only one."""
+    if not hasattr(os, "sched_getaffinity"):
+        return None
+    allowed = os.sched_getaffinity(0)
+    return min(allowed) if len(allowed) > 1 else None
+
+
+@contextmanager
+def one_cpu(cpu: int | None) -> Iterator[None]:
+    """Run the block on ``cpu`` alone (nothing for None): the calling thread, and so every
+    process it starts meanwhile (a session shell, a bare baseline shell), is pinned to it;
+    the thread's former set is restored after. A client and the shell it talks to then
+    share one CPU whoever is measured: on a machine with more than one, the CPU a shell
+    first lands on decides whether each call pays two cross-CPU wake-ups (about 20 us each
+    on a 2-vCPU VM), which would otherwise decide the ratio of two shells' figures."""
+    if cpu is None:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {cpu})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
 
 
 def memory_bytes() -> int | None:
@@ -49,8 +83,9 @@ def distribution_versions(backends: list[str]) -> dict[str, str]:
     return versions
 
 
-def machine_info(backends: list[str]) -> dict[str, Any]:
-    """Cores, memory, kernel, Python, load, and the versions of what was measured."""
+def machine_info(backends: list[str], *, pinned_cpu: int | None = None) -> dict[str, Any]:
+    """Cores, memory, kernel, Python, load, the CPU local measures were pinned to (None:
+    not pinned), and the versions of what was measured."""
     uname = platform.uname()
     info: dict[str, Any] = {
         "cores": os.cpu_count(),
@@ -61,6 +96,7 @@ def machine_info(backends: list[str]) -> dict[str, Any]:
         "python": platform.python_version(),
         "python_implementation": platform.python_implementation(),
         "load_average": load_average(),
+        "pinned_cpu": pinned_cpu,
         "versions": distribution_versions(backends),
     }
     if "docker" in backends:

@@ -53,13 +53,18 @@ class Plan:
     sweep_rounds: int
     file_calls: int = 30
     agent_rounds: int = 100
+    local_cpu: int | None = None
+    """The CPU the session measures of a backend in
+    :data:`~envlayer.bench.machine.LOCAL_PROCESSES` run on (None: wherever they land)."""
 
     @classmethod
-    def of(cls, quick: bool) -> Plan:
-        """The quick plan (seconds on local) or the full one (minutes)."""
+    def of(cls, quick: bool, *, local_cpu: int | None = None) -> Plan:
+        """The quick plan (seconds on local) or the full one (minutes), pinning local
+        session measures to ``local_cpu``."""
         if quick:
-            return cls(2, 24, 4, 6, 2, (1 * MB, 8 * MB), 2, 64 * MIB, 1, 2, 5, 1, file_calls=5, agent_rounds=10)
-        return cls(5, 600, 40, 40, 5, (1 * MB, 100 * MB), 5, 1024 * MIB, 3, 1, 30, 3)
+            quick_plan = (2, 24, 4, 6, 2, (1 * MB, 8 * MB), 2, 64 * MIB, 1, 2, 5, 1)
+            return cls(*quick_plan, file_calls=5, agent_rounds=10, local_cpu=local_cpu)
+        return cls(5, 600, 40, 40, 5, (1 * MB, 100 * MB), 5, 1024 * MIB, 3, 1, 30, 3, local_cpu=local_cpu)
 
 
 def size_label(size: int) -> str:

@@ -73,7 +73,18 @@ def machine_text(machine: dict[str, Any]) -> str:
     return (
         f"{machine['cores']} cores, {gib}, {machine['system']} {machine['kernel']} ({machine['machine']}), "
         f"{machine['python_implementation']} {machine['python']}; load average at the start "
-        f"{' / '.join(str(x) for x in load) if load else 'unknown'}. Versions: {versions}."
+        f"{' / '.join(str(x) for x in load) if load else 'unknown'}. {pinning_text(machine.get('pinned_cpu'))} "
+        f"Versions: {versions}."
+    )
+
+
+def pinning_text(cpu: int | None) -> str:
+    """Where the local backend's session measures ran (see :func:`envlayer.bench.machine.one_cpu`)."""
+    if cpu is None:
+        return "The local backend's session measures ran wherever its shells landed (`--no-pin`, or one CPU)."
+    return (
+        f"The local backend's session measures (warm exec, file transfer, file calls, agent loop) ran on CPU {cpu} "
+        "alone, client and shells alike (`--no-pin` measures them where they land)."
     )
 
 

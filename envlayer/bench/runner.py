@@ -11,6 +11,7 @@ from envlayer.bench.baselines import exec_baselines
 from envlayer.bench.figures import Figure
 from envlayer.bench.interrupts import signals_ignored, signals_raise
 from envlayer.bench.ledger import Ledger
+from envlayer.bench.machine import LOCAL_PROCESSES, one_cpu
 from envlayer.bench.measure import (
     Plan,
     measure_agent_loop,
@@ -30,26 +31,29 @@ Step = Callable[[str], Any]
 
 
 def bench_backend(target: BackendTarget, ledger: Ledger, plan: Plan, step: Step) -> list[Figure]:
-    """Every measurement of one backend (see :mod:`envlayer.bench.measure`)."""
+    """Every measurement of one backend (see :mod:`envlayer.bench.measure`); those of one
+    environment's session (warm exec, file transfer, file calls, agent loop) of a backend
+    in :data:`~envlayer.bench.machine.LOCAL_PROCESSES` on ``plan.local_cpu`` alone."""
     name = target.name
     with step(f"{name}: start"):
         figures = measure_start(target, ledger, plan)
     task_id = ledger.task(target, "warm")
     mode = target.mode_option()
-    with step(f"{name}: warm exec"):
-        session = ledger.open(target, task_id, {mode: "session"} if mode else None)
-        oneshot = ledger.open(target, task_id, {mode: "oneshot"}) if mode else None
-        baselines = exec_baselines(name, session)
-        try:
-            figures += measure_exec(name, session, oneshot, baselines, plan)
-        finally:
-            baselines.close()
-    with step(f"{name}: file transfer"):
-        figures += measure_transfer(name, session, ledger.scratch_dir(session), plan)
-    with step(f"{name}: file calls"):
-        figures += measure_file_calls(name, session, ledger.scratch_dir(session), plan)
-    with step(f"{name}: agent loop"):
-        figures += measure_agent_loop(name, session, ledger.scratch_dir(session), plan)
+    with one_cpu(plan.local_cpu if name in LOCAL_PROCESSES else None):
+        with step(f"{name}: warm exec"):
+            session = ledger.open(target, task_id, {mode: "session"} if mode else None)
+            oneshot = ledger.open(target, task_id, {mode: "oneshot"}) if mode else None
+            baselines = exec_baselines(name, session)
+            try:
+                figures += measure_exec(name, session, oneshot, baselines, plan)
+            finally:
+                baselines.close()
+        with step(f"{name}: file transfer"):
+            figures += measure_transfer(name, session, ledger.scratch_dir(session), plan)
+        with step(f"{name}: file calls"):
+            figures += measure_file_calls(name, session, ledger.scratch_dir(session), plan)
+        with step(f"{name}: agent loop"):
+            figures += measure_agent_loop(name, session, ledger.scratch_dir(session), plan)
     with step(f"{name}: flood"):
         figures += measure_flood(target, task_id, plan)
     sweep = SWEEPS.get(name)

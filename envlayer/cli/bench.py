@@ -53,6 +53,11 @@ def add_bench_parser(sub: Any) -> argparse.ArgumentParser:
         help="backend option override, for every selected backend that has KEY or for BACKEND only (repeatable)",
     )
     p.add_argument("--quick", action="store_true", help="fewer and smaller runs (seconds on local, not minutes)")
+    p.add_argument(
+        "--no-pin",
+        action="store_true",
+        help="measure the local backend's session where its shells land, not on one CPU (see docs/cli.md)",
+    )
     p.add_argument("--json", action="store_true", help="print the run as JSON")
     p.add_argument(
         "--output", metavar="DIR", help="write bench.json, bench.md and PNG plots into DIR (needs matplotlib)"
@@ -91,6 +96,7 @@ def command_line(args: argparse.Namespace, targets: list[BackendTarget]) -> list
         words += ["--backend", target.name]
     words += [w for o in args.option or [] for w in ("-o", o)]
     words += ["--quick"] if args.quick else []
+    words += ["--no-pin"] if args.no_pin else []
     words += ["--output", args.output] if args.output else []
     words += ["--page", args.page] if args.page else []
     return words
@@ -99,7 +105,7 @@ def command_line(args: argparse.Namespace, targets: list[BackendTarget]) -> list
 def cmd_bench(args: argparse.Namespace) -> int:
     """Run the bench; print the figures (a table, or JSON with ``--json``)."""
     from envlayer.bench.interrupts import Terminated, exit_code_of
-    from envlayer.bench.machine import machine_info
+    from envlayer.bench.machine import machine_info, pinnable_cpu
     from envlayer.bench.measure import Plan
     from envlayer.bench.report import document, text_table, write_output, write_page
     from envlayer.bench.runner import run_bench
@@ -110,10 +116,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from envlayer.bench.plots import pyplot
 
         pyplot()  # before the run: a missing extra fails in a second, not after minutes
-    machine = machine_info([t.name for t in targets])
+    local_cpu = None if args.no_pin else pinnable_cpu()
+    machine = machine_info([t.name for t in targets], pinned_cpu=local_cpu)
     print(f"envlayer: bench: sandboxes in profile {targets[0].profile}, all removed at the end", file=sys.stderr)
     try:
-        figures, problems = run_bench(targets, Plan.of(args.quick), progress)
+        figures, problems = run_bench(targets, Plan.of(args.quick, local_cpu=local_cpu), progress)
     except KeyboardInterrupt as stop:
         word = "terminated" if isinstance(stop, Terminated) else "interrupted"
         print(f"envlayer: bench {word}; what it created was removed", file=sys.stderr)

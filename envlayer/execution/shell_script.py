@@ -152,22 +152,26 @@ def _call_functions(stderr_marker: bool) -> str:
     (see the module docstring; the stderr marker, with ``stderr_marker``, first: a
     transport that forwards each stream on its own, as Docker's daemon does, has then
     usually sent it when the stdout trailer comes, so the reader wakes once per call
-    instead of twice), keeping ``set -x`` as the command left it; ``__el_ev`` runs the
-    command text in ``$__el_c`` as the body of a function (see :data:`_RUN`).
+    instead of twice), keeping ``set -x`` as the command left it (switched off only while
+    the trailer is printed: its trace would show the marker; ``case`` and no builtin where
+    it is off, as it mostly is); ``__el_ev`` runs the
+    command text in ``$__el_c`` as the body of a function (see :class:`CallStyle`; a new
+    definition replaces the last, and one that fails to parse runs nothing).
     ``__el_take FILE``, ``__el_took STATUS`` and ``__el_lost STATUS`` carry a call's raw
     input (see :func:`script_call`)."""
     stderr_mark = _STDERR_MARK if stderr_marker else ""
     return (
-        f"__el_pre() {{ __el_s=$1; {EXEC_ID_VAR}=$2; export {EXEC_ID_VAR}; trap __el_exit EXIT; }}\n"
+        f"__el_pre() {{ __el_s=$1; export {EXEC_ID_VAR}=$2; trap __el_exit EXIT; }}\n"
         "__el_end() {\n"
-        "  __el_rc=$?; __el_o=$-; set +x\n"
+        "  __el_rc=$?\n"
+        "  case $- in *x*) set +x; __el_x=1 ;; *) __el_x= ;; esac\n"
         f"  unset {EXEC_ID_VAR}\n"
-        '  [ $# -eq 0 ] || rm -f -- "$1"\n'
+        '  case $# in 0) ;; *) rm -f -- "$1" ;; esac\n'
         f"{stderr_mark}"
         f'  printf \'%s%s %s %s %s%s\' {_MARK} "$__el_rc" "$$" "$__el_up" "$PWD" {_MARK} >&7\n'
-        "  case $__el_o in *x*) set -x;; esac; __el_up=-\n"
+        "  __el_up=-; case $__el_x in 1) set -x ;; esac\n"
         "}\n"
-        '__el_ev() { unset -f __el_cmd; command eval "__el_cmd() { $__el_c\n}" && __el_cmd; }\n'
+        '__el_ev() { command eval "__el_cmd() { $__el_c\n}" && __el_cmd; }\n'
         "__el_take() {\n"
         '  exec 4>| "$1" || return\n'
         f"  printf '%s' {_ACK} >&7\n"
@@ -243,20 +247,39 @@ def init_script(*, session_id: str, start_dir: str | None, stderr_marker: bool =
 
 
 def handshake_command() -> str:
-    """The first command of a shell: prints ``<pid> <1 if start_dir was missing> <private dir>``
-    and reads the sandbox clock (``/proc/uptime``) into its trailer: the one reading the
-    owner syncs its clock from (later trailers say ``-``)."""
+    """The first command of a shell: prints ``<pid> <1 if start_dir was missing> <1 if
+    commands run as function bodies, else 0> <private dir>`` (see :class:`CallStyle`) and
+    reads the sandbox clock (``/proc/uptime``) into its trailer: the one reading the owner
+    syncs its clock from (later trailers say ``-``)."""
     return (
-        'read __el_up __el_x </proc/uptime 2>/dev/null || __el_up=-; printf "%s %s %s" "$$" "$__el_nocwd" "$__el_dir"'
+        "read __el_up __el_x </proc/uptime 2>/dev/null || __el_up=-; "
+        'printf "%s %s %s %s" "$$" "$__el_nocwd" "${__el_fn:-0}" "$__el_dir"'
     )
 
 
-_RUN = 'if [ "$__el_fn" ]; then __el_ev; else command eval "$__el_c"; fi'
-"""Runs the command text in ``$__el_c`` in the shell itself. dash and BusyBox name the
-builtin running a command in their errors (``sh: 1: eval: foo: not found``), so there
-the text becomes the body of a function defined by ``eval`` and called after it
-(``__el_ev``; ``sh: 1: foo: not found``, as a plain shell says); bash, which does not, and which names a
-function's origin instead, evaluates the text directly."""
+class CallStyle(NamedTuple):
+    """How a call's text is written for one session's shell and stream.
+
+    ``stderr_marker``: the shell prints the trailer's stderr half and has fd 8 (see
+    :func:`init_script`). ``function_eval``: the command text runs as the body of a
+    function defined by ``eval`` and called after it (``__el_ev``): dash and BusyBox name
+    the builtin running a command in their errors (``sh: 1: eval: foo: not found``), and
+    inside ``__el_ev`` they say ``sh: 1: foo: not found``, as a plain shell does; bash,
+    which names a function's origin in its errors instead, evaluates the text directly.
+    The handshake says which (:func:`handshake_command`); until then (the handshake itself)
+    the text is evaluated directly, which every shell runs alike."""
+
+    stderr_marker: bool = True
+    function_eval: bool = False
+
+    @property
+    def run(self) -> str:
+        """Runs the command text in ``$__el_c`` in the shell itself."""
+        return "__el_ev" if self.function_eval else 'command eval "$__el_c"'
+
+
+ANY_SHELL = CallStyle()
+"""The style every shell and stream runs correctly: the one before the handshake."""
 
 
 def _isolated(stderr_marker: bool, stdin: str = "<&6") -> str:
@@ -264,9 +287,6 @@ def _isolated(stderr_marker: bool, stdin: str = "<&6") -> str:
     ``/dev/null`` from fd 6) and closes the protocol's fds for it: 6, 7, and 8 where the
     shell has one (see the module docstring)."""
     return f"{stdin} 6<&- 7>&- 8>&-" if stderr_marker else f"{stdin} 6<&- 7>&-"
-
-
-_RUN_ISOLATED = {marked: f"{_RUN} {_isolated(marked)}" for marked in (True, False)}
 
 
 def call_script(
@@ -281,13 +301,13 @@ def call_script(
     stdin_raw: int | None = None,
     prelude: str = "",
     unset: Sequence[str] = (),
-    stderr_marker: bool = True,
+    style: CallStyle = ANY_SHELL,
 ) -> bytes:
     """The text that runs one command in the session shell.
 
     Without ``cwd``/``env``/``unset`` (checked variable names to remove) the command runs
-    in the shell itself (through ``command eval``, see :data:`_RUN`: a syntax error stays
-    inside it), so ``cd``, ``export`` and ``set`` persist. With any of them, it runs in a
+    in the shell itself (through ``command eval``, written as ``style`` says: a syntax
+    error stays inside it), so ``cd``, ``export`` and ``set`` persist. With any of them, it runs in a
     subshell that applies them: nothing the command changes
     persists, and the session's directory and variables are untouched. stdin is
     ``/dev/null``, or the file ``stdin_path`` (mode 0600, removed afterwards), which the
@@ -296,28 +316,27 @@ def call_script(
     by ``__el_take`` as a file call's are (see :func:`script_call`: bytes the shell cannot
     take end it unread, :data:`INPUT_LOST`; the text then ends with the one command that
     takes them and runs the command). The command runs with the protocol's fds closed
-    (see the module docstring); ``stderr_marker`` is the shell's :func:`init_script`
-    keyword. ``prelude`` is shell text a backend runs before the command (e.g. refreshing
-    a lease file).
+    (see the module docstring). ``prelude`` is shell text a backend runs before the
+    command (e.g. refreshing a lease file).
     """
     if cwd is None and not env and not unset and stdin_path is None and not prelude:  # the common call, in one go
-        run = _RUN_ISOLATED[stderr_marker]
+        run = f"{style.run} {_isolated(style.stderr_marker)}"
         return f"__el_pre {seed} {exec_id}\n__el_c={quote(command_text(command))}; {run}\n__el_end\n".encode(
             "utf-8", "surrogateescape"
         )
     lines = [f"__el_pre {seed} {exec_id}"]
     if prelude:
         lines.append(prelude)
-    redirect = _isolated(stderr_marker)
+    redirect = _isolated(style.stderr_marker)
     end = "__el_end"
     if stdin_path is not None:
         path = quote(stdin_path)
         if stdin_inline is not None:
             # a subshell, so the private umask never leaks into the user's session
             lines.append(f"(umask 077; printf {printf_format(stdin_inline)} >| {path})")
-        redirect = _isolated(stderr_marker, f"<{path}")
+        redirect = _isolated(style.stderr_marker, f"<{path}")
         end = f"__el_end {path}"
-    run = f"__el_c={quote(command_text(command))}; {_RUN}"
+    run = f"__el_c={quote(command_text(command))}; {style.run}"
     if cwd is not None or env or unset:
         setup = ""
         if cwd is not None:
@@ -330,7 +349,9 @@ def call_script(
         run = f"( {setup}{export_lines(env or {})}{removed}{run}\n)"
     if stdin_path is not None and stdin_raw is not None:
         lines.append(
-            _taking(stdin_raw, f"set +x; umask 077; __el_take {path}", f"{run} {redirect}\n{end}", end, stderr_marker)
+            _taking(
+                stdin_raw, f"set +x; umask 077; __el_take {path}", f"{run} {redirect}\n{end}", end, style.stderr_marker
+            )
         )
     else:
         lines.append(f"{run} {redirect}")
@@ -357,7 +378,7 @@ def script_call(
     raw_input: int | None = None,
     prelude: str = "",
     in_shell: bool = False,
-    stderr_marker: bool = True,
+    style: CallStyle = ANY_SHELL,
 ) -> bytes:
     """The text that runs envlayer's own shell ``script`` (a file call's) in a subshell
     of the session: parsed once, not through ``eval`` (it is known to be valid), with
@@ -378,10 +399,10 @@ def script_call(
     itself at once (``__el_lost``: no state saved, trailer field ``lost``), unread.
 
     With ``in_shell`` (no ``raw_input``) the script runs in a brace group of the session
-    shell itself, not a subshell; it must leave the shell as it found it. ``stderr_marker``
-    is the shell's :func:`init_script` keyword.
+    shell itself, not a subshell; it must leave the shell as it found it. ``style``: the
+    session's (:class:`CallStyle`).
     """
-    isolated = _isolated(stderr_marker)
+    isolated = _isolated(style.stderr_marker)
     lines = [f"__el_pre {seed} {exec_id}"]
     if prelude:
         lines.append(prelude)
@@ -390,7 +411,7 @@ def script_call(
     elif raw_input is None:
         lines.append(f"if ( {script}\n) {isolated}; then __el_end; else __el_end; fi")
     else:
-        lines.append(_taking(raw_input, script, "__el_end", "__el_end", stderr_marker))
+        lines.append(_taking(raw_input, script, "__el_end", "__el_end", style.stderr_marker))
     return ("\n".join(lines) + "\n").encode("utf-8", "surrogateescape")
 
 

@@ -65,14 +65,15 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
 from envlayer.errors import BackendUnavailable, InvalidArgument
 from envlayer.execution.cancel import killer_for
 from envlayer.execution.collector import OutputCollector
 from envlayer.execution.shell_script import (
+    ANY_SHELL,
     PRINTF_SMALL,
+    CallStyle,
     MarkerScanner,
     Trailer,
     ack_of,
@@ -149,15 +150,18 @@ class ShellOutcome(NamedTuple):
     recovered: str = ""
 
 
-@dataclass(frozen=True)
 class Framed:
     """How reading one framed command ended: its ``trailer``; or ``timed_out`` (the
     deadline passed first); or neither (the stream ended before the trailer).
-    ``after``: what arrived behind the end markers (output of background jobs)."""
+    ``after``: what arrived behind the end markers (output of background jobs). A plain
+    class (one is made per call): read it, never change it."""
 
-    trailer: Trailer | None = None
-    timed_out: bool = False
-    after: tuple[tuple[str, bytes], ...] = ()
+    __slots__ = ("after", "timed_out", "trailer")
+
+    def __init__(
+        self, trailer: Trailer | None = None, timed_out: bool = False, after: tuple[tuple[str, bytes], ...] = ()
+    ) -> None:
+        self.trailer, self.timed_out, self.after = trailer, timed_out, after
 
 
 def read_framed(
@@ -310,9 +314,11 @@ class PersistentShell:
         self._ends_seen_on_write = False
         """Writing to the stream of a gone shell raises :class:`StreamEnded` (see
         :class:`~envlayer.execution.streams.ByteStream`)."""
-        self._stderr_marked = True
-        """The shell prints a stderr marker: the stream does not say it ``keeps_write_order``
-        (see :class:`~envlayer.execution.streams.ByteStream`)."""
+        self._style = ANY_SHELL
+        """How calls are written for this shell (see :class:`CallStyle`): a stderr marker
+        unless the stream says it ``keeps_write_order`` (see
+        :class:`~envlayer.execution.streams.ByteStream`), the command run as a function's
+        body where the handshake says so."""
         self.pid = 0
         self.cwd: str | None = None
         """The shell's working directory after the last command (None before the first)."""
@@ -348,10 +354,11 @@ class PersistentShell:
         stream = self.open_stream()
         self.stream = stream
         self._ends_seen_on_write = getattr(stream, "ends_seen_on_write", False)
-        self._stderr_marked = not getattr(stream, "keeps_write_order", False)
+        marked = not getattr(stream, "keeps_write_order", False)
+        self._style = CallStyle(stderr_marker=marked)
         collector = OutputCollector(4096, "head")
         try:
-            stream.write(init_script(session_id=self.session_id, start_dir=target, stderr_marker=self._stderr_marked))
+            stream.write(init_script(session_id=self.session_id, start_dir=target, stderr_marker=marked))
             outcome = self._run_on(
                 stream,
                 ExecRequest.build(handshake_command(), timeout=_START_TIMEOUT),
@@ -363,8 +370,8 @@ class PersistentShell:
             raise ShellStartError(
                 f"the shell {self.shell} closed its input at start: {exc}", hint="check the `shell` option"
             ) from exc
-        words = collector.buffers["stdout"].getvalue().split(b" ", 2)
-        if outcome.timed_out or outcome.exit_code != 0 or len(words) != 3 or self.stream is None:
+        words = collector.buffers["stdout"].getvalue().split(b" ", 3)
+        if outcome.timed_out or outcome.exit_code != 0 or len(words) != 4 or self.stream is None:
             err = collector.buffers["stderr"].getvalue().decode(errors="replace").strip()
             self._drop_stream()
             if not outcome.timed_out and outcome.exit_code in _NOT_EXECUTED:
@@ -374,7 +381,8 @@ class PersistentShell:
                 hint="check that the `shell` option names a POSIX sh that exists in the sandbox",
             )
         self.pid = int(words[0])
-        self.state_dir = words[2].decode("utf-8", "surrogateescape")
+        self._style = CallStyle(stderr_marker=marked, function_eval=words[2] == b"1")
+        self.state_dir = words[3].decode("utf-8", "surrogateescape")
         if words[1] == b"1" and target:
             if first:
                 self.cwd = None
@@ -531,7 +539,7 @@ class PersistentShell:
                 raw_input=None if raw is None else len(raw),
                 prelude=prelude,
                 in_shell=request.in_shell,
-                stderr_marker=self._stderr_marked,
+                style=self._style,
             )
         else:
             stdin = request.stdin
@@ -555,7 +563,7 @@ class PersistentShell:
                     request.deadline,
                     pending=pending,
                     on_ack=on_ack,
-                    stderr_marked=self._stderr_marked,
+                    stderr_marked=self._style.stderr_marker,
                 )
             timed_out = framed.timed_out
         except StreamEnded:
@@ -599,7 +607,7 @@ class PersistentShell:
             stdin_inline=inline,
             stdin_raw=None if raw is None else len(raw),
             prelude=prelude,
-            stderr_marker=self._stderr_marked,
+            style=self._style,
         )
 
     def _finished(self, trailer: Trailer) -> ShellOutcome:

@@ -318,6 +318,15 @@ class ExecContractConformance:
             result = env.exec("printf no-newline")
             assert result.exit_code == 0 and result.recovered == ""
 
+    def test_session_set_x_stays_on_until_set_off(self, env: Environment) -> None:
+        with self._session_home(env):
+            env.exec("set -x").check()
+            for _ in range(2):
+                traced = env.exec("echo hi")
+                assert (traced.exit_code, traced.stdout_text) == (0, "hi\n") and "echo hi" in traced.stderr_text
+            env.exec("set +x").check()
+            assert env.exec("echo hi").stderr == b""
+
     def test_session_protocol_fds_are_out_of_reach(self, env: Environment) -> None:
         probe = 'for fd in 6 7 8; do { true >&"$fd"; } 2>/dev/null && echo "open $fd"; done; cat; echo eof'
         with self._session_home(env):

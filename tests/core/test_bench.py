@@ -29,6 +29,7 @@ from envlayer.bench.interrupts import (
     terminated_with_parent,
 )
 from envlayer.bench.ledger import Ledger
+from envlayer.bench.machine import one_cpu
 from envlayer.local.backend import LocalEnvironment, LocalOptions
 from envlayer.testing.fixtures import require_docker
 from envlayer.testing.hostile import cli_env
@@ -84,6 +85,8 @@ def test_quick_json_on_local_has_every_figure_and_leaves_nothing(tmp_path: Path)
     machine = doc["machine"]
     assert machine["cores"] >= 1 and machine["memory_bytes"] > 0 and machine["kernel"] and machine["python"]
     assert machine["versions"]["envlayer"]
+    allowed = os.sched_getaffinity(0)
+    assert machine["pinned_cpu"] == (min(allowed) if len(allowed) > 1 else None)
     figures = {(f["measure"], f["method"]): f for f in doc["figures"]}
     assert set(figures) == LOCAL_MEASURES
     for key, f in figures.items():
@@ -331,3 +334,19 @@ def test_a_stop_signal_or_a_dead_parent_ends_the_fork_benchmark_and_leaves_nothi
     assert "terminated; what the run created was removed" in text, text
     assert stop == "parent killed" or proc.returncode == 143, text
     assert (leftovers, images) == (([], []), []), "the benchmark left containers, volumes or images of its profile"
+
+
+def test_one_cpu_pins_the_processes_started_in_it_and_restores_the_thread() -> None:
+    before = os.sched_getaffinity(0)
+    cpu = max(before)
+
+    def allowed_of_a_new_process() -> str:
+        status = subprocess.run(["cat", "/proc/self/status"], capture_output=True, text=True, check=True).stdout
+        return next(line.split(":")[1].strip() for line in status.splitlines() if line.startswith("Cpus_allowed_list"))
+
+    with one_cpu(cpu):
+        assert os.sched_getaffinity(0) == {cpu}
+        assert allowed_of_a_new_process() == str(cpu)
+    assert os.sched_getaffinity(0) == before
+    with one_cpu(None):
+        assert os.sched_getaffinity(0) == before

@@ -125,6 +125,18 @@ def test_a_shell_killed_between_calls_runs_the_next_command_in_a_new_shell_outpu
     assert result.recovered == RESTARTED_AFTER_KILL
 
 
+def test_errors_read_as_the_shell_itself_says_them(session_env: SessionOverPipes) -> None:
+    """A command the session runs fails with the words its shell uses for a script, not
+    those of the ``eval`` that runs it (``sh: 1: eval: foo: not found``), from the first
+    call on (the handshake says which shells need the function form)."""
+    missing = "envlayer_no_such_command_x"
+    plain = subprocess.run([*session_env.shell_argv, "-c", missing], capture_output=True, text=True).stderr
+    for _ in range(2):
+        said = session_env.exec(missing).stderr_text
+        assert "eval" not in said and missing in said
+        assert said.split(missing, 1)[1] == plain.split(missing, 1)[1]
+
+
 def test_stderr_written_last_belongs_to_its_own_call_whole(session_env: SessionOverPipes) -> None:
     """Local pipes keep the order of writes, so the shell prints no stderr marker: what a
     command writes on stderr just before it ends is still its own, all of it."""
@@ -149,7 +161,7 @@ def test_a_stream_without_write_order_gets_a_stderr_marker(tmp_path: Path) -> No
         for n in range(10):
             result = env.exec(f"echo out{n}; echo err{n} >&2")
             assert (result.stdout, result.stderr) == (f"out{n}\n".encode(), f"err{n}\n".encode())
-        assert env.session._stderr_marked
+        assert env.session._style.stderr_marker
     finally:
         env.cleanup()
 
