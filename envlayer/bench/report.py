@@ -81,11 +81,8 @@ def machine_text(machine: dict[str, Any]) -> str:
 def pinning_text(cpu: int | None) -> str:
     """Where the local backend's session measures ran (see :func:`envlayer.bench.machine.one_cpu`)."""
     if cpu is None:
-        return "The local backend's session measures ran wherever its shells landed (`--no-pin`, or one CPU)."
-    return (
-        f"The local backend's session measures (warm exec, file transfer, file calls, agent loop) ran on CPU {cpu} "
-        "alone, client and shells alike (`--no-pin` measures them where they land)."
-    )
+        return "Local session measures ran where their shells landed (`--no-pin`, or one CPU)."
+    return f"Local session measures ran on CPU {cpu} alone, client and shells alike (`--no-pin`: where they land)."
 
 
 def markdown_page(doc: dict[str, Any], images: str | None) -> str:
