@@ -48,16 +48,37 @@ BACKENDS = ("local", "docker", "ssh", "kubernetes")
 """Loaded by name in each child (``load_backend``), so each version finds its own class
 wherever that version keeps it."""
 
-CHILD = r"""
+CHILD_ENV = r"""
+import json, sys
+from envlayer.discovery.backend_registry import load_backend
+Env = load_backend(sys.argv[2])
+env = Env(Env.Options(**json.loads(sys.argv[3])), task_id=sys.argv[4], profile=sys.argv[5])
+
+def removed(env):
+    try:
+        env.cleanup(force_remove=True, purge=True)  # the workspace volume too: a benchmark keeps nothing
+    except TypeError:  # an older envlayer
+        try:
+            env.cleanup(force_remove=True)
+        except TypeError:
+            env.cleanup()
+    wait = getattr(env, "wait_for_cleanup", None)
+    if wait is not None:
+        wait(60)
+"""
+"""How a child program (:data:`CHILD` and the other scripts' own) begins: the environment
+``env`` of the backend named in ``sys.argv[2]``, with the options, task id and profile that
+follow (see :class:`Child`), and ``removed(env)``, which cleans it up whole on either version."""
+
+CHILD = (
+    CHILD_ENV
+    + r"""
 import importlib, importlib.util, json, sys
 import envlayer.dispatch
 if not hasattr(envlayer.dispatch, "run"):  # an envlayer from before the one way in: exec is the way
     envlayer.dispatch.run = lambda env, command, **keywords: env.exec(command, **keywords)
 spec = importlib.util.spec_from_file_location("bench_file_calls", sys.argv[1])
 calls = importlib.util.module_from_spec(spec); spec.loader.exec_module(calls)
-from envlayer.discovery.backend_registry import load_backend
-Env = load_backend(sys.argv[2])
-env = Env(Env.Options(**json.loads(sys.argv[3])), task_id=sys.argv[4], profile=sys.argv[5])
 scratch = None
 try:
     out = env.exec('d="$(pwd)/.envlayer-bench-$$" && mkdir -p "$d" && printf %s "$d"')
@@ -76,17 +97,9 @@ try:
 finally:
     if scratch:
         env.exec(f"rm -rf {scratch}")
-    try:
-        env.cleanup(force_remove=True, purge=True)  # the workspace volume too: a benchmark keeps nothing
-    except TypeError:
-        try:
-            env.cleanup(force_remove=True)
-        except TypeError:
-            env.cleanup()
-    wait = getattr(env, "wait_for_cleanup", None)
-    if wait is not None:
-        wait(60)
+    removed(env)
 """
+)
 
 
 class Child:
@@ -161,13 +174,8 @@ def measure(children: dict[str, Child], args: argparse.Namespace) -> dict[str, d
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--before", help="a checkout of the older envlayer")
-    parser.add_argument("--before-commit", default="fc6c2ee", help="cloned when --before is not given")
-    parser.add_argument("--backend", action="append", choices=BACKENDS)
-    parser.add_argument("--calls", type=int, default=30)
+    parser = before_after_parser(__doc__, before_commit="fc6c2ee", calls=30)
     parser.add_argument("--rounds", type=int, default=100)
-    parser.add_argument("--image", default="envlayer-test:debian")
     args = parser.parse_args()
     backends = args.backend or ["local", "docker", "ssh", "kubernetes"]
     profile = f"bench-files-{uuid.uuid4().hex[:6]}"
@@ -194,8 +202,7 @@ def main() -> int:
                 for child in children.values():
                     child.close()
             for name, by_version in samples.items():
-                b = statistics.median(by_version["before"]) * 1000
-                a = statistics.median(by_version["after"]) * 1000
+                b, a = before_after_ms(by_version)
                 rows.append((backend, name, b, a, f"{a / b:.2f}x ({len(by_version['after'])} calls each)"))
                 cli = by_version.get("docker exec + docker cp (CLI)")
                 if cli:
@@ -206,6 +213,23 @@ def main() -> int:
         shown_b = f"{b:10.2f}" if b is not None else f"{'':>10}"
         print(f"{backend:<11} {name:<44} {shown_b} {a:10.2f}  {note}")
     return 0
+
+
+def before_after_ms(by_version: dict[str, list[float]]) -> tuple[float, float]:
+    """The medians, in milliseconds, of one measure's ``before`` and ``after`` samples (seconds)."""
+    return statistics.median(by_version["before"]) * 1000, statistics.median(by_version["after"]) * 1000
+
+
+def before_after_parser(doc: str | None, *, before_commit: str, calls: int) -> argparse.ArgumentParser:
+    """The options every before-and-after script here takes: ``--before`` (a checkout) or
+    ``--before-commit`` (cloned), ``--backend`` (repeatable), ``--calls``, ``--image``."""
+    parser = argparse.ArgumentParser(description=(doc or "").split("\n")[0])
+    parser.add_argument("--before", help="a checkout of the older envlayer")
+    parser.add_argument("--before-commit", default=before_commit, help="cloned when --before is not given")
+    parser.add_argument("--backend", action="append", choices=BACKENDS)
+    parser.add_argument("--calls", type=int, default=calls, help="timed calls of each variant")
+    parser.add_argument("--image", default="envlayer-test:debian")
+    return parser
 
 
 def clone(commit: str, tmp: str) -> Path:

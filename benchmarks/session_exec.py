@@ -15,7 +15,6 @@ runs on one CPU, as ``envlayer bench`` measures the local backend (see its docs)
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
@@ -26,18 +25,17 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 
-from file_calls import BACKENDS, ROOT, Child, backend_options, clone, start_services
+from file_calls import CHILD_ENV, ROOT, Child, backend_options, before_after_parser, clone, start_services
 
 from envlayer.bench.baselines import PipedShell, same_job_call
 from envlayer.bench.interrupts import run_script
 from envlayer.bench.machine import pinnable_cpu
 
-CHILD = r"""
-import json, sys, time
+CHILD = (
+    CHILD_ENV
+    + r"""
+import time
 import envlayer
-from envlayer.discovery.backend_registry import load_backend
-Env = load_backend(sys.argv[2])
-env = Env(Env.Options(**json.loads(sys.argv[3])), task_id=sys.argv[4], profile=sys.argv[5])
 run = getattr(envlayer, "run", None) or (lambda env, command: env.exec(command))
 try:
     for _ in range(50):
@@ -53,11 +51,9 @@ try:
                 raise SystemExit(f"wrong result: {result}")
         print(json.dumps({"times": times}), flush=True)
 finally:
-    try:
-        env.cleanup(force_remove=True, purge=True)
-    except TypeError:
-        env.cleanup()
+    removed(env)
 """
+)
 
 
 def timed(call: Callable[[], object], calls: int) -> list[float]:
@@ -71,13 +67,8 @@ def timed(call: Callable[[], object], calls: int) -> list[float]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--before", help="a checkout of the older envlayer")
-    parser.add_argument("--before-commit", default="72414a6", help="cloned when --before is not given")
-    parser.add_argument("--backend", action="append", choices=BACKENDS)
-    parser.add_argument("--calls", type=int, default=3000, help="timed calls of each variant")
+    parser = before_after_parser(__doc__, before_commit="72414a6", calls=3000)
     parser.add_argument("--blocks", type=int, default=30, help="the calls come in this many alternating blocks")
-    parser.add_argument("--image", default="envlayer-test:debian")
     parser.add_argument("--no-pin", action="store_true", help="let the processes run on any CPU")
     args = parser.parse_args()
     backends = args.backend or ["local"]

@@ -18,11 +18,9 @@ server (backed by Docker). Prints a table of medians and after/before ratios.
 
 from __future__ import annotations
 
-import argparse
 import os
 import queue
 import socket
-import statistics
 import sys
 import tempfile
 import threading
@@ -31,7 +29,16 @@ import uuid
 from contextlib import ExitStack
 from pathlib import Path
 
-from file_calls import BACKENDS, ROOT, Child, backend_options, clone, start_services
+from file_calls import (
+    CHILD_ENV,
+    ROOT,
+    Child,
+    backend_options,
+    before_after_ms,
+    before_after_parser,
+    clone,
+    start_services,
+)
 
 from envlayer.bench.interrupts import run_script
 from envlayer.bench.measure import size_label
@@ -39,12 +46,11 @@ from envlayer.bench.measure import size_label
 SIZES = (1024, 64 * 1024, 1 << 20)
 COMMANDS = ("cat >/dev/null", "wc -c")
 
-CHILD = r"""
-import json, os, sys, time
+CHILD = (
+    CHILD_ENV
+    + r"""
+import os, time
 import envlayer
-from envlayer.discovery.backend_registry import load_backend
-Env = load_backend(sys.argv[2])
-env = Env(Env.Options(**json.loads(sys.argv[3])), task_id=sys.argv[4], profile=sys.argv[5])
 run = getattr(envlayer, "run", None) or (lambda env, command, **keywords: env.exec(command, **keywords))
 try:
     run(env, "true")
@@ -61,11 +67,9 @@ try:
                 raise SystemExit(f"wrong result: {result}")
         print(json.dumps({"times": times}), flush=True)
 finally:
-    try:
-        env.cleanup(force_remove=True, purge=True)
-    except TypeError:
-        env.cleanup()
+    removed(env)
 """
+)
 
 
 class DelayProxy:
@@ -120,12 +124,7 @@ class DelayProxy:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--before", help="a checkout of the older envlayer")
-    parser.add_argument("--before-commit", default="114a480", help="cloned when --before is not given")
-    parser.add_argument("--backend", action="append", choices=BACKENDS)
-    parser.add_argument("--calls", type=int, default=30)
-    parser.add_argument("--image", default="envlayer-test:debian")
+    parser = before_after_parser(__doc__, before_commit="114a480", calls=30)
     parser.add_argument("--ssh-rtt-ms", type=float, default=0.0, help="a round trip to sshd of this many ms")
     args = parser.parse_args()
     backends = args.backend or ["local", "docker"]
@@ -162,8 +161,7 @@ def main() -> int:
                 for child in children.values():
                     child.close()
             for name, by_version in samples.items():
-                b = statistics.median(by_version["before"]) * 1000
-                a = statistics.median(by_version["after"]) * 1000
+                b, a = before_after_ms(by_version)
                 calls = len(by_version["after"])
                 print(f"{backend:<11} {name:<28} {b:10.2f} {a:10.2f}  {a / b:.2f}x ({calls} calls each)")
     return 0

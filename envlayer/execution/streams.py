@@ -159,11 +159,10 @@ def write_within(fd: int, data: bytes | memoryview, deadline: float | None) -> N
         poller.poll(wait_ms)
 
 
-def call_within(call: Callable[[], T], deadline: float) -> T:
-    """``call()``'s result or exception (a write through an SDK that gives it no timeout),
-    run on a daemon thread (in a copy of the caller's context) and waited for until
-    ``deadline``: raises :class:`WriteTimedOut` when it passes first (the call goes on in
-    the background, its outcome dropped)."""
+def on_thread(call: Callable[[], T], name: str) -> Future[T]:
+    """``call()`` started on a daemon thread called ``name``, in a copy of the caller's
+    context; its result or exception comes in the returned future (a caller that stops
+    waiting leaves it to end in the background)."""
     outcome: Future[T] = Future()
     context = contextvars.copy_context()
 
@@ -173,7 +172,15 @@ def call_within(call: Callable[[], T], deadline: float) -> T:
         except BaseException as exc:  # handed to the waiting caller
             outcome.set_exception(exc)
 
-    threading.Thread(target=run, name="envlayer-write", daemon=True).start()
+    threading.Thread(target=run, name=name, daemon=True).start()
+    return outcome
+
+
+def call_within(call: Callable[[], T], deadline: float) -> T:
+    """``call()``'s result or exception (a write through an SDK that gives it no timeout),
+    run :func:`on_thread` and waited for until ``deadline``: raises :class:`WriteTimedOut`
+    when it passes first (the call goes on in the background, its outcome dropped)."""
+    outcome = on_thread(call, "envlayer-write")
     try:
         return outcome.result(timeout=max(deadline - time.monotonic(), 0.0))
     except TimeoutError:

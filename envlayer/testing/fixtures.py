@@ -33,6 +33,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -47,6 +48,7 @@ from envlayer.options import BaseOptions
 
 E = TypeVar("E", bound=Environment)
 OptionsT = TypeVar("OptionsT", bound=BaseOptions)
+T = TypeVar("T")
 
 _DOCKER_ANSWER_SECONDS = 30
 
@@ -159,6 +161,21 @@ def import_by_path(path: Path, name: str) -> ModuleType:
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def returned_within(seconds: float, call: Callable[[], T], unstick: Callable[[], object]) -> T:
+    """``call()``'s result, from a thread waited for ``seconds``: a bound that only catches
+    a hang, never a timing assertion. On a hang, ``unstick()`` (kill what holds the call)
+    runs first, then the test fails naming the bound."""
+    box: list[T] = []
+    worker = threading.Thread(target=lambda: box.append(call()), daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive():
+        unstick()
+        worker.join(30)
+        pytest.fail(f"the call did not return within {seconds} s")
+    return box[0]
 
 
 def first_line_then_kill(proc: subprocess.Popen[str]) -> str:

@@ -18,7 +18,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -40,7 +40,7 @@ from envlayer.request import ExecRequest
 from envlayer.result import ExecResult
 from envlayer.sandbox import files
 from envlayer.testing import EnvironmentConformance, ExecContractConformance
-from envlayer.testing.fixtures import cleaned_up
+from envlayer.testing.fixtures import cleaned_up, returned_within
 
 SHELLS = [s for s in (["dash"], ["bash", "--posix"], ["busybox", "sh"]) if shutil.which(s[0])]
 
@@ -525,24 +525,10 @@ def _fake_head(env: SessionOverPipes) -> None:
         pytest.skip("this shell runs its own head (BusyBox's applet), not one from PATH")
 
 
-def _call_within(seconds: float, call: Callable[[], ExecResult], cleanup: Callable[[], None]) -> ExecResult:
-    """``call()``'s result from a thread waited for ``seconds`` (a bound that only catches a
-    hang); on a hang, ``cleanup()`` unblocks it first, and the test fails."""
-    box: list[ExecResult] = []
-    worker = threading.Thread(target=lambda: box.append(call()), daemon=True)
-    worker.start()
-    worker.join(seconds)
-    if worker.is_alive():
-        cleanup()
-        worker.join(30)
-        pytest.fail(f"the call did not return within {seconds} s")
-    return box[0]
-
-
 def test_a_timeout_while_stdin_is_sent_kills_and_the_next_call_says_restarted(session_env: SessionOverPipes) -> None:
     _fake_head(session_env)
     shell = session_env.session.pid
-    result = _call_within(
+    result = returned_within(
         60,
         lambda: session_env.exec("cat >/dev/null; echo ran", stdin=os.urandom(3 << 20), timeout=2),
         lambda: os.killpg(shell, signal.SIGKILL),  # the shell's group: head and its sleep too
@@ -559,7 +545,7 @@ def test_a_timeout_while_a_files_bytes_are_sent_kills_and_the_next_call_says_res
     _fake_head(session_env)
     shell = session_env.session.pid
     target = os.path.join(session_env.cwd, "f.bin")
-    result = _call_within(
+    result = returned_within(
         60,
         lambda: _take(session_env, _write_script(target), os.urandom(3 << 20), timeout=2),
         lambda: os.killpg(shell, signal.SIGKILL),

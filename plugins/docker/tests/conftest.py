@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from envlayer import dispatch as lifecycle
 from envlayer.testing.fixtures import EnvironmentFactory, options_factory, require_docker, run_in_new_interpreter
 from envlayer.testing.secrets import ENVLAYER_SCRIPT
 
@@ -249,3 +250,15 @@ def cli(docker_api: Any) -> CLI:
 def sweep() -> Callable[..., dict[str, list[str]]]:
     """:func:`sweep_dead_runs` (``sweep(api, runs_dir)``), for the test of the sweep itself."""
     return sweep_dead_runs
+
+
+@pytest.fixture
+def forks() -> Iterator[list[Any]]:
+    """The forks a test made (append them); removed with their data at its end, before the
+    fixtures it asked for earlier (a parent)."""
+    made: list[Any] = []
+    yield made
+    for fork in made:
+        lifecycle.cleanup(fork, purge=True)
+    for fork in made:
+        lifecycle.wait_for_cleanup(fork, 60)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import os
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -33,16 +32,6 @@ def parent(make_env: Any) -> Any:
     env = make_env(task=f"cow-parent-{uuid.uuid4().hex[:6]}")
     assert env.exec("mkdir -p sub && echo base > sub/file && echo keep > other").exit_code == 0
     return env
-
-
-@pytest.fixture
-def forks(parent: Any) -> Iterator[list[Any]]:
-    made: list[Any] = []
-    yield made
-    for fork in made:
-        lifecycle.cleanup(fork, purge=True)
-    for fork in made:
-        lifecycle.wait_for_cleanup(fork, 60)
 
 
 def _fork(parent: Any, snapshot: Snapshot, forks: list[Any], name: str) -> Any:

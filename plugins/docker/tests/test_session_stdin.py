@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -14,6 +13,7 @@ import pytest
 
 from envlayer.execution.shell_script import INPUT_LOST
 from envlayer.execution.shell_session import RESTARTED_AFTER_KILL
+from envlayer.testing.fixtures import returned_within
 
 pytestmark = pytest.mark.docker
 
@@ -52,17 +52,11 @@ def test_a_timeout_while_stdin_is_sent_kills_and_the_next_call_says_restarted(
     stuck = 'mkdir -p stuck && printf "#!/bin/sh\\nexec sleep 600\\n" > stuck/head && chmod +x stuck/head'
     env.exec(f'{stuck} && export PATH="$PWD/stuck:$PATH"').check()  # the shell acknowledges, then takes nothing
     assert env.exec("command -v head").stdout.endswith(b"/stuck/head\n")  # not on a noexec /tmp
-    box: list[Any] = []
-    call = threading.Thread(
-        target=lambda: box.append(env.exec("cat >/dev/null; echo ran", stdin=os.urandom(8 << 20), timeout=2)),
-        daemon=True,
+    result = returned_within(
+        60,
+        lambda: env.exec("cat >/dev/null; echo ran", stdin=os.urandom(8 << 20), timeout=2),
+        lambda: docker_api.kill(env.container_id),  # unblocks the send
     )
-    call.start()
-    call.join(60)  # a bound that only catches a hang
-    if call.is_alive():
-        docker_api.kill(env.container_id)  # unblocks the send
-        call.join(30)
-        pytest.fail("the call did not return within 60 s of its 2 s timeout")
-    assert (box[0].exit_code, box[0].timed_out, box[0].stdout) == (124, True, b""), box[0]
+    assert (result.exit_code, result.timed_out, result.stdout) == (124, True, b""), result
     after = env.exec("echo back; pgrep -f 'sleep 600' || echo 'no sleep'; " + _STAGED)
     assert (after.stdout, after.recovered) == (b"back\nno sleep\n0\n", RESTARTED_AFTER_KILL), after

@@ -25,8 +25,6 @@ from typing import Any
 
 import pytest
 
-from envlayer import dispatch as lifecycle
-
 pytestmark = pytest.mark.docker
 
 DAEMON_SOCKET = "/var/run/docker.sock"
@@ -68,17 +66,6 @@ def slow_daemon(tmp_path: Path) -> Iterator[SlowDaemon]:
         proc.wait()
         if proc.stdout is not None:
             proc.stdout.close()
-
-
-@pytest.fixture
-def forks() -> Iterator[list[Any]]:
-    """The forks a test made; removed with their data at its end."""
-    made: list[Any] = []
-    yield made
-    for fork in made:
-        lifecycle.cleanup(fork, purge=True)
-    for fork in made:
-        lifecycle.wait_for_cleanup(fork, 60)
 
 
 def test_a_snapshot_and_its_fork_outlast_api_timeout(slow_daemon: SlowDaemon, make_env: Any, forks: list[Any]) -> None:

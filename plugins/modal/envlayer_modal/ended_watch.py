@@ -17,12 +17,11 @@ detaches the old one, which ends its retries too.
 
 from __future__ import annotations
 
-import contextvars
-import threading
 from collections.abc import Callable
-from concurrent.futures import Future, wait
+from concurrent.futures import wait
 from typing import TypeVar
 
+from envlayer.execution.streams import on_thread
 from envlayer_modal.sandbox import Attached, NotStarted, sandbox_ended
 
 LOOK_EVERY = 1.0
@@ -33,16 +32,7 @@ T = TypeVar("T")
 def unless_ended(call: Callable[[], T], attached: Attached) -> T:
     """``call()``'s result or exception; :class:`NotStarted` instead when the control plane
     reports ``attached``'s sandbox ended while the call was still waiting."""
-    outcome: Future[T] = Future()
-    context = contextvars.copy_context()
-
-    def run() -> None:
-        try:
-            outcome.set_result(context.run(call))
-        except BaseException as exc:  # handed to the waiting caller
-            outcome.set_exception(exc)
-
-    threading.Thread(target=run, name="envlayer-modal-call", daemon=True).start()
+    outcome = on_thread(call, "envlayer-modal-call")
     while not wait([outcome], timeout=LOOK_EVERY).done:
         code = sandbox_ended(attached.sandbox)
         if code is not None and not outcome.done():

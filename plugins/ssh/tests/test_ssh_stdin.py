@@ -8,13 +8,13 @@ from __future__ import annotations
 import hashlib
 import os
 import random
-import threading
 from typing import Any
 
 from ssh_testserver import SSHServer
 
 from envlayer.execution.shell_script import INPUT_LOST
 from envlayer.execution.shell_session import RESTARTED_AFTER_KILL
+from envlayer.testing.fixtures import returned_within
 
 
 def test_binary_stdin_of_any_size_reaches_the_command_whole(sshd: SSHServer, make_env: Any) -> None:
@@ -47,18 +47,12 @@ def test_a_timeout_while_stdin_is_sent_kills_and_the_next_call_says_restarted(ss
     try:
         env.exec(f'export PATH="{d}:$PATH"').check()  # the shell acknowledges, then takes nothing
         shell = env._session.pid
-        box: list[Any] = []
-        call = threading.Thread(
-            target=lambda: box.append(env.exec("cat >/dev/null; echo ran", stdin=os.urandom(8 << 20), timeout=2)),
-            daemon=True,
+        result = returned_within(
+            60,
+            lambda: env.exec("cat >/dev/null; echo ran", stdin=os.urandom(8 << 20), timeout=2),
+            lambda: make_env(sshd, exec_mode="oneshot").exec(f"kill -9 -- -{shell}"),  # its group: head too
         )
-        call.start()
-        call.join(60)  # a bound that only catches a hang
-        if call.is_alive():
-            make_env(sshd, exec_mode="oneshot").exec(f"kill -9 -- -{shell}")  # its group: head too
-            call.join(30)
-            raise AssertionError("the call did not return within 60 s of its 2 s timeout")
-        assert (box[0].exit_code, box[0].timed_out, box[0].stdout) == (124, True, b""), box[0]
+        assert (result.exit_code, result.timed_out, result.stdout) == (124, True, b""), result
         after = env.exec(f"echo back; pgrep -f 'sleep {nap}' || echo 'no sleep'")
         assert (after.stdout, after.recovered) == (b"back\nno sleep\n", RESTARTED_AFTER_KILL), after
     finally:
