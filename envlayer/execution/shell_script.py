@@ -16,7 +16,7 @@ seen, without waiting for EOF (background jobs that keep the stream open never b
 call).
 
 The command runs with stdin ``/dev/null`` from fd 6 (opened once, at start: an ``open``
-of ``/dev/null`` per call costs more than the rest of the redirection) and with fds 6, 7
+of ``/dev/null`` per call was the dearest part of the redirection) and with fds 6, 7
 and 8 closed, so it can neither read nor change them (its own ``exec 7>file`` ends with
 it), and nothing it starts in the background holds them: a job whose output goes
 elsewhere (``server >log 2>&1 &``) keeps no handle on the session's stream, and the
