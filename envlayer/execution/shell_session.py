@@ -87,7 +87,7 @@ from envlayer.execution.shell_script import (
     parse_trailer,
     script_call,
 )
-from envlayer.execution.streams import ByteStream, StreamEnded, WriteTimedOut, drain_while
+from envlayer.execution.streams import ByteStream, StreamEnded, WriteTimedOut, drain_while, write_by
 from envlayer.execution.tree_kill import kill_script_argv
 from envlayer.request import ExecRequest, ScriptRequest
 from envlayer.result import ExecResult
@@ -249,7 +249,7 @@ def _send_input(stream: ByteStream, data: bytes, deadline: float | None) -> None
     stream that broke meanwhile is left to the read that follows (it sees the end, or the
     trailer saying the input was lost)."""
     try:
-        stream.write(data, deadline)
+        write_by(stream, data, deadline)
     except OSError:
         log.debug("session: the stream broke while a call's input was sent", exc_info=True)
 

@@ -18,6 +18,9 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
+import inspect
+import logging
 import math
 import os
 import select
@@ -32,6 +35,7 @@ from envlayer.errors import EnvlayerError
 from envlayer.execution.collector import OutputCollector
 
 T = TypeVar("T")
+log = logging.getLogger("envlayer.session")
 
 Chunks = list[tuple[str, bytes]]
 """What one read returns: ``("stdout" | "stderr", bytes)`` pairs, in arrival order."""
@@ -131,6 +135,37 @@ def drain_while(stream: ByteStream, collector: OutputCollector, action: Callable
         reader.join(settle)
         stop.set()
         reader.join(1.0)
+
+
+@functools.lru_cache(maxsize=256)
+def _write_takes_deadline(stream_type: type) -> bool:
+    """Whether ``stream_type.write`` takes a ``deadline`` (the contract's second argument)."""
+    try:
+        parameters = list(inspect.signature(stream_type.write).parameters.values())
+    except (TypeError, ValueError):
+        return True  # no signature to read: trust the contract
+    return len(parameters) >= 3 or any(p.kind is p.VAR_POSITIONAL for p in parameters)
+
+
+def write_by(stream: ByteStream, data: bytes, deadline: float | None) -> None:
+    """``stream.write(data, deadline)``. A stream written to the contract from before writes
+    took a deadline (its ``write`` takes ``data`` alone) is sent ``data`` without one, and a
+    warning names its class once: such a send waits as long as the process takes."""
+    kind = type(stream)
+    if _write_takes_deadline(kind):
+        stream.write(data, deadline)
+        return
+    if kind not in _WARNED_NO_DEADLINE:
+        _WARNED_NO_DEADLINE.add(kind)
+        log.warning(
+            "%s.write takes no deadline (ByteStream.write(data, deadline)): raw input sent through it "
+            "is not bounded by the call's timeout",
+            kind.__qualname__,
+        )
+    stream.write(data)
+
+
+_WARNED_NO_DEADLINE: set[type] = set()
 
 
 def write_within(fd: int, data: bytes | memoryview, deadline: float | None) -> None:

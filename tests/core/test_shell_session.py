@@ -166,6 +166,29 @@ def test_a_stream_without_write_order_gets_a_stderr_marker(tmp_path: Path) -> No
         env.cleanup()
 
 
+class _WriteWithoutDeadline(ProcessStream):
+    """A stream written to the contract from before writes took a deadline."""
+
+    def write(self, data: bytes) -> None:  # type: ignore[override]
+        super().write(data)
+
+
+def test_a_stream_whose_write_takes_no_deadline_still_takes_raw_input(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    env = SessionOverPipes(LocalOptions(cwd=str(tmp_path), timeout=60))
+    env.session.open_stream = lambda: _WriteWithoutDeadline.spawn(["dash"], cwd=env.cwd)
+    env.session.upload = None  # a command's stdin over 4 KiB then goes raw behind its script
+    try:
+        with caplog.at_level("WARNING", logger="envlayer.session"):
+            for _ in range(2):
+                assert env.exec("wc -c", stdin=b"x" * 10_000).stdout_text.strip() == "10000"
+        said = [r.getMessage() for r in caplog.records if "takes no deadline" in r.getMessage()]
+        assert len(said) == 1 and "_WriteWithoutDeadline" in said[0]
+    finally:
+        env.cleanup()
+
+
 def test_writing_to_a_gone_process_says_none_of_it_went_out() -> None:
     stream = ProcessStream.spawn(["true"])
     try:
