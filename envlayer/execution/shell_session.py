@@ -498,14 +498,26 @@ class PersistentShell:
             pending += self.stream.read(time.monotonic()) or []
         stream = self.stream
         assert stream is not None
-        stdin_path = None
-        if request.stdin is not None:
+        stdin, stdin_path, raw_stdin = request.stdin, None, None
+        if stdin is not None:
+            # up to PRINTF_SMALL bytes in the call's text; more through the backend's upload
+            # where it has one (see the module docstring), else raw behind the text
             stdin_path = f"{self.state_dir}/in-{request.exec_id}"
-            if self._uploads(request.stdin):
-                self.upload(stdin_path, request.stdin)
+            if len(stdin) > PRINTF_SMALL:
+                if self.upload is not None:
+                    self.upload(stdin_path, stdin)
+                else:
+                    raw_stdin = stdin
         try:
             outcome = self._run_on(
-                stream, request, collector, stdin_path=stdin_path, prelude=prelude, pending=pending, user_command=True
+                stream,
+                request,
+                collector,
+                stdin_path=stdin_path,
+                raw_stdin=raw_stdin,
+                prelude=prelude,
+                pending=pending,
+                user_command=True,
             )
         except _EndedIdle:
             self._killed = self._holds_state or bool(recovered)
@@ -522,12 +534,15 @@ class PersistentShell:
         collector: OutputCollector,
         *,
         stdin_path: str | None,
+        raw_stdin: bytes | None = None,
         prelude: str = "",
         pending: list[tuple[str, bytes]] | None = None,
         user_command: bool = False,
     ) -> ShellOutcome:
-        """Send ``request`` and read its outcome (see :meth:`_ended` for ``user_command``:
-        the shell's own handshake is not asked about)."""
+        """Send ``request`` (its stdin, when it has one, staged at ``stdin_path``: from
+        ``raw_stdin`` sent behind the text, or in the text when it is small, or uploaded
+        before) and read its outcome (see :meth:`_ended` for ``user_command``: the shell's
+        own handshake is not asked about)."""
         seed = new_seed()
         marker = marker_of(seed)
         if isinstance(request, ScriptRequest):
@@ -542,8 +557,7 @@ class PersistentShell:
                 style=self._style,
             )
         else:
-            stdin = request.stdin
-            raw = stdin if stdin is not None and len(stdin) > PRINTF_SMALL and not self._uploads(stdin) else None
+            raw = raw_stdin
             script = self._call_text(request, seed, stdin_path, prelude, raw)
         on_ack = None if raw is None else (ack_of(seed), lambda: _send_input(stream, raw, request.deadline))
         sent_at = time.monotonic()
@@ -581,12 +595,6 @@ class PersistentShell:
             return self._ended(stream, user_command)
         self._behind = list(framed.after)
         return self._finished(framed.trailer)
-
-    def _uploads(self, stdin: bytes) -> bool:
-        """Whether a command's ``stdin`` goes through the backend's ``upload``: one over
-        :data:`~envlayer.execution.shell_script.PRINTF_SMALL` bytes on a backend that has
-        one (see the module docstring)."""
-        return len(stdin) > PRINTF_SMALL and self.upload is not None
 
     def _call_text(
         self, request: ExecRequest, seed: int, stdin_path: str | None, prelude: str, raw: bytes | None
