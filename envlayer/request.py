@@ -38,6 +38,7 @@ from typing import Literal, TypedDict, Unpack
 
 from envlayer.cancel_token import CancelToken
 from envlayer.errors import FileTooLarge, InvalidArgument
+from envlayer.frozen import one_store_init
 from envlayer.random_pool import RandomPool, chunks
 
 MAX_TIMEOUT = 7 * 24 * 3600.0
@@ -293,7 +294,8 @@ def check_exec_keywords(arguments: Mapping[str, object]) -> None:
         raise TypeError(f"exec() got unexpected keyword arguments: {', '.join(sorted(unknown))}")
 
 
-@dataclass(frozen=True, slots=True)
+@one_store_init
+@dataclass(frozen=True)
 class ExecRequest:
     """One validated call to ``exec``.
 
@@ -392,7 +394,8 @@ class ExecRequest:
         return self.deadline is not None and time.monotonic() >= self.deadline
 
 
-@dataclass(frozen=True, slots=True)
+@one_store_init
+@dataclass(frozen=True)
 class ScriptRequest(ExecRequest):
     """A call whose command is envlayer's own shell script (a file call's), run in the
     session by :func:`~envlayer.execution.shell_script.script_call` (no ``eval``, its

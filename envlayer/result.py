@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from envlayer.errors import CommandFailed, ExecTimeout
+from envlayer.frozen import one_store_init
 
 TIMEOUT_EXIT_CODE = 124
 """Exit code reported for a command killed by its timeout (as GNU ``timeout`` does)."""
@@ -39,6 +40,7 @@ class Truncation:
         return f"\n[... {self.dropped} bytes omitted of {self.total} ({self.policy}) ...]\n".encode()
 
 
+@one_store_init
 @dataclass(frozen=True)
 class ExecResult:
     """The outcome of :meth:`Environment.exec`.

@@ -61,17 +61,18 @@ class OutputCollector:
         """The finished result. With ``timed_out`` the exit code is always 124; a
         request whose token was cancelled gives ``cancelled=True`` and exit code 130
         (unless it timed out first)."""
-        out, err = self.buffers["stdout"], self.buffers["stderr"]
-        cancelled = request.cancelled and not timed_out
+        stdout, stdout_truncation = self.buffers["stdout"].taken()
+        stderr, stderr_truncation = self.buffers["stderr"].taken()
+        cancelled = request.cancel is not None and request.cancel.cancelled and not timed_out
         return ExecResult(
-            exit_code=TIMEOUT_EXIT_CODE if timed_out else INTERRUPT_EXIT_CODE if cancelled else exit_code,
-            cancelled=cancelled,
-            stdout=out.getvalue(),
-            stderr=err.getvalue(),
-            duration=time.monotonic() - request.start,
-            timed_out=timed_out,
-            timeout=request.timeout,
-            stdout_truncation=out.truncation,
-            stderr_truncation=err.truncation,
-            recovered=recovered,
+            TIMEOUT_EXIT_CODE if timed_out else INTERRUPT_EXIT_CODE if cancelled else exit_code,
+            stdout,
+            stderr,
+            time.monotonic() - request.start,
+            timed_out,
+            request.timeout,
+            stdout_truncation,
+            stderr_truncation,
+            recovered,
+            cancelled,
         )

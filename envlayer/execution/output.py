@@ -89,6 +89,8 @@ class CappedBuffer:
     @property
     def truncation(self) -> Truncation | None:
         """``None`` when nothing was dropped."""
+        if len(self._head) == self.total:  # all of it in the head: the common case
+            return None
         kept = len(self._head) + min(self._tail_len, self._tail_cap)
         if kept >= self.total:
             return None
@@ -99,6 +101,12 @@ class CappedBuffer:
             kept_head=len(self._head),
             kept_tail=min(self._tail_len, self._tail_cap),
         )
+
+    def taken(self) -> tuple[bytes, Truncation | None]:
+        """:meth:`getvalue` and :attr:`truncation` at once (what a result needs)."""
+        if len(self._head) == self.total:
+            return bytes(self._head), None
+        return self.getvalue(), self.truncation
 
     def getvalue(self) -> bytes:
         """The kept bytes. When something was dropped and both ends are kept, the

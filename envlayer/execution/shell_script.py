@@ -36,6 +36,7 @@ were checked by :func:`envlayer.request.check_env`.
 
 from __future__ import annotations
 
+import functools
 import shlex
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
@@ -319,11 +320,8 @@ def call_script(
     (see the module docstring). ``prelude`` is shell text a backend runs before the
     command (e.g. refreshing a lease file).
     """
-    if cwd is None and not env and not unset and stdin_path is None and not prelude:  # the common call, in one go
-        run = f"{style.run} {_isolated(style.stderr_marker)}"
-        return f"__el_pre {seed} {exec_id}\n__el_c={quote(command_text(command))}; {run}\n__el_end\n".encode(
-            "utf-8", "surrogateescape"
-        )
+    if cwd is None and not env and not unset and stdin_path is None and not prelude:
+        return plain_call_script(command, seed, exec_id, style)
     lines = [f"__el_pre {seed} {exec_id}"]
     if prelude:
         lines.append(prelude)
@@ -358,6 +356,15 @@ def call_script(
         lines.append(end)
     text = "\n".join(lines) + "\n"
     return text.encode("utf-8", "surrogateescape")
+
+
+def plain_call_script(command: str | Sequence[str], seed: int, exec_id: str, style: CallStyle) -> bytes:
+    """:func:`call_script` of a call with nothing but its command (no ``cwd``, ``env``,
+    ``unset``, stdin or prelude): the common call, made in one step."""
+    run = f"{style.run} {_isolated(style.stderr_marker)}"
+    return f"__el_pre {seed} {exec_id}\n__el_c={quote(command_text(command))}; {run}\n__el_end\n".encode(
+        "utf-8", "surrogateescape"
+    )
 
 
 def _taking(count: int, script: str, then: str, failed: str, stderr_marker: bool) -> str:
@@ -513,8 +520,10 @@ class Trailer(NamedTuple):
     input_lost: bool = False
 
 
+@functools.lru_cache(maxsize=16)
 def parse_trailer(raw: bytes) -> Trailer:
-    """Parse ``<rc> <pid> <uptime|exit|lost|-> <pwd>``. Raises ``ValueError`` on anything else."""
+    """Parse ``<rc> <pid> <uptime|exit|lost|-> <pwd>``. Raises ``ValueError`` on anything else.
+    Cached: a session's calls mostly end alike (``0 <pid> - <pwd>``)."""
     rc, pid, up, pwd = raw.split(b" ", 3)
     uptime_cs = None
     if up == b"lost":

@@ -68,7 +68,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
 from envlayer.errors import BackendUnavailable, InvalidArgument
-from envlayer.execution.cancel import killer_for
 from envlayer.execution.collector import OutputCollector
 from envlayer.execution.shell_script import (
     ANY_SHELL,
@@ -85,6 +84,7 @@ from envlayer.execution.shell_script import (
     marker_of,
     new_seed,
     parse_trailer,
+    plain_call_script,
     script_call,
 )
 from envlayer.execution.streams import ByteStream, StreamEnded, WriteTimedOut, drain_while, write_by
@@ -169,7 +169,6 @@ def read_framed(
     marker: bytes,
     collector: OutputCollector,
     deadline: float | None,
-    *,
     pending: list[tuple[str, bytes]] | None = None,
     on_ack: tuple[bytes, Callable[[], None]] | None = None,
     stderr_marked: bool = True,
@@ -182,8 +181,10 @@ def read_framed(
     ``send()`` is called once, as soon as ``ack`` (removed from the output) is read on
     stdout. Without ``stderr_marked`` (a stream that keeps the order of writes across its
     outputs, whose shell prints no stderr marker: ``init_script(stderr_marker=False)``) the
-    command's stderr is what came before the stdout trailer and what the stream holds right
-    after it. Exceptions (from the stream, ``send`` or the collector's callback) propagate;
+    command's stderr is what came up to the read that brought the stdout trailer (such a
+    stream returns what was written on stderr before it with it or earlier), and, when that
+    read brought stderr too (it may have been cut at the read's size), what the stream holds
+    right after it. Exceptions (from the stream, ``send`` or the collector's callback) propagate;
     the caller kills the command."""
     out = MarkerScanner(marker, trailer=True)
     err = MarkerScanner(marker, trailer=False) if stderr_marked else None
@@ -194,17 +195,25 @@ def read_framed(
         pending.clear()  # delivered here, so a new try of the command does not repeat them
     while True:
         if chunks:
+            stderr_came = False
             for name, data in chunks:
-                write(name, stdout.feed(data) if name == "stdout" else data if err is None else err.feed(data))
-            if out.done and isinstance(stdout, _AckedStdout):
-                stdout.release()
-            if out.done and err is None:
-                for name, data in stream.read(time.monotonic()) or ():  # stderr written before the trailer
-                    write(name, out.feed(data) if name == "stdout" else data)
-                return Framed(trailer=parse_trailer(out.trailer), after=(("stdout", out.after),) if out.after else ())
-            if out.done and err is not None and err.done:
-                after = tuple((name, s.after) for name, s in (("stdout", out), ("stderr", err)) if s.after)
-                return Framed(trailer=parse_trailer(out.trailer), after=after)
+                if name == "stdout":
+                    write(name, stdout.feed(data))
+                else:
+                    stderr_came = True
+                    write(name, data if err is None else err.feed(data))
+            if out.done:
+                if stdout is not out:
+                    stdout.release()
+                if err is None:
+                    if stderr_came:  # the read may have been cut at its size: what more was written before the trailer
+                        for name, data in stream.read(time.monotonic()) or ():
+                            write(name, out.feed(data) if name == "stdout" else data)
+                    after = (("stdout", out.after),) if out.after else ()
+                    return Framed(trailer=parse_trailer(out.trailer), after=after)
+                if err.done:
+                    after = tuple((name, s.after) for name, s in (("stdout", out), ("stderr", err)) if s.after)
+                    return Framed(trailer=parse_trailer(out.trailer), after=after)
         chunks = stream.read(deadline)
         if chunks is None:
             write("stdout", stdout.flush())
@@ -569,16 +578,15 @@ class PersistentShell:
                 raise
             except OSError:
                 return self._ended(stream, user_command)
-            with killer_for(request.cancel, lambda: self._kill_from_elsewhere(request, sent_at)):
+            if request.cancel is None:  # most calls: no context to enter
                 framed = read_framed(
-                    stream,
-                    marker,
-                    collector,
-                    request.deadline,
-                    pending=pending,
-                    on_ack=on_ack,
-                    stderr_marked=self._style.stderr_marker,
+                    stream, marker, collector, request.deadline, pending, on_ack, self._style.stderr_marker
                 )
+            else:
+                with request.cancel.on_cancel(lambda: self._kill_from_elsewhere(request, sent_at)):
+                    framed = read_framed(
+                        stream, marker, collector, request.deadline, pending, on_ack, self._style.stderr_marker
+                    )
             timed_out = framed.timed_out
         except StreamEnded:
             raise  # nothing was sent: nothing to kill
@@ -603,6 +611,8 @@ class PersistentShell:
         :data:`~envlayer.execution.shell_script.PRINTF_SMALL` bytes in the text, else
         ``raw`` behind it, or uploaded before."""
         stdin = request.stdin
+        if stdin is None and request.cwd is None and not request.env and not request.unset_env and not prelude:
+            return plain_call_script(request.command, seed, request.exec_id, self._style)
         inline = stdin if stdin is not None and len(stdin) <= PRINTF_SMALL else None
         return call_script(
             request.command,

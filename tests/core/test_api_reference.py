@@ -21,6 +21,7 @@ INTERNAL = {
     "envlayer.coercion": "the one coercion engine behind envlayer.config and envlayer.options",
     "envlayer.discovery.install_hints": "install and start hints that fit where the user is",
     "envlayer.bench": "`envlayer bench`, documented in docs/cli.md and docs/benchmarks.md",
+    "envlayer.frozen": "the one-step __init__ of the request and result dataclasses",
     "envlayer.random_pool": "the pool of exec ids and marker seeds behind envlayer.request and the shell protocol",
 }
 #: subpackages that only group modules: each module inside is public or internal on its own

@@ -26,7 +26,7 @@ PLUGIN_PACKAGES = sorted(PACKAGE_ROOT.parent.glob("plugins/*/envlayer_*"))
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("package", ("envlayer", "envlayer._aliases")),
     ("errors", ("envlayer.errors",)),
-    ("result", ("envlayer.result", "envlayer.cancel_token")),
+    ("result", ("envlayer.result", "envlayer.cancel_token", "envlayer.frozen")),
     ("request", ("envlayer.request", "envlayer.random_pool")),
     ("capabilities", ("envlayer.capabilities", "envlayer.coercion")),
     ("options", ("envlayer.options", "envlayer.transfer")),
