@@ -343,7 +343,11 @@ class ExecRequest:
         Raises :class:`InvalidArgument` for bad input; nothing has run then.
         """
         if not arguments:  # the common call: only the command to check
-            limit = normalize_timeout(None, default=default_timeout)
+            limit = (
+                default_timeout
+                if type(default_timeout) is float and 0 < default_timeout <= MAX_TIMEOUT
+                else normalize_timeout(None, default=default_timeout)
+            )
             start = time.monotonic()
             deadline = None if limit is None else start + limit
             return cls(check_command(command), None, {}, limit, None, None, new_exec_id(), start, deadline)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from envlayer.execution.output import CappedBuffer, OutputCallback, TruncationPolicy
+from envlayer.execution.output import CappedBuffers, OutputCallback, TruncationPolicy
 from envlayer.result import INTERRUPT_EXIT_CODE, TIMEOUT_EXIT_CODE, ExecResult
 
 if TYPE_CHECKING:
@@ -30,7 +30,7 @@ class OutputCollector:
     """
 
     def __init__(self, limit: int | None, policy: TruncationPolicy, on_output: OutputCallback | None = None) -> None:
-        self.buffers = {"stdout": CappedBuffer(limit, policy), "stderr": CappedBuffer(limit, policy)}
+        self.buffers = CappedBuffers(limit, policy)
         self.on_output = on_output
 
     @classmethod
@@ -61,8 +61,8 @@ class OutputCollector:
         """The finished result. With ``timed_out`` the exit code is always 124; a
         request whose token was cancelled gives ``cancelled=True`` and exit code 130
         (unless it timed out first)."""
-        stdout, stdout_truncation = self.buffers["stdout"].taken()
-        stderr, stderr_truncation = self.buffers["stderr"].taken()
+        stdout, stdout_truncation = self.buffers.taken("stdout")
+        stderr, stderr_truncation = self.buffers.taken("stderr")
         cancelled = request.cancel is not None and request.cancel.cancelled and not timed_out
         return ExecResult(
             TIMEOUT_EXIT_CODE if timed_out else INTERRUPT_EXIT_CODE if cancelled else exit_code,

@@ -19,7 +19,15 @@ from collections import deque
 from envlayer.request import OutputCallback
 from envlayer.result import POLICIES, Truncation, TruncationPolicy
 
-__all__ = ["HEAD_SHARE", "POLICIES", "CappedBuffer", "OutputCallback", "Truncation", "TruncationPolicy"]
+__all__ = [
+    "HEAD_SHARE",
+    "POLICIES",
+    "CappedBuffer",
+    "CappedBuffers",
+    "OutputCallback",
+    "Truncation",
+    "TruncationPolicy",
+]
 """``Truncation``, ``TruncationPolicy``, ``POLICIES`` (:mod:`envlayer.result`) and
 ``OutputCallback`` (:mod:`envlayer.request`) are the contract's; this old path still
 exports them (for one release)."""
@@ -45,6 +53,31 @@ def _caps(limit: int | None, policy: TruncationPolicy) -> tuple[int | None, int]
         return 0, limit
     head = int(limit * HEAD_SHARE)
     return head, limit - head
+
+
+class CappedBuffers(dict[str, "CappedBuffer"]):
+    """One :class:`CappedBuffer` per stream name under the same ``limit`` and ``policy``,
+    each made when first asked for (most commands write to one stream or none; use
+    :meth:`taken` to read one without making it). Raises ``ValueError`` for a bad cap at
+    once, as a buffer would."""
+
+    __slots__ = ("limit", "policy")
+
+    def __init__(self, limit: int | None, policy: TruncationPolicy) -> None:
+        try:
+            _caps(limit, policy)
+        except TypeError:  # unhashable: no policy or limit
+            raise ValueError(f"bad output cap {limit!r} / policy {policy!r}") from None
+        self.limit, self.policy = limit, policy
+
+    def __missing__(self, stream: str) -> CappedBuffer:
+        buffer = self[stream] = CappedBuffer(self.limit, self.policy)
+        return buffer
+
+    def taken(self, stream: str) -> tuple[bytes, Truncation | None]:
+        """:meth:`CappedBuffer.taken` of ``stream`` (``b""`` and ``None`` when it got nothing)."""
+        buffer = self.get(stream)
+        return (b"", None) if buffer is None else buffer.taken()
 
 
 class CappedBuffer:

@@ -182,9 +182,16 @@ class SandboxEnvironment(Environment):
             return self._run_once(request if attempts == 1 else _restarted(request))
 
         result, recovered = self.with_recovery(attempt)
-        result = dataclasses.replace(result, recovered=recovered) if recovered else result
-        notice, self._announcement = getattr(self, "_announcement", ""), ""
-        return result.with_notice(f"{notice}; {result.notice}" if result.notice else notice) if notice else result
+        if recovered:
+            result = dataclasses.replace(result, recovered=recovered)
+        notice = self._announcement
+        if not notice:
+            return result
+        self._announcement = ""
+        return result.with_notice(f"{notice}; {result.notice}" if result.notice else notice)
+
+    _announcement = ""
+    """What :meth:`announce` left for the next result ("": nothing)."""
 
     def announce(self, notice: str) -> None:
         """Put ``notice`` on the next :class:`~envlayer.result.ExecResult` (something the
@@ -326,11 +333,11 @@ class SandboxEnvironment(Environment):
         :meth:`is_gone`) accepts, :meth:`recover` and run it once more. Returns
         ``(value, what recover did or "")``. A second such failure raises ``again(exc)``
         (default :meth:`gone_again`); any other error propagates as it is."""
-        is_gone = gone or self.is_gone
         seen = self.sandbox_identity()
         try:
             return operation(), ""
         except Exception as exc:
+            is_gone = gone or self.is_gone
             if not is_gone(exc):
                 raise
         done = self.recover(seen)
