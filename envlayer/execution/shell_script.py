@@ -144,6 +144,16 @@ _STDERR_MARK = f"  printf '%s' {_MARK} >&8\n"
 :func:`init_script` for a stream that needs none)."""
 
 
+_XTRACE_TAKEN = (
+    "case $- in *x*) { __el_rc=$?; set +x; } 2>/dev/null; __el_xp=$__el_xv ;; *) __el_rc=$? __el_xp= ;; esac"
+)
+"""Shell run right after a user's command in the session shell: its status into
+``$__el_rc``, and ``set -x`` switched off (untraced: a compound command is not traced,
+and the trace of what runs inside the group goes nowhere) and recorded in ``$__el_xp``
+for the next command. dash and BusyBox trace no ``case``; bash does, so its sessions use
+:data:`_USER_END` instead."""
+
+
 def _call_functions(stderr_marker: bool) -> str:
     """Defined once per shell by :func:`init_script`, so each call sends one short script
     (see :func:`call_script`): bash reads a script from a pipe one byte at a time, and
@@ -153,26 +163,39 @@ def _call_functions(stderr_marker: bool) -> str:
     (see the module docstring; the stderr marker, with ``stderr_marker``, first: a
     transport that forwards each stream on its own, as Docker's daemon does, has then
     usually sent it when the stdout trailer comes, so the reader wakes once per call
-    instead of twice), keeping ``set -x`` as the command left it (switched off only while
-    the trailer is printed: its trace would show the marker; ``case`` and no builtin where
-    it is off, as it mostly is); ``__el_ev`` runs the
-    command text in ``$__el_c`` as the body of a function (see :class:`CallStyle`; a new
-    definition replaces the last, and one that fails to parse runs nothing).
+    instead of twice); ``__el_uend`` does the same after a user's command evaluated in
+    the shell itself (bash), and records whether it left ``set -x`` on. ``__el_ev`` runs
+    the command text in ``$__el_c`` as the body of a function (see :class:`CallStyle`; a
+    new definition replaces the last, and one that fails to parse runs nothing), then
+    takes its status and ``set -x`` (:data:`_XTRACE_TAKEN`).
+
+    ``set -x`` is off between commands: a session whose user switched it on has it on
+    while each of the user's commands runs (the command text is prefixed with
+    ``$__el_xp``, then ``$__el_xv``: ``set -x;`` in a function body, a line of its own in
+    bash's evaluation, whose syntax errors quote the line), so the protocol's own commands
+    never show in the trace.
     ``__el_take FILE``, ``__el_took STATUS`` and ``__el_lost STATUS`` carry a call's raw
     input (see :func:`script_call`)."""
     stderr_mark = _STDERR_MARK if stderr_marker else ""
-    return (
-        f"__el_pre() {{ __el_s=$1; export {EXEC_ID_VAR}=$2; trap __el_exit EXIT; }}\n"
-        "__el_end() {\n"
-        "  __el_rc=$?\n"
-        "  case $- in *x*) set +x; __el_x=1 ;; *) __el_x= ;; esac\n"
+    trailer = (
         f"  unset {EXEC_ID_VAR}\n"
         '  case $# in 0) ;; *) rm -f -- "$1" ;; esac\n'
         f"{stderr_mark}"
         f'  printf \'%s%s %s %s %s%s\' {_MARK} "$__el_rc" "$$" "$__el_up" "$PWD" {_MARK} >&7\n'
-        "  __el_up=-; case $__el_x in 1) set -x ;; esac\n"
+        "  __el_up=-\n"
         "}\n"
-        '__el_ev() { command eval "__el_cmd() { $__el_c\n}" && __el_cmd; }\n'
+    )
+    return (
+        f'__el_pre() {{ __el_s=$1; export {EXEC_ID_VAR}=$2; trap "$__el_ta" EXIT; }}\n'
+        f"__el_end() {{\n  __el_rc=$?\n{trailer}"
+        "__el_uend() {\n"
+        "  __el_rc=$?\n"
+        "  case $- in *x*) set +x; __el_xp=$__el_xv ;; *) __el_xp= ;; esac\n"
+        f"{trailer}"
+        '__el_ev() {\n  command eval "__el_cmd() { $__el_xp$__el_c\n}" && __el_cmd\n'
+        f"  {_XTRACE_TAKEN}\n"
+        "  return $__el_rc\n"
+        "}\n"
         "__el_take() {\n"
         '  exec 4>| "$1" || return\n'
         f"  printf '%s' {_ACK} >&7\n"
@@ -228,12 +251,14 @@ def init_script(*, session_id: str, start_dir: str | None, stderr_marker: bool =
     saved = "7>&1 8>&2" if stderr_marker else "7>&1"
     return (
         f"exec 6</dev/null {saved}\n"
-        f"__el_s=0; __el_rc=0; __el_nocwd=0; __el_up=-; __el_dir={d}\n"
-        "case ${BASH_VERSION-} in '') __el_fn=1 ;; *) __el_fn= ;; esac\n"
+        f"__el_s=0; __el_rc=0; __el_nocwd=0; __el_up=-; __el_xp=; __el_dir={d}\n"
+        "__el_ta='{ __el_rc=$? __el_o=$-; set +x; } 2>/dev/null; __el_exit'\n"
+        "case ${BASH_VERSION-} in '') __el_fn=1 __el_xv='set -x;' ;; *) __el_fn= __el_xv='set -x\n' ;; esac\n"
         "__el_exit() {\n"
-        "  __el_rc=$?; set +x; trap - EXIT\n"
+        "  trap - EXIT\n"
         f"{_OWNER_GONE}"
-        '  { export -p; set +o; } 2>/dev/null >| "$__el_dir/state"\n'
+        f"  case ${{{EXEC_ID_VAR}+@}}$__el_o in @*x*) __el_xp=$__el_xv ;; @*) __el_xp= ;; esac\n"
+        '  { export -p; set +o; echo "__el_xp=\'$__el_xp\'"; } 2>/dev/null >| "$__el_dir/state"\n'
         f"  {{ printf '' >&7; }} 2>/dev/null || exec {saved}\n"
         f'  printf \'%s%s %s exit %s%s\' {_MARK} "$__el_rc" "$$" "$PWD" {_MARK} >&7\n'
         f"{_STDERR_MARK if stderr_marker else ''}"
@@ -267,16 +292,30 @@ class CallStyle(NamedTuple):
     the builtin running a command in their errors (``sh: 1: eval: foo: not found``), and
     inside ``__el_ev`` they say ``sh: 1: foo: not found``, as a plain shell does; bash,
     which names a function's origin in its errors instead, evaluates the text directly.
-    The handshake says which (:func:`handshake_command`); until then (the handshake itself)
-    the text is evaluated directly, which every shell runs alike."""
+    The handshake says which (:func:`handshake_command`); until then (the handshake itself:
+    ``shaken`` false) the text is evaluated directly, which every shell runs alike, and
+    without the session's ``set -x``."""
 
     stderr_marker: bool = True
     function_eval: bool = False
+    shaken: bool = False
 
     @property
     def run(self) -> str:
-        """Runs the command text in ``$__el_c`` in the shell itself."""
-        return "__el_ev" if self.function_eval else 'command eval "$__el_c"'
+        """Runs the command text in ``$__el_c`` in the shell, traced when the session's
+        ``set -x`` is on (after the handshake)."""
+        if self.function_eval:
+            return "__el_ev"
+        return 'command eval "$__el_xp$__el_c"' if self.shaken else 'command eval "$__el_c"'
+
+    def end(self, staged: str = "") -> str:
+        """Ends a call whose command ran in the shell itself (:attr:`run` not in a
+        subshell), removing the ``staged`` stdin file (quoted) if any: the trailer, after
+        ``set -x`` was taken where the command left it. ``__el_ev`` takes it itself; after
+        bash's evaluation ``__el_uend`` does, its trace (bash traces every command, ``case``
+        too) sent nowhere (fd 6 is read-only: the shell's writes of it fail unseen)."""
+        args = f" {staged}" if staged else ""
+        return f"{{ __el_uend{args}; }} 2>&6" if self.shaken and not self.function_eval else f"__el_end{args}"
 
 
 ANY_SHELL = CallStyle()
@@ -326,16 +365,17 @@ def call_script(
     if prelude:
         lines.append(prelude)
     redirect = _isolated(style.stderr_marker)
-    end = "__el_end"
+    path = ""
     if stdin_path is not None:
         path = quote(stdin_path)
         if stdin_inline is not None:
             # a subshell, so the private umask never leaks into the user's session
             lines.append(f"(umask 077; printf {printf_format(stdin_inline)} >| {path})")
         redirect = _isolated(style.stderr_marker, f"<{path}")
-        end = f"__el_end {path}"
     run = f"__el_c={quote(command_text(command))}; {style.run}"
+    end = style.end(path)
     if cwd is not None or env or unset:
+        end = f"__el_end {path}" if path else "__el_end"  # a subshell's set -x ends with it
         setup = ""
         if cwd is not None:
             q = quote(cwd)
@@ -362,7 +402,7 @@ def plain_call_script(command: str | Sequence[str], seed: int, exec_id: str, sty
     """:func:`call_script` of a call with nothing but its command (no ``cwd``, ``env``,
     ``unset``, stdin or prelude): the common call, made in one step."""
     run = f"{style.run} {_isolated(style.stderr_marker)}"
-    return f"__el_pre {seed} {exec_id}\n__el_c={quote(command_text(command))}; {run}\n__el_end\n".encode(
+    return f"__el_pre {seed} {exec_id}\n__el_c={quote(command_text(command))}; {run}\n{style.end()}\n".encode(
         "utf-8", "surrogateescape"
     )
 

@@ -390,7 +390,7 @@ class PersistentShell:
                 hint="check that the `shell` option names a POSIX sh that exists in the sandbox",
             )
         self.pid = int(words[0])
-        self._style = CallStyle(stderr_marker=marked, function_eval=words[2] == b"1")
+        self._style = CallStyle(stderr_marker=marked, function_eval=words[2] == b"1", shaken=True)
         self.state_dir = words[3].decode("utf-8", "surrogateescape")
         if words[1] == b"1" and target:
             if first:

@@ -42,6 +42,7 @@ as ``nobody``) to cover both.
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 import uuid
@@ -318,13 +319,21 @@ class ExecContractConformance:
             result = env.exec("printf no-newline")
             assert result.exit_code == 0 and result.recovered == ""
 
-    def test_session_set_x_stays_on_until_set_off(self, env: Environment) -> None:
+    def test_session_set_x_stays_on_until_set_off_and_traces_only_the_command(self, env: Environment) -> None:
+        """The trace shows the user's commands and none of the session's own (which would
+        also show the call's marker seed), also across an ``exit`` (options persist)."""
+        trace = re.compile(r"\++ ")
         with self._session_home(env):
-            env.exec("set -x").check()
-            for _ in range(2):
-                traced = env.exec("echo hi")
-                assert (traced.exit_code, traced.stdout_text) == (0, "hi\n") and "echo hi" in traced.stderr_text
-            env.exec("set +x").check()
+            assert env.exec("set -x").stderr == b""
+            for command, status in (("echo hi", 0), ("false", 1), ("echo hi", 0)):
+                traced = env.exec(command)
+                assert (traced.exit_code, traced.stdout_text) == (status, "hi\n" if status == 0 else "")
+                assert trace.sub("+ ", traced.stderr_text) == f"+ {command}\n"
+            gone = env.exec("exit 3")
+            assert gone.exit_code == 3 and trace.sub("+ ", gone.stderr_text) == "+ exit 3\n"
+            again = env.exec("echo hi")
+            assert (again.stdout_text, trace.sub("+ ", again.stderr_text)) == ("hi\n", "+ echo hi\n")
+            assert trace.sub("+ ", env.exec("set +x").stderr_text) == "+ set +x\n"
             assert env.exec("echo hi").stderr == b""
 
     def test_session_protocol_fds_are_out_of_reach(self, env: Environment) -> None:
