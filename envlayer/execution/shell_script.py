@@ -401,10 +401,16 @@ def call_script(
 def plain_call_script(command: str | Sequence[str], seed: int, exec_id: str, style: CallStyle) -> bytes:
     """:func:`call_script` of a call with nothing but its command (no ``cwd``, ``env``,
     ``unset``, stdin or prelude): the common call, made in one step."""
-    run = f"{style.run} {_isolated(style.stderr_marker)}"
-    return f"__el_pre {seed} {exec_id}\n__el_c={quote(command_text(command))}; {run}\n{style.end()}\n".encode(
+    return f"__el_pre {seed} {exec_id}\n__el_c={quote(command_text(command))}; {_plain_tail(style)}".encode(
         "utf-8", "surrogateescape"
     )
+
+
+@functools.lru_cache(maxsize=8)
+def _plain_tail(style: CallStyle) -> str:
+    """What follows the command text in :func:`plain_call_script` (the same for every call
+    of a session)."""
+    return f"{style.run} {_isolated(style.stderr_marker)}\n{style.end()}\n"
 
 
 def _taking(count: int, script: str, then: str, failed: str, stderr_marker: bool) -> str:
@@ -494,11 +500,9 @@ class MarkerScanner:
         buf = self._pending + data if self._pending else data
         if self._in_trailer:
             return self._scan_trailer(buf)
-        idx = buf.find(self.marker)
-        if idx < 0:
+        out, found, rest = buf.partition(self.marker)
+        if not found:
             return self._hold_back_marker_start(buf)
-        out = buf[:idx]
-        rest = buf[idx + len(self.marker) :]
         self._pending = b""
         if self._want_trailer:
             self._in_trailer = True
@@ -527,14 +531,11 @@ class MarkerScanner:
         return buf[:cut]
 
     def _scan_trailer(self, buf: bytes) -> bytes:
-        idx = buf.find(self.marker)
-        if idx < 0:
+        trailer, found, after = buf.partition(self.marker)
+        if not found:
             self._pending = buf
             return b""
-        self.trailer = buf[:idx]
-        self.after = buf[idx + len(self.marker) :]
-        self.done = True
-        self._pending = b""
+        self.trailer, self.after, self.done, self._pending = trailer, after, True, b""
         return b""
 
     def flush(self) -> bytes:
