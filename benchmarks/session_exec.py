@@ -2,7 +2,7 @@
 per backend, through an older envlayer ("before") and this checkout ("after"), and on the
 local backend the bench's same-job floor (:func:`envlayer.bench.baselines.same_job_call`)
 beside them, and this checkout's session protocol driven by a client as minimal as the
-floor's ("protocol, bare": :func:`protocol_call`), which splits the gap to the floor into
+floor's ("protocol, bare": :func:`envlayer.bench.baselines.protocol_call`), which splits the gap to the floor into
 the shell's share and the Python client's.
 
 Each version runs in a child interpreter of its own holding one environment per backend
@@ -29,20 +29,9 @@ from pathlib import Path
 
 from file_calls import CHILD_ENV, ROOT, Child, backend_options, before_after_parser, clone, start_services
 
-from envlayer.bench.baselines import PipedShell, same_job_call
+from envlayer.bench.baselines import PipedShell, protocol_call, same_job_call
 from envlayer.bench.interrupts import run_script
 from envlayer.bench.machine import pinnable_cpu
-from envlayer.execution.shell_script import (
-    ANY_SHELL,
-    OWNER_BOUND,
-    CallStyle,
-    handshake_command,
-    init_script,
-    marker_of,
-    new_seed,
-    plain_call_script,
-)
-from envlayer.request import new_exec_id
 
 CHILD = (
     CHILD_ENV
@@ -77,30 +66,6 @@ def timed(call: Callable[[], object], calls: int) -> list[float]:
         call()
         times.append(time.perf_counter() - start)
     return times
-
-
-def protocol_call(shell: PipedShell, cwd: str) -> Callable[[], bytes]:
-    """A call of ``true`` in ``shell`` through envlayer's own session protocol (this
-    checkout's init script, handshake and call text, as a local session sends them, and the
-    shell removing its private directory when its input ends) by a client as minimal as the
-    floor's: it sends the call and reads stdout until the trailer's two markers, nothing
-    else (no caps, no cwd check, no result object)."""
-    shell.send(OWNER_BOUND.encode() + init_script(session_id=uuid.uuid4().hex, start_dir=cwd, stderr_marker=False))
-    hello = _protocol_round(shell, handshake_command(), ANY_SHELL).split()
-    style = CallStyle(stderr_marker=False, function_eval=hello[2] == b"1", shaken=True)
-    return lambda: _protocol_round(shell, "true", style)
-
-
-def _protocol_round(shell: PipedShell, command: str, style: CallStyle) -> bytes:
-    """Send ``command`` as a session call; return its stdout up to the trailer."""
-    marker = marker_of(seed := new_seed())
-    shell.send(plain_call_script(command, seed, new_exec_id(), style))
-    out = b""
-    while out.count(marker) < 2:
-        for name, data in shell.recv_tagged():
-            if name == "stdout":
-                out += data
-    return out.split(marker, 1)[0]
 
 
 def main() -> int:
@@ -138,7 +103,7 @@ def main() -> int:
                     variants["same job, bare"] = lambda floor=floor: timed(floor, per_block)
                     own = PipedShell(stderr=True)
                     stack.callback(own.close)
-                    protocol = protocol_call(own, os.path.join(tmp, "local-after"))
+                    protocol = protocol_call(own.send, own.recv_tagged, os.path.join(tmp, "local-after"))
                     variants["protocol, bare"] = lambda protocol=protocol: timed(protocol, per_block)
                 samples: dict[str, list[float]] = {label: [] for label in variants}
                 for _ in range(args.blocks):

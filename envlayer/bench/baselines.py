@@ -13,7 +13,9 @@ core imports no backend SDK at module level).
   directory and a variable of its own, as a session call does;
 * local and Docker, extra information (no ratio is taken to them): the bare shell that
   only echoes a marker (:data:`BARE_FLOOR`) and the one that keeps stderr apart
-  (:data:`SPLIT_FLOOR`), so a run shows what each part of the job costs;
+  (:data:`SPLIT_FLOOR`), so a run shows what each part of the job costs; on local also
+  envlayer's own session protocol under a minimal client (:data:`PROTOCOL_FLOOR`), which
+  splits a session call's cost into the shell's share and envlayer's Python client's;
 * SSH: ``ssh`` with a ControlMaster and paramiko ``exec_command`` with its defaults
   (one-shot), the same job done bare over one paramiko channel (the session floor) and a
   bare shell over another (extra), one channel's raw stream (the flood's floor).
@@ -33,6 +35,17 @@ from typing import Any
 
 from envlayer.dispatch import run
 from envlayer.environment import Environment
+from envlayer.execution.shell_script import (
+    ANY_SHELL,
+    OWNER_BOUND,
+    CallStyle,
+    handshake_command,
+    init_script,
+    marker_of,
+    new_seed,
+    plain_call_script,
+)
+from envlayer.request import new_exec_id
 
 SESSION_FLOOR = "same job, bare"
 """The method name of the floor a session call is compared to: :func:`same_job_call`."""
@@ -45,6 +58,10 @@ SPLIT_FLOOR = "bare shell, stderr apart (extra)"
 """The method name of the bare shell that writes a marker on stderr and one on stdout per
 call and reads until both came (see :func:`split_shell_call`). Extra information only: the
 session's ratio is to :data:`SESSION_FLOOR`."""
+
+PROTOCOL_FLOOR = "envlayer's protocol, bare client (extra)"
+"""The method name of envlayer's own session protocol driven by a client as minimal as the
+floor's (see :func:`protocol_call`). Extra information only."""
 
 CHUNK = 1 << 20
 
@@ -157,6 +174,33 @@ def same_job_call(
     return call
 
 
+def protocol_call(send: Callable[[bytes], object], recv: Callable[[], Tagged], cwd: str) -> Callable[[], bytes]:
+    """A call of ``true`` through envlayer's own session protocol (its init script, handshake
+    and call text, as a local session sends them; the shell removes its private directory
+    when its input ends), by a client as minimal as :func:`same_job_call`'s: it sends the
+    call and reads stdout until the trailer's two markers, nothing more (no caps, no
+    deleted-directory check, no result). The shell must keep the order of its writes
+    (local pipes: no stderr marker)."""
+    send(OWNER_BOUND.encode() + init_script(session_id=uuid.uuid4().hex, start_dir=cwd, stderr_marker=False))
+    hello = _protocol_round(send, recv, handshake_command(), ANY_SHELL).split()
+    style = CallStyle(stderr_marker=False, function_eval=hello[2] == b"1", shaken=True)
+    return lambda: _protocol_round(send, recv, "true", style)
+
+
+def _protocol_round(
+    send: Callable[[bytes], object], recv: Callable[[], Tagged], command: str, style: CallStyle
+) -> bytes:
+    """Send ``command`` as a session call; return its stdout up to the trailer."""
+    marker = marker_of(seed := new_seed())
+    send(plain_call_script(command, seed, new_exec_id(), style))
+    out = b""
+    while out.count(marker) < 2:
+        for stream, data in recv():
+            if stream == "stdout":
+                out += data
+    return out.split(marker, 1)[0]
+
+
 class PipedShell:
     """A local ``/bin/sh`` over pipes (``stderr``: on a pipe of its own, else inherited).
     ``send`` writes straight to its input pipe; ``recv`` is a blocking read of what the
@@ -205,6 +249,7 @@ def local_baselines(env: Environment) -> ExecBaselines:
     """``subprocess.run`` of ``sh -c true``; over pipes, the same job done bare (in the
     environment's working directory), a bare shell, and one with stderr apart."""
     bare, split, job = PipedShell(stderr=False), PipedShell(stderr=True), PipedShell(stderr=True)
+    own = PipedShell(stderr=True)
     cwd = run(env, "pwd").stdout_text.strip()
     spawn = "subprocess.run"
     return ExecBaselines(
@@ -212,10 +257,11 @@ def local_baselines(env: Environment) -> ExecBaselines:
             SESSION_FLOOR: same_job_call(job.send, job.recv_tagged, cwd),
             BARE_FLOOR: shell_call(bare.send, bare.recv),
             SPLIT_FLOOR: split_shell_call(split.send, split.recv),
+            PROTOCOL_FLOOR: protocol_call(own.send, own.recv_tagged, cwd),
         },
         spawning={spawn: lambda: subprocess.run(["/bin/sh", "-c", "true"], check=True)},
         oneshot_baseline=spawn,
-        closers=[bare.close, split.close, job.close],
+        closers=[bare.close, split.close, job.close, own.close],
     )
 
 

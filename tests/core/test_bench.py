@@ -46,6 +46,7 @@ LOCAL_MEASURES = {
     ("session exec", "same job, bare"),
     ("session exec", "bare shell (extra)"),
     ("session exec", "bare shell, stderr apart (extra)"),
+    ("session exec", "envlayer's protocol, bare client (extra)"),
     ("one-shot exec", "envlayer"),
     ("one-shot exec", "subprocess.run"),
     ("upload 1 MB", "envlayer"),
