@@ -154,14 +154,14 @@ def write_script(fill: str, *, in_shell: bool = False) -> str:
 def in_shell_write(fill: str, args: list[str]) -> str:
     """Shell for a :class:`ScriptRequest` with ``in_shell``: :func:`write_script`'s
     ``in_shell`` body as a function (``local`` variables; :data:`USE_SUBSHELL` where a
-    shell has no ``local``) called with ``args`` under ``set +eux``, then removed, the
-    options ``e``, ``u``, ``x`` restored, and its status returned (``__el_took``). The
+    shell has no ``local``) called with ``args`` under ``set +eu``, then removed, the
+    options ``e`` and ``u`` restored (``set -x`` is off between calls), and its status returned (``__el_took``). The
     function's name and two ``__el_w*`` variables are the session's own."""
     return (
         f"__el_w() {{ local t d u f e 2>/dev/null || return {USE_SUBSHELL}; {write_script(fill, in_shell=True)}\n}}; "
-        f"__el_wo=$-; set +eux; __el_w {' '.join(quote(a) for a in args)}; __el_wr=$?; unset -f __el_w; "
+        f"__el_wo=$-; set +eu; __el_w {' '.join(quote(a) for a in args)}; __el_wr=$?; unset -f __el_w; "
         "case $__el_wo in *e*) set -e;; esac; case $__el_wo in *u*) set -u;; esac; "
-        'case $__el_wo in *x*) set -x;; esac; __el_took "$__el_wr"'
+        '__el_took "$__el_wr"'
     )
 
 
@@ -196,9 +196,10 @@ def write_from_staged(helper: Helper, full: str, staged: str) -> None:
 
 
 def _script(body: str, args: list[str]) -> str:
-    """``body`` with ``args`` as ``$1``..., and ``set -e``/``-u``/``-x`` of the session off
-    (it runs in a subshell of the session: see :class:`ScriptRequest`)."""
-    return f"set +eux -- {' '.join(quote(a) for a in args)}; {body}"
+    """``body`` with ``args`` as ``$1``..., and ``set -e``/``-u`` of the session off (it runs
+    in a subshell of the session: see :class:`ScriptRequest`; ``set -x`` is off between a
+    session's calls)."""
+    return f"set +eu -- {' '.join(quote(a) for a in args)}; {body}"
 
 
 def read_by_helper(helper: Helper, full: str, limit: int) -> bytes:
