@@ -76,10 +76,15 @@ SESSION_FILE_TIMEOUT = 300.0
 NOT_FOUND, IS_DIR, FAILED, TOO_LARGE, DENIED, USE_TRANSPORT, USE_SUBSHELL = 20, 21, 22, 23, 24, 26, 27
 """Exit codes of the session scripts (and :data:`~envlayer.sandbox.paths.OUTSIDE`)."""
 
-_UNSEARCHABLE_PARENT = f'p=${{1%/*}}; [ -n "$p" ] && [ -d "$p" ] && [ ! -x "$p" ] && exit {DENIED};'
+
+def _unsearchable_parent(leave: str) -> str:
+    """Shell: ``leave`` (``exit`` or ``return``) :data:`DENIED` when the directory of ``$1``
+    exists but cannot be searched (so ``$1`` only looks missing)."""
+    return f'p=${{1%/*}}; [ -n "$p" ] && [ -d "$p" ] && [ ! -x "$p" ] && {leave} {DENIED};'
+
 
 READ_SCRIPT = (
-    _CONFINE + f'[ -d "$1" ] && exit {IS_DIR}; [ -e "$1" ] || {{ {_UNSEARCHABLE_PARENT} exit {NOT_FOUND}; }}; '
+    _CONFINE + f'[ -d "$1" ] && exit {IS_DIR}; [ -e "$1" ] || {{ {_unsearchable_parent("exit")} exit {NOT_FOUND}; }}; '
     f'[ -r "$1" ] || exit {DENIED}; exec 3< "$1" || exit {DENIED}; f=/dev/fd/3; [ -r "$f" ] || f=$1; '
     f's=$(command wc -c < "$f") || exit {FAILED}; s=$((s)); '
     f'[ "$s" -le "$3" ] || {{ echo "$s" >&2; exit {TOO_LARGE}; }}; [ "$s" -le "$4" ] || exit {USE_TRANSPORT}; '
@@ -94,18 +99,29 @@ output cap exactly).
 Every outside program is named through ``command`` (a function or alias of the session
 never stands in for it)."""
 
-SESSION_READ_SCRIPT = (
-    _CONFINE + f'[ -d "$1" ] && exit {IS_DIR}; [ -e "$1" ] || {{ {_UNSEARCHABLE_PARENT} exit {NOT_FOUND}; }}; '
-    f'[ -r "$1" ] || exit {DENIED}; exec 3< "$1" || exit {DENIED}; command head -c "$3" <&3 || exit {FAILED}; '
-    's=; { while read -r k v; do [ "$k" = pos: ] && s=$v && break; done; } 2>/dev/null </proc/self/fdinfo/3; '
-    f'[ -n "$s" ] || s=$(command wc -c < "$1") || exit {FAILED}; printf "%s %s\\n" "$4" "$s" >&2'
-)
-"""Shell: ``$1`` path, ``$2`` file root ('' for none), ``$3`` the most bytes to send (one
-more than may come this way), ``$4`` the call's random mark. One program runs (``head``,
-on the file opened once as fd 3): the bytes it read are the offset fd 3 has after it
-(``/proc/self/fdinfo/3``, read by the shell itself; without ``/proc``, ``wc -c``), which
-is the file's size when the file fit. Prints the bytes on stdout, then ``mark count`` on
-stderr."""
+
+def session_read_script(*, in_shell: bool = False) -> str:
+    """Shell that reads a file through the session: ``$1`` path, ``$2`` file root ('' for
+    none), ``$3`` the most bytes to send (one more than may come this way), ``$4`` the
+    call's random mark. One program runs (``head``, on the file opened once as fd 3 of a
+    group, which the shell restores after it): the bytes it read are the offset fd 3 has
+    after it (``/proc/self/fdinfo/3``, read by the shell itself; without ``/proc``,
+    ``wc -c``), which is the file's size when the file fit. Prints the bytes on stdout,
+    then ``mark count`` on stderr.
+
+    ``in_shell``: the body of a function run in the session shell itself
+    (:func:`in_shell_call`, with ``local s k v p``): it returns instead of exiting and has
+    no file root."""
+    leave = "return" if in_shell else "exit"
+    return (
+        ("" if in_shell else _CONFINE)
+        + f'[ -d "$1" ] && {leave} {IS_DIR}; [ -e "$1" ] || {{ {_unsearchable_parent(leave)} {leave} {NOT_FOUND}; }}; '
+        f'[ -r "$1" ] || {leave} {DENIED}; {{ command head -c "$3" <&3 || {leave} {FAILED}; '
+        's=; { while read -r k v; do [ "$k" = pos: ] && s=$v && break; done; } 2>/dev/null </proc/self/fdinfo/3; '
+        f':; }} 3< "$1" || {leave} {DENIED}; '
+        f'[ -n "$s" ] || s=$(command wc -c < "$1") || {leave} {FAILED}; printf "%s %s\\n" "$4" "$s" >&2'
+    )
+
 
 _LOST = f"[ $e -ne {INPUT_LOST} ] || exit {INPUT_LOST}; "
 """Shell, after ``e=$?`` of a fill: pass on that the session's raw input was not taken."""
@@ -126,7 +142,7 @@ def write_script(fill: str, *, in_shell: bool = False) -> str:
     machine 0.6 ms for one that loads only the C library, 1 ms for GNU ``cp`` or ``mv``).
 
     ``in_shell``: the body of a function run in the session shell itself
-    (:func:`in_shell_write`): it returns instead of exiting, has no file root, sets no
+    (:func:`in_shell_call`, with ``local t d u f e``): it returns instead of exiting, has no file root, sets no
     trap (the client removes the temp file after an interruption) and returns
     :data:`USE_SUBSHELL` for a symlink (whose temp file the client could not name)."""
     leave = "return" if in_shell else "exit"
@@ -151,17 +167,19 @@ def write_script(fill: str, *, in_shell: bool = False) -> str:
     )
 
 
-def in_shell_write(fill: str, args: list[str]) -> str:
-    """Shell for a :class:`ScriptRequest` with ``in_shell``: :func:`write_script`'s
-    ``in_shell`` body as a function (``local`` variables; :data:`USE_SUBSHELL` where a
-    shell has no ``local``) called with ``args`` under ``set +eu``, then removed, the
-    options ``e`` and ``u`` restored (``set -x`` is off between calls), and its status returned (``__el_took``). The
-    function's name and two ``__el_w*`` variables are the session's own."""
+def in_shell_call(local: str, body: str, args: list[str]) -> str:
+    """Shell for a :class:`ScriptRequest` with ``in_shell``: ``body`` (the ``in_shell``
+    form of :func:`write_script` or :func:`session_read_script`) as a function whose
+    variables ``local`` names are local (:data:`USE_SUBSHELL` where a shell has no
+    ``local``), called with ``args`` under ``set +eu``, then removed, the options ``e`` and
+    ``u`` restored (``set -x`` is off between calls), and its status returned
+    (``__el_took``, which passes on :data:`INPUT_LOST`). The function's name and two
+    ``__el_fc*`` variables are the session's own."""
     return (
-        f"__el_w() {{ local t d u f e 2>/dev/null || return {USE_SUBSHELL}; {write_script(fill, in_shell=True)}\n}}; "
-        f"__el_wo=$-; set +eu; __el_w {' '.join(quote(a) for a in args)}; __el_wr=$?; unset -f __el_w; "
-        "case $__el_wo in *e*) set -e;; esac; case $__el_wo in *u*) set -u;; esac; "
-        '__el_took "$__el_wr"'
+        f"__el_fc() {{ local {local} 2>/dev/null || return {USE_SUBSHELL}; {body}\n}}; "
+        f"__el_fco=$-; set +eu; __el_fc {' '.join(quote(a) for a in args)}; __el_fcr=$?; unset -f __el_fc; "
+        "case $__el_fco in *e*) set -e;; esac; case $__el_fco in *u*) set -u;; esac; "
+        '__el_took "$__el_fcr"'
     )
 
 
@@ -298,7 +316,17 @@ def _read_in_session(env: SandboxEnvironment, path: str, full: str, root: str | 
         return None
     mark = f"ENVLAYER-FILE-{uuid.uuid4().hex}"
     what = f"read_file {full}"
-    result = _in_session(env, _request(_script(SESSION_READ_SCRIPT, [full, root or "", str(most + 1), mark])), what)
+    args = [full, root or "", str(most + 1), mark]
+    result = None
+    if root is None:  # in the session shell itself: one fork less
+        body = session_read_script(in_shell=True)
+        result = _in_session(
+            env, dataclasses.replace(_request(in_shell_call("s k v p", body, args)), in_shell=True), what
+        )
+        if result is None:
+            return None
+    if result is None or result.exit_code == USE_SUBSHELL:
+        result = _in_session(env, _request(_script(session_read_script(), args)), what)
     if result is None:
         return None
     _raise_for(result.exit_code, result.stderr, path, full, root, limit, "read")
@@ -327,7 +355,7 @@ def _unframe(out: bytes, err: bytes, mark: bytes) -> bytes | None:
 def _write_in_session(env: SandboxEnvironment, path: str, full: str, root: str | None, payload: bytes) -> bool:
     """True when ``payload`` was written through the session; False to use the transport.
     A small file without a file root is written by the session shell itself
-    (:func:`in_shell_write`: one fork less), anything else by a subshell."""
+    (:func:`in_shell_call`: one fork less), anything else by a subshell."""
     what = f"write_file {full}"
     if root is None and len(payload) <= PRINTF_SMALL and env.session_file_max > 0:
         result = _write_in_shell(env, what, full, payload)
@@ -344,11 +372,12 @@ def _write_in_session(env: SandboxEnvironment, path: str, full: str, root: str |
 
 
 def _write_in_shell(env: SandboxEnvironment, what: str, full: str, payload: bytes) -> ExecResult | None:
-    """The result of :func:`in_shell_write` of ``payload`` to ``full``, or None when the
+    """The result of :func:`in_shell_call` writing ``payload`` to ``full``, or None when the
     session is not free. Whatever interrupts the call (Ctrl-C: the session then kills
     the shell), the temp file it may have made is removed through the transport first."""
     word = uuid.uuid4().hex
-    script = in_shell_write(f"printf {printf_format(payload)} >|", [full, "", word])
+    body = write_script(f"printf {printf_format(payload)} >|", in_shell=True)
+    script = in_shell_call("t d u f e", body, [full, "", word])
     request = dataclasses.replace(_request(script), in_shell=True)
     try:
         return _in_session(env, request, what)

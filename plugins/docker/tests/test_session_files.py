@@ -16,7 +16,13 @@ from typing import Any
 
 import pytest
 
-from envlayer.errors import SandboxFileError, SandboxFileNotFound, SandboxPathError, SandboxPermissionDenied
+from envlayer.errors import (
+    SandboxFileError,
+    SandboxFileNotFound,
+    SandboxIsADirectory,
+    SandboxPathError,
+    SandboxPermissionDenied,
+)
 from envlayer.execution.shell_session import RESTARTED_AFTER_KILL
 from envlayer.sandbox.archive import pack_dir
 from envlayer.sandbox.paths import check_real_path
@@ -304,20 +310,36 @@ def test_a_directory_download_with_other_output_mixed_in_takes_the_transport(
     ("image", "shell"),
     [("envlayer-test:busybox", "/bin/sh"), ("envlayer-test:debian", "/bin/sh"), ("envlayer-test:debian", "/bin/bash")],
 )
-def test_a_small_write_by_the_session_shell_itself_leaves_the_shell_as_it_found_it(
-    make_env: Callable[..., Any], image: str, shell: str
+def test_small_file_calls_by_the_session_shell_itself_leave_the_shell_as_they_found_it(
+    make_env: Callable[..., Any], monkeypatch: pytest.MonkeyPatch, image: str, shell: str
 ) -> None:
-    require_docker(image, "a small write in the session shell")
+    """Small writes and reads without a file root run as a function of the session shell
+    (no subshell): the user's variables named like the function's, a trap, the directory,
+    ``set -u`` and the user's own fd 3 are as before, and no function is left."""
+    from envlayer.sandbox import files
+
+    require_docker(image, "small file calls in the session shell")
     env = make_env(image=image, shell=shell, persist_across_processes=False)
-    env.exec("t=T; d=D; u=U; f=F; e=E; trap 'echo caught' INT; cd /tmp; set -u").check()
-    before = env.exec('printf "%s|" "$t" "$d" "$u" "$f" "$e" "$PWD" "$-"; trap').check().stdout
+    in_shell: list[bool] = []
+    through = files._in_session
+    monkeypatch.setattr(files, "_in_session", lambda e, r, w: in_shell.append(r.in_shell) or through(e, r, w))
+    env.exec("t=T; d=D; u=U; f=F; e=E; s=S; k=K; v=V; p=P; trap 'echo caught' INT; cd /tmp; set -u").check()
+    env.exec("exec 3</etc/hostname").check()
+    probe = 'printf "%s|" "$t" "$d" "$u" "$f" "$e" "$s" "$k" "$v" "$p" "$PWD" "$-"; trap; head -c 3 <&3'
+    before = env.exec(probe).check().stdout
+    env.exec("exec 3</etc/hostname").check()
     env.write_file("/tmp/a.txt", b"first")
     env.write_file("/tmp/a.txt", b"second")  # a replace
-    with pytest.raises(SandboxFileError):
-        env.write_file("/etc/passwd/x", b"x")  # an error on the way
-    after = env.exec('printf "%s|" "$t" "$d" "$u" "$f" "$e" "$PWD" "$-"; trap; command -v __el_w || echo gone')
-    assert after.stdout == before + b"gone\n", (before, after)
     assert env.read_file("/tmp/a.txt") == b"second"
+    with pytest.raises(SandboxFileError):  # errors on the way
+        env.write_file("/etc/passwd/x", b"x")
+    with pytest.raises(SandboxFileNotFound):
+        env.read_file("/tmp/none")
+    with pytest.raises(SandboxIsADirectory):
+        env.read_file("/tmp")
+    assert in_shell == [True] * 6, "each call ran in the session shell itself"
+    after = env.exec(f"{probe}; command -v __el_fc || echo gone")
+    assert after.stdout == before + b"gone\n", (before, after)
 
 
 def test_ctrl_c_during_a_small_write_by_the_session_shell_leaves_no_temp_file(
