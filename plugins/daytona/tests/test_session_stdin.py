@@ -26,7 +26,7 @@ WRITERS = "pgrep -f 'cat /tmp/[.]envlayer-daytona/'"
 """Lists the stream writes' ``cat`` processes in the sandbox (the brackets keep the pattern
 from matching the command that carries it)."""
 
-WRITERS_GONE = f"for i in $(seq 300); do {WRITERS} >/dev/null || {{ echo no writer; exit; }}; sleep 0.1; done"
+WRITERS_GONE = f"for i in $(seq 300); do {WRITERS} >/dev/null || {{ echo no writer; break; }}; sleep 0.1; done"
 """Prints ``no writer`` once no stream write is left, waiting up to 30 s (a hang bound: the
 daemon ends it a second or two after the call's deadline; the environment's
 ``request_timeout`` of 600 s is what a write not bounded by the deadline would wait)."""
