@@ -23,6 +23,7 @@ output caps (:class:`~envlayer.execution.collector.OutputCollector`) do the rest
 
 from __future__ import annotations
 
+import math
 import shlex
 import time
 import uuid
@@ -161,8 +162,17 @@ class DaytonaStream:
         self._closed = False
         self._first_write_held = False
 
-    def _exec(self, command: str, timeout: float) -> Any:
-        return self.sandbox.process.exec(command, timeout=int(timeout + self.request_timeout))
+    def _exec(self, command: str, wait: float, deadline: float | None = None) -> Any:
+        """One ``process/execute`` of ``command``, which waits up to ``wait`` seconds in the
+        sandbox. The daemon kills it (its process group) ``request_timeout`` seconds after
+        that, or with ``deadline`` once ``wait`` seconds past the deadline have passed, in
+        whole seconds: a write blocked on the FIFO of a shell that stopped reading then
+        ends in the sandbox (and its request on the client's thread) soon after the
+        session gave up on it, not ``request_timeout`` later."""
+        timeout = int(wait + self.request_timeout)
+        if deadline is not None:
+            timeout = min(timeout, math.ceil(max(deadline - time.monotonic(), 0.0) + wait))
+        return self.sandbox.process.exec(command, timeout=max(1, timeout))
 
     def write(self, data: bytes, deadline: float | None = None) -> None:
         """Send ``data`` to the shell's stdin, and in the same API call poll once (up to
@@ -173,8 +183,8 @@ class DaytonaStream:
         API refused (the caller treats both as the shell being gone). With ``deadline``,
         the API call is waited for only until then
         (:func:`~envlayer.execution.streams.call_within`:
-        :class:`~envlayer.execution.streams.WriteTimedOut`; in the sandbox the write
-        blocked on a full FIFO ends with its own timeout)."""
+        :class:`~envlayer.execution.streams.WriteTimedOut`), and in the sandbox the write
+        blocked on a full FIFO ends soon after (:meth:`_exec`)."""
         if self._closed or self._ended:
             raise BrokenPipeError("the session shell has ended")
         if not self._first_write_held:
@@ -184,23 +194,23 @@ class DaytonaStream:
         if deadline is None:
             self._send(data)
         else:
-            call_within(lambda: self._send(data), deadline)
+            call_within(lambda: self._send(data, deadline), deadline)
 
-    def _send(self, data: bytes) -> None:
+    def _send(self, data: bytes, deadline: float | None = None) -> None:
         """One ``process/execute``: the held bytes and ``data`` into the FIFO, then a poll
-        (see :meth:`write`)."""
+        (see :meth:`write`), ended by the daemon soon after ``deadline`` (:meth:`_exec`)."""
         data, self._prefix = self._prefix + data, b""
         fifo = f"{self.directory}/in"
         poll = [*self._poll_args(WRITE_POLL_WAIT)]
         try:
             if len(data) <= INLINE_WRITE_MAX:
                 script = _WRITE + f'printf {printf_format(data)} 1<>"$1/in"\nshift\n' + _POLL
-                answer = self._exec(_sh(script, self.directory, *poll), WRITE_POLL_WAIT)
+                answer = self._exec(_sh(script, self.directory, *poll), WRITE_POLL_WAIT, deadline)
             else:
                 staged = f"{self.directory}/w-{uuid.uuid4().hex}"
                 self.sandbox.fs.upload_file(data, staged)
                 script = _WRITE + 'cat "$2" 1<>"$1/in"; rm -f "$2"\nshift 2\n' + _POLL
-                answer = self._exec(_sh(script, self.directory, staged, *poll), WRITE_POLL_WAIT)
+                answer = self._exec(_sh(script, self.directory, staged, *poll), WRITE_POLL_WAIT, deadline)
         except Exception as exc:
             self._failure, self._failed_writing = exc, True
             raise BrokenPipeError(f"could not write to {fifo}: {exc}") from exc

@@ -11,7 +11,7 @@ Protocol (the agent's script is :data:`AGENT`): the fake writes the call's scrip
 container) and sends ``run <call id>``; the agent runs it in the background with stdout and
 stderr in ``<call id>/out`` and answers ``<call id> <exit status>`` once it ended (lines
 under PIPE_BUF, so concurrent answers never interleave). ``kill <call id>`` SIGKILLs the
-call's top process and its direct children. The fake reads ``out`` from the host directory
+call's process group (see :data:`AGENT`). The fake reads ``out`` from the host directory
 and removes the call's directory.
 """
 
@@ -31,12 +31,14 @@ AGENT_DIR = "/.fake-daytona-agent"
 """Where the fake's host spool directory of a sandbox is mounted in its container."""
 
 AGENT = rf"""D={AGENT_DIR}
+S=$(command -v setsid)
 while read -r verb id; do
   case $verb in
     run) i=/dev/null; [ -e "$D/$id/in" ] && i="$D/$id/in"
-         ( (sh -c 'echo $$ >"$1/pid"; exec sh "$1/cmd"' run "$D/$id" >"$D/$id/out" 2>&1 <"$i"
+         ( ($S sh -c 'echo $$ >"$1/pid"; exec sh "$1/cmd"' run "$D/$id" >"$D/$id/out" 2>&1 <"$i"
             echo "$id $?") & ) ;;
     kill) p=$(cat "$D/$id/pid" 2>/dev/null) || continue
+          kill -9 -"$p" 2>/dev/null && continue
           for c in $(cat /proc/$p/task/$p/children 2>/dev/null); do kill -9 "$c" 2>/dev/null; done
           kill -9 "$p" 2>/dev/null ;;
   esac
@@ -44,7 +46,15 @@ done
 """
 """The agent. A call's runner is started as an orphan (double fork: the container's init
 reaps it), its ``pid`` file names the process that ``exec``s the call's script; its stdin
-is the call's ``in`` file when the fake wrote one (file uploads), else /dev/null."""
+is the call's ``in`` file when the fake wrote one (file uploads), else /dev/null.
+
+The script leads a process group of its own (``setsid``: it is not a group leader when it
+runs, so it does not fork), and a timeout's ``kill`` SIGKILLs that group, as the daemon's
+``ExecuteCommand`` does (daytonaio/daytona v0.190.0,
+``apps/daemon/pkg/toolbox/process/execute.go``: ``SysProcAttr{Setpgid: true}``, and at the
+timeout ``syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)``): a grandchild of the call,
+such as the ``cat`` of a stream write blocked on a full FIFO, dies with it. In an image
+without ``setsid`` it kills the top process and its direct children instead."""
 
 KILLED = 137
 """The exit status reported for a call whose agent ended first (the container stopped)."""

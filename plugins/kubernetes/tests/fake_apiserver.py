@@ -744,6 +744,15 @@ class FakeCluster:
                     continue
                 channel, payload = msg.data[0], msg.data[1:]
                 if channel == 0 and want_stdin and payload:
+                    # Backpressure, as the API server's: wsstream's Conn.handle reads one
+                    # message, then writes it to the channel's io.Pipe (DataFromSocket), which
+                    # returns only once the stream to the kubelet took it, and reads nothing
+                    # more meanwhile (k8s.io/apimachinery/pkg/util/httpstream/wsstream/conn.go;
+                    # the exec handler copies that pipe into the SPDY stdin stream,
+                    # k8s.io/apiserver/pkg/util/proxy/streamtranslator.go). Here the next
+                    # message waits for Docker to take this one, and aiohttp stops reading the
+                    # socket once 512 KiB of messages are queued: a process that stops reading
+                    # its stdin closes the client's TCP window (FAKE_APISERVER.md).
                     await loop.sock_sendall(sock, payload)
                 elif channel == RESIZE and ex.tty:
                     await self.resize(eid, payload)
