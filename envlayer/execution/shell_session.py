@@ -14,7 +14,9 @@ backend's (the conformance kit checks them):
 * optionally ``upload(path, data)``: write a private file in the sandbox, used for a
   command's stdin over :data:`~envlayer.execution.shell_script.PRINTF_SMALL` bytes, for a
   backend that writes one for less than a round trip on its stream costs (the local
-  backend writes the file itself; Daytona's stream writes are API calls too). Without
+  backend writes the file itself; Daytona's stream writes are API calls too); it takes
+  no deadline, so the session waits for it only until the call's (on a thread): one that
+  has not finished by then makes the call a timeout, and the command never runs. Without
   it such stdin goes raw behind the command's script, as a file call's bytes do: the
   shell acknowledges, then exactly those bytes follow, taken by ``head -c`` into the
   session's private file ``in-<exec id>`` (see :func:`~envlayer.execution.shell_script.call_script`);
@@ -87,7 +89,7 @@ from envlayer.execution.shell_script import (
     plain_call_script,
     script_call,
 )
-from envlayer.execution.streams import ByteStream, StreamEnded, WriteTimedOut, drain_while, write_by
+from envlayer.execution.streams import ByteStream, StreamEnded, WriteTimedOut, call_within, drain_while, write_by
 from envlayer.execution.tree_kill import kill_script_argv
 from envlayer.request import ExecRequest, ScriptRequest
 from envlayer.result import ExecResult
@@ -513,10 +515,10 @@ class PersistentShell:
             # where it has one (see the module docstring), else raw behind the text
             stdin_path = f"{self.state_dir}/in-{request.exec_id}"
             if len(stdin) > PRINTF_SMALL:
-                if self.upload is not None:
-                    self.upload(stdin_path, stdin)
-                else:
+                if self.upload is None:
                     raw_stdin = stdin
+                elif not self._uploaded(stdin_path, stdin, request.deadline):
+                    return ShellOutcome(124, timed_out=True, recovered=recovered)
         try:
             outcome = self._run_on(
                 stream,
@@ -535,6 +537,23 @@ class PersistentShell:
         return (
             ShellOutcome(outcome.exit_code, outcome.timed_out, outcome.shell_ended, recovered) if recovered else outcome
         )
+
+    def _uploaded(self, path: str, data: bytes, deadline: float | None) -> bool:
+        """Whether the backend's ``upload`` of a call's stdin to ``path`` finished by
+        ``deadline`` (waited for on a thread, :func:`~envlayer.execution.streams.call_within`:
+        an upload hook takes no deadline). When it did not, nothing was sent to the shell:
+        the call is a timeout and the shell goes on (a late upload's file stays in the
+        session's private directory, removed with it)."""
+        assert self.upload is not None
+        if deadline is None:
+            self.upload(path, data)
+            return True
+        try:
+            call_within(lambda: self.upload(path, data), deadline)  # type: ignore[misc]
+        except WriteTimedOut:
+            log.warning("session: the upload of a call's stdin did not finish before its timeout; it did not run")
+            return False
+        return True
 
     def _run_on(
         self,

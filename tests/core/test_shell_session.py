@@ -189,6 +189,24 @@ def test_a_stream_whose_write_takes_no_deadline_still_takes_raw_input(
         env.cleanup()
 
 
+def test_an_upload_of_stdin_that_outlasts_the_timeout_is_a_timeout_and_nothing_runs(tmp_path: Path) -> None:
+    """A backend's ``upload`` hook takes no deadline: the session waits for it until the
+    call's, then the call is a timeout; nothing was sent, so the command never ran and the
+    shell goes on."""
+    env = SessionOverPipes(LocalOptions(cwd=str(tmp_path), timeout=60))
+    release = threading.Event()
+    env.session.upload = lambda path, data: release.wait(60)
+    try:
+        stdin = b"x" * (PRINTF_SMALL + 1)
+        result = returned_within(30, lambda: env.exec("touch ran; cat >/dev/null", stdin=stdin, timeout=1), release.set)
+        assert (result.exit_code, result.timed_out, result.stdout) == (124, True, b"")
+        after = env.exec("ls; echo back")
+        assert (after.stdout, after.recovered) == (b"back\n", ""), "nothing ran, and the shell was not restarted"
+    finally:
+        release.set()
+        env.cleanup()
+
+
 def test_writing_to_a_gone_process_says_none_of_it_went_out() -> None:
     stream = ProcessStream.spawn(["true"])
     try:
