@@ -147,11 +147,11 @@ _STDERR_MARK = f"  printf '%s' {_MARK} >&8\n"
 _XTRACE_TAKEN = (
     "case $- in *x*) { __el_rc=$?; set +x; } 2>/dev/null; __el_xp=$__el_xv ;; *) __el_rc=$? __el_xp= ;; esac"
 )
-"""Shell run right after a user's command in the session shell: its status into
-``$__el_rc``, and ``set -x`` switched off (untraced: a compound command is not traced,
-and the trace of what runs inside the group goes nowhere) and recorded in ``$__el_xp``
-for the next command. dash and BusyBox trace no ``case``; bash does, so its sessions use
-:data:`_USER_END` instead."""
+"""Shell run right after a user's command in ``__el_ev``: its status into ``$__el_rc``,
+and ``set -x`` switched off (untraced: a compound command is not traced, and the trace
+of what runs inside the group goes nowhere) and recorded in ``$__el_xp`` for the next
+command. dash and BusyBox trace no ``case``; bash does, so after bash's evaluation
+``__el_uend`` does this with its whole trace sent nowhere (:meth:`CallStyle.end`)."""
 
 
 def _call_functions(stderr_marker: bool) -> str:
