@@ -240,14 +240,21 @@ def handles_requests(backend: Any) -> bool:
     along its class's MRO) is a ``handle_request``. False for a plugin written to the
     older keyword contract, whose own ``exec`` is what :func:`envlayer.run` calls."""
     if not isinstance(backend, type):
-        own = getattr(backend, "__dict__", {})
+        own = getattr(backend, "__dict__", _NOTHING)
         if "exec" in own or "handle_request" in own:
             return "handle_request" in own
         backend = type(backend)
-    return _class_handles_requests(backend)
+    known = _CLASSES_HANDLING_REQUESTS.get(backend)
+    if known is None:
+        known = _CLASSES_HANDLING_REQUESTS[backend] = _class_handles_requests(backend)
+    return known
 
 
-@functools.lru_cache(maxsize=1024)
+_NOTHING: dict[str, object] = {}
+_CLASSES_HANDLING_REQUESTS: dict[type, bool] = {}
+""":func:`handles_requests` of each class asked about (asked on every ``envlayer.run``)."""
+
+
 def _class_handles_requests(cls: type) -> bool:
     for klass in cls.__mro__:
         if "handle_request" in vars(klass):

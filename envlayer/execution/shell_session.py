@@ -152,6 +152,11 @@ class ShellOutcome(NamedTuple):
     recovered: str = ""
 
 
+_FINISHED = tuple(ShellOutcome(code) for code in range(256))
+"""The outcome of a command that ended with each exit status, the shell still there (made
+once: most calls end so)."""
+
+
 class Framed:
     """How reading one framed command ended: its ``trailer``; or ``timed_out`` (the
     deadline passed first); or neither (the stream ended before the trailer).
@@ -660,7 +665,8 @@ class PersistentShell:
             self._continues_exit = True  # the next shell restores what this one saved
             self._drop_stream()  # the shell saved its state and is exiting
             return ShellOutcome(trailer.exit_code, shell_ended=True)
-        return ShellOutcome(trailer.exit_code)
+        code = trailer.exit_code
+        return _FINISHED[code] if 0 <= code < len(_FINISHED) else ShellOutcome(code)
 
     def _ended(self, stream: ByteStream, user_command: bool = False) -> ShellOutcome:
         """The stream ended before the trailer: the shell is gone without its trap, or the
