@@ -162,17 +162,21 @@ class DaytonaStream:
         self._closed = False
         self._first_write_held = False
 
+    def _seconds(self, wait: float, deadline: float | None) -> int:
+        """Whole seconds (at least 1) a request that waits up to ``wait`` seconds may take:
+        ``request_timeout`` more, or with ``deadline`` no more than ``wait`` past it."""
+        seconds = int(wait + self.request_timeout)
+        if deadline is not None:
+            seconds = min(seconds, math.ceil(max(deadline - time.monotonic(), 0.0) + wait))
+        return max(1, seconds)
+
     def _exec(self, command: str, wait: float, deadline: float | None = None) -> Any:
         """One ``process/execute`` of ``command``, which waits up to ``wait`` seconds in the
-        sandbox. The daemon kills it (its process group) ``request_timeout`` seconds after
-        that, or with ``deadline`` once ``wait`` seconds past the deadline have passed, in
-        whole seconds: a write blocked on the FIFO of a shell that stopped reading then
-        ends in the sandbox (and its request on the client's thread) soon after the
-        session gave up on it, not ``request_timeout`` later."""
-        timeout = int(wait + self.request_timeout)
-        if deadline is not None:
-            timeout = min(timeout, math.ceil(max(deadline - time.monotonic(), 0.0) + wait))
-        return self.sandbox.process.exec(command, timeout=max(1, timeout))
+        sandbox. The daemon kills it (its process group) when :meth:`_seconds` have passed:
+        a write blocked on the FIFO of a shell that stopped reading then ends in the sandbox
+        (and its request on the client's thread) soon after the session gave up on it, not
+        ``request_timeout`` later."""
+        return self.sandbox.process.exec(command, timeout=self._seconds(wait, deadline))
 
     def write(self, data: bytes, deadline: float | None = None) -> None:
         """Send ``data`` to the shell's stdin, and in the same API call poll once (up to
@@ -198,7 +202,9 @@ class DaytonaStream:
 
     def _send(self, data: bytes, deadline: float | None = None) -> None:
         """One ``process/execute``: the held bytes and ``data`` into the FIFO, then a poll
-        (see :meth:`write`), ended by the daemon soon after ``deadline`` (:meth:`_exec`)."""
+        (see :meth:`write`), ended by the daemon soon after ``deadline`` (:meth:`_exec`);
+        over :data:`INLINE_WRITE_MAX` bytes they are uploaded to a file first, an upload
+        the SDK ends by ``deadline``."""
         data, self._prefix = self._prefix + data, b""
         fifo = f"{self.directory}/in"
         poll = [*self._poll_args(WRITE_POLL_WAIT)]
@@ -208,7 +214,10 @@ class DaytonaStream:
                 answer = self._exec(_sh(script, self.directory, *poll), WRITE_POLL_WAIT, deadline)
             else:
                 staged = f"{self.directory}/w-{uuid.uuid4().hex}"
-                self.sandbox.fs.upload_file(data, staged)
+                if deadline is None:
+                    self.sandbox.fs.upload_file(data, staged)
+                else:  # the SDK's own limit is 30 minutes: its thread would wait that long
+                    self.sandbox.fs.upload_file(data, staged, timeout=self._seconds(0.0, deadline))
                 script = _WRITE + 'cat "$2" 1<>"$1/in"; rm -f "$2"\nshift 2\n' + _POLL
                 answer = self._exec(_sh(script, self.directory, staged, *poll), WRITE_POLL_WAIT, deadline)
         except Exception as exc:

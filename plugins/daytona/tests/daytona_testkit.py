@@ -100,6 +100,11 @@ class FakeDaytona:
         ``Retry-After`` header when ``retry_after`` is given."""
         self._post("/fake/faults", {"route": route, "count": count, "status": status, "retryAfter": retry_after})
 
+    def delay_next(self, route: str, count: int, seconds: float) -> None:
+        """Serve the next ``count`` requests of ``route`` only after ``seconds`` (a stalled
+        network or proxy: the client's own timeout decides whether it waits)."""
+        self._post("/fake/faults", {"route": route, "count": count, "delay": seconds})
+
 
 def start_fake(tmp: Path, *, minute_seconds: float = 60.0, max_cpu: int = 0, manual_clock: bool = False) -> FakeDaytona:
     """Start a fake Daytona API process; the caller stops it with :func:`stop_fake`. With

@@ -97,11 +97,26 @@ TRANSIENT_MESSAGES = {
 class Faults:
     """Answers queued by a test for the next requests of a route (``POST /fake/faults``):
     throttling (429 with ``Retry-After``) and a gateway or service that is briefly down
-    (502/503/504), in the API's error envelope."""
+    (502/503/504), in the API's error envelope; or (``delay``) a request that is answered
+    only after that many seconds, as over a stalled network or an overloaded proxy (the
+    request is then served as usual; a client that gave up has closed the connection)."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.queued: dict[str, list[ApiError]] = {}
+        self.delays: dict[str, list[float]] = {}
+
+    def add_delay(self, route: str, count: int, seconds: float) -> None:
+        if count < 0 or not 0 <= seconds <= 600:
+            raise ApiError(400, "faults: count >= 0 and 0 <= delay <= 600 seconds")
+        with self.lock:
+            self.delays.setdefault(route, []).extend(float(seconds) for _ in range(count))
+
+    def delay(self, route: str) -> float:
+        """Seconds the next request of ``route`` waits before it is served (0: none)."""
+        with self.lock:
+            queue = self.delays.get(route)
+            return queue.pop(0) if queue else 0.0
 
     def add(self, route: str, count: int, status: int, retry_after: float | None) -> None:
         if status not in TRANSIENT_MESSAGES or count < 0:
@@ -667,6 +682,8 @@ class Handler(BaseHTTPRequestHandler):
                     fault = None if name.startswith("fake.") else self.faults.take(name)
                     if fault is not None:
                         raise fault
+                    if not name.startswith("fake."):
+                        time.sleep(self.faults.delay(name))
                     status, payload, headers = handler(self, body, query, *m.groups())
                     break
             else:
@@ -795,8 +812,11 @@ class Handler(BaseHTTPRequestHandler):
 
     def add_faults(self, body: bytes, q: dict[str, str]) -> tuple[int, Any, dict[str, str]]:
         spec = json.loads(body or b"{}")
-        retry_after = spec.get("retryAfter")
-        self.faults.add(str(spec.get("route")), int(spec.get("count", 1)), int(spec.get("status", 429)), retry_after)
+        route, count = str(spec.get("route")), int(spec.get("count", 1))
+        if spec.get("delay") is not None:
+            self.faults.add_delay(route, count, float(spec["delay"]))
+        else:
+            self.faults.add(route, count, int(spec.get("status", 429)), spec.get("retryAfter"))
         return 200, {"queued": spec}, {}
 
     def add_builds(self, body: bytes, q: dict[str, str]) -> tuple[int, Any, dict[str, str]]:
