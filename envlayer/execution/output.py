@@ -55,6 +55,14 @@ def _caps(limit: int | None, policy: TruncationPolicy) -> tuple[int | None, int]
     return head, limit - head
 
 
+def _checked_caps(limit: int | None, policy: TruncationPolicy) -> tuple[int | None, int]:
+    """:func:`_caps`, with ``ValueError`` also for an unhashable ``limit`` or ``policy``."""
+    try:
+        return _caps(limit, policy)
+    except TypeError:  # unhashable: no policy or limit
+        raise ValueError(f"bad output cap {limit!r} / policy {policy!r}") from None
+
+
 class CappedBuffers(dict[str, "CappedBuffer"]):
     """One :class:`CappedBuffer` per stream name under the same ``limit`` and ``policy``,
     each made when first asked for (most commands write to one stream or none; use
@@ -64,10 +72,7 @@ class CappedBuffers(dict[str, "CappedBuffer"]):
     __slots__ = ("limit", "policy")
 
     def __init__(self, limit: int | None, policy: TruncationPolicy) -> None:
-        try:
-            _caps(limit, policy)
-        except TypeError:  # unhashable: no policy or limit
-            raise ValueError(f"bad output cap {limit!r} / policy {policy!r}") from None
+        _checked_caps(limit, policy)
         self.limit, self.policy = limit, policy
 
     def __missing__(self, stream: str) -> CappedBuffer:
@@ -89,10 +94,7 @@ class CappedBuffer:
     __slots__ = ("_head", "_head_cap", "_tail", "_tail_cap", "_tail_len", "limit", "policy", "total")
 
     def __init__(self, limit: int | None, policy: TruncationPolicy = "head_tail") -> None:
-        try:
-            self._head_cap, self._tail_cap = _caps(limit, policy)
-        except TypeError:  # unhashable: no policy or limit
-            raise ValueError(f"bad output cap {limit!r} / policy {policy!r}") from None
+        self._head_cap, self._tail_cap = _checked_caps(limit, policy)
         self.limit = limit
         self.policy = policy
         self.total = 0
