@@ -39,6 +39,7 @@ into a directory under the file's own name).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import posixpath
@@ -100,6 +101,7 @@ Every outside program is named through ``command`` (a function or alias of the s
 never stands in for it)."""
 
 
+@functools.cache
 def session_read_script(*, in_shell: bool = False) -> str:
     """Shell that reads a file through the session: ``$1`` path, ``$2`` file root ('' for
     none), ``$3`` the most bytes to send (one more than may come this way), ``$4`` the
@@ -111,7 +113,7 @@ def session_read_script(*, in_shell: bool = False) -> str:
 
     ``in_shell``: the body of a function run in the session shell itself
     (:func:`in_shell_call`, with ``local s k v p``): it returns instead of exiting and has
-    no file root."""
+    no file root. Made once per form (every session read sends it)."""
     leave = "return" if in_shell else "exit"
     return (
         ("" if in_shell else _CONFINE)
