@@ -188,11 +188,10 @@ def read_framed(
     ``send()`` is called once, as soon as ``ack`` (removed from the output) is read on
     stdout. Without ``stderr_marked`` (a stream that keeps the order of writes across its
     outputs, whose shell prints no stderr marker: ``init_script(stderr_marker=False)``) the
-    command's stderr is what came up to the read that brought the stdout trailer (such a
-    stream returns what was written on stderr before it with it or earlier), and, when that
-    read brought stderr too (it may have been cut at the read's size), what the stream holds
-    right after it. Exceptions (from the stream, ``send`` or the collector's callback) propagate;
-    the caller kills the command."""
+    command's stderr is what came before the stdout trailer and what the stream holds right
+    after it (one more look, always: see :attr:`ProcessStream.keeps_write_order
+    <envlayer.execution.streams.ProcessStream.keeps_write_order>`). Exceptions (from the
+    stream, ``send`` or the collector's callback) propagate; the caller kills the command."""
     out = MarkerScanner(marker, trailer=True)
     err = MarkerScanner(marker, trailer=False) if stderr_marked else None
     stdout = out if on_ack is None else _AckedStdout(out, *on_ack)
@@ -202,20 +201,14 @@ def read_framed(
         pending.clear()  # delivered here, so a new try of the command does not repeat them
     while True:
         if chunks:
-            stderr_came = False
             for name, data in chunks:
-                if name == "stdout":
-                    write(name, stdout.feed(data))
-                else:
-                    stderr_came = True
-                    write(name, data if err is None else err.feed(data))
+                write(name, stdout.feed(data) if name == "stdout" else data if err is None else err.feed(data))
             if out.done:
                 if stdout is not out:
                     stdout.release()
                 if err is None:
-                    if stderr_came:  # the read may have been cut at its size: what more was written before the trailer
-                        for name, data in stream.read(time.monotonic()) or ():
-                            write(name, out.feed(data) if name == "stdout" else data)
+                    for name, data in stream.read(time.monotonic()) or ():  # stderr written before the trailer
+                        write(name, out.feed(data) if name == "stdout" else data)
                     after = (("stdout", out.after),) if out.after else ()
                     return Framed(trailer=parse_trailer(out.trailer), after=after)
                 if err.done:

@@ -74,10 +74,9 @@ class ByteStream(Protocol):
     = True`` (:class:`ProcessStream` does): a session then sends a command whose output
     is not streamed without first looking for the end of the stream (one read less).
     One that keeps the order of writes across its two outputs (what the process wrote on
-    one before it wrote on the other comes in the read that returns the later bytes, or
-    in an earlier one; a read cut at its size may leave more behind: local pipes) says so
-    with ``keeps_write_order = True``: its shell then prints no stderr marker (see
-    :func:`~envlayer.execution.shell_script.init_script`).
+    one before it wrote on the other is readable once the later bytes have been read:
+    local pipes) says so with ``keeps_write_order = True``: its shell then prints no
+    stderr marker (see :func:`~envlayer.execution.shell_script.init_script`).
     """
 
     def write(self, data: bytes, deadline: float | None = None) -> None:
@@ -274,9 +273,10 @@ class ProcessStream:
     """A pipe without a reader takes no byte (``EPIPE``): see :class:`ByteStream`."""
     keeps_write_order = True
     """A write to a pipe returns once its bytes are in the pipe (or blocks while it is
-    full), and wakes the ``epoll`` at once: when a read finds the later bytes ready, the
-    pipe the process wrote to before is on the same ready list, and each ready pipe is read
-    (up to :data:`_READ_CHUNK`) by that read."""
+    full): what a process wrote on stderr before it wrote on stdout is there to read. Not
+    necessarily in the same read: the process writes on while a read takes its pipes in
+    turn, so stdout read after ``epoll`` answered may hold bytes written after stderr was
+    looked at."""
 
     def write(self, data: bytes, deadline: float | None = None) -> None:
         """Send ``data`` in one ``write`` when the pipe takes it all, else the rest as the
