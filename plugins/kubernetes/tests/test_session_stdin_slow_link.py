@@ -6,18 +6,23 @@ The case: the client's bytes leave at :data:`LINK_RATE` (a slow uplink, a proxy)
 from a send buffer smaller than a stdin frame (256 KiB), so the websocket takes one frame in
 many socket sends, each waiting for a little room. websocket-client's ``WebSocket.send``
 gave each of them the whole socket timeout (``send_frame`` loops over ``_socket.send``), so
-the frame under way at the deadline went on to its end: about 13 s at this rate.
+the frame under way at the deadline went on to its end (a 2 s call took 13.9 s here).
 
 Why not a pod that reads slowly (``test_session_stdin.py`` has one that stops reading): the
 API server takes stdin one whole websocket message at a time (FAKE_APISERVER.md, "Stdin
 backpressure"), so a slow reader in the pod frees the client's socket in frame-sized steps,
-one socket send per frame, which the old code bounded too. And the send buffer: on loopback
+one socket send per frame, which the old code bounded too (within 0.1 s in trials). And the send buffer: on loopback
 the kernel sizes it at 4 MiB (``net.ipv4.tcp_wmem``; its 64 KiB segments make the initial
 size 2.5 MiB), far above a network path's (about 100 KiB at the start with 1.4 KiB
 segments); the test sets it through websocket-client's own list of socket options
 (``websocket._http.DEFAULT_SOCKET_OPTION``, applied to each socket it opens), small enough
 that each send waits well under the 2 s timeout at this rate, as on a real path with the
 longer timeouts agents use.
+
+Over HTTPS the old send was bounded already: CPython's TLS ``send`` writes all of its data
+or times out, counting its timeout over all of its waits, so a frame took one socket send.
+That case checks the new send loop over TLS (a timed-out TLS send may have written part of
+the frame).
 """
 
 from __future__ import annotations
@@ -27,12 +32,13 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from envlayer.execution.shell_session import RESTARTED_AFTER_KILL
-from envlayer.testing.fixtures import returned_within
+from envlayer.testing.fixtures import require_docker, returned_within
 
 TIMEOUT = 2.0
 LINK_PIECE = 4096
@@ -115,32 +121,54 @@ def _shut(*sockets: socket.socket) -> None:
             pass
 
 
-@pytest.fixture
-def slow_link(fake_apiserver: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[SlowLink]:
-    """A :class:`SlowLink` to the session's fake; websocket-client's sockets opened
-    meanwhile get a :data:`CLIENT_SNDBUF` send buffer."""
+@pytest.fixture(scope="module")
+def https_fake(control: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, str]]:
+    """A fake serving HTTPS: its port and the CA file that signed its certificate."""
+    require_docker(control.IMAGE, "the Kubernetes fake tests")
+    directory = tmp_path_factory.mktemp("tls")
+    ca_path, ca_cert, ca_key = control.write_ca(directory, "cluster")
+    cert, key = control.write_server_cert(directory, ca_cert, ca_key)
+    fake = control.start_fake(str(directory), tls=(str(cert), str(key), str(ca_path)))
+    try:
+        yield fake.port, str(ca_path)
+    finally:
+        fake.stop()
+
+
+@pytest.fixture(params=["http", "https"])
+def slow_link(
+    request: pytest.FixtureRequest, control: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[SlowLink, str]]:
+    """A :class:`SlowLink` to a fake (HTTP: the session's; HTTPS: :func:`https_fake`) and a
+    kubeconfig through it; websocket-client's sockets opened meanwhile get a
+    :data:`CLIENT_SNDBUF` send buffer."""
     import websocket._http as ws_http
 
+    if request.param == "https":
+        port, ca_file = request.getfixturevalue("https_fake")
+    else:
+        port, ca_file = request.getfixturevalue("fake_apiserver").port, None
     sndbuf = (socket.SOL_SOCKET, socket.SO_SNDBUF, CLIENT_SNDBUF)
     monkeypatch.setattr(ws_http, "DEFAULT_SOCKET_OPTION", [*ws_http.DEFAULT_SOCKET_OPTION, sndbuf])
-    link = SlowLink(fake_apiserver.port)
+    link = SlowLink(port)
+    kubeconfig = str(tmp_path / "kubeconfig")
+    control.write_kubeconfig(kubeconfig, link.port, control.NAMESPACE, ca_file=ca_file)
     try:
-        yield link
+        yield link, kubeconfig
     finally:
         link.close()
 
 
 def test_a_stdin_write_over_a_slow_link_times_out_at_its_deadline(
-    slow_link: SlowLink, control: Any, tmp_path: Any, make_env: Callable[..., Any]
+    slow_link: tuple[SlowLink, str], make_env: Callable[..., Any]
 ) -> None:
-    kubeconfig = str(tmp_path / "kubeconfig")
-    control.write_kubeconfig(kubeconfig, slow_link.port, control.NAMESPACE)
+    link, kubeconfig = slow_link
     env = make_env(kubeconfig=kubeconfig)
     env.exec("true").check()  # the pod and the session shell are up
     result = returned_within(
         HANG_BOUND,
         lambda: env.exec("cat >/dev/null; echo ran", stdin=os.urandom(STDIN_BYTES), timeout=TIMEOUT),
-        slow_link.drop_connections,  # the send then fails at once
+        link.drop_connections,  # the send then fails at once
     )
     assert (result.exit_code, result.timed_out, result.stdout) == (124, True, b""), result
     after = env.exec("echo back")
