@@ -115,14 +115,14 @@ class ExecChannel:
 
         With ``deadline`` no socket send waits past it (see :meth:`_send`):
         :class:`~envlayer.execution.streams.WriteTimedOut` as soon as it passes, even in
-        the middle of a frame (websocket-client's own ``send`` gives each of the several
-        socket sends of one frame the whole timeout, so a pod reading slowly could hold a
-        frame's send far past the deadline). A frame cut short leaves the websocket
-        unusable (the API server waits for the rest of it), so after ``WriteTimedOut``
-        nothing more is sent on this channel (keepalive pings and :meth:`close_stdin`
-        raise ``BrokenPipeError``) and :meth:`close` drops the connection without a close
-        frame; the caller kills the process and drops the channel (the session does, as
-        on any timeout)."""
+        the middle of a frame (websocket-client's own ``send`` gives each of the socket
+        sends of one frame the whole timeout, so a connection that takes the bytes slowly
+        but steadily held a frame's send for as long as the whole frame took, far past
+        the deadline). A frame cut short leaves the websocket unusable (the API server
+        waits for the rest of it), so after ``WriteTimedOut`` nothing more is sent on
+        this channel (keepalive pings and :meth:`close_stdin` raise ``BrokenPipeError``)
+        and :meth:`close` drops the connection without a close frame; the caller kills
+        the process and drops the channel (the session does, as on any timeout)."""
         if self.closed:
             raise BrokenPipeError("the exec stream is closed")
         for i in range(0, len(data), STDIN_CHUNK):
