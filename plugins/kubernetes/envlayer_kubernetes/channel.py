@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import select
+import socket
 import ssl
 import threading
 import time
@@ -55,6 +56,9 @@ class ExecChannel:
         self.closed = False
         self.lost = False
         """The connection was found dead (a ping went unanswered), not closed by the server."""
+        self.write_timed_out = False
+        """A :meth:`write` ran out of time: the websocket may end in a frame cut short, so
+        nothing more is sent on it (see :meth:`write`)."""
         self.answer_within = min(timeout, ANSWER_WITHIN)
         self.keepalive: Keepalive | None = None
         self.last_heard = time.monotonic()
@@ -64,7 +68,7 @@ class ExecChannel:
         """Ping the server every :data:`PING_EVERY` seconds while the channel is open (for
         long-lived channels: the session shell's). From then on :meth:`read` also detects a
         connection that was dropped silently: see :mod:`envlayer_kubernetes.keepalive`."""
-        self.keepalive = Keepalive(self.sock.ping, every=PING_EVERY, answer_within=self.answer_within)
+        self.keepalive = Keepalive(self._ping, every=PING_EVERY, answer_within=self.answer_within)
         self.keepalive.start()
 
     @classmethod
@@ -105,35 +109,83 @@ class ExecChannel:
         return cls(ws, cluster, pod, timeout=timeout)
 
     def write(self, data: bytes, deadline: float | None = None) -> None:
-        """Write ``data`` to the process's stdin (in frames of at most 256 KiB). Raises
-        ``OSError`` when the stream is closed or broken. With ``deadline``, the socket's
-        own timeout bounds each frame's send (restored after):
-        :class:`~envlayer.execution.streams.WriteTimedOut` once it passes."""
+        """Write ``data`` to the process's stdin, in frames of at most :data:`STDIN_CHUNK`
+        bytes. Raises ``OSError`` when the stream is closed or broken. Without
+        ``deadline`` it waits for as long as the pod takes the data.
+
+        With ``deadline`` no socket send waits past it (see :meth:`_send`):
+        :class:`~envlayer.execution.streams.WriteTimedOut` as soon as it passes, even in
+        the middle of a frame (websocket-client's own ``send`` gives each of the socket
+        sends of one frame the whole timeout, so a connection that takes the bytes slowly
+        but steadily held a frame's send for as long as the whole frame took, far past
+        the deadline). A frame cut short leaves the websocket unusable (the API server
+        waits for the rest of it), so after ``WriteTimedOut`` nothing more is sent on
+        this channel (keepalive pings and :meth:`close_stdin` raise ``BrokenPipeError``)
+        and :meth:`close` drops the connection without a close frame; the caller kills
+        the process and drops the channel (the session does, as on any timeout)."""
         if self.closed:
             raise BrokenPipeError("the exec stream is closed")
-        before = self.sock.gettimeout()
-        try:
-            for i in range(0, len(data), STDIN_CHUNK):
-                if deadline is not None:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        raise WriteTimedOut(f"the pod took {i} of {len(data)} bytes before the deadline")
-                    self.sock.settimeout(left)
-                self.sock.send(b"\x00" + data[i : i + STDIN_CHUNK], opcode=sdk.websocket.ABNF.OPCODE_BINARY)
-        except sdk.websocket.WebSocketTimeoutException as exc:
-            raise WriteTimedOut(f"the pod did not take the data before the deadline: {exc}") from exc
-        except sdk.websocket.WebSocketException as exc:
-            raise BrokenPipeError(str(exc)) from exc
-        finally:
-            if deadline is not None:
-                self.sock.settimeout(before)
+        for i in range(0, len(data), STDIN_CHUNK):
+            self._send(b"\x00" + data[i : i + STDIN_CHUNK], deadline)
 
     def close_stdin(self) -> bool:
         """Close the process's stdin (v5); False under v4, which cannot."""
         if not self.v5:
             return False
-        self.sock.send(bytes([CLOSE, STDIN]), opcode=sdk.websocket.ABNF.OPCODE_BINARY)
+        self._send(bytes([CLOSE, STDIN]))
         return True
+
+    def _ping(self, payload: bytes) -> None:
+        """A keepalive ping (see :meth:`start_keepalive`)."""
+        self._send(payload, opcode=sdk.websocket.ABNF.OPCODE_PING)
+
+    def _send(self, payload: bytes, deadline: float | None = None, *, opcode: int | None = None) -> None:
+        """Send one websocket message (binary unless ``opcode``), framed by
+        websocket-client's own ``ABNF`` and masked as its ``WebSocket.send_frame`` does,
+        under that method's lock (``WebSocket.lock``): a frame sent by another thread (a
+        keepalive ping, a terminal's resize) never lands inside this one. Without
+        ``deadline``: ``sendall``, as ``send_frame`` (``_socket.send`` in a loop on a
+        blocking socket). With it, each socket send waits at most the time left (the
+        socket's timeout, set before each send and restored after; a TLS socket's
+        ``send`` counts its timeout over all of its waits and writes all or times out,
+        a TCP one writes what fits); :class:`~envlayer.execution.streams.WriteTimedOut`
+        once it passes, and the channel then sends nothing more (:attr:`write_timed_out`).
+        Raises ``OSError`` (``BrokenPipeError`` when closed) for a broken transport."""
+        frame = sdk.websocket.ABNF.create_frame(payload, sdk.websocket.ABNF.OPCODE_BINARY if opcode is None else opcode)
+        if self.sock.get_mask_key:
+            frame.get_mask_key = self.sock.get_mask_key
+        wire = memoryview(frame.format())
+        with self.sock.lock:
+            raw = self.sock.sock
+            if raw is None:
+                raise BrokenPipeError("the exec stream is closed")
+            if self.write_timed_out:
+                raise BrokenPipeError("a write to the exec stream ran out of time: it may end in a frame cut short")
+            if deadline is None:
+                raw.sendall(wire)
+            elif self._sent_by(raw, wire, deadline) < len(wire):
+                self.write_timed_out = True
+                raise WriteTimedOut("the pod did not take the data by the deadline")
+
+    @staticmethod
+    def _sent_by(raw: socket.socket, wire: memoryview, deadline: float) -> int:
+        """How much of ``wire`` went out through ``raw`` by ``deadline``, each send
+        waiting at most the time left (the socket's timeout, restored after)."""
+        before = raw.gettimeout()
+        sent = 0
+        try:
+            while sent < len(wire):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                raw.settimeout(left)
+                sent += raw.send(wire[sent:])
+        except TimeoutError as exc:
+            if exc.errno is not None:
+                raise  # the kernel's ETIMEDOUT: the connection is lost, not slow
+        finally:
+            raw.settimeout(before)
+        return sent
 
     def _readable(self, wait: float | None) -> bool:
         raw = self.sock.sock
@@ -261,12 +313,16 @@ class ExecChannel:
         return str((self.status or {}).get("message") or "the exec stream ended without a status")
 
     def close(self) -> None:
-        """Close the websocket (the process in the pod is NOT killed by this)."""
+        """Close the websocket (the process in the pod is NOT killed by this); after a
+        write that ran out of time, drop the connection without a close frame."""
         self.closed = True
         if self.keepalive is not None:
             self.keepalive.stop()
         try:
-            self.sock.close()
+            if self.write_timed_out:
+                self.sock.shutdown()  # a close frame would land inside the frame cut short
+            else:
+                self.sock.close()
         except Exception:
             pass
 

@@ -2,7 +2,8 @@
 benchmarks: a separate process on a free loopback port, a kubeconfig pointing at it, the
 routes it served; stopped by PID (SIGTERM, then SIGKILL), its containers removed by label.
 
-Also the multi-process scale run shared by the scale test and ``benchmarks/kubernetes_scale.py``.
+Also the certificates of an HTTPS fake (:func:`write_ca`, :func:`write_server_cert`), and the
+multi-process scale run shared by the scale test and ``benchmarks/kubernetes_scale.py``.
 
 Loaded by file path (``importlib``, from conftest and the benchmark): the tests directory
 is not a package.
@@ -10,6 +11,8 @@ is not a package.
 
 from __future__ import annotations
 
+import datetime
+import ipaddress
 import json
 import os
 import signal
@@ -144,6 +147,61 @@ def write_kubeconfig(
     )
     with open(path, "w") as fh:
         fh.write(text)
+
+
+def write_ca(directory: Path, name: str) -> tuple[Path, object, object]:
+    """A self-signed CA: its certificate file, certificate and key."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    path = directory / f"{name}.crt"
+    path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return path, cert, key
+
+
+def write_server_cert(directory: Path, ca_cert: object, ca_key: object) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 signed by the CA, and its key."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
+        .issuer_name(ca_cert.subject)  # type: ignore[attr-defined]
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+        .sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]
+    )
+    cert_path, key_path = directory / "server.crt", directory / "server.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return cert_path, key_path
 
 
 def start_fake(workdir: str, *, protocols: str | None = None, tls: tuple[str, str, str] | None = None) -> FakeApiServer:

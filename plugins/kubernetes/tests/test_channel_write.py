@@ -1,0 +1,67 @@
+"""After a stdin write to the exec websocket ran out of time, nothing more is sent on it: the
+write may have cut a frame short, and whatever followed (a keepalive ping, the close of
+stdin, the close frame of ``WebSocket.close``) would be read by the API server as the rest
+of that frame: bytes of the process's stdin. A real websocket-client ``WebSocket`` on one end
+of a socket pair; the other end reads nothing until the write timed out, then everything."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+import types
+
+import pytest
+
+from envlayer.execution.streams import WriteTimedOut
+
+STDIN_BYTES = 4 << 20
+"""More than a socket pair holds: the write runs out of time."""
+
+
+def _frames(data: bytes, chunk: int, mask_key: bytes) -> bytes:
+    """The bytes of ``data`` sent as stdin frames of ``chunk`` bytes under ``mask_key``."""
+    import websocket
+
+    wire = b""
+    for i in range(0, len(data), chunk):
+        frame = websocket.ABNF.create_frame(b"\x00" + data[i : i + chunk], websocket.ABNF.OPCODE_BINARY)
+        frame.get_mask_key = lambda n: mask_key
+        wire += frame.format()
+    return wire
+
+
+def test_nothing_is_sent_after_a_write_ran_out_of_time() -> None:
+    import websocket
+    from envlayer_kubernetes.channel import STDIN_CHUNK, V5, ExecChannel
+
+    ours, theirs = socket.socketpair()
+    mask_key = os.urandom(4)
+    ws = websocket.WebSocket(get_mask_key=lambda n: mask_key)  # one key: the frames' bytes are known
+    ws.sock, ws.connected = ours, True
+    ws.handshake_response = types.SimpleNamespace(subprotocol=V5)  # what connect() keeps
+    channel = ExecChannel(ws, cluster=None, pod="p")  # type: ignore[arg-type]
+    received = bytearray()
+
+    def read_all() -> None:
+        while data := theirs.recv(1 << 16):
+            received.extend(data)
+
+    reader = threading.Thread(target=read_all, daemon=True)
+    data = os.urandom(STDIN_BYTES)
+    try:
+        with pytest.raises(WriteTimedOut):
+            channel.write(data, time.monotonic() + 0.2)
+        reader.start()  # from now on the other end takes whatever comes
+        channel.start_keepalive()
+        assert channel.keepalive is not None and not channel.keepalive.ping()
+        with pytest.raises(BrokenPipeError):
+            channel.close_stdin()
+        channel.close()
+        reader.join(10)
+    finally:
+        channel.close()
+        theirs.close()
+    sent = _frames(data, STDIN_CHUNK, mask_key)
+    assert 0 < len(received) < len(sent) and sent.startswith(received), (len(received), len(sent))
