@@ -313,16 +313,23 @@ class ExecChannel:
         return str((self.status or {}).get("message") or "the exec stream ended without a status")
 
     def close(self) -> None:
-        """Close the websocket (the process in the pod is NOT killed by this); after a
-        write that ran out of time, drop the connection without a close frame."""
+        """Close the websocket (the process in the pod is NOT killed by this) and release
+        its socket; after a write that ran out of time, drop the connection without a
+        close frame."""
         self.closed = True
         if self.keepalive is not None:
             self.keepalive.stop()
         try:
-            if self.write_timed_out:
-                self.sock.shutdown()  # a close frame would land inside the frame cut short
-            else:
+            if not self.write_timed_out:  # else a close frame would land inside the frame cut short
                 self.sock.close()
+        except Exception:
+            pass
+        # websocket-client's close() returns at once once the websocket is no longer
+        # "connected", which it marks as it answers the server's close frame
+        # (recv_data_frame -> send_close): the usual end of an exec. shutdown() closes the
+        # socket whatever that state (a no-op when close() already did).
+        try:
+            self.sock.shutdown()
         except Exception:
             pass
 

@@ -65,3 +65,27 @@ def test_nothing_is_sent_after_a_write_ran_out_of_time() -> None:
         theirs.close()
     sent = _frames(data, STDIN_CHUNK, mask_key)
     assert 0 < len(received) < len(sent) and sent.startswith(received), (len(received), len(sent))
+
+
+def test_close_after_the_server_closed_releases_the_socket() -> None:
+    """The API server ends an exec with a close frame; websocket-client answers it as it
+    reads it (``recv_data_frame`` calls ``send_close``, which marks the websocket no longer
+    connected), and its ``close`` then returns at once: the channel's ``close`` must still
+    release the socket (before, each finished exec left one open until garbage collection)."""
+    import websocket
+    from envlayer_kubernetes.channel import V5, ExecChannel
+
+    ours, theirs = socket.socketpair()
+    ws = websocket.WebSocket()
+    ws.sock, ws.connected = ours, True
+    ws.handshake_response = types.SimpleNamespace(subprotocol=V5)
+    channel = ExecChannel(ws, cluster=None, pod="p")  # type: ignore[arg-type]
+    try:
+        close_frame = websocket.ABNF(1, 0, 0, 0, websocket.ABNF.OPCODE_CLOSE, 0, b"\x03\xe8")  # a server's: unmasked
+        theirs.sendall(close_frame.format())
+        assert channel.read(time.monotonic() + 5) is None  # the server's close, answered
+        channel.close()
+        assert ours.fileno() == -1, "the channel's socket is still open after close()"
+    finally:
+        ours.close()
+        theirs.close()
