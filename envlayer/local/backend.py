@@ -59,6 +59,10 @@ from envlayer.snapshot import Snapshot, SnapshotRetentionOptions, apply_retentio
 
 _READ_CHUNK = 65536
 _DRAIN_GRACE = 0.1
+_POLL_EVERY = 0.05
+"""Seconds between looks at a one-shot process's end where it has no process descriptor."""
+_ENDED = "ended"
+"""The selector's tag of a one-shot process's descriptor (see :func:`_process_fd`)."""
 """After the command exits, how long to keep reading pipes that a background child
 still holds open before returning (so ``cmd &`` never hangs the call)."""
 
@@ -219,8 +223,11 @@ class LocalEnvironment(SandboxEnvironment):
         return result.with_notice(notice) if notice else result
 
     def _collect(self, proc: subprocess.Popen[bytes], request: ExecRequest, collector: OutputCollector) -> bool:
-        """Read the pipes until the command ends (plus a short drain) or its deadline;
-        kill its tree on timeout or on any exception. Returns whether it timed out."""
+        """Read the pipes until the command ends (plus a short drain, for background
+        children that keep them open) or its deadline; kill its tree on timeout or on any
+        exception. Returns whether it timed out. Where the kernel gives a process file
+        descriptor (Linux 5.3+: ``os.pidfd_open``) the end is waited for with the pipes,
+        and seen at once; elsewhere the process is polled every :data:`_POLL_EVERY`."""
         writer = None
         if request.stdin is not None:
             writer = threading.Thread(target=_feed_stdin, args=(proc, request.stdin), daemon=True)
@@ -230,6 +237,9 @@ class LocalEnvironment(SandboxEnvironment):
         for name, pipe in (("stdout", proc.stdout), ("stderr", proc.stderr)):
             os.set_blocking(pipe.fileno(), False)
             sel.register(pipe, selectors.EVENT_READ, name)
+        ended = _process_fd(proc.pid)
+        if ended is not None:
+            sel.register(ended, selectors.EVENT_READ, _ENDED)
         deadline = request.deadline
         exited_at: float | None = None
         timed_out = False
@@ -239,14 +249,15 @@ class LocalEnvironment(SandboxEnvironment):
                 if deadline is not None and now >= deadline:
                     timed_out = True
                     break
-                if exited_at is None and proc.poll() is not None:
+                if exited_at is None and ended is None and proc.poll() is not None:
                     exited_at = now
                 if exited_at is not None and now - exited_at > _DRAIN_GRACE:
                     break
-                wait = 0.05
-                if deadline is not None:
-                    wait = min(wait, deadline - now)
-                for key, _ in sel.select(max(wait, 0)):
+                for key, _ in sel.select(_wait(now, deadline, exited_at, polled=ended is None)):
+                    if key.data is _ENDED:
+                        sel.unregister(key.fileobj)
+                        exited_at = time.monotonic()
+                        continue
                     try:
                         chunk = os.read(key.fd, _READ_CHUNK)
                     except BlockingIOError:
@@ -255,7 +266,7 @@ class LocalEnvironment(SandboxEnvironment):
                         sel.unregister(key.fileobj)
                         continue
                     collector.write(key.data, chunk)
-            if not timed_out:
+            if not timed_out and exited_at is None:  # polled, and the pipes closed first
                 try:
                     proc.wait(timeout=request.remaining())
                 except subprocess.TimeoutExpired:
@@ -265,6 +276,8 @@ class LocalEnvironment(SandboxEnvironment):
             raise
         finally:
             sel.close()
+            if ended is not None:
+                os.close(ended)
         if timed_out:
             self._kill(proc, request.exec_id)
         else:
@@ -473,6 +486,27 @@ def _feed_stdin(proc: subprocess.Popen[bytes], data: bytes) -> None:
             proc.stdin.close()
         except OSError:
             pass
+
+
+def _process_fd(pid: int) -> int | None:
+    """A descriptor that becomes readable when process ``pid`` ends (``os.pidfd_open``), or
+    None where the platform has none (not Linux, or a kernel before 5.3)."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
+def _wait(now: float, deadline: float | None, exited_at: float | None, *, polled: bool) -> float | None:
+    """How long a one-shot's selector may wait (None: until something is ready): to the
+    deadline, to the end of the drain once the process ended, and at most
+    :data:`_POLL_EVERY` when its end must be ``polled``."""
+    bounds = [_POLL_EVERY] if polled else []
+    if deadline is not None:
+        bounds.append(deadline - now)
+    if exited_at is not None:
+        bounds.append(exited_at + _DRAIN_GRACE - now)
+    return max(min(bounds), 0.0) if bounds else None
 
 
 def _exit_code(returncode: int | None) -> int:

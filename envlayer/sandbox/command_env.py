@@ -12,7 +12,9 @@
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Iterable, Mapping
+import functools
+import re
+from collections.abc import Callable, Iterable, Mapping
 
 COMMAND_DEFAULTS: Mapping[str, str] = {"PAGER": "cat", "GIT_PAGER": "cat"}
 
@@ -50,8 +52,16 @@ variables. Kept out of local commands unless forwarded by name."""
 
 def is_credential(name: str, patterns: Iterable[str] = CREDENTIAL_PATTERNS) -> bool:
     """True when ``name`` matches one of ``patterns`` (case-insensitive). Pure."""
-    upper = name.upper()
-    return any(fnmatch.fnmatchcase(upper, pattern.upper()) for pattern in patterns)
+    return _matcher(tuple(patterns))(name.upper()) is not None
+
+
+@functools.lru_cache(maxsize=32)
+def _matcher(patterns: tuple[str, ...]) -> Callable[[str], re.Match[str] | None]:
+    """Matches an upper-cased name against all of ``patterns`` (globs, upper-cased, as
+    ``fnmatch.fnmatchcase`` matches each) with one compiled expression: a local one-shot
+    command filters this process's whole environment, and matching the globs one by one
+    cost about 0.5 ms a command. No pattern: nothing matches."""
+    return re.compile("|".join(fnmatch.translate(pattern.upper()) for pattern in patterns) or "(?!)").match
 
 
 def inherited_environment(
@@ -59,9 +69,9 @@ def inherited_environment(
 ) -> dict[str, str]:
     """``environ`` without the names matching ``blocklist``, except those in ``forward``
     (explicit opt-in, exact names). Pure."""
-    patterns = tuple(blocklist)
+    matches = _matcher(tuple(blocklist))
     allowed = set(forward)
-    return {k: v for k, v in environ.items() if k in allowed or not is_credential(k, patterns)}
+    return {k: v for k, v in environ.items() if k in allowed or matches(k.upper()) is None}
 
 
 def with_command_defaults(env: Mapping[str, str]) -> dict[str, str]:

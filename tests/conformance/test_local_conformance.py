@@ -51,3 +51,14 @@ def test_local_kit_permission_checks_as_unprivileged_user() -> None:
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "3 passed" in proc.stdout and "skipped" not in proc.stdout, proc.stdout
+
+
+class TestLocalOneshotConformance(EnvironmentConformance, ExecContractConformance):
+    """The kit on the local backend's one-shot mode (a process per command), which waits
+    for the command's end on a process descriptor where the kernel gives one (the polled
+    way, elsewhere: ``tests/core/test_local_oneshot.py``)."""
+
+    @pytest.fixture
+    def env(self) -> Iterator[LocalEnvironment]:
+        with tempfile.TemporaryDirectory(prefix="envlayer-test-local-", ignore_cleanup_errors=True) as workdir:
+            yield from cleaned_up(LocalEnvironment(LocalOptions(cwd=workdir, timeout=60, exec_mode="oneshot")))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import os
 from collections.abc import Callable, Iterator
 
@@ -37,6 +38,19 @@ def test_credential_names_are_recognised(name: str) -> None:
 @pytest.mark.parametrize("name", ["PATH", "HOME", "LANG", "LC_ALL", "TERM", "VIRTUAL_ENV", "TOKENIZERS_PARALLELISM"])
 def test_ordinary_names_pass(name: str) -> None:
     assert not is_credential(name)
+
+
+def test_credential_patterns_match_as_fnmatch_matches_each() -> None:
+    """The patterns are matched with one compiled expression; it must agree with
+    ``fnmatch.fnmatchcase`` on each upper-cased pattern, for globs with classes,
+    negations and question marks, names in any case and names with newlines."""
+    patterns = (*CREDENTIAL_PATTERNS, "X?_[AB]*", "[!Q]ZZ", "LIT.*", "a|b")
+    names = ["my_api_key", "AWS", "AWS_", "aws_region", "X1_Apple", "X12_A", "QZZ", "AZZ", "ZZ", "LIT.X", "LITAX"]
+    names += ["A|B", "a", "TOKEN", "_TOKEN", "GH_TOKEN\n", "GH_TOKEN\nX", "PATH", "netrc", ""]
+    for name in names:
+        expected = any(fnmatch.fnmatchcase(name.upper(), pattern.upper()) for pattern in patterns)
+        assert is_credential(name, patterns) is expected, name
+    assert not is_credential("GH_TOKEN", ())
 
 
 def test_inherited_environment_forwards_by_name_only() -> None:
