@@ -145,7 +145,9 @@ class ExecChannel:
         under that method's lock (``WebSocket.lock``): a frame sent by another thread (a
         keepalive ping, a terminal's resize) never lands inside this one. Without
         ``deadline``: ``sendall``, as ``send_frame`` (``_socket.send`` in a loop on a
-        blocking socket). With it, each socket send waits at most the time left (the
+        blocking socket), bounded by the socket's own timeout (the ``api_timeout``
+        option), past which it is a :class:`~envlayer.execution.streams.WriteTimedOut`
+        as websocket-client's timeout was. With it, each socket send waits at most the time left (the
         socket's timeout, set before each send and restored after; a TLS socket's
         ``send`` counts its timeout over all of its waits and writes all or times out,
         a TCP one writes what fits); :class:`~envlayer.execution.streams.WriteTimedOut`
@@ -162,7 +164,13 @@ class ExecChannel:
             if self.write_timed_out:
                 raise BrokenPipeError("a write to the exec stream ran out of time: it may end in a frame cut short")
             if deadline is None:
-                raw.sendall(wire)
+                try:
+                    raw.sendall(wire)
+                except TimeoutError as exc:
+                    if exc.errno is not None:
+                        raise  # the kernel's ETIMEDOUT: the connection is lost, not slow
+                    self.write_timed_out = True
+                    raise WriteTimedOut(f"the pod took no data within the socket's timeout: {exc}") from exc
             elif self._sent_by(raw, wire, deadline) < len(wire):
                 self.write_timed_out = True
                 raise WriteTimedOut("the pod did not take the data by the deadline")

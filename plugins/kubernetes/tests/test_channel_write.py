@@ -89,3 +89,26 @@ def test_close_after_the_server_closed_releases_the_socket() -> None:
     finally:
         ours.close()
         theirs.close()
+
+
+def test_a_write_without_a_deadline_ends_at_the_sockets_own_timeout() -> None:
+    """Without a deadline the socket's own timeout (``api_timeout``) still bounds a stalled
+    write, as websocket-client's did: a ``WriteTimedOut`` (the session then kills the
+    command), not a broken connection, and nothing more is sent after it."""
+    import websocket
+    from envlayer_kubernetes.channel import V5, ExecChannel
+
+    ours, theirs = socket.socketpair()
+    ours.settimeout(0.2)
+    ws = websocket.WebSocket()
+    ws.sock, ws.connected = ours, True
+    ws.handshake_response = types.SimpleNamespace(subprotocol=V5)
+    channel = ExecChannel(ws, cluster=None, pod="p")  # type: ignore[arg-type]
+    try:
+        with pytest.raises(WriteTimedOut):
+            channel.write(os.urandom(STDIN_BYTES))
+        with pytest.raises(BrokenPipeError):
+            channel.close_stdin()
+    finally:
+        channel.close()
+        theirs.close()
