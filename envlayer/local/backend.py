@@ -59,12 +59,12 @@ from envlayer.snapshot import Snapshot, SnapshotRetentionOptions, apply_retentio
 
 _READ_CHUNK = 65536
 _DRAIN_GRACE = 0.1
+"""After the command exits, how long to keep reading pipes that a background child
+still holds open before returning (so ``cmd &`` never hangs the call)."""
 _POLL_EVERY = 0.05
 """Seconds between looks at a one-shot process's end where it has no process descriptor."""
 _ENDED = "ended"
 """The selector's tag of a one-shot process's descriptor (see :func:`_process_fd`)."""
-"""After the command exits, how long to keep reading pipes that a background child
-still holds open before returning (so ``cmd &`` never hangs the call)."""
 
 
 @dataclass(kw_only=True)
