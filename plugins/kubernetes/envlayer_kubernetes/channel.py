@@ -111,7 +111,8 @@ class ExecChannel:
     def write(self, data: bytes, deadline: float | None = None) -> None:
         """Write ``data`` to the process's stdin, in frames of at most :data:`STDIN_CHUNK`
         bytes. Raises ``OSError`` when the stream is closed or broken. Without
-        ``deadline`` it waits for as long as the pod takes the data.
+        ``deadline`` each socket send waits up to the socket's own timeout
+        (``api_timeout``), then :class:`~envlayer.execution.streams.WriteTimedOut`.
 
         With ``deadline`` no socket send waits past it (see :meth:`_send`):
         :class:`~envlayer.execution.streams.WriteTimedOut` as soon as it passes, even in
@@ -143,15 +144,13 @@ class ExecChannel:
         """Send one websocket message (binary unless ``opcode``), framed by
         websocket-client's own ``ABNF`` and masked as its ``WebSocket.send_frame`` does,
         under that method's lock (``WebSocket.lock``): a frame sent by another thread (a
-        keepalive ping, a terminal's resize) never lands inside this one. Without
-        ``deadline``: ``sendall``, as ``send_frame`` (``_socket.send`` in a loop on a
-        blocking socket), bounded by the socket's own timeout (the ``api_timeout``
-        option), past which it is a :class:`~envlayer.execution.streams.WriteTimedOut`
-        as websocket-client's timeout was. With it, each socket send waits at most the time left (the
-        socket's timeout, set before each send and restored after; a TLS socket's
-        ``send`` counts its timeout over all of its waits and writes all or times out,
-        a TCP one writes what fits); :class:`~envlayer.execution.streams.WriteTimedOut`
-        once it passes, and the channel then sends nothing more (:attr:`write_timed_out`).
+        keepalive ping, a terminal's resize) never lands inside this one. Each socket
+        send waits at most the time left to ``deadline`` (the socket's timeout, set
+        before each send and restored after; a TLS socket's ``send`` counts its timeout
+        over all of its waits and writes all or times out, a TCP one writes what fits);
+        without one, the socket's own timeout (``api_timeout``), as in websocket-client's
+        ``send_frame``. :class:`~envlayer.execution.streams.WriteTimedOut` once it
+        passes, and the channel then sends nothing more (:attr:`write_timed_out`).
         Raises ``OSError`` (``BrokenPipeError`` when closed) for a broken transport."""
         frame = sdk.websocket.ABNF.create_frame(payload, sdk.websocket.ABNF.OPCODE_BINARY if opcode is None else opcode)
         if self.sock.get_mask_key:
@@ -163,30 +162,27 @@ class ExecChannel:
                 raise BrokenPipeError("the exec stream is closed")
             if self.write_timed_out:
                 raise BrokenPipeError("a write to the exec stream ran out of time: it may end in a frame cut short")
-            if deadline is None:
-                try:
-                    raw.sendall(wire)
-                except TimeoutError as exc:
-                    if exc.errno is not None:
-                        raise  # the kernel's ETIMEDOUT: the connection is lost, not slow
-                    self.write_timed_out = True
-                    raise WriteTimedOut(f"the pod took no data within the socket's timeout: {exc}") from exc
-            elif self._sent_by(raw, wire, deadline) < len(wire):
+            if self._sent_by(raw, wire, deadline) < len(wire):
                 self.write_timed_out = True
-                raise WriteTimedOut("the pod did not take the data by the deadline")
+                raise WriteTimedOut(
+                    "the pod did not take the data "
+                    + ("within the socket's timeout" if deadline is None else "by the deadline")
+                )
 
     @staticmethod
-    def _sent_by(raw: socket.socket, wire: memoryview, deadline: float) -> int:
+    def _sent_by(raw: socket.socket, wire: memoryview, deadline: float | None) -> int:
         """How much of ``wire`` went out through ``raw`` by ``deadline``, each send
-        waiting at most the time left (the socket's timeout, restored after)."""
+        waiting at most the time left (the socket's timeout, restored after); without a
+        deadline, each send waits the socket's own timeout."""
         before = raw.gettimeout()
         sent = 0
         try:
             while sent < len(wire):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                raw.settimeout(left)
+                if deadline is not None:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    raw.settimeout(left)
                 sent += raw.send(wire[sent:])
         except TimeoutError as exc:
             if exc.errno is not None:
