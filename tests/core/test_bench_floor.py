@@ -32,3 +32,17 @@ def test_the_docker_floor_parses_frames_split_anywhere() -> None:
     while chunks := tagged():
         seen += chunks
     assert seen == [("stdout", b"out"), ("stderr", b"err"), ("stdout", b"")]
+
+
+def test_the_local_floor_waits_for_stdout_then_takes_what_stderr_holds() -> None:
+    """One wakeup per call: a marker written on stderr before stdout's comes with stdout's,
+    not alone (waiting on both pipes woke the client at it in about half the calls, which
+    made the floor's median jump between two modes)."""
+    shell = PipedShell(stderr=True)
+    try:
+        shell.send(b"printf err >&2; sleep 0.2; printf out\n")
+        assert shell.recv_tagged() == [("stdout", b"out"), ("stderr", b"err")]
+        shell.send(b"printf alone\n")
+        assert shell.recv_tagged() == [("stdout", b"alone")]
+    finally:
+        shell.close()
