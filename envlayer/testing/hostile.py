@@ -145,7 +145,7 @@ def cli_flood(
     options: Sequence[str],
     *,
     flood: str = "yes",
-    timeout: float = 2,
+    timeout: float = 1,
     env: Mapping[str, str] | None = None,
     cwd: Path | str | None = None,
 ) -> CliRun:
