@@ -145,7 +145,7 @@ def cli_flood(
     options: Sequence[str],
     *,
     flood: str = "yes",
-    timeout: float = 2,
+    timeout: float = 1,
     env: Mapping[str, str] | None = None,
     cwd: Path | str | None = None,
 ) -> CliRun:
@@ -163,7 +163,7 @@ def cli_interrupt_flood(
     flood: str = "yes",
     env: Mapping[str, str] | None = None,
     cwd: Path | str | None = None,
-    flooding_for: float = 1.0,
+    flooding_for: float = 0.5,
 ) -> CliRun:
     """Start ``envlayer exec OPTIONS -- sh -c FLOOD`` (FLOOD at the lowest CPU priority),
     wait until output flows and then ``flooding_for`` seconds more, send SIGINT;

@@ -39,13 +39,15 @@ class ChannelStream:
         (paramiko's ``Channel.send`` hands bytes to the transport only when it returns).
         With ``deadline``, each send waits for the server's window (the remote process
         reads) only until then (the channel's own timeout, restored after):
-        :class:`~envlayer.execution.streams.WriteTimedOut`."""
-        channel, sent = self.channel, 0
+        :class:`~envlayer.execution.streams.WriteTimedOut`. Each send gets a view of what
+        is left, not a copy: paramiko takes at most a packet (32 KiB) a send, and copying the
+        rest each time made 50 MiB of stdin cost about 40 GB of copying."""
+        channel, sent, view = self.channel, 0, memoryview(data)
         try:
             while sent < len(data):
                 if deadline is not None:
                     channel.settimeout(max(deadline - time.monotonic(), 0.0))
-                taken = channel.send(data[sent:])
+                taken = channel.send(view[sent:])
                 if taken == 0:  # paramiko: closed or EOF sent while waiting for the window
                     raise EOFError("the channel takes no more data")
                 sent += taken
