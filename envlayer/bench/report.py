@@ -91,11 +91,10 @@ def markdown_page(doc: dict[str, Any], images: str | None) -> str:
     parts = [
         "# Benchmarks",
         "",
-        "Produced by `envlayer bench`; run it on your own machine to get your own figures. "
+        "Produced by `envlayer bench`; run it on your machine for your own figures. "
         "Each figure is the median of repeated runs with its 10th-90th percentile spread "
         "(warm exec: the median of the medians of interleaved rounds); "
-        "a baseline (the same work without envlayer) is measured in the same run, and the ratio "
-        "to it matters more than the absolute figure.",
+        "a baseline (the same work without envlayer) is measured in the same run; the ratio matters most.",
         "",
         "Command:",
         "",
@@ -113,8 +112,8 @@ def markdown_page(doc: dict[str, Any], images: str | None) -> str:
     parts += [
         "What each measure and baseline is: `envlayer bench --help` and the bench section of docs/cli.md. "
         "The scripts in "
-        "`benchmarks/` measure narrower cases for the project's own work (the session broker, SSH, "
-        "Kubernetes and the cloud backends against their fakes, timeouts); each prints its own figures.",
+        "`benchmarks/` measure narrower cases (the session broker, SSH, "
+        "Kubernetes and the cloud backends against their fakes); each prints its own figures.",
         "",
     ]
     return "\n".join(parts)
