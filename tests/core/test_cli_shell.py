@@ -14,8 +14,9 @@ CLEAN_ENV = {k: v for k, v in os.environ.items() if not k.startswith("ENVLAYER_"
 
 
 def check_shell_session(t: Tmux, prompt: str) -> None:
-    """The three checks every backend's ``shell`` passes (shared with the Docker test)."""
-    t.wait_for(prompt)
+    """The three checks every backend's ``shell`` passes (shared with the other backends'
+    tests). Each command is typed at a fresh prompt (:meth:`Tmux.wait_for_prompt`)."""
+    t.wait_for_prompt(prompt)
     t.send('echo hel""lo; stty size')
     t.wait_for(r"^hello$")
     t.wait_for(r"^24 80$")
@@ -23,6 +24,7 @@ def check_shell_session(t: Tmux, prompt: str) -> None:
     # tmux sets a pane's new size on its own schedule, and may type the next keys first:
     # ask again until the shell sees it (the resize must arrive, not before those keys)
     for _ in range(20):
+        t.wait_for_prompt(prompt)
         t.send("stty size")
         if t.appears(r"^30 100$", 3):
             break

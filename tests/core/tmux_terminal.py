@@ -49,6 +49,13 @@ class Tmux:
             pytest.fail(f"no line matching {pattern!r} on the screen:\n{self.screen()}")
         return text
 
+    def wait_for_prompt(self, prompt: str, deadline: float = 60) -> str:
+        """The screen once ``prompt`` (a regex) ends its last line that is not blank: the
+        shell waits for a command. A prompt higher up, left by an earlier command, does not
+        count: keys sent before the new prompt shows are echoed by the terminal ahead of
+        it, and the command's output then starts on the prompt's line, not a line of its own."""
+        return self.wait_for(rf"{prompt}\s*\Z", deadline)
+
     def appears(self, pattern: str, deadline: float) -> str | None:
         """The screen once a line matches ``pattern``; None if none did within ``deadline`` s."""
         end = time.monotonic() + deadline

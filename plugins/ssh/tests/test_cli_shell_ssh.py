@@ -31,7 +31,7 @@ def test_shell_on_the_host(tmp_path: Path, sshd: SSHServer, make_env) -> None:
         environ = {k: v for k, v in os.environ.items() if not k.startswith("ENVLAYER_")}
         argv = _shell_argv(sshd, cwd=workdir, env={"PS1": "ssh-shell$ ", "MARK": "from the env option"})
         with terminal(argv, str(tmp_path), environ) as t:
-            t.wait_for(r"ssh-shell\$")
+            t.wait_for_prompt(r"ssh-shell\$")
             t.send('pwd; echo "$MARK"; ls -a ~ | grep -c envlayer-shell-')
             t.wait_for(rf"^{workdir}$")
             t.wait_for(r"^from the env option$")
