@@ -30,6 +30,7 @@ def check_shell_session(t: Tmux, prompt: str) -> None:
             break
     else:
         t.wait_for(r"^30 100$", 0)
+    t.wait_for_prompt(prompt)
     t.send("exit 3")
     t.wait_for(r"^EXIT=3$")
     t.wait_for(r"^TTY=cooked$")

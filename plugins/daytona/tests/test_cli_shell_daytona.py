@@ -31,7 +31,7 @@ def test_shell_in_the_tasks_sandbox(tmp_path: Path, make_env: Any, profile: str,
     )
     mark = fake_daytona.mark()
     with terminal([ENVLAYER, "shell", "--backend", "daytona", "--task", "shell-task"], str(tmp_path), environ) as t:
-        t.wait_for(r"workspace #")
+        t.wait_for_prompt(r"workspace #")
         t.send("cat /tmp/marker")
         t.wait_for(r"^made through the API$")
         check_shell_session(t, r"workspace #")

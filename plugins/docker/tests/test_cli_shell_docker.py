@@ -23,7 +23,7 @@ def test_shell_in_the_tasks_container(tmp_path: Path, make_env: Any, profile: st
     environ = {k: v for k, v in os.environ.items() if not k.startswith("ENVLAYER_")}
     environ.update(ENVLAYER_PROFILE=profile, ENVLAYER_DOCKER_IMAGE=IMAGE)
     with terminal([ENVLAYER, "shell", "--backend", "docker", "--task", "shell-task"], str(tmp_path), environ) as t:
-        t.wait_for(r"workspace #")
+        t.wait_for_prompt(r"workspace #")
         t.send("cat /tmp/marker")
         t.wait_for(r"^made through the API$")
         check_shell_session(t, r"workspace #")

@@ -113,7 +113,7 @@ def test_shell_needs_only_the_task_and_refuses_a_differing_option(
     before = _container_ids(run)
     shell = [ENVLAYER_SCRIPT, "shell", "--backend", "docker", "--task", task]
     with terminal(shell, str(tmp_path), environ) as t:
-        t.wait_for(r"^# ?$")  # the debian image's sh prompt
+        t.wait_for_prompt(r"^#")  # the debian image's sh prompt
         t.send("cat /opt/state; exit 3")
         t.wait_for(r"^precious$")
         t.wait_for(r"^EXIT=3$")

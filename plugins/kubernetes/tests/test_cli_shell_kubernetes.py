@@ -30,7 +30,7 @@ def test_shell_in_the_tasks_pod(
     argv = [ENVLAYER, "shell", "--backend", "kubernetes", "--profile", profile, "--task", "shell-task"]
     argv += ["-o", f"image={control.IMAGE}", "-o", "startup_timeout=60"]
     with terminal(argv, str(tmp_path), environ) as t:
-        t.wait_for(r"workspace #")
+        t.wait_for_prompt(r"workspace #")
         t.send('cat /tmp/marker; echo "term=$TERM"; ls -a /tmp | grep -c envlayer-shell-')
         t.wait_for(r"^made through the API$")
         t.wait_for(r"^term=vt220$")

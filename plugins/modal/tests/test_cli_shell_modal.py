@@ -23,15 +23,17 @@ def test_shell_in_the_tasks_sandbox(tmp_path: Path, make_env: Any, profile: str,
     environ = {k: v for k, v in os.environ.items() if not k.startswith("ENVLAYER_")}
     environ.update(fake_modal.env(), ENVLAYER_PROFILE=profile, ENVLAYER_MODAL_IMAGE=IMAGE, ENVLAYER_MODAL_APP_NAME=APP)
     with terminal([ENVLAYER, "shell", "--backend", "modal", "--task", "shell-task"], str(tmp_path), environ) as t:
-        t.wait_for(r"workspace #")
+        t.wait_for_prompt(r"workspace #")
         t.send('cat /tmp/marker; echo hel""lo; stty size')
         t.wait_for(r"^made through the API$")
         t.wait_for(r"^hello$")
         t.wait_for(r"^24 80$")
         t.tmux("resize-window", "-t", "s", "-x", "100", "-y", "30")
+        t.wait_for_prompt(r"workspace #")
         t.send('echo still""here; stty size')
         t.wait_for(r"^stillhere$")
         assert t.screen().count("24 80\n") == 2, t.screen()  # no resize reaches the pty
+        t.wait_for_prompt(r"workspace #")
         t.send("exit 3")
         t.wait_for(r"^EXIT=3$")
         t.wait_for(r"^TTY=cooked$")
