@@ -113,7 +113,7 @@ def markdown_page(doc: dict[str, Any], images: str | None) -> str:
         "What each measure and baseline is: `envlayer bench --help` and the bench section of docs/cli.md. "
         "The scripts in "
         "`benchmarks/` measure narrower cases (the session broker, SSH, "
-        "Kubernetes and the cloud backends against their fakes); each prints its own figures.",
+        "Kubernetes and the cloud backends against their fakes, timeouts); each prints its own figures.",
         "",
     ]
     return "\n".join(parts)
